@@ -1,0 +1,64 @@
+"""The ``opforge`` command.
+
+Each verb lives in its own module and is imported only when it is run, so that
+``opforge run`` never pays for (or needs) PyTorch. To add a verb, add one line to
+``_VERBS``: ``name -> "module:click_command"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+__all__ = ["main", "cli"]
+
+# verb -> (module, attribute, one-line help). Kept here so `opforge --help` lists every
+# verb without importing any of them.
+_VERBS: dict[str, tuple[str, str, str]] = {
+    "schema": ("opforge.cli.schema_cmd", "schema", "Parse an ATen function schema; show its out/functional twin."),
+    "manifest": ("opforge.cli.manifest_cmd", "manifest", "Validate an operator manifest and list its ops and kernels."),
+    "example": ("opforge.cli.example_cmd", "example", "Run the bundled example end to end."),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_VERBS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in _VERBS:
+            return None
+        module, attr, _ = _VERBS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, _VERBS[name][2]) for name in sorted(_VERBS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="opforge")
+def cli() -> None:
+    """opforge: define a custom operator once; build, export and run it."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script; user errors print cleanly, exit code 1."""
+    from opforge.errors import OpforgeError
+
+    try:
+        cli.main(args=argv, prog_name="opforge", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    except OpforgeError as exc:
+        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(1)
