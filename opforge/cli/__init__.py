@@ -20,6 +20,9 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "schema": ("opforge.cli.schema_cmd", "schema", "Parse an ATen function schema; show its out/functional twin."),
     "manifest": ("opforge.cli.manifest_cmd", "manifest", "Validate an operator manifest and list its ops and kernels."),
     "example": ("opforge.cli.example_cmd", "example", "Run the bundled example end to end."),
+    "export": ("opforge.cli.export_cmd", "export", "Export MODULE:FACTORY to a program file."),
+    "inspect": ("opforge.cli.inspect_cmd", "inspect", "Show a program file's methods, ops, plan and constants."),
+    "run": ("opforge.cli.run_cmd", "run", "Run a program file on the lean or ATen runtime."),
 }
 
 
