@@ -1,0 +1,1 @@
+"""Example models and operator manifests that ship with opforge."""
