@@ -1,0 +1,87 @@
+"""Factory ops: full, zeros, ones, empty, arange, scalar_tensor and their ``*_like`` forms.
+
+``out`` arrives with the dtype and shape the exporter decided (a ``dtype=`` argument of
+the functional op is folded into it), so these kernels only write values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from opforge.errors import KernelError
+from opforge.kernels.portable._promotion import is_floating
+from opforge.kernels.portable._registry import Kernel, kernel_decorator
+
+__all__ = ["KERNELS"]
+
+KERNELS: dict[str, Kernel] = {}
+kernel = kernel_decorator(KERNELS)
+
+
+@kernel("aten::full.out")
+def full_out(size, fill_value, out):
+    out.fill(fill_value)  # casts as ATen does: 2.7 into an int tensor is 2
+
+
+@kernel("aten::full_like.out")
+def full_like_out(self, fill_value, memory_format, out):
+    out.fill(fill_value)
+
+
+@kernel("aten::scalar_tensor.out")
+def scalar_tensor_out(s, out):
+    out.fill(s)
+
+
+@kernel("aten::zeros.out")
+def zeros_out(size, out):
+    out.fill(0)
+
+
+@kernel("aten::ones.out")
+def ones_out(size, out):
+    out.fill(1)
+
+
+@kernel("aten::zeros_like.out")
+def zeros_like_out(self, memory_format, out):
+    out.fill(0)
+
+
+@kernel("aten::ones_like.out")
+def ones_like_out(self, memory_format, out):
+    out.fill(1)
+
+
+@kernel("aten::empty.out", "aten::empty_like.out")
+def empty_out(size_or_self, memory_format, out):
+    """Nothing to write: ``empty`` promises no values."""
+
+
+@kernel("aten::arange.start_out")
+def arange_start_out(start, end, step, out):
+    if step == 0 or (end - start) * step < 0:
+        raise KernelError(
+            f"`aten::arange.start_out`: start={start}, end={end}, step={step} — "
+            "the step is zero or points away from end — "
+            "valid: step != 0 with sign(step) == sign(end - start)"
+        )
+    count = max(math.ceil((end - start) / step), 0)
+    if count != out.size:
+        raise KernelError(
+            f"`aten::arange.start_out`: out — has {out.size} elements, the range has {count} — "
+            "out must be planned with the range's length — re-export the program"
+        )
+    # ATen computes start + i * step in double for floating outputs, in int64 otherwise.
+    floating = is_floating(out.dtype) or any(isinstance(v, float) for v in (start, step))
+    ramp = np.arange(count, dtype=np.float64 if floating else np.int64)
+    ramp *= step
+    ramp += start
+    np.copyto(out, ramp, casting="unsafe")
+
+
+@kernel("aten::arange.out")
+def arange_out(end, out):
+    arange_start_out(0, end, 1, out)

@@ -1,0 +1,106 @@
+"""Pointwise math on one tensor: neg, abs, exp, log, sqrt, rsqrt, erf, trig, rounding, …
+
+Floating ops on integer or bool inputs compute in float32 (ATen's default dtype) and
+write whatever floating dtype ``out`` has; float16 computes through NumPy's float16 loops,
+which — like ATen's CPU kernels — evaluate each element in float32 and round once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opforge.kernels.portable._erf import erf
+from opforge.kernels.portable._promotion import float_compute_dtype, is_floating
+from opforge.kernels.portable._registry import Kernel, kernel_decorator
+
+__all__ = ["KERNELS"]
+
+KERNELS: dict[str, Kernel] = {}
+kernel = kernel_decorator(KERNELS)
+
+
+def _floating(name: str, ufunc: np.ufunc) -> None:
+    """Register ``aten::<name>.out`` as a floating ufunc (int inputs -> float32)."""
+
+    def floating_out(self, out):
+        ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
+        with np.errstate(all="ignore"):
+            ufunc(self, out=out, dtype=ct, casting="unsafe")
+
+    floating_out.__name__ = floating_out.__qualname__ = f"{name}_out"
+    kernel(f"aten::{name}.out")(floating_out)
+
+
+for _name, _ufunc in (
+    ("exp", np.exp), ("exp2", np.exp2), ("expm1", np.expm1), ("log", np.log),
+    ("log2", np.log2), ("log10", np.log10), ("log1p", np.log1p), ("sqrt", np.sqrt),
+    ("sin", np.sin), ("cos", np.cos), ("tan", np.tan), ("tanh", np.tanh),
+    ("asin", np.arcsin), ("acos", np.arccos), ("atan", np.arctan),
+    ("sinh", np.sinh), ("cosh", np.cosh), ("reciprocal", np.reciprocal),
+):
+    _floating(_name, _ufunc)
+
+
+def _same_dtype(name: str, ufunc: np.ufunc) -> None:
+    """Register ``aten::<name>.out`` for ops that keep integer dtypes integer."""
+
+    def same_dtype_out(self, out):
+        with np.errstate(all="ignore"):
+            ufunc(self, out=out, casting="unsafe")
+
+    same_dtype_out.__name__ = same_dtype_out.__qualname__ = f"{name}_out"
+    kernel(f"aten::{name}.out")(same_dtype_out)
+
+
+for _name, _ufunc in (("neg", np.negative), ("abs", np.absolute), ("sign", np.sign)):
+    _same_dtype(_name, _ufunc)
+
+
+def _rounding(name: str, ufunc: np.ufunc) -> None:
+    """floor/ceil/round/trunc: the identity on integer tensors, as in ATen."""
+
+    def rounding_out(self, out):
+        if is_floating(self.dtype):
+            ufunc(self, out=out, casting="unsafe")
+        else:
+            np.copyto(out, self, casting="unsafe")
+
+    rounding_out.__name__ = rounding_out.__qualname__ = f"{name}_out"
+    kernel(f"aten::{name}.out")(rounding_out)
+
+
+# np.rint rounds half to even, like ATen's nearbyint-based round.
+for _name, _ufunc in (("floor", np.floor), ("ceil", np.ceil), ("round", np.rint),
+                      ("trunc", np.trunc)):
+    _rounding(_name, _ufunc)
+
+
+@kernel("aten::round.decimals_out")
+def round_decimals_out(self, decimals, out):
+    # ATen scales by 10**decimals, rounds half to even and scales back, as np.round does.
+    np.round(self, decimals, out=out)
+
+
+@kernel("aten::rsqrt.out")
+def rsqrt_out(self, out):
+    ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
+    with np.errstate(all="ignore"):
+        np.sqrt(self, out=out, dtype=ct, casting="unsafe")
+        np.reciprocal(out, out=out)
+
+
+@kernel("aten::erf.out")
+def erf_out(self, out):
+    # _erf computes in float64 (|error| < 1e-14), then rounds once into out.
+    np.copyto(out, erf(self), casting="unsafe")
+
+
+@kernel("aten::sigmoid.out")
+def sigmoid_out(self, out):
+    ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
+    # 1 / (1 + exp(-x)): exp overflows to inf for x << 0 and the result is the exact 0.
+    with np.errstate(all="ignore"):
+        np.negative(self, out=out, dtype=ct, casting="unsafe")
+        np.exp(out, out=out)
+        np.add(out, 1, out=out)
+        np.reciprocal(out, out=out)
