@@ -1,0 +1,9 @@
+"""The export passes, one per file, in the order ``pipeline.run_pipeline`` runs them."""
+
+from opforge.export.passes.decompose import DecomposeToCoreAten
+from opforge.export.passes.check_functional import CheckFunctional
+from opforge.export.passes.to_out_variant import ToOutVariant
+from opforge.export.passes.lift_constants import LiftConstants
+from opforge.export.passes.plan_memory import PlanMemory
+
+__all__ = ["DecomposeToCoreAten", "CheckFunctional", "ToOutVariant", "LiftConstants", "PlanMemory"]

@@ -1,0 +1,92 @@
+"""Reject what the program format cannot express: mutation and control-flow operators.
+
+After decomposition torch has functionalized the graph: ``x.add_(1)`` on an input is an
+``add`` plus a *user-input mutation* output, a custom op with a ``Tensor(a!)`` argument
+is wrapped in ``auto_functionalized``. A program has no way to write back into a
+caller's tensor or a buffer, so each of these is an ``ExportError``, all reported at once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from opforge.errors import ExportError
+from opforge.export.diagnostics import describe_node
+from opforge.export.method_graph import MethodGraph
+from opforge.export.out_variants import is_mutating_schema, op_key, suggest_out_schema
+from opforge.export.pass_manager import ExportPass
+
+__all__ = ["CheckFunctional"]
+
+_API = "`opforge.export.export()`"
+
+
+def _mutated_op_problem(node: torch.fx.Node) -> str:
+    op = node.args[0] if node.args else None
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return f"{describe_node(node)} — mutates its arguments — fix: make the op functional"
+    written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    functional = schema.name.split("::", 1)[1]
+    try:
+        suggestion = suggest_out_schema(torch._C.parse_schema(
+            f"{schema.name}_functional({', '.join(str(a).replace('(a!)', '').replace('(b!)', '') for a in schema.arguments)})"
+            f" -> {'Tensor' if len(written) == 1 else '(' + ', '.join(['Tensor'] * len(written)) + ')'}"
+        ))
+    except Exception:  # noqa: BLE001 - the suggestion is a courtesy
+        suggestion = f"{schema.name}_functional(...).out"
+    return (
+        f"{describe_node(node)} — custom op `{op_key(op)}` writes to its argument(s) "
+        f"{', '.join(written)} (`{schema}`) — valid: functional ops returning new tensors, plus their out "
+        f"variants — fix: define a functional op `{functional}_functional` that returns the result, "
+        f"with out variant `{suggestion}`, and call it instead"
+    )
+
+
+class CheckFunctional(ExportPass):
+    """Raise one ``ExportError`` listing every mutation or higher-order op in the method."""
+
+    requires = frozenset({"core_aten_or_custom"})
+    ensures = frozenset({"functional"})
+
+    def run(self, method: MethodGraph) -> MethodGraph:
+        problems: list[str] = []
+        signature = method.exported.graph_signature
+        nodes = {n.name: n for n in method.graph.nodes}
+        for produced, user_input in signature.user_inputs_to_mutate.items():
+            problems.append(
+                f"{describe_node(nodes[produced])} — writes in place into the input `{user_input}` — "
+                "valid: methods that leave their inputs unchanged — fix: use the out-of-place op "
+                "(x = x.add(1) instead of x.add_(1)) and return the new value"
+            )
+        for produced, buffer in signature.buffers_to_mutate.items():
+            problems.append(
+                f"{describe_node(nodes[produced])} — updates the buffer `{buffer}` — valid: read-only "
+                "buffers — fix: call model.eval() (BatchNorm running stats) or return the new value"
+            )
+        for node in method.call_nodes():
+            target = node.target
+            if isinstance(target, torch._ops.HigherOrderOperator):
+                if "auto_functionalized" in target.name():
+                    problems.append(_mutated_op_problem(node))
+                else:
+                    problems.append(
+                        f"{describe_node(node)} — higher-order op `{target.name()}` — valid: straight-line "
+                        "graphs of operators (control-flow operators are not in the program format yet) — "
+                        "fix: make the computation branchless (torch.where) or export each branch as a method"
+                    )
+            elif isinstance(target, torch._ops.OpOverload) and is_mutating_schema(target._schema):
+                problems.append(
+                    f"{describe_node(node)} — `{op_key(target)}` mutates an argument — "
+                    "valid: functional ops — fix: use its functional variant"
+                )
+        if problems:
+            listed = "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1))
+            raise ExportError(
+                f"{_API}: method {method.name!r} — {len(problems)} mutation(s) the program format cannot "
+                f"express:\n{listed}"
+            )
+        # Mutation outputs are gone, so the graph outputs are the user outputs; the
+        # ExportedProgram is not needed any more.
+        method.exported = None
+        return method

@@ -1,0 +1,47 @@
+"""The export pipeline of one method, top to bottom.
+
+    capture (torch.export)                            capture.py
+      → DecomposeToCoreAten   captured → core_aten_or_custom
+      → CheckFunctional       core_aten_or_custom → functional
+      → ToOutVariant          functional → all_out_variants
+      → LiftConstants         functional → constants_lifted
+      → PlanMemory            all_out_variants, constants_lifted → memory_planned   (last)
+    emit (→ Program)                                  emit.py
+
+Each arrow is a pass (``passes/``); the pass manager checks the contract of each.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch.fx
+
+from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
+from opforge.export.method_graph import MethodGraph
+from opforge.export.pass_manager import PassManager
+from opforge.export.passes import CheckFunctional, DecomposeToCoreAten, LiftConstants, PlanMemory, ToOutVariant
+
+__all__ = ["run_pipeline"]
+
+
+def run_pipeline(
+    method: MethodGraph,
+    *,
+    preserve_ops: Iterable[str] = (),
+    alignment: int = DEFAULT_ALIGNMENT,
+    mem_id_policy: Callable[[TensorLifetime, torch.fx.Node], int] | None = None,
+    on_pass: Callable[[str, str], None] | None = None,
+) -> MethodGraph:
+    """Run the export passes on a captured method; returns it planned and ready to emit.
+
+    ``preserve_ops`` are ``"aten::linear.default"`` keys kept out of decomposition.
+    """
+    passes = [
+        DecomposeToCoreAten(preserve=preserve_ops),
+        CheckFunctional(),
+        ToOutVariant(),
+        LiftConstants(),
+        PlanMemory(alignment=alignment, mem_id_policy=mem_id_policy),  # always last
+    ]
+    return PassManager(passes, on_pass=on_pass).run(method)

@@ -1,0 +1,143 @@
+"""The named properties that export passes require and ensure.
+
+Each property is a function ``MethodGraph -> list[str]`` returning its violations (empty
+when the property holds), so that the pass manager can say exactly what a pass broke.
+
+| property | holds when |
+| --- | --- |
+| ``captured`` | the method still carries its ``ExportedProgram`` (nothing decomposed yet) |
+| ``core_aten_or_custom`` | every call is a core ATen op, a preserved op, an op of another namespace (custom ops stay opaque), ``getitem``, or a higher-order op (rejected by ``functional``) |
+| ``functional`` | no call writes to an argument, no input or buffer is mutated, no higher-order ops |
+| ``all_out_variants`` | every call is ``alloc`` or an out-variant overload whose out arguments are ``alloc`` nodes; no ``getitem`` |
+| ``constants_lifted`` | every non-user placeholder has a contiguous constant tensor and a segment key; no two constants are equal |
+| ``memory_planned`` | every user input and ``alloc`` has storage in an arena, inside the arena's size |
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Callable
+
+import torch
+
+from opforge.export.method_graph import InputKind, MethodGraph, is_alloc
+from opforge.export.out_variants import is_mutating_schema, is_out_schema, op_key
+
+__all__ = ["PROPERTIES", "check_property"]
+
+
+def _captured(method: MethodGraph) -> list[str]:
+    return [] if method.exported is not None else ["the method has no ExportedProgram"]
+
+
+def _core_aten_or_custom(method: MethodGraph) -> list[str]:
+    bad = []
+    for node in method.call_nodes():
+        target = node.target
+        if target is operator.getitem or isinstance(target, torch._ops.HigherOrderOperator):
+            continue
+        if not isinstance(target, torch._ops.OpOverload):
+            bad.append(f"node {node.name}: target {target!r} is not an operator overload")
+        elif target.namespace == "aten" and torch.Tag.core not in target.tags:
+            if op_key(target) not in method.preserved_ops and target in _decomposable():
+                bad.append(f"node {node.name}: {op_key(target)} is neither core ATen nor preserved")
+    return bad
+
+
+def _decomposable() -> frozenset:
+    # Ops torch can decompose; a non-core op torch has no decomposition for is left as is.
+    global _DECOMPOSABLE
+    if _DECOMPOSABLE is None:
+        _DECOMPOSABLE = frozenset(torch.export.default_decompositions().keys())
+    return _DECOMPOSABLE
+
+
+_DECOMPOSABLE: frozenset | None = None
+
+
+def _functional(method: MethodGraph) -> list[str]:
+    bad = []
+    for node in method.call_nodes():
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            bad.append(f"node {node.name}: higher-order op {node.target.name()}")
+        elif isinstance(node.target, torch._ops.OpOverload) and is_mutating_schema(node.target._schema):
+            bad.append(f"node {node.name}: {op_key(node.target)} mutates an argument")
+    return bad
+
+
+def _all_out_variants(method: MethodGraph) -> list[str]:
+    bad = []
+    for node in method.call_nodes():
+        if is_alloc(node):
+            continue
+        if not isinstance(node.target, torch._ops.OpOverload) or not is_out_schema(node.target._schema):
+            bad.append(f"node {node.name}: {node.target} is not an out variant")
+            continue
+        for arg in node.target._schema.arguments:
+            if not arg.is_out:
+                continue
+            value = node.kwargs.get(arg.name)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if not values or not all(isinstance(v, torch.fx.Node) and is_alloc(v) for v in values):
+                bad.append(f"node {node.name}: out argument {arg.name} is not an alloc node")
+    return bad
+
+
+def _constants_lifted(method: MethodGraph) -> list[str]:
+    bad = []
+    keys = method.notes.get("constant_keys", {})
+    seen: dict[str, str] = {}
+    for node in method.graph.nodes:
+        if node.op == "get_attr":
+            bad.append(f"node {node.name}: get_attr left in the graph")
+        if node.op != "placeholder" or method.input_kinds[node.name] == InputKind.USER:
+            continue
+        tensor = method.constants.get(node.name)
+        if tensor is None:
+            bad.append(f"placeholder {node.name}: no constant tensor")
+        elif not tensor.is_contiguous():
+            bad.append(f"placeholder {node.name}: constant is not contiguous")
+        key = keys.get(node.name)
+        if key is None:
+            bad.append(f"placeholder {node.name}: no segment key")
+        elif key in seen:
+            bad.append(f"placeholders {seen[key]} and {node.name}: equal constants not deduplicated")
+        else:
+            seen[key] = node.name
+    return bad
+
+
+def _memory_planned(method: MethodGraph) -> list[str]:
+    plan = method.notes.get("memory_plan")
+    if plan is None:
+        return ["no memory plan"]
+    bad = []
+    for node in method.graph.nodes:
+        planned = is_alloc(node) or (node.op == "placeholder" and method.input_kinds[node.name] == InputKind.USER)
+        if not planned:
+            continue
+        slot = plan.allocations.get(node.name)
+        if slot is None:
+            bad.append(f"node {node.name}: no storage")
+        elif slot.offset + slot.nbytes > plan.arena_sizes[slot.mem_id]:
+            bad.append(f"node {node.name}: storage beyond arena {slot.mem_id}")
+    return bad
+
+
+PROPERTIES: dict[str, Callable[[MethodGraph], list[str]]] = {
+    "captured": _captured,
+    "core_aten_or_custom": _core_aten_or_custom,
+    "functional": _functional,
+    "all_out_variants": _all_out_variants,
+    "constants_lifted": _constants_lifted,
+    "memory_planned": _memory_planned,
+}
+
+
+def check_property(name: str, method: MethodGraph) -> list[str]:
+    """The violations of property ``name`` on ``method`` (empty when it holds)."""
+    try:
+        check = PROPERTIES[name]
+    except KeyError:
+        raise KeyError(f"unknown export property {name!r}; known: {', '.join(sorted(PROPERTIES))}") from None
+    return check(method)
