@@ -20,8 +20,22 @@ from opforge.errors import (
 
 __version__ = "0.1.0"
 
+# Public names that live in subpackages, imported on first use (see __getattr__).
+_LAZY = {
+    "op": ("opforge.manifest", "op"),
+    "OpDef": ("opforge.manifest", "OpDef"),
+    "load_manifest": ("opforge.manifest", "load_manifest"),
+    "FunctionSchema": ("opforge.schema", "FunctionSchema"),
+    "register": ("opforge.torch_bridge", "register"),
+}
+
 __all__ = [
     "__version__",
+    "op",
+    "OpDef",
+    "load_manifest",
+    "FunctionSchema",
+    "register",
     "OpforgeError",
     "SchemaError",
     "ManifestError",
@@ -32,3 +46,14 @@ __all__ = [
     "KernelError",
     "MissingKernelError",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'opforge' has no attribute {name!r}")

@@ -20,7 +20,9 @@ from opforge.schema.model import (
     Return,
     SchemaKind,
     Type,
+    base_of,
 )
+from opforge.schema.model import is_tensor_like as is_tensor_like_type
 from opforge.schema.native_functions import aten_schemas, lookup_aten
 from opforge.schema.parser import parse_schema, parse_type
 from opforge.schema.variants import check_exportable, functional_variant, out_variant, signature
@@ -38,6 +40,8 @@ __all__ = [
     "SchemaKind",
     "Type",
     "aten_schemas",
+    "base_of",
+    "is_tensor_like_type",
     "check_exportable",
     "functional_variant",
     "lookup_aten",

@@ -272,10 +272,11 @@ class FunctionSchema:
 
     # -- parsing and printing -------------------------------------------------------
     @staticmethod
-    def parse(text: str) -> "FunctionSchema":
+    def parse(text: str, *, api: str = "FunctionSchema.parse") -> "FunctionSchema":
+        """Parse an ATen schema string; ``api`` names the caller in error messages."""
         from opforge.schema.parser import parse_schema
 
-        return parse_schema(text)
+        return parse_schema(text, api=api)
 
     def __str__(self) -> str:
         if len(self.returns) == 1:
