@@ -1,0 +1,87 @@
+"""Small valid programs for tests, fuzzing, benchmarks and the docs (not public API).
+
+``sample_program()`` uses every value kind, every instruction kind, constants in two
+segments, a delegate blob with compile specs and user metadata, so a round trip through
+it exercises the whole format.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opforge.program.model import (
+    DelegateBlob, DelegateCall, Free, KernelCall, MemoryPlan, Method, Move, Operator, Program,
+    Segment,
+)
+from opforge.program.scalar_type import ScalarType
+from opforge.program.values import (
+    ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue, DoubleValue,
+    IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue, StringValue,
+    TensorListValue, TensorValue,
+)
+
+F32 = ScalarType.FLOAT32
+
+
+def sample_program() -> Program:
+    """forward(x: f32[2, 4]) -> (y: f32[2, 3], n: int): linear → relu6 → delegate → cat."""
+    weight = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    bias = np.array([0.5, -0.5, 0.25], dtype=np.float32)
+    values = (
+        TensorValue(F32, (2, 4), storage=ArenaStorage(0, 0)),          # 0 x (input)
+        TensorValue(F32, (3, 4), storage=ConstantStorage(0, 0)),       # 1 weight
+        TensorValue(F32, (3,), storage=ConstantStorage(1, 0)),         # 2 bias
+        TensorValue(F32, (2, 3), storage=ArenaStorage(0, 64)),         # 3 linear out
+        TensorValue(F32, (2, 3), storage=ArenaStorage(0, 128)),        # 4 relu6 out
+        TensorValue(F32, (2, 3), storage=ArenaStorage(0, 192)),        # 5 y (output)
+        IntValue(2),                                                    # 6 n (output)
+        DoubleValue(6.0),                                               # 7
+        BoolValue(True),                                                # 8
+        StringValue("tanh"),                                            # 9
+        NoneValue(),                                                    # 10
+        IntListValue((1, -1)),                                          # 11
+        DoubleListValue((0.5, 2.0)),                                    # 12
+        BoolListValue((True, False)),                                   # 13
+        TensorListValue((3, 4)),                                        # 14
+        OptionalTensorListValue((3, None)),                             # 15
+        ScalarTypeValue(F32),                                           # 16
+        TensorValue(F32, (4, 3), (1, 0), ArenaStorage(1, 0)),           # 17 scratch, other arena
+        TensorValue(ScalarType.INT64, (0,)),                            # 18 empty, unplanned
+        TensorValue(F32, (2, 3), storage=ArenaStorage(0, 256)),         # 19 delegate out
+    )
+    method = Method(
+        name="forward",
+        values=values,
+        inputs=(0,),
+        outputs=(5, 6),
+        instructions=(
+            KernelCall(0, (0, 1, 2, 3)),          # aten::linear.out(x, w, b, out)
+            KernelCall(1, (3, 7, 9, 4)),          # my_ops::relu6.out(in, cap, mode, out)
+            DelegateCall(0, (4, 19)),
+            KernelCall(2, (14, 6, 5)),            # aten::cat.out([..], dim, out) (shape-agnostic)
+            Move(19, 5),
+            Free(3),
+        ),
+        operators=(Operator("aten::linear", "out"),
+                   Operator("my_ops::relu6", "out"), Operator("aten::cat", "out")),
+        memory_plan=MemoryPlan((320, 48)),
+    )
+    delegate = DelegateBlob("cpu_fused", 2, (("target", b"x86_64"), ("opt", b"\x03")))
+    return Program(
+        methods=(method, Method("empty", (), (), (), ())),
+        segments=(Segment(weight), Segment(bias), Segment(b"\xde\xad\xbe\xef" * 5)),
+        delegates=(delegate,),
+        user_metadata=(("model", "tiny"), ("exporter", "opforge 0.1.0")),
+    )
+
+
+def chain_program(n: int) -> Program:
+    """A straight chain of ``n`` add.out calls over 2n+1 tensors (for load-time benchmarks)."""
+    values = [TensorValue(F32, (64,), storage=ArenaStorage(0, (i % 2) * 256))
+              for i in range(n + 1)]
+    values += [TensorValue(F32, (64,), storage=ConstantStorage(0, 256 * i)) for i in range(n)]
+    instructions = tuple(KernelCall(0, (i, n + 1 + i, i + 1)) for i in range(n))
+    method = Method("forward", tuple(values), (0,), (n,), instructions,
+                    (Operator("aten::add", "out"),), MemoryPlan((512,)))
+    weights = Segment(np.zeros(64 * n, dtype=np.float32))
+    return Program(methods=(method,), segments=(weights,))

@@ -1,0 +1,101 @@
+"""A JSON-able summary of a program, for ``opforge inspect`` and for humans."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from opforge.program._format import FORMAT_VERSION
+from opforge.program.model import DelegateCall, Free, KernelCall, Method, Move, Program
+from opforge.program.values import (
+    ArenaStorage, ConstantStorage, NoneValue, OptionalTensorListValue, ScalarTypeValue,
+    TensorListValue, TensorValue,
+)
+
+__all__ = ["describe"]
+
+
+def describe(program: Program) -> dict:
+    """Summarize ``program``: methods (values, instructions, operator table with call counts,
+    memory plan, constants), segments, delegates and user metadata. Only str/int/list/dict.
+
+    >>> from opforge.program import Program, Method, IntValue
+    >>> d = describe(Program(methods=(Method("forward", (IntValue(3),), (0,), (0,), ()),)))
+    >>> d["methods"][0]["values"]
+    ['%0: int 3']
+    """
+    return {
+        "format_version": FORMAT_VERSION,
+        "methods": [_method(program, m) for m in program.methods],
+        "segments": [{"index": i, "nbytes": s.nbytes} for i, s in enumerate(program.segments)],
+        "delegates": [
+            {"index": i, "id": d.id, "segment": d.segment,
+             "compile_specs": {key: len(value) for key, value in d.compile_specs}}
+            for i, d in enumerate(program.delegates)
+        ],
+        "user_metadata": dict(program.user_metadata),
+        "constant_bytes": sum(s.nbytes for s in program.segments),
+    }
+
+
+def _method(program: Program, method: Method) -> dict:
+    calls = Counter(i.op for i in method.instructions if type(i) is KernelCall)
+    constants = [
+        {"value": i, "dtype": v.dtype.name.lower(), "sizes": list(v.sizes),
+         "segment": v.storage.segment, "offset": v.storage.offset, "nbytes": v.nbytes}
+        for i, v in enumerate(method.values)
+        if type(v) is TensorValue and type(v.storage) is ConstantStorage
+    ]
+    return {
+        "name": method.name,
+        "inputs": list(method.inputs),
+        "outputs": list(method.outputs),
+        "values": [f"%{i}: {_value_text(v)}" for i, v in enumerate(method.values)],
+        "operators": [{"index": i, "key": op.key, "calls": calls.get(i, 0)}
+                      for i, op in enumerate(method.operators)],
+        "instructions": [_instruction(program, method, ins) for ins in method.instructions],
+        "memory_plan": {"arena_sizes": list(method.memory_plan.arena_sizes),
+                        "total_bytes": sum(method.memory_plan.arena_sizes)},
+        "constants": constants,
+    }
+
+
+def _value_text(value) -> str:
+    if type(value) is TensorValue:
+        text = f"{value.dtype.name.lower()}{list(value.sizes)}"
+        if value.dim_order != tuple(range(len(value.sizes))):
+            text += f" dim_order={list(value.dim_order)}"
+        storage = value.storage
+        if type(storage) is ArenaStorage:
+            return f"{text} arena {storage.mem_id} @ {storage.offset}"
+        if type(storage) is ConstantStorage:
+            return f"{text} constant segment {storage.segment} @ {storage.offset}"
+        return f"{text} unplanned"
+    if type(value) in (TensorListValue, OptionalTensorListValue):
+        items = ", ".join("None" if i is None else f"%{i}" for i in value.items)
+        return f"tensor list [{items}]"
+    if type(value) is ScalarTypeValue:
+        return f"dtype {value.dtype.name.lower()}"
+    if type(value) is NoneValue:
+        return "none"
+    field = value.values if hasattr(value, "values") else value.value
+    kind = type(value).__name__.removesuffix("Value").replace("List", " list").lower()
+    return f"{kind} {list(field) if isinstance(field, tuple) else repr(field)}"
+
+
+def _instruction(program: Program, method: Method, ins) -> dict:
+    kind = type(ins)
+    if kind is KernelCall:
+        key = method.operators[ins.op].key if 0 <= ins.op < len(method.operators) else "?"
+        args = ", ".join(f"%{a}" for a in ins.args)
+        return {"kind": "kernel", "op": key, "args": list(ins.args), "text": f"{key}({args})"}
+    if kind is DelegateCall:
+        blob = program.delegates[ins.delegate].id if 0 <= ins.delegate < len(
+            program.delegates) else "?"
+        args = ", ".join(f"%{a}" for a in ins.args)
+        return {"kind": "delegate", "delegate": ins.delegate, "args": list(ins.args),
+                "text": f"delegate {ins.delegate} ({blob})({args})"}
+    if kind is Move:
+        return {"kind": "move", "src": ins.src, "dst": ins.dst,
+                "text": f"move %{ins.src} -> %{ins.dst}"}
+    assert kind is Free, kind
+    return {"kind": "free", "value": ins.value, "text": f"free %{ins.value}"}

@@ -1,0 +1,200 @@
+"""The program verifier: every cross-reference checked before anything uses it (STYLE.md 6).
+
+The dataclasses check their own fields on construction (types, non-negative sizes, the
+2**48-byte cap, dim orders). ``verify`` checks what needs the whole program:
+
+* each method name is unique; each operator appears once in its method's table;
+* every value index (inputs, outputs, instruction args, tensor-list items, Move, Free) is in
+  range and refers to the right kind of value; every operator and delegate index is in range;
+* every planned tensor lies inside its arena (``offset + nbytes <= arena_sizes[mem_id]``) and
+  every constant inside its segment, at an offset that is a multiple of its itemsize (the
+  planner uses 64; itemsize alignment is what a typed view needs, so that is the rule);
+* a tensor without storage has no bytes, unless the caller allows unplanned tensors;
+* inputs and outputs are tensors or scalars, inputs are not constants (they are written),
+  and no Move writes into a constant (constants are read-only mapped memory).
+
+Cost is linear in the size of the tables; a program with thousands of instructions takes
+milliseconds.
+"""
+
+from __future__ import annotations
+
+from opforge.errors import ProgramError
+from opforge.program._errors import program_error, with_api
+from opforge.program.model import (
+    INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, Operator, Program, Segment,
+    DelegateBlob,
+)
+from opforge.program.values import (
+    VALUE_TYPES, ArenaStorage, BoolValue, ConstantStorage, DoubleValue, IntValue,
+    OptionalTensorListValue, TensorListValue, TensorValue,
+)
+
+__all__ = ["verify"]
+
+_IO_TYPES = (TensorValue, IntValue, DoubleValue, BoolValue)
+_DANGLING = "the exporter wrote a dangling reference: re-export the model"
+
+
+def verify(program: Program, *, allow_unplanned: bool = False) -> None:
+    """Raise ProgramError naming the first broken reference in ``program``.
+
+    ``allow_unplanned`` accepts tensors with ``storage=None`` that have bytes (the runtime
+    must then allocate them); zero-byte tensors never need storage.
+
+    >>> from opforge.program import Program, Method, IntValue
+    >>> verify(Program(methods=(Method("forward", (IntValue(3),), (0,), (0,), ()),)))
+    """
+    try:
+        _verify_program(program, allow_unplanned)
+    except ProgramError as e:
+        raise with_api("opforge.program.verify()", e) from None
+
+
+def _index(subject: str, index: object, count: int, what: str) -> None:
+    if type(index) is not int or not 0 <= index < count:
+        valid = f"0..{count - 1}" if count else "none: the table is empty"
+        raise program_error(subject, f"{what} index {index!r}",
+                            f"{valid} ({count} {what}s)", _DANGLING)
+
+
+def _verify_program(program: Program, allow_unplanned: bool) -> None:
+    if not isinstance(program, Program):
+        raise program_error("program", type(program).__name__, "an opforge.program.Program")
+    for i, segment in enumerate(program.segments):
+        if not isinstance(segment, Segment):
+            raise program_error(f"segments[{i}]", type(segment).__name__, "a Segment")
+    for i, blob in enumerate(program.delegates):
+        if not isinstance(blob, DelegateBlob):
+            raise program_error(f"delegates[{i}]", type(blob).__name__, "a DelegateBlob")
+        _index(f"delegates[{i}] ({blob.id!r}).segment", blob.segment, len(program.segments),
+               "segment")
+    names: dict[str, int] = {}
+    for i, method in enumerate(program.methods):
+        if not isinstance(method, Method):
+            raise program_error(f"methods[{i}]", type(method).__name__, "a Method")
+        if method.name in names:
+            raise program_error(
+                f"methods[{i}].name", f"{method.name!r}, already the name of "
+                f"methods[{names[method.name]}]", "unique method names", "rename one method",
+            )
+        names[method.name] = i
+        _verify_method(program, method, f"method {method.name!r}", allow_unplanned)
+
+
+def _verify_method(program: Program, method: Method, where: str, allow_unplanned: bool) -> None:
+    values = method.values
+    n = len(values)
+    arenas = method.memory_plan.arena_sizes
+    for i, value in enumerate(values):
+        kind = type(value)
+        if kind is TensorValue:
+            _verify_tensor(program, arenas, value, f"{where} values[{i}]", allow_unplanned)
+        elif kind is TensorListValue or kind is OptionalTensorListValue:
+            for j, item in enumerate(value.items):
+                if item is None and kind is OptionalTensorListValue:
+                    continue
+                _index(f"{where} values[{i}].items[{j}]", item, n, "value")
+                if type(values[item]) is not TensorValue:
+                    raise program_error(
+                        f"{where} values[{i}].items[{j}]",
+                        f"value {item}, a {type(values[item]).__name__}",
+                        "the index of a TensorValue", _DANGLING)
+        elif kind not in VALUE_TYPES:
+            raise program_error(f"{where} values[{i}]", kind.__name__,
+                                ", ".join(t.__name__ for t in VALUE_TYPES))
+    for field in ("inputs", "outputs"):
+        seen = set()
+        for j, index in enumerate(getattr(method, field)):
+            _index(f"{where} {field}[{j}]", index, n, "value")
+            value = values[index]
+            if not isinstance(value, _IO_TYPES):
+                raise program_error(
+                    f"{where} {field}[{j}]", f"value {index}, a {type(value).__name__}",
+                    "a TensorValue, IntValue, DoubleValue or BoolValue", _DANGLING)
+            if field == "inputs":
+                if index in seen:
+                    raise program_error(f"{where} inputs[{j}]", f"value {index} a second time",
+                                        "each input once", _DANGLING)
+                if type(value) is TensorValue and type(value.storage) is ConstantStorage:
+                    raise program_error(
+                        f"{where} inputs[{j}]", f"value {index}, a constant tensor",
+                        "arena or unplanned tensors (inputs are written by the caller)",
+                        _DANGLING)
+                seen.add(index)
+    keys: dict[str, int] = {}
+    for j, op in enumerate(method.operators):
+        if not isinstance(op, Operator):
+            raise program_error(f"{where} operators[{j}]", type(op).__name__, "an Operator")
+        if op.key in keys:
+            raise program_error(
+                f"{where} operators[{j}]", f"{op.key!r}, already operators[{keys[op.key]}]",
+                "each operator once per table", _DANGLING)
+        keys[op.key] = j
+    _verify_instructions(program, method, where)
+
+
+def _verify_tensor(program: Program, arenas: tuple[int, ...], value: TensorValue, where: str,
+                   allow_unplanned: bool) -> None:
+    storage = value.storage
+    nbytes = value.nbytes
+    itemsize = value.dtype.itemsize
+    if storage is None:
+        if nbytes and not allow_unplanned:
+            raise program_error(
+                f"{where}.storage", f"None for a tensor of {nbytes} bytes",
+                "ArenaStorage or ConstantStorage (only zero-byte tensors may be unplanned)",
+                "run the memory-planning pass, or verify with allow_unplanned=True")
+        return
+    if type(storage) is ArenaStorage:
+        _index(f"{where}.storage.mem_id", storage.mem_id, len(arenas), "arena")
+        region, limit = f"arena {storage.mem_id}", arenas[storage.mem_id]
+    else:
+        _index(f"{where}.storage.segment", storage.segment, len(program.segments), "segment")
+        region = f"segment {storage.segment}"
+        limit = program.segments[storage.segment].nbytes
+    if storage.offset % itemsize:
+        raise program_error(
+            f"{where}.storage.offset", f"{storage.offset} in {region}",
+            f"a multiple of the {value.dtype.name.lower()} itemsize {itemsize}",
+            "align placements (the memory planner uses 64)")
+    if storage.offset + nbytes > limit:
+        raise program_error(
+            f"{where}.storage", f"bytes [{storage.offset}, {storage.offset + nbytes}) "
+            f"({value.dtype.name.lower()}{list(value.sizes)})",
+            f"within {region}, which has {limit} bytes", _DANGLING)
+
+
+def _verify_instructions(program: Program, method: Method, where: str) -> None:
+    values = method.values
+    n, n_ops, n_delegates = len(values), len(method.operators), len(program.delegates)
+    for i, ins in enumerate(method.instructions):
+        kind = type(ins)
+        at = f"{where} instructions[{i}]"
+        if kind is KernelCall:
+            _index(f"{at} (KernelCall).op", ins.op, n_ops, "operator")
+            args = ins.args
+        elif kind is DelegateCall:
+            _index(f"{at} (DelegateCall).delegate", ins.delegate, n_delegates, "delegate")
+            args = ins.args
+        elif kind is Move:
+            _index(f"{at} (Move).src", ins.src, n, "value")
+            _index(f"{at} (Move).dst", ins.dst, n, "value")
+            dst = values[ins.dst]
+            if type(dst) is TensorValue and type(dst.storage) is ConstantStorage:
+                raise program_error(f"{at} (Move).dst", f"value {ins.dst}, a constant tensor",
+                                    "a writable value", _DANGLING)
+            continue
+        elif kind is Free:
+            _index(f"{at} (Free).value", ins.value, n, "value")
+            if type(values[ins.value]) is not TensorValue:
+                raise program_error(f"{at} (Free).value",
+                                    f"value {ins.value}, a {type(values[ins.value]).__name__}",
+                                    "a TensorValue", _DANGLING)
+            continue
+        else:
+            raise program_error(at, kind.__name__,
+                                ", ".join(t.__name__ for t in INSTRUCTION_TYPES))
+        for j, arg in enumerate(args):
+            if type(arg) is not int or not 0 <= arg < n:
+                _index(f"{at} ({kind.__name__}).args[{j}]", arg, n, "value")
