@@ -48,7 +48,8 @@ _TABLE = _chebyshev_table()
 
 def erf(x: np.ndarray) -> np.ndarray:
     """erf of a float array, computed in float64 (max abs error < 1e-14)."""
-    x = np.asarray(x, dtype=np.float64)
+    shape = np.shape(x)
+    x = np.asarray(x, dtype=np.float64).reshape(-1)  # 1-d: 0-d arithmetic yields scalars
     a = np.fmin(np.abs(x), _LIMIT)  # fmin: NaN maps to the last interval
     index = np.minimum((a * (1.0 / _WIDTH)).astype(np.intp), _INTERVALS - 1)
     t = (a - index * _WIDTH) * (2.0 / _WIDTH) - 1.0
@@ -62,4 +63,4 @@ def erf(x: np.ndarray) -> np.ndarray:
     result[a >= _LIMIT] = 1.0
     result = np.copysign(result, x)
     result[np.isnan(x)] = np.nan
-    return result
+    return result.reshape(shape)
