@@ -56,8 +56,10 @@ class OutVariant:
 
 
 def op_key(op: Any) -> str:
-    """The registry key ``"ns::op.overload"`` of a torch ``OpOverload``."""
-    return f"{op.namespace}::{op._schema.name.split('::', 1)[1]}.{op._overloadname}"
+    """The registry key of a torch ``OpOverload``, as the schema writes it:
+    ``"aten::add.out"``, or ``"aten::relu"`` for the default overload (torch's ``.default``)."""
+    overload = op._schema.overload_name
+    return f"{op._schema.name}.{overload}" if overload else op._schema.name
 
 
 def is_out_schema(schema: torch._C.FunctionSchema) -> bool:

@@ -1,0 +1,123 @@
+"""``opforge.export.export``: a PyTorch model → a verified ``Program``.
+
+    method specs → capture (torch.export) → run_pipeline (passes) → kernel check → emit → verify
+
+The kernel check runs before emission, so a program that would die on the device with
+"missing operator" is never produced (unless ``allow_missing``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+import torch.fx
+
+import importlib.metadata
+
+from opforge.errors import ExportError, InternalError, ProgramError
+from opforge.export.capture import capture, method_specs
+from opforge.export.emit import emit_program
+from opforge.export.kernel_sets import check_kernels, preserved_by_kernels, resolve_kernels
+from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
+from opforge.export.method_graph import MethodGraph, is_alloc
+from opforge.export.out_variants import op_key
+from opforge.export.passes.decompose import decomposition_table
+from opforge.export.pipeline import run_pipeline
+from opforge.program import Program, verify
+
+__all__ = ["export", "normalize_op_name", "memory_plan_metadata"]
+
+_OP_NAME = re.compile(r"(?P<ns>[A-Za-z_]\w*)(::|\.)(?P<op>[A-Za-z_]\w*)(\.(?P<overload>\w+))?\Z")
+
+
+def normalize_op_name(name: str) -> str:
+    """``"aten::linear"``, ``"aten::linear.default"``, ``"aten.linear.default"`` → ``"aten::linear"``."""
+    match = _OP_NAME.match(name.strip())
+    if match is None:
+        raise ExportError(
+            f"`opforge.export.export(preserve_ops=...)`: op name {name!r} — not an operator name — "
+            "valid: 'ns::op' or 'ns::op.overload' (e.g. 'aten::linear') — fix: spell it like the schema"
+        )
+    overload = match["overload"]
+    base = f"{match['ns']}::{match['op']}"
+    return base if overload in (None, "default") else f"{base}.{overload}"
+
+
+def memory_plan_metadata(method: MethodGraph) -> dict[str, str]:
+    """Planned arena bytes vs the naive sum, as program user metadata for one method."""
+    plan = method.notes["memory_plan"]
+    prefix = f"opforge.memory_plan.{method.name}"
+    return {
+        f"{prefix}.arena_bytes": str(plan.arena_bytes),
+        f"{prefix}.naive_bytes": str(plan.naive_bytes),
+        f"{prefix}.planned_tensors": str(len(plan.allocations)),
+    }
+
+
+def export(
+    model: torch.nn.Module | None,
+    example_inputs: tuple | None = None,
+    *,
+    methods: Mapping[str, Any] | None = None,
+    strict: bool = False,
+    preserve_ops: Iterable[str] = (),
+    kernels: Any = None,
+    allow_missing: bool = False,
+    dynamic_shapes: Any = None,
+    alignment: int = DEFAULT_ALIGNMENT,
+    mem_id_policy: Callable[[TensorLifetime, torch.fx.Node], int] | None = None,
+    on_step: Callable[[str, str], None] | None = None,
+) -> Program:
+    """Export ``model`` (method ``"forward"``) and/or named ``methods`` to a Program.
+
+    ``methods`` maps a method name to ``(module_or_bound_method, example_inputs)``, e.g.
+    ``{"encode": (model.encode, (x,))}``. ``strict`` selects torch.export's strict
+    (TorchDynamo) capture; ``preserve_ops`` (``"aten::linear"``) are kept out of
+    decomposition; ``kernels`` (``"portable"``, ``"aten"``, a container of
+    ``"ns::op.overload"`` keys, or a list of these) is checked to cover every operator —
+    a missing one raises ``ExportError`` listing all of them, or warns with
+    ``allow_missing=True``. ``on_step(step, method)`` reports progress.
+
+    >>> import torch
+    >>> from opforge.export import export
+    >>> program = export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), kernels="portable")
+    >>> [op.key for op in program.method("forward").operators]
+    ['aten::linear.out']
+    """
+    step = on_step or (lambda name, method: None)
+    specs = method_specs(model, example_inputs, methods, dynamic_shapes)
+    resolved = resolve_kernels(kernels)
+    preserve = {normalize_op_name(name) for name in preserve_ops}
+    if resolved is not None:
+        preserve |= preserved_by_kernels(resolved[1], decomposition_table().keys())
+    planned = []
+    for spec in specs:
+        step("capture", spec.name)
+        method = capture(spec, strict=strict)
+        planned.append(run_pipeline(method, preserve_ops=preserve, alignment=alignment,
+                                    mem_id_policy=mem_id_policy, on_pass=step))
+    metadata = {"opforge.version": importlib.metadata.version("opforge"), "opforge.torch_version": str(torch.__version__)}
+    for method in planned:
+        metadata.update(memory_plan_metadata(method))
+    if resolved is not None:
+        step("check kernels", ",".join(s.name for s in specs))
+        used: dict[str, list[str]] = {}
+        for method in planned:
+            for node in method.call_nodes():
+                if not is_alloc(node):
+                    used.setdefault(op_key(node.target), [])
+                    if method.name not in used[op_key(node.target)]:
+                        used[op_key(node.target)].append(method.name)
+        missing = check_kernels(used, resolved[0], resolved[1], allow_missing=allow_missing)
+        metadata["opforge.kernels"] = resolved[0]
+        if missing:
+            metadata["opforge.missing_kernels"] = ",".join(missing)
+    step("emit", ",".join(s.name for s in specs))
+    program = emit_program(planned, user_metadata=metadata)
+    try:
+        verify(program)
+    except ProgramError as exc:
+        raise InternalError(f"`opforge.export.export()`: the emitted program fails verification: {exc}") from exc
+    return program

@@ -1,0 +1,160 @@
+"""Emission: planned method graphs → one ``opforge.program.Program``.
+
+Per method: a value table (every tensor with dtype, sizes, contiguous dim order and its
+storage: arena slot from the memory plan or constant segment offset; scalars, lists and
+None for the other arguments, identical ones shared), one ``KernelCall`` per out-variant
+call with its arguments in the out overload's schema order (outputs and defaults
+included), the operator table (each operator once, in order of first use), inputs,
+outputs and the memory plan. Constants of all methods go into one segment, 64-byte
+aligned, each distinct tensor once (keyed by content, see ``LiftConstants``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.fx
+
+from opforge.errors import ExportError, InternalError
+from opforge.export.argument_values import argument_value, python_value, scalar_type_of
+from opforge.export.memory_planning import DEFAULT_ALIGNMENT, align_up
+from opforge.export.method_graph import InputKind, MethodGraph, is_alloc
+from opforge.export.out_variants import bind_arguments
+from opforge.program import (
+    ArenaStorage, ConstantStorage, KernelCall, MemoryPlan, Method, Operator, Program, Segment,
+    TensorValue, Value,
+)
+
+__all__ = ["emit_program", "ConstantPool"]
+
+
+class ConstantPool:
+    """The program's constant segment: each distinct tensor once, 64-byte aligned."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[str, int] = {}
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def offset(self, key: str, tensor: torch.Tensor) -> int:
+        if key not in self._offsets:
+            start = align_up(self._size, DEFAULT_ALIGNMENT)
+            if start > self._size:
+                self._chunks.append(bytes(start - self._size))
+            data = tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+            self._chunks.append(data)
+            self._offsets[key] = start
+            self._size = start + len(data)
+        return self._offsets[key]
+
+    def segments(self) -> tuple[Segment, ...]:
+        return (Segment(b"".join(self._chunks)),) if self._offsets else ()
+
+
+class _MethodEmitter:
+    def __init__(self, method: MethodGraph, pool: ConstantPool) -> None:
+        self.method = method
+        self.pool = pool
+        self.values: list[Value] = []
+        self.node_index: dict[str, int] = {}
+        self.shared: dict[tuple[str, str], int] = {}
+        self.operators: list[Operator] = []
+        self.operator_index: dict[str, int] = {}
+        self.plan = method.notes["memory_plan"]
+
+    def add_value(self, value: Value) -> int:
+        key = (type(value).__name__, repr(value))
+        if key not in self.shared:
+            self.values.append(value)
+            self.shared[key] = len(self.values) - 1
+        return self.shared[key]
+
+    def tensor_index(self, node: torch.fx.Node) -> int:
+        index = self.node_index.get(node.name)
+        if index is None:
+            raise InternalError(f"emit: node {node.name} used before it was emitted")
+        return index
+
+    def _tensor(self, node: torch.fx.Node) -> int:
+        fake = node.meta["val"]
+        kind = self.method.input_kinds.get(node.name, InputKind.USER) if node.op == "placeholder" else None
+        if kind not in (None, InputKind.USER):
+            key = self.method.notes["constant_keys"][node.name]
+            storage = ConstantStorage(0, self.pool.offset(key, self.method.constants[node.name]))
+        else:
+            slot = self.plan.allocations[node.name]
+            storage = ArenaStorage(slot.mem_id, slot.offset)
+        value = TensorValue(scalar_type_of(fake.dtype), tuple(int(s) for s in fake.shape), None, storage)
+        self.values.append(value)
+        self.node_index[node.name] = len(self.values) - 1
+        return self.node_index[node.name]
+
+    def _operator(self, op: Any) -> int:
+        name = op._schema.name
+        overload = op._schema.overload_name
+        key = f"{name}.{overload}" if overload else name
+        if key not in self.operator_index:
+            self.operators.append(Operator(name, overload))
+            self.operator_index[key] = len(self.operators) - 1
+        return self.operator_index[key]
+
+    def _kernel_call(self, node: torch.fx.Node) -> KernelCall:
+        schema = node.target._schema
+        bound = bind_arguments(schema, node.args, node.kwargs)
+        args = []
+        for arg in schema.arguments:
+            if arg.name in bound:
+                value = bound[arg.name]
+            elif arg.has_default_value():
+                value = arg.default_value
+            else:
+                raise InternalError(f"emit: {node.name} lacks argument {arg.name} of {schema}")
+            args.append(argument_value(arg, value, self.tensor_index, self.add_value))
+        return KernelCall(self._operator(node.target), tuple(args))
+
+    def emit(self) -> Method:
+        instructions = []
+        inputs = []
+        for node in self.method.graph.nodes:
+            if node.op == "placeholder":
+                if isinstance(node.meta.get("val"), torch.Tensor):
+                    index = self._tensor(node)
+                else:  # a scalar user input
+                    self.values.append(python_value(node.meta.get("val")))
+                    index = self.node_index[node.name] = len(self.values) - 1
+                if self.method.input_kinds[node.name] == InputKind.USER:
+                    inputs.append(index)
+            elif is_alloc(node):
+                self._tensor(node)
+            elif node.op == "call_function":
+                instructions.append(self._kernel_call(node))
+        outputs = [self._output(v) for v in self.method.output_args()]
+        return Method(
+            name=self.method.name,
+            values=tuple(self.values),
+            inputs=tuple(inputs),
+            outputs=tuple(outputs),
+            instructions=tuple(instructions),
+            operators=tuple(self.operators),
+            memory_plan=MemoryPlan(tuple(self.plan.arena_sizes)),
+        )
+
+    def _output(self, value: Any) -> int:
+        if isinstance(value, torch.fx.Node):
+            return self.tensor_index(value)
+        if isinstance(value, (bool, int, float)):
+            self.values.append(python_value(value))
+            return len(self.values) - 1
+        raise ExportError(
+            f"`opforge.export.export()`: method {self.method.name!r} output {value!r} — "
+            f"found {type(value).__name__} — valid: tensors, ints, floats, bools — "
+            "fix: return only tensors (drop None and string outputs)"
+        )
+
+
+def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str] | None = None) -> Program:
+    """Emit planned methods as one Program (not yet verified; ``export`` verifies it)."""
+    pool = ConstantPool()
+    emitted = tuple(_MethodEmitter(method, pool).emit() for method in methods)
+    return Program(methods=emitted, segments=pool.segments(), user_metadata=dict(user_metadata or {}))
