@@ -19,9 +19,8 @@ def example(seed: int) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from opforge.examples.my_ops import manifest_path
+    from opforge.examples.my_ops import manifest_path, register_examples
     from opforge.manifest import load_manifest
-    from opforge.torch_bridge import is_registered, register
 
     console = Console()
     path = manifest_path()
@@ -32,7 +31,7 @@ def example(seed: int) -> None:
         console.print(f"    out variant: {escape(str(d.out))}", soft_wrap=True)
 
     console.rule("[bold]2. register with PyTorch (functional, out, fake)")
-    register([d for d in defs if not is_registered(d.name)])
+    register_examples()
     console.print(f"  registered {len(defs)} operator(s): " + ", ".join(d.name for d in defs))
 
     console.rule("[bold]3. run eagerly")

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["manifest_path", "mul3_reference", "mul4_reference", "minmax_reference",
-           "minmax_fake", "scaled_sum_reference", "scaled_sum_fake"]
+           "minmax_fake", "scaled_sum_reference", "scaled_sum_fake", "register_examples"]
 
 
 def manifest_path() -> Path:
@@ -50,3 +50,13 @@ def scaled_sum_reference(input: torch.Tensor, scale, dims: list[int], keepdim: b
 
 def scaled_sum_fake(input: torch.Tensor, scale, dims: list[int], keepdim: bool = False):
     return input.new_empty(_reduced_shape(input, dims, keepdim))
+
+
+def register_examples() -> list:
+    """Register the example ops with PyTorch once per process; returns their OpDefs."""
+    from opforge.manifest import load_manifest
+    from opforge.torch_bridge import is_registered, register
+
+    defs = load_manifest(manifest_path())
+    register([d for d in defs if not is_registered(d.name)])
+    return defs
