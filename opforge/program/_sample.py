@@ -85,3 +85,21 @@ def chain_program(n: int) -> Program:
                     (Operator("aten::add", "out"),), MemoryPlan((512,)))
     weights = Segment(np.zeros(64 * n, dtype=np.float32))
     return Program(methods=(method,), segments=(weights,))
+
+
+def reseal(data: bytes | bytearray) -> bytes:
+    """``data`` with the header's metadata CRC-32 recomputed (for structure-aware fuzzing:
+    a mutated metadata byte then reaches the parser instead of stopping at the checksum)."""
+    import zlib
+
+    from opforge.program import _format as F
+
+    out = bytearray(data)
+    if len(out) < F.HEADER_SIZE:
+        return bytes(out)
+    fields = list(F.HEADER.unpack_from(out, 0))
+    start, size = fields[4], fields[5]
+    if start + size <= len(out):
+        fields[6] = zlib.crc32(out[start:start + size])
+        F.HEADER.pack_into(out, 0, *fields)
+    return bytes(out)

@@ -28,7 +28,7 @@ from opforge.program.values import (
     DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue,
     StringValue, TensorListValue, TensorValue,
 )
-from opforge.program.verify import verify
+from opforge.program.verify import check_program
 
 __all__ = ["from_bytes", "load"]
 
@@ -82,7 +82,7 @@ def load(path: str | os.PathLike, *, allow_unplanned: bool = False) -> Program:
 def _decode(buf: memoryview, allow_unplanned: bool) -> Program:
     metadata_offset, metadata_size, data_offset = _check_header(buf)
     r = Reader(buf[metadata_offset:metadata_offset + metadata_size], metadata_offset)
-    methods = tuple(_in(f"methods[{i}]", _method, r) for i in range(_in("methods", r.count, 1)))
+    methods = tuple(_method(r, i) for i in range(_in("methods", r.count, 1)))
     segments = _segments(r, buf, data_offset)
     delegates = tuple(_in(f"delegates[{i}]", _delegate, r)
                       for i in range(_in("delegates", r.count, 13)))
@@ -90,7 +90,7 @@ def _decode(buf: memoryview, allow_unplanned: bool) -> Program:
                  for i in range(_in("user_metadata", r.count, 8)))
     r.expect_end()
     program = _in("program", Program, methods, segments, delegates, meta)
-    verify(program, allow_unplanned=allow_unplanned)
+    check_program(program, allow_unplanned)
     return program
 
 
@@ -147,7 +147,10 @@ def _check_header(buf: memoryview) -> tuple[int, int, int]:
     ]
     for subject, found, ok, valid in checks:
         if not ok:
-            raise program_error(subject, str(found), valid, _REEXPORT)
+            fix = (_REEXPORT if subject != "header.file_size" else
+                   "the file was cut short or appended to (an interrupted copy?); copy it again "
+                   "or re-export it")
+            raise program_error(subject, str(found), valid, fix)
     actual = zlib.crc32(buf[metadata_offset:metadata_offset + metadata_size])
     if actual != crc:
         raise program_error("header.metadata_crc32", f"{crc:#010x} but the metadata hashes to "
@@ -173,8 +176,8 @@ def _segments(r: Reader, buf: memoryview, data_offset: int) -> tuple[Segment, ..
 _SEGMENT = struct.Struct("<qq")
 
 
-def _method(r: Reader) -> Method:
-    name = r.string()
+def _method(r: Reader, index: int) -> Method:
+    name = _in(f"methods[{index}].name", r.string)
     where = f"method {name!r}"
     values = []
     append = values.append

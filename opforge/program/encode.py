@@ -24,7 +24,7 @@ from opforge.program.values import (
     IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue, StringValue,
     TensorListValue, TensorValue,
 )
-from opforge.program.verify import verify
+from opforge.program.verify import check_program
 
 __all__ = ["to_bytes", "save"]
 
@@ -154,7 +154,7 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
 
 def _chunks(program: Program, api: str, allow_unplanned: bool):
     try:
-        verify(program, allow_unplanned=allow_unplanned)
+        check_program(program, allow_unplanned)
         head, segments = encode(program)
     except ProgramError as e:
         raise with_api(api, e) from None

@@ -37,7 +37,7 @@ def _check_int(owner: str, field: str, value: object, low: int, high: int) -> No
     if type(value) is not int or not low <= value <= high:
         raise program_error(
             f"`{owner}`: {field}", repr(value), f"an int in [{low}, {high}]",
-            "convert with int() and check the exporter's arithmetic",
+            "pass a Python int in range (in a loaded file: the file is corrupt, re-export it)",
         )
 
 

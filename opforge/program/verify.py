@@ -46,19 +46,19 @@ def verify(program: Program, *, allow_unplanned: bool = False) -> None:
     >>> verify(Program(methods=(Method("forward", (IntValue(3),), (0,), (0,), ()),)))
     """
     try:
-        _verify_program(program, allow_unplanned)
+        check_program(program, allow_unplanned)
     except ProgramError as e:
         raise with_api("opforge.program.verify()", e) from None
 
 
 def _index(subject: str, index: object, count: int, what: str) -> None:
     if type(index) is not int or not 0 <= index < count:
-        valid = f"0..{count - 1}" if count else "none: the table is empty"
-        raise program_error(subject, f"{what} index {index!r}",
-                            f"{valid} ({count} {what}s)", _DANGLING)
+        valid = f"0..{count - 1} ({count} {what}s)" if count else f"none (there are no {what}s)"
+        raise program_error(subject, f"{what} index {index!r}", valid, _DANGLING)
 
 
-def _verify_program(program: Program, allow_unplanned: bool) -> None:
+def check_program(program: Program, allow_unplanned: bool) -> None:
+    """``verify`` without the API prefix, for ``load``/``save``/... to report as their own."""
     if not isinstance(program, Program):
         raise program_error("program", type(program).__name__, "an opforge.program.Program")
     for i, segment in enumerate(program.segments):
