@@ -23,6 +23,8 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "export": ("opforge.cli.export_cmd", "export", "Export MODULE:FACTORY to a program file."),
     "inspect": ("opforge.cli.inspect_cmd", "inspect", "Show a program file's methods, ops, plan and constants."),
     "run": ("opforge.cli.run_cmd", "run", "Run a program file on the lean or ATen runtime."),
+    "build": ("opforge.cli.build_cmd", "build", "Compile a manifest's native kernels into a library."),
+    "check": ("opforge.cli.check_cmd", "check", "opcheck for compiled kernels: shapes, reference, eager vs runtime."),
 }
 
 

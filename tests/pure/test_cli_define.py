@@ -20,7 +20,7 @@ def run(*args, check=True):
 
 def test_help_lists_every_verb():
     out = run("--help").stdout
-    for verb in ("schema", "manifest", "example", "export", "inspect", "run"):
+    for verb in ("schema", "manifest", "example", "export", "inspect", "run", "build", "check"):
         assert verb in out
 
 
