@@ -18,8 +18,7 @@ kernel = kernel_decorator(KERNELS)
 def cat_out(tensors, dim, out):
     # ATen's legacy rule: 1-d empty tensors are skipped whatever the other ranks are.
     parts = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors)
-    if out.ndim:
-        np.concatenate(parts, axis=dim % out.ndim, out=out, casting="unsafe")
+    np.concatenate(parts, axis=dim % out.ndim, out=out, casting="unsafe")
 
 
 @kernel("aten::stack.out")

@@ -23,7 +23,7 @@ def _copy(src: np.ndarray, out: np.ndarray) -> None:
     np.copyto(out, src, casting="unsafe")
 
 
-@kernel("aten::view_copy.out", "aten::_unsafe_view.out", "aten::reshape_copy.out")
+@kernel("aten::view_copy.out", "aten::_unsafe_view.out")
 def view_copy_out(self, size, out):
     # Row-major order is the logical order whatever the strides: copy into out viewed
     # with the input's shape (no temporary even for a non-contiguous input).
