@@ -7,9 +7,11 @@ that subject text; it builds no messages itself.
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 
+import torch
 import torch.fx
 
 __all__ = ["node_location", "source_line", "describe_node", "user_frame_of_exception"]
@@ -17,9 +19,15 @@ __all__ = ["node_location", "source_line", "describe_node", "user_frame_of_excep
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)\n(?P<code>[^\n]*)')
 
 
+# Frames inside torch or opforge's export stage are never what the user should edit.
+_LIBRARY_DIRS = (
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+)
+
+
 def _is_library_file(path: str) -> bool:
-    # Frames inside torch or opforge are never what the user should edit.
-    return "/torch/" in path or "/site-packages/" in path or "/opforge/export/" in path
+    return os.path.abspath(path).startswith(_LIBRARY_DIRS) or "/site-packages/" in path
 
 
 def source_line(stack_trace: str | None) -> str | None:
@@ -53,7 +61,6 @@ def user_frame_of_exception(exc: BaseException) -> str | None:
     if where:
         return where
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library_file(f.filename)]
-    frames = [f for f in frames if not f.filename.endswith("/opforge/export/capture.py")]
     if not frames:
         return None
     f = frames[-1]

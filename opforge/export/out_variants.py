@@ -18,6 +18,7 @@ it can move onto ``opforge.schema.FunctionSchema`` without touching the passes.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "out_argument_names",
     "find_out_variant",
     "suggest_out_schema",
+    "suggest_functional_schema",
     "bind_arguments",
 ]
 
@@ -138,28 +140,48 @@ def find_out_variant(op: Any) -> OutVariant | None:
     return OutVariant(op, out, out_argument_names(out._schema), dropped, via_copy)
 
 
+def _split_schema_text(schema: torch._C.FunctionSchema) -> tuple[str, str, str]:
+    """``("ns::op.overload", "argument text", "return text")`` of a schema."""
+    text = str(schema)
+    name, rest = text.split("(", 1)
+    arguments, returns = rest.rsplit(") -> ", 1)
+    return name, arguments, returns
+
+
 def suggest_out_schema(schema: torch._C.FunctionSchema) -> str:
     """The out-variant schema an operator author should register, as text.
 
     ``my_ops::scale(Tensor x, float s) -> Tensor`` gives
     ``my_ops::scale.out(Tensor x, float s, *, Tensor(a!) out) -> Tensor(a!)``.
     """
-    text = str(schema)
-    try:  # the opforge schema model derives it exactly where it is available
+    try:  # the opforge schema model derives it exactly
         from opforge.schema import FunctionSchema
 
-        return str(FunctionSchema.parse(text).out_variant())
+        return str(FunctionSchema.parse(str(schema)).out_variant())
     except Exception:  # noqa: BLE001 - fall back to the simple derivation below
         pass
-    name = schema.name + (f".{schema.overload_name}_out" if schema.overload_name else ".out")
-    args = [str(a) for a in schema.arguments]
+    name, arguments, _ = _split_schema_text(schema)
+    base, _, overload = name.partition(".")
     results = len(schema.returns)
     letters = "abcdefghijklmnopqrstuvwxyz"
     outs = [f"Tensor({letters[i]}!) {'out' if results == 1 else f'out{i}'}" for i in range(results)]
     star = [] if any(a.kwarg_only for a in schema.arguments) else ["*"]
     rets = [f"Tensor({letters[i]}!)" for i in range(results)]
     ret_text = rets[0] if results == 1 else f"({', '.join(rets)})"
-    return f"{name}({', '.join(args + star + outs)}) -> {ret_text}"
+    parts = ([arguments] if arguments else []) + star + outs
+    return f"{base}.{overload + '_out' if overload else 'out'}({', '.join(parts)}) -> {ret_text}"
+
+
+def suggest_functional_schema(schema: torch._C.FunctionSchema) -> str:
+    """A functional replacement for a mutating schema: written arguments become results.
+
+    ``my_ops::bump(Tensor(a!) x) -> ()`` gives ``my_ops::bump_functional(Tensor x) -> Tensor``.
+    """
+    name, arguments, _ = _split_schema_text(schema)
+    written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    plain = re.sub(r"\([a-z]+!?\)", "", arguments)
+    results = "Tensor" if len(written) == 1 else f"({', '.join(['Tensor'] * len(written))})"
+    return f"{name.partition('.')[0]}_functional({plain}) -> {results}"
 
 
 _MISSING = object()

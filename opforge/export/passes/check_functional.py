@@ -13,7 +13,9 @@ import torch
 from opforge.errors import ExportError
 from opforge.export.diagnostics import describe_node
 from opforge.export.method_graph import MethodGraph
-from opforge.export.out_variants import is_mutating_schema, op_key, suggest_out_schema
+from opforge.export.out_variants import (
+    is_mutating_schema, op_key, suggest_functional_schema, suggest_out_schema,
+)
 from opforge.export.pass_manager import ExportPass
 
 __all__ = ["CheckFunctional"]
@@ -27,19 +29,16 @@ def _mutated_op_problem(node: torch.fx.Node) -> str:
     if schema is None:
         return f"{describe_node(node)} — mutates its arguments — fix: make the op functional"
     written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-    functional = schema.name.split("::", 1)[1]
+    functional = suggest_functional_schema(schema)
     try:
-        suggestion = suggest_out_schema(torch._C.parse_schema(
-            f"{schema.name}_functional({', '.join(str(a).replace('(a!)', '').replace('(b!)', '') for a in schema.arguments)})"
-            f" -> {'Tensor' if len(written) == 1 else '(' + ', '.join(['Tensor'] * len(written)) + ')'}"
-        ))
-    except Exception:  # noqa: BLE001 - the suggestion is a courtesy
-        suggestion = f"{schema.name}_functional(...).out"
+        out = suggest_out_schema(torch._C.parse_schema(functional))
+    except Exception:  # noqa: BLE001 - the out schema is a courtesy; the functional one is the fix
+        out = "its derived .out overload"
     return (
         f"{describe_node(node)} — custom op `{op_key(op)}` writes to its argument(s) "
         f"{', '.join(written)} (`{schema}`) — valid: functional ops returning new tensors, plus their out "
-        f"variants — fix: define a functional op `{functional}_functional` that returns the result, "
-        f"with out variant `{suggestion}`, and call it instead"
+        f"variants — fix: define the functional op `{functional}` with the out variant `{out}` "
+        "(an op manifest derives the out variant) and use its result instead"
     )
 
 
