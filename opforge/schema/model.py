@@ -290,11 +290,9 @@ class FunctionSchema:
         """functional, out, inplace or mutable (see :class:`SchemaKind`)."""
         if self.arguments.out:
             return SchemaKind.out
-        if self.name.is_inplace:
-            return SchemaKind.inplace
-        if any(a.is_write for a in self.arguments.flat):
-            return SchemaKind.mutable
-        return SchemaKind.functional
+        if not any(a.is_write for a in self.arguments.flat):
+            return SchemaKind.functional  # a trailing `_` alone mutates nothing
+        return SchemaKind.inplace if self.name.is_inplace else SchemaKind.mutable
 
     def is_functional(self) -> bool:
         return self.kind() is SchemaKind.functional
