@@ -7,7 +7,11 @@ it exercises the whole format.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
+
+from opforge.program import _format as F
 
 from opforge.program.model import (
     DelegateBlob, DelegateCall, Free, KernelCall, MemoryPlan, Method, Move, Operator, Program,
@@ -87,17 +91,16 @@ def chain_program(n: int) -> Program:
     return Program(methods=(method,), segments=(weights,))
 
 
-def reseal(data: bytes | bytearray) -> bytes:
+def reseal(data: bytes | bytearray, *, fix_file_size: bool = False) -> bytes:
     """``data`` with the header's metadata CRC-32 recomputed (for structure-aware fuzzing:
-    a mutated metadata byte then reaches the parser instead of stopping at the checksum)."""
-    import zlib
-
-    from opforge.program import _format as F
-
+    a mutated metadata byte then reaches the parser instead of stopping at the checksum);
+    with ``fix_file_size`` also ``header.file_size`` set to the real length."""
     out = bytearray(data)
     if len(out) < F.HEADER_SIZE:
         return bytes(out)
     fields = list(F.HEADER.unpack_from(out, 0))
+    if fix_file_size:
+        fields[3] = len(out)
     start, size = fields[4], fields[5]
     if start + size <= len(out):
         fields[6] = zlib.crc32(out[start:start + size])

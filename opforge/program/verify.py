@@ -51,6 +51,11 @@ def verify(program: Program, *, allow_unplanned: bool = False) -> None:
         raise with_api("opforge.program.verify()", e) from None
 
 
+def _kind(value: object) -> str:
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
+
+
 def _index(subject: str, index: object, count: int, what: str) -> None:
     if type(index) is not int or not 0 <= index < count:
         valid = f"0..{count - 1} ({count} {what}s)" if count else f"none (there are no {what}s)"
@@ -98,7 +103,7 @@ def _verify_method(program: Program, method: Method, where: str, allow_unplanned
                 if type(values[item]) is not TensorValue:
                     raise program_error(
                         f"{where} values[{i}].items[{j}]",
-                        f"value {item}, a {type(values[item]).__name__}",
+                        f"value {item}, {_kind(values[item])}",
                         "the index of a TensorValue", _DANGLING)
         elif kind not in VALUE_TYPES:
             raise program_error(f"{where} values[{i}]", kind.__name__,
@@ -110,7 +115,7 @@ def _verify_method(program: Program, method: Method, where: str, allow_unplanned
             value = values[index]
             if not isinstance(value, _IO_TYPES):
                 raise program_error(
-                    f"{where} {field}[{j}]", f"value {index}, a {type(value).__name__}",
+                    f"{where} {field}[{j}]", f"value {index}, {_kind(value)}",
                     "a TensorValue, IntValue, DoubleValue or BoolValue", _DANGLING)
             if field == "inputs":
                 if index in seen:
@@ -189,7 +194,7 @@ def _verify_instructions(program: Program, method: Method, where: str) -> None:
             _index(f"{at} (Free).value", ins.value, n, "value")
             if type(values[ins.value]) is not TensorValue:
                 raise program_error(f"{at} (Free).value",
-                                    f"value {ins.value}, a {type(values[ins.value]).__name__}",
+                                    f"value {ins.value}, {_kind(values[ins.value])}",
                                     "a TensorValue", _DANGLING)
             continue
         else:

@@ -103,7 +103,7 @@ def test_move_into_a_constant():
 
 def test_free_of_a_non_tensor():
     program = P.Program(methods=(method([P.IntValue(1)], instructions=(P.Free(0),)),))
-    assert "(Free).value — found value 0, a IntValue" in refused(program)
+    assert "(Free).value — found value 0, an IntValue" in refused(program)
 
 
 def test_negative_index_is_not_wrapped_around():

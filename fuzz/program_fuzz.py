@@ -1,0 +1,259 @@
+"""On-demand fuzzer for the program-file loader.
+
+    python fuzz/program_fuzz.py --count 100000            # built-in mutator, fixed seed
+    python fuzz/program_fuzz.py --atheris                 # libFuzzer via atheris, if installed
+
+Every input must either load (and then verify and re-encode to a file that loads the same)
+or raise ProgramError. Anything else — another exception type, an oracle mismatch — is a
+crash: it is counted, written to --crash-dir, and makes the exit status 1. The report gives
+inputs run, loaded, rejected, crashes, the slowest input, peak memory and the commonest
+rejection reasons (so a mutator that only ever trips the checksum is easy to spot).
+
+Mutations: truncation, bit flips, random byte-range overwrites, "interesting" integers
+(huge counts, negative sizes, offsets past the end) written over any 1/4/8-byte window,
+inserted and deleted bytes, header-field rewrites, and index rewrites at the dataclass level
+(dangling, self-referencing and out-of-range indices). Half of the byte mutations spare the
+header, and 80% are resealed (the header CRC, and mostly file_size, recomputed) so that
+they reach the parser and the verifier rather than stopping at the header checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import re
+import resource
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import opforge.program as P  # noqa: E402
+from opforge.errors import ProgramError  # noqa: E402
+from opforge.program import _format as F  # noqa: E402
+from opforge.program._sample import chain_program, reseal, sample_program  # noqa: E402
+from opforge.program.encode import encode  # noqa: E402
+
+INTERESTING = [0, 1, 7, 63, 64, 65, 255, 256, 4095, 2**16, 2**31 - 1, 2**31, 2**32 - 1,
+               2**32, 2**48, 2**48 + 1, 2**62, 2**63 - 1, -1, -64, -(2**31), -(2**63)]
+
+
+def _unverified(program: P.Program) -> bytes:
+    head, segments = encode(program)
+    out = bytearray(head)
+    for offset, chunk in segments:
+        out += bytes(offset - len(out)) + bytes(chunk)
+    return bytes(out)
+
+
+def _truncate(rng: random.Random, buf: bytearray) -> bytearray:
+    return buf[:rng.randrange(len(buf))] if buf else buf
+
+
+def _flip_bits(rng: random.Random, buf: bytearray) -> bytearray:
+    for _ in range(rng.randint(1, 8)):
+        if buf:
+            buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+    return buf
+
+
+def _overwrite_range(rng: random.Random, buf: bytearray) -> bytearray:
+    if buf:
+        start = rng.randrange(len(buf))
+        buf[start:start + rng.randint(1, 32)] = rng.randbytes(rng.randint(1, 32))
+    return buf
+
+
+def _interesting_int(rng: random.Random, buf: bytearray) -> bytearray:
+    fmt = rng.choice(["<B", "<I", "<i", "<q", "<Q"])
+    width = struct.calcsize(fmt)
+    if len(buf) < width:
+        return buf
+    value = rng.choice(INTERESTING)
+    bits = width * 8
+    value &= (1 << bits) - 1
+    if fmt in ("<i", "<q") and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    struct.pack_into(fmt, buf, rng.randrange(len(buf) - width + 1), value)
+    return buf
+
+
+def _insert_delete(rng: random.Random, buf: bytearray) -> bytearray:
+    if not buf:
+        return buf
+    at = rng.randrange(len(buf))
+    if rng.random() < 0.5:
+        buf[at:at] = rng.randbytes(rng.randint(1, 16))
+    else:
+        del buf[at:at + rng.randint(1, 16)]
+    return buf
+
+
+def _header_field(rng: random.Random, buf: bytearray) -> bytearray:
+    if len(buf) < F.HEADER_SIZE or buf[:len(F.MAGIC)] != F.MAGIC:
+        return buf
+    fields = list(F.HEADER.unpack_from(buf, 0))
+    i = rng.randrange(1, len(fields))
+    limit = 2**32 - 1 if i in (1, 2, 6, 7) else 2**64 - 1
+    fields[i] = rng.choice([v for v in INTERESTING if 0 <= v <= limit] + [fields[i] + 64])
+    fields[i] = min(fields[i], limit)
+    F.HEADER.pack_into(buf, 0, *fields)
+    return buf
+
+
+MUTATORS = [_truncate, _flip_bits, _overwrite_range, _interesting_int, _interesting_int,
+            _insert_delete, _header_field]
+
+
+def _index_mutation(rng: random.Random) -> bytes:
+    """A dataclass-level mutation: one index of the sample program set to anything."""
+    program = sample_program()
+    forward = program.methods[0]
+    values, code = list(forward.values), list(forward.instructions)
+    index = rng.choice([rng.randrange(40), rng.choice([2**31, 2**32 - 1, 20, 19, 14])])
+    choice = rng.randrange(6)
+    if choice == 0:
+        args = list(code[0].args)
+        args[rng.randrange(len(args))] = index
+        code[0] = P.KernelCall(code[0].op, tuple(args))
+    elif choice == 1:
+        code[rng.randrange(len(code))] = rng.choice(
+            [P.KernelCall(index, ()), P.DelegateCall(index, (0,)), P.Move(index, 5),
+             P.Free(index)])
+    elif choice == 2:
+        values[14] = P.TensorListValue((index, 14))  # may refer to itself
+    elif choice == 3:
+        values[3] = P.TensorValue(P.ScalarType.FLOAT32, (2, 3),
+                                  storage=P.ArenaStorage(index % 3, 4 * index))
+    elif choice == 4:
+        values[1] = P.TensorValue(P.ScalarType.FLOAT32, (3, 4),
+                                  storage=P.ConstantStorage(index % 4, index))
+    else:
+        values[15] = P.OptionalTensorListValue((None, index))
+    method = P.Method(forward.name, tuple(values), forward.inputs, forward.outputs, tuple(code),
+                      forward.operators, forward.memory_plan)
+    return _unverified(P.Program((method,) + program.methods[1:], program.segments,
+                                 program.delegates, program.user_metadata))
+
+
+def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
+    if rng.random() < 0.1:
+        return _index_mutation(rng)
+    seed = rng.choice(seeds)
+    head, buf = b"", bytearray(seed)
+    if rng.random() < 0.5:  # mutate the metadata and segments only: more inputs get past
+        head, buf = seed[:F.HEADER_SIZE], bytearray(seed[F.HEADER_SIZE:])  # the header
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        buf = rng.choice(MUTATORS)(rng, buf)
+    out = head + bytes(buf)
+    if rng.random() < 0.8:
+        return reseal(out, fix_file_size=rng.random() < 0.7)
+    return out
+
+
+def run_one(data: bytes) -> str:
+    """'loaded' or 'rejected: <reason>'; raises on a crash."""
+    try:
+        program = P.from_bytes(data)
+    except ProgramError as e:
+        return "rejected: " + _reason(str(e))
+    P.verify(program)
+    again = P.to_bytes(program)
+    if P.to_bytes(P.from_bytes(again)) != again:
+        raise AssertionError("a loaded program does not re-encode stably")
+    return "loaded"
+
+
+def _reason(message: str) -> str:
+    """The subject of the innermost message part, with numbers and names blanked out."""
+    body = message.split("`: ", 1)[-1].split(" — ")[0].split(": ")[-1]
+    return re.sub(r"'[^']*'|\d+", "#", body)[:60]
+
+
+def seeds() -> list[bytes]:
+    return [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
+            P.to_bytes(P.Program(methods=()))]
+
+
+def builtin(count: int, seed: int, crash_dir: Path) -> int:
+    rng = random.Random(seed)
+    corpus = seeds()
+    stats: collections.Counter[str] = collections.Counter()
+    reasons: collections.Counter[str] = collections.Counter()
+    crashes, slowest = 0, (0.0, b"")
+    start = time.perf_counter()
+    for n in range(count):
+        data = mutate(rng, corpus)
+        t0 = time.perf_counter()
+        try:
+            outcome = run_one(data)
+        except Exception as e:  # noqa: BLE001 -- anything but ProgramError is a finding
+            crashes += 1
+            crash_dir.mkdir(parents=True, exist_ok=True)
+            (crash_dir / f"crash-{n}.opf").write_bytes(data)
+            print(f"CRASH #{n}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        elapsed = time.perf_counter() - t0
+        slowest = max(slowest, (elapsed, data))
+        stats["loaded" if outcome == "loaded" else "rejected"] += 1
+        if outcome != "loaded":
+            reasons[outcome[len("rejected: "):]] += 1
+    total = time.perf_counter() - start
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"inputs run:   {count} (seed {seed}, {total:.1f} s, {count / total:.0f}/s)")
+    print(f"loaded:       {stats['loaded']}")
+    print(f"rejected:     {stats['rejected']} (ProgramError)")
+    print(f"crashes:      {crashes}")
+    print(f"slowest:      {slowest[0] * 1e3:.2f} ms ({len(slowest[1])}-byte input)")
+    print(f"peak RSS:     {peak_mib:.0f} MiB")
+    print("top rejection reasons:")
+    for reason, k in reasons.most_common(12):
+        print(f"  {k:7d}  {reason}")
+    return 1 if crashes else 0
+
+
+def with_atheris(argv: list[str]) -> int:
+    import atheris  # only with --atheris
+
+    corpus = seeds()
+
+    def test_one_input(data: bytes) -> None:
+        run_one(data)  # any exception but ProgramError propagates: atheris reports it
+
+    def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
+        rng = random.Random(seed)
+        if rng.random() < 0.5:
+            return atheris.Mutate(data, max_size)
+        return mutate(rng, [data] + corpus)[:max_size]
+
+    atheris.Setup(argv, test_one_input, custom_mutator=custom_mutator)
+    atheris.Fuzz()
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=100_000, help="inputs to run")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (fixed by default)")
+    parser.add_argument("--crash-dir", type=Path,
+                        default=Path(tempfile.gettempdir()) / "opforge-program-fuzz",
+                        help="where crashing inputs are written")
+    parser.add_argument("--atheris", action="store_true",
+                        help="use atheris (libFuzzer) if installed; extra args go to it")
+    args, rest = parser.parse_known_args()
+    if args.atheris:
+        try:
+            import atheris  # noqa: F401
+        except ImportError:
+            print("atheris is not installed; using the built-in mutator", file=sys.stderr)
+        else:
+            return with_atheris([sys.argv[0], *rest])
+    return builtin(args.count, args.seed, args.crash_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
