@@ -1,0 +1,140 @@
+"""``opforge export MODULE:FACTORY -o model.opf``: export a model to a program file.
+
+``FACTORY`` is a callable in an importable module (or a ``path/to/file.py``) returning
+either ``(model, example_inputs)`` — one method, ``forward`` unless ``--method NAME``
+renames it — or a dict ``{method_name: (module_or_bound_method, example_inputs)}``, of
+which ``--method`` (repeatable) selects some; all by default. Nothing is written when
+export fails, including when a kernel set given with ``--kernels`` misses operators
+(unless ``--allow-missing``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import click
+
+from opforge.errors import ExportError
+
+__all__ = ["export", "load_factory", "methods_from_factory"]
+
+_API = "`opforge export`"
+
+
+def load_factory(spec: str) -> Any:
+    """Resolve ``MODULE:FACTORY`` (``pkg.mod:fn`` or ``path/file.py:fn``) to the callable."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ExportError(
+            f"{_API}: {spec!r} — not MODULE:FACTORY — valid: e.g. opforge.examples.zoo:mlp or "
+            "models.py:make_model — fix: name the module and the factory separated by ':'"
+        )
+    try:
+        if module_name.endswith(".py"):
+            path = os.path.abspath(module_name)
+            loader_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+            if loader_spec is None or not os.path.exists(path):
+                raise ModuleNotFoundError(f"no file {path}")
+            module = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ExportError(
+            f"{_API}: module {module_name!r} — cannot be imported ({exc}) — valid: an importable module "
+            "or a .py file — fix: check the name, run from the project directory, or set PYTHONPATH"
+        ) from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        candidates = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))[:12]
+        raise ExportError(
+            f"{_API}: {spec!r} — module {module_name!r} has no callable {attr!r} — valid: "
+            f"{', '.join(candidates) or 'a function returning (model, example_inputs)'} — fix: name one of them"
+        )
+    return factory
+
+
+def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """The ``{method: (module, inputs)}`` to export from what the factory returned."""
+    if isinstance(result, dict):
+        unknown = [m for m in selected if m not in result]
+        if unknown:
+            raise ExportError(
+                f"{_API}: --method {', '.join(unknown)} — not returned by {spec!r} — valid: "
+                f"{', '.join(map(str, result))} — fix: pick from those"
+            )
+        return {name: result[name] for name in (selected or tuple(result))}
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        if len(selected) > 1:
+            raise ExportError(
+                f"{_API}: --method given {len(selected)} times — {spec!r} returns one (model, inputs) "
+                "pair — valid: one --method NAME to name it — fix: return a dict {name: (module, inputs)} "
+                "from the factory to export several methods"
+            )
+        return {selected[0] if selected else "forward": tuple(result)}
+    raise ExportError(
+        f"{_API}: {spec!r} returned {type(result).__name__} — valid: (model, example_inputs) or "
+        "{method_name: (module, example_inputs)} — fix: return one of those"
+    )
+
+
+@click.command("export")
+@click.argument("factory")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Program file to write.")
+@click.option("--method", "methods", multiple=True, metavar="NAME",
+              help="Method name (one (model, inputs) factory) or methods to pick (dict factory). Repeatable.")
+@click.option("--strict", is_flag=True, help="Use torch.export's strict (TorchDynamo) capture.")
+@click.option("--preserve-op", "preserve_ops", multiple=True, metavar="OP",
+              help="Keep OP (e.g. aten::linear) out of decomposition. Repeatable.")
+@click.option("--kernels", "kernels", multiple=True, metavar="SET",
+              help="Check every op has a kernel in SET: portable, aten (LIB.so later). Repeatable (union).")
+@click.option("--allow-missing", is_flag=True, help="Write the program even if --kernels misses ops (warns).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress, only errors.")
+def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],
+           kernels: tuple[str, ...], allow_missing: bool, quiet: bool) -> None:
+    """Export FACTORY (MODULE:FUNCTION returning (model, example_inputs)) to a program file."""
+    import warnings
+
+    from rich.console import Console
+
+    console = Console(stderr=True, quiet=quiet)
+    with console.status(f"importing {factory}") as status:
+        from opforge.export import export as export_program
+        from opforge.program import save
+
+        result = load_factory(factory)()
+        wanted = methods_from_factory(factory, result, methods)
+
+        def on_step(step: str, method: str) -> None:
+            status.update(f"[bold]{step}[/bold] ({method})")
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            program = export_program(
+                None, None, methods=wanted, strict=strict, preserve_ops=preserve_ops,
+                kernels=list(kernels) or None, allow_missing=allow_missing, on_step=on_step,
+            )
+        status.update(f"writing {output}")
+        save(program, output)
+    for warning in caught:
+        if issubclass(warning.category, UserWarning):
+            console.print(f"[yellow]warning:[/yellow] {warning.message}", soft_wrap=True, markup=False)
+    _summary(console, program, output)
+
+
+def _summary(console: Any, program: Any, output: str) -> None:
+    meta = program.metadata
+    console.print(f"wrote [bold]{output}[/bold] ({os.path.getsize(output)} bytes)")
+    for method in program.methods:
+        arena = int(meta.get(f"opforge.memory_plan.{method.name}.arena_bytes", 0))
+        naive = int(meta.get(f"opforge.memory_plan.{method.name}.naive_bytes", 0))
+        console.print(
+            f"  {method.name}: {len(method.instructions)} instructions, {len(method.operators)} operators, "
+            f"arena {arena} bytes (naive {naive}, reuse ×{naive / arena if arena else 1:.2f})"
+        )

@@ -1,0 +1,85 @@
+"""``opforge inspect model.opf``: methods, operator table, instructions, memory plan and
+constants of a program file, as rich tables (or ``--json``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+__all__ = ["inspect", "summary"]
+
+
+def summary(program: Any) -> dict:
+    """``opforge.program.describe`` plus the planner's numbers from the user metadata."""
+    from opforge.program import describe
+
+    data = describe(program)
+    meta = program.metadata
+    for method in data["methods"]:
+        name = method["name"]
+        naive = meta.get(f"opforge.memory_plan.{name}.naive_bytes")
+        arena = method["memory_plan"]["total_bytes"]
+        method["memory_plan"]["naive_bytes"] = int(naive) if naive is not None else None
+        method["memory_plan"]["reuse_ratio"] = round(int(naive) / arena, 3) if naive and arena else None
+    return data
+
+
+@click.command("inspect")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--values", is_flag=True, help="Also list every value of each method.")
+def inspect(path: str, as_json: bool, values: bool) -> None:
+    """Show a program file's methods, operators, instructions, memory plan and constants."""
+    from opforge.program import load
+
+    data = summary(load(path))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    _print(data, path, values)
+
+
+def _print(data: dict, path: str, show_values: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{escape(path)}[/bold] — format {data['format_version']}, "
+                  f"{len(data['methods'])} method(s), constants {data['constant_bytes']} bytes")
+    for method in data["methods"]:
+        plan = method["memory_plan"]
+        console.rule(f"method [bold]{escape(method['name'])}[/bold]")
+        console.print(f"inputs {method['inputs']}  outputs {method['outputs']}  "
+                      f"{len(method['values'])} values, {len(method['instructions'])} instructions")
+        ops = Table("#", "operator", "calls", title="operators")
+        for op in method["operators"]:
+            ops.add_row(str(op["index"]), escape(op["key"]), str(op["calls"]))
+        console.print(ops)
+        memory = Table("arena sizes", "planned bytes", "naive bytes", "reuse", title="memory plan")
+        memory.add_row(str(plan["arena_sizes"]), str(plan["total_bytes"]),
+                       str(plan["naive_bytes"] if plan["naive_bytes"] is not None else "?"),
+                       f"×{plan['reuse_ratio']}" if plan["reuse_ratio"] else "-")
+        console.print(memory)
+        instructions = Table("#", "instruction", title="instructions")
+        for i, ins in enumerate(method["instructions"]):
+            instructions.add_row(str(i), escape(ins["text"]))
+        console.print(instructions)
+        if method["constants"]:
+            constants = Table("value", "dtype", "sizes", "segment", "offset", "bytes", title="constants")
+            for c in method["constants"]:
+                constants.add_row(f"%{c['value']}", c["dtype"], str(c["sizes"]), str(c["segment"]),
+                                  str(c["offset"]), str(c["nbytes"]))
+            console.print(constants)
+        if show_values:
+            table = Table("value", title="values")
+            for text in method["values"]:
+                table.add_row(escape(text))
+            console.print(table)
+    if data["user_metadata"]:
+        meta = Table("key", "value", title="metadata")
+        for key, value in data["user_metadata"].items():
+            meta.add_row(escape(key), escape(value))
+        console.print(meta)
