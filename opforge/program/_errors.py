@@ -11,7 +11,7 @@ from opforge.errors import ProgramError
 
 
 def program_error(subject: str, found: str, valid: str, fix: str | None = None) -> ProgramError:
-    """Return (not raise) a ProgramError whose message is ``subject — found — valid — fix``."""
+    """Return (not raise) a ProgramError reading ``subject — found — valid — fix``."""
     parts = [subject, f"found {found}", f"valid: {valid}"]
     if fix:
         parts.append(f"fix: {fix}")

@@ -197,7 +197,8 @@ def programs(draw) -> P.Program:
     segments = tuple(P.Segment(draw(st.binary(max_size=100))) for _ in range(draw(
         st.integers(0, 3))))
     delegates = tuple(
-        P.DelegateBlob(draw(st.text(min_size=1, max_size=6)), draw(st.integers(0, len(segments) - 1)),
+        P.DelegateBlob(draw(st.text(min_size=1, max_size=6)),
+                       draw(st.integers(0, len(segments) - 1)),
                        tuple(draw(st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)),
                                            max_size=2))))
         for _ in range(draw(st.integers(0, 2)) if segments else 0))
