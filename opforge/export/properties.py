@@ -114,7 +114,7 @@ def _memory_planned(method: MethodGraph) -> list[str]:
     bad = []
     for node in method.graph.nodes:
         planned = is_alloc(node) or (node.op == "placeholder" and method.input_kinds[node.name] == InputKind.USER)
-        if not planned:
+        if not planned or not isinstance(node.meta.get("val"), torch.Tensor):
             continue
         slot = plan.allocations.get(node.name)
         if slot is None:
