@@ -1,0 +1,124 @@
+"""Memory arenas and the run-time objects of a method's values.
+
+Each ``Method`` instance owns one zero-filled NumPy byte buffer per arena of its memory
+plan (``MemoryPlan.arena_sizes[mem_id]``), 64-byte aligned like the planner's offsets.
+Every planned tensor becomes a NumPy view into its arena at its offset, made once; a
+constant becomes a read-only view of the program's (memory-mapped) segment. The other
+values become the Python objects the portable calling convention expects
+(``opforge.kernels.portable``): ints, floats, bools, str, None, tuples for ``int[]``,
+``float[]`` and ``bool[]``, lists of arrays for ``Tensor[]`` / ``Tensor?[]`` and a NumPy
+dtype for a ``ScalarType``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from opforge.errors import ProgramError
+from opforge.program import (
+    ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue, DoubleValue,
+    IntListValue, IntValue, Method, NoneValue, OptionalTensorListValue, Program,
+    ScalarTypeValue, StringValue, TensorListValue, TensorValue, constant_array,
+)
+
+__all__ = ["ALIGNMENT", "allocate_arenas", "ValueTable", "tensor_dtype"]
+
+ALIGNMENT = 64  # the memory planner's alignment; a typed view needs only the itemsize
+
+_SCALARS = (IntValue, DoubleValue, BoolValue, StringValue)
+_LISTS = (IntListValue, DoubleListValue, BoolListValue)
+
+
+def allocate_arenas(method: Method) -> list[np.ndarray]:
+    """One zero-filled, 64-byte aligned ``uint8`` buffer per arena of ``method``'s plan."""
+    arenas = []
+    for size in method.memory_plan.arena_sizes:
+        raw = np.zeros(size + ALIGNMENT, dtype=np.uint8)
+        pad = -raw.ctypes.data % ALIGNMENT
+        arenas.append(raw[pad:pad + size])
+    return arenas
+
+
+def tensor_dtype(api: str, where: str, tensor: TensorValue) -> np.dtype:
+    """The NumPy dtype of ``tensor``; ProgramError naming ``where`` for BFLOAT16/COMPLEX32."""
+    try:
+        return tensor.dtype.numpy_dtype()
+    except ProgramError as e:
+        raise ProgramError(f"`{api}`: {where} — {e}") from None
+
+
+class ValueTable:
+    """The run-time object of each value of one method, made on first use and kept.
+
+    ``get(i)`` is what a kernel receives for value ``i``; tensors are views (arena) or
+    read-only views (constants), never copies.
+    """
+
+    def __init__(self, api: str, program: Program, method: Method,
+                 arenas: list[np.ndarray]) -> None:
+        self._api = api
+        self._program = program
+        self._method = method
+        self._arenas = arenas
+        self._objects: dict[int, object] = {}
+
+    def get(self, index: int) -> object:
+        obj = self._objects.get(index, _MISSING)
+        if obj is _MISSING:
+            obj = self._objects[index] = self._make(index)
+        return obj
+
+    def set(self, index: int, obj: object) -> None:
+        """Replace a scalar value's object (a scalar method input given at call time)."""
+        self._objects[index] = obj
+
+    def _make(self, index: int) -> object:
+        value = self._method.values[index]
+        kind = type(value)
+        if kind is TensorValue:
+            return self._tensor(index, value)
+        if kind in _SCALARS:
+            return value.value
+        if kind is NoneValue:
+            return None
+        if kind in _LISTS:
+            return tuple(value.values)
+        if kind is TensorListValue:
+            return [self.get(i) for i in value.items]
+        if kind is OptionalTensorListValue:
+            return [None if i is None else self.get(i) for i in value.items]
+        if kind is ScalarTypeValue:
+            where = f"method {self._method.name!r} values[{index}]"
+            try:
+                return value.dtype.numpy_dtype()
+            except ProgramError as e:
+                raise ProgramError(f"`{self._api}`: {where} — {e}") from None
+        raise ProgramError(  # the verifier admits no other kinds; a new kind needs code here
+            f"`{self._api}`: method {self._method.name!r} values[{index}] — found "
+            f"{kind.__name__} — valid: the value kinds of opforge.program — fix: upgrade opforge"
+        )
+
+    def _tensor(self, index: int, value: TensorValue) -> np.ndarray:
+        where = f"method {self._method.name!r} values[{index}]"
+        dtype = tensor_dtype(self._api, where, value)
+        storage = value.storage
+        if type(storage) is ConstantStorage:
+            return constant_array(self._program, value)
+        if type(storage) is ArenaStorage:
+            order = value.dim_order
+            physical = tuple(value.sizes[d] for d in order)
+            view = np.ndarray(physical, dtype=dtype, buffer=self._arenas[storage.mem_id],
+                              offset=storage.offset)
+            if order != tuple(range(len(order))):
+                view = view.transpose(np.argsort(order))
+            return view
+        if value.nbytes == 0:  # the verifier lets zero-byte tensors go unplanned
+            return np.empty(value.sizes, dtype=dtype)
+        raise ProgramError(
+            f"`{self._api}`: {where} — a tensor of {value.nbytes} bytes without storage — "
+            "valid: every tensor with bytes planned into an arena or stored as a constant — "
+            "fix: export with memory planning (the default)"
+        )
+
+
+_MISSING = object()

@@ -1,0 +1,192 @@
+"""``opforge.runtime.load``: a program file → a verified program with every op resolved.
+
+    read (mmap) + verify → pick the registry (mode) → load native libraries into it →
+    resolve every KernelCall of every method → LoadedProgram
+
+Resolution happens once, at load, for every method: a program whose ops are not all
+covered fails here with one ``MissingKernelError`` listing all of them, never halfway
+through a call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Iterable
+
+from opforge.errors import ProgramError, RegistrationError
+from opforge.program import (
+    DelegateCall, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
+    TensorListValue, TensorValue, from_bytes, load as load_file, verify,
+)
+from opforge.runtime.method import Method
+from opforge.runtime.missing import MissingOp, missing_kernel_error
+from opforge.runtime.registry import DEFAULT_DTYPE, Kernel, KernelRegistry
+
+__all__ = ["load", "LoadedProgram", "MODES", "dtype_key"]
+
+MODES = ("lean", "aten")
+
+
+class LoadedProgram:
+    """A verified program whose operators are resolved against a kernel registry.
+
+    ``method(name)`` makes a new ``Method`` instance (its own arenas) each time it is called:
+    keep the instance and call it repeatedly; make one per thread.
+
+    >>> from opforge.runtime import load            # doctest: +SKIP
+    >>> program = load("model.opf")                  # doctest: +SKIP
+    >>> forward = program.method("forward")          # doctest: +SKIP
+    >>> (y,) = forward(x)                            # doctest: +SKIP
+    """
+
+    def __init__(self, program: Program, registry: KernelRegistry, mode: str,
+                 kernels: dict[str, tuple[Kernel | None, ...]], source: str) -> None:
+        self.program = program
+        self.registry = registry
+        self.mode = mode
+        self.source = source
+        self._kernels = kernels
+
+    @property
+    def method_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.program.methods)
+
+    def method(self, name: str = "forward") -> Method:
+        """A new, bound instance of method ``name`` (ProgramError listing the methods)."""
+        if name not in self._kernels:
+            names = ", ".join(repr(n) for n in self.method_names) or "(none)"
+            raise ProgramError(
+                f"`LoadedProgram.method({name!r})`: method {name!r} — not in {self.source} — "
+                f"valid: {names} — fix: pass one of those names (`--method NAME`)"
+            )
+        return Method(self.program, self.program.method(name), self._kernels[name],
+                      api=f"opforge.runtime method {name!r} of {self.source}")
+
+    def kernel_for(self, method: str, instruction: int) -> Kernel | None:
+        """The kernel resolved for ``instruction`` of ``method`` (None for Move/Free)."""
+        return self._kernels[method][instruction]
+
+    def __repr__(self) -> str:
+        return f"<LoadedProgram {self.source} mode={self.mode!r} methods={self.method_names}>"
+
+
+def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *,
+         mode: str = "lean", registry: KernelRegistry | None = None,
+         kernels: Iterable[str | os.PathLike] = ()) -> LoadedProgram:
+    """Load, verify and resolve a program for running.
+
+    ``source`` is a path (memory-mapped; constants are never copied), the file's bytes, or
+    an ``opforge.program.Program``. ``mode`` picks the default registry: ``"lean"``
+    (portable NumPy kernels, no torch) or ``"aten"`` (PyTorch's own kernels); ``registry``
+    replaces that default. Each of ``kernels`` is a native kernel library loaded into the
+    registry first. Raises ``ProgramError`` for a bad file and one ``MissingKernelError``
+    listing every operator no kernel serves.
+
+    >>> from opforge.program import (Program, Method, TensorValue, ArenaStorage, ScalarType,
+    ...                              KernelCall, Operator, MemoryPlan)
+    >>> import numpy as np
+    >>> x = TensorValue(ScalarType.FLOAT32, (3,), storage=ArenaStorage(0, 0))
+    >>> y = TensorValue(ScalarType.FLOAT32, (3,), storage=ArenaStorage(0, 64))
+    >>> forward = Method("forward", (x, y), (0,), (1,), (KernelCall(0, (0, 1)),),
+    ...                  (Operator("aten::relu", "out"),), MemoryPlan((128,)))
+    >>> program = load(Program(methods=(forward,)))
+    >>> program.method("forward")(np.array([-1.0, 0.0, 2.0], np.float32))[0].tolist()
+    [0.0, 0.0, 2.0]
+    """
+    api, label, program = _read(source, mode)
+    if mode not in MODES:
+        raise ProgramError(f"`{api}`: mode {mode!r} — valid: " + ", ".join(map(repr, MODES))
+                           + " — fix: mode='lean' (NumPy kernels) or mode='aten' (PyTorch)")
+    if registry is None:
+        registry = KernelRegistry.portable() if mode == "lean" else KernelRegistry.aten()
+    for library in kernels:
+        load_native_library(api, library, registry)
+    resolved: dict[str, tuple[Kernel | None, ...]] = {}
+    missing: dict[str, MissingOp] = {}
+    for method in program.methods:
+        resolved[method.name] = _resolve(api, method, registry, missing)
+    if missing:
+        raise missing_kernel_error(api, list(missing.values()), registry, mode)
+    return LoadedProgram(program, registry, mode, resolved, label)
+
+
+def _read(source: object, mode: str) -> tuple[str, str, Program]:
+    """``(api for messages, short label, verified program)``."""
+    if isinstance(source, Program):
+        label = "<Program>"
+        api = f"opforge.runtime.load({label}, mode={mode!r})"
+        try:
+            verify(source)
+        except ProgramError as e:
+            raise ProgramError(f"`{api}`: {e}") from None
+        return api, label, source
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        label = f"<{len(source)} bytes>"
+        return f"opforge.runtime.load({label}, mode={mode!r})", label, from_bytes(source)
+    if isinstance(source, (str, os.PathLike)):
+        label = repr(os.fspath(source))
+        return f"opforge.runtime.load({label}, mode={mode!r})", label, load_file(source)
+    raise ProgramError(
+        f"`opforge.runtime.load()`: source — found {type(source).__name__} — valid: a path, "
+        "the file's bytes, or an opforge.program.Program — fix: pass the .opf file's path"
+    )
+
+
+def load_native_library(api: str, library: str | os.PathLike, registry: KernelRegistry) -> None:
+    """Load one native kernel library into ``registry`` through ``opforge.runtime.native``."""
+    try:
+        native = importlib.import_module("opforge.runtime.native")
+    except ModuleNotFoundError as e:
+        if e.name != "opforge.runtime.native":
+            raise
+        raise RegistrationError(
+            f"`{api}`: kernel library {os.fspath(library)!r} — native kernel loading is not "
+            "built into this opforge yet (no opforge.runtime.native) — valid: no --kernels / "
+            "kernels=() — fix: register NumPy kernels with registry.register(...) instead, or "
+            "run in ATen mode"
+        ) from None
+    native.load_library(library, registry)
+
+
+def dtype_key(method: MethodDef, instruction: KernelCall) -> str:
+    """The dtype key an instruction is resolved with: the lower-case ScalarType name of its
+    first tensor argument (looking into tensor lists), or ``"default"`` without one."""
+    values = method.values
+    for a in instruction.args:
+        value = values[a]
+        kind = type(value)
+        if kind is TensorValue:
+            return value.dtype.name.lower()
+        if kind in (TensorListValue, OptionalTensorListValue):
+            for item in value.items:
+                if item is not None:
+                    return values[item].dtype.name.lower()
+    return DEFAULT_DTYPE
+
+
+def _resolve(api: str, method: MethodDef, registry: KernelRegistry,
+             missing: dict[str, MissingOp]) -> tuple[Kernel | None, ...]:
+    kernels: list[Kernel | None] = []
+    cache: dict[tuple[int, str], Kernel | None] = {}
+    for i, instruction in enumerate(method.instructions):
+        kind = type(instruction)
+        if kind is DelegateCall:
+            raise ProgramError(
+                f"`{api}`: method {method.name!r} instruction {i} — a DelegateCall "
+                f"(delegate {instruction.delegate}) — valid: KernelCall, Move and Free (this "
+                "runtime runs no delegates yet) — fix: export without delegation"
+            )
+        if kind is not KernelCall:
+            kernels.append(None)
+            continue
+        dtype = dtype_key(method, instruction)
+        slot = (instruction.op, dtype)
+        if slot not in cache:
+            cache[slot] = registry.lookup(method.operators[instruction.op].key, dtype)
+        kernel = cache[slot]
+        if kernel is None:
+            key = method.operators[instruction.op].key
+            missing.setdefault(key, MissingOp(key)).add(method.name, i, dtype)
+        kernels.append(kernel)
+    return tuple(kernels)

@@ -1,0 +1,297 @@
+"""The executor: one ``Method`` instance = one arena set + its instructions bound once.
+
+# Design
+#
+# Everything that can be decided before the first call is decided when the instance is
+# made: each arena is allocated, each value becomes its run-time object (a NumPy view into
+# the arena, a read-only constant view, a Python scalar, a tuple, a dtype), and each
+# instruction becomes a ``(callable, args tuple)`` pair. A call is then
+#
+#     check and copy the inputs into their arena slots
+#     for fn, args in bound: fn(*args)
+#     copy the outputs out (or hand out the views)
+#
+# with no dict lookups, no isinstance chains and no allocation in between (the portable
+# kernels write into their out views). A kernel that raises is found after the fact: the
+# loop variables still hold the failing pair, so the happy path pays nothing to know which
+# instruction it was. Tracing is a second loop (``_execute_traced``), not an ``if`` per
+# instruction.
+#
+# Instances do not share mutable state: two instances of the same method run safely in two
+# threads; one instance must not be called from two threads at once (its arena is shared).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Sequence
+
+import numpy as np
+
+from opforge.errors import KernelError, ProgramError
+from opforge.program import (
+    BoolValue, DoubleValue, Free, IntValue, KernelCall, Method as MethodDef, Move, Program,
+    TensorValue,
+)
+from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
+from opforge.runtime.registry import Kernel
+
+__all__ = ["Method", "IOSpec"]
+
+_SCALAR_INPUT_TYPES = {IntValue: int, DoubleValue: float, BoolValue: bool}
+
+
+@dataclass(frozen=True, slots=True)
+class IOSpec:
+    """One input or output of a method: a tensor (NumPy ``dtype`` and ``shape``) or a
+    scalar (``dtype`` is ``int``, ``float`` or ``bool`` and ``shape`` is None)."""
+
+    index: int
+    dtype: np.dtype | type
+    shape: tuple[int, ...] | None
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.shape is not None
+
+    def describe(self) -> str:
+        if self.shape is None:
+            return f"a Python {self.dtype.__name__}"
+        return f"{np.dtype(self.dtype)} of shape {self.shape}"
+
+
+class Method:
+    """A bound, runnable method of a loaded program, with its own arenas.
+
+    Get one from ``LoadedProgram.method(name)``; call it with the inputs in order.
+
+    >>> import numpy as np
+    >>> from opforge.program import _sample
+    >>> from opforge.runtime import load
+    >>> forward = load(_sample.sample_program(), mode="lean").method("forward")  # doctest: +SKIP
+    >>> forward(np.ones(4, np.float32))                                          # doctest: +SKIP
+    """
+
+    def __init__(self, program: Program, method: MethodDef, kernels: Sequence[Kernel | None],
+                 *, api: str = "opforge.runtime.Method") -> None:
+        self.name = method.name
+        self._api = api
+        self._def = method
+        self._arenas = allocate_arenas(method)
+        self._values = ValueTable(api, program, method, self._arenas)
+        get = self._values.get
+
+        # --- instructions: (fn, args) pairs, with what errors and traces need beside them
+        bound: list[tuple] = []
+        self._instruction_index: list[int] = []
+        self._op_names: list[str] = []
+        self._kernels: list[Kernel | None] = []
+        for i, instruction in enumerate(method.instructions):
+            kind = type(instruction)
+            if kind is Free:
+                continue  # arenas are planned: nothing to release
+            if kind is Move:
+                bound.append((np.copyto, (get(instruction.dst), get(instruction.src))))
+                self._op_names.append("move")
+                self._kernels.append(None)
+            elif kind is KernelCall:
+                kernel = kernels[i]
+                bound.append(self._bind(i, kernel, instruction))
+                self._op_names.append(kernel.key)
+                self._kernels.append(kernel)
+            else:  # DelegateCall: refused by the loader before we get here
+                raise ProgramError(f"`{api}`: instruction {i} — {kind.__name__} — valid: "
+                                   "KernelCall, Move, Free")
+            self._instruction_index.append(i)
+        self._bound = bound
+
+        # --- inputs: (arena slot, dtype, shape) for the fast check; scalars rebind
+        self.inputs = tuple(self._io_spec(i) for i in method.inputs)
+        self.outputs = tuple(self._io_spec(i) for i in method.outputs)
+        self._fast_inputs = tuple((get(s.index), s.dtype, s.shape) for s in self.inputs
+                                  if s.is_tensor)
+        self._all_tensor_inputs = len(self._fast_inputs) == len(self.inputs)
+        self._scalar_users = self._scalar_input_users(method)
+
+        # --- outputs: views (valid until the next call) and how to copy each
+        self._output_views = tuple(get(i) for i in method.outputs)
+        self._output_copies = tuple(
+            o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in self._output_views)
+
+    # --- public API -------------------------------------------------------------------------
+
+    def __call__(self, *inputs: object, views: bool = False) -> tuple:
+        """Run the method on ``inputs`` (in order); return its outputs as a tuple.
+
+        Inputs are checked (count, dtype, shape) and copied into their arena slots, so any
+        array works (non-contiguous, read-only, a CPU torch tensor). Outputs are fresh
+        copies, or with ``views=True`` the arena views themselves: no copy, but valid only
+        until the next call of this instance.
+        """
+        if len(inputs) != len(self.inputs) or not self._all_tensor_inputs:
+            self._load_inputs_slow(inputs)
+        else:
+            copyto = np.copyto
+            for a, (slot, dtype, shape) in zip(inputs, self._fast_inputs):
+                if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
+                    self._load_inputs_slow(inputs)  # converts, or raises naming the input
+                    break
+                copyto(slot, a)
+        try:
+            for fn, args in self._bound:
+                fn(*args)
+        except Exception as e:
+            raise self._kernel_error(fn, args, e) from e  # noqa: F821 (bound in the loop)
+        if views:
+            return self._output_views
+        return tuple([copy() for copy in self._output_copies])
+
+    def run(self, inputs: Sequence[object], *, views: bool = False, tracer=None) -> tuple:
+        """``self(*inputs, views=views)``, recording each instruction into ``tracer``
+        (an ``opforge.runtime.Tracer``) when one is given."""
+        if tracer is None:
+            return self(*inputs, views=views)
+        self._load_inputs_slow(tuple(inputs))
+        self._execute_traced(tracer)
+        if views:
+            return self._output_views
+        return tuple([copy() for copy in self._output_copies])
+
+    @property
+    def instructions(self) -> list[tuple[int, str]]:
+        """``(instruction index, op key)`` of every bound instruction, in execution order."""
+        return list(zip(self._instruction_index, self._op_names))
+
+    def __repr__(self) -> str:
+        return (f"<Method {self.name!r}: {len(self.inputs)} input(s), {len(self.outputs)} "
+                f"output(s), {len(self._bound)} instruction(s)>")
+
+    # --- binding ------------------------------------------------------------------------
+
+    def _bind(self, i: int, kernel: Kernel, instruction: KernelCall) -> tuple:
+        args = tuple(self._values.get(a) for a in instruction.args)
+        bind = getattr(kernel.fn, "bind", None)
+        if bind is None:
+            return kernel.fn, args
+        try:
+            return bind(args)
+        except Exception as e:
+            raise KernelError(
+                f"`{self._api}`: method {self.name!r} instruction {i} ({kernel.key}, "
+                f"{kernel.target} kernel from {kernel.origin}) — cannot bind its arguments: "
+                f"{type(e).__name__}: {e} — valid: arguments matching the op's schema — fix: "
+                "re-export the program for this kernel set"
+            ) from e
+
+    def _scalar_input_users(self, method: MethodDef) -> dict[int, list[int]]:
+        """Scalar inputs → positions in ``_bound`` of the instructions that read them."""
+        scalars = {s.index for s in self.inputs if not s.is_tensor}
+        users: dict[int, list[int]] = {}
+        for position, i in enumerate(self._instruction_index):
+            instruction = method.instructions[i]
+            if type(instruction) is KernelCall:
+                for a in set(instruction.args) & scalars:
+                    users.setdefault(a, []).append(position)
+        return users
+
+    def _io_spec(self, index: int) -> IOSpec:
+        value = self._def.values[index]
+        if type(value) is TensorValue:
+            where = f"method {self.name!r} values[{index}]"
+            return IOSpec(index, tensor_dtype(self._api, where, value), value.sizes)
+        return IOSpec(index, _SCALAR_INPUT_TYPES[type(value)], None)
+
+    # --- inputs -------------------------------------------------------------------------
+
+    def _load_inputs_slow(self, inputs: tuple) -> None:
+        api = f"{self._api}({self.name!r})(...)"
+        if len(inputs) != len(self.inputs):
+            expected = ", ".join(s.describe() for s in self.inputs) or "none"
+            raise ProgramError(
+                f"`{api}`: inputs — found {len(inputs)} input(s) — valid: exactly "
+                f"{len(self.inputs)} ({expected}) — fix: pass the inputs in order, as exported"
+            )
+        get = self._values.get
+        rebind = False
+        for position, (spec, given) in enumerate(zip(self.inputs, inputs)):
+            if not spec.is_tensor:
+                if type(given) is not spec.dtype and not (
+                        spec.dtype is float and type(given) is int):
+                    raise ProgramError(
+                        f"`{api}`: input {position} — found {type(given).__name__} "
+                        f"{given!r} — valid: {spec.describe()} — fix: pass a {spec.dtype.__name__}"
+                    )
+                self._values.set(spec.index, spec.dtype(given))
+                rebind = True
+                continue
+            array = given if type(given) is np.ndarray else _as_array(api, position, given, spec)
+            if array.dtype != spec.dtype:
+                raise ProgramError(
+                    f"`{api}`: input {position} — found dtype {array.dtype} — valid: "
+                    f"{spec.describe()} — fix: convert it, e.g. a.astype(numpy.{spec.dtype})"
+                )
+            if array.shape != spec.shape:
+                raise ProgramError(
+                    f"`{api}`: input {position} — found shape {array.shape} — valid: "
+                    f"{spec.describe()} (the program was exported with static shapes) — fix: "
+                    "reshape the input, or re-export with the shape you need"
+                )
+            np.copyto(get(spec.index), array)
+        if rebind:
+            self._rebind_scalar_users()
+
+    def _rebind_scalar_users(self) -> None:
+        for positions in self._scalar_users.values():
+            for position in positions:
+                i = self._instruction_index[position]
+                self._bound[position] = self._bind(i, self._kernels[position],
+                                                   self._def.instructions[i])
+
+    # --- execution and errors -----------------------------------------------------------
+
+    def _execute_traced(self, tracer) -> None:
+        clock = perf_counter_ns
+        record = tracer.record
+        name, indices, ops = self.name, self._instruction_index, self._op_names
+        begin = clock()
+        try:
+            for position, (fn, args) in enumerate(self._bound):
+                start = clock()
+                fn(*args)
+                record(name, indices[position], ops[position], start, clock() - start)
+        except Exception as e:
+            raise self._kernel_error(fn, args, e) from e  # noqa: F821
+        tracer.record(name, -1, f"method {name}", begin, clock() - begin)
+
+    def _kernel_error(self, fn, args, error: Exception) -> KernelError:
+        position = next(p for p, pair in enumerate(self._bound)
+                        if pair[0] is fn and pair[1] is args)
+        i, key, kernel = self._instruction_index[position], self._op_names[position], \
+            self._kernels[position]
+        source = f"{kernel.target} kernel from {kernel.origin}" if kernel else "a Move"
+        shapes = ", ".join(_describe_arg(a) for a in args)
+        return KernelError(
+            f"`{self._api}({self.name!r})`: instruction {i} ({key}, {source}) in method "
+            f"{self.name!r} — raised {type(error).__name__}: {error} — arguments: ({shapes}) — "
+            "fix: check the inputs' values; if they are valid, the kernel has a bug (compare "
+            "with --mode aten)"
+        )
+
+
+def _as_array(api: str, position: int, given: object, spec: IOSpec) -> np.ndarray:
+    try:
+        return np.asarray(given)
+    except Exception as e:
+        raise ProgramError(
+            f"`{api}`: input {position} — found {type(given).__name__} — valid: "
+            f"{spec.describe()} as a NumPy array — fix: pass numpy.asarray(...) of it"
+        ) from e
+
+
+def _describe_arg(arg: object) -> str:
+    if type(arg) is np.ndarray:
+        return f"{arg.dtype}{list(arg.shape)}"
+    if type(arg) is list:
+        return "[" + ", ".join(_describe_arg(a) for a in arg) + "]"
+    return repr(arg)
