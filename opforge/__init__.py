@@ -27,6 +27,7 @@ _LAZY = {
     "load_manifest": ("opforge.manifest", "load_manifest"),
     "FunctionSchema": ("opforge.schema", "FunctionSchema"),
     "register": ("opforge.torch_bridge", "register"),
+    "export": ("opforge", "export"),  # the (callable) subpackage; see opforge/export/__init__.py
 }
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "load_manifest",
     "FunctionSchema",
     "register",
+    "export",
     "OpforgeError",
     "SchemaError",
     "ManifestError",
@@ -53,6 +55,8 @@ def __getattr__(name: str):
         import importlib
 
         module, attr = _LAZY[name]
+        if module == "opforge":  # a subpackage: importing it binds the attribute
+            return importlib.import_module(f"opforge.{attr}")
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value

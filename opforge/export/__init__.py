@@ -33,3 +33,18 @@ __all__ = [
     "Allocation",
     "MemoryPlan",
 ]
+
+
+# `opforge.export(model, inputs)` is the documented entry point, but `opforge.export` is
+# also this package: once it is imported, Python binds the *module* to that attribute.
+# Making the module callable keeps both spellings working without a second name.
+import sys as _sys
+import types as _types
+
+
+class _CallableModule(_types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return export(*args, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _CallableModule

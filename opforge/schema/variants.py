@@ -187,11 +187,17 @@ def check_exportable(schema: FunctionSchema, *, out_name: str | None = None) -> 
     mutated = ", ".join(f"'{a.name}'" for a in schema.arguments.flat if a.is_write) or "'self'"
     if out_name is None:
         out_name = _guess_out_name(schema)
+    if out_name.startswith("aten::") or schema.name.namespace in (None, "aten"):
+        fix = f"use the out variant `{out_name}` (or the functional op and assign its result)"
+    else:
+        base = out_name.rsplit(".", 1)[0]
+        fix = (f"define the functional op `{base}(...) -> Tensor` that returns a new tensor; "
+               f"its out variant `{out_name}` is then derived and exported")
     raise SchemaError(
         f"`export`: {schema.name} — mutates its argument {mutated} in place — a program file is a "
         "dataflow graph in which each tensor is written once, by the kernel that produces it, into "
         "memory planned ahead of time, so in-place and mutating ops cannot be exported — "
-        f"use the out variant `{out_name}` (or the functional op and assign its result)"
+        f"{fix}"
     )
 
 

@@ -127,3 +127,11 @@ def test_op_without_implementation_or_fake_explains_the_fix():
             return torch.ops.bridge_test.nothing(x)
     with pytest.raises(Exception, match="has no fake"):
         torch.export.export(M(), (torch.ones(2),))
+
+
+def test_top_level_export_is_callable_and_the_package():
+    import opforge.export as export_pkg
+
+    assert opforge.export is export_pkg
+    program = opforge.export(torch.nn.ReLU(), (torch.randn(2, 3),))
+    assert [op.key for op in program.method("forward").operators] == ["aten::relu.out"]
