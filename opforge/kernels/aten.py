@@ -1,0 +1,150 @@
+"""ATen mode: PyTorch's own out-variant kernels behind the portable calling convention.
+
+``aten_kernel("aten::add.out")`` wraps ``torch.ops.aten.add.out`` as a ``Kernel`` that the
+runtime calls exactly like a portable one: positionally, in schema order, outs included,
+NumPy arrays for tensors. Any op registered with torch works, custom ones included
+(``torch.ops.my_ops.mul3.out`` once ``opforge.examples.my_ops.register_examples()`` ran).
+
+Conversion (per schema argument, decided once from the schema):
+
+* ``np.ndarray`` → ``torch.from_numpy`` (zero-copy: an out array stays the arena view, so
+  torch writes straight into the arena); lists of arrays → lists of tensors;
+* a NumPy dtype (``ScalarType``) → the torch dtype;
+* ``MemoryFormat`` / ``Layout`` / ``Device`` enum numbers → ``torch.memory_format`` /
+  ``torch.layout`` / ``torch.device``;
+* keyword-only arguments (the outs) are passed by name.
+
+Converting on every call would cost microseconds per argument, so the wrapper has a
+``bind(args)`` the executor calls once per instruction: the tensors are made once, and
+the hot loop calls ``functools.partial(op, **outs)(*tensors)``. Torch is imported only when
+an ATen kernel is first asked for: the lean runtime never imports this module.
+A read-only array (a constant in the memory-mapped file) in an argument torch writes to is
+refused at bind time: torch would write through the pointer and crash the process.
+
+The tests' reference interpreter (tests/torch/test_export_zoo.py, test-only) converts the
+same way; this module is the runtime's own, with conversion decided once per schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import numpy as np
+
+from opforge.runtime.registry import Kernel
+
+__all__ = ["aten_kernel", "AtenOpKernel", "torch_op"]
+
+
+def torch_op(key: str) -> Any | None:
+    """``torch.ops.<ns>.<op>.<overload>`` for ``"ns::op.overload"``, or None if torch has
+    no such operator."""
+    import torch
+
+    name, _, overload = key.partition(".")
+    namespace, _, op = name.partition("::")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op)
+        return getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_known: dict[str, Kernel] = {}  # found kernels only: a later-registered custom op is found
+
+
+def aten_kernel(key: str) -> Kernel | None:
+    """The ATen-mode kernel for ``key`` (None if torch has no such op)."""
+    kernel = _known.get(key)
+    if kernel is None:
+        op = torch_op(key)
+        if op is None:
+            return None
+        kernel = _known[key] = Kernel(key, AtenOpKernel(op),
+                                      origin=f"torch.ops.{key.replace('::', '.')}",
+                                      target="aten")
+    return kernel
+
+
+class AtenOpKernel:
+    """A torch out overload called with the portable convention (see the module doc)."""
+
+    def __init__(self, op: Any) -> None:
+        import torch
+
+        self.op = op
+        schema = op._schema
+        self.schema = str(schema)
+        self._names = [a.name for a in schema.arguments]
+        self._kwarg_only = [a.kwarg_only for a in schema.arguments]
+        self._written = [a.alias_info is not None and a.alias_info.is_write
+                         for a in schema.arguments]
+        self._converters = [_converter(str(a.real_type), torch) for a in schema.arguments]
+
+    def __repr__(self) -> str:
+        return f"AtenOpKernel({self.schema})"
+
+    def _convert(self, args: tuple) -> tuple[list, dict]:
+        if len(args) != len(self._names):
+            raise TypeError(f"{self.schema} takes {len(self._names)} arguments, "
+                            f"got {len(args)}")
+        positional, keyword = [], {}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*not writable.*")
+            for i, (arg, convert) in enumerate(zip(args, self._converters)):
+                if self._written[i] and _read_only(arg):
+                    raise ValueError(
+                        f"argument {self._names[i]!r} is written by the op but is a read-only "
+                        "array (a constant of the program)")
+                value = convert(arg)
+                if self._kwarg_only[i]:
+                    keyword[self._names[i]] = value
+                else:
+                    positional.append(value)
+        return positional, keyword
+
+    def __call__(self, *args: Any) -> None:
+        positional, keyword = self._convert(args)
+        self.op(*positional, **keyword)
+
+    def bind(self, args: tuple) -> tuple:
+        """``(callable, args)`` with every conversion done now, for the executor's loop."""
+        positional, keyword = self._convert(args)
+        return functools.partial(self.op, **keyword), tuple(positional)
+
+
+def _read_only(arg: Any) -> bool:
+    if isinstance(arg, np.ndarray):
+        return not arg.flags.writeable
+    if isinstance(arg, list):
+        return any(_read_only(a) for a in arg)
+    return False
+
+
+def _converter(real_type: str, torch: Any):
+    dtypes = {np.dtype(getattr(np, n)): getattr(torch, n) for n in (
+        "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+        "uint16", "uint32", "uint64", "bool", "complex64", "complex128")}
+    formats = {0: torch.contiguous_format, 1: torch.preserve_format,
+               2: torch.channels_last, 3: torch.channels_last_3d}
+
+    def tensor_like(value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(value)
+        if isinstance(value, list):
+            return [tensor_like(v) for v in value]
+        if isinstance(value, np.dtype):
+            return dtypes[value]
+        return value
+
+    if "MemoryFormat" in real_type:
+        return lambda v: formats[v] if type(v) is int else v
+    if "Layout" in real_type:
+        return lambda v: torch.strided if type(v) is int else v
+    if "Device" in real_type:
+        return lambda v: torch.device("cpu") if type(v) is int else v
+    if "Generator" in real_type:
+        return lambda v: None
+    return tensor_like
