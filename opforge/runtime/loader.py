@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from typing import Iterable
 
 from opforge.errors import ProgramError, RegistrationError
@@ -23,7 +24,7 @@ from opforge.runtime.method import Method
 from opforge.runtime.missing import MissingOp, missing_kernel_error
 from opforge.runtime.registry import DEFAULT_DTYPE, Kernel, KernelRegistry
 
-__all__ = ["load", "LoadedProgram", "MODES", "dtype_key"]
+__all__ = ["load", "LoadedProgram", "MODES", "dtype_key", "load_kernel_library"]
 
 MODES = ("lean", "aten")
 
@@ -79,8 +80,9 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     ``source`` is a path (memory-mapped; constants are never copied), the file's bytes, or
     an ``opforge.program.Program``. ``mode`` picks the default registry: ``"lean"``
     (portable NumPy kernels, no torch) or ``"aten"`` (PyTorch's own kernels); ``registry``
-    replaces that default. Each of ``kernels`` is a native kernel library loaded into the
-    registry first. Raises ``ProgramError`` for a bad file and one ``MissingKernelError``
+    replaces that default. Each of ``kernels`` is added to the registry first: the path of a
+    native kernel library, or a Python registrar ``"package.module:function"`` called with
+    the registry (see ``load_kernel_library``). Raises ``ProgramError`` for a bad file and one ``MissingKernelError``
     listing every operator no kernel serves.
 
     >>> from opforge.program import (Program, Method, TensorValue, ArenaStorage, ScalarType,
@@ -101,7 +103,7 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     if registry is None:
         registry = KernelRegistry.portable() if mode == "lean" else KernelRegistry.aten()
     for library in kernels:
-        load_native_library(api, library, registry)
+        load_kernel_library(api, library, registry)
     resolved: dict[str, tuple[Kernel | None, ...]] = {}
     missing: dict[str, MissingOp] = {}
     for method in program.methods:
@@ -133,18 +135,39 @@ def _read(source: object, mode: str) -> tuple[str, str, Program]:
     )
 
 
-def load_native_library(api: str, library: str | os.PathLike, registry: KernelRegistry) -> None:
-    """Load one native kernel library into ``registry`` through ``opforge.runtime.native``."""
+_REGISTRAR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
+
+
+def load_kernel_library(api: str, library: str | os.PathLike, registry: KernelRegistry) -> None:
+    """Add one kernel library's kernels to ``registry``.
+
+    ``"package.module:function"`` names a Python registrar called as ``function(registry)``
+    (e.g. ``"opforge.examples.my_ops_numpy:register_example_kernels"``); anything else is
+    the path of a native library, loaded by ``opforge.runtime.native.load_library``.
+    """
+    spec = os.fspath(library)
+    if _REGISTRAR.match(spec) and not os.path.exists(spec):
+        module_name, _, function = spec.partition(":")
+        try:
+            register = getattr(importlib.import_module(module_name), function)
+        except (ImportError, AttributeError) as e:
+            raise RegistrationError(
+                f"`{api}`: kernel registrar {spec!r} — cannot import it ({e}) — valid: "
+                "'package.module:function' taking the registry, or a native library path — "
+                "fix: check the spelling and that the module is importable"
+            ) from None
+        register(registry)
+        return
     try:
         native = importlib.import_module("opforge.runtime.native")
     except ModuleNotFoundError as e:
         if e.name != "opforge.runtime.native":
             raise
         raise RegistrationError(
-            f"`{api}`: kernel library {os.fspath(library)!r} — native kernel loading is not "
-            "built into this opforge yet (no opforge.runtime.native) — valid: no --kernels / "
-            "kernels=() — fix: register NumPy kernels with registry.register(...) instead, or "
-            "run in ATen mode"
+            f"`{api}`: kernel library {spec!r} — native kernel loading is not built into this "
+            "opforge yet (no opforge.runtime.native) — valid: a Python registrar "
+            "'package.module:function' — fix: 1. register NumPy kernels with "
+            "registry.register(...) or a registrar; 2. or run in ATen mode"
         ) from None
     native.load_library(library, registry)
 

@@ -52,8 +52,10 @@ def _hints(op: MissingOp, registry: KernelRegistry, mode: str) -> list[str]:
         hints.append(f"build a native library from the op's manifest (`opforge build "
                      f"MANIFEST.yaml`) and load it: `--kernels LIB` / "
                      f"`load(..., kernels=[LIB])`")
-        hints.append(f"or register a NumPy kernel: `registry.register({key!r}, fn, "
-                     "origin=..., target='portable')` and pass `registry=`")
+        hints.append("register a NumPy kernel: `registry.register('ns::op.overload', fn, "
+                     "origin=..., target='portable')` inside a function `pkg.mod:register"
+                     "(registry)`, then pass `--kernels pkg.mod:register` / "
+                     "`load(..., kernels=['pkg.mod:register'])`")
     if mode == "aten":
         if namespace != "aten":
             hints.append(f"ATen mode runs torch.ops.{key.replace('::', '.')}: register the op "
@@ -70,13 +72,22 @@ def _hints(op: MissingOp, registry: KernelRegistry, mode: str) -> list[str]:
 
 def missing_kernel_error(api: str, missing: list[MissingOp], registry: KernelRegistry,
                          mode: str) -> MissingKernelError:
-    """One ``MissingKernelError`` listing every missing op (``.missing`` holds the list)."""
+    """One ``MissingKernelError`` listing every missing op (``.missing`` holds the list).
+
+    Fixes that apply to every missing op are written once, after the list.
+    """
+    hints = [_hints(op, registry, mode) for op in missing]
+    common = [h for h in hints[0] if all(h in other for other in hints[1:])] \
+        if len(missing) > 1 else []
     lines = []
-    for n, op in enumerate(missing, 1):
-        hints = "".join(f"\n       {chr(ord('a') + j)}) {h}"
-                        for j, h in enumerate(_hints(op, registry, mode)))
-        lines.append(f"  {n}. `{op.key}` ({op.where()}; dtype {', '.join(op.dtypes)}) — "
-                     f"fixes:{hints}")
+    for n, (op, own) in enumerate(zip(missing, hints), 1):
+        own = [h for h in own if h not in common]
+        fixes = "".join(f"\n       {chr(ord('a') + j)}) {h}" for j, h in enumerate(own))
+        lines.append(f"  {n}. `{op.key}` ({op.where()}; dtype {', '.join(op.dtypes)})"
+                     + (f" — fixes:{fixes}" if fixes else ""))
+    if common:
+        lines.append("  fixes for all of them:" + "".join(
+            f"\n       {chr(ord('a') + j)}) {h}" for j, h in enumerate(common)))
     error = MissingKernelError(
         f"`{api}`: {len(missing)} operator(s) have no kernel in registry {registry.name!r} "
         f"(mode {mode!r}) — valid: a kernel for every operator of every method — missing:\n"

@@ -1,0 +1,193 @@
+"""``opforge run PROGRAM.opf``: run a program file on the lean (NumPy) or ATen runtime.
+
+    load (verify, resolve kernels) → inputs (.npy files, an input list, or random) →
+    run N iterations per inference (traced with --profile/--trace) → report → write outputs
+
+Never imports torch in lean mode: this verb is what runs on a device with NumPy only.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+__all__ = ["run"]
+
+
+@click.command("run")
+@click.argument("program", type=click.Path(exists=True, dir_okay=False))
+@click.option("--input", "input_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="An input .npy file; repeat in input order.")
+@click.option("--input-list", type=click.Path(exists=True, dir_okay=False),
+              help="A file with one inference per line: input .npy paths separated by spaces.")
+@click.option("--output-dir", type=click.Path(file_okay=False),
+              help="Write outputs here: output_{j}.npy (inference_{i}/output_{j}.npy for a list).")
+@click.option("--mode", type=click.Choice(["lean", "aten"]), default="lean", show_default=True,
+              help="lean: portable NumPy kernels (no torch); aten: PyTorch's own kernels.")
+@click.option("--method", "method_name", default="forward", show_default=True,
+              help="The method to run.")
+@click.option("--kernels", "libraries", multiple=True,
+              help="A native kernel library, or a Python registrar 'pkg.module:function'; "
+                   "repeatable.")
+@click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per inference; more than one prints a latency summary.")
+@click.option("--profile", is_flag=True, help="Print the ops that took the most time.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="Write a Chrome/Perfetto trace (JSON) of every instruction.")
+@click.option("--seed", default=0, show_default=True, help="Seed of generated random inputs.")
+def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
+        output_dir: str | None, mode: str, method_name: str, libraries: tuple[str, ...],
+        iterations: int, profile: bool, trace_path: str | None, seed: int) -> None:
+    """Run PROGRAM (an .opf file) and report its outputs, latency and profile."""
+    from rich.console import Console
+
+    from opforge.runtime import Tracer, load
+
+    console = Console()
+    if input_paths and input_list:
+        raise click.UsageError("pass either --input (repeatable) or --input-list, not both")
+    loaded = load(program, mode=mode, kernels=libraries)
+    method = loaded.method(method_name)
+    console.print(f"[bold]{program}[/bold]: method {method_name!r}, mode {mode}, "
+                  f"{len(method.instructions)} instruction(s)")
+    if input_list:
+        inferences = [[_read_npy(p) for p in line] for line in _read_input_list(input_list)]
+    elif input_paths:
+        inferences = [[_read_npy(p) for p in input_paths]]
+    else:
+        inferences = [_random_inputs(method, seed)]
+        console.print(f"no inputs given: generated random inputs (seed {seed}): "
+                      + (", ".join(s.describe() for s in method.inputs) or "none"))
+
+    tracer = Tracer() if (profile or trace_path) else None
+    latencies: list[int] = []
+    results = []
+    for inputs in inferences:
+        for _ in range(iterations):
+            start = time.perf_counter_ns()
+            outputs = method.run(inputs, tracer=tracer)
+            latencies.append(time.perf_counter_ns() - start)
+        results.append(outputs)
+
+    _print_outputs(console, results)
+    if len(latencies) > 1:
+        _print_latency(console, latencies, traced=tracer is not None)
+    if output_dir:
+        _write_outputs(console, Path(output_dir), results, per_inference=input_list is not None)
+    if profile:
+        _print_profile(console, tracer)
+    if trace_path:
+        tracer.save(trace_path)
+        console.print(f"trace: {len(tracer.events)} event(s) written to {trace_path} "
+                      "(open in ui.perfetto.dev)")
+
+
+def _read_npy(path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(
+            f"`opforge run`: input {path!r} — cannot read it as .npy ({e}) — valid: a NumPy "
+            ".npy file without pickled objects — fix: save it with numpy.save(path, array)"
+        ) from None
+
+
+def _read_input_list(path: str) -> list[list[str]]:
+    """One inference per non-empty line; a relative path is tried from the current
+    directory first, then from the list file's directory ('#' starts a comment)."""
+    base = Path(path).parent
+    inferences = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        paths = []
+        for item in line.split():
+            if not os.path.exists(item) and os.path.exists(base / item):
+                item = str(base / item)
+            if not os.path.exists(item):
+                raise click.ClickException(
+                    f"`opforge run --input-list {path}`: line {number} — input {item!r} does "
+                    "not exist — valid: .npy paths, relative to the current directory or the "
+                    "list file — fix: correct the path"
+                )
+            paths.append(item)
+        inferences.append(paths)
+    if not inferences:
+        raise click.ClickException(f"`opforge run --input-list {path}`: the file lists no "
+                                   "inferences — valid: one line of .npy paths per inference")
+    return inferences
+
+
+def _random_inputs(method, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for spec in method.inputs:
+        if not spec.is_tensor:
+            inputs.append(spec.dtype(1))
+            continue
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "b":
+            inputs.append(rng.random(spec.shape) < 0.5)
+        elif dtype.kind in "iu":
+            inputs.append(rng.integers(0, 10, size=spec.shape).astype(dtype))
+        elif dtype.kind == "c":
+            inputs.append((rng.standard_normal(spec.shape)
+                           + 1j * rng.standard_normal(spec.shape)).astype(dtype))
+        else:
+            inputs.append(rng.standard_normal(spec.shape).astype(dtype))
+    return inputs
+
+
+def _print_outputs(console, results: list) -> None:
+    from rich.table import Table
+
+    table = Table("inference", "output", "dtype", "shape", "min", "max", "mean")
+    shown = results[:4]
+    for i, outputs in enumerate(shown):
+        for j, out in enumerate(outputs):
+            array = np.asarray(out)
+            numeric = array.size and array.dtype.kind in "biuf"
+            stats = ([f"{array.min():.6g}", f"{array.max():.6g}",
+                      f"{array.astype(np.float64).mean():.6g}"] if numeric else ["", "", ""])
+            table.add_row(str(i), str(j), str(array.dtype), str(tuple(array.shape)), *stats)
+    console.print(table)
+    if len(results) > len(shown):
+        console.print(f"({len(results) - len(shown)} more inference(s) not shown)")
+
+
+def _print_latency(console, latencies: list[int], *, traced: bool) -> None:
+    us = sorted(t / 1e3 for t in latencies)
+    deciles = statistics.quantiles(us, n=10, method="inclusive")
+    console.print(
+        f"latency over {len(us)} call(s): median {statistics.median(us):.1f} µs, "
+        f"p10 {deciles[0]:.1f} µs, p90 {deciles[-1]:.1f} µs, min {us[0]:.1f} µs"
+        + (" (tracing on: each instruction timed)" if traced else ""))
+
+
+def _write_outputs(console, directory: Path, results: list, *, per_inference: bool) -> None:
+    written = 0
+    for i, outputs in enumerate(results):
+        folder = directory / f"inference_{i}" if per_inference else directory
+        folder.mkdir(parents=True, exist_ok=True)
+        for j, out in enumerate(outputs):
+            np.save(folder / f"output_{j}.npy", np.asarray(out))
+            written += 1
+    console.print(f"wrote {written} output file(s) to {directory}")
+
+
+def _print_profile(console, tracer, top: int = 20) -> None:
+    from rich.table import Table
+
+    rows = tracer.summary()
+    table = Table("op", "calls", "total ms", "% of total", "mean µs",
+                  title=f"top {min(top, len(rows))} of {len(rows)} op(s) by total time")
+    for stats in rows[:top]:
+        table.add_row(stats.op, str(stats.calls), f"{stats.total_ms:.3f}",
+                      f"{100 * stats.share:.1f}", f"{stats.mean_us:.1f}")
+    console.print(table)
