@@ -1,0 +1,208 @@
+"""``build_library``: manifest + C++ sources → one kernel library, through the cache.
+
+The stages, top to bottom (one function each below):
+
+    load + select ops → codegen → find toolchain → cache key
+      → cache hit? copy out, done
+      → lock key → (hit after waiting? copy out) → sweep stale temp dirs
+      → write project → cmake configure → ninja build → check every kernel is defined
+      → build.json → publish to cache (atomic) → copy out (atomic)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from opforge.build.abi import ABI_VERSION, include_dir
+from opforge.build.cache import BuildCache, copy_atomic, hash_key
+from opforge.build.codegen import GeneratedProject, generate_project, target_name
+from opforge.build.diagnostics import compile_error, undefined_kernels_error
+from opforge.build.selection import select_ops
+from opforge.build.toolchain import Toolchain, find_toolchain
+from opforge.errors import BuildError
+from opforge.manifest import OpDef, load_manifest
+
+__all__ = ["build_library", "BuildResult"]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build produced.
+
+    ``kernels``: ``(out overload key, dtype key, C++ kernel)`` of every kernel in the
+    library; ``cached``: served from the cache without compiling; ``project_dir``: the
+    generated CMake project, kept in the cache (build it standalone or cross-compile it).
+    """
+
+    path: Path
+    key: str
+    cached: bool
+    seconds: float
+    size: int
+    kernels: tuple[tuple[str, str, str], ...]
+    selection: str
+    project_dir: Path
+    unserved: tuple[str, ...] = field(default=())
+
+    @property
+    def ops(self) -> list[str]:
+        return list(dict.fromkeys(k for k, _, _ in self.kernels))
+
+
+def build_library(manifest_or_opdefs: str | os.PathLike | Sequence[OpDef],
+                  sources: Iterable[str | os.PathLike], output: str | os.PathLike, *,
+                  ops: Iterable[str] | None = None, programs: Iterable[str | os.PathLike] = (),
+                  dtypes: Iterable[str] | None = None, name: str | None = None,
+                  extra_flags: Sequence[str] = (), cxx: str | None = None,
+                  cache_root: str | os.PathLike | None = None,
+                  progress: bool | None = None) -> BuildResult:
+    """Compile the kernels of the selected ops into the shared library ``output``.
+
+    ``extra_flags`` are added to ``-O2`` (e.g. ``("-O3", "-march=native")``); ``cxx`` picks
+    the compiler (default ``$CXX``, then ``c++``); ``cache_root`` overrides
+    ``$OPFORGE_CACHE_DIR``. Raises ``BuildError`` with the author's file:line first.
+
+    >>> from opforge.examples.my_ops import manifest_path               # doctest: +SKIP
+    >>> r = build_library(manifest_path(), ["mul.cpp"], "libmy_ops.so",   # doctest: +SKIP
+    ...                   ops=["my_ops::mul3"])
+    >>> r.ops, r.cached                                                 # doctest: +SKIP
+    (['my_ops::mul3.out'], False)
+    """
+    start = time.perf_counter()
+    output = Path(output).resolve()
+    opdefs = _opdefs(manifest_or_opdefs)
+    selection = select_ops(opdefs, ops=ops, programs=programs, dtypes=dtypes)
+    if not selection.opdefs:
+        raise BuildError(f"`opforge build`: selection ({selection.reason}) — no operator with a "
+                         "kernel binding is left — fix: select ops the manifest binds kernels to")
+    source_paths = _sources(sources)
+    library = name or target_name(output.name)
+    project = generate_project(library, list(selection.opdefs), source_paths,
+                               output_name=output.name, extra_flags=tuple(extra_flags))
+    toolchain = find_toolchain(cxx)
+    key = _cache_key(project, source_paths, extra_flags, toolchain)
+    cache = BuildCache(Path(cache_root) if cache_root else None)
+    show = sys.stderr.isatty() if progress is None else progress
+
+    entry, fresh = cache.lookup(key), False
+    if entry is None:
+        with cache.locked(key):
+            entry = cache.lookup(key)  # another process may have built it while we waited
+            if entry is None:
+                cache.sweep_stale(key)
+                entry = _build(cache, key, project, source_paths, toolchain, output.name, show)
+                fresh = True
+    built = json.loads((entry / "build.json").read_text())
+    copy_atomic(entry / output.name, output)
+    return BuildResult(output, key, not fresh, time.perf_counter() - start, output.stat().st_size,
+                       tuple(tuple(k) for k in built["kernels"]), selection.reason,
+                       entry / "project", selection.unserved)
+
+
+def _opdefs(source) -> list[OpDef]:
+    if isinstance(source, (str, os.PathLike)):
+        return load_manifest(source)
+    return list(source)
+
+
+def _sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
+    paths = [Path(s).resolve() for s in sources]
+    if not paths:
+        raise BuildError("`opforge build`: no sources — fix: pass the C++ files defining the "
+                         "kernels with --sources a.cpp b.cpp")
+    for p in paths:
+        if not p.is_file():
+            raise BuildError(f"`opforge build`: source {p} — no such file — fix: check the path")
+    return paths
+
+
+def _cache_key(project: GeneratedProject, sources: list[Path], flags: Sequence[str],
+               toolchain: Toolchain) -> str:
+    """Everything that affects the library's bytes (STYLE.md 10)."""
+    from opforge import __version__
+
+    return hash_key({
+        "sources": [(str(p), hashlib.sha256(p.read_bytes()).hexdigest()) for p in sources],
+        "generated": project.files,  # glue (manifest, selection), CMakeLists, header copies
+        "headers": sorted(p.name for p in (include_dir() / "opforge").glob("*.h")),
+        "flags": list(flags),
+        "toolchain": toolchain.identity(),
+        "abi": ABI_VERSION,
+        "opforge": __version__,
+    })
+
+
+def _status(show: bool, text: str):
+    if not show:
+        return nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(text)
+
+
+def _run(command: list[str], cwd: Path) -> tuple[int, str]:
+    proc = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace")
+    return proc.returncode, proc.stdout
+
+
+def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list[Path],
+           toolchain: Toolchain, output_name: str, show: bool) -> Path:
+    started = time.time()
+    tmp = cache.temp_dir(key)
+    try:
+        project_dir, build_dir = tmp / "project", tmp / "build"
+        for rel, text in project.files.items():
+            target = project_dir / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        configure = [toolchain.cmake, "-S", str(project_dir), "-B", str(build_dir), "-G", "Ninja",
+                     f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja}",
+                     f"-DCMAKE_CXX_COMPILER={toolchain.cxx}"]
+        with _status(show, f"[bold]opforge build[/]: configuring {project.library} (cmake)"):
+            code, log = _run(configure, tmp)
+        if code != 0:
+            raise BuildError(f"`opforge build`: cmake could not configure the project — log:\n"
+                             f"{log[-4000:]}\n— fix: check the compiler ({toolchain.cxx})")
+        with _status(show, f"[bold]opforge build[/]: compiling {len(sources) + 1} file(s) "
+                     f"for {project.library}"):
+            code, log = _run([toolchain.cmake, "--build", str(build_dir)], tmp)
+        if code != 0:
+            raise compile_error(log, sources, project.library)
+        built = build_dir / output_name
+        if not built.is_file():
+            raise BuildError(f"`opforge build`: the build finished but {built} is missing")
+        _check_defined(built, project, build_dir, sources)
+        os.replace(built, tmp / output_name)
+        (tmp / "build.json").write_text(json.dumps({
+            "key": key, "library": project.library, "started": started,
+            "seconds": time.time() - started, "size": (tmp / output_name).stat().st_size,
+            "kernels": [[e.key, e.dtype_key, e.sig.qualified] for e in project.entries],
+        }, indent=1))
+        shutil.rmtree(build_dir, ignore_errors=True)  # objects: not needed once linked
+        return cache.commit(key, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed or interrupted build leaves nothing
+        raise
+
+
+def _check_defined(library: Path, project: GeneratedProject, build_dir: Path,
+                   sources: list[Path]) -> None:
+    """Every kernel the table lists must resolve to a definition in the sources."""
+    from opforge.runtime.native import kernel_table
+
+    rows = kernel_table(library)
+    missing = [e for e, row in zip(project.entries, rows) if not row.fn]
+    if missing:
+        objects = sorted(build_dir.rglob("*.o"))
+        raise undefined_kernels_error(missing, objects, sources)
