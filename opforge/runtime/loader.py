@@ -121,7 +121,8 @@ def _read(source: object, mode: str) -> tuple[str, str, Program]:
         try:
             verify(source)
         except ProgramError as e:
-            raise ProgramError(f"`{api}`: {e}") from None
+            message = str(e).removeprefix("`opforge.program.verify()`: ")
+            raise ProgramError(f"`{api}`: {message}") from None
         return api, label, source
     if isinstance(source, (bytes, bytearray, memoryview)):
         label = f"<{len(source)} bytes>"
