@@ -180,6 +180,18 @@ def _out_impl(opdef: OpDef, reference: Callable | None) -> Callable:
 
     def out_variant(*args, **kwargs):
         args, kwargs, outs = _split_out_args(opdef, args, kwargs)
+        kernel = _OUT_KERNELS.get(opdef.name)
+        if kernel is not None:
+            # A native kernel writes straight into the caller's out tensors (resized to the
+            # fake's shapes first, as ATen's out variants do): no temporary, no copy.
+            targets = outs[0] if is_list else outs
+            for target, shaped in zip(targets, _out_shapes(opdef, args, kwargs)):
+                if target.shape != shaped.shape:
+                    target.resize_(shaped.shape)
+            kernel(*args, outs=list(targets), **kwargs)
+            if is_list:
+                return None
+            return outs[0] if len(outs) == 1 else tuple(outs)
         result = functional(*args, **kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         targets = outs[0] if is_list else outs
