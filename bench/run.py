@@ -1,0 +1,109 @@
+"""opforge against torch eager, ONNX Runtime and ExecuTorch, measured in one run.
+
+    bench/.venv-peers/bin/python bench/run.py            # the full suite (~30-40 min)
+    bench/.venv-peers/bin/python bench/run.py --quick    # 1 round, fewer runs (~5 min)
+    bench/.venv-peers/bin/python bench/run.py --models mlp cnn --runtimes opforge-lean ort
+
+Steps, in order: eager reference outputs → one export process per runtime → interleaved
+rounds of measuring workers (one process per workload × runtime × round) → micro-
+benchmarks → bench/results/latest.jsonl, latest.md and ratios.png. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shlex
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import Harness  # noqa: E402
+from machine import describe_machine  # noqa: E402
+from micro import micro_markdown, run_micro  # noqa: E402
+from report import BASELINE, markdown, ratio_chart, summarize_measurements  # noqa: E402
+from runtimes import RUNTIMES  # noqa: E402
+from workloads import MAIN, WORKLOADS  # noqa: E402
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="development mode: 1 round, 20 runs, 3 import repeats")
+    parser.add_argument("--models", nargs="+", default=list(MAIN), choices=list(WORKLOADS),
+                        metavar="NAME", help=f"workloads of the main table (default: {' '.join(MAIN)})")
+    parser.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=list(RUNTIMES),
+                        metavar="NAME", help=f"runtimes (default: {' '.join(RUNTIMES)})")
+    parser.add_argument("--threads", type=int, default=2, help="threads for every runtime (2)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (3; --quick: 1)")
+    parser.add_argument("--runs", type=int, help="timed runs per worker (50; --quick: 20)")
+    parser.add_argument("--no-micro", action="store_true", help="skip the microbenchmarks")
+    parser.add_argument("--micro-only", action="store_true", help="only the microbenchmarks")
+    parser.add_argument("--workdir", type=pathlib.Path, default=HERE / "work",
+                        help="exported files and worker logs (bench/work, git-ignored)")
+    parser.add_argument("--out", type=pathlib.Path, default=HERE / "results",
+                        help="where latest.jsonl, latest.md and ratios.png go")
+    args = parser.parse_args(argv)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.runs = args.runs or (20 if args.quick else 50)
+    args.import_repeats = 3 if args.quick else 7
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    machine = describe_machine(HERE.parent)
+    with open(args.workdir / "workers.log", "w") as log:
+        harness = Harness(args.workdir, args.threads, log)
+        harness.say(f"bench: {machine['cpu']}, {machine['cores']} cores, threads={args.threads}, "
+                    f"rounds={args.rounds}, runs={args.runs}")
+        table: dict = {}
+        if not args.micro_only:
+            prepared = harness.prepare(args.models, args.runtimes)
+            pairs = [(w, r) for w in args.models for r in args.runtimes]
+            measured = harness.measure(pairs, args.rounds, args.runs)
+            table = summarize_measurements(measured, prepared)
+        micro = {}
+        if not args.no_micro:
+            micro = run_micro(harness, rounds=args.rounds, runs=args.runs,
+                              repeats=args.import_repeats, runtimes=args.runtimes)
+
+    setup = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
+             "runs": args.runs, "load_start": load_start, "load_end": os.getloadavg()[0],
+             "wall_s": time.perf_counter() - started,
+             "command": "bench/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
+    write_results(args, setup, table, micro, harness.events)
+    harness.say(f"bench: done in {setup['wall_s'] / 60:.1f} min → {args.out}/latest.md")
+    return 0
+
+
+def write_results(args: argparse.Namespace, setup: dict, table: dict, micro: dict,
+                  events: list[dict]) -> None:
+    with open(args.out / "latest.jsonl", "w") as out:
+        out.write(json.dumps({"event": "setup", **setup}) + "\n")
+        for event in events:
+            out.write(json.dumps(event) + "\n")
+        for workload, cells in table.items():
+            for runtime, cell in cells.items():
+                out.write(json.dumps({"event": "summary", "workload": workload,
+                                      "runtime": runtime, **cell}) + "\n")
+        if micro:
+            out.write(json.dumps({"event": "micro", **micro}) + "\n")
+    workloads = [w for w in args.models if w in table]
+    runtimes = list(args.runtimes)
+    text = markdown(table, workloads, runtimes, setup, micro_markdown(micro, table) if micro else [])
+    (args.out / "latest.md").write_text(text)
+    if table and BASELINE in runtimes and len(runtimes) > 1:
+        ratio_chart(table, workloads, runtimes, args.out / "ratios.png")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""opforge: ``opforge.export.export`` → program file → ``opforge.runtime.load(mode=...)``.
+
+``lean`` runs the portable NumPy kernels (the worker proves torch never gets imported);
+``aten`` runs the same file with PyTorch's own out kernels. Calls go through the public
+API a user calls, ``forward(*arrays)``, which copies inputs into the arena and returns
+fresh output arrays (``views=False``), like ONNX Runtime's ``run`` does. Threads: NumPy's
+BLAS obeys OMP/OPENBLAS/MKL_NUM_THREADS (set by run.py); ATen mode also gets
+``torch.set_num_threads``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+
+def unavailable() -> str | None:
+    try:
+        from opforge.runtime import load  # noqa: F401
+    except Exception as error:
+        return f"opforge.runtime.load not importable: {type(error).__name__}: {error}"
+    return None
+
+
+def export(model, inputs, path: pathlib.Path, variant: str) -> None:
+    from opforge.export import export as opforge_export
+    from opforge.program import save
+    # Both modes run the same program: exported once against the portable kernel set (the
+    # stricter one), so ATen mode differs only in who runs each instruction.
+    save(opforge_export(model, inputs, kernels="portable"), path)
+
+
+class Session:
+    def __init__(self, path: pathlib.Path, threads: int, mode: str) -> None:
+        from opforge.runtime import load
+        if mode == "aten":
+            import torch
+            torch.set_num_threads(threads)
+        self.program = load(path, mode=mode)
+        self.forward = self.program.method("forward")
+
+    def feed(self, arrays: list[np.ndarray]):
+        return [np.ascontiguousarray(a) for a in arrays]
+
+    def run(self, args):
+        return self.forward(*args)
+
+    def outputs(self, result) -> list[np.ndarray]:
+        return [np.array(r, copy=True) for r in result]
+
+
+def load(path: pathlib.Path, workload: str, threads: int, variant: str) -> Session:
+    return Session(path, threads, variant)

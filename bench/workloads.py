@@ -1,0 +1,111 @@
+"""What the benchmarks run: the model zoo plus synthetic workloads.
+
+Every workload is a factory returning ``(model.eval(), example_inputs)`` like the zoo's:
+
+- the six zoo models (``opforge.examples.zoo.ZOO``);
+- ``eltwise_chain``: ten elementwise ops over one 1M-element float32 tensor — memory
+  bandwidth and per-op dispatch, no BLAS;
+- ``tiny_add``: one add of two 1×4 tensors — the runtime's fixed cost per call;
+- ``chain_N``: N tiny adds in a row on 1×4 tensors — the per-instruction cost is the
+  slope of time over N (micro.py fits it);
+- ``big_mlp``: Linear layers holding ~100 MB of float32 weights — load time and resident
+  memory of a program whose constants are memory-mapped.
+
+This module imports torch: it runs in the prepare step and in torch-based workers only.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from opforge.examples.zoo import ZOO
+
+__all__ = ["WORKLOADS", "MAIN", "CHAIN_LENGTHS", "workload"]
+
+CHAIN_LENGTHS = (1, 8, 32, 128)
+
+
+class EltwiseChain(nn.Module):
+    """Ten elementwise ops; each reads and writes the whole tensor once."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.5
+        y = y + 0.25
+        y = torch.relu(y)
+        y = y - x
+        y = torch.sigmoid(y)
+        y = y * x
+        y = torch.tanh(y)
+        y = torch.abs(y)
+        y = y + x
+        return torch.neg(y)
+
+
+def eltwise_chain() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    gen = torch.Generator().manual_seed(0)
+    return EltwiseChain().eval(), (torch.randn(1_000_000, generator=gen),)
+
+
+class TinyAdd(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+
+
+def tiny_add() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    gen = torch.Generator().manual_seed(0)
+    return TinyAdd().eval(), (torch.randn(1, 4, generator=gen), torch.randn(1, 4, generator=gen))
+
+
+class AddChain(nn.Module):
+    """``length`` adds in a row: ``x = x + y`` (each one instruction after export)."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.length):
+            x = x + y
+        return x
+
+
+def _chain(length: int) -> Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]:
+    def factory() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+        gen = torch.Generator().manual_seed(0)
+        inputs = (torch.randn(1, 4, generator=gen), torch.randn(1, 4, generator=gen) * 1e-3)
+        return AddChain(length).eval(), inputs
+    return factory
+
+
+def big_mlp() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Six 2048×2048 Linear layers: 6 × 16.8 MB ≈ 101 MB of float32 weights."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(6):
+        layers += [nn.Linear(2048, 2048), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    gen = torch.Generator().manual_seed(0)
+    return model.eval(), (torch.randn(1, 2048, generator=gen),)
+
+
+WORKLOADS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
+    **ZOO,
+    "eltwise_chain": eltwise_chain,
+    "tiny_add": tiny_add,
+    **{f"chain_{n}": _chain(n) for n in CHAIN_LENGTHS},
+    "big_mlp": big_mlp,
+}
+
+# The workloads of the main table, in its row order.
+MAIN = (*ZOO, "eltwise_chain", "tiny_add")
+
+
+def workload(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    try:
+        factory = WORKLOADS[name]
+    except KeyError:
+        raise SystemExit(f"bench: unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
+    return factory()
