@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping
 
-from opforge.errors import RegistrationError
+from opforge.errors import KernelError, RegistrationError
 
 __all__ = ["Kernel", "KernelRegistry", "DEFAULT_DTYPE", "check_key", "registry_from"]
 
@@ -132,6 +132,14 @@ class KernelRegistry:
         Imports torch (only here and when a kernel is first resolved). Kernels registered
         into it explicitly (e.g. native overrides) still take precedence over torch's.
         """
+        try:
+            import torch  # noqa: F401  (fail here, clearly, rather than at the first op)
+        except ImportError as e:
+            raise KernelError(
+                f"`KernelRegistry.aten()`: ATen mode — torch is not importable ({e}) — valid: "
+                "ATen mode needs PyTorch; lean mode needs only NumPy — fix: 1. use --mode lean "
+                "/ mode='lean'; 2. or install torch (pip install 'opforge[torch]')"
+            ) from e
         from opforge.kernels.aten import aten_kernel
 
         return cls(name="aten", fallback=aten_kernel)
