@@ -430,8 +430,9 @@ def load_library(path: str | os.PathLike, registry, *, override: bool | None = N
     """Load a kernel library and register each of its out overloads into ``registry``.
 
     ``override=None`` (the default) registers a kernel as *overriding* when ``registry``
-    already serves its key (a portable ``aten::add.out``, a NumPy ``my_ops`` kernel), so the
-    library's kernel takes precedence; otherwise as a base kernel. ``True``/``False`` force
+    already serves its key with a kernel that is not native (a portable ``aten::add.out``,
+    a NumPy ``my_ops`` kernel, ATen mode's torch fallback), so the library's kernel takes
+    precedence; otherwise as a base kernel. ``True``/``False`` force
     one level. Two libraries serving the same key at the same level is a
     ``RegistrationError`` naming both files (the registry's duplicate rule).
 
@@ -443,7 +444,15 @@ def load_library(path: str | os.PathLike, registry, *, override: bool | None = N
     """
     library = NativeLibrary(path)
     for key in library.keys():
-        level = (key in registry) if override is None else override
+        level = _overrides(registry, key) if override is None else override
         registry.register(key, library.kernel(key), origin=library.path, target="native",
                           override=level)
     return library
+
+
+def _overrides(registry, key: str) -> bool:
+    """Does a native kernel for ``key`` replace a built-in one (see ``load_library``)?"""
+    present = registry.kernels(key)
+    if present:
+        return any(k.target != "native" for k in present if not k.override)
+    return key in registry  # served by the registry's fallback (ATen mode)
