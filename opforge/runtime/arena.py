@@ -95,7 +95,8 @@ class ValueTable:
                 raise ProgramError(f"`{self._api}`: {where} — {e}") from None
         raise ProgramError(  # the verifier admits no other kinds; a new kind needs code here
             f"`{self._api}`: method {self._method.name!r} values[{index}] — found "
-            f"{kind.__name__} — valid: the value kinds of opforge.program — fix: upgrade opforge"
+            f"{kind.__name__} — valid: the value kinds of opforge.program — "
+            "fix: upgrade opforge"
         )
 
     def _tensor(self, index: int, value: TensorValue) -> np.ndarray:

@@ -82,8 +82,8 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     (portable NumPy kernels, no torch) or ``"aten"`` (PyTorch's own kernels); ``registry``
     replaces that default. Each of ``kernels`` is added to the registry first: the path of a
     native kernel library, or a Python registrar ``"package.module:function"`` called with
-    the registry (see ``load_kernel_library``). Raises ``ProgramError`` for a bad file and one ``MissingKernelError``
-    listing every operator no kernel serves.
+    the registry (see ``load_kernel_library``). Raises ``ProgramError`` for a bad file and
+    one ``MissingKernelError`` listing every operator no kernel serves.
 
     >>> from opforge.program import (Program, Method, TensorValue, ArenaStorage, ScalarType,
     ...                              KernelCall, Operator, MemoryPlan)

@@ -40,6 +40,7 @@ from opforge.runtime.registry import Kernel
 __all__ = ["Method", "IOSpec"]
 
 _SCALAR_INPUT_TYPES = {IntValue: int, DoubleValue: float, BoolValue: bool}
+_ndarray, _copyto = np.ndarray, np.copyto
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +68,19 @@ class Method:
     Get one from ``LoadedProgram.method(name)``; call it with the inputs in order.
 
     >>> import numpy as np
-    >>> from opforge.program import _sample
+    >>> from opforge.program import (Program, Method as MethodDef, TensorValue, ArenaStorage,
+    ...                              ScalarType, KernelCall, Operator, MemoryPlan)
     >>> from opforge.runtime import load
-    >>> forward = load(_sample.sample_program(), mode="lean").method("forward")  # doctest: +SKIP
-    >>> forward(np.ones(4, np.float32))                                          # doctest: +SKIP
+    >>> x = TensorValue(ScalarType.FLOAT32, (3,), storage=ArenaStorage(0, 0))
+    >>> y = TensorValue(ScalarType.FLOAT32, (3,), storage=ArenaStorage(0, 64))
+    >>> abs_ = MethodDef("forward", (x, y), (0,), (1,), (KernelCall(0, (0, 1)),),
+    ...                  (Operator("aten::abs", "out"),), MemoryPlan((128,)))
+    >>> program = Program(methods=(abs_,))
+    >>> forward = load(program).method("forward")
+    >>> forward.inputs[0].describe()
+    'float32 of shape (3,)'
+    >>> forward(np.array([-1.0, 2.0, -3.0], np.float32))[0].tolist()
+    [1.0, 2.0, 3.0]
     """
 
     def __init__(self, program: Program, method: MethodDef, kernels: Sequence[Kernel | None],
@@ -111,7 +121,8 @@ class Method:
         self.outputs = tuple(self._io_spec(i) for i in method.outputs)
         self._fast_inputs = tuple((get(s.index), s.dtype, s.shape) for s in self.inputs
                                   if s.is_tensor)
-        self._all_tensor_inputs = len(self._fast_inputs) == len(self.inputs)
+        # the fast path takes calls with this many inputs; -1 (never) with scalar inputs
+        self._fast_count = len(self.inputs) if len(self._fast_inputs) == len(self.inputs) else -1
         self._scalar_users = self._scalar_input_users(method)
 
         # --- outputs: views (valid until the next call) and how to copy each
@@ -129,15 +140,15 @@ class Method:
         copies, or with ``views=True`` the arena views themselves: no copy, but valid only
         until the next call of this instance.
         """
-        if len(inputs) != len(self.inputs) or not self._all_tensor_inputs:
-            self._load_inputs_slow(inputs)
-        else:
-            copyto = np.copyto
+        if len(inputs) == self._fast_count:
             for a, (slot, dtype, shape) in zip(inputs, self._fast_inputs):
-                if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
+                if type(a) is not _ndarray or (a.dtype is not dtype and a.dtype != dtype) \
+                        or a.shape != shape:
                     self._load_inputs_slow(inputs)  # converts, or raises naming the input
                     break
-                copyto(slot, a)
+                _copyto(slot, a)
+        else:
+            self._load_inputs_slow(inputs)
         try:
             for fn, args in self._bound:
                 fn(*args)
@@ -220,7 +231,8 @@ class Method:
                         spec.dtype is float and type(given) is int):
                     raise ProgramError(
                         f"`{api}`: input {position} — found {type(given).__name__} "
-                        f"{given!r} — valid: {spec.describe()} — fix: pass a {spec.dtype.__name__}"
+                        f"{given!r} — valid: {spec.describe()} — "
+                        f"fix: pass a {spec.dtype.__name__}"
                     )
                 self._values.set(spec.index, spec.dtype(given))
                 rebind = True
@@ -273,7 +285,8 @@ class Method:
         shapes = ", ".join(_describe_arg(a) for a in args)
         return KernelError(
             f"`{self._api}({self.name!r})`: instruction {i} ({key}, {source}) in method "
-            f"{self.name!r} — raised {type(error).__name__}: {error} — arguments: ({shapes}) — "
+            f"{self.name!r} — raised {type(error).__name__}: {error} — "
+            f"arguments: ({shapes}) — "
             "fix: check the inputs' values; if they are valid, the kernel has a bug (compare "
             "with --mode aten)"
         )

@@ -79,13 +79,14 @@ class Kernel:
         check_key(self.key, "Kernel")
         if not callable(self.fn):
             raise RegistrationError(
-                f"`Kernel({self.key!r})`: fn — found {type(self.fn).__name__} — valid: a callable "
-                "— fix: pass the kernel function itself"
+                f"`Kernel({self.key!r})`: fn — found {type(self.fn).__name__} — "
+                "valid: a callable — fix: pass the kernel function itself"
             )
         if type(self.dtype_key) is not str or not _DTYPE_KEY.match(self.dtype_key):
             raise RegistrationError(
                 f"`Kernel({self.key!r})`: dtype_key {self.dtype_key!r} — valid: 'default' or a "
-                "lower-case ScalarType name such as 'float32' — fix: use ScalarType.X.name.lower()"
+                "lower-case ScalarType name such as 'float32' — "
+                "fix: use ScalarType.X.name.lower()"
             )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from opforge.errors import KernelError
 from opforge.kernels.aten import AtenOpKernel, aten_kernel, torch_op
