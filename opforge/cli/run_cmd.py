@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-__all__ = ["run"]
+__all__ = ["run", "profile_table"]
 
 
 @click.command("run")
@@ -181,7 +181,9 @@ def _write_outputs(console, directory: Path, results: list, *, per_inference: bo
     console.print(f"wrote {written} output file(s) to {directory}")
 
 
-def _print_profile(console, tracer, top: int = 20) -> None:
+def profile_table(tracer, top: int = 20):
+    """A rich ``Table`` of the ``top`` ops by total time in ``tracer`` (op, calls, total ms,
+    % of total, mean µs) — what ``opforge run --profile`` prints."""
     from rich.table import Table
 
     rows = tracer.summary()
@@ -190,4 +192,8 @@ def _print_profile(console, tracer, top: int = 20) -> None:
     for stats in rows[:top]:
         table.add_row(stats.op, str(stats.calls), f"{stats.total_ms:.3f}",
                       f"{100 * stats.share:.1f}", f"{stats.mean_us:.1f}")
-    console.print(table)
+    return table
+
+
+def _print_profile(console, tracer) -> None:
+    console.print(profile_table(tracer))
