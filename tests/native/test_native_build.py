@@ -237,3 +237,29 @@ def test_aten_op_with_own_kernel_overrides_portable(cache, tmp_path):
     x, out = np.ones(2, np.float32), np.empty(2, np.float32)
     kernel.fn(x, x, 2, out)
     assert out.tolist() == [1003.0, 1003.0]
+
+
+def test_native_loading_needs_no_torch(full):
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys
+        class _NoTorch:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("no torch here")
+        sys.meta_path.insert(0, _NoTorch())
+        import numpy as np
+        from opforge.runtime import KernelRegistry
+        from opforge.runtime.native import load_library
+        registry = KernelRegistry.portable()
+        load_library({str(full.path)!r}, registry)
+        out = np.empty(2, np.float32)
+        registry.lookup("my_ops::mul3.out").fn(np.ones(2, np.float32), out)
+        assert "torch" not in sys.modules and "jinja2" not in sys.modules
+        print(out.tolist())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[3.0, 3.0]"
