@@ -102,10 +102,19 @@ def big_program(h: Harness, runtimes: list[str], repeats: int) -> dict:
     return results
 
 
-def native_build() -> dict:
+def native_build(h: Harness, repeats: int) -> dict:
     if importlib.util.find_spec("opforge.build") is None:
-        return {"skipped": "opforge.build does not exist yet in this checkout"}
-    return {"skipped": "opforge.build exists but bench has no build workload yet"}
+        return {"skipped": "opforge.build does not exist in this checkout"}
+    events = []
+    for _ in range(repeats):
+        events += [e for e in h.worker({"mode": "build"}) if e.get("event") == "build"]
+    cold = [e["seconds"] for e in events if e["kind"] == "cold"]
+    warm = [e["seconds"] for e in events if e["kind"] == "warm" and e["cached"]]
+    if not cold:
+        return {"skipped": "the build failed (see bench/work/workers.log)"}
+    return {"cold_s": statistics.median(cold), "warm_s": statistics.median(warm) if warm else None,
+            "cold_samples": len(cold), "warm_samples": len(warm), "kernels": events[0]["kernels"],
+            "sources": events[0]["sources"]}
 
 
 def run_micro(h: Harness, *, rounds: int, runs: int, repeats: int,
@@ -118,8 +127,10 @@ def run_micro(h: Harness, *, rounds: int, runs: int, repeats: int,
     imports = import_times(h, repeats)
     h.say("micro: ~100 MB program")
     big = big_program(h, big_runtimes, max(1, repeats // 2))
+    h.say("micro: native build, cold and cached")
+    build = native_build(h, 1 if repeats < 5 else 2)
     return {"per_instruction": chains, "imports": imports, "big_program": big,
-            "native_build": native_build()}
+            "native_build": build}
 
 
 def micro_markdown(micro: dict, table: dict) -> list[str]:
@@ -184,6 +195,13 @@ def micro_markdown(micro: dict, table: dict) -> list[str]:
         lines.append("")
 
     build = micro.get("native_build", {})
-    if build:
-        lines += ["### Native build", "", f"- {build.get('skipped') or build}", ""]
+    if build.get("skipped"):
+        lines += ["### Native build", "", f"- skipped: {build['skipped']}", ""]
+    elif build:
+        lines += ["### Native build", "",
+                  f"`opforge.build.build_library` on the bundled example (opforge/examples: "
+                  f"{build['sources']} C++ sources, {build['kernels']} kernels), median of "
+                  f"{build['cold_samples']} cold build(s) into an empty cache and "
+                  f"{build['warm_samples']} cache hit(s).", "",
+                  f"- cold: {fmt_time(build['cold_s'])}", f"- warm (cache hit): {fmt_time(build['warm_s'])}", ""]
     return lines

@@ -8,6 +8,7 @@ Modes:
 - ``prepare``: export each workload for one runtime (timed: the export time);
 - ``measure``: load one artifact, warm up, time ≥ N runs, check against eager, report
   latency percentiles, resident memory and whether torch got imported;
+- ``build``: build the bundled example's native kernels, cold then from the cache;
 - ``bigload``: load a program with ~100 MB of constants and report load time and VmRSS
   right after load, after the first run and after more runs.
 
@@ -202,6 +203,7 @@ def measure(spec: dict) -> None:
 def bigload(spec: dict) -> None:
     rt = runtime(spec["runtime"])
     impl = rt.impl()
+    impl.unavailable()  # imports the runtime: load time and RSS below exclude the import
     inputs, expected = load_io(spec["workdir"], spec["workload"])
     path = artifact_path(spec["workdir"], spec["workload"], rt.name)
     rss_before = current_rss_mb()
@@ -227,8 +229,25 @@ def bigload(spec: dict) -> None:
          torch_imported="torch" in sys.modules)
 
 
+def build(spec: dict) -> None:
+    """Native build of the bundled example kernels: cold (an empty cache) then warm (hit)."""
+    import tempfile
+    from opforge.build import build_library
+    from opforge.examples.my_ops import manifest_path
+    sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
+    with tempfile.TemporaryDirectory(prefix="opforge-bench-build-") as tmp:
+        cache = pathlib.Path(tmp) / "cache"
+        for kind in ("cold", "warm", "warm"):
+            start = time.perf_counter()
+            result = build_library(manifest_path(), sources, pathlib.Path(tmp) / "libmy_ops.so",
+                                   cache_root=cache, progress=False)
+            emit(event="build", kind=kind, seconds=time.perf_counter() - start,
+                 cached=result.cached, kernels=len(result.kernels), sources=len(sources),
+                 library_bytes=result.size)
+
+
 MODES = {"reference": reference, "prepare": prepare, "measure": measure,
-         "bigload": bigload}
+         "bigload": bigload, "build": build}
 
 
 def main() -> int:
