@@ -31,6 +31,8 @@ def minmax_reference(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch
 
 
 def minmax_fake(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if input.dim() == 0:  # like torch.amin: a 0-d input reduces over dim 0 (or -1) to 0-d
+        return input.new_empty(()), input.new_empty(())
     shape = list(input.shape)
     del shape[dim]
     return input.new_empty(shape), input.new_empty(shape)

@@ -108,17 +108,14 @@ def test_one_source_serves_eager_export_and_runtime(native_ops, full, cache, tmp
 
 
 def test_opforge_check_passes_on_the_examples(full):
-    ops = ["my_ops::mul3", "my_ops::mul4", "my_ops::scaled_sum"]
+    ops = ["my_ops::mul3", "my_ops::mul4", "my_ops::minmax", "my_ops::scaled_sum"]
     command = [sys.executable, "-m", "opforge", "check", str(manifest_path()), "--kernels",
                str(full.path)] + [a for op in ops for a in ("--op", op)]
     proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 op(s) passed" in proc.stdout
+    assert "4 op(s) passed" in proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="opforge/examples/my_ops.py minmax_fake deletes `dim` "
-                   "from a 0-d shape (IndexError) where torch.amin accepts dim=0: the check "
-                   "reports it; fix the fake, then drop this mark")
 def test_opforge_check_minmax_fake_on_0d():
     from opforge.examples.my_ops import minmax_fake
 
