@@ -7,6 +7,9 @@ flow → ``torch.cond``, unsupported Python → non-strict mode).
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -115,15 +118,25 @@ def method_specs(
     return specs
 
 
+@contextlib.contextmanager
+def quiet_torch_internals():
+    """torch 2.13 warns about its own pytree internals on every export and decomposition;
+    the warning is not about the user's model, so it is not shown to them."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec.*", category=FutureWarning)
+        yield
+
+
 def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:
     """Run ``torch.export.export`` on one method; user errors become ``ExportError``."""
     module = spec.module
     was_training = module.training
     module.eval()
     try:
-        exported = torch.export.export(
-            module, spec.example_inputs, dynamic_shapes=spec.dynamic_shapes, strict=strict
-        )
+        with quiet_torch_internals():
+            exported = torch.export.export(
+                module, spec.example_inputs, dynamic_shapes=spec.dynamic_shapes, strict=strict
+            )
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 - torch raises many unrelated types here

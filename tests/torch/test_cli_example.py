@@ -1,12 +1,20 @@
-"""The README's main job, as the user runs it (`opforge example`)."""
+"""The README's main job, as the user runs it (`opforge example`): define → build → export → run."""
 
 import subprocess
 import sys
 
 
-def test_example_runs_every_stage():
-    proc = subprocess.run([sys.executable, "-m", "opforge", "example"], capture_output=True,
-                          text=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}, timeout=600)
+def test_example_runs_every_stage(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "opforge", "example", "--workdir", str(tmp_path),
+                           "--iterations", "5"], capture_output=True, text=True,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin",
+                               "OPFORGE_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "all stages passed" in proc.stdout
-    assert "my_ops::mul3.out(x, output=out)" in proc.stdout
+    out = proc.stdout
+    assert "all stages passed" in out
+    for stage in ("1. define", "2. build", "3. register", "4. export", "5. run", "6. profile"):
+        assert stage in out
+    assert "lean runtime vs eager PyTorch" in out and "NO" not in out
+    assert (tmp_path / "libmy_ops.so").is_file() and (tmp_path / "model.opf").is_file()
+    assert "my_ops::mul3.out" in out  # the profile names the custom op's instruction
+    assert "FutureWarning" not in proc.stderr

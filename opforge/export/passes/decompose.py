@@ -6,7 +6,7 @@ from typing import Iterable
 
 import torch
 
-from opforge.export.capture import method_graph_from_exported
+from opforge.export.capture import method_graph_from_exported, quiet_torch_internals
 from opforge.export.method_graph import MethodGraph
 from opforge.export.out_variants import op_key
 from opforge.export.pass_manager import ExportPass
@@ -40,7 +40,8 @@ class DecomposeToCoreAten(ExportPass):
         self.preserve = frozenset(preserve)
 
     def run(self, method: MethodGraph) -> MethodGraph:
-        exported = method.exported.run_decompositions(decomposition_table(self.preserve))
+        with quiet_torch_internals():
+            exported = method.exported.run_decompositions(decomposition_table(self.preserve))
         result = method_graph_from_exported(method.name, exported)
         result.preserved_ops = self.preserve
         return result
