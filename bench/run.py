@@ -103,6 +103,21 @@ def write_results(args: argparse.Namespace, setup: dict, table: dict, micro: dic
     (args.out / "latest.md").write_text(text)
     if table and BASELINE in runtimes and len(runtimes) > 1:
         ratio_chart(table, workloads, runtimes, args.out / "ratios.png")
+    if not args.quick and args.out == HERE / "results" and table and micro:
+        update_readme(text)
+
+
+def update_readme(text: str) -> None:
+    """A full run with the default output also refreshes the results in bench/README.md,
+    between its two markers, so the README never shows numbers from an older run."""
+    readme = HERE / "README.md"
+    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+    current = readme.read_text() if readme.exists() else ""
+    if begin not in current or end not in current:
+        return
+    body = text.split("\n", 1)[1].replace("\n### ", "\n#### ").replace("\n## ", "\n### ")
+    head, rest = current.split(begin, 1)
+    readme.write_text(f"{head}{begin}\n{body.strip()}\n{end}{rest.split(end, 1)[1]}")
 
 
 if __name__ == "__main__":

@@ -159,49 +159,6 @@ def _parse_arguments(cur: _Cursor) -> Arguments:
     return Arguments(tuple(positional), tuple(kwarg_only))
 
 
-def _parse_arguments(cur: _Cursor) -> Arguments:
-    positional: list[Argument] = []
-    kwarg_only: list[Argument] = []
-    seen: dict[str, int] = {}
-    if cur.peek(")"):
-        return Arguments()
-    star_pos = None
-    while True:
-        if cur.peek("*"):
-            if star_pos is not None:
-                raise cur.fail("a single '*' (keyword-only marker) per schema")
-            star_pos = cur.pos
-            cur.pos += 1
-        else:
-            arg, name_pos = _parse_argument(cur)
-            if arg.name in seen:
-                raise cur.fail(
-                    f"a unique argument name ('{arg.name}' is already argument {seen[arg.name] + 1})",
-                    pos=name_pos,
-                    found=f"a second '{arg.name}'",
-                )
-            seen[arg.name] = len(seen)
-            (kwarg_only if star_pos is not None else positional).append(arg)
-        if not cur.eat(", "):
-            break
-    if star_pos is not None and not kwarg_only:
-        raise cur.fail("at least one keyword-only argument after '*'", pos=star_pos, found="'*'")
-    return Arguments(tuple(positional), tuple(kwarg_only))
-
-
-def _annotated_type_text(text: str, start: int) -> str:
-    end = text.find(" ", start)
-    depth = 0
-    for i in range(start, len(text)):  # a space inside `(a -> *)` does not end the type
-        if text[i] == "(":
-            depth += 1
-        elif text[i] == ")":
-            depth -= 1
-        elif text[i] == " " and depth == 0:
-            return text[start:i]
-    return text[start:] if end < 0 else text[start:end]
-
-
 def _parse_argument(cur: _Cursor) -> tuple[Argument, int]:
     t, annotation = _parse_type(cur)
     cur.expect(" ", "a space and then the argument name after the type")
