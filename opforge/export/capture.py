@@ -11,7 +11,7 @@ import contextlib
 import warnings
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import nn

@@ -15,7 +15,6 @@ import warnings
 from collections.abc import Container, Iterable
 from typing import Any, Sequence
 
-import torch
 
 from opforge.errors import ExportError, MissingKernelError
 from opforge.export.out_variants import find_out_variant, is_out_schema, op_key

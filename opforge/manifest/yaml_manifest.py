@@ -166,7 +166,7 @@ def _func(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
 
 
 def _aten_op(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
-    from opforge.schema.native_functions import aten_schemas, lookup_aten, near_aten_names
+    from opforge.schema.native_functions import lookup_aten, near_aten_names
 
     name = e.raw["op"]
     if not isinstance(name, str) or not name.strip():

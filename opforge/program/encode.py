@@ -20,7 +20,7 @@ from opforge.program.model import (
     DelegateCall, Free, KernelCall, Method, Move, Program,
 )
 from opforge.program.values import (
-    ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue, DoubleValue,
+    ArenaStorage, BoolListValue, BoolValue, DoubleListValue, DoubleValue,
     IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue, StringValue,
     TensorListValue, TensorValue,
 )

@@ -49,9 +49,9 @@ def _hints(op: MissingOp, registry: KernelRegistry, mode: str) -> list[str]:
         hints.append("near names in the registry: " + ", ".join(f"`{n}`" for n in near)
                      + " (an overload mismatch? re-export with the same kernel set)")
     if namespace != "aten":
-        hints.append(f"build a native library from the op's manifest (`opforge build "
-                     f"MANIFEST.yaml`) and load it: `--kernels LIB` / "
-                     f"`load(..., kernels=[LIB])`")
+        hints.append("build a native library from the op's manifest (`opforge build "
+                     "MANIFEST.yaml`) and load it: `--kernels LIB` / "
+                     "`load(..., kernels=[LIB])`")
         hints.append("register a NumPy kernel: `registry.register('ns::op.overload', fn, "
                      "origin=..., target='portable')` inside a function `pkg.mod:register"
                      "(registry)`, then pass `--kernels pkg.mod:register` / "

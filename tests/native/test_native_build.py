@@ -3,7 +3,6 @@
 Needs a C++ compiler (skipped without one); no torch.
 """
 
-import os
 import shutil
 import subprocess
 import time
@@ -239,17 +238,8 @@ def test_aten_op_with_own_kernel_overrides_portable(cache, tmp_path):
     assert out.tolist() == [1003.0, 1003.0]
 
 
-def test_native_loading_needs_no_torch(full):
-    import sys
-    import textwrap
-
-    code = textwrap.dedent(f"""
-        import sys
-        class _NoTorch:
-            def find_spec(self, name, path=None, target=None):
-                if name == "torch" or name.startswith("torch."):
-                    raise ImportError("no torch here")
-        sys.meta_path.insert(0, _NoTorch())
+def test_native_loading_needs_no_torch(full, python_without_torch):
+    code = f"""
         import numpy as np
         from opforge.runtime import KernelRegistry
         from opforge.runtime.native import load_library
@@ -259,7 +249,7 @@ def test_native_loading_needs_no_torch(full):
         registry.lookup("my_ops::mul3.out").fn(np.ones(2, np.float32), out)
         assert "torch" not in sys.modules and "jinja2" not in sys.modules
         print(out.tolist())
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    """
+    proc = python_without_torch(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[3.0, 3.0]"

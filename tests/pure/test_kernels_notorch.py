@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 _PROGRAM = textwrap.dedent(
     """
-    import importlib.abc, sys
-
-    class NoTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is not available in the lean runtime")
-            return None
-
-    sys.meta_path.insert(0, NoTorch())
+    import sys
 
     import math
     import numpy as np
@@ -52,8 +42,7 @@ _PROGRAM = textwrap.dedent(
 )
 
 
-def test_portable_kernels_run_without_torch():
-    result = subprocess.run([sys.executable, "-c", _PROGRAM], capture_output=True, text=True,
-                            timeout=120)
+def test_portable_kernels_run_without_torch(python_without_torch):
+    result = python_without_torch(_PROGRAM)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok ")

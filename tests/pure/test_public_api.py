@@ -1,23 +1,9 @@
 """The documented public surface is what is exported, and `import opforge` stays lean."""
 
-import subprocess
-import sys
-import textwrap
-
 import opforge
 import opforge.manifest
 import opforge.schema
 
-# Makes `import torch` fail, as on a device with only NumPy.
-BLOCK_TORCH = textwrap.dedent("""
-    import sys
-    class _NoTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is not installed here")
-            return None
-    sys.meta_path.insert(0, _NoTorch())
-""")
 
 
 def test_top_level_surface():
@@ -33,8 +19,8 @@ def test_subpackage_surfaces():
             assert hasattr(module, name), f"{module.__name__}.{name}"
 
 
-def test_define_stage_imports_without_torch():
-    code = BLOCK_TORCH + textwrap.dedent("""
+def test_define_stage_imports_without_torch(python_without_torch):
+    code = """
         import opforge, opforge.schema, opforge.manifest
         d = opforge.manifest.parse_manifest(
             "- func: my_ops::mul3(Tensor input) -> Tensor\\n"
@@ -42,7 +28,7 @@ def test_define_stage_imports_without_torch():
         assert d[0].kernels[0].cpp_name == "custom::native::mul3_out_impl"
         assert "torch" not in sys.modules
         print("ok")
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    """
+    proc = python_without_torch(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"

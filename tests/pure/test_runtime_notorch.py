@@ -8,9 +8,6 @@ against NumPy and asserts torch was never imported.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 
@@ -19,15 +16,6 @@ from opforge.program import (
     NoneValue, Operator, Program, ScalarType, Segment, TensorValue, save,
 )
 
-BLOCK_TORCH = textwrap.dedent("""
-    import sys
-    class _NoTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is not installed here")
-            return None
-    sys.meta_path.insert(0, _NoTorch())
-""")
 
 F32 = ScalarType.FLOAT32
 
@@ -65,7 +53,7 @@ def _expected(x, weight, bias):
     return relu + 2 * e / e.sum(axis=1, keepdims=True)
 
 
-def test_lean_runtime_and_cli_run_without_torch(tmp_path):
+def test_lean_runtime_and_cli_run_without_torch(tmp_path, python_without_torch):
     rng = np.random.default_rng(0)
     weight = rng.standard_normal((3, 4)).astype(np.float32)
     bias = rng.standard_normal(3).astype(np.float32)
@@ -73,7 +61,7 @@ def test_lean_runtime_and_cli_run_without_torch(tmp_path):
     save(_program(weight, bias), tmp_path / "model.opf")
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "expected.npy", _expected(x, weight, bias))
-    code = BLOCK_TORCH + textwrap.dedent(f"""
+    code = f"""
         import numpy as np
         from opforge.runtime import load
         d = {str(tmp_path)!r}
@@ -92,26 +80,24 @@ def test_lean_runtime_and_cli_run_without_torch(tmp_path):
                                    atol=1e-6)
         assert "torch" not in sys.modules, sorted(m for m in sys.modules if "torch" in m)
         print("ok")
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    """
+    proc = python_without_torch(code)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert proc.stdout.strip().endswith("ok")
     assert "aten::linear.out" in proc.stdout  # the --profile table
 
 
-def test_aten_mode_without_torch_is_a_clear_error(tmp_path):
+def test_aten_mode_without_torch_is_a_clear_error(tmp_path, python_without_torch):
     save(_program(np.zeros((3, 4), np.float32), np.zeros(3, np.float32)), tmp_path / "m.opf")
-    code = BLOCK_TORCH + textwrap.dedent(f"""
+    code = f"""
         from opforge.errors import KernelError
         from opforge.runtime import load
         try:
             load({str(tmp_path / "m.opf")!r}, mode="aten")
         except KernelError as e:
             print("KernelError:", e)
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    """
+    proc = python_without_torch(code)
     assert proc.returncode == 0, proc.stderr
     assert "torch is not importable (torch is not installed here)" in proc.stdout
     assert "--mode lean" in proc.stdout

@@ -62,7 +62,6 @@ def _convolution(x, weight, stride, padding, dilation, groups, ct) -> np.ndarray
 
 def _transposed(x, weight, stride, padding, dilation, output_padding, groups, ct):
     n, c = x.shape[:2]
-    spatial = x.ndim - 2
     # The transposed weight is (C_in, C_out / groups, *kernel_size).
     c_per_group, out_per_group = weight.shape[0] // groups, weight.shape[1]
     kernel_size = weight.shape[2:]
