@@ -5,7 +5,7 @@
   median time over N is the cost of one more instruction, the intercept the fixed cost;
 - cold import: a fresh ``python -c "import M"`` per sample, the median of several (both
   the import as timed inside the process and the whole process's wall time);
-- peak resident memory running the MLP: from the main suite's workers (``ru_maxrss``
+- peak resident memory running the MLP: from the main suite's workers (VmHWM
   after the timed runs, beside the peak right after the imports);
 - a program with ~100 MB of weights: load time and VmRSS right after load, after the first
   run and after ten more (constants are memory-mapped: RSS grows only as they are read);
@@ -143,7 +143,7 @@ def micro_markdown(micro: dict, table: dict) -> list[str]:
     lines += ["### Per call, per instruction, peak memory", "",
               "Per call: median of `tiny_add` (one add of two 1×4 tensors). Per instruction: "
               f"least-squares slope over chains of N adds, N = {', '.join(map(str, CHAIN_LENGTHS))} "
-              "(intercept = fixed cost of the chain program). Peak RSS: `ru_maxrss` of the worker "
+              "(intercept = fixed cost of the chain program). Peak RSS: VmHWM (peak resident set) of the worker "
               "running the MLP, after its imports → after all runs.", "",
               "| runtime | per call | per instruction | chain intercept | peak RSS on mlp (after imports → peak) |",
               "| --- | ---: | ---: | ---: | ---: |"]

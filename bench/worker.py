@@ -39,15 +39,26 @@ def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
+def _status_mb(field: str) -> float:
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    """The peak resident set of this process: VmHWM, not ``ru_maxrss``. On Linux
+    ``ru_maxrss`` survives fork + exec, so a worker started by an orchestrator that has
+    imported torch would report the orchestrator's 250 MB as its own peak; VmHWM belongs
+    to the worker's own address space."""
+    value = _status_mb("VmHWM")
+    if value != value:  # NaN: no /proc (not Linux); fall back to getrusage
+        value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return value
 
 
 def current_rss_mb() -> float:
-    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
+    return _status_mb("VmRSS")
 
 
 def artifact_path(workdir: str, workload: str, runtime_name: str) -> pathlib.Path:
