@@ -41,11 +41,28 @@ def make(shape, dtype, layout="contiguous", seed=0, positive=False):
 
 
 def check(key, expected, *args):
-    """Run ``key`` with ``args`` + a fresh out and compare with the torch result."""
-    out = np.empty(tuple(expected.shape), dtype=expected.numpy().dtype)
-    assert KERNELS[key](*args, out) is None
-    tol = TOL.get(out.dtype.type, 0)
-    np.testing.assert_allclose(out, expected.numpy(), rtol=tol, atol=tol)
+    """Run ``key`` with ``args`` + a fresh out, unbound and bound, and compare both with the
+    torch result."""
+    for bound in (False, True):
+        out = np.empty(tuple(expected.shape), dtype=expected.numpy().dtype)
+        if bound:
+            run_bound(key, (*args, out), [out])
+        else:
+            assert KERNELS[key](*args, out) is None
+        tol = TOL.get(out.dtype.type, 0)
+        np.testing.assert_allclose(out, expected.numpy(), rtol=tol, atol=tol)
+
+
+def run_bound(key, args, outs):
+    """Also run ``key`` the way the executor does: ``kernel.bind(args)`` once (with fresh
+    outs), then the bound pair twice — the second time over garbage left in the outs, so
+    a fast path that forgot to write an element or reuses a stale workspace fails."""
+    bind = getattr(KERNELS[key], "bind", None)
+    fn, bound_args = bind(args) if bind is not None else (KERNELS[key], args)
+    fn(*bound_args)
+    for out in outs:
+        out.fill(True if out.dtype == np.bool_ else 7)
+    fn(*bound_args)
 
 
 SHAPES = [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 5)), ((0, 3), (3,)),

@@ -35,12 +35,30 @@ def make(shape, dtype, layout="contiguous", seed=0):
 
 
 def check(key, expected, *args):
+    """Run ``key`` unbound and bound; both must equal the torch result exactly."""
     many = isinstance(expected, (tuple, list))
     exp = list(expected) if many else [expected]
-    outs = [np.empty(tuple(e.shape), dtype=e.numpy().dtype) for e in exp]
-    assert KERNELS[key](*args, *([outs] if key in LIST_OUT else outs)) is None
-    for out, e in zip(outs, exp):
-        np.testing.assert_array_equal(out, e.numpy())
+    for bound in (False, True):
+        outs = [np.empty(tuple(e.shape), dtype=e.numpy().dtype) for e in exp]
+        full = (*args, *([outs] if key in LIST_OUT else outs))
+        if bound:
+            run_bound(key, full, outs)
+        else:
+            assert KERNELS[key](*full) is None
+        for out, e in zip(outs, exp):
+            np.testing.assert_array_equal(out, e.numpy())
+
+
+def run_bound(key, args, outs):
+    """Also run ``key`` the way the executor does: ``kernel.bind(args)`` once (with fresh
+    outs), then the bound pair twice — the second time over garbage left in the outs, so
+    a fast path that forgot to write an element or reuses a stale workspace fails."""
+    bind = getattr(KERNELS[key], "bind", None)
+    fn, bound_args = bind(args) if bind is not None else (KERNELS[key], args)
+    fn(*bound_args)
+    for out in outs:
+        out.fill(True if out.dtype == np.bool_ else 7)
+    fn(*bound_args)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])

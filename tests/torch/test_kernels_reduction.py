@@ -35,12 +35,29 @@ def make(shape, dtype, layout="contiguous", seed=0):
 
 
 def check(key, expected, *args):
+    """Run ``key`` unbound and bound; compare both with the torch result."""
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    outs = [np.empty(tuple(e.shape), dtype=e.numpy().dtype) for e in expected]
-    assert KERNELS[key](*args, *outs) is None
-    for out, e in zip(outs, expected):
-        tol = TOL.get(out.dtype.type, 0)
-        np.testing.assert_allclose(out, e.numpy(), rtol=tol, atol=tol)
+    for bound in (False, True):
+        outs = [np.empty(tuple(e.shape), dtype=e.numpy().dtype) for e in expected]
+        if bound:
+            run_bound(key, (*args, *outs), outs)
+        else:
+            assert KERNELS[key](*args, *outs) is None
+        for out, e in zip(outs, expected):
+            tol = TOL.get(out.dtype.type, 0)
+            np.testing.assert_allclose(out, e.numpy(), rtol=tol, atol=tol)
+
+
+def run_bound(key, args, outs):
+    """Also run ``key`` the way the executor does: ``kernel.bind(args)`` once (with fresh
+    outs), then the bound pair twice — the second time over garbage left in the outs, so
+    a fast path that forgot to write an element or reuses a stale workspace fails."""
+    bind = getattr(KERNELS[key], "bind", None)
+    fn, bound_args = bind(args) if bind is not None else (KERNELS[key], args)
+    fn(*bound_args)
+    for out in outs:
+        out.fill(True if out.dtype == np.bool_ else 7)
+    fn(*bound_args)
 
 
 DIMS = [None, (), (0,), (-1,), (0, 2), (1,)]

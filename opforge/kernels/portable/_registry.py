@@ -13,7 +13,7 @@ from typing import Callable
 
 from opforge.errors import RegistrationError
 
-__all__ = ["Kernel", "kernel_decorator", "check_registry_key"]
+__all__ = ["Kernel", "kernel_decorator", "check_registry_key", "binder_for"]
 
 Kernel = Callable[..., None]
 
@@ -59,3 +59,19 @@ def kernel_decorator(table: dict[str, Kernel]) -> Callable[..., Callable[[Kernel
         return register
 
     return kernel
+
+
+def binder_for(*kernels: Kernel) -> Callable[[Callable], Callable]:
+    """Attach the decorated ``binder(args) -> (callable, args)`` as each kernel's ``bind``.
+
+    The executor calls ``kernel.bind(args)`` once per instruction at load and then runs the
+    pair it returns on every call (see ``_binding`` for the contract). The kernel itself is
+    unchanged and stays callable on its own.
+    """
+
+    def attach(binder: Callable) -> Callable:
+        for fn in kernels:
+            fn.bind = binder
+        return binder
+
+    return attach

@@ -2,18 +2,26 @@
 
 Everything computes in the output's dtype; float16 evaluates elementwise in float32 where
 the formula has several steps (ATen's CPU kernels do the same through their "opmath" type).
+
+Bound (see ``_binding``): relu and the clamps are one or two ufuncs with their bounds
+folded; GELU runs as a fixed list of ufunc steps into scratch buffers — for float32 the
+exact (erf) form looks the normal CDF up in a table (``_normal_cdf``, error < 1e-7), for
+float64 it keeps the general kernel's float64 erf.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
 from opforge.errors import KernelError
+from opforge.kernels.portable._binding import fold_scalar, separate, steps, ufunc_step
 from opforge.kernels.portable._erf import erf
+from opforge.kernels.portable._normal_cdf import normal_cdf_steps
 from opforge.kernels.portable._promotion import accumulate_dtype, result_type
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 from opforge.kernels.portable.arithmetic import as_operand
 
 __all__ = ["KERNELS"]
@@ -125,3 +133,72 @@ def softplus_out(self, beta, threshold, out):
     with np.errstate(over="ignore"):
         soft = np.log1p(np.exp(bx)) / beta
     np.copyto(out, np.where(bx > threshold, x, soft), casting="unsafe")
+
+
+# --- bind-time fast paths -------------------------------------------------------------------
+
+@binder_for(relu_out)
+def _bind_relu(args):
+    self, out = args
+    zero = np.zeros((), self.dtype)
+    if out.dtype != self.dtype:
+        return steps([(partial(np.maximum, casting="unsafe"), (self, zero, out))], out)
+    return steps([(np.maximum, (self, zero, out))], out)
+
+
+def _bind_clamp(self, low, high, out, kernel, args):
+    if (low is None and high is None) or (isinstance(low, np.ndarray) and low.ndim) or \
+            (isinstance(high, np.ndarray) and high.ndim):
+        return kernel, args  # tensor bounds: the general kernel
+    ct = result_type(self, low, high)
+    pairs, x = [], self
+    if low is not None:
+        pairs.append(ufunc_step(np.maximum, x, fold_scalar(low, ct), out, dtype=ct))
+        x = out
+    if high is not None:
+        pairs.append(ufunc_step(np.minimum, x, fold_scalar(high, ct), out, dtype=ct))
+    return steps(pairs, out)
+
+
+@binder_for(hardtanh_out)
+def _bind_hardtanh(args):
+    return _bind_clamp(*args, hardtanh_out, args)
+
+
+@binder_for(clamp_out)
+def _bind_clamp_both(args):
+    return _bind_clamp(*args, clamp_out, args)
+
+
+@binder_for(clamp_min_out)
+def _bind_clamp_min(args):
+    self, low, out = args
+    return _bind_clamp(self, low, None, out, clamp_min_out, args)
+
+
+@binder_for(clamp_max_out)
+def _bind_clamp_max(args):
+    self, high, out = args
+    return _bind_clamp(self, None, high, out, clamp_max_out, args)
+
+
+@binder_for(gelu_out)
+def _bind_gelu(args):
+    self, approximate, out = args
+    ct = out.dtype
+    if self.dtype != ct or ct not in (np.float32, np.float64) or not separate([out], self):
+        return gelu_out, args
+    if approximate == "tanh":
+        # The general kernel's operations in its order: the same roundings.
+        s = np.empty(self.shape, ct)
+        c = lambda v: np.asarray(v, ct)  # noqa: E731
+        return steps([
+            (np.multiply, (self, c(0.044715), s)), (np.multiply, (s, self, s)),
+            (np.multiply, (s, self, s)), (np.add, (self, s, s)),
+            (np.multiply, (s, c(math.sqrt(2.0 / math.pi)), s)), (np.tanh, (s, s)),
+            (np.add, (s, c(1.0), s)), (np.multiply, (self, c(0.5), out)),
+            (np.multiply, (out, s, out)),
+        ], out)
+    if approximate == "none" and ct == np.float32:
+        return steps(normal_cdf_steps(self, out))
+    return gelu_out, args

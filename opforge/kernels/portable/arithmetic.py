@@ -5,6 +5,10 @@ lets the ufunc cast into ``out`` (``casting="unsafe"``), so ``int + 0.5`` comput
 float32 and ``bool + bool`` is a logical or, as in ATen. Broadcasting is NumPy's, which
 is ATen's. Scalars are converted to the compute dtype first: NumPy 2 refuses a Python
 int that does not fit the array's dtype, ATen wraps it.
+
+Bound (see ``_binding``): promotion, scalar conversion and ``alpha`` are settled at load,
+so an ``add`` of same-dtype tensors runs as the bare ``np.add(a, b, out)``. Integer
+division, remainder and power keep their per-call checks (the general kernel).
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from opforge.errors import KernelError
+from opforge.kernels.portable._binding import fold_scalar, steps, ufunc_step
 from opforge.kernels.portable._promotion import Operand, is_floating, result_type
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS"]
 
@@ -156,3 +161,100 @@ def maximum_out(self, other, out):
 @kernel("aten::minimum.out", "aten::min.out")
 def minimum_out(self, other, out):
     _binary(np.minimum, self, other, out)
+
+
+# --- bind-time fast paths -------------------------------------------------------------------
+
+def bind_binary(ufunc: np.ufunc, a: Operand, b: Operand, out: np.ndarray,
+                ct: np.dtype | None = None):
+    """``ufunc(a, b) -> out`` computed in ``ct`` (ATen's promotion by default), bound."""
+    ct = result_type(a, b) if ct is None else ct
+    a, b = fold_scalar(a, ct), fold_scalar(b, ct)
+    return steps([ufunc_step(ufunc, a, b, out, dtype=ct)], out)
+
+
+def _bind_scaled(ufunc: np.ufunc, a: Operand, b: Operand, alpha, out: np.ndarray):
+    """``ufunc(a, alpha * b) -> out``: alpha folded into a scalar ``b`` at bind, or
+    applied into a scratch buffer allocated here for a tensor ``b``."""
+    ct = result_type(a, b)
+    if alpha == 1:
+        return bind_binary(ufunc, a, b, out, ct)
+    alpha = fold_scalar(alpha, ct)
+    if not isinstance(b, np.ndarray) or b.ndim == 0:
+        with np.errstate(all="ignore"):
+            scaled = np.multiply(fold_scalar(b, ct), alpha, dtype=ct)
+        return bind_binary(ufunc, a, np.asarray(scaled), out, ct)
+    scratch = np.empty(b.shape, ct)
+    a = fold_scalar(a, ct)
+    return steps([ufunc_step(np.multiply, b, alpha, scratch, dtype=ct),
+                  ufunc_step(ufunc, a, scratch, out, dtype=ct)], out)
+
+
+@binder_for(add_out)
+def _bind_add(args):
+    self, other, alpha, out = args
+    return _bind_scaled(np.add, self, other, alpha, out)
+
+
+@binder_for(sub_out)
+def _bind_sub(args):
+    self, other, alpha, out = args
+    return _bind_scaled(np.subtract, self, other, alpha, out)
+
+
+@binder_for(rsub_out)
+def _bind_rsub(args):
+    self, other, alpha, out = args
+    return _bind_scaled(np.subtract, other, self, alpha, out)
+
+
+def _simple(kernel: Kernel, ufunc: np.ufunc) -> None:
+    @binder_for(kernel)
+    def bind(args):
+        self, other, out = args
+        return bind_binary(ufunc, self, other, out)
+
+
+_simple(mul_out, np.multiply)
+_simple(maximum_out, np.maximum)
+_simple(minimum_out, np.minimum)
+
+
+@binder_for(div_out)
+def _bind_div(args):
+    self, other, out = args
+    return bind_binary(np.true_divide, self, other, out, _true_divide_dtype(self, other))
+
+
+def _bind_floating_only(kernel: Kernel, ufunc: np.ufunc) -> None:
+    """Floating operands need no per-call check; integer ones keep the general kernel's."""
+    @binder_for(kernel)
+    def bind(args):
+        self, other, out = args
+        ct = result_type(self, other)
+        if not is_floating(ct):
+            return kernel, args
+        return bind_binary(ufunc, self, other, out, ct)
+
+
+_bind_floating_only(floor_divide_out, np.floor_divide)
+_bind_floating_only(pow_out, np.power)
+_bind_floating_only(remainder_out, np.remainder)
+_bind_floating_only(fmod_out, np.fmod)
+
+
+@binder_for(div_mode_out)
+def _bind_div_mode(args):
+    self, other, rounding_mode, out = args
+    ct = result_type(self, other)
+    if rounding_mode is None:
+        return _bind_div((self, other, out))
+    if is_floating(ct) and rounding_mode == "floor":
+        return bind_binary(np.floor_divide, self, other, out, ct)
+    if is_floating(ct) and rounding_mode == "trunc" and out.dtype == ct \
+            and not any(isinstance(v, np.ndarray) and np.may_share_memory(v, out)
+                        for v in (self, other)):
+        a, b = fold_scalar(self, ct), fold_scalar(other, ct)
+        return steps([ufunc_step(np.true_divide, a, b, out, dtype=ct),
+                      (np.trunc, (out, out))], out)
+    return div_mode_out, args

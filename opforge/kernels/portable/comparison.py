@@ -2,15 +2,19 @@
 
 Comparisons compute in the promoted dtype of their operands (``int_tensor == 2.5``
 compares in float32, as ATen does) and write bool, or whatever dtype ``out`` has.
+Bound, operands are converted once (scalars) or per call by the ufunc's ``dtype``.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from opforge.kernels.portable._binding import fold_scalar, steps
 from opforge.kernels.portable._promotion import result_type
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
-from opforge.kernels.portable.arithmetic import as_operand
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
+from opforge.kernels.portable.arithmetic import as_operand, bind_binary
 
 __all__ = ["KERNELS"]
 
@@ -31,6 +35,15 @@ def _compare(ufunc: np.ufunc, a, b, out: np.ndarray) -> None:
 def _comparison(name: str, ufunc: np.ufunc) -> None:
     def compare_out(self, other, out):
         _compare(ufunc, self, other, out)
+
+    @binder_for(compare_out)
+    def bind(args):
+        a, b, out = args
+        ct = result_type(a, b)
+        a, b = fold_scalar(a, ct), fold_scalar(b, ct)
+        if out.dtype == np.bool_ and a.dtype == ct and b.dtype == ct:
+            return steps([(ufunc, (a, b, out))], out)
+        return compare_out, args
 
     compare_out.__name__ = compare_out.__qualname__ = f"{name}_out"
     kernel(f"aten::{name}.Tensor_out", f"aten::{name}.Scalar_out")(compare_out)
@@ -65,6 +78,10 @@ def _bitwise(name: str, ufunc: np.ufunc) -> None:
         ufunc(as_operand(self, ct), as_operand(other, ct), out=out, dtype=ct,
               casting="unsafe")
 
+    @binder_for(bitwise_out)
+    def bind(args):
+        return bind_binary(ufunc, *args)
+
     bitwise_out.__name__ = bitwise_out.__qualname__ = f"bitwise_{name}_out"
     kernel(f"aten::bitwise_{name}.Tensor_out", f"aten::bitwise_{name}.Scalar_out",
            f"aten::bitwise_{name}.Scalar_Tensor_out")(bitwise_out)
@@ -93,3 +110,43 @@ def masked_fill_out(self, mask, value, out):
     np.copyto(out, self, casting="unsafe")
     np.copyto(out, as_operand(value, out.dtype), casting="unsafe",
               where=mask.astype(bool, copy=False))
+
+
+@binder_for(bitwise_not_out)
+def _bind_bitwise_not(args):
+    self, out = args
+    return steps([(np.invert, (self, out)) if self.dtype == out.dtype
+                  else (partial(np.invert, casting="unsafe"), (self, out))], out)
+
+
+@binder_for(logical_not_out)
+def _bind_logical_not(args):
+    self, out = args
+    return steps([(partial(np.logical_not, casting="unsafe"), (self, out))], out)
+
+
+def _copy_where(dst: np.ndarray, src, where: np.ndarray) -> None:
+    np.copyto(dst, src, casting="unsafe", where=where)
+
+
+@binder_for(where_out)
+def _bind_where(args):
+    condition, self, other, out = args
+    if condition.dtype != np.bool_ or any(
+            isinstance(v, np.ndarray) and np.may_share_memory(v, out)
+            for v in (condition, self, other)):
+        return where_out, args
+    return steps([(partial(np.copyto, casting="unsafe"), (out, other)),
+                  (_copy_where, (out, self, condition))])
+
+
+@binder_for(masked_fill_out)
+def _bind_masked_fill(args):
+    self, mask, value, out = args
+    if mask.dtype != np.bool_ or np.may_share_memory(mask, out) or (
+            isinstance(value, np.ndarray) and np.may_share_memory(value, out)):
+        return masked_fill_out, args
+    if not isinstance(value, np.ndarray) or not value.flags.writeable:
+        value = as_operand(value, out.dtype).astype(out.dtype)  # fold a scalar/constant
+    return steps([(partial(np.copyto, casting="unsafe"), (out, self)),
+                  (_copy_where, (out, value, mask))])

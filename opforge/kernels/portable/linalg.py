@@ -3,14 +3,19 @@
 All go to BLAS through ``np.matmul(..., out=out)`` when the operands already have the
 output's floating dtype. float16 products accumulate in float32 (ATen's CPU kernels do the
 same) and round once; integer products use NumPy's exact integer loops.
+
+Bound (see ``_binding``): same-dtype products are the bare ``np.matmul(a, b, out)``; linear
+binds the weight's transposed *view* and, for a batched input, 2-d views of input and out
+(one GEMM instead of a batch of small ones); the bias add is a second ufunc step.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from opforge.kernels.portable._binding import read_only, separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS"]
 
@@ -68,3 +73,62 @@ def linear_out(input, weight, bias, out):
 @kernel("aten::dot.out")
 def dot_out(self, tensor, out):
     _product(self, tensor, out)
+
+
+# --- bind-time fast paths -------------------------------------------------------------------
+
+def _same_dtype(out: np.ndarray, *arrays) -> bool:
+    return out.dtype in (np.float32, np.float64) and all(
+        a.dtype == out.dtype for a in arrays if a is not None)
+
+
+def _as_2d(a: np.ndarray) -> np.ndarray | None:
+    """A 2-d *view* of a C-contiguous batched matrix (None when it would be a copy)."""
+    if a.ndim <= 2:
+        return a
+    if not a.flags.c_contiguous:
+        return None
+    return a.reshape(-1, a.shape[-1])
+
+
+@binder_for(mm_out)
+def _bind_mm(args):
+    self, mat2, out = args
+    if not _same_dtype(out, self, mat2) or not separate([out], self, mat2) or \
+            self.ndim < 2 or mat2.ndim < 2 or np.broadcast_shapes(self.shape[:-2], mat2.shape[:-2]) != out.shape[:-2]:
+        return mm_out, args
+    return np.matmul, (self, mat2, out)
+
+
+def _bias_step(out: np.ndarray, bias: np.ndarray | None) -> list:
+    return [] if bias is None else [(np.add, (out, bias, out))]
+
+
+@binder_for(linear_out)
+def _bind_linear(args):
+    input, weight, bias, out = args
+    if not _same_dtype(out, input, weight, bias) or not separate([out], input, weight, bias):
+        return linear_out, args
+    x, y = _as_2d(input), _as_2d(out)
+    if x is None or y is None or weight.ndim != 2:
+        return linear_out, args
+    return steps([(np.matmul, (x, weight.T, y))] + _bias_step(out, bias))
+
+
+@binder_for(addmm_out)
+def _bind_addmm(args):
+    self, mat1, mat2, beta, alpha, out = args
+    if not _same_dtype(out, self, mat1, mat2) or not separate([out], self, mat1, mat2):
+        return addmm_out, args
+    pairs = [(np.matmul, (mat1, mat2, out))]
+    if alpha != 1:
+        pairs.append((np.multiply, (out, np.asarray(alpha, out.dtype), out)))
+    if beta == 0:
+        pass
+    elif beta == 1:
+        pairs.append((np.add, (out, self, out)))
+    elif read_only(self):  # a constant bias: scale it once
+        pairs.append((np.add, (out, np.multiply(self, beta, dtype=out.dtype), out)))
+    else:
+        return addmm_out, args
+    return steps(pairs)

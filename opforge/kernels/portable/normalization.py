@@ -2,14 +2,20 @@
 
 Statistics are computed in float32 for float16 inputs (ATen's CPU opmath), in the input's
 dtype otherwise, and variances are the biased (population) variance, as in ATen.
+
+Bound (see ``_binding``), float32/float64 ops become fixed lists of ufunc and ufunc-reduce
+steps writing into the outs and scratch buffers allocated at bind — the same operations in
+the same order as the general kernels, so the same roundings. Inference batch norm with
+constant statistics folds them at bind into a per-channel ``x * scale + shift``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from opforge.kernels.portable._binding import read_only, separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS"]
 
@@ -100,3 +106,95 @@ def native_group_norm_out(input, weight, bias, N, C, HxW, group, eps, out0, out1
     np.copyto(out0, y, casting="unsafe")
     np.copyto(out1, mean.reshape(out1.shape), casting="unsafe")
     np.copyto(out2, rstd.reshape(out2.shape), casting="unsafe")
+
+
+# --- bind-time fast paths -------------------------------------------------------------------
+
+def _floating_same(*arrays) -> bool:
+    dtype = arrays[0].dtype
+    return dtype in (np.float32, np.float64) and all(
+        a is None or a.dtype == dtype for a in arrays)
+
+
+@binder_for(softmax_out)
+def _bind_softmax(args):
+    self, dim, half_to_float, out = args
+    if not _floating_same(self, out) or self.size == 0 or self.ndim == 0 or \
+            not separate([out], self):
+        return softmax_out, args
+    axis = dim % self.ndim
+    keep = self.shape[:axis] + (1,) + self.shape[axis + 1:]
+    peak, total = np.empty(keep, self.dtype), np.empty(keep, self.dtype)
+    return steps([
+        (np.maximum.reduce, (self, axis, None, peak, True)),
+        (np.subtract, (self, peak, out)), (np.exp, (out, out)),
+        (np.add.reduce, (out, axis, None, total, True)), (np.divide, (out, total, out)),
+    ])
+
+
+@binder_for(log_softmax_out)
+def _bind_log_softmax(args):
+    self, dim, half_to_float, out = args
+    if not _floating_same(self, out) or self.size == 0 or self.ndim == 0 or \
+            not separate([out], self):
+        return log_softmax_out, args
+    axis = dim % self.ndim
+    keep = self.shape[:axis] + (1,) + self.shape[axis + 1:]
+    peak, total = np.empty(keep, self.dtype), np.empty(keep, self.dtype)
+    e = np.empty(self.shape, self.dtype)
+    return steps([
+        (np.maximum.reduce, (self, axis, None, peak, True)),
+        (np.subtract, (self, peak, out)), (np.exp, (out, e)),
+        (np.add.reduce, (e, axis, None, total, True)), (np.log, (total, total)),
+        (np.subtract, (out, total, out)),
+    ])
+
+
+@binder_for(native_layer_norm_out)
+def _bind_layer_norm(args):
+    input, normalized_shape, weight, bias, eps, out0, out1, out2 = args
+    k = len(normalized_shape)
+    if not _floating_same(input, weight, bias, out0, out1, out2) or input.size == 0 or \
+            k == 0 or not separate([out0, out1, out2], input, weight, bias):
+        return native_layer_norm_out, args
+    ct = input.dtype
+    axes = tuple(range(input.ndim - k, input.ndim))
+    keep = input.shape[:input.ndim - k] + (1,) * k
+    if out1.size != int(np.prod(keep)) or out2.size != out1.size:
+        return native_layer_norm_out, args
+    mean, rstd = out1.reshape(keep), out2.reshape(keep)  # views: out1/out2 are contiguous
+    count = np.asarray(int(np.prod(input.shape[input.ndim - k:])), ct)
+    squares = np.empty(input.shape, ct)
+    pairs = [
+        (np.add.reduce, (input, axes, None, mean, True)), (np.divide, (mean, count, mean)),
+        (np.subtract, (input, mean, out0)),
+        (np.multiply, (out0, out0, squares)),
+        (np.add.reduce, (squares, axes, None, rstd, True)), (np.divide, (rstd, count, rstd)),
+        (np.add, (rstd, np.asarray(eps, ct), rstd)), (np.sqrt, (rstd, rstd)),
+        (np.divide, (np.asarray(1.0, ct), rstd, rstd)),
+        (np.multiply, (out0, rstd, out0)),
+    ]
+    if weight is not None:
+        pairs.append((np.multiply, (out0, weight, out0)))
+    if bias is not None:
+        pairs.append((np.add, (out0, bias, out0)))
+    return steps(pairs)
+
+
+@binder_for(batch_norm_no_training_out)
+def _bind_batch_norm(args):
+    input, weight, bias, running_mean, running_var, momentum, eps, out0, out1, out2 = args
+    if not _floating_same(input, out0) or input.ndim < 2 or not separate([out0], input) or \
+            not read_only(weight, bias, running_mean, running_var):
+        return batch_norm_no_training_out, args
+    # The general kernel's scale and shift, computed once from the constant statistics.
+    ct = accumulate_dtype(input.dtype)
+    scale = 1.0 / np.sqrt(running_var.astype(ct) + ct.type(eps))
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean.astype(ct) * scale
+    if bias is not None:
+        shift = shift + bias
+    scale = _per_channel(scale.astype(ct), input.ndim)
+    shift = _per_channel(shift.astype(ct), input.ndim)
+    return steps([(np.multiply, (input, scale, out0)), (np.add, (out0, shift, out0))])

@@ -3,6 +3,8 @@
 Floating ops on integer or bool inputs compute in float32 (ATen's default dtype) and
 write whatever floating dtype ``out`` has; float16 computes through NumPy's float16 loops,
 which — like ATen's CPU kernels — evaluate each element in float32 and round once.
+
+Bound (see ``_binding``), each op is its bare ufunc with the compute dtype settled at load.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from opforge.kernels.portable._erf import erf
+from opforge.kernels.portable._binding import steps, ufunc_step
 from opforge.kernels.portable._promotion import float_compute_dtype, is_floating
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS"]
 
@@ -19,13 +22,21 @@ KERNELS: dict[str, Kernel] = {}
 kernel = kernel_decorator(KERNELS)
 
 
+def _compute_dtype(self: np.ndarray, out: np.ndarray) -> np.dtype:
+    return out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
+
+
 def _floating(name: str, ufunc: np.ufunc) -> None:
     """Register ``aten::<name>.out`` as a floating ufunc (int inputs -> float32)."""
 
     def floating_out(self, out):
-        ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
         with np.errstate(all="ignore"):
-            ufunc(self, out=out, dtype=ct, casting="unsafe")
+            ufunc(self, out=out, dtype=_compute_dtype(self, out), casting="unsafe")
+
+    @binder_for(floating_out)
+    def bind(args):
+        self, out = args
+        return steps([ufunc_step(ufunc, self, out, dtype=_compute_dtype(self, out))], out)
 
     floating_out.__name__ = floating_out.__qualname__ = f"{name}_out"
     kernel(f"aten::{name}.out")(floating_out)
@@ -48,6 +59,13 @@ def _same_dtype(name: str, ufunc: np.ufunc) -> None:
         with np.errstate(all="ignore"):
             ufunc(self, out=out, casting="unsafe")
 
+    @binder_for(same_dtype_out)
+    def bind(args):
+        self, out = args
+        if self.dtype != out.dtype:
+            return same_dtype_out, args
+        return steps([(ufunc, (self, out))], out)
+
     same_dtype_out.__name__ = same_dtype_out.__qualname__ = f"{name}_out"
     kernel(f"aten::{name}.out")(same_dtype_out)
 
@@ -64,6 +82,13 @@ def _rounding(name: str, ufunc: np.ufunc) -> None:
             ufunc(self, out=out, casting="unsafe")
         else:
             np.copyto(out, self, casting="unsafe")
+
+    @binder_for(rounding_out)
+    def bind(args):
+        self, out = args
+        if not is_floating(self.dtype) or self.dtype != out.dtype:
+            return rounding_out, args
+        return steps([(ufunc, (self, out))], out)
 
     rounding_out.__name__ = rounding_out.__qualname__ = f"{name}_out"
     kernel(f"aten::{name}.out")(rounding_out)
@@ -97,10 +122,31 @@ def erf_out(self, out):
 
 @kernel("aten::sigmoid.out")
 def sigmoid_out(self, out):
-    ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
+    ct = _compute_dtype(self, out)
     # 1 / (1 + exp(-x)): exp overflows to inf for x << 0 and the result is the exact 0.
     with np.errstate(all="ignore"):
         np.negative(self, out=out, dtype=ct, casting="unsafe")
         np.exp(out, out=out)
         np.add(out, 1, out=out)
         np.reciprocal(out, out=out)
+
+
+@binder_for(sigmoid_out)
+def _bind_sigmoid(args):
+    self, out = args
+    ct = _compute_dtype(self, out)
+    if out.dtype != ct:
+        return sigmoid_out, args
+    one = np.ones((), ct)
+    # quiet: the overflow of exp(-x) for x << 0 is how the exact 0 comes out.
+    return steps([ufunc_step(np.negative, self, out, dtype=ct), (np.exp, (out, out)),
+                  (np.add, (out, one, out)), (np.reciprocal, (out, out))], out, quiet=True)
+
+
+@binder_for(rsqrt_out)
+def _bind_rsqrt(args):
+    self, out = args
+    ct = _compute_dtype(self, out)
+    if out.dtype != ct:
+        return rsqrt_out, args
+    return steps([ufunc_step(np.sqrt, self, out, dtype=ct), (np.reciprocal, (out, out))], out)

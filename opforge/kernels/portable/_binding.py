@@ -1,0 +1,180 @@
+"""Bind-time specialisation of the portable kernels: the protocol and its shared tools.
+
+# Design
+#
+# The executor binds each instruction once at load (``opforge/runtime/method.py``): when a
+# kernel has a ``bind`` attribute, ``kernel.bind(args)`` returns the ``(callable, args)``
+# pair that runs on every call. A binder decides once what depends only on the arguments'
+# dtypes, shapes and scalar values, and on the *values of read-only tensors* (program
+# constants: arena tensors are writable, constants are not): the compute dtype, the ufunc,
+# scalars as 0-d arrays of the compute dtype, folded constants (batch norm's scale and
+# shift), views (a transposed weight, the sliding windows of a padded buffer). Scratch
+# buffers are allocated by the binder, i.e. per bound instruction and so per ``Method``
+# instance: two instances never share one, and a call allocates nothing.
+#
+# A binder returns ``(kernel, args)`` — the general kernel, unchanged — when no fast path
+# applies (odd dtypes, aliasing outputs, shapes it does not specialise). Every fast path
+# computes what the general kernel computes; ``tests/torch/test_kernels_*.py`` run both.
+#
+# Steps. Most fast paths are a short list of ufunc calls writing into preallocated arrays.
+# ``steps()`` turns such a list into the cheapest pair: the ufunc itself when there is one
+# step (``(np.add, (a, b, out))`` costs what ``np.add`` costs), else one closure call.
+# Arrays are passed positionally (``out`` included) so that a step list can be sliced.
+#
+# Floating-point errors. The general kernels run inside ``np.errstate(all="ignore")``
+# where ATen is silent about inf and nan; entering it costs 1-2 µs, more than a small add.
+# Bound paths run under the caller's NumPy error state instead: where ATen silently
+# produces inf or nan, NumPy may add a RuntimeWarning (the values are the same). Only step
+# lists whose *ordinary* results come from an overflow (sigmoid's exp of large negative
+# inputs) pass ``quiet=True`` and run inside ``np.errstate``.
+#
+# Threads. Ufuncs run on one core but release the GIL. A step list whose arrays are all
+# C-contiguous with the output's shape (or 0-d), with an output of at least
+# ``PARALLEL_MIN`` elements, is cut at bind into ``NUM_THREADS`` contiguous chunks
+# (multiples of 4096 elements); a call runs the first chunk itself and the others on a
+# shared pool, each chunk running every step on its slice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["Step", "steps", "ufunc_step", "fold_scalar", "read_only", "separate",
+           "NUM_THREADS", "PARALLEL_MIN"]
+
+Step = tuple[Callable, tuple]
+
+
+def _num_threads() -> int:
+    for name in ("OPFORGE_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.strip().isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
+
+
+# OPFORGE_NUM_THREADS, else OMP_NUM_THREADS (what BLAS obeys), else the usable cores
+# (at most 4). 1 turns threading off.
+NUM_THREADS = _num_threads()
+# Below ~256K float32 elements (~100 µs of a memory-bound ufunc) handing a chunk to a
+# thread costs more than it saves (measured on 2 shared cores: see bench/README.md).
+PARALLEL_MIN = int(os.environ.get("OPFORGE_PARALLEL_MIN", 1 << 18))
+_CHUNK_ALIGN = 4096
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = -1
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool, _pool_pid
+    if _pool_pid != os.getpid():  # none yet, or inherited through fork (threads are gone)
+        with _pool_lock:
+            if _pool_pid != os.getpid():
+                _pool = ThreadPoolExecutor(NUM_THREADS - 1, thread_name_prefix="opforge")
+                _pool_pid = os.getpid()
+    return _pool
+
+
+def read_only(*arrays) -> bool:
+    """True when every array is None or read-only: a constant whose values may be folded."""
+    return all(a is None or (type(a) is np.ndarray and not a.flags.writeable) for a in arrays)
+
+
+def separate(outs: Sequence[np.ndarray], *inputs) -> bool:
+    """True when no output shares memory with an input or another output: multi-step fast
+    paths write an output before they finish reading the inputs."""
+    arrays = [a for a in inputs if type(a) is np.ndarray]
+    for i, out in enumerate(outs):
+        for a in arrays + list(outs[i + 1:]):
+            if np.may_share_memory(out, a):
+                return False
+    return True
+
+
+def fold_scalar(value, dtype: np.dtype) -> np.ndarray:
+    """A Python scalar as a 0-d array of ``dtype`` (wrapping like ATen); arrays unchanged."""
+    if isinstance(value, np.ndarray):
+        return value
+    return np.asarray(value).astype(dtype)
+
+
+def _run(pairs: tuple) -> None:
+    for fn, args in pairs:
+        fn(*args)
+
+
+def _run_quiet(pairs: tuple) -> None:
+    with np.errstate(all="ignore"):
+        for fn, args in pairs:
+            fn(*args)
+
+
+def _run_chunks(runner: Callable, chunks: tuple) -> None:
+    pool = _get_pool()
+    futures = [pool.submit(runner, chunk) for chunk in chunks[1:]]
+    try:
+        runner(chunks[0])
+    finally:
+        for future in futures:
+            future.result()
+
+
+def _chunkable(pairs: Sequence[Step], out: np.ndarray) -> bool:
+    if NUM_THREADS < 2 or out.size < PARALLEL_MIN:
+        return False
+    for _, args in pairs:
+        for a in args:
+            if type(a) is np.ndarray and a.ndim and (
+                    a.shape != out.shape or not a.flags.c_contiguous):
+                return False
+    return True
+
+
+def _slice(a, lo: int, hi: int):
+    return a.reshape(-1)[lo:hi] if type(a) is np.ndarray and a.ndim else a
+
+
+def _chunks(pairs: Sequence[Step], size: int) -> tuple:
+    per = -(-size // NUM_THREADS)
+    per = -(-per // _CHUNK_ALIGN) * _CHUNK_ALIGN
+    return tuple(
+        tuple((fn, tuple(_slice(a, lo, min(lo + per, size)) for a in args)) for fn, args in pairs)
+        for lo in range(0, size, per)
+    )
+
+
+def steps(pairs: Sequence[Step], out: np.ndarray | None = None, *,
+          quiet: bool = False) -> Step:
+    """The cheapest ``(callable, args)`` running ``pairs`` in order.
+
+    ``out`` (the op's output) enables the threaded path when every array in ``pairs`` is
+    elementwise with it; pass None for steps that reduce, gather or multiply matrices.
+    """
+    pairs = tuple(pairs)
+    runner = _run_quiet if quiet else _run
+    if out is not None and _chunkable(pairs, out):
+        return partial(_run_chunks, runner), (_chunks(pairs, out.size),)
+    if len(pairs) == 1 and not quiet:
+        return pairs[0]
+    return runner, (pairs,)
+
+
+def ufunc_step(ufunc: np.ufunc, *args, dtype: np.dtype | None = None) -> Step:
+    """One ufunc call ``ufunc(*args)`` (the last arg is out), computing in ``dtype`` and
+    casting into out when the operands' dtypes alone would not give that."""
+    out = args[-1]
+    if dtype is None or (out.dtype == dtype and all(
+            a.dtype == dtype for a in args[:-1] if type(a) is np.ndarray)):
+        return ufunc, args
+    return partial(ufunc, dtype=dtype, casting="unsafe"), args
