@@ -11,6 +11,7 @@ variant (``aten::linear.out`` keeps ``aten.linear``).
 from __future__ import annotations
 
 import difflib
+import os
 import warnings
 from collections.abc import Container, Iterable
 from typing import Any, Sequence
@@ -65,12 +66,21 @@ def _resolve_one(kernels: Any) -> tuple[str, Container]:
             return "portable", portable_kernels()
         if kernels == "aten":
             return "aten", AtenKernels()
-        if kernels.endswith((".so", ".dylib", ".dll")):
-            raise ExportError(
-                f"`opforge.export.export(kernels={kernels!r})`: native kernel library — not loadable at "
-                "export time yet — valid: 'portable', 'aten', or a container of 'ns::op.overload' keys — "
-                "fix: pass the library's operator names as a set, or use --allow-missing"
-            )
+        if kernels.endswith((".so", ".dylib", ".dll")) or os.path.isfile(kernels):
+            # A native library answers for the ops in its (ABI-checked) kernel table.
+            from opforge.errors import OpforgeError
+            from opforge.runtime.native import NativeLibrary
+
+            if not os.path.isfile(kernels):
+                raise ExportError(
+                    f"`opforge.export.export(kernels={kernels!r})`: native kernel library — no such "
+                    "file — fix: build it first (`opforge build MANIFEST --sources ... -o LIB.so`)"
+                )
+            try:
+                keys = NativeLibrary(kernels).keys()
+            except OpforgeError as exc:
+                raise ExportError(f"`opforge.export.export(kernels={kernels!r})`: {exc}") from exc
+            return os.path.basename(kernels), frozenset(keys)
         raise ExportError(
             f"`opforge.export.export(kernels={kernels!r})`: kernel set — unknown name — valid: 'portable', "
             "'aten', a path to a native library, or a container of 'ns::op.overload' keys — "

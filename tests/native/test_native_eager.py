@@ -87,6 +87,10 @@ def test_one_source_serves_eager_export_and_runtime(native_ops, full, cache, tmp
 
     x = torch.randn(3, 4)
     program = export(Model(), (x,), kernels=["portable", set(full.ops)])
+    # the library itself can be the export-time kernel set: its table names its ops
+    assert export(Model(), (x,), kernels=["portable", str(full.path)]).methods == program.methods
+    with pytest.raises(ExportMissingKernelError, match="my_ops::minmax.out"):
+        export(Model(), (x,), kernels=["portable"])
     save(program, tmp_path / "model.opf")
     forward = load(tmp_path / "model.opf", kernels=[full.path]).method("forward")
     (y,) = forward(x.numpy())
