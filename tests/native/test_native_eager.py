@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from opforge.build import build_library  # noqa: E402
 from opforge.errors import MissingKernelError  # noqa: E402
+from opforge.export import ExportMissingKernelError  # noqa: E402
 from opforge.examples.my_ops import manifest_path, register_examples  # noqa: E402
 from opforge.runtime.native import NativeLibrary  # noqa: E402
 
