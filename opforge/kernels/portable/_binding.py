@@ -28,11 +28,12 @@
 # lists whose *ordinary* results come from an overflow (sigmoid's exp of large negative
 # inputs) pass ``quiet=True`` and run inside ``np.errstate``.
 #
-# Threads. Ufuncs run on one core but release the GIL. A step list whose arrays are all
-# C-contiguous with the output's shape (or 0-d), with an output of at least
-# ``PARALLEL_MIN`` elements, is cut at bind into ``NUM_THREADS`` contiguous chunks
-# (multiples of 4096 elements); a call runs the first chunk itself and the others on a
-# shared pool, each chunk running every step on its slice.
+# Threads (opt-in: OPFORGE_NUM_THREADS, see NUM_THREADS below). Ufuncs run on one core
+# but release the GIL. A step list whose arrays are all C-contiguous with the output's
+# shape (or 0-d), with an output of at least ``PARALLEL_MIN`` elements, is cut at bind
+# into ``NUM_THREADS`` contiguous chunks (multiples of 4096 elements); a call runs the
+# first chunk itself and the others on a shared pool, each chunk running every step on
+# its slice. The chunks are fixed at bind: a call allocates nothing but the futures.
 """
 
 from __future__ import annotations
@@ -52,22 +53,23 @@ Step = tuple[Callable, tuple]
 
 
 def _num_threads() -> int:
-    for name in ("OPFORGE_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(name, "")
-        if value.strip().isdigit() and int(value) > 0:
-            return int(value)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 4))
+    value = os.environ.get("OPFORGE_NUM_THREADS", "").strip()
+    if value.lower() == "auto":
+        try:
+            return max(1, min(len(os.sched_getaffinity(0)), 4))
+        except AttributeError:  # not on Linux
+            return max(1, min(os.cpu_count() or 1, 4))
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
-# OPFORGE_NUM_THREADS, else OMP_NUM_THREADS (what BLAS obeys), else the usable cores
-# (at most 4). 1 turns threading off.
+# Off unless OPFORGE_NUM_THREADS asks for it (a count, or "auto": the usable cores, at
+# most 4). Measured on the 2-core benchmark machine, shared with other jobs: splitting a
+# 1M-element tanh, exp or add over 2 threads gained nothing (2.78 vs 2.81 ms, 1.51 vs
+# 1.54 ms, 131 vs 164 µs) because the second core was never free — the process got ~1.2
+# cores even for GIL-free hashing. On a dedicated multi-core machine, try it.
 NUM_THREADS = _num_threads()
-# Below ~256K float32 elements (~100 µs of a memory-bound ufunc) handing a chunk to a
-# thread costs more than it saves (measured on 2 shared cores: see bench/README.md).
+# The smallest output worth splitting: below ~256K float32 elements (~100 µs of a
+# memory-bound ufunc) handing a chunk to a thread costs more than it saves.
 PARALLEL_MIN = int(os.environ.get("OPFORGE_PARALLEL_MIN", 1 << 18))
 _CHUNK_ALIGN = 4096
 
@@ -107,6 +109,19 @@ def fold_scalar(value, dtype: np.dtype) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     return np.asarray(value).astype(dtype)
+
+
+def _maximum(a, b, out, **kwargs) -> None:
+    np.maximum(a, b, out=out, **kwargs)
+
+
+def _minimum(a, b, out, **kwargs) -> None:
+    np.minimum(a, b, out=out, **kwargs)
+
+
+# NumPy 2.4 deprecates a positional out for np.maximum / np.minimum (only): these take it
+# positionally (so that step lists stay sliceable) and pass it by keyword.
+_KEYWORD_OUT = {np.maximum: _maximum, np.minimum: _minimum}
 
 
 def _run(pairs: tuple) -> None:
@@ -161,7 +176,7 @@ def steps(pairs: Sequence[Step], out: np.ndarray | None = None, *,
     ``out`` (the op's output) enables the threaded path when every array in ``pairs`` is
     elementwise with it; pass None for steps that reduce, gather or multiply matrices.
     """
-    pairs = tuple(pairs)
+    pairs = tuple((_KEYWORD_OUT.get(fn, fn), args) for fn, args in pairs)
     runner = _run_quiet if quiet else _run
     if out is not None and _chunkable(pairs, out):
         return partial(_run_chunks, runner), (_chunks(pairs, out.size),)
@@ -177,4 +192,4 @@ def ufunc_step(ufunc: np.ufunc, *args, dtype: np.dtype | None = None) -> Step:
     if dtype is None or (out.dtype == dtype and all(
             a.dtype == dtype for a in args[:-1] if type(a) is np.ndarray)):
         return ufunc, args
-    return partial(ufunc, dtype=dtype, casting="unsafe"), args
+    return partial(_KEYWORD_OUT.get(ufunc, ufunc), dtype=dtype, casting="unsafe"), args

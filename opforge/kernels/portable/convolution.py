@@ -6,6 +6,15 @@ matrix per group, and multiplied with the weights by a single batched ``np.matmu
 Depthwise convolution (groups == channels) is the same computation with one input channel
 per group. Transposed convolution is the adjoint: a matmul from the input to columns,
 then an overlap-add of the columns into the (padded) output, one kernel tap at a time.
+
+Bound (see ``_binding``; float32/float64, not transposed), the layout work moves to load:
+a zero-bordered input buffer whose border is written once (each call copies only the
+interior), its sliding windows as a fixed view, and the column buffer. A call is then
+1×1 stride-1 unpadded: one ``np.matmul(w, x, out)`` (no columns at all);
+depthwise (groups == channels, one filter each): a multiply-accumulate over the kernel
+taps, each tap a strided view — for 9 taps much cheaper than building columns;
+otherwise: one copy into the columns, laid out (N, G, taps, positions) so that
+``np.matmul(w, columns, out)`` writes the (N, C_out, positions) result straight into out.
 """
 
 from __future__ import annotations
@@ -13,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from opforge.errors import KernelError
+from opforge.kernels.portable._binding import separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS", "expand_param"]
 
@@ -104,3 +114,78 @@ def convolution_out(input, weight, bias, stride, padding, dilation, transposed,
     if bias is not None:
         y = y + bias.astype(ct, copy=False).reshape((1, -1) + (1,) * spatial)
     np.copyto(out, y.reshape(out.shape), casting="unsafe")
+
+
+# --- bind-time fast paths -------------------------------------------------------------------
+
+def _padded_source(x: np.ndarray, padding, spatial: int) -> tuple[np.ndarray, list]:
+    """``x`` itself, or a zero-bordered buffer (allocated here) and the step filling it."""
+    if not any(padding):
+        return x, []
+    buffer = np.zeros(x.shape[:2] + tuple(n + 2 * p for n, p in zip(x.shape[2:], padding)),
+                      x.dtype)
+    interior = buffer[(slice(None), slice(None)) + tuple(
+        slice(p, p + n) for n, p in zip(x.shape[2:], padding))]
+    return buffer, [(np.copyto, (interior, x))]
+
+
+@binder_for(convolution_out)
+def _bind_convolution(args):
+    (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
+     out) = args
+    dtype = out.dtype
+    if transposed or input.ndim != weight.ndim or input.ndim < 3 or \
+            dtype not in (np.float32, np.float64) or input.dtype != dtype or \
+            weight.dtype != dtype or (bias is not None and bias.dtype != dtype) or \
+            not weight.flags.c_contiguous or not separate([out], input, weight, bias):
+        return convolution_out, args
+    api = "aten::convolution.out"
+    spatial = input.ndim - 2
+    stride = expand_param(stride, spatial, "stride", api)
+    padding = expand_param(padding, spatial, "padding", api)
+    dilation = expand_param(dilation, spatial, "dilation", api)
+    n, c = input.shape[:2]
+    out_c, c_per_group = weight.shape[:2]
+    kernel_size = weight.shape[2:]
+    out_spatial = out.shape[2:]
+    positions = int(np.prod(out_spatial))
+    bias_steps = [] if bias is None else [
+        (np.add, (out, bias.reshape((1, -1) + (1,) * spatial), out))]
+
+    if groups == 1 and all(k == 1 for k in kernel_size) and not any(padding) and \
+            all(s == 1 for s in stride) and input.flags.c_contiguous:
+        x, y = input.reshape(n, c, positions), out.reshape(n, out_c, positions)
+        return steps([(np.matmul, (weight.reshape(out_c, c), x, y))] + bias_steps)
+
+    source, pairs = _padded_source(input, padding, spatial)
+    reach = [d * (k - 1) + 1 for k, d in zip(kernel_size, dilation)]
+    windows = np.lib.stride_tricks.sliding_window_view(
+        source, reach, axis=tuple(range(2, 2 + spatial)))
+    windows = windows[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)
+                      + tuple(slice(None, None, d) for d in dilation)]
+    if windows.shape[2:2 + spatial] != out_spatial:
+        return convolution_out, args
+
+    if groups == c and c_per_group == 1 and out_c == c:
+        # Depthwise: out[:, ch] = sum over taps of w[ch, tap] * window_tap[:, ch].
+        scratch = np.empty(out.shape, dtype)
+        taps = list(np.ndindex(*kernel_size))
+        for i, tap in enumerate(taps):
+            view = windows[(Ellipsis,) + tap]
+            w = weight[(slice(None), 0) + tap].reshape((1, c) + (1,) * spatial)
+            if i == 0:
+                pairs.append((np.multiply, (view, w, out)))
+            else:
+                pairs += [(np.multiply, (view, w, scratch)), (np.add, (out, scratch, out))]
+        return steps(pairs + bias_steps)
+
+    taps = c_per_group * int(np.prod(kernel_size))
+    columns = np.empty((n, groups, taps, positions), dtype)
+    grouped = windows.reshape((n, groups, c_per_group) + out_spatial + tuple(kernel_size))
+    order = (0, 1, 2) + tuple(range(3 + spatial, 3 + 2 * spatial)) + tuple(range(3, 3 + spatial))
+    pairs.append((np.copyto, (columns.reshape(grouped.transpose(order).shape),
+                              grouped.transpose(order))))
+    w = weight.reshape(groups, out_c // groups, taps)
+    y = out.reshape(n, groups, out_c // groups, positions)
+    pairs.append((np.matmul, (w, columns, y)))
+    return steps(pairs + bias_steps)

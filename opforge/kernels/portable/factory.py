@@ -2,6 +2,9 @@
 
 ``out`` arrives with the dtype and shape the exporter decided (a ``dtype=`` argument of
 the functional op is folded into it), so these kernels only write values.
+
+Bound (see ``_binding``), the values are computed once at load into a private array and
+each call copies them into ``out`` (whose arena bytes other tensors may use in between).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import numpy as np
 
 from opforge.errors import KernelError
 from opforge.kernels.portable._promotion import is_floating
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS"]
 
@@ -85,3 +88,18 @@ def arange_start_out(start, end, step, out):
 @kernel("aten::arange.out")
 def arange_out(end, out):
     arange_start_out(0, end, 1, out)
+
+
+def _bind_constant(kernel: Kernel) -> None:
+    @binder_for(kernel)
+    def bind(args):
+        out = args[-1]
+        values = np.empty_like(out)
+        kernel(*args[:-1], values)
+        values.flags.writeable = False
+        return np.copyto, (out, values)
+
+
+for _kernel in (full_out, full_like_out, scalar_tensor_out, zeros_out, ones_out,
+                zeros_like_out, ones_like_out, arange_start_out, arange_out):
+    _bind_constant(_kernel)

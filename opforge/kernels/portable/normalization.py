@@ -5,7 +5,8 @@ dtype otherwise, and variances are the biased (population) variance, as in ATen.
 
 Bound (see ``_binding``), float32/float64 ops become fixed lists of ufunc and ufunc-reduce
 steps writing into the outs and scratch buffers allocated at bind — the same operations in
-the same order as the general kernels, so the same roundings. Inference batch norm with
+the same order as the general kernels (``np.mean``'s division may round differently in
+the last ulp). Inference batch norm with
 constant statistics folds them at bind into a per-channel ``x * scale + shift``.
 """
 

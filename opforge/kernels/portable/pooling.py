@@ -4,14 +4,22 @@ Windows are strided views of the padded input (``sliding_window_view``), reduced
 window axes in one NumPy call. Output sizes follow ATen's ``pooling_output_shape``: with
 ``ceil_mode`` the last window may hang over the right edge, but must start inside the
 input or its left padding. Inputs are (N, C, H, W) or (C, H, W).
+
+Bound max pooling (see ``_binding``) scans the kernel taps instead of reducing windows:
+each tap is a fixed strided view of the input (or of a ``fill``-bordered buffer whose
+border is written once), and a tap replaces the running maximum and its index where it is
+greater or NaN — ATen's CPU rule (``val > max || isnan(val)``): the first maximum wins
+ties, and the *last* NaN of a window gives the index (the general kernel's argmax reports
+the first; the values agree). The flat input index of every tap is precomputed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from opforge.kernels.portable._binding import separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype, is_floating
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 from opforge.kernels.portable.convolution import expand_param
 
 __all__ = ["KERNELS"]
@@ -119,3 +127,55 @@ def adaptive_avg_pool2d_out(self, output_size, out):
     r0, r1, c0, c1 = r0[:, None], r1[:, None], c0[None, :], c1[None, :]
     sums = prefix[..., r1, c1] - prefix[..., r0, c1] - prefix[..., r1, c0] + prefix[..., r0, c0]
     np.copyto(out, sums / ((r1 - r0) * (c1 - c0)), casting="unsafe")
+
+
+# --- bind-time fast paths -------------------------------------------------------------------
+
+def _copy_where(dst: np.ndarray, src: np.ndarray, where: np.ndarray) -> None:
+    np.copyto(dst, src, where=where)
+
+
+@binder_for(max_pool2d_with_indices_out)
+def _bind_max_pool2d(args):
+    self, kernel_size, stride, padding, dilation, ceil_mode, out, indices = args
+    if self.ndim not in (3, 4) or out.dtype != self.dtype or indices.dtype != np.int64 or \
+            self.size == 0 or not separate([out, indices], self):
+        return max_pool2d_with_indices_out, args
+    k, s, p, d = _params(kernel_size, stride, padding, dilation,
+                         "aten::max_pool2d_with_indices.out")
+    h, w = self.shape[-2:]
+    out_hw = tuple(_output_size(n, *a, ceil_mode) for n, a in zip((h, w), zip(k, s, p, d)))
+    if out.shape[-2:] != out_hw:
+        return max_pool2d_with_indices_out, args
+    floating = is_floating(self.dtype)
+    pads = []
+    for axis in range(2):
+        need = (out_hw[axis] - 1) * s[axis] + d[axis] * (k[axis] - 1) + 1
+        pads.append((p[axis], max(need - self.shape[-2 + axis] - p[axis], p[axis])))
+    pairs = []
+    source = self
+    if any(lo or hi for lo, hi in pads):
+        fill = -np.inf if floating else np.iinfo(self.dtype).min
+        source = np.full(self.shape[:-2] + (h + sum(pads[0]), w + sum(pads[1])), fill,
+                         self.dtype)
+        pairs.append((np.copyto, (source[..., p[0]:p[0] + h, p[1]:p[1] + w], self)))
+    oh = np.arange(out_hw[0])[:, None] * s[0] - p[0]
+    ow = np.arange(out_hw[1])[None, :] * s[1] - p[1]
+    better = np.empty(out.shape, np.bool_)
+    nan = np.empty(out.shape, np.bool_)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            r0, c0 = i * d[0], j * d[1]
+            tap = source[..., r0: r0 + (out_hw[0] - 1) * s[0] + 1: s[0],
+                         c0: c0 + (out_hw[1] - 1) * s[1] + 1: s[1]]
+            flat = np.broadcast_to((oh + r0) * w + (ow + c0), out_hw).astype(np.int64)
+            if i == 0 and j == 0:
+                pairs += [(np.copyto, (out, tap)), (np.copyto, (indices, flat))]
+                continue
+            if floating:  # ATen's CPU loop: val > max || isnan(val)
+                pairs += [(np.greater, (tap, out, better)), (np.isnan, (tap, nan)),
+                          (np.logical_or, (better, nan, better))]
+            else:
+                pairs.append((np.greater, (tap, out, better)))
+            pairs += [(_copy_where, (out, tap, better)), (_copy_where, (indices, flat, better))]
+    return steps(pairs)

@@ -3,14 +3,18 @@
 Dimension lists follow ATen: ``None`` or an empty list reduces every dimension (for
 ``sum``, ``mean``, ``amax``, …). Integer and bool sums accumulate in int64 unless a dtype
 is given; float16 accumulates in float32 (ATen's CPU opmath) and rounds once into ``out``.
+
+Bound (see ``_binding``), float32/float64 sums and means reduce straight into ``out`` with
+``np.add.reduce`` (what ``np.sum`` and ``np.mean`` call, without their Python layers).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from opforge.kernels.portable._binding import separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype, is_floating
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS"]
 
@@ -171,3 +175,36 @@ def logsumexp_out(self, dim, keepdim, out):
     with np.errstate(divide="ignore"):
         total = np.log(np.sum(np.exp(x - peak), axis=ax, keepdims=True)) + peak
     _store(out, total)
+
+
+# --- bind-time fast paths -------------------------------------------------------------------
+
+def _bind_sum(self, dim, dtype, out, mean: bool):
+    """``add.reduce`` into ``out`` viewed with the reduced shape; None if not applicable."""
+    if self.dtype not in (np.float32, np.float64) or out.dtype != self.dtype or \
+            (dtype is not None and np.dtype(dtype) != self.dtype) or self.size == 0 or \
+            not separate([out], self):
+        return None
+    ax = axes(dim, self.ndim)
+    reduced = tuple(n for i, n in enumerate(self.shape)
+                    if not (ax is None or i in ax))
+    if int(np.prod(reduced)) != out.size:
+        return None
+    target = out.reshape(reduced)
+    pairs = [(np.add.reduce, (self, ax, None, target, False))]
+    if mean:
+        count = self.size // max(out.size, 1)
+        pairs.append((np.divide, (target, np.asarray(count, self.dtype), target)))
+    return steps(pairs)
+
+
+@binder_for(mean_dim_out)
+def _bind_mean(args):
+    self, dim, keepdim, dtype, out = args
+    return _bind_sum(self, dim, dtype, out, mean=True) or (mean_dim_out, args)
+
+
+@binder_for(sum_dim_out)
+def _bind_sum_dim(args):
+    self, dim, keepdim, dtype, out = args
+    return _bind_sum(self, dim, dtype, out, mean=False) or (sum_dim_out, args)

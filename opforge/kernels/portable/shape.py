@@ -1,12 +1,16 @@
 """Ops that join, split or rearrange whole tensors: cat, stack, split, unbind, pad,
 repeat, flip, roll, pixel shuffle.
+
+Bound (see ``_binding``), split and unbind become one ``np.copyto`` per piece from views
+taken at load.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from opforge.kernels.portable._registry import Kernel, kernel_decorator
+from opforge.kernels.portable._binding import steps
+from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
 __all__ = ["KERNELS"]
 
@@ -26,14 +30,27 @@ def stack_out(tensors, dim, out):
     np.stack(tensors, axis=dim % out.ndim, out=out, casting="unsafe")
 
 
-def _split_into(self: np.ndarray, dim: int, outs: list[np.ndarray]) -> None:
-    start = 0
+def _split_views(self: np.ndarray, dim: int, outs: list[np.ndarray]) -> list[tuple]:
+    """``(piece, view of self)`` for each output piece along ``dim``."""
+    pairs, start = [], 0
     index = [slice(None)] * self.ndim
-    for piece in outs:  # one copy per output tensor, never per element
+    for piece in outs:
         size = piece.shape[dim]
         index[dim] = slice(start, start + size)
-        np.copyto(piece, self[tuple(index)], casting="unsafe")
+        pairs.append((piece, self[tuple(index)]))
         start += size
+    return pairs
+
+
+def _split_into(self: np.ndarray, dim: int, outs: list[np.ndarray]) -> None:
+    for piece, view in _split_views(self, dim, outs):  # one copy per output tensor
+        np.copyto(piece, view, casting="unsafe")
+
+
+def _bind_split(self: np.ndarray, dim: int, outs: list[np.ndarray]):
+    if any(piece.dtype != self.dtype or np.may_share_memory(piece, self) for piece in outs):
+        return None
+    return steps([(np.copyto, pair) for pair in _split_views(self, dim % self.ndim, outs)])
 
 
 @kernel("aten::split_with_sizes_copy.out")
@@ -44,6 +61,18 @@ def split_with_sizes_copy_out(self, split_sizes, dim, out):
 @kernel("aten::split_copy.Tensor_out")
 def split_copy_out(self, split_size, dim, out):
     _split_into(self, dim % self.ndim, out)
+
+
+@binder_for(split_with_sizes_copy_out)
+def _bind_split_with_sizes(args):
+    self, split_sizes, dim, out = args
+    return _bind_split(self, dim, out) or (split_with_sizes_copy_out, args)
+
+
+@binder_for(split_copy_out)
+def _bind_split_copy(args):
+    self, split_size, dim, out = args
+    return _bind_split(self, dim, out) or (split_copy_out, args)
 
 
 @kernel("aten::unbind_copy.int_out")
