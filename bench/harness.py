@@ -34,12 +34,13 @@ class Harness:
     timeout_s: float = 900.0
     python: str = sys.executable
     verbose: bool = True
+    opforge_path: str | None = None  # a snapshot of opforge to run instead of the checkout
     events: list[dict] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update({name: str(self.threads) for name in THREAD_VARIABLES})
-        env["PYTHONPATH"] = str(HERE)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.opforge_path, str(HERE)) if p)
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         env.setdefault("PYTHONWARNINGS", "ignore")
         return env
@@ -55,7 +56,8 @@ class Harness:
         self.log.flush()
         try:
             done = subprocess.run([self.python, str(WORKER)], input=json.dumps(spec), text=True,
-                                  capture_output=True, env=self.env(), timeout=self.timeout_s)
+                                  capture_output=True, env=self.env(), timeout=self.timeout_s,
+                                  cwd=self.workdir)
         except subprocess.TimeoutExpired:
             lines = [{"event": "error", "spec": spec, "ok": False,
                       "error": f"worker timed out after {self.timeout_s:.0f} s"}]

@@ -71,8 +71,9 @@ def import_times(h: Harness, repeats: int) -> dict:
         inside, wall = [], []
         for _ in range(repeats):
             start = time.perf_counter()
+            # cwd: not the checkout, whose opforge/ would shadow the snapshot on sys.path
             done = subprocess.run([h.python, "-c", code.format(stmt=stmt)], capture_output=True,
-                                  text=True, env=h.env())
+                                  text=True, env=h.env(), cwd=h.workdir)
             wall.append(time.perf_counter() - start)
             if done.returncode != 0:
                 results[label] = {"error": done.stderr.strip().splitlines()[-1][:300]}

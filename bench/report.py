@@ -82,7 +82,8 @@ def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict
         f"- Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB, "
         f"Linux {machine['kernel']}, Python {machine['python']}; shared with other jobs "
         f"(load average at start {setup['load_start']:.2f}, at end {setup['load_end']:.2f}).",
-        f"- Versions: {versions}; opforge commit {machine['opforge_commit']}.",
+        f"- Versions: {versions}; opforge commit {machine['opforge_commit']} "
+        f"({machine.get('opforge_source', 'working tree')}).",
         f"- Method: {setup['threads']} thread(s) for every runtime; each (workload, runtime) in "
         f"its own process, {setup['rounds']} interleaved round(s) × {setup['runs']} timed runs "
         "after warm-up; samples of all rounds pooled. Command: "

@@ -16,6 +16,7 @@ import json
 import os
 import pathlib
 import shlex
+import subprocess
 import sys
 import time
 
@@ -43,11 +44,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="timed runs per worker (50; --quick: 20)")
     parser.add_argument("--no-micro", action="store_true", help="skip the microbenchmarks")
     parser.add_argument("--micro-only", action="store_true", help="only the microbenchmarks")
+    parser.add_argument("--live", action="store_true",
+                        help="run the checkout's opforge as it is now, instead of a snapshot of "
+                             "its last commit (others keep editing the checkout during a run)")
     parser.add_argument("--workdir", type=pathlib.Path, default=HERE / "work",
                         help="exported files and worker logs (bench/work, git-ignored)")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results",
                         help="where latest.jsonl, latest.md and ratios.png go")
     args = parser.parse_args(argv)
+    args.workdir, args.out = args.workdir.resolve(), args.out.resolve()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.runs = args.runs or (20 if args.quick else 50)
     args.import_repeats = 3 if args.quick else 7
@@ -61,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     machine = describe_machine(HERE.parent)
+    snapshot = None if args.live else snapshot_opforge(args.workdir)
+    machine["opforge_source"] = "working tree (--live)" if args.live else \
+        f"snapshot of commit {machine['opforge_commit']}"
     with open(args.workdir / "workers.log", "w") as log:
-        harness = Harness(args.workdir, args.threads, log)
+        harness = Harness(args.workdir, args.threads, log, opforge_path=snapshot)
         harness.say(f"bench: {machine['cpu']}, {machine['cores']} cores, threads={args.threads}, "
                     f"rounds={args.rounds}, runs={args.runs}")
         table: dict = {}
@@ -83,6 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     write_results(args, setup, table, micro, harness.events)
     harness.say(f"bench: done in {setup['wall_s'] / 60:.1f} min → {args.out}/latest.md")
     return 0
+
+
+def snapshot_opforge(workdir: pathlib.Path) -> str:
+    """Extract the last commit's ``opforge/`` package into the workdir and return the folder
+    to put first on the workers' PYTHONPATH: a run then measures one version of opforge
+    from start to end, even while other engineers edit the shared checkout."""
+    commit = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    target = workdir / f"opforge-{commit[:12]}"
+    if not (target / "opforge" / "__init__.py").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", commit, "opforge"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return str(target)
 
 
 def write_results(args: argparse.Namespace, setup: dict, table: dict, micro: dict,
