@@ -5,7 +5,8 @@ Dimension lists follow ATen: ``None`` or an empty list reduces every dimension (
 is given; float16 accumulates in float32 (ATen's CPU opmath) and rounds once into ``out``.
 
 Bound (see ``_binding``), float32/float64 sums and means reduce straight into ``out`` with
-``np.add.reduce`` (what ``np.sum`` and ``np.mean`` call, without their Python layers).
+``np.add.reduce`` (what ``np.sum`` and ``np.mean`` call, without their Python layers);
+any/all of bool tensors are ``np.logical_or.reduce`` / ``np.logical_and.reduce`` into out.
 """
 
 from __future__ import annotations
@@ -208,3 +209,37 @@ def _bind_mean(args):
 def _bind_sum_dim(args):
     self, dim, keepdim, dtype, out = args
     return _bind_sum(self, dim, dtype, out, mean=False) or (sum_dim_out, args)
+
+
+def _bind_logical(ufunc: np.ufunc, self, dim, out):
+    if self.dtype != np.bool_ or out.dtype != np.bool_ or self.size == 0:
+        return None
+    ax = axes(dim, self.ndim)
+    reduced = tuple(n for i, n in enumerate(self.shape) if not (ax is None or i in ax))
+    if int(np.prod(reduced)) != out.size:
+        return None
+    return ufunc.reduce, (self, ax, None, out.reshape(reduced), False)
+
+
+@binder_for(any_dim_out)
+def _bind_any_dim(args):
+    self, dim, keepdim, out = args
+    return _bind_logical(np.logical_or, self, dim, out) or (any_dim_out, args)
+
+
+@binder_for(any_out)
+def _bind_any(args):
+    self, out = args
+    return _bind_logical(np.logical_or, self, None, out) or (any_out, args)
+
+
+@binder_for(all_dim_out)
+def _bind_all_dim(args):
+    self, dim, keepdim, out = args
+    return _bind_logical(np.logical_and, self, dim, out) or (all_dim_out, args)
+
+
+@binder_for(all_out)
+def _bind_all(args):
+    self, out = args
+    return _bind_logical(np.logical_and, self, None, out) or (all_out, args)
