@@ -100,7 +100,7 @@ def test_convolution_fast_paths_match_torch(groups, kernel, stride, padding, dil
     kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
     w = rng.standard_normal((16, 16 // groups, kh, kw)).astype(np.float32)
     b = rng.standard_normal(16).astype(np.float32)
-    pair = lambda v: (v, v) if isinstance(v, int) else v  # noqa: E731
+    pair = lambda v: (v, v) if isinstance(v, int) else v
     t = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
                                    torch.from_numpy(b), pair(stride), pair(padding),
                                    pair(dilation), groups)
@@ -202,8 +202,8 @@ def _allocated_while(call, repeats=20) -> tuple[int, int]:
 
 def _bound_cases():
     rng = np.random.default_rng(3)
-    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
-    e = lambda *shape: np.empty(shape, np.float32)  # noqa: E731
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    e = lambda *shape: np.empty(shape, np.float32)
     x, w, b = f(128, 64), frozen(f(128, 64)), frozen(f(128))
     img = f(1, 16, 32, 32)
     return [

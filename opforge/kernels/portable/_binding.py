@@ -40,14 +40,21 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Step", "steps", "ufunc_step", "fold_scalar", "read_only", "separate",
-           "NUM_THREADS", "PARALLEL_MIN"]
+__all__ = [
+    "NUM_THREADS",
+    "PARALLEL_MIN",
+    "Step",
+    "fold_scalar",
+    "read_only",
+    "separate",
+    "steps",
+    "ufunc_step",
+]
 
 Step = tuple[Callable, tuple]
 
@@ -70,17 +77,20 @@ def _num_threads() -> int:
 NUM_THREADS = _num_threads()
 # The smallest output worth splitting: below ~256K float32 elements (~100 µs of a
 # memory-bound ufunc) handing a chunk to a thread costs more than it saves.
-PARALLEL_MIN = int(os.environ.get("OPFORGE_PARALLEL_MIN", 1 << 18))
+PARALLEL_MIN = int(os.environ.get("OPFORGE_PARALLEL_MIN", str(1 << 18)))
 _CHUNK_ALIGN = 4096
 
-_pool: ThreadPoolExecutor | None = None
+_pool = None  # a concurrent.futures.ThreadPoolExecutor, made on first use
 _pool_pid = -1
 _pool_lock = threading.Lock()
 
 
-def _get_pool() -> ThreadPoolExecutor:
+def _get_pool():
     global _pool, _pool_pid
     if _pool_pid != os.getpid():  # none yet, or inherited through fork (threads are gone)
+        # imported only when threads are asked for: the lean runtime's import stays small
+        from concurrent.futures import ThreadPoolExecutor
+
         with _pool_lock:
             if _pool_pid != os.getpid():
                 _pool = ThreadPoolExecutor(NUM_THREADS - 1, thread_name_prefix="opforge")

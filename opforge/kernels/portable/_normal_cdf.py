@@ -25,7 +25,7 @@ from functools import lru_cache, partial
 
 import numpy as np
 
-__all__ = ["normal_cdf_steps", "STEP", "LIMIT"]
+__all__ = ["LIMIT", "STEP", "normal_cdf_steps"]
 
 STEP = 2.0 ** -10
 LIMIT = 6.0

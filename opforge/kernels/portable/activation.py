@@ -192,9 +192,10 @@ def _bind_gelu(args):
         # ulp. exp overflows (quietly, to the exact -0 result) for x below about -10.
         s = np.empty(self.shape, ct)
         c = math.sqrt(2.0 / math.pi)
+        cubic, linear = np.asarray(-2 * c * 0.044715, ct), np.asarray(-2 * c, ct)
         return steps([
-            (np.multiply, (self, self, s)), (np.multiply, (s, np.asarray(-2 * c * 0.044715, ct), s)),
-            (np.add, (s, np.asarray(-2 * c, ct), s)), (np.multiply, (s, self, s)),
+            (np.multiply, (self, self, s)), (np.multiply, (s, cubic, s)),
+            (np.add, (s, linear, s)), (np.multiply, (s, self, s)),
             (np.exp, (s, s)), (np.add, (s, np.ones((), ct), s)), (np.divide, (self, s, out)),
         ], out, quiet=True)
     if approximate == "none" and ct == np.float32:

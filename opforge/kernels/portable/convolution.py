@@ -131,7 +131,7 @@ def _padded_source(x: np.ndarray, padding, spatial: int) -> tuple[np.ndarray, li
 
 @binder_for(convolution_out)
 def _bind_convolution(args):
-    (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
+    (input, weight, bias, stride, padding, dilation, transposed, _output_padding, groups,
      out) = args
     dtype = out.dtype
     if transposed or input.ndim != weight.ndim or input.ndim < 3 or \

@@ -95,7 +95,8 @@ def _as_2d(a: np.ndarray) -> np.ndarray | None:
 def _bind_mm(args):
     self, mat2, out = args
     if not _same_dtype(out, self, mat2) or not separate([out], self, mat2) or \
-            self.ndim < 2 or mat2.ndim < 2 or np.broadcast_shapes(self.shape[:-2], mat2.shape[:-2]) != out.shape[:-2]:
+            self.ndim < 2 or mat2.ndim < 2 or \
+            np.broadcast_shapes(self.shape[:-2], mat2.shape[:-2]) != out.shape[:-2]:
         return mm_out, args
     return np.matmul, (self, mat2, out)
 

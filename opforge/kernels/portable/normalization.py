@@ -119,7 +119,7 @@ def _floating_same(*arrays) -> bool:
 
 @binder_for(softmax_out)
 def _bind_softmax(args):
-    self, dim, half_to_float, out = args
+    self, dim, _half_to_float, out = args
     if not _floating_same(self, out) or self.size == 0 or self.ndim == 0 or \
             not separate([out], self):
         return softmax_out, args
@@ -135,7 +135,7 @@ def _bind_softmax(args):
 
 @binder_for(log_softmax_out)
 def _bind_log_softmax(args):
-    self, dim, half_to_float, out = args
+    self, dim, _half_to_float, out = args
     if not _floating_same(self, out) or self.size == 0 or self.ndim == 0 or \
             not separate([out], self):
         return log_softmax_out, args
@@ -184,7 +184,7 @@ def _bind_layer_norm(args):
 
 @binder_for(batch_norm_no_training_out)
 def _bind_batch_norm(args):
-    input, weight, bias, running_mean, running_var, momentum, eps, out0, out1, out2 = args
+    input, weight, bias, running_mean, running_var, _momentum, eps, out0, _out1, _out2 = args
     if not _floating_same(input, out0) or input.ndim < 2 or not separate([out0], input) or \
             not read_only(weight, bias, running_mean, running_var):
         return batch_norm_no_training_out, args

@@ -201,13 +201,13 @@ def _bind_sum(self, dim, dtype, out, mean: bool):
 
 @binder_for(mean_dim_out)
 def _bind_mean(args):
-    self, dim, keepdim, dtype, out = args
+    self, dim, _keepdim, dtype, out = args
     return _bind_sum(self, dim, dtype, out, mean=True) or (mean_dim_out, args)
 
 
 @binder_for(sum_dim_out)
 def _bind_sum_dim(args):
-    self, dim, keepdim, dtype, out = args
+    self, dim, _keepdim, dtype, out = args
     return _bind_sum(self, dim, dtype, out, mean=False) or (sum_dim_out, args)
 
 
@@ -223,7 +223,7 @@ def _bind_logical(ufunc: np.ufunc, self, dim, out):
 
 @binder_for(any_dim_out)
 def _bind_any_dim(args):
-    self, dim, keepdim, out = args
+    self, dim, _keepdim, out = args
     return _bind_logical(np.logical_or, self, dim, out) or (any_dim_out, args)
 
 
@@ -235,7 +235,7 @@ def _bind_any(args):
 
 @binder_for(all_dim_out)
 def _bind_all_dim(args):
-    self, dim, keepdim, out = args
+    self, dim, _keepdim, out = args
     return _bind_logical(np.logical_and, self, dim, out) or (all_dim_out, args)
 
 

@@ -65,13 +65,13 @@ def split_copy_out(self, split_size, dim, out):
 
 @binder_for(split_with_sizes_copy_out)
 def _bind_split_with_sizes(args):
-    self, split_sizes, dim, out = args
+    self, _split_sizes, dim, out = args
     return _bind_split(self, dim, out) or (split_with_sizes_copy_out, args)
 
 
 @binder_for(split_copy_out)
 def _bind_split_copy(args):
-    self, split_size, dim, out = args
+    self, _split_size, dim, out = args
     return _bind_split(self, dim, out) or (split_copy_out, args)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from opforge.kernels.portable._erf import erf
 from opforge.kernels.portable._binding import steps, ufunc_step
+from opforge.kernels.portable._erf import erf
 from opforge.kernels.portable._promotion import float_compute_dtype, is_floating
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
