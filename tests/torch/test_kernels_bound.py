@@ -76,17 +76,22 @@ def test_max_pool_tap_scan_matches_torch(kernel, stride, padding, dilation, ceil
     if dtype == np.float32:
         x[0, 0, 1, 1] = x[0, 1, 4, 4] = x[0, 1, 4, 5] = np.nan  # NaN wins, first NaN
         x[1, 2, 0, :] = -np.inf
-    tv, ti = torch.ops.aten.max_pool2d_with_indices(
-        torch.from_numpy(x), kernel, stride, padding, dilation, ceil_mode)
-    out, indices = np.empty(tv.shape, dtype), np.empty(ti.shape, np.int64)
-    call = bound("aten::max_pool2d_with_indices.out", x, kernel, stride, padding, dilation,
-                 ceil_mode, out, indices)
-    for _ in range(2):
-        call()
-        np.testing.assert_array_equal(out, tv.numpy())
-        np.testing.assert_array_equal(indices, ti.numpy())
-        out.fill(0)
-        indices.fill(-1)
+    out = indices = call = None
+    # with NaNs, without, with again: the same bound buffers follow the input
+    for values in (x.copy(), np.nan_to_num(x, nan=1.0), x.copy()):
+        tv, ti = torch.ops.aten.max_pool2d_with_indices(
+            torch.from_numpy(values), kernel, stride, padding, dilation, ceil_mode)
+        if call is None:
+            out, indices = np.empty(tv.shape, dtype), np.empty(ti.shape, np.int64)
+            call = bound("aten::max_pool2d_with_indices.out", x, kernel, stride, padding,
+                         dilation, ceil_mode, out, indices)
+        x[...] = values
+        for _ in range(2):
+            call()
+            np.testing.assert_array_equal(out, tv.numpy())
+            np.testing.assert_array_equal(indices, ti.numpy())
+            out.fill(0)
+            indices.fill(-1)
 
 
 @pytest.mark.parametrize("groups, kernel, stride, padding, dilation", [
