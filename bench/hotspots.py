@@ -91,7 +91,9 @@ def profile_workload(name: str, workdir: pathlib.Path, lines: list[str]) -> None
     ops = {key for _, key in forward.instructions}
     if ops == {"aten::add.out"}:
         fn, args = bound[0]
-        a, b, _alpha, out = args
+        # The bound pair: the portable kernel with (self, other, alpha, out), or whatever
+        # its bind-time specialisation returned, e.g. np.add with (a, b, out).
+        a, b, out = args[0], args[1], args[-1]
         fns["kernel"] = lambda: fn(*args)
         fns["raw"] = lambda: np.add(a, b, out=out)
     t = interleaved_medians(fns)
@@ -106,7 +108,7 @@ def profile_workload(name: str, workdir: pathlib.Path, lines: list[str]) -> None
               f"| → output copies | {us(call - views)} | |"]
     if "kernel" in t:
         raw, kernel = t["raw"], t["kernel"]
-        lines += [f"| the portable `add.out` kernel alone, `fn(*args)` | {us(kernel)} | |",
+        lines += [f"| the bound `add.out` pair alone, `fn(*args)` (fn = `{getattr(fn, '__name__', fn)}`) | {us(kernel)} | |",
                   f"| `np.add(a, b, out=out)`, what it wraps | {us(raw)} | |",
                   f"| → kernel wrapper overhead (promotion, errstate, checks) | {us(kernel - raw)} | |",
                   f"| → executor loop overhead per instruction | | {us(loop / n - kernel)} |"]
