@@ -110,9 +110,17 @@ def snapshot_opforge(workdir: pathlib.Path) -> str:
 
 def write_results(args: argparse.Namespace, setup: dict, table: dict, micro: dict,
                   events: list[dict]) -> None:
+    # Raw samples stay in the (git-ignored) workdir; the committed lines keep their count,
+    # so the results folder stays small text while nothing measured is lost.
+    with open(args.workdir / "samples.jsonl", "w") as raw:
+        for event in events:
+            raw.write(json.dumps(event) + "\n")
     with open(args.out / "latest.jsonl", "w") as out:
         out.write(json.dumps({"event": "setup", **setup}) + "\n")
         for event in events:
+            if "samples_s" in event:
+                event = {**event, "samples_s": len(event["samples_s"])}
+                event["samples"] = event.pop("samples_s")
             out.write(json.dumps(event) + "\n")
         for workload, cells in table.items():
             for runtime, cell in cells.items():
