@@ -161,6 +161,19 @@ def micro_markdown(micro: dict, table: dict) -> list[str]:
         ]) + " |")
     lines.append("")
 
+    allocating = {w: c for w, cells in table.items() for r, c in cells.items()
+                  if r == "opforge-lean" and "alloc_peak_bytes" in c}
+    if allocating:
+        lines += ["### Allocations per steady-state call (opforge lean)", "",
+                  "tracemalloc over 20 calls with `views=True` (outputs are views of the arena, "
+                  "so only what the runtime and its kernels allocate shows; the default call "
+                  "adds one copy per output): the highest transient peak above the baseline, "
+                  "and the bytes still held afterwards. Worst of all rounds.", "",
+                  "| workload | transient peak | retained |", "| --- | ---: | ---: |"]
+        lines += [f"| {w} | {c['alloc_peak_bytes']:,} B | {c['alloc_retained_bytes']:,} B |"
+                  for w, c in allocating.items()]
+        lines.append("")
+
     imports = micro.get("imports", {})
     if imports:
         lines += ["### Cold import", "",

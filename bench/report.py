@@ -34,6 +34,9 @@ def summarize_measurements(measured: dict[tuple[str, str], list[dict]],
             cell["load_s"] = sorted(e["load_s"] for e in ok)[len(ok) // 2]
             cell["torch_imported"] = any(e["torch_imported"] for e in ok)
             cell["thread_pool"] = ok[0].get("thread_pool")
+            if all("alloc_peak_bytes" in e for e in ok):
+                cell["alloc_peak_bytes"] = max(e["alloc_peak_bytes"] for e in ok)
+                cell["alloc_retained_bytes"] = max(e["alloc_retained_bytes"] for e in ok)
         else:
             errors = [e.get("error", "") for e in events] or [prep.get("error", "not measured")]
             cell["error"] = prep.get("error") or errors[0]

@@ -25,6 +25,7 @@ import pathlib
 import resource
 import sys
 import time
+import tracemalloc
 import traceback
 
 import numpy as np
@@ -198,14 +199,33 @@ def measure(spec: dict) -> None:
     finally:
         gc.enable()
     error = max(error, max_abs_error(session.outputs(session.run(args)), expected))
+    allocations = steady_state_allocations(session, args) if hasattr(session, "run_views") else {}
     p10, p50, p90 = np.percentile(samples, [10, 50, 90])
     emit(**base, ok=True, median_s=float(p50), p10_s=float(p10), p90_s=float(p90),
          mean_s=float(samples.mean()), runs=runs, inner=inner, first_run_s=first_run_s,
          import_s=import_s, load_s=load_s, max_abs_error=error,
          rss_start_mb=rss_start, rss_imported_mb=rss_imported, rss_loaded_mb=rss_loaded,
          peak_rss_mb=peak_rss_mb(), torch_imported="torch" in sys.modules,
-         thread_pool=getattr(session, "thread_pool", str(spec["threads"])),
+         thread_pool=getattr(session, "thread_pool", str(spec["threads"])), **allocations,
          samples_s=[float(x) for x in samples])
+
+
+def steady_state_allocations(session, args, calls: int = 20) -> dict:
+    """Bytes allocated during steady-state calls that return views of the runtime's own
+    output buffers (tracemalloc sees NumPy's array buffers): the highest transient peak
+    above the baseline, and what is still held after ``calls`` calls. Zero for a runtime
+    that allocates nothing per call; run after the timed samples, so it costs them nothing."""
+    session.run_views(args)
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for _ in range(calls):
+            session.run_views(args)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return {"alloc_peak_bytes": peak - baseline, "alloc_retained_bytes": current - baseline}
 
 
 # -- micro ------------------------------------------------------------------------------------

@@ -46,6 +46,10 @@ class Session:
     def run(self, args):
         return self.forward(*args)
 
+    def run_views(self, args):
+        """The call without output copies: what the runtime itself allocates per call."""
+        return self.forward(*args, views=True)
+
     def outputs(self, result) -> list[np.ndarray]:
         return [np.array(r, copy=True) for r in result]
 
