@@ -37,7 +37,9 @@ from opforge.kernels.portable import (
     normalization,
     pooling,
     reduction,
+    resample,
     shape,
+    sorting,
     unary,
     view_copy,
 )
@@ -56,6 +58,8 @@ FAMILIES: tuple[ModuleType, ...] = (
     linalg,
     convolution,
     pooling,
+    resample,
+    sorting,
     view_copy,
     shape,
     indexing,
