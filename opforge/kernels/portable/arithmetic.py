@@ -1,4 +1,4 @@
-"""Binary arithmetic: add, sub, rsub, mul, div (all rounding modes), pow, remainder, …
+"""Binary arithmetic: add, sub, rsub, mul, div (all rounding modes), pow, remainder, atan2, …
 
 Each kernel computes in the dtype ATen promotes its operands to (``_promotion``) and
 lets the ufunc cast into ``out`` (``casting="unsafe"``), so ``int + 0.5`` computes in
@@ -173,6 +173,12 @@ def bind_binary(ufunc: np.ufunc, a: Operand, b: Operand, out: np.ndarray,
     return steps([ufunc_step(ufunc, a, b, out, dtype=ct)], out)
 
 
+@kernel("aten::atan2.out")
+def atan2_out(self, other, out):
+    # A floating op: integer and bool operands compute in float32, as in true division.
+    _binary(np.arctan2, self, other, out, _true_divide_dtype(self, other))
+
+
 def _bind_scaled(ufunc: np.ufunc, a: Operand, b: Operand, alpha, out: np.ndarray):
     """``ufunc(a, alpha * b) -> out``: alpha folded into a scalar ``b`` at bind, or
     applied into a scratch buffer allocated here for a tensor ``b``."""
@@ -235,6 +241,12 @@ def _bind_floating_only(kernel: Kernel, ufunc: np.ufunc) -> None:
         if not is_floating(ct):
             return kernel, args
         return bind_binary(ufunc, self, other, out, ct)
+
+@binder_for(atan2_out)
+def _bind_atan2(args):
+    self, other, out = args
+    return bind_binary(np.arctan2, self, other, out, _true_divide_dtype(self, other))
+
 
 
 _bind_floating_only(floor_divide_out, np.floor_divide)

@@ -1,5 +1,5 @@
-"""Indexing: advanced indexing (``index.Tensor``), gather, index_select, embedding,
-scatter forms, slice/select scatter and the triangle masks tril/triu.
+"""Indexing: advanced indexing (``index.Tensor``), gather, index_select, embedding and
+embedding bags, scatter forms, slice/select scatter and the triangle masks tril/triu.
 
 ATen's advanced indexing and NumPy's agree: ``None`` entries keep a dimension, index
 tensors broadcast together, bool (and legacy uint8) masks select by position, and when
@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from opforge.errors import KernelError
+from opforge.kernels.portable._promotion import accumulate_dtype
 from opforge.kernels.portable._registry import Kernel, kernel_decorator
 from opforge.kernels.portable.arithmetic import as_operand
 
@@ -70,6 +71,80 @@ def embedding_out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out)
     # padding_idx and the two gradient flags only matter for training.
     _check_range(indices, weight.shape[0], "aten::embedding.out")
     np.take(weight, indices, axis=0, out=out)
+
+
+# EmbeddingBag modes, as ATen numbers them.
+_SUM, _MEAN, _MAX = 0, 1, 2
+
+
+def _fill(out: np.ndarray, values: np.ndarray | int) -> None:
+    """Write ``values`` into an auxiliary out whose preallocated shape agrees, else zeros."""
+    if isinstance(values, np.ndarray) and values.size == out.size:
+        np.copyto(out, values.reshape(out.shape), casting="unsafe")
+    else:
+        out.fill(0)
+
+
+@kernel("aten::_embedding_bag.out")
+def embedding_bag_out(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                      per_sample_weights, include_last_offset, padding_idx,
+                      out0, out1, out2, out3):
+    # Bag b holds indices[offsets[b]:offsets[b + 1]], the last bag running to the end of
+    # indices — with include_last_offset too, whose extra last offset (len(indices), as
+    # ATen requires) ATen's general CPU path ignores; its float sum fast path stops there
+    # instead, so the two disagree only for offsets ATen does not allow. Entries equal to padding_idx (>= 0) are skipped and not counted. Empty bags
+    # give zeros. max keeps the first maximum (a later NaN never wins; a NaN first does).
+    # The auxiliary outs are what ATen's CPU kernel writes where they are defined:
+    # out1 (offset2bag) each index's bag, when allocated with one entry per index;
+    # out2 (bag_size) each bag's count for mean and max, zeros for sum (ATen leaves it
+    # unwritten); out3 (max_indices) for max each output element's weight row, for mean
+    # the bag sizes again (ATen's CPU kernel returns bag_size there), zeros for sum.
+    # scale_grad_by_freq and sparse only matter for gradients.
+    api = "aten::_embedding_bag.out"
+    n, num_bags = indices.shape[0], out0.shape[0]
+    _check_range(indices, weight.shape[0], api)
+    starts = np.asarray(offsets[:num_bags], dtype=np.int64)
+    if num_bags and (starts[0] != 0 or np.any(np.diff(starts) < 0) or starts[-1] > n):
+        raise KernelError(
+            f"`{api}`: offsets — found {starts.tolist()[:8]} for {n} indices — valid: "
+            f"non-decreasing, starting at 0, at most {n} — check the bag offsets"
+        )
+    bag = np.searchsorted(starts, np.arange(n), side="right") - 1
+    keep = indices != padding_idx if padding_idx >= 0 else np.ones(n, bool)
+    words, bags = indices[keep].astype(np.int64), bag[keep]
+    counts = np.bincount(bags, minlength=num_bags)
+    nonempty = counts > 0
+    first = (np.cumsum(counts) - counts)[nonempty]  # each non-empty bag's first kept row
+    ct = accumulate_dtype(weight.dtype)
+    rows = weight[words].astype(ct, copy=False)
+    result = np.zeros(out0.shape, ct)
+    max_indices = np.zeros(out0.shape, np.int64)
+    if mode in (_SUM, _MEAN):
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights[keep].astype(ct)[:, None]
+        if rows.shape[0]:
+            result[nonempty] = np.add.reduceat(rows, first, axis=0)
+        if mode == _MEAN:
+            result /= np.maximum(counts, 1).astype(ct)[:, None]
+    elif mode == _MAX:
+        if rows.shape[0]:
+            with np.errstate(invalid="ignore"):
+                peak = np.fmax.reduceat(rows, first, axis=0)
+            peak = np.where(np.isnan(rows[first]), rows[first], peak)  # a NaN first stays
+            at = np.where(rows == peak[np.cumsum(nonempty)[bags] - 1],
+                          np.arange(rows.shape[0])[:, None], rows.shape[0])
+            at = np.minimum.reduceat(at, first, axis=0)
+            at = np.where(np.isnan(peak), first[:, None], at)
+            result[nonempty], max_indices[nonempty] = peak, words[at]
+    else:
+        raise KernelError(
+            f"`{api}`: mode={mode!r} — is not an EmbeddingBag mode — valid: 0 (sum), "
+            "1 (mean), 2 (max) — pass one of these"
+        )
+    np.copyto(out0, result, casting="unsafe")
+    _fill(out1, bag)
+    _fill(out2, counts if mode != _SUM else 0)
+    _fill(out3, max_indices if mode == _MAX else counts if mode == _MEAN else 0)
 
 
 def _index_grid(index: np.ndarray, dim: int) -> tuple:

@@ -1,4 +1,5 @@
-"""Softmax, log-softmax and the normalisations: layer norm, batch norm (inference), group norm.
+"""Softmax, log-softmax and the normalisations: layer norm, batch norm (inference, and with
+batch statistics as instance norm exports it), group norm.
 
 Statistics are computed in float32 for float16 inputs (ATen's CPU opmath), in the input's
 dtype otherwise, and variances are the biased (population) variance, as in ATen.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from opforge.errors import KernelError
 from opforge.kernels.portable._binding import read_only, separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
@@ -88,6 +90,37 @@ def batch_norm_no_training_out(input, weight, bias, running_mean, running_var, m
     y = input * _per_channel(scale.astype(ct), input.ndim)
     y += _per_channel(shift.astype(ct), input.ndim)
     np.copyto(out0, y, casting="unsafe")
+
+
+@kernel("aten::_native_batch_norm_legit.no_stats_out")
+def batch_norm_batch_stats_out(input, weight, bias, training, momentum, eps, out, save_mean,
+                               save_invstd):
+    # Normalise with this batch's own statistics (InstanceNorm exports to this, training
+    # set, the input viewed as (1, N*C, *spatial)): per channel the mean and the biased
+    # variance over N and the spatial dims. save_mean and save_invstd, shape (C,), get the
+    # mean and 1/sqrt(var + eps), as in ATen.
+    if not training:
+        raise KernelError(
+            "`aten::_native_batch_norm_legit.no_stats_out`: training=False — without running "
+            "statistics there is nothing to normalise with (ATen refuses it too) — valid: "
+            "training=True — export a model whose norms track running statistics"
+        )
+    ct = accumulate_dtype(input.dtype)
+    x = input.astype(ct, copy=False)
+    axes = (0,) + tuple(range(2, x.ndim))
+    with np.errstate(all="ignore"):  # an empty batch gives NaN statistics, as in ATen
+        mean = np.mean(x, axis=axes, keepdims=True)
+        centered = x - mean
+        var = np.mean(centered * centered, axis=axes, keepdims=True)
+        invstd = 1.0 / np.sqrt(var + ct.type(eps))
+    y = centered * invstd
+    if weight is not None:
+        y *= _per_channel(weight.astype(ct, copy=False), y.ndim)
+    if bias is not None:
+        y += _per_channel(bias.astype(ct, copy=False), y.ndim)
+    np.copyto(out, y, casting="unsafe")
+    np.copyto(save_mean, mean.reshape(save_mean.shape), casting="unsafe")
+    np.copyto(save_invstd, invstd.reshape(save_invstd.shape), casting="unsafe")
 
 
 @kernel("aten::native_group_norm.out")
@@ -179,6 +212,34 @@ def _bind_layer_norm(args):
         pairs.append((np.multiply, (out0, weight, out0)))
     if bias is not None:
         pairs.append((np.add, (out0, bias, out0)))
+    return steps(pairs)
+
+
+@binder_for(batch_norm_batch_stats_out)
+def _bind_batch_stats(args):
+    input, weight, bias, training, _momentum, eps, out, save_mean, save_invstd = args
+    if not training or not _floating_same(input, weight, bias, out, save_mean, save_invstd) \
+            or input.ndim < 2 or input.size == 0 or \
+            not separate([out, save_mean, save_invstd], input, weight, bias):
+        return batch_norm_batch_stats_out, args
+    # The general kernel's steps into the outs: save_mean/save_invstd viewed (1, C, 1, ...).
+    ct, axes = input.dtype, (0,) + tuple(range(2, input.ndim))
+    keep = _per_channel(save_mean, input.ndim).shape
+    mean, invstd = save_mean.reshape(keep), save_invstd.reshape(keep)
+    count = np.asarray(input.size // max(input.shape[1], 1), ct)
+    squares = np.empty(input.shape, ct)
+    pairs = [
+        (np.add.reduce, (input, axes, None, mean, True)), (np.divide, (mean, count, mean)),
+        (np.subtract, (input, mean, out)), (np.multiply, (out, out, squares)),
+        (np.add.reduce, (squares, axes, None, invstd, True)),
+        (np.divide, (invstd, count, invstd)), (np.add, (invstd, np.asarray(eps, ct), invstd)),
+        (np.sqrt, (invstd, invstd)), (np.divide, (np.asarray(1.0, ct), invstd, invstd)),
+        (np.multiply, (out, invstd, out)),
+    ]
+    if weight is not None:
+        pairs.append((np.multiply, (out, _per_channel(weight, input.ndim), out)))
+    if bias is not None:
+        pairs.append((np.add, (out, _per_channel(bias, input.ndim), out)))
     return steps(pairs)
 
 

@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, prod, amax/amin, argmax/argmin, var/std, any/all, logsumexp.
+"""Reductions: sum, mean, prod, amax/amin, max/min along a dim, argmax/argmin, var/std,
+any/all, logsumexp, vector norms.
 
 Dimension lists follow ATen: ``None`` or an empty list reduces every dimension (for
 ``sum``, ``mean``, ``amax``, …). Integer and bool sums accumulate in int64 unless a dtype
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from opforge.errors import KernelError
 from opforge.kernels.portable._binding import separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype, is_floating
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
@@ -116,6 +118,36 @@ def argmin_out(self, dim, keepdim, out):
     _arg_reduce(np.argmin, self, dim, out)
 
 
+def _extreme_dim(arg, api: str, self, dim, values, indices) -> None:
+    # max.dim / min.dim: the value at np.argmax / np.argmin, so the first extreme wins ties
+    # and the first NaN is the extreme, as in ATen.
+    if self.ndim == 0:
+        np.copyto(values, self, casting="unsafe")
+        indices.fill(0)
+        return
+    axis = dim % self.ndim
+    if self.shape[axis] == 0:
+        raise KernelError(
+            f"`{api}`: self — found shape {self.shape}, empty along dim {dim} — valid: a "
+            "non-empty dim (a max or min of nothing is undefined, ATen refuses it too) — "
+            "reduce over a non-empty dim"
+        )
+    index = np.expand_dims(arg(self, axis=axis), axis)
+    np.copyto(values, np.take_along_axis(self, index, axis).reshape(values.shape),
+              casting="unsafe")
+    np.copyto(indices, index.reshape(indices.shape), casting="unsafe")
+
+
+@kernel("aten::max.dim_max")
+def max_dim_max(self, dim, keepdim, max, max_values):
+    _extreme_dim(np.argmax, "aten::max.dim_max", self, dim, max, max_values)
+
+
+@kernel("aten::min.dim_min")
+def min_dim_min(self, dim, keepdim, min, min_indices):
+    _extreme_dim(np.argmin, "aten::min.dim_min", self, dim, min, min_indices)
+
+
 def _ddof(correction) -> float:
     return 1.0 if correction is None else float(correction)
 
@@ -176,6 +208,37 @@ def logsumexp_out(self, dim, keepdim, out):
     with np.errstate(divide="ignore"):
         total = np.log(np.sum(np.exp(x - peak), axis=ax, keepdims=True)) + peak
     _store(out, total)
+
+
+@kernel("aten::linalg_vector_norm.out")
+def linalg_vector_norm_out(self, ord, dim, keepdim, dtype, out):
+    # ord 2 is sqrt(sum x^2), 1 sum |x|, inf / -inf max / min |x|, 0 the count of non-zeros
+    # (NaN counts), any other p (sum |x|^p)^(1/p). dtype casts the input first; float16
+    # (and integers, which ATen refuses) compute in float32.
+    x = self if dtype is None else self.astype(dtype, copy=False)
+    ct = accumulate_dtype(x.dtype) if is_floating(x.dtype) else np.dtype(np.float32)
+    x = x.astype(ct, copy=False)
+    ax = axes(dim, x.ndim)
+    p = float(ord)
+    with np.errstate(all="ignore"):  # 0 ** negative p is inf, as in ATen
+        if p == 2:
+            norm = np.sqrt(np.sum(x * x, axis=ax))
+        elif p == 1:
+            norm = np.sum(np.abs(x), axis=ax)
+        elif p in (np.inf, -np.inf):
+            reduced = x.size if ax is None else int(np.prod([x.shape[a] for a in ax]))
+            if reduced == 0 and out.size:
+                raise KernelError(
+                    "`aten::linalg_vector_norm.out`: self — the reduced dims are empty — "
+                    "valid: a non-empty reduction for ord=inf/-inf (a max has no identity; "
+                    "ATen refuses it too) — reduce over non-empty dims"
+                )
+            norm = (np.max if p > 0 else np.min)(np.abs(x), axis=ax) if out.size else out
+        elif p == 0:
+            norm = np.sum(x != 0, axis=ax, dtype=ct)
+        else:
+            norm = np.sum(np.abs(x) ** ct.type(p), axis=ax) ** ct.type(1.0 / p)
+    _store(out, norm)
 
 
 # --- bind-time fast paths -------------------------------------------------------------------

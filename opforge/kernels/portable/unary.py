@@ -1,4 +1,5 @@
-"""Pointwise math on one tensor: neg, abs, exp, log, sqrt, rsqrt, erf, trig, rounding, …
+"""Pointwise math on one tensor: neg, abs, exp, log, sqrt, rsqrt, erf, trig, rounding,
+isnan/isinf, …
 
 Floating ops on integer or bool inputs compute in float32 (ATen's default dtype) and
 write whatever floating dtype ``out`` has; float16 computes through NumPy's float16 loops,
@@ -112,6 +113,30 @@ def rsqrt_out(self, out):
     with np.errstate(all="ignore"):
         np.sqrt(self, out=out, dtype=ct, casting="unsafe")
         np.reciprocal(out, out=out)
+
+def _classify(name: str, ufunc: np.ufunc) -> None:
+    """isnan/isinf: bool results; never true for integer and bool tensors."""
+
+    def classify_out(self, out):
+        if is_floating(self.dtype):
+            ufunc(self, out=out, casting="unsafe")
+        else:
+            out.fill(False)
+
+    @binder_for(classify_out)
+    def bind(args):
+        self, out = args
+        if not is_floating(self.dtype) or out.dtype != np.bool_:
+            return classify_out, args
+        return steps([(ufunc, (self, out))], out)
+
+    classify_out.__name__ = classify_out.__qualname__ = f"{name}_out"
+    kernel(f"aten::{name}.out")(classify_out)
+
+
+for _name, _ufunc in (("isnan", np.isnan), ("isinf", np.isinf)):
+    _classify(_name, _ufunc)
+
 
 
 @kernel("aten::erf.out")
