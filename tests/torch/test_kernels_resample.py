@@ -164,3 +164,45 @@ def test_empty_spatial_input_is_refused():
     out = np.empty((1, 1, 2, 4), np.float32)
     with pytest.raises(KernelError, match="empty spatial"):
         KERNELS["aten::upsample_nearest2d.out"](x, [2, 4], None, None, out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+@pytest.mark.parametrize("exact", [False, True])
+def test_nearest_source_indices_exhaustively(exact, spatial, dtype):
+    # Every size pair up to 12 -> 30, with no scale and with scales just off in/out: the
+    # float32 rounding of the scale and of each product decides many of these indices.
+    name = ("_upsample_nearest_exact" if exact else "upsample_nearest") + f"{spatial}d"
+    op, key = getattr(A, name), f"aten::{name}.out"
+    for size_in in range(1, 13):
+        x = np.arange(size_in, dtype=dtype).reshape((1, 1) + (1,) * (spatial - 1) + (-1,))
+        tx = torch.from_numpy(x)
+        for size_out in range(1, 31):
+            osize = [1] * (spatial - 1) + [size_out]
+            for scale in (None, size_out / size_in * 1.0001, size_out / size_in * 0.9999):
+                scales = [None] * (spatial - 1) + [scale]
+                expected = op(tx, osize, *scales).numpy()
+                out = np.empty(expected.shape, dtype)
+                KERNELS[key](x, osize, *scales, out)
+                np.testing.assert_array_equal(out, expected, err_msg=f"{size_in}->{osize}")
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("spatial", [1, 2])
+def test_linear_source_positions_exhaustively(spatial, align_corners):
+    # On x = arange the output is the interpolated source position itself, so a wrong
+    # index or weight shows as an error of order 1 (rounding stays below 1e-5).
+    name = "upsample_linear1d" if spatial == 1 else "upsample_bilinear2d"
+    op, key = getattr(A, name), f"aten::{name}.out"
+    for size_in in range(1, 13):
+        x = np.arange(size_in, dtype=np.float32).reshape((1, 1) + (1,) * (spatial - 1) + (-1,))
+        tx = torch.from_numpy(x)
+        for size_out in range(1, 31):
+            osize = [1] * (spatial - 1) + [size_out]
+            for scale in (None, size_out / size_in * 1.0001, size_out / size_in * 0.9999):
+                scales = [None] * (spatial - 1) + [scale]
+                expected = op(tx, osize, align_corners, *scales).numpy()
+                out = np.empty(expected.shape, np.float32)
+                KERNELS[key](x, osize, align_corners, *scales, out)
+                np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5,
+                                           err_msg=f"{size_in}->{osize}")

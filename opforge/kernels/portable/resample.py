@@ -3,26 +3,32 @@
 # Design
 #
 # Every op gathers with index arrays computed once per spatial axis (no loop over
-# elements), reproducing ATen's CPU kernel (``UpSampleKernel.cpp``, the generic
-# ``upsample_generic_Nd_kernel_impl`` path) bit for bit where it can:
+# elements), reproducing the index arithmetic of ATen's CPU kernels (``UpSampleKernel.cpp``)
+# as PyTorch 2.13 runs them on contiguous (NCHW) tensors, checked exhaustively against it:
 #
-# - The scale of an axis is ATen's ``area_pixel_compute_scale`` computed in the *opmath*
-#   dtype (float32 for float16 and for integer inputs, else the input's float dtype):
-#   ``(in - 1) / (out - 1)`` with align_corners (0 when out == 1), else ``1 / scale`` when a
-#   positive scale was given (the ``.vec`` overloads pass their scale factors), else
-#   ``in / out``. The output size is never recomputed: ``out`` already has it.
-# - nearest: ``src = min(floor(scale * dst), in - 1)``; nearest-exact:
-#   ``src = min(floor(scale * (dst + 0.5)), in - 1)``. The product is rounded to float32
-#   before the floor, as ATen's ``floorf`` does even for float64 (where it matters only
-#   at exact integers, e.g. 3 * (7 / 21)).
+# - The scale of an axis is ATen's ``area_pixel_compute_scale``: ``(in - 1) / (out - 1)``
+#   with align_corners (0 when out == 1), else ``1 / scale`` when a positive scale was
+#   given (the ``.vec`` overloads pass their scale factors), else ``in / out``; computed
+#   in the *opmath* dtype (float32 for float16 and integer inputs, else the input's). The
+#   output size is never recomputed: ``out`` already has it.
+# - nearest, 1-d and 3-d (the generic N-d path): ``src = min(floor(scale * dst), in - 1)``;
+#   nearest-exact ``floor(max(scale * (dst + 0.5) - 0.5, 0) + 0.5)``, its multiply-add
+#   fused as ATen's compiled code fuses it. Every real index is rounded to float32 before
+#   the floor: ATen floors with ``floorf``, even a double.
+# - nearest, 2-d (its own loop, ``nearest_idx`` / ``nearest_exact_idx``): the scale in
+#   float32 whatever the dtype, ``src = dst`` when the size is unchanged and ``dst >> 1``
+#   when it doubles (whatever scale was passed), else ``floor(scale * dst)``; nearest-exact
+#   ``floor((dst + 0.5) * scale)`` (a double product, floored as float32).
 # - linear: ``real = scale * dst`` (align_corners) or ``max(scale * (dst + 0.5) - 0.5, 0)``,
 #   ``i0 = min(floor(real), in - 1)``, ``i1 = i0 + (i0 < in - 1)``, ``l1 = clip(real - i0,
 #   0, 1)``, ``l0 = 1 - l1``; an axis whose size does not change uses ``i0 = i1 = dst``,
 #   ``l0 = 1, l1 = 0``. The weights are stored in the input's dtype (float16 weights are
 #   rounded, as ATen stores them) and the sums run in opmath: the last axis innermost,
 #   ``(x[i0, j0] * w0 + x[i0, j1] * w1) * h0 + (x[i1, j0] * w0 + x[i1, j1] * w1) * h1``,
-#   which is the order of ATen's nested ``Interpolate``. The products are kept even where
-#   a weight is 0, so inf and NaN spread exactly as in ATen (inf * 0 is NaN).
+#   the order of ATen's nested ``Interpolate``. The products are kept even where a weight
+#   is 0, so inf and NaN spread exactly as in ATen (inf * 0 is NaN). Values match to a few
+#   ulp, not bit for bit: ATen picks between two kernels by thread and channel count, and
+#   fuses multiply-adds where NumPy rounds each product.
 #
 # Linear upsampling of uint8 images takes a separate fixed-point path in ATen (Pillow's
 # algorithm) that this module does not reproduce: it raises a KernelError instead.
