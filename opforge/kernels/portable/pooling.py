@@ -1,19 +1,28 @@
-"""2-d pooling: max pool with indices, average pool, adaptive average pool.
+"""2-d pooling: max pool with indices, adaptive max pool, average pool, adaptive average pool.
 
 Windows are strided views of the padded input (``sliding_window_view``), reduced along the
 window axes in one NumPy call. Output sizes follow ATen's ``pooling_output_shape``: with
 ``ceil_mode`` the last window may hang over the right edge, but must start inside the
-input or its left padding. Inputs are (N, C, H, W) or (C, H, W).
+input or its left padding. Inputs are (N, C, H, W) or (C, H, W). Adaptive bin i of n
+over a size-m axis spans ``[floor(i m / n), ceil((i + 1) m / n))``.
+
+Max pooling follows ATen's CPU scan (``val > max || isnan(val)``, from the window's first
+input inside the input): the first maximum wins ties and keeps its sign of zero, the
+*last* NaN of a window gives the index, and a window of nothing but the padding's fill
+keeps its first input. Indices are flat offsets into the input's H*W plane.
 
 Bound max pooling (see ``_binding``) scans the kernel taps instead of reducing windows:
 each tap is a fixed strided view of the input (or of a ``fill``-bordered buffer whose
-border is written once), and a tap replaces the running maximum and its index where it is
-greater or NaN — ATen's CPU rule (``val > max || isnan(val)``): the first maximum wins
-ties, and the *last* NaN of a window gives the index (the general kernel's argmax reports
-the first; the values agree). The flat input index of every tap is precomputed.
+border is written once) with its flat input indices precomputed. The fast scans assume no
+NaN — 3 ufunc calls a tap, or a tournament for 2x2/stride 2 — and a call whose result
+holds a NaN reruns the exact scan (5 calls a tap, with the NaN rule). Bound adaptive max
+pooling is a max pool where the bins tile the input, else a scan of gathered taps.
 """
 
 from __future__ import annotations
+
+import sys
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -69,6 +78,10 @@ def max_pool2d_with_indices_out(self, kernel_size, stride, padding, dilation, ce
     fill = -np.inf if is_floating(self.dtype) else np.iinfo(self.dtype).min
     windows = _windows(self, k, s, p, d, out_hw, fill)
     local = np.argmax(windows, axis=-1)  # first maximum wins ties, as in ATen
+    if is_floating(self.dtype):  # ATen's scan (val > max || isnan(val)): the last NaN wins
+        nan = np.isnan(windows)
+        last_nan = windows.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
+        local = np.where(nan.any(axis=-1), last_nan, local)
     np.copyto(out, np.take_along_axis(windows, local[..., None], axis=-1)[..., 0],
               casting="unsafe")
     # Indices are flat offsets into the input's H*W plane.
@@ -76,7 +89,20 @@ def max_pool2d_with_indices_out(self, kernel_size, stride, padding, dilation, ce
     ow = np.arange(out_hw[1])[None, :]
     row = oh * s[0] - p[0] + (local // k[1]) * d[0]
     col = ow * s[1] - p[1] + (local % k[1]) * d[1]
-    np.copyto(indices, row * w + col, casting="unsafe")
+    # A window whose inputs all equal the padding's fill keeps its first input, as in ATen
+    inside = (row >= 0) & (row < h) & (col >= 0) & (col < w)
+    np.copyto(indices, np.where(inside, row * w + col, _first_inside(out_hw, w, s, p, d)),
+              casting="unsafe")
+
+
+def _first_inside(out_hw, w: int, s, p, d) -> np.ndarray:
+    """(OH, OW) flat index of each window's first element inside the input (ATen starts
+    its scan there: ``while (ih0 < 0) ih0 += dilation``)."""
+    start = []
+    for axis in range(2):
+        origin = np.arange(out_hw[axis]) * s[axis] - p[axis]
+        start.append(origin + -(-np.maximum(-origin, 0) // d[axis]) * d[axis])
+    return start[0][:, None] * w + start[1][None, :]
 
 
 @kernel("aten::avg_pool2d.out")
@@ -129,10 +155,115 @@ def adaptive_avg_pool2d_out(self, output_size, out):
     np.copyto(out, sums / ((r1 - r0) * (c1 - c0)), casting="unsafe")
 
 
+def _adaptive_taps(h: int, w: int, oh: int, ow: int) -> list[np.ndarray]:
+    """The flat plane index of each tap of every adaptive bin, in ATen's scan order (rows,
+    then columns, of the largest bin); a bin smaller than the largest reads index h*w — a
+    sentinel slot that never wins — where it has no tap."""
+    r0, r1 = _adaptive_bounds(h, oh)
+    c0, c1 = _adaptive_bounds(w, ow)
+    taps = []
+    for a in range(int((r1 - r0).max())):
+        row = r0 + a
+        for b in range(int((c1 - c0).max())):
+            col = c0 + b
+            inside = (row < r1)[:, None] & (col < c1)[None, :]
+            taps.append(np.where(inside, row[:, None] * w + col[None, :], h * w))
+    return taps
+
+
+def _with_sentinel(x: np.ndarray, fill) -> np.ndarray:
+    """``x``'s planes flattened, each with one more slot holding ``fill``."""
+    planes = np.empty(x.shape[:-2] + (x.shape[-2] * x.shape[-1] + 1,), x.dtype)
+    planes[..., -1] = fill
+    planes[..., :-1].reshape(x.shape)[...] = x
+    return planes
+
+
+@kernel("aten::adaptive_max_pool2d.out")
+def adaptive_max_pool2d_out(self, output_size, out, indices):
+    # Bin i of n over a size-m axis spans [floor(i m / n), ceil((i + 1) m / n)), as in
+    # adaptive average pooling; the maximum follows ATen's CPU rule, as max pooling does.
+    oh, ow = expand_param(output_size, 2, "output_size", "aten::adaptive_max_pool2d.out")
+    h, w = self.shape[-2:]
+    if out.size == 0:
+        return
+    floating = is_floating(self.dtype)
+    planes = _with_sentinel(self, -np.inf if floating else np.iinfo(self.dtype).min)
+    taps = _adaptive_taps(h, w, oh, ow)
+    best = np.take(planes, taps[0], axis=-1)
+    index = np.broadcast_to(taps[0], best.shape)
+    for flat in taps[1:]:
+        value = np.take(planes, flat, axis=-1)
+        better = value > best
+        if floating:
+            better |= np.isnan(value)  # the last NaN of a bin wins
+        best = np.where(better, value, best)
+        index = np.where(better, flat, index)
+    np.copyto(out, best, casting="unsafe")
+    np.copyto(indices, index, casting="unsafe")
+
+
 # --- bind-time fast paths -------------------------------------------------------------------
 
 def _copy_where(dst: np.ndarray, src: np.ndarray, where: np.ndarray) -> None:
     np.copyto(dst, src, where=where)
+
+
+@cache
+def _tie_keeping_maximum(dtype: np.dtype):
+    """``f(later, earlier, out)``: np.maximum returning ``earlier`` on ties (+0 vs -0, whose
+    signs ATen keeps as found first), or None where NumPy's choice is not an operand order.
+    """
+    probe = np.array([0.0, -0.0], dtype)
+    first, second = np.maximum(probe[:1], probe[1:]), np.maximum(probe[1:], probe[:1])
+    if np.signbit(first[0]) and not np.signbit(second[0]):  # returns its second operand
+        return _maximum
+    if not np.signbit(first[0]) and np.signbit(second[0]):  # returns its first operand
+        return _maximum_swapped
+    return None
+
+
+def _maximum(later, earlier, out) -> None:
+    np.maximum(later, earlier, out=out)
+
+
+def _maximum_swapped(later, earlier, out) -> None:
+    np.maximum(earlier, later, out=out)
+
+
+def _tap_scan(taps, flats, out: np.ndarray, indices: np.ndarray, floating: bool,
+              gathers=None, first=None) -> list:
+    """Steps scanning ``taps`` (arrays shaped like out, in ATen's order) into ``out`` and
+    ``indices``, exactly as ATen's CPU loop: ``flats[i]`` is the input index each element
+    of ``taps[i]`` reads, ``gathers[i]``, if given, the step that fills ``taps[i]`` first,
+    and ``first`` the index kept where nothing beats the first tap (default flats[0])."""
+    gathers = gathers or [None] * len(taps)
+    better = np.empty(out.shape, np.bool_)
+    nan = np.empty(out.shape, np.bool_)
+    pairs = [g for g in gathers[:1] if g is not None]
+    pairs += [(np.copyto, (out, taps[0])),
+              (np.copyto, (indices, flats[0] if first is None else first))]
+    for tap, flat, gather in zip(taps[1:], flats[1:], gathers[1:]):
+        if gather is not None:
+            pairs.append(gather)
+        if floating:  # ATen's CPU loop: val > max || isnan(val)
+            pairs += [(np.greater, (tap, out, better)), (np.isnan, (tap, nan)),
+                      (np.logical_or, (better, nan, better))]
+        else:
+            pairs.append((np.greater, (tap, out, better)))
+        pairs += [(_copy_where, (out, tap, better)), (_copy_where, (indices, flat, better))]
+    return pairs
+
+
+def _fast_scan(taps, flats, first, out: np.ndarray, indices: np.ndarray, maximum) -> list:
+    """``_tap_scan`` for inputs without NaN, in 3 ufunc calls a tap instead of 5: the
+    maximum through ``maximum`` (``_tie_keeping_maximum``), the index where greater."""
+    better = np.empty(out.shape, np.bool_)
+    pairs = [(np.copyto, (out, taps[0])), (np.copyto, (indices, first))]
+    for tap, flat in zip(taps[1:], flats[1:]):
+        pairs += [(np.greater, (tap, out, better)), (maximum, (tap, out, out)),
+                  (_copy_where, (indices, flat, better))]
+    return pairs
 
 
 @binder_for(max_pool2d_with_indices_out)
@@ -161,21 +292,113 @@ def _bind_max_pool2d(args):
         pairs.append((np.copyto, (source[..., p[0]:p[0] + h, p[1]:p[1] + w], self)))
     oh = np.arange(out_hw[0])[:, None] * s[0] - p[0]
     ow = np.arange(out_hw[1])[None, :] * s[1] - p[1]
-    better = np.empty(out.shape, np.bool_)
-    nan = np.empty(out.shape, np.bool_)
+    taps, flats = [], []
     for i in range(k[0]):
         for j in range(k[1]):
             r0, c0 = i * d[0], j * d[1]
-            tap = source[..., r0: r0 + (out_hw[0] - 1) * s[0] + 1: s[0],
-                         c0: c0 + (out_hw[1] - 1) * s[1] + 1: s[1]]
-            flat = np.broadcast_to((oh + r0) * w + (ow + c0), out_hw).astype(np.int64)
-            if i == 0 and j == 0:
-                pairs += [(np.copyto, (out, tap)), (np.copyto, (indices, flat))]
-                continue
-            if floating:  # ATen's CPU loop: val > max || isnan(val)
-                pairs += [(np.greater, (tap, out, better)), (np.isnan, (tap, nan)),
-                          (np.logical_or, (better, nan, better))]
-            else:
-                pairs.append((np.greater, (tap, out, better)))
-            pairs += [(_copy_where, (out, tap, better)), (_copy_where, (indices, flat, better))]
-    return steps(pairs)
+            taps.append(source[..., r0: r0 + (out_hw[0] - 1) * s[0] + 1: s[0],
+                               c0: c0 + (out_hw[1] - 1) * s[1] + 1: s[1]])
+            flats.append(np.broadcast_to((oh + r0) * w + (ow + c0), out_hw).astype(np.int64))
+    first = _first_inside(out_hw, w, s, p, d).astype(np.int64)
+    exact = steps(pairs + _tap_scan(taps, flats, out, indices, floating, first=first))
+    maximum = _tie_keeping_maximum(self.dtype) if floating else _maximum
+    if maximum is None or self.dtype == np.bool_:
+        return exact
+    if k == s == (2, 2) and d == (1, 1) and not pairs:
+        fast = _max_pool_2x2(self, out, indices, maximum)
+    else:
+        fast = pairs + _fast_scan(taps, flats, first, out, indices, maximum)
+    if fast is None or not out.flags.c_contiguous:
+        return exact
+    if not floating:  # no NaN: the fast steps are exact
+        return steps(fast)
+    return _run_checked, (tuple(fast), out.reshape(-1), exact)
+
+
+# The 2x2, stride-2 max pool (VGG, LeNet, most small CNNs). One strided copy gathers the
+# four taps into rows of a (4, M) buffer; then a tournament on contiguous rows: each row
+# of the window keeps its first maximum, then the bottom row replaces the top only where
+# strictly greater — the order ATen's scan meets them in, so the same element wins. The
+# three comparisons land in three bytes of one intp per window, which a table turns into
+# the window offset (0, 1, W or W + 1) of the winner: ~8 ufunc calls for the tap scan's
+# 17 with its masked copies. NaN breaks strict comparisons (ATen takes a window's *last*
+# NaN), so a call whose result holds a NaN reruns the exact tap scan.
+
+@lru_cache(maxsize=64)
+def _window_offsets(w: int) -> np.ndarray:
+    """Offset of a 2x2 window's winner in the input plane, by the intp whose bytes 0, 1
+    and 2 hold: top right > top left, bottom right > bottom left, bottom > top."""
+    table = np.zeros(65536 + 256 + 2, np.intp)
+    for top, bottom, lower in np.ndindex(2, 2, 2):
+        code = np.zeros(np.dtype(np.intp).itemsize, np.bool_)
+        code[:3] = top, bottom, lower
+        table[code.view(np.intp)[0]] = w + bottom if lower else top
+    table.flags.writeable = False
+    return table
+
+
+def _has_nan(values: np.ndarray) -> bool:
+    total = np.dot(values, values) if values.dtype != np.float16 else values.max()
+    return bool(np.isnan(total))  # inf * inf is inf: only a NaN makes the sum NaN
+
+
+def _run_checked(fast: tuple, values: np.ndarray, exact: tuple) -> None:
+    """Run the fast steps; where a NaN came out (``values``: out, flat), rerun the exact
+    scan over them."""
+    for fn, args in fast:
+        fn(*args)
+    if _has_nan(values):
+        exact[0](*exact[1])
+
+
+def _max_pool_2x2(self, out, indices, maximum):
+    """The steps of a bound 2x2/stride-2 max pool (no NaN), or None where they do not
+    apply."""
+    if sys.byteorder != "little" or not (out.flags.c_contiguous and
+                                         indices.flags.c_contiguous):
+        return None
+    oh, ow = out.shape[-2:]
+    lead, size = self.shape[:-2], out.size
+    sh, sw = self.strides[-2:]
+    taps = np.lib.stride_tricks.as_strided(
+        self, (2, 2) + lead + (oh, ow), (sh, sw) + self.strides[:-2] + (2 * sh, 2 * sw),
+        writeable=False)
+    rows = np.empty((4, size), self.dtype)  # taps top left, top right, bottom left, right
+    row_max = np.empty((2, size), self.dtype)
+    code = np.zeros((size, np.dtype(np.intp).itemsize), np.bool_)
+    w = self.shape[-1]
+    origin = np.arange(oh)[:, None] * 2 * w + np.arange(ow)[None, :] * 2
+    origin = np.ascontiguousarray(np.broadcast_to(origin, out.shape), np.intp).reshape(-1)
+    flat = indices.reshape(-1)
+    return [
+        (np.copyto, (rows.reshape((2, 2) + lead + (oh, ow)), taps)),
+        (np.greater, (rows[1::2], rows[0::2], code.T[:2])),  # right > left, per row
+        (maximum, (rows[1::2], rows[0::2], row_max)),
+        (np.greater, (row_max[1], row_max[0], code[:, 2])),  # bottom > top
+        (maximum, (row_max[1], row_max[0], out.reshape(-1))),
+        (_window_offsets(w).take, (code.view(np.intp)[:, 0], 0, flat, "clip")),
+        (np.add, (flat, origin, flat)),
+    ]
+
+
+def _bind_adaptive_taps(self, oh, ow, out, indices, floating):
+    planes = _with_sentinel(self, -np.inf if floating else np.iinfo(self.dtype).min)
+    flats = _adaptive_taps(*self.shape[-2:], oh, ow)
+    taps = [np.empty(out.shape, self.dtype) for _ in flats]
+    gathers = [(planes.take, (flat, -1, tap, "clip")) for flat, tap in zip(flats, taps)]
+    copy = (np.copyto, (planes[..., :-1].reshape(self.shape), self))
+    return steps([copy] + _tap_scan(taps, flats, out, indices, floating, gathers))
+
+
+@binder_for(adaptive_max_pool2d_out)
+def _bind_adaptive_max_pool2d(args):
+    self, output_size, out, indices = args
+    if self.ndim not in (3, 4) or out.dtype != self.dtype or indices.dtype != np.int64 or \
+            out.size == 0 or not separate([out, indices], self):
+        return adaptive_max_pool2d_out, args
+    oh, ow = expand_param(output_size, 2, "output_size", "aten::adaptive_max_pool2d.out")
+    h, w = self.shape[-2:]
+    if h % oh == 0 and w % ow == 0:  # equal bins that tile the input: a max pool
+        k = (h // oh, w // ow)
+        return _bind_max_pool2d((self, k, k, (0, 0), (1, 1), False, out, indices))
+    return _bind_adaptive_taps(self, oh, ow, out, indices, is_floating(self.dtype))
