@@ -71,17 +71,33 @@ def arange_start_out(start, end, step, out):
             "the step is zero or points away from end — "
             "valid: step != 0 with sign(step) == sign(end - start)"
         )
-    count = max(math.ceil((end - start) / step), 0)
+    floating = is_floating(out.dtype)
+    if not floating:
+        # ATen (RangeFactories) converts the bounds to the output's accumulate type, int64,
+        # truncating towards zero: arange(0.5, 3, 0.5, dtype=int32) is five zeros.
+        start_i, step_i = int(start), int(step)
+    if out.dtype == np.int64:
+        # ATen counts an int64 range in integers (exact past 2**53), on truncated bounds:
+        # arange(0.0, -8.000001, -4.0, dtype=int64) has 2 elements, in int32 it has 3.
+        if step_i == 0:
+            raise KernelError(
+                f"`aten::arange.start_out`: step={step} — truncates to 0 for an int64 range — "
+                "valid: |step| >= 1 for integer outputs — pass an integer step"
+            )
+        span = int(end) - start_i + step_i - ((step_i > 0) - (step_i < 0))
+        count = abs(span) // abs(step_i) * (1 if (span >= 0) == (step_i > 0) else -1)
+    else:
+        count = math.ceil((end - start) / step)
+    count = max(count, 0)
     if count != out.size:
         raise KernelError(
             f"`aten::arange.start_out`: out — has {out.size} elements, the range has {count} — "
             "out must be planned with the range's length — re-export the program"
         )
     # ATen computes start + i * step in double for floating outputs, in int64 otherwise.
-    floating = is_floating(out.dtype) or any(isinstance(v, float) for v in (start, step))
     ramp = np.arange(count, dtype=np.float64 if floating else np.int64)
-    ramp *= step
-    ramp += start
+    ramp *= step if floating else step_i
+    ramp += start if floating else start_i
     np.copyto(out, ramp, casting="unsafe")
 
 
