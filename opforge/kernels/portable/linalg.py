@@ -53,6 +53,9 @@ def mm_out(self, mat2, out):
 
 @kernel("aten::addmm.out", "aten::baddbmm.out")
 def addmm_out(self, mat1, mat2, beta, alpha, out):
+    if out.dtype.kind in "biu":
+        # ATen converts the scalars to the integer dtype first: beta=0.2 is 0, alpha=2.6 is 2.
+        beta, alpha = int(beta), int(alpha)
     if out.dtype == np.float16:
         # Round once: the whole expression in float32, like ATen's opmath.
         acc = np.matmul(mat1.astype(np.float32), mat2.astype(np.float32))
