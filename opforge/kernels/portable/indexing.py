@@ -159,6 +159,8 @@ def gather_out(self, dim, index, sparse_grad, out):
     if self.ndim == 0:
         np.copyto(out, self, casting="unsafe")
         return
+    if index.size == 0:  # ATen returns before checking an empty index's rank: nothing to do
+        return
     dim %= self.ndim
     _check_range(index, self.shape[dim], "aten::gather.out")
     # index may be smaller than self in the other dims.
@@ -166,7 +168,13 @@ def gather_out(self, dim, index, sparse_grad, out):
 
 
 def _scatter(self, dim, index, src, reduce, out):
+    if out.ndim == 0:  # a 0-d tensor scatters like a 1-element vector
+        src = src.reshape(-1) if isinstance(src, np.ndarray) and src.ndim else src
+        _scatter(self.reshape(1), 0, index.reshape(-1), src, reduce, out.reshape(1))
+        return
     np.copyto(out, self, casting="unsafe")
+    if index.size == 0:  # as in ATen, an empty index (of any rank) scatters nothing
+        return
     dim %= max(self.ndim, 1)
     where = _index_grid(index, dim)
     if not isinstance(src, np.ndarray):
@@ -214,7 +222,8 @@ def select_scatter_out(self, src, dim, index, out):
     np.copyto(out, self, casting="unsafe")
     where = [slice(None)] * self.ndim
     where[dim] = index
-    np.copyto(out[tuple(where)], src, casting="unsafe")
+    # the Ellipsis keeps a 0-d view (not a copied scalar) when self is 1-d
+    np.copyto(out[(*where, Ellipsis)], src, casting="unsafe")
 
 
 def _triangle(self, diagonal, out, keep_lower: bool) -> None:
