@@ -126,7 +126,11 @@ def avg_pool2d_out(self, kernel_size, stride, padding, ceil_mode, count_include_
             else:
                 counts.append(np.minimum(end, n) - np.maximum(start, 0))
         divisor = counts[0][:, None] * counts[1][None, :]
-    np.copyto(out, total / divisor if is_floating(ct) else total // divisor, casting="unsafe")
+    if is_floating(ct):
+        np.copyto(out, total / divisor, casting="unsafe")
+    else:  # ATen divides integers in C: truncating towards zero, not flooring
+        quotient = np.abs(total) // np.abs(divisor)  # (divisor_override may be negative)
+        np.copyto(out, np.sign(total) * np.sign(divisor) * quotient, casting="unsafe")
 
 
 def _adaptive_bounds(size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
