@@ -127,7 +127,7 @@ def batch_norm_batch_stats_out(input, weight, bias, training, momentum, eps, out
 def native_group_norm_out(input, weight, bias, N, C, HxW, group, eps, out0, out1, out2):
     # mean and rstd have shape (N, group).
     ct = accumulate_dtype(input.dtype)
-    x = input.astype(ct, copy=False).reshape(N, group, -1)
+    x = input.astype(ct, copy=False).reshape(N, group, C // group * HxW)  # N may be 0
     mean = np.mean(x, axis=2, keepdims=True)
     centered = x - mean
     var = np.mean(centered * centered, axis=2, keepdims=True)
