@@ -53,19 +53,32 @@ for _name, _ufunc in (
     _floating(_name, _ufunc)
 
 
+def _nan_to_zero(out: np.ndarray) -> None:
+    """ATen's sign is (x > 0) - (x < 0), 0 for NaN; NumPy's np.sign(NaN) is NaN."""
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=np.inf, neginf=-np.inf)
+
+
 def _same_dtype(name: str, ufunc: np.ufunc) -> None:
     """Register ``aten::<name>.out`` for ops that keep integer dtypes integer."""
 
     def same_dtype_out(self, out):
+        if self.dtype == np.bool_:  # sign(bool) is the identity (ATen refuses neg/abs)
+            np.copyto(out, self, casting="unsafe")
+            return
         with np.errstate(all="ignore"):
             ufunc(self, out=out, casting="unsafe")
+        if ufunc is np.sign and is_floating(out.dtype):
+            _nan_to_zero(out)
 
     @binder_for(same_dtype_out)
     def bind(args):
         self, out = args
-        if self.dtype != out.dtype:
+        if self.dtype != out.dtype or self.dtype == np.bool_:
             return same_dtype_out, args
-        return steps([(ufunc, (self, out))], out)
+        pairs = [(ufunc, (self, out))]
+        if ufunc is np.sign and is_floating(out.dtype):
+            pairs.append((_nan_to_zero, (out,)))
+        return steps(pairs, out)
 
     same_dtype_out.__name__ = same_dtype_out.__qualname__ = f"{name}_out"
     kernel(f"aten::{name}.out")(same_dtype_out)
