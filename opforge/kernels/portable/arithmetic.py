@@ -131,10 +131,20 @@ def floor_divide_out(self, other, out):
 def pow_out(self, exponent, out):
     ct = result_type(self, exponent)
     if not is_floating(ct) and np.any(as_operand(exponent, ct) < 0):
-        raise KernelError(
-            "`aten::pow.out`: integer power — a negative exponent of an integer base — "
-            "integer bases need exponents >= 0 — cast the base to a floating dtype"
-        )
+        if not isinstance(exponent, np.ndarray):  # ATen refuses only a scalar exponent
+            raise KernelError(
+                "`aten::pow.out`: integer power — a negative exponent of an integer base — "
+                "integer bases need exponents >= 0 — cast the base to a floating dtype"
+            )
+        # ATen's integer pow with a negative exponent: 1 for base 1, +-1 for base -1 by
+        # the exponent's parity, 0 for every other base (1 / b**|e| truncated).
+        base, e = np.broadcast_arrays(as_operand(self, ct), as_operand(exponent, ct))
+        negative = e < 0
+        with np.errstate(all="ignore"):
+            result = np.power(base, np.where(negative, 0, e), dtype=ct)
+        at_negative = np.where(base == 1, 1, np.where(base == -1, 1 - 2 * (e & 1), 0))
+        np.copyto(out, np.where(negative, at_negative, result), casting="unsafe")
+        return
     _binary(np.power, self, exponent, out, ct)
 
 
