@@ -173,6 +173,12 @@ def minimum_out(self, other, out):
     _binary(np.minimum, self, other, out)
 
 
+@kernel("aten::atan2.out")
+def atan2_out(self, other, out):
+    # A floating op: integer and bool operands compute in float32, as in true division.
+    _binary(np.arctan2, self, other, out, _true_divide_dtype(self, other))
+
+
 # --- bind-time fast paths -------------------------------------------------------------------
 
 def bind_binary(ufunc: np.ufunc, a: Operand, b: Operand, out: np.ndarray,
@@ -181,12 +187,6 @@ def bind_binary(ufunc: np.ufunc, a: Operand, b: Operand, out: np.ndarray,
     ct = result_type(a, b) if ct is None else ct
     a, b = fold_scalar(a, ct), fold_scalar(b, ct)
     return steps([ufunc_step(ufunc, a, b, out, dtype=ct)], out)
-
-
-@kernel("aten::atan2.out")
-def atan2_out(self, other, out):
-    # A floating op: integer and bool operands compute in float32, as in true division.
-    _binary(np.arctan2, self, other, out, _true_divide_dtype(self, other))
 
 
 def _bind_scaled(ufunc: np.ufunc, a: Operand, b: Operand, alpha, out: np.ndarray):
@@ -242,6 +242,12 @@ def _bind_div(args):
     return bind_binary(np.true_divide, self, other, out, _true_divide_dtype(self, other))
 
 
+@binder_for(atan2_out)
+def _bind_atan2(args):
+    self, other, out = args
+    return bind_binary(np.arctan2, self, other, out, _true_divide_dtype(self, other))
+
+
 def _bind_floating_only(kernel: Kernel, ufunc: np.ufunc) -> None:
     """Floating operands need no per-call check; integer ones keep the general kernel's."""
     @binder_for(kernel)
@@ -251,12 +257,6 @@ def _bind_floating_only(kernel: Kernel, ufunc: np.ufunc) -> None:
         if not is_floating(ct):
             return kernel, args
         return bind_binary(ufunc, self, other, out, ct)
-
-@binder_for(atan2_out)
-def _bind_atan2(args):
-    self, other, out = args
-    return bind_binary(np.arctan2, self, other, out, _true_divide_dtype(self, other))
-
 
 
 _bind_floating_only(floor_divide_out, np.floor_divide)

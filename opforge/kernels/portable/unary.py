@@ -114,19 +114,6 @@ for _name, _ufunc in (("floor", np.floor), ("ceil", np.ceil), ("round", np.rint)
     _rounding(_name, _ufunc)
 
 
-@kernel("aten::round.decimals_out")
-def round_decimals_out(self, decimals, out):
-    # ATen scales by 10**decimals, rounds half to even and scales back, as np.round does.
-    np.round(self, decimals, out=out)
-
-
-@kernel("aten::rsqrt.out")
-def rsqrt_out(self, out):
-    ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
-    with np.errstate(all="ignore"):
-        np.sqrt(self, out=out, dtype=ct, casting="unsafe")
-        np.reciprocal(out, out=out)
-
 def _classify(name: str, ufunc: np.ufunc) -> None:
     """isnan/isinf: bool results; never true for integer and bool tensors."""
 
@@ -150,6 +137,19 @@ def _classify(name: str, ufunc: np.ufunc) -> None:
 for _name, _ufunc in (("isnan", np.isnan), ("isinf", np.isinf)):
     _classify(_name, _ufunc)
 
+
+@kernel("aten::round.decimals_out")
+def round_decimals_out(self, decimals, out):
+    # ATen scales by 10**decimals, rounds half to even and scales back, as np.round does.
+    np.round(self, decimals, out=out)
+
+
+@kernel("aten::rsqrt.out")
+def rsqrt_out(self, out):
+    ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
+    with np.errstate(all="ignore"):
+        np.sqrt(self, out=out, dtype=ct, casting="unsafe")
+        np.reciprocal(out, out=out)
 
 
 @kernel("aten::erf.out")
