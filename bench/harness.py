@@ -22,8 +22,10 @@ __all__ = ["Harness", "THREAD_VARIABLES"]
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"
 
+# OPFORGE_NUM_THREADS: the lean runtime's own elementwise threads (off by default), so
+# opforge gets the thread count every peer gets, as ORT's intra-op pool and XNNPACK's do.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "OPFORGE_NUM_THREADS")
 
 
 @dataclass

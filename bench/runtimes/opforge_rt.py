@@ -4,8 +4,8 @@
 ``aten`` runs the same file with PyTorch's own out kernels. Calls go through the public
 API a user calls, ``forward(*arrays)``, which copies inputs into the arena and returns
 fresh output arrays (``views=False``), like ONNX Runtime's ``run`` does. Threads: NumPy's
-BLAS obeys OMP/OPENBLAS/MKL_NUM_THREADS (set by run.py); ATen mode also gets
-``torch.set_num_threads``.
+BLAS obeys OMP/OPENBLAS/MKL_NUM_THREADS and the portable kernels' large elementwise steps
+OPFORGE_NUM_THREADS (all set by the harness); ATen mode also gets ``torch.set_num_threads``.
 """
 
 from __future__ import annotations
