@@ -35,19 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import opforge.program as P  # noqa: E402
 from opforge.errors import ProgramError  # noqa: E402
 from opforge.program import _format as F  # noqa: E402
-from opforge.program._sample import chain_program, reseal, sample_program  # noqa: E402
-from opforge.program.encode import encode  # noqa: E402
+from opforge.program._sample import (  # noqa: E402
+    chain_program, reseal, sample_program, unverified_bytes,
+)
 
 INTERESTING = [0, 1, 7, 63, 64, 65, 255, 256, 4095, 2**16, 2**31 - 1, 2**31, 2**32 - 1,
                2**32, 2**48, 2**48 + 1, 2**62, 2**63 - 1, -1, -64, -(2**31), -(2**63)]
-
-
-def _unverified(program: P.Program) -> bytes:
-    head, segments = encode(program)
-    out = bytearray(head)
-    for offset, chunk in segments:
-        out += bytes(offset - len(out)) + bytes(chunk)
-    return bytes(out)
 
 
 def _truncate(rng: random.Random, buf: bytearray) -> bytearray:
@@ -136,7 +129,7 @@ def _index_mutation(rng: random.Random) -> bytes:
         values[15] = P.OptionalTensorListValue((None, index))
     method = P.Method(forward.name, tuple(values), forward.inputs, forward.outputs, tuple(code),
                       forward.operators, forward.memory_plan)
-    return _unverified(P.Program((method,) + program.methods[1:], program.segments,
+    return unverified_bytes(P.Program((method,) + program.methods[1:], program.segments,
                                  program.delegates, program.user_metadata))
 
 

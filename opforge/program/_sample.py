@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 
 from opforge.program import _format as F
-
+from opforge.program.encode import encode
 from opforge.program.model import (
     DelegateBlob, DelegateCall, Free, KernelCall, MemoryPlan, Method, Move, Operator, Program,
     Segment,
@@ -105,4 +105,15 @@ def reseal(data: bytes | bytearray, *, fix_file_size: bool = False) -> bytes:
     if start + size <= len(out):
         fields[6] = zlib.crc32(out[start:start + size])
         F.HEADER.pack_into(out, 0, *fields)
+    return bytes(out)
+
+
+def unverified_bytes(program: Program) -> bytes:
+    """``program`` as file bytes *without* the verifier that ``to_bytes`` runs first: how
+    tests and the fuzzer write programs the loader must refuse (indices out of range,
+    cycles, wrong kinds) without hand-editing bytes."""
+    head, segments = encode(program)
+    out = bytearray(head)
+    for offset, chunk in segments:
+        out += bytes(offset - len(out)) + bytes(chunk)
     return bytes(out)

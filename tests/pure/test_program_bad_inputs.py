@@ -11,8 +11,7 @@ import pytest
 import opforge.program as P
 from opforge.errors import ProgramError
 from opforge.program._format import HEADER_SIZE, MAGIC
-from opforge.program._sample import reseal
-from opforge.program.encode import encode
+from opforge.program._sample import reseal, unverified_bytes
 
 SIZE_MARK = 658_188  # a tensor size whose int64 pattern occurs once in the file
 F32 = P.ScalarType.FLOAT32
@@ -31,14 +30,6 @@ def tiny(**changes) -> P.Program:
     method.update(changes)
     return P.Program(methods=(P.Method(**method),),
                      segments=(P.Segment(np.array([1, 2], np.float32)),))
-
-
-def unverified_bytes(program: P.Program) -> bytes:
-    head, segments = encode(program)
-    out = bytearray(head)
-    for offset, data in segments:
-        out += bytes(offset - len(out)) + bytes(data)
-    return bytes(out)
 
 
 def patched(data: bytes, old: bytes, new: bytes) -> bytes:

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 import opforge.program as P
 from opforge.errors import ProgramError
-from opforge.program._sample import chain_program, reseal, sample_program
-from opforge.program.encode import encode
+from opforge.program._sample import chain_program, reseal, sample_program, unverified_bytes
 
 SEEDS = [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
          P.to_bytes(P.Program(methods=()))]
@@ -79,14 +78,6 @@ def test_huge_lengths_and_offsets(seed, data, fmt, magnitude, negative):
     check(reseal(seed[:start] + struct.pack(fmt, value) + seed[start + width:]))
 
 
-def _unverified(program: P.Program) -> bytes:
-    head, segments = encode(program)
-    out = bytearray(head)
-    for offset, chunk in segments:
-        out += bytes(offset - len(out)) + bytes(chunk)
-    return bytes(out)
-
-
 _INDEX = st.one_of(st.integers(-3, 40), st.sampled_from([2**31, 2**32 - 1]))
 
 
@@ -129,7 +120,7 @@ def test_dangling_and_cyclic_indices(data):
                       tuple(instructions), forward.operators, forward.memory_plan)
     if choice == "io":
         method = forward
-    check(_unverified(P.Program((method,) + program.methods[1:], program.segments,
+    check(unverified_bytes(P.Program((method,) + program.methods[1:], program.segments,
                                 program.delegates, program.user_metadata)))
 
 

@@ -12,57 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from opforge.kernels.portable import portable_kernels
+from kernel_check import check_kernel, make_array
 
-KERNELS = portable_kernels()
 TOL = {np.float16: 1e-3, np.float32: 2e-6, np.float64: 1e-12}
-
-
-def make(shape, dtype, layout="contiguous", seed=0, positive=False):
-    """A NumPy array (possibly a non-contiguous view) and the torch tensor sharing it."""
-    rng = np.random.default_rng(seed)
-    full = tuple(reversed(shape)) if layout == "transposed" else tuple(shape)
-    if layout == "strided" and shape:
-        full = full[:-1] + (full[-1] * 2,)
-    if dtype == np.bool_:
-        base = rng.random(full) < 0.5
-    elif np.issubdtype(dtype, np.integer):
-        base = rng.integers(1 if positive else -6, 7, full).astype(dtype)
-    else:
-        base = rng.standard_normal(full).astype(dtype)
-        if positive:
-            base = np.abs(base) + np.asarray(0.25, dtype)
-    base = np.asarray(base)  # 0-d results come back as NumPy scalars
-    if layout == "transposed":
-        base = base.T
-    elif layout == "strided" and shape:
-        base = base[..., ::2]
-    return base, torch.from_numpy(base)
-
-
-def check(key, expected, *args):
-    """Run ``key`` with ``args`` + a fresh out, unbound and bound, and compare both with the
-    torch result."""
-    for bound in (False, True):
-        out = np.empty(tuple(expected.shape), dtype=expected.numpy().dtype)
-        if bound:
-            run_bound(key, (*args, out), [out])
-        else:
-            assert KERNELS[key](*args, out) is None
-        tol = TOL.get(out.dtype.type, 0)
-        np.testing.assert_allclose(out, expected.numpy(), rtol=tol, atol=tol)
-
-
-def run_bound(key, args, outs):
-    """Also run ``key`` the way the executor does: ``kernel.bind(args)`` once (with fresh
-    outs), then the bound pair twice — the second time over garbage left in the outs, so
-    a fast path that forgot to write an element or reuses a stale workspace fails."""
-    bind = getattr(KERNELS[key], "bind", None)
-    fn, bound_args = bind(args) if bind is not None else (KERNELS[key], args)
-    fn(*bound_args)
-    for out in outs:
-        out.fill(True if out.dtype == np.bool_ else 7)
-    fn(*bound_args)
 
 
 SHAPES = [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 5)), ((0, 3), (3,)),
@@ -71,6 +23,20 @@ LAYOUTS = ["contiguous", "transposed", "strided"]
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64]
 MIXED = [(np.int32, np.float32), (np.int64, np.float16), (np.bool_, np.int32),
          (np.float32, np.float64), (np.int8, np.uint8)]
+
+
+def make(shape, dtype, layout="contiguous", seed=0, positive=False):
+    """A NumPy array (possibly a non-contiguous view) and a torch tensor of its values;
+    ``positive``: integers in 1..6, floats |x| + 0.25 (for divisors and pow bases)."""
+    base, _ = make_array(shape, dtype, layout, seed, ints=(1 if positive else -6, 6))
+    if positive and np.issubdtype(base.dtype, np.floating):
+        np.abs(base, out=base)
+        base += np.asarray(0.25, base.dtype)
+    return base, torch.from_numpy(np.ascontiguousarray(base))
+
+
+def check(key, expected, *args):
+    check_kernel(key, expected, *args, tols=TOL)
 
 
 def _pairs(positive_b=False):

@@ -13,52 +13,20 @@ import numpy as np
 import pytest
 import torch
 
-from opforge.kernels.portable import portable_kernels
+from kernel_check import check_kernel, make_array
 
-KERNELS = portable_kernels()
 TOL = {np.float16: 4e-3, np.float32: 2e-5, np.float64: 1e-11}
 
 
+MATMUL_DTYPES = [np.float32, np.float64, np.float16, np.int64]
+
+
 def make(shape, dtype, layout="contiguous", seed=0):
-    rng = np.random.default_rng(seed)
-    full = tuple(reversed(shape)) if layout == "transposed" else tuple(shape)
-    if np.issubdtype(dtype, np.integer):
-        base = rng.integers(-4, 5, full).astype(dtype)
-    else:
-        base = rng.standard_normal(full).astype(dtype)
-    base = np.asarray(base)
-    if layout == "transposed":
-        base = base.T
-    return base, torch.from_numpy(base)
+    return make_array(shape, dtype, layout, seed)
 
 
 def check(key, expected, *args, tol=None):
-    """Run ``key`` unbound and bound; compare both with the torch result."""
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    for bound in (False, True):
-        outs = [np.empty(tuple(e.shape), dtype=e.numpy().dtype) for e in expected]
-        if bound:
-            run_bound(key, (*args, *outs), outs)
-        else:
-            assert KERNELS[key](*args, *outs) is None
-        for out, e in zip(outs, expected):
-            t = TOL.get(out.dtype.type, 0) if tol is None else tol
-            np.testing.assert_allclose(out, e.numpy(), rtol=t, atol=t)
-
-
-def run_bound(key, args, outs):
-    """Also run ``key`` the way the executor does: ``kernel.bind(args)`` once (with fresh
-    outs), then the bound pair twice — the second time over garbage left in the outs, so
-    a fast path that forgot to write an element or reuses a stale workspace fails."""
-    bind = getattr(KERNELS[key], "bind", None)
-    fn, bound_args = bind(args) if bind is not None else (KERNELS[key], args)
-    fn(*bound_args)
-    for out in outs:
-        out.fill(True if out.dtype == np.bool_ else 7)
-    fn(*bound_args)
-
-
-MATMUL_DTYPES = [np.float32, np.float64, np.float16, np.int64]
+    check_kernel(key, expected, *args, tols=TOL, tol=tol)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])

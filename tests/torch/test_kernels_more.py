@@ -16,46 +16,19 @@ import pytest
 import torch
 
 from opforge.errors import KernelError
-from opforge.kernels.portable import portable_kernels
 
-KERNELS = portable_kernels()
+from kernel_check import KERNELS, check_kernel, make_array
+
 TOL = {np.float16: 2e-3, np.float32: 1e-5, np.float64: 1e-12}
 FLOATS = [np.float32, np.float64, np.float16]
 
 
 def make(shape, dtype, layout="contiguous", seed=0):
-    rng = np.random.default_rng(seed)
-    full = tuple(reversed(shape)) if layout == "transposed" else tuple(shape)
-    if dtype == np.bool_:
-        base = rng.random(full) < 0.5
-    elif np.issubdtype(dtype, np.integer):
-        base = rng.integers(-4, 5, full).astype(dtype)
-    else:
-        base = rng.standard_normal(full).astype(dtype)
-    if layout == "transposed":
-        base = base.T
-    return base, torch.from_numpy(np.ascontiguousarray(base))
+    return make_array(shape, dtype, layout, seed)
 
 
 def check(key, expected, *args, tol=None):
-    """Run ``key`` unbound and bound (bind once, call twice, the second time over garbage
-    in the outs); compare every out with the torch result."""
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    for bound in (False, True):
-        outs = [np.empty(tuple(e.shape), e.numpy().dtype) for e in expected]
-        if bound:
-            bind = getattr(KERNELS[key], "bind", None)
-            fn, bound_args = bind((*args, *outs)) if bind else (KERNELS[key], (*args, *outs))
-            fn(*bound_args)
-            for out in outs:
-                out.fill(True if out.dtype == np.bool_ else 7)
-            fn(*bound_args)
-        else:
-            assert KERNELS[key](*args, *outs) is None
-        for out, e in zip(outs, expected):
-            assert out.dtype == e.numpy().dtype
-            t = TOL.get(out.dtype.type, 0) if tol is None else tol
-            np.testing.assert_allclose(out, e.numpy(), rtol=t, atol=t)
+    check_kernel(key, expected, *args, tols=TOL, tol=tol)
 
 
 # --- atan2, isnan, isinf --------------------------------------------------------------------

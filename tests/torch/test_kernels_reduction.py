@@ -13,55 +13,21 @@ import numpy as np
 import pytest
 import torch
 
-from opforge.kernels.portable import portable_kernels
+from kernel_check import check_kernel, make_array
 
-KERNELS = portable_kernels()
 TOL = {np.float16: 2e-3, np.float32: 1e-5, np.float64: 1e-12}
-
-
-def make(shape, dtype, layout="contiguous", seed=0):
-    rng = np.random.default_rng(seed)
-    full = tuple(reversed(shape)) if layout == "transposed" else tuple(shape)
-    if np.issubdtype(dtype, np.integer):
-        base = rng.integers(-9, 10, full).astype(dtype)
-    elif dtype == np.bool_:
-        base = rng.random(full) < 0.3
-    else:
-        base = rng.standard_normal(full).astype(dtype)
-    base = np.asarray(base)
-    if layout == "transposed":
-        base = base.T
-    return base, torch.from_numpy(base)
-
-
-def check(key, expected, *args):
-    """Run ``key`` unbound and bound; compare both with the torch result."""
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    for bound in (False, True):
-        outs = [np.empty(tuple(e.shape), dtype=e.numpy().dtype) for e in expected]
-        if bound:
-            run_bound(key, (*args, *outs), outs)
-        else:
-            assert KERNELS[key](*args, *outs) is None
-        for out, e in zip(outs, expected):
-            tol = TOL.get(out.dtype.type, 0)
-            np.testing.assert_allclose(out, e.numpy(), rtol=tol, atol=tol)
-
-
-def run_bound(key, args, outs):
-    """Also run ``key`` the way the executor does: ``kernel.bind(args)`` once (with fresh
-    outs), then the bound pair twice — the second time over garbage left in the outs, so
-    a fast path that forgot to write an element or reuses a stale workspace fails."""
-    bind = getattr(KERNELS[key], "bind", None)
-    fn, bound_args = bind(args) if bind is not None else (KERNELS[key], args)
-    fn(*bound_args)
-    for out in outs:
-        out.fill(True if out.dtype == np.bool_ else 7)
-    fn(*bound_args)
 
 
 DIMS = [None, (), (0,), (-1,), (0, 2), (1,)]
 FLOATS = [np.float32, np.float64, np.float16]
+
+
+def make(shape, dtype, layout="contiguous", seed=0):
+    return make_array(shape, dtype, layout, seed, ints=(-9, 9), bool_p=0.3)
+
+
+def check(key, expected, *args):
+    check_kernel(key, expected, *args, tols=TOL)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])

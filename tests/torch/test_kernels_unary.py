@@ -15,54 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from opforge.kernels.portable import portable_kernels
 from opforge.kernels.portable._erf import erf
 
-KERNELS = portable_kernels()
+from kernel_check import check_kernel, make_array
+
 TOL = {np.float16: 2e-3, np.float32: 3e-6, np.float64: 1e-12}
-
-
-def make(shape, dtype, layout="contiguous", seed=0, low=-3.0, high=3.0):
-    rng = np.random.default_rng(seed)
-    full = tuple(reversed(shape)) if layout == "transposed" else tuple(shape)
-    if layout == "strided":
-        full = full[:-1] + (full[-1] * 3,)
-    if np.issubdtype(dtype, np.integer):
-        base = rng.integers(int(low), int(high) + 1, full).astype(dtype)
-    elif dtype == np.bool_:
-        base = rng.random(full) < 0.5
-    else:
-        base = rng.uniform(low, high, full).astype(dtype)
-    base = np.asarray(base)
-    if layout == "transposed":
-        base = base.T
-    elif layout == "strided":
-        base = base[..., ::3]
-    return base, torch.from_numpy(base)
-
-
-def check(key, expected, *args, tol=None):
-    """Run ``key`` unbound and bound; compare both with the torch result."""
-    for bound in (False, True):
-        out = np.empty(tuple(expected.shape), dtype=expected.numpy().dtype)
-        if bound:
-            run_bound(key, (*args, out), [out])
-        else:
-            assert KERNELS[key](*args, out) is None
-        t = TOL.get(out.dtype.type, 0) if tol is None else tol
-        np.testing.assert_allclose(out, expected.numpy(), rtol=t, atol=t)
-
-
-def run_bound(key, args, outs):
-    """Also run ``key`` the way the executor does: ``kernel.bind(args)`` once (with fresh
-    outs), then the bound pair twice — the second time over garbage left in the outs, so
-    a fast path that forgot to write an element or reuses a stale workspace fails."""
-    bind = getattr(KERNELS[key], "bind", None)
-    fn, bound_args = bind(args) if bind is not None else (KERNELS[key], args)
-    fn(*bound_args)
-    for out in outs:
-        out.fill(True if out.dtype == np.bool_ else 7)
-    fn(*bound_args)
 
 
 CASES = [((4, 7), "contiguous"), ((3, 5), "transposed"), ((2, 3, 4), "strided"),
@@ -82,6 +39,15 @@ FLOATING_OPS = [
     ("cosh", torch.cosh, (-3, 3)), ("reciprocal", torch.reciprocal, (0.2, 5)),
     ("sigmoid", torch.sigmoid, (-20, 20)), ("erf", torch.erf, (-4, 4)),
 ]
+
+
+def make(shape, dtype, layout="contiguous", seed=0, low=-3.0, high=3.0):
+    return make_array(shape, dtype, layout, seed, ints=(int(low), int(high)),
+                      floats=(low, high))
+
+
+def check(key, expected, *args, tol=None):
+    check_kernel(key, expected, *args, tols=TOL, tol=tol)
 
 
 @pytest.mark.parametrize("shape, layout", CASES)

@@ -181,15 +181,24 @@ def _row_max(a: np.ndarray, axis: int, out: np.ndarray) -> list:
     return [(np.maximum.reduce, (a, axis, None, out, True))]
 
 
+def _softmax_workspace(self, dim, out):
+    """``(axis, peak, total)`` for a bound (log-)softmax of ``self`` into ``out`` — the
+    reduced axis and two row buffers — or None where the general kernel must run."""
+    if not _floating_same(self, out) or self.size == 0 or self.ndim == 0 or \
+            not separate([out], self):
+        return None
+    axis = dim % self.ndim
+    keep = self.shape[:axis] + (1,) + self.shape[axis + 1:]
+    return axis, np.empty(keep, self.dtype), np.empty(keep, self.dtype)
+
+
 @binder_for(softmax_out)
 def _bind_softmax(args):
     self, dim, _half_to_float, out = args
-    if not _floating_same(self, out) or self.size == 0 or self.ndim == 0 or \
-            not separate([out], self):
+    workspace = _softmax_workspace(self, dim, out)
+    if workspace is None:
         return softmax_out, args
-    axis = dim % self.ndim
-    keep = self.shape[:axis] + (1,) + self.shape[axis + 1:]
-    peak, total = np.empty(keep, self.dtype), np.empty(keep, self.dtype)
+    axis, peak, total = workspace
     add = (np.add.reduce, (out, axis, None, total, True))
     return steps(_row_max(self, axis, peak) + [
         (np.subtract, (self, peak, out)), (np.exp, (out, out)),
@@ -201,12 +210,10 @@ def _bind_softmax(args):
 @binder_for(log_softmax_out)
 def _bind_log_softmax(args):
     self, dim, _half_to_float, out = args
-    if not _floating_same(self, out) or self.size == 0 or self.ndim == 0 or \
-            not separate([out], self):
+    workspace = _softmax_workspace(self, dim, out)
+    if workspace is None:
         return log_softmax_out, args
-    axis = dim % self.ndim
-    keep = self.shape[:axis] + (1,) + self.shape[axis + 1:]
-    peak, total = np.empty(keep, self.dtype), np.empty(keep, self.dtype)
+    axis, peak, total = workspace
     e = np.empty(self.shape, self.dtype)
     return steps([
         (np.maximum.reduce, (self, axis, None, peak, True)),
