@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-__all__ = ["InputKind", "MethodGraph", "alloc", "is_alloc"]
+__all__ = ["ASSERTION_OPS", "InputKind", "MethodGraph", "alloc", "assertion_nodes", "is_alloc"]
 
 
 class InputKind:
@@ -79,3 +79,26 @@ class MethodGraph:
 
     def call_nodes(self) -> list[torch.fx.Node]:
         return [n for n in self.graph.nodes if n.op == "call_function"]
+
+
+# Operators torch.export records as run-time checks: no result, no out variant.
+_aten = torch.ops.aten
+ASSERTION_OPS = frozenset(
+    getattr(getattr(_aten, name), overload)
+    for name, overload in (
+        ("_assert_tensor_metadata", "default"),
+        ("_assert_scalar", "default"),
+        ("_assert_async", "default"),
+        ("_assert_async", "msg"),
+        ("sym_constrain_range_for_size", "default"),
+        ("sym_constrain_range", "default"),
+        ("_functional_assert_async", "msg"),
+    )
+    if hasattr(_aten, name) and hasattr(getattr(_aten, name), overload)
+)
+
+
+def assertion_nodes(method: MethodGraph) -> list:
+    """Calls of run-time assertion operators (:data:`ASSERTION_OPS`), which
+    ``passes/drop_assertions.py`` removes."""
+    return [node for node in method.call_nodes() if node.target in ASSERTION_OPS]

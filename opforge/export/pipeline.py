@@ -3,7 +3,8 @@
     capture (torch.export)                            capture.py
       → DecomposeToCoreAten   captured → core_aten_or_custom
       → CheckFunctional       core_aten_or_custom → functional
-      → ToOutVariant          functional → all_out_variants
+      → DropAssertions        functional → assertion_free
+      → ToOutVariant          functional, assertion_free → all_out_variants
       → LiftConstants         functional → constants_lifted
       → PlanMemory            all_out_variants, constants_lifted → memory_planned   (last)
     emit (→ Program)                                  emit.py
@@ -20,7 +21,9 @@ import torch.fx
 from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
 from opforge.export.method_graph import MethodGraph
 from opforge.export.pass_manager import PassManager
-from opforge.export.passes import CheckFunctional, DecomposeToCoreAten, LiftConstants, PlanMemory, ToOutVariant
+from opforge.export.passes import (
+    CheckFunctional, DecomposeToCoreAten, DropAssertions, LiftConstants, PlanMemory, ToOutVariant,
+)
 
 __all__ = ["run_pipeline"]
 
@@ -40,6 +43,7 @@ def run_pipeline(
     passes = [
         DecomposeToCoreAten(preserve=preserve_ops),
         CheckFunctional(),
+        DropAssertions(),
         ToOutVariant(),
         LiftConstants(),
         PlanMemory(alignment=alignment, mem_id_policy=mem_id_policy),  # always last

@@ -8,6 +8,7 @@ when the property holds), so that the pass manager can say exactly what a pass b
 | ``captured`` | the method still carries its ``ExportedProgram`` (nothing decomposed yet) |
 | ``core_aten_or_custom`` | every call is a core ATen op, a preserved op, an op of another namespace (custom ops stay opaque), ``getitem``, or a higher-order op (rejected by ``functional``) |
 | ``functional`` | no call writes to an argument, no input or buffer is mutated, no higher-order ops |
+| ``assertion_free`` | no call of a run-time assertion op (``_assert_tensor_metadata``, ``_assert_scalar``, …) is left |
 | ``all_out_variants`` | every call is ``alloc`` or an out-variant overload whose out arguments are ``alloc`` nodes; no ``getitem`` |
 | ``constants_lifted`` | every non-user placeholder has a contiguous constant tensor and a segment key; no two constants are equal |
 | ``memory_planned`` | every user input and ``alloc`` has storage in an arena, inside the arena's size |
@@ -20,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from opforge.export.method_graph import InputKind, MethodGraph, is_alloc
+from opforge.export.method_graph import InputKind, MethodGraph, assertion_nodes, is_alloc
 from opforge.export.out_variants import is_mutating_schema, is_out_schema, op_key
 
 __all__ = ["PROPERTIES", "check_property"]
@@ -124,10 +125,16 @@ def _memory_planned(method: MethodGraph) -> list[str]:
     return bad
 
 
+def _assertion_free(method: MethodGraph) -> list[str]:
+    return [f"node {node.name}: assertion {op_key(node.target)} is still in the graph"
+            for node in assertion_nodes(method)]
+
+
 PROPERTIES: dict[str, Callable[[MethodGraph], list[str]]] = {
     "captured": _captured,
     "core_aten_or_custom": _core_aten_or_custom,
     "functional": _functional,
+    "assertion_free": _assertion_free,
     "all_out_variants": _all_out_variants,
     "constants_lifted": _constants_lifted,
     "memory_planned": _memory_planned,

@@ -12,8 +12,12 @@ from opforge.export import ExportPass, PassManager, export, run_pipeline
 from opforge.export.capture import MethodSpec, capture
 from opforge.export.method_graph import InputKind, is_alloc
 from opforge.export.out_variants import is_out_schema, op_key
-from opforge.export.passes import CheckFunctional, DecomposeToCoreAten, LiftConstants, ToOutVariant
+from opforge.export.method_graph import ASSERTION_OPS
+from opforge.export.passes import (
+    CheckFunctional, DecomposeToCoreAten, DropAssertions, LiftConstants, ToOutVariant,
+)
 from opforge.program import KernelCall, TensorValue
+from opforge.runtime import load
 
 _LIB = torch.library.Library("export_pass_test", "DEF")
 _LIB.define("scale(Tensor x, float s) -> Tensor")
@@ -76,12 +80,34 @@ def test_to_out_variant_rewrites_every_call_and_the_graph_still_computes_the_mod
 
 
 def test_constants_are_deduplicated_and_keyed():
-    method = _through(DecomposeToCoreAten(), CheckFunctional(), ToOutVariant(), LiftConstants())
+    method = _through(DecomposeToCoreAten(), CheckFunctional(), DropAssertions(), ToOutVariant(),
+                      LiftConstants())
     assert method.notes["merged_constants"]  # the tied weight was merged
     keys = method.notes["constant_keys"]
     assert len(set(keys.values())) == len(keys)
     params = [n for n in method.placeholders() if method.input_kinds[n.name] != InputKind.USER]
     assert len(params) == len(keys)
+
+
+class Casts(torch.nn.Module):
+    """``.float()`` / ``.to(dtype)``: non-strict export records a metadata assertion."""
+
+    def forward(self, x):
+        index = x.argmax(1).float()
+        return index.sum() + x.to(torch.float64).mean().to(torch.float32) + x.int().sum()
+
+
+def test_run_time_assertions_are_dropped_and_the_casts_still_run():
+    x = torch.randn(3, 5)
+    captured = capture(MethodSpec("forward", Casts(), (x,)))
+    decomposed = PassManager([DecomposeToCoreAten(), CheckFunctional()]).run(captured)
+    # What the pass exists for: torch 2.13 leaves _assert_tensor_metadata before each cast.
+    assert any(n.target in ASSERTION_OPS for n in decomposed.call_nodes())
+    method = PassManager([DropAssertions()]).run(decomposed)
+    assert not any(n.target in ASSERTION_OPS for n in method.call_nodes())
+    program = export(Casts(), (x,), kernels="portable")
+    (out,) = load(program).method("forward")(x.numpy())
+    torch.testing.assert_close(torch.from_numpy(out), Casts()(x))
 
 
 def test_pass_manager_checks_requires_and_ensures():

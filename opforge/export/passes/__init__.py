@@ -2,8 +2,12 @@
 
 from opforge.export.passes.decompose import DecomposeToCoreAten
 from opforge.export.passes.check_functional import CheckFunctional
+from opforge.export.passes.drop_assertions import DropAssertions
 from opforge.export.passes.to_out_variant import ToOutVariant
 from opforge.export.passes.lift_constants import LiftConstants
 from opforge.export.passes.plan_memory import PlanMemory
 
-__all__ = ["DecomposeToCoreAten", "CheckFunctional", "ToOutVariant", "LiftConstants", "PlanMemory"]
+__all__ = [
+    "DecomposeToCoreAten", "CheckFunctional", "DropAssertions", "ToOutVariant", "LiftConstants",
+    "PlanMemory",
+]

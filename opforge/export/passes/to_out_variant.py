@@ -99,7 +99,7 @@ def _positional_index(schema: torch._C.FunctionSchema, name: str) -> int:
 class ToOutVariant(ExportPass):
     """Rewrite every operator call to its out overload writing into ``alloc`` nodes."""
 
-    requires = frozenset({"core_aten_or_custom", "functional"})
+    requires = frozenset({"core_aten_or_custom", "functional", "assertion_free"})
     ensures = frozenset({"all_out_variants"})
 
     def run(self, method: MethodGraph) -> MethodGraph:
