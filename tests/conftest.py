@@ -4,7 +4,9 @@ native/ (a C++ compiler)."""
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 
+import numpy as np
 import pytest
 
 # Prepended to code run by `python_without_torch`: `import torch` fails, as on a device
@@ -31,3 +33,39 @@ def python_without_torch():
                               timeout=timeout)
 
     return run
+
+
+def _traced(call, repeats: int) -> tuple[int, int]:
+    call()  # warm: lazily built tables and caches
+    old = np.setbufsize(1024)  # a cast's buffer should not look like an array
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(repeats):
+            call()
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        np.setbufsize(old)
+    return peak - before, current - before
+
+
+@pytest.fixture
+def allocations():
+    """``measure(call, repeats=20) -> (peak, retained)``: the bytes tracemalloc saw
+    allocated at the peak, and still held, over ``repeats`` calls after a warm-up call.
+
+    tracemalloc counts every thread of the process, and a pytest-xdist worker's I/O thread
+    allocates whenever it talks to the controller; so the measurement is taken up to three
+    times and the cleanest is returned. An allocation the calls make shows in every try."""
+
+    def measure(call, repeats: int = 20) -> tuple[int, int]:
+        tries = []
+        for _ in range(3):
+            tries.append(_traced(call, repeats))
+            if tries[-1][0] <= 512 and tries[-1][1] <= 0:
+                break
+        return min(tries)
+
+    return measure

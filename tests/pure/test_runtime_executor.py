@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -289,26 +288,16 @@ def _chain_program(n, size=4096):
                   ["my_ops::mul3.out"], step * (n + 1))
 
 
-def test_steady_state_call_allocates_nothing():
+def test_steady_state_call_allocates_nothing(allocations):
     registry = KernelRegistry()
     registry.register("my_ops::mul3.out", _mul3, origin="t", target="portable")
     forward = load(_chain_program(20), registry=registry).method()
     x = np.ones(4096, np.float32)  # one array of it would be 16 KiB
-    for _ in range(10):
-        forward(x, views=True)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        for _ in range(200):
-            forward(x, views=True)
-        current, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert current - before <= 0  # nothing kept
+    peak, retained = allocations(lambda: forward(x, views=True), repeats=200)
+    assert retained <= 0  # nothing kept
     # nothing transient either beyond NumPy's own few hundred bytes of bookkeeping in
     # np.copyto: no array (16 KiB), no per-call list of arguments
-    assert peak - before < 1024
+    assert peak < 1024
     assert forward(x)[0][0] == 3.0 ** 20  # copies: one array per output, as documented
 
 

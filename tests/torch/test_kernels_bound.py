@@ -9,7 +9,6 @@ The per-family kernel tests (test_kernels_*.py) already run every key both ways.
 from __future__ import annotations
 
 import math
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -180,29 +179,12 @@ def test_small_or_broadcast_outputs_are_not_split(threads):
 
 
 # NumPy's ufunc iterator may take transient cast/stride buffers of up to ``bufsize``
-# elements per operand (8192 by default; the tests set 1024) and frees them on return;
+# elements per operand (8192 by default; the `allocations` fixture sets 1024) and frees them on return;
 # tracemalloc's own bookkeeping and Python's free lists move a few KiB either way. Nothing
 # else may be allocated: the tensors in these tests are >= 64 KiB, so a tensor-sized
 # temporary would show.
 TRANSIENT = 24 * 1024
 RETAINED = 4 * 1024
-
-
-def _allocated_while(call, repeats=20) -> tuple[int, int]:
-    """(peak, retained) bytes traced over ``repeats`` calls after a warm-up call."""
-    call()  # warm: lazily built tables, caches
-    old = np.setbufsize(1024)
-    tracemalloc.start()
-    try:
-        before, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        for _ in range(repeats):
-            call()
-        current, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-        np.setbufsize(old)
-    return peak - before, current - before
 
 
 def _bound_cases():
@@ -238,15 +220,15 @@ def _bound_cases():
 
 @pytest.mark.parametrize("key, args", _bound_cases(), ids=lambda v: v if isinstance(v, str)
                          else "")
-def test_a_bound_call_allocates_nothing(key, args):
+def test_a_bound_call_allocates_nothing(key, args, allocations):
     fn, bound_args = KERNELS[key].bind(args)
-    peak, retained = _allocated_while(lambda: fn(*bound_args))
+    peak, retained = allocations(lambda: fn(*bound_args))
     assert retained < RETAINED and peak < TRANSIENT, f"{key}: peak {peak}, retained {retained}"
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer_layer", "gpt_decoder",
                                   "depthwise_separable", "resnet_block"])
-def test_a_zoo_method_call_allocates_nothing(name):
+def test_a_zoo_method_call_allocates_nothing(name, allocations):
     from opforge.examples.zoo import ZOO
     from opforge.export import export
     from opforge.runtime import load
@@ -257,6 +239,6 @@ def test_a_zoo_method_call_allocates_nothing(name):
     with torch.no_grad():
         expected = model(*inputs).numpy()
     np.testing.assert_allclose(forward(*arrays)[0], expected, rtol=1e-4, atol=1e-5)
-    peak, retained = _allocated_while(lambda: forward(*arrays, views=True))
+    peak, retained = allocations(lambda: forward(*arrays, views=True))
     assert retained < RETAINED and peak < TRANSIENT, f"{name}: peak {peak}, retained {retained}"
     np.testing.assert_allclose(forward(*arrays)[0], expected, rtol=1e-4, atol=1e-5)
