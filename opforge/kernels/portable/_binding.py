@@ -49,6 +49,7 @@ __all__ = [
     "NUM_THREADS",
     "PARALLEL_MIN",
     "Step",
+    "constant_operand",
     "fold_scalar",
     "read_only",
     "separate",
@@ -119,6 +120,36 @@ def fold_scalar(value, dtype: np.dtype) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     return np.asarray(value).astype(dtype)
+
+
+# np.maximum / np.minimum against a 0-d operand run NumPy's generic broadcasting loop,
+# 3-4x slower than the SIMD loop two same-shape operands get (NumPy 2.4, AVX2, float32:
+# 1M elements 0.87 vs 0.28 ms, 4096 elements 3.4 vs 1.2 µs). Binders of relu and clamp
+# therefore pass a full-shape, read-only view of one buffer per (dtype, value) shared by
+# every bound instruction; zeros come from calloc, so their pages stay the kernel's shared
+# zero page however large the buffer grows.
+_constants: dict[tuple[str, bytes], np.ndarray] = {}
+_constants_lock = threading.Lock()
+
+
+def constant_operand(value, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only array of ``shape`` whose every element is ``value`` cast to ``dtype``
+    (wrapping like ATen), viewing a buffer shared by every caller asking for that value."""
+    fill = fold_scalar(value, dtype)
+    key = (fill.dtype.str, fill.tobytes())
+    size = 1
+    for n in shape:
+        size *= n
+    with _constants_lock:
+        buffer = _constants.get(key)
+        if buffer is None or buffer.size < size:
+            if key[1] == bytes(fill.nbytes):  # all bits zero (not -0.0)
+                buffer = np.zeros(max(size, 1), fill.dtype)
+            else:
+                buffer = np.full(max(size, 1), fill, fill.dtype)
+            buffer.flags.writeable = False
+            _constants[key] = buffer
+    return buffer[:size].reshape(shape)
 
 
 def _maximum(a, b, out, **kwargs) -> None:

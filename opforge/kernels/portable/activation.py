@@ -19,7 +19,7 @@ import numpy as np
 
 from opforge.errors import KernelError
 from opforge.kernels.portable import _binding
-from opforge.kernels.portable._binding import fold_scalar, separate, steps, ufunc_step
+from opforge.kernels.portable._binding import constant_operand, separate, steps, ufunc_step
 from opforge.kernels.portable._erf import erf
 from opforge.kernels.portable._normal_cdf import gelu_erf_scratch, gelu_erf_steps
 from opforge.kernels.portable._promotion import accumulate_dtype, result_type
@@ -142,8 +142,16 @@ def softplus_out(self, beta, threshold, out):
 @binder_for(relu_out)
 def _bind_relu(args):
     self, out = args
-    return steps([ufunc_step(np.maximum, self, np.zeros((), self.dtype), out,
-                             dtype=self.dtype)], out)
+    zeros = constant_operand(0, self.dtype, out.shape)
+    return steps([ufunc_step(np.maximum, self, zeros, out, dtype=self.dtype)], out)
+
+
+def _bound(value, ct: np.dtype, out: np.ndarray) -> np.ndarray:
+    """A clamp bound as a full-shape constant (see ``constant_operand``); a 0-d array
+    bound stays as it is (a program input: its value may change between calls)."""
+    if isinstance(value, np.ndarray):
+        return value
+    return constant_operand(value, ct, out.shape)
 
 
 def _bind_clamp(self, low, high, out, kernel, args):
@@ -153,10 +161,10 @@ def _bind_clamp(self, low, high, out, kernel, args):
     ct = result_type(self, low, high)
     pairs, x = [], self
     if low is not None:
-        pairs.append(ufunc_step(np.maximum, x, fold_scalar(low, ct), out, dtype=ct))
+        pairs.append(ufunc_step(np.maximum, x, _bound(low, ct, out), out, dtype=ct))
         x = out
     if high is not None:
-        pairs.append(ufunc_step(np.minimum, x, fold_scalar(high, ct), out, dtype=ct))
+        pairs.append(ufunc_step(np.minimum, x, _bound(high, ct, out), out, dtype=ct))
     return steps(pairs, out)
 
 
