@@ -242,3 +242,18 @@ def test_a_zoo_method_call_allocates_nothing(name, allocations):
     peak, retained = allocations(lambda: forward(*arrays, views=True))
     assert retained < RETAINED and peak < TRANSIENT, f"{name}: peak {peak}, retained {retained}"
     np.testing.assert_allclose(forward(*arrays)[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_constant_operands_are_shared_read_only_and_exact():
+    zeros = _binding.constant_operand(0, np.dtype(np.float32), (3, 4))
+    again = _binding.constant_operand(0.0, np.dtype(np.float32), (2, 2))
+    assert zeros.shape == (3, 4) and not zeros.any() and not zeros.flags.writeable
+    assert np.shares_memory(zeros, again)  # one buffer per (dtype, value)
+    negative_zero = _binding.constant_operand(-0.0, np.dtype(np.float32), (5,))
+    assert np.signbit(negative_zero).all()  # -0.0 is not the zero buffer
+    sixes = _binding.constant_operand(6.5, np.dtype(np.int32), (1000, 3))
+    assert sixes.dtype == np.int32 and (sixes == 6).all()
+    bigger = _binding.constant_operand(6.5, np.dtype(np.int32), (4000,))  # grows
+    assert (bigger == 6).all() and (sixes == 6).all()  # older views keep their buffer
+    with pytest.raises(ValueError):
+        zeros[0, 0] = 1.0
