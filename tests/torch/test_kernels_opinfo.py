@@ -162,22 +162,24 @@ def _conv2d(s):
                            given["groups"]), {}
 
 
-def _max_pool2d(s):
-    names = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
-    given = dict(zip(names, s.args))
-    given.update(s.kwargs)
-    given.pop("return_indices", None)  # ATen computes the indices either way
-    given = {k: v for k, v in given.items() if v is not None}
-    return "max_pool2d_with_indices", (s.input,), given
+def _max_pool(name):
+    def adapt(s):
+        names = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+        given = dict(zip(names, s.args))
+        given.update(s.kwargs)
+        given.pop("return_indices", None)  # ATen computes the indices either way
+        given = {k: v for k, v in given.items() if v is not None}
+        return name, (s.input,), given
+    return adapt
 
 
-def _adaptive_pool2d(name):
+def _adaptive_pool(name, spatial):
     def adapt(s):
         size = s.kwargs.get("output_size", s.args[0] if s.args else None)
-        size = (size, size) if isinstance(size, int) else tuple(size)
-        # F.adaptive_*_pool2d reads None as "the input's size"; ATen always returns the
+        size = (size,) * spatial if isinstance(size, int) else tuple(size)
+        # F.adaptive_*_pool{2,3}d read None as "the input's size"; ATen always returns the
         # indices of a max pool (return_indices only chooses what Python hands back).
-        size = tuple(s.input.shape[-2 + i] if v is None else v for i, v in enumerate(size))
+        size = tuple(s.input.shape[i - spatial] if v is None else v for i, v in enumerate(size))
         return name, (s.input, size), {}
     return adapt
 
@@ -237,9 +239,12 @@ ADAPTERS = {
     ("softmax", ""): _softmax("_softmax"),
     ("log_softmax", ""): _softmax("_log_softmax"),
     ("nn.functional.conv2d", ""): _conv2d,
-    ("nn.functional.max_pool2d", ""): _max_pool2d,
-    ("nn.functional.adaptive_avg_pool2d", ""): _adaptive_pool2d("_adaptive_avg_pool2d"),
-    ("nn.functional.adaptive_max_pool2d", ""): _adaptive_pool2d("adaptive_max_pool2d"),
+    ("nn.functional.max_pool2d", ""): _max_pool("max_pool2d_with_indices"),
+    ("nn.functional.max_pool3d", ""): _max_pool("max_pool3d_with_indices"),
+    ("nn.functional.adaptive_avg_pool2d", ""): _adaptive_pool("_adaptive_avg_pool2d", 2),
+    ("nn.functional.adaptive_max_pool2d", ""): _adaptive_pool("adaptive_max_pool2d", 2),
+    ("nn.functional.adaptive_avg_pool3d", ""): _adaptive_pool("_adaptive_avg_pool3d", 3),
+    ("nn.functional.adaptive_max_pool3d", ""): _adaptive_pool("adaptive_max_pool3d", 3),
     ("nn.functional.embedding", ""): _embedding,
     ("nn.functional.batch_norm", ""): _batch_norm,
     ("nn.functional.layer_norm", ""): _layer_norm,
@@ -555,8 +560,8 @@ TRANSCENDENTAL = {
 ACCUMULATE = {
     "mm", "bmm", "addmm", "baddbmm", "matmul", "dot", "linear", "convolution", "sum", "mean",
     "prod", "var", "std", "var_mean", "logsumexp", "native_layer_norm", "native_group_norm",
-    "_native_batch_norm_legit_no_training", "avg_pool2d", "_adaptive_avg_pool2d", "_softmax",
-    "_log_softmax",
+    "_native_batch_norm_legit_no_training", "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool3d", "_softmax", "_log_softmax",
 }
 TOLERANCE = {  # (class, dtype) -> (rtol, atol); see the module docstring
     ("exact", torch.float32): (2.4e-7, 1e-6),

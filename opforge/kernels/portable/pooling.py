@@ -1,26 +1,36 @@
-"""2-d pooling: max pool with indices, adaptive max pool, average pool, adaptive average pool.
+"""2-d and 3-d pooling: max pool with indices, adaptive max pool, average pool, adaptive
+average pool.
 
-Windows are strided views of the padded input (``sliding_window_view``), reduced along the
-window axes in one NumPy call. Output sizes follow ATen's ``pooling_output_shape``: with
-``ceil_mode`` the last window may hang over the right edge, but must start inside the
-input or its left padding. Inputs are (N, C, H, W) or (C, H, W). Adaptive bin i of n
-over a size-m axis spans ``[floor(i m / n), ceil((i + 1) m / n))``.
+One n-d implementation of each serves both ranks: the spatial dims are the input's last
+n (n = 2: (N, C, H, W) or (C, H, W); n = 3: (N, C, D, H, W) or (C, D, H, W)), and the
+2-d and 3-d kernels differ only in n. Windows are strided views of the padded input
+(``sliding_window_view``), reduced along the flattened window axis in one NumPy call.
+Output sizes follow ATen's ``pooling_output_shape``: with ``ceil_mode`` the last window
+may hang over the right edge, but must start inside the input or its left padding.
+Adaptive bin i of n over a size-m axis spans ``[floor(i m / n), ceil((i + 1) m / n))``.
 
 Max pooling follows ATen's CPU scan (``val > max || isnan(val)``, from the window's first
-input inside the input): the first maximum wins ties and keeps its sign of zero, the
-*last* NaN of a window gives the index, and a window of nothing but the padding's fill
-keeps its first input. Indices are flat offsets into the input's H*W plane.
+input inside the input, in row-major window order): the first maximum wins ties and keeps
+its sign of zero, the *last* NaN of a window gives the index, and a window of nothing but
+the padding's fill keeps its first input. Indices are flat offsets into the input's
+spatial volume (H*W, or D*H*W).
 
-Bound max pooling (see ``_binding``) scans the kernel taps instead of reducing windows:
+Adaptive average pooling sums its bins one axis at a time (a box is a product of
+intervals): one masked tap per position of the longest bin, so an inf reaches only the
+bins that hold it. Where the bins tile an axis evenly it is a reshape and a mean.
+
+Bound 2-d max pooling (see ``_binding``) scans the kernel taps instead of reducing windows:
 each tap is a fixed strided view of the input (or of a ``fill``-bordered buffer whose
 border is written once) with its flat input indices precomputed. The fast scans assume no
 NaN — 3 ufunc calls a tap, or a tournament for 2x2/stride 2 — and a call whose result
 holds a NaN reruns the exact scan (5 calls a tap, with the NaN rule). Bound adaptive max
-pooling is a max pool where the bins tile the input, else a scan of gathered taps.
+pooling is a max pool where the bins tile the input, else a scan of gathered taps. 3-d
+pooling has no bound fast path: its kernels run as they are.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from functools import cache, lru_cache
 
@@ -45,38 +55,42 @@ def _output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> 
     return n
 
 
-def _windows(x: np.ndarray, k, s, p, d, out_hw, fill) -> np.ndarray:
-    """(…, OH, OW, KH*KW) windows of ``x`` padded with ``fill`` (room for ceil_mode)."""
+def _pooled_shape(sizes, k, s, p, d, ceil_mode: bool) -> tuple[int, ...]:
+    """The output's spatial shape for an input whose spatial shape is ``sizes``."""
+    return tuple(_output_size(n, *a, ceil_mode) for n, a in zip(sizes, zip(k, s, p, d)))
+
+
+def _windows(x: np.ndarray, k, s, p, d, out_size, fill) -> np.ndarray:
+    """(…, *out_size, prod(k)) windows over the last len(k) axes of ``x`` padded with
+    ``fill`` (room for ceil_mode), each flattened in row-major order."""
+    n = len(k)
     pads = []
-    for axis in range(2):
-        need = (out_hw[axis] - 1) * s[axis] + d[axis] * (k[axis] - 1) + 1
-        right = max(need - x.shape[-2 + axis] - p[axis], p[axis])
+    for axis in range(n):
+        need = (out_size[axis] - 1) * s[axis] + d[axis] * (k[axis] - 1) + 1
+        right = max(need - x.shape[axis - n] - p[axis], p[axis])
         pads.append((p[axis], right))
-    xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + pads, constant_values=fill)
-    reach = (d[0] * (k[0] - 1) + 1, d[1] * (k[1] - 1) + 1)
-    w = np.lib.stride_tricks.sliding_window_view(xp, reach, axis=(-2, -1))
-    w = w[..., : (out_hw[0] - 1) * s[0] + 1: s[0], : (out_hw[1] - 1) * s[1] + 1: s[1],
-          :: d[0], :: d[1]]
-    return w.reshape(w.shape[:-2] + (k[0] * k[1],))
+    xp = np.pad(x, [(0, 0)] * (x.ndim - n) + pads, constant_values=fill)
+    reach = tuple(di * (ki - 1) + 1 for ki, di in zip(k, d))
+    w = np.lib.stride_tricks.sliding_window_view(xp, reach, axis=tuple(range(-n, 0)))
+    w = w[(...,) + tuple(slice(None, o * si, si) for o, si in zip(out_size, s))
+          + tuple(slice(None, None, di) for di in d)]
+    return w.reshape(w.shape[:-n] + (math.prod(k),))
 
 
-def _params(kernel_size, stride, padding, dilation, api):
-    k = expand_param(kernel_size, 2, "kernel_size", api)
-    s = expand_param(stride, 2, "stride", api) if len(stride) else k
-    p = expand_param(padding, 2, "padding", api)
-    d = expand_param(dilation, 2, "dilation", api)
+def _params(kernel_size, stride, padding, dilation, spatial: int, api: str):
+    k = expand_param(kernel_size, spatial, "kernel_size", api)
+    s = expand_param(stride, spatial, "stride", api) if len(stride) else k
+    p = expand_param(padding, spatial, "padding", api)
+    d = expand_param(dilation, spatial, "dilation", api)
     return k, s, p, d
 
 
-@kernel("aten::max_pool2d_with_indices.out")
-def max_pool2d_with_indices_out(self, kernel_size, stride, padding, dilation, ceil_mode,
-                                out, indices):
-    k, s, p, d = _params(kernel_size, stride, padding, dilation,
-                         "aten::max_pool2d_with_indices.out")
-    h, w = self.shape[-2:]
-    out_hw = tuple(_output_size(n, *a, ceil_mode) for n, a in zip((h, w), zip(k, s, p, d)))
+def _max_pool(self, k, s, p, d, ceil_mode, out, indices) -> None:
+    n = len(k)
+    sizes = self.shape[-n:]
+    out_size = _pooled_shape(sizes, k, s, p, d, ceil_mode)
     fill = -np.inf if is_floating(self.dtype) else np.iinfo(self.dtype).min
-    windows = _windows(self, k, s, p, d, out_hw, fill)
+    windows = _windows(self, k, s, p, d, out_size, fill)
     local = np.argmax(windows, axis=-1)  # first maximum wins ties, as in ATen
     if is_floating(self.dtype):  # ATen's scan (val > max || isnan(val)): the last NaN wins
         nan = np.isnan(windows)
@@ -84,48 +98,62 @@ def max_pool2d_with_indices_out(self, kernel_size, stride, padding, dilation, ce
         local = np.where(nan.any(axis=-1), last_nan, local)
     np.copyto(out, np.take_along_axis(windows, local[..., None], axis=-1)[..., 0],
               casting="unsafe")
-    # Indices are flat offsets into the input's H*W plane.
-    oh = np.arange(out_hw[0])[:, None]
-    ow = np.arange(out_hw[1])[None, :]
-    row = oh * s[0] - p[0] + (local // k[1]) * d[0]
-    col = ow * s[1] - p[1] + (local % k[1]) * d[1]
+    # Indices are flat offsets into the input's spatial volume.
+    flat, inside = 0, True
+    for axis, tap in enumerate(np.unravel_index(local, k)):
+        origin = np.arange(out_size[axis]) * s[axis] - p[axis]
+        coord = origin.reshape((-1,) + (1,) * (n - 1 - axis)) + tap * d[axis]
+        inside = inside & (coord >= 0) & (coord < sizes[axis])
+        flat = flat * sizes[axis] + coord
     # A window whose inputs all equal the padding's fill keeps its first input, as in ATen
-    inside = (row >= 0) & (row < h) & (col >= 0) & (col < w)
-    np.copyto(indices, np.where(inside, row * w + col, _first_inside(out_hw, w, s, p, d)),
+    np.copyto(indices, np.where(inside, flat, _first_inside(out_size, sizes, s, p, d)),
               casting="unsafe")
 
 
-def _first_inside(out_hw, w: int, s, p, d) -> np.ndarray:
-    """(OH, OW) flat index of each window's first element inside the input (ATen starts
+def _first_inside(out_size, sizes, s, p, d) -> np.ndarray:
+    """(*out_size) flat index of each window's first element inside the input (ATen starts
     its scan there: ``while (ih0 < 0) ih0 += dilation``)."""
-    start = []
-    for axis in range(2):
-        origin = np.arange(out_hw[axis]) * s[axis] - p[axis]
-        start.append(origin + -(-np.maximum(-origin, 0) // d[axis]) * d[axis])
-    return start[0][:, None] * w + start[1][None, :]
+    flat = np.zeros((), np.int64)
+    for axis, size in enumerate(sizes):
+        origin = np.arange(out_size[axis]) * s[axis] - p[axis]
+        start = origin + -(-np.maximum(-origin, 0) // d[axis]) * d[axis]
+        flat = flat[..., None] * size + start
+    return flat
 
 
-@kernel("aten::avg_pool2d.out")
-def avg_pool2d_out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                   divisor_override, out):
-    k, s, p, _ = _params(kernel_size, stride, padding, (1,), "aten::avg_pool2d.out")
-    h, w = self.shape[-2:]
-    out_hw = tuple(_output_size(n, *a, 1, ceil_mode) for n, a in zip((h, w), zip(k, s, p)))
+@kernel("aten::max_pool2d_with_indices.out")
+def max_pool2d_with_indices_out(self, kernel_size, stride, padding, dilation, ceil_mode,
+                                out, indices):
+    params = _params(kernel_size, stride, padding, dilation, 2,
+                     "aten::max_pool2d_with_indices.out")
+    _max_pool(self, *params, ceil_mode, out, indices)
+
+
+@kernel("aten::max_pool3d_with_indices.out")
+def max_pool3d_with_indices_out(self, kernel_size, stride, padding, dilation, ceil_mode,
+                                out, indices):
+    params = _params(kernel_size, stride, padding, dilation, 3,
+                     "aten::max_pool3d_with_indices.out")
+    _max_pool(self, *params, ceil_mode, out, indices)
+
+
+def _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out) -> None:
+    n = len(k)
+    sizes = self.shape[-n:]
+    d = (1,) * n
+    out_size = _pooled_shape(sizes, k, s, p, d, ceil_mode)
     ct = accumulate_dtype(out.dtype)
-    windows = _windows(self.astype(ct, copy=False), k, s, p, (1, 1), out_hw, 0)
-    total = windows.sum(axis=-1)
+    total = _windows(self.astype(ct, copy=False), k, s, p, d, out_size, 0).sum(axis=-1)
     if divisor_override:
         divisor = divisor_override
-    else:
-        counts = []
-        for axis, n in enumerate((h, w)):
-            start = np.arange(out_hw[axis]) * s[axis] - p[axis]
-            end = np.minimum(start + k[axis], n + p[axis])  # padded extent of the window
-            if count_include_pad:
-                counts.append(end - start)
-            else:
-                counts.append(np.minimum(end, n) - np.maximum(start, 0))
-        divisor = counts[0][:, None] * counts[1][None, :]
+    else:  # ATen's count per window: a product of per-axis counts
+        divisor = np.ones((), np.int64)
+        for axis, size in enumerate(sizes):
+            start = np.arange(out_size[axis]) * s[axis] - p[axis]
+            end = np.minimum(start + k[axis], size + p[axis])  # padded extent of the window
+            if not count_include_pad:
+                start, end = np.maximum(start, 0), np.minimum(end, size)
+            divisor = divisor[..., None] * (end - start)
     if is_floating(ct):
         np.copyto(out, total / divisor, casting="unsafe")
     else:  # ATen divides integers in C: truncating towards zero, not flooring
@@ -133,67 +161,106 @@ def avg_pool2d_out(self, kernel_size, stride, padding, ceil_mode, count_include_
         np.copyto(out, np.sign(total) * np.sign(divisor) * quotient, casting="unsafe")
 
 
+@kernel("aten::avg_pool2d.out")
+def avg_pool2d_out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                   divisor_override, out):
+    k, s, p, _ = _params(kernel_size, stride, padding, (1,), 2, "aten::avg_pool2d.out")
+    _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out)
+
+
+@kernel("aten::avg_pool3d.out")
+def avg_pool3d_out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                   divisor_override, out):
+    k, s, p, _ = _params(kernel_size, stride, padding, (1,), 3, "aten::avg_pool3d.out")
+    _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out)
+
+
 def _adaptive_bounds(size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
     i = np.arange(out_size)
     return (i * size) // out_size, -((-(i + 1) * size) // out_size)  # floor, ceil
 
 
+def _tiles(sizes, out_size) -> bool:
+    """Whether the adaptive bins are equal and tile the input on every axis."""
+    return all(m % o == 0 for m, o in zip(sizes, out_size))
+
+
+def _adaptive_avg_pool(self, out_size, out) -> None:
+    n = len(out_size)
+    sizes = self.shape[-n:]
+    if out.size == 0:
+        return
+    ct = accumulate_dtype(out.dtype)
+    total = self.astype(ct, copy=False)
+    if _tiles(sizes, out_size):  # equal, non-overlapping bins (e.g. global pooling)
+        split = sum(((o, m // o) for m, o in zip(sizes, out_size)), ())
+        bins = total.reshape(total.shape[:-n] + split)
+        np.copyto(out, bins.mean(axis=tuple(range(1 - 2 * n, 0, 2))), casting="unsafe")
+        return
+    divisor = np.ones((), np.int64)
+    for axis, (m, o) in enumerate(zip(sizes, out_size)):  # sum the bins of one axis
+        start, end = _adaptive_bounds(m, o)
+        where = total.ndim - n + axis
+        acc = np.zeros(total.shape[:where] + (o,) + total.shape[where + 1:], ct)
+        for a in range(int((end - start).max())):
+            tap = np.take(total, np.minimum(start + a, m - 1), axis=where)
+            acc += np.where((start + a < end).reshape((o,) + (1,) * (n - 1 - axis)), tap, 0)
+        total = acc
+        divisor = divisor[..., None] * (end - start)
+    np.copyto(out, total / divisor, casting="unsafe")
+
+
 @kernel("aten::_adaptive_avg_pool2d.out")
 def adaptive_avg_pool2d_out(self, output_size, out):
-    oh, ow = expand_param(output_size, 2, "output_size", "aten::_adaptive_avg_pool2d.out")
-    h, w = self.shape[-2:]
-    ct = accumulate_dtype(out.dtype)
-    x = self.astype(ct, copy=False)
-    if h % oh == 0 and w % ow == 0:
-        # Equal, non-overlapping bins (the common case, e.g. global pooling): exact means.
-        bins = x.reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow))
-        np.copyto(out, bins.mean(axis=(-3, -1)), casting="unsafe")
-        return
-    # General bins by prefix sums in float64: sum[a:b] = S[b] - S[a].
-    prefix = np.zeros(x.shape[:-2] + (h + 1, w + 1), dtype=np.float64)
-    np.cumsum(np.cumsum(x, axis=-2, dtype=np.float64), axis=-1, out=prefix[..., 1:, 1:])
-    r0, r1 = _adaptive_bounds(h, oh)
-    c0, c1 = _adaptive_bounds(w, ow)
-    r0, r1, c0, c1 = r0[:, None], r1[:, None], c0[None, :], c1[None, :]
-    sums = prefix[..., r1, c1] - prefix[..., r0, c1] - prefix[..., r1, c0] + prefix[..., r0, c0]
-    np.copyto(out, sums / ((r1 - r0) * (c1 - c0)), casting="unsafe")
+    _adaptive_avg_pool(self, expand_param(output_size, 2, "output_size",
+                                          "aten::_adaptive_avg_pool2d.out"), out)
 
 
-def _adaptive_taps(h: int, w: int, oh: int, ow: int) -> list[np.ndarray]:
-    """The flat plane index of each tap of every adaptive bin, in ATen's scan order (rows,
-    then columns, of the largest bin); a bin smaller than the largest reads index h*w — a
-    sentinel slot that never wins — where it has no tap."""
-    r0, r1 = _adaptive_bounds(h, oh)
-    c0, c1 = _adaptive_bounds(w, ow)
+@kernel("aten::_adaptive_avg_pool3d.out")
+def adaptive_avg_pool3d_out(self, output_size, out):
+    _adaptive_avg_pool(self, expand_param(output_size, 3, "output_size",
+                                          "aten::_adaptive_avg_pool3d.out"), out)
+
+
+def _adaptive_taps(sizes, out_size) -> list[np.ndarray]:
+    """The flat volume index of each tap of every adaptive bin, in ATen's scan order
+    (row-major over the largest bin); a bin smaller than the largest reads index
+    prod(sizes) — a sentinel slot that never wins — where it has no tap."""
+    bounds = [_adaptive_bounds(m, o) for m, o in zip(sizes, out_size)]
     taps = []
-    for a in range(int((r1 - r0).max())):
-        row = r0 + a
-        for b in range(int((c1 - c0).max())):
-            col = c0 + b
-            inside = (row < r1)[:, None] & (col < c1)[None, :]
-            taps.append(np.where(inside, row[:, None] * w + col[None, :], h * w))
+    for offset in np.ndindex(*(int((end - start).max()) for start, end in bounds)):
+        flat, inside = np.zeros((), np.int64), np.ones((), np.bool_)
+        for (start, end), size, a in zip(bounds, sizes, offset):
+            flat = flat[..., None] * size + (start + a)
+            inside = inside[..., None] & (start + a < end)
+        taps.append(np.where(inside, flat, math.prod(sizes)))
     return taps
 
 
-def _with_sentinel(x: np.ndarray, fill) -> np.ndarray:
-    """``x``'s planes flattened, each with one more slot holding ``fill``."""
-    planes = np.empty(x.shape[:-2] + (x.shape[-2] * x.shape[-1] + 1,), x.dtype)
+def _with_sentinel(x: np.ndarray, spatial: int, fill) -> np.ndarray:
+    """``x``'s spatial volumes (its last ``spatial`` axes) flattened, each with one more
+    slot holding ``fill``."""
+    volume = math.prod(x.shape[-spatial:])
+    planes = np.empty(x.shape[:-spatial] + (volume + 1,), x.dtype)
     planes[..., -1] = fill
     planes[..., :-1].reshape(x.shape)[...] = x
     return planes
 
 
-@kernel("aten::adaptive_max_pool2d.out")
-def adaptive_max_pool2d_out(self, output_size, out, indices):
+def _adaptive_max_pool(self, out_size, out, indices) -> None:
     # Bin i of n over a size-m axis spans [floor(i m / n), ceil((i + 1) m / n)), as in
     # adaptive average pooling; the maximum follows ATen's CPU rule, as max pooling does.
-    oh, ow = expand_param(output_size, 2, "output_size", "aten::adaptive_max_pool2d.out")
-    h, w = self.shape[-2:]
+    n = len(out_size)
+    sizes = self.shape[-n:]
     if out.size == 0:
         return
+    if _tiles(sizes, out_size):  # equal bins that tile the input: a max pool
+        k = tuple(m // o for m, o in zip(sizes, out_size))
+        _max_pool(self, k, k, (0,) * n, (1,) * n, False, out, indices)
+        return
     floating = is_floating(self.dtype)
-    planes = _with_sentinel(self, -np.inf if floating else np.iinfo(self.dtype).min)
-    taps = _adaptive_taps(h, w, oh, ow)
+    planes = _with_sentinel(self, n, -np.inf if floating else np.iinfo(self.dtype).min)
+    taps = _adaptive_taps(sizes, out_size)
     best = np.take(planes, taps[0], axis=-1)
     index = np.broadcast_to(taps[0], best.shape)
     for flat in taps[1:]:
@@ -205,6 +272,18 @@ def adaptive_max_pool2d_out(self, output_size, out, indices):
         index = np.where(better, flat, index)
     np.copyto(out, best, casting="unsafe")
     np.copyto(indices, index, casting="unsafe")
+
+
+@kernel("aten::adaptive_max_pool2d.out")
+def adaptive_max_pool2d_out(self, output_size, out, indices):
+    _adaptive_max_pool(self, expand_param(output_size, 2, "output_size",
+                                          "aten::adaptive_max_pool2d.out"), out, indices)
+
+
+@kernel("aten::adaptive_max_pool3d.out")
+def adaptive_max_pool3d_out(self, output_size, out, indices):
+    _adaptive_max_pool(self, expand_param(output_size, 3, "output_size",
+                                          "aten::adaptive_max_pool3d.out"), out, indices)
 
 
 # --- bind-time fast paths -------------------------------------------------------------------
@@ -276,10 +355,10 @@ def _bind_max_pool2d(args):
     if self.ndim not in (3, 4) or out.dtype != self.dtype or indices.dtype != np.int64 or \
             self.size == 0 or not separate([out, indices], self):
         return max_pool2d_with_indices_out, args
-    k, s, p, d = _params(kernel_size, stride, padding, dilation,
+    k, s, p, d = _params(kernel_size, stride, padding, dilation, 2,
                          "aten::max_pool2d_with_indices.out")
     h, w = self.shape[-2:]
-    out_hw = tuple(_output_size(n, *a, ceil_mode) for n, a in zip((h, w), zip(k, s, p, d)))
+    out_hw = _pooled_shape((h, w), k, s, p, d, ceil_mode)
     if out.shape[-2:] != out_hw:
         return max_pool2d_with_indices_out, args
     floating = is_floating(self.dtype)
@@ -303,7 +382,7 @@ def _bind_max_pool2d(args):
             taps.append(source[..., r0: r0 + (out_hw[0] - 1) * s[0] + 1: s[0],
                                c0: c0 + (out_hw[1] - 1) * s[1] + 1: s[1]])
             flats.append(np.broadcast_to((oh + r0) * w + (ow + c0), out_hw).astype(np.int64))
-    first = _first_inside(out_hw, w, s, p, d).astype(np.int64)
+    first = _first_inside(out_hw, (h, w), s, p, d).astype(np.int64)
     exact = steps(pairs + _tap_scan(taps, flats, out, indices, floating, first=first))
     maximum = _tie_keeping_maximum(self.dtype) if floating else _maximum
     if maximum is None or self.dtype == np.bool_:
@@ -386,8 +465,8 @@ def _max_pool_2x2(self, out, indices, maximum):
 
 
 def _bind_adaptive_taps(self, oh, ow, out, indices, floating):
-    planes = _with_sentinel(self, -np.inf if floating else np.iinfo(self.dtype).min)
-    flats = _adaptive_taps(*self.shape[-2:], oh, ow)
+    planes = _with_sentinel(self, 2, -np.inf if floating else np.iinfo(self.dtype).min)
+    flats = _adaptive_taps(self.shape[-2:], (oh, ow))
     taps = [np.empty(out.shape, self.dtype) for _ in flats]
     gathers = [(planes.take, (flat, -1, tap, "clip")) for flat, tap in zip(flats, taps)]
     copy = (np.copyto, (planes[..., :-1].reshape(self.shape), self))
