@@ -22,19 +22,6 @@ pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g+
 KERNELS = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    # The base temp dir is shared by every module of this session (and xdist worker), so
-    # libraries built by one test module are cache hits in the others.
-    return tmp_path_factory.getbasetemp() / "opforge-cache"
-
-
-@pytest.fixture(scope="module")
-def full(cache, tmp_path_factory):
-    out = tmp_path_factory.mktemp("full") / "libmy_ops.so"
-    return build_library(manifest_path(), KERNELS, out, cache_root=cache)
-
-
 def test_header_abi_version_matches_python():
     text = (include_dir() / "opforge" / "kernel_abi.h").read_text()
     assert f"#define OPFORGE_ABI_VERSION {ABI_VERSION}\n" in text

@@ -25,17 +25,6 @@ KERNELS = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "opforge-cache"
-
-
-@pytest.fixture(scope="module")
-def full(cache, tmp_path_factory):
-    return build_library(manifest_path(), KERNELS, tmp_path_factory.mktemp("eager") / "libmy_ops.so",
-                         cache_root=cache)
-
-
-@pytest.fixture(scope="module")
 def native_ops(full):
     from opforge.torch_bridge.native_eager import stop_using_native_library, use_native_library
 
