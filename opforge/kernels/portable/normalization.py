@@ -80,6 +80,15 @@ def batch_norm_no_training_out(input, weight, bias, running_mean, running_var, m
                                eps, out0, out1, out2):
     # Inference: normalise with the running statistics. out1/out2 (the saved mean and
     # invstd of training) are empty (shape (0,)) in ATen and are left untouched.
+    scale, shift = _inference_affine(input, weight, bias, running_mean, running_var, eps)
+    y = input * scale
+    y += shift
+    np.copyto(out0, y, casting="unsafe")
+
+
+def _inference_affine(input, weight, bias, running_mean, running_var, eps):
+    """Batch norm with running statistics as ``input * scale + shift``: the two
+    per-channel arrays, shaped to broadcast against ``input`` (channels on axis 1)."""
     ct = accumulate_dtype(input.dtype)
     scale = 1.0 / np.sqrt(running_var.astype(ct) + ct.type(eps))
     if weight is not None:
@@ -87,9 +96,8 @@ def batch_norm_no_training_out(input, weight, bias, running_mean, running_var, m
     shift = -running_mean.astype(ct) * scale
     if bias is not None:
         shift = shift + bias
-    y = input * _per_channel(scale.astype(ct), input.ndim)
-    y += _per_channel(shift.astype(ct), input.ndim)
-    np.copyto(out0, y, casting="unsafe")
+    return (_per_channel(scale.astype(ct), input.ndim),
+            _per_channel(shift.astype(ct), input.ndim))
 
 
 @kernel("aten::_native_batch_norm_legit.no_stats_out")
@@ -294,13 +302,5 @@ def _bind_batch_norm(args):
             not read_only(weight, bias, running_mean, running_var):
         return batch_norm_no_training_out, args
     # The general kernel's scale and shift, computed once from the constant statistics.
-    ct = accumulate_dtype(input.dtype)
-    scale = 1.0 / np.sqrt(running_var.astype(ct) + ct.type(eps))
-    if weight is not None:
-        scale = scale * weight
-    shift = -running_mean.astype(ct) * scale
-    if bias is not None:
-        shift = shift + bias
-    scale = _per_channel(scale.astype(ct), input.ndim)
-    shift = _per_channel(shift.astype(ct), input.ndim)
+    scale, shift = _inference_affine(input, weight, bias, running_mean, running_var, eps)
     return steps([(np.multiply, (input, scale, out0)), (np.add, (out0, shift, out0))])
