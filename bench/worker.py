@@ -163,15 +163,8 @@ def measure(spec: dict) -> None:
         emit(**base, ok=False, error="no artifact (its export failed or was not run)")
         return
     rss_imported = peak_rss_mb()
-    start = time.perf_counter()
-    session = impl.load(path, spec["workload"], spec["threads"], rt.variant)
-    load_s = time.perf_counter() - start
-    rss_loaded = current_rss_mb()
-    args = session.feed(inputs)
-
-    start = time.perf_counter()
-    result = session.run(args)
-    first_run_s = time.perf_counter() - start
+    session, args, result, load_s, first_run_s, rss_loaded = _load_and_run_once(
+        impl, rt, spec, path, inputs)
     error = max_abs_error(session.outputs(result), expected)
 
     # Warm-up: at least `warmup` calls and at least `warmup_s` seconds.
@@ -228,6 +221,19 @@ def steady_state_allocations(session, args, calls: int = 20) -> dict:
     return {"alloc_peak_bytes": peak - baseline, "alloc_retained_bytes": current - baseline}
 
 
+def _load_and_run_once(impl, rt, spec: dict, path, inputs):
+    """Load the artifact and make the first (unwarmed) call: ``(session, args, result,
+    load_s, first_run_s, rss_after_load_mb)``."""
+    start = time.perf_counter()
+    session = impl.load(path, spec["workload"], spec["threads"], rt.variant)
+    load_s = time.perf_counter() - start
+    rss_loaded = current_rss_mb()
+    args = session.feed(inputs)
+    start = time.perf_counter()
+    result = session.run(args)
+    return session, args, result, load_s, time.perf_counter() - start, rss_loaded
+
+
 # -- micro ------------------------------------------------------------------------------------
 
 
@@ -238,14 +244,8 @@ def bigload(spec: dict) -> None:
     inputs, expected = load_io(spec["workdir"], spec["workload"])
     path = artifact_path(spec["workdir"], spec["workload"], rt.name)
     rss_before = current_rss_mb()
-    start = time.perf_counter()
-    session = impl.load(path, spec["workload"], spec["threads"], rt.variant)
-    load_s = time.perf_counter() - start
-    rss_loaded = current_rss_mb()
-    args = session.feed(inputs)
-    start = time.perf_counter()
-    result = session.run(args)
-    first_run_s = time.perf_counter() - start
+    session, args, result, load_s, first_run_s, rss_loaded = _load_and_run_once(
+        impl, rt, spec, path, inputs)
     rss_first = current_rss_mb()
     times = []
     for _ in range(spec.get("runs", 10)):
