@@ -38,6 +38,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -137,9 +138,7 @@ def constant_operand(value, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarr
     (wrapping like ATen), viewing a buffer shared by every caller asking for that value."""
     fill = fold_scalar(value, dtype)
     key = (fill.dtype.str, fill.tobytes())
-    size = 1
-    for n in shape:
-        size *= n
+    size = math.prod(shape)
     with _constants_lock:
         buffer = _constants.get(key)
         if buffer is None or buffer.size < size:
