@@ -67,6 +67,25 @@ class KernelEntry:
         return [int(a.kind) for a in self.sig.args]
 
     @property
+    def shaped_like(self) -> tuple[str, tuple[str, ...]] | None:
+        """``(input, outs)`` when the op has no ``fake:`` and its default fake applies: each
+        out then has the first tensor input's sizes and dtype, which the glue checks before
+        the author's function runs (a program is untrusted; a kernel trusts its outs)."""
+        if self.opdef.fake is not None:
+            return None
+        functional = self.opdef.functional
+        if not functional.returns or any(str(r.type) != "Tensor" for r in functional.returns):
+            return None
+        args = self.opdef.out.arguments.flat
+        names = [a.name for a in self.sig.args]
+        first = next((i for i, a in enumerate(args)
+                      if str(a.type) == "Tensor" and not a.is_write), None)
+        outs = [i for i, a in enumerate(args) if a.is_write and str(a.type) == "Tensor"]
+        if first is None or len(outs) != len(functional.returns):
+            return None
+        return names[first], tuple(names[i] for i in outs)
+
+    @property
     def meta_args(self) -> list[int]:
         if self.binding.arg_meta is None:
             return []

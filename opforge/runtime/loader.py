@@ -17,7 +17,7 @@ from typing import Iterable
 
 from opforge.errors import ProgramError, RegistrationError
 from opforge.program import (
-    DelegateCall, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
+    ConstantStorage, DelegateCall, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
     TensorListValue, TensorValue, from_bytes, load as load_file, verify,
 )
 from opforge.runtime.method import Method
@@ -212,5 +212,35 @@ def _resolve(api: str, method: MethodDef, registry: KernelRegistry,
         if kernel is None:
             key = method.operators[instruction.op].key
             missing.setdefault(key, MissingOp(key)).add(method.name, i, dtype)
+        else:
+            _check_written(api, method, i, instruction, kernel)
         kernels.append(kernel)
     return tuple(kernels)
+
+
+def _check_written(api: str, method: MethodDef, i: int, instruction: KernelCall,
+                   kernel: Kernel) -> None:
+    """Refuse a constant in an argument the kernel writes (its schema's ``Tensor(a!)``).
+
+    Constants are read-only views of the file (or of the caller's bytes): a native kernel
+    writing one would fault on the mapping or corrupt the caller's memory. Kernels that
+    declare no ``written`` positions (portable NumPy ones) are refused by NumPy itself.
+    """
+    values = method.values
+    for position in getattr(kernel.fn, "written", ()):
+        if position >= len(instruction.args):
+            continue  # the argument count is the kernel's own check, at bind
+        index = instruction.args[position]
+        value = values[index]
+        items = value.items if type(value) in (TensorListValue, OptionalTensorListValue) \
+            else (index,)
+        for item in items:
+            if item is None:
+                continue
+            tensor = values[item]
+            if type(tensor) is TensorValue and type(tensor.storage) is ConstantStorage:
+                raise ProgramError(
+                    f"`{api}`: method {method.name!r} instruction {i} ({kernel.key}) argument "
+                    f"{position} — value {item}, a constant tensor, where the kernel writes "
+                    "its output — valid: an arena tensor — fix: re-export the model; a "
+                    "program whose outputs are constants was altered or corrupted")

@@ -34,7 +34,8 @@ import numpy as np
 
 from opforge.build.abi import ABI_VERSION, KIND_OPTIONAL, KIND_SCALAR, MESSAGE_SIZE, \
     REGISTER_SYMBOL, ArgTag
-from opforge.errors import BuildError, KernelError
+from opforge.errors import BuildError, KernelError, SchemaError
+from opforge.schema import FunctionSchema
 
 __all__ = ["NativeLibrary", "NativeKernel", "NativeEntry", "load_library", "kernel_table",
            "ABI_VERSION"]
@@ -363,6 +364,7 @@ class NativeKernel:
         self.fallback = next((e for e in entries if not e.meta), None)
         first = entries[0]
         self.schema, self.kinds = first.schema, first.arg_kinds
+        self.written = _written_arguments(library.path, key, first.schema)
         self.origin = library.path
         self.__name__ = self.__qualname__ = key  # for tracers and error messages
         self._functions = {e.fn: KernelFn(e.fn) for e in entries}
@@ -385,6 +387,13 @@ class NativeKernel:
         if len(args) != len(self.kinds):
             raise KernelError(f"`{self.key}` (native): expected {len(self.kinds)} arguments "
                               f"({self.schema}), got {len(args)}")
+        for i in self.written:
+            if _read_only(args[i]):
+                raise KernelError(
+                    f"`{self.key}` (native) argument {i}: the kernel writes it, and it is a "
+                    "read-only array (a constant of the program, or memory the caller owns) "
+                    "— valid: a writable array — fix: re-export the program; a program whose "
+                    "outputs are constants was altered")
         entry = self.select(args)
         boxed = (CArg * len(args))()
         keep: list = []
@@ -422,6 +431,23 @@ class NativeKernel:
 
     def __repr__(self) -> str:
         return f"<NativeKernel {self.key} from {self.library.path}>"
+
+
+def _written_arguments(path: str, key: str, schema: str) -> tuple[int, ...]:
+    """Positions of the arguments the out overload writes (``Tensor(a!)``)."""
+    try:
+        parsed = FunctionSchema.parse(schema)
+    except SchemaError as e:
+        raise _refuse(path, f"the schema of {key} does not parse ({e})") from None
+    return tuple(i for i, a in enumerate(parsed.arguments.flat) if a.is_write)
+
+
+def _read_only(arg: object) -> bool:
+    if isinstance(arg, np.ndarray):
+        return not arg.flags.writeable
+    if isinstance(arg, (list, tuple)):
+        return any(_read_only(a) for a in arg)
+    return False
 
 
 # --- into a registry --------------------------------------------------------------------

@@ -52,7 +52,14 @@ std::tuple<opforge::Tensor&, opforge::Tensor&> minmax_out_impl(
   if (dim < 0) dim += bound;
   OPFORGE_CHECK(ctx, rank == 0 || input.size(dim) > 0, result,
                 "my_ops::minmax.out: cannot reduce over dim %lld of size 0", static_cast<long long>(dim));
-  OPFORGE_CHECK(ctx, min.dim() == (rank == 0 ? 0 : rank - 1) && opforge::same_sizes(min, max), result,
+  // The outs' sizes drive the loop below, so they must be exactly the input's without
+  // `dim` (a larger out would read past the input).
+  bool shaped = min.dim() == (rank == 0 ? 0 : rank - 1) && opforge::same_sizes(min, max);
+  for (int64_t d = 0, o = 0; shaped && d < rank; ++d) {
+    if (d == dim) continue;
+    shaped = min.size(o++) == input.size(d);
+  }
+  OPFORGE_CHECK(ctx, shaped, result,
                 "my_ops::minmax.out: min and max must have the input's shape without dim %lld",
                 static_cast<long long>(dim));
   OPFORGE_CHECK(ctx, min.scalar_type() == input.scalar_type() && max.scalar_type() == input.scalar_type(),

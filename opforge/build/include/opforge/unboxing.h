@@ -57,6 +57,27 @@ inline bool check_args(KernelContext& ctx, const char* op, const opforge_arg* ar
   return true;
 }
 
+// An op without a fake function is elementwise-shaped: each out has the sizes and dtype
+// of its first tensor input (the default fake). The glue checks it before the author's
+// function runs, so a program cannot hand a kernel an out smaller than its input.
+inline bool check_shaped_like(KernelContext& ctx, const char* op, const Tensor& input,
+                              const char* input_name, const Tensor& out, const char* out_name) {
+  if (out.scalar_type() != input.scalar_type()) {
+    ctx.fail("%s: '%s' has dtype %s, '%s' has %s (an op without a fake function writes "
+             "outputs of its first input's dtype)", op, out_name, to_string(out.scalar_type()),
+             input_name, to_string(input.scalar_type()));
+    return false;
+  }
+  if (!same_sizes(input, out)) {
+    ctx.fail("%s: '%s' has %lld elements in %lld dims, '%s' %lld in %lld dims (an op without "
+             "a fake function writes outputs of its first input's shape)", op, out_name,
+             static_cast<long long>(out.numel()), static_cast<long long>(out.dim()), input_name,
+             static_cast<long long>(input.numel()), static_cast<long long>(input.dim()));
+    return false;
+  }
+  return true;
+}
+
 inline Scalar to_scalar(const opforge_arg& a) {
   if (a.tag == OPFORGE_ARG_DOUBLE) return Scalar(a.v.d);
   if (a.tag == OPFORGE_ARG_BOOL) return Scalar(a.v.i != 0);
