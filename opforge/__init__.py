@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from opforge.errors import (
     BuildError,
+    ConcurrentCallError,
     ExportError,
     KernelError,
     ManifestError,
@@ -47,6 +48,7 @@ __all__ = [
     "ProgramError",
     "KernelError",
     "MissingKernelError",
+    "ConcurrentCallError",
 ]
 
 

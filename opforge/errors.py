@@ -23,6 +23,7 @@ __all__ = [
     "ProgramError",
     "KernelError",
     "MissingKernelError",
+    "ConcurrentCallError",
     "InternalError",
 ]
 
@@ -61,6 +62,10 @@ class KernelError(OpforgeError, RuntimeError):
 
 class MissingKernelError(KernelError):
     """One or more operators of a program have no kernel in the chosen registry."""
+
+
+class ConcurrentCallError(OpforgeError, RuntimeError):
+    """One method instance was entered by a second thread while a call was running."""
 
 
 class InternalError(Exception):
