@@ -103,6 +103,11 @@ RULES = {
     "python_only_argument": "the sample uses a Python-API option with no ATen argument (a "
                             "padding string, embedding's max_norm, a dtype= that decomposes "
                             "into _to_copy + op)",
+    "storage_outside_input": "as_strided reads ATen's storage, the portable kernel its input's "
+                             "own elements in row-major order; the exporter rebases an explicit "
+                             "offset onto the input (the adapter does the same) and refuses an "
+                             "as_strided that reads storage outside its input (a partial view's "
+                             "neighbours), which no program can express",
 }
 
 # --- OpInfo → functional ATen call ---------------------------------------------------------
@@ -230,11 +235,25 @@ def _group_norm(s):
                                  given.get("eps", 1e-5)), {}
 
 
+def _as_strided(s):
+    # What the exporter writes (opforge/export/passes/to_out_variant.py): the input as its
+    # own buffer (a clone), an explicit storage offset rebased onto it.
+    x, (size, stride), offset = s.input, s.args[:2], s.kwargs.get("storage_offset")
+    start = (x.storage_offset() if offset is None else offset) - x.storage_offset()
+    reach = start + sum((n - 1) * st for n, st in zip(size, stride))
+    if 0 not in size and (not x.is_contiguous() or start < 0 or reach >= x.numel()):
+        raise Excluded("storage_outside_input", f"storage_offset={offset} of {x.storage_offset()}")
+    return "as_strided", (x.clone(), size, stride), (
+        {} if offset is None else {"storage_offset": start})
+
+
 # OpInfos whose Python signature is not their ATen op's: (OpInfo name, variant) → adapter
 # returning (ATen packet name, args, kwargs). Composite Python functions map to the ATen op
 # torch.export's decomposition produces (softmax → _softmax, conv2d → convolution, …).
 ADAPTERS = {
     ("where", ""): _where,
+    ("as_strided", ""): _as_strided,
+    ("as_strided", "partial_views"): _as_strided,
     ("nn.functional.pad", "constant"): _pad_constant,
     ("softmax", ""): _softmax("_softmax"),
     ("log_softmax", ""): _softmax("_log_softmax"),

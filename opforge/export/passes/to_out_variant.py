@@ -10,6 +10,9 @@ get an ``alloc``: the out variant writes them.
 
 An operator without an out variant is collected; at the end one ``ExportError`` lists
 every such operator with the schema of the out variant to register.
+
+``as_strided`` is the one view that reads its input's *storage* rather than its elements;
+:func:`_rebase_as_strided` makes it read the input's own elements or refuses it.
 """
 
 from __future__ import annotations
@@ -92,6 +95,54 @@ def _out_call(graph: torch.fx.Graph, node: torch.fx.Node, variant: OutVariant) -
     return results
 
 
+# as_strided's sizes, strides and offset count elements of its input's storage in ATen. In
+# a program every value is its own C-contiguous buffer, and the out variant reads its
+# input's elements in row-major order (opforge/kernels/portable/view_copy.py). The two
+# readings agree when the input is contiguous (size-1 dimensions aside) and every element
+# read lies within it; an explicit offset is absolute in ATen, so it is rebased by the
+# input's own storage offset. Anything else would run and silently read other elements:
+# it is refused. ``adaptive_avg_pool2d(x, 1)`` of a channels-last ``x`` restrides a fresh
+# ``mean`` result this way, which always passes.
+_STORAGE_RELATIVE = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default)
+
+
+def _rebase_as_strided(node: torch.fx.Node) -> None:
+    """Rebase ``node``'s explicit storage offset onto its input, or raise ``ExportError``
+    when ATen would read storage outside the input's own elements."""
+    bound = bind_arguments(node.target._schema, node.args, node.kwargs)
+    source = bound["self"].meta.get("val") if isinstance(bound["self"], torch.fx.Node) else None
+    size, stride, offset = list(bound["size"]), list(bound["stride"]), bound.get("storage_offset")
+    if not isinstance(source, torch.Tensor) or not all(
+            isinstance(v, int) for v in [*size, *stride, *source.shape, *source.stride(),
+                                         source.storage_offset(), offset or 0]):
+        return  # symbolic sizes: refused when the result is planned
+    base = source.storage_offset()
+    start = (base if offset is None else offset) - base
+    if 0 in size:
+        start = max(start, 0)  # an empty result reads nothing
+    else:
+        reach = start + sum((n - 1) * s for n, s in zip(size, stride))
+        problem = None
+        if not source.is_contiguous():
+            problem = f"an input of strides {tuple(source.stride())}, not contiguous"
+        elif start < 0 or reach >= source.numel():
+            problem = (f"storage elements {base + start}..{base + reach} around an input "
+                       f"holding {base}..{base + source.numel() - 1}")
+        if problem is not None:
+            raise ExportError(
+                f"`opforge.export.export()`: {describe_node(node)} — as_strided(size={size}, "
+                f"stride={stride}, storage_offset={offset}) reads {problem} — valid: "
+                "as_strided within a contiguous tensor's own elements (a program gives every "
+                "value its own buffer) — fix: 1. call .contiguous() before .as_strided(...); "
+                "2. or write the view with view/permute/slice/expand"
+            )
+    if offset is not None and start != offset:
+        if "storage_offset" in node.kwargs:
+            node.kwargs = {**node.kwargs, "storage_offset": start}
+        else:
+            node.args = (*node.args[:3], start, *node.args[4:])
+
+
 def _positional_index(schema: torch._C.FunctionSchema, name: str) -> int:
     return [a.name for a in schema.arguments if not a.kwarg_only].index(name)
 
@@ -118,6 +169,8 @@ class ToOutVariant(ExportPass):
                     f"`{op_key(node.target)}` itself — valid: functional calls (export plans the out "
                     "tensors) — fix: call the functional overload"
                 )
+            if node.target in _STORAGE_RELATIVE:
+                _rebase_as_strided(node)
             results = _out_call(graph, node, variant)
             for user in list(node.users):
                 if user.target is operator.getitem:

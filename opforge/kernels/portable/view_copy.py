@@ -1,5 +1,5 @@
-"""The copy forms of view ops (``view_copy``, ``permute_copy``, ``expand_copy``, …), clone
-and dtype conversion.
+"""The copy forms of view ops (``view_copy``, ``permute_copy``, ``expand_copy``,
+``as_strided_copy``, …), clone and dtype conversion.
 
 The exporter turns every view into its ``*_copy`` out variant, so each kernel here is one
 ``np.copyto`` from a NumPy *view* of the input into ``out``: the view costs nothing and
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from opforge.errors import KernelError
 from opforge.kernels.portable._registry import Kernel, kernel_decorator
 
 __all__ = ["KERNELS"]
@@ -134,3 +135,82 @@ def copy_out(self, src, non_blocking, out):
 @_copy_kernel("aten::diagonal_copy.out")
 def diagonal_copy_out(self, offset, dim1, dim2, out):
     return out, np.diagonal(self, offset, dim1, dim2)
+
+
+# as_strided_copy: what "storage" means for a NumPy input.
+#
+# ATen reads as_strided's sizes, strides and offset in elements of ``self``'s *storage*,
+# not of ``self``: a transposed or sliced tensor reaches elements its own shape does not
+# show. A portable kernel sees only an array — an arena view, a method input, a read-only
+# constant — whose memory around it belongs to other values, so "storage" here is the
+# input's own elements in row-major order: what ATen sees for a contiguous tensor at
+# storage offset 0 that owns its storage. An omitted offset is 0.
+#
+# That matches every program the exporter writes: an as_strided whose input ATen would
+# read differently (not contiguous, or a view reaching outside its own elements) is
+# refused at export, and an input at a nonzero storage offset has its offset argument
+# rebased (``opforge/export/passes/to_out_variant.py``). The case that occurs in real
+# models — ``adaptive_avg_pool2d(x, 1)`` on a channels-last input, which is
+# ``mean(x, (-1, -2), keepdim=True)`` restrided to channels-last by ``as_strided`` — reads
+# a fresh contiguous ``mean`` result, the same elements in both readings.
+#
+# A program file is hostile input: every reach is checked against the input's element
+# count before NumPy is given byte strides, so no view points outside the input. As in
+# ATen, an empty result reads nothing and accepts any non-negative offset.
+_AS_STRIDED = "aten::as_strided_copy.out"
+
+
+def _integers(name: str, value, *, scalar: bool = False) -> tuple[int, ...]:
+    """``value`` (an int, or a sequence of them) as a tuple of Python ints."""
+    ints = (value,) if scalar else value
+    if isinstance(ints, (tuple, list)) and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            for v in ints):
+        return tuple(int(v) for v in ints)
+    raise KernelError(
+        f"`{_AS_STRIDED}`: {name} — found {value!r} — valid: "
+        f"{'an integer' if scalar else 'a list of integers'} — re-export the program"
+    )
+
+
+def _check_as_strided(self, size, stride, storage_offset, out) -> tuple[tuple, tuple, int]:
+    """``(size, stride, offset)`` once each one is valid for ``self`` and ``out``."""
+    size, stride = _integers("size", size), _integers("stride", stride)
+    offset = 0 if storage_offset is None else _integers("storage_offset", storage_offset,
+                                                        scalar=True)[0]
+    problem = None
+    if len(stride) != len(size):
+        problem = (f"{len(size)} sizes and {len(stride)} strides",
+                   "one stride per size")
+    elif min(size, default=0) < 0 or min(stride, default=0) < 0 or offset < 0:
+        problem = (f"size={list(size)}, stride={list(stride)}, storage_offset={offset}",
+                   "non-negative sizes, strides and offset")
+    elif tuple(out.shape) != size:
+        problem = (f"size={list(size)} but out has shape {list(out.shape)}",
+                   "out planned with the result's shape")
+    elif 0 not in size:
+        reach = offset + sum((n - 1) * s for n, s in zip(size, stride))
+        if reach >= self.size:
+            problem = (f"size={list(size)}, stride={list(stride)}, storage_offset={offset} "
+                       f"reach element {reach} of an input of {self.size} elements",
+                       (f"reads within elements 0..{self.size - 1}" if self.size else
+                        "an empty result (the input has no elements)")
+                       + " (the input's elements in row-major order are its storage)")
+    if problem is not None:
+        raise KernelError(
+            f"`{_AS_STRIDED}`: arguments — {problem[0]} — valid: {problem[1]} — "
+            "re-export the program; a hand-written one must keep as_strided inside its input"
+        )
+    return size, stride, offset
+
+
+@_copy_kernel(_AS_STRIDED)
+def as_strided_copy_out(self, size, stride, storage_offset, out):
+    size, stride, offset = _check_as_strided(self, size, stride, storage_offset, out)
+    if out.size == 0:
+        return out, np.empty(size, self.dtype)
+    flat = np.ascontiguousarray(self).reshape(-1)  # a view when self is C-contiguous
+    # A dimension of size 1 never steps: its stride is set to 0 so that an unchecked huge
+    # value cannot overflow NumPy's byte strides. Every other step stays within ``flat``.
+    strides = tuple(s * flat.itemsize if n > 1 else 0 for n, s in zip(size, stride))
+    return out, np.lib.stride_tricks.as_strided(flat[offset:], size, strides, writeable=False)
