@@ -8,7 +8,9 @@ Messages follow one shape (STYLE.md 8)::
 
     `api(...)`: subject — what was found — what is valid — how to fix
 
-with numbered fixes when there are several.
+with numbered fixes when there are several. A user's value goes into a message through
+:func:`shown`, never ``{value!r}``: the value may be megabytes long (a long string, a list
+grown from YAML aliases), and the message must stay readable and cheap to build.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ __all__ = [
     "MissingKernelError",
     "ConcurrentCallError",
     "InternalError",
+    "shown",
 ]
+
+SHOWN_LIMIT = 200  # characters of a user's value that an error message quotes
 
 
 class OpforgeError(Exception):
@@ -70,3 +75,56 @@ class ConcurrentCallError(OpforgeError, RuntimeError):
 
 class InternalError(Exception):
     """A bug in opforge itself (not derived from OpforgeError on purpose)."""
+
+
+def shown(value: object, limit: int = SHOWN_LIMIT) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters with "…".
+
+    Only the shown part is ever formatted, so a huge or deeply nested (even recursive)
+    value costs no more than ``limit`` characters of work.
+
+    >>> shown(["Float"] * 1000, limit=30)
+    "['Float', 'Float', 'Float', '…"
+    """
+    parts: list[str] = []
+    room = limit + 1  # one character more than shown tells whether to cut
+
+    def emit(text: str) -> None:
+        nonlocal room
+        parts.append(text[:room])
+        room -= len(parts[-1])
+
+    def walk(v: object, depth: int) -> None:
+        if room <= 0:
+            return
+        if depth > 16:
+            emit("…")
+        elif isinstance(v, dict):
+            emit("{")
+            for i, (k, item) in enumerate(v.items()):
+                if room <= 0:
+                    return
+                emit(", " if i else "")
+                walk(k, depth + 1)
+                emit(": ")
+                walk(item, depth + 1)
+            emit("}")
+        elif isinstance(v, (list, tuple)):
+            emit("[" if isinstance(v, list) else "(")
+            for i, item in enumerate(v):
+                if room <= 0:
+                    return
+                emit(", " if i else "")
+                walk(item, depth + 1)
+            emit("]" if isinstance(v, list) else ("," if len(v) == 1 else "") + ")")
+        elif isinstance(v, str):
+            emit(repr(v[:room]))
+        elif isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 1000:
+            # repr would cost quadratic time (and Python refuses past 4300 digits)
+            emit(f"<an integer of {v.bit_length()} bits>")
+        else:
+            emit(repr(v))
+
+    walk(value, 0)
+    text = "".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -30,7 +30,7 @@ import itertools
 import re
 from pathlib import Path
 
-from opforge.errors import ManifestError, SchemaError
+from opforge.errors import ManifestError, SchemaError, shown
 from opforge.manifest.model import (
     DTYPE_NAMES,
     KernelBinding,
@@ -92,16 +92,21 @@ def parse_manifest(text: str, filename: str = "<manifest>") -> list[OpDef]:
     for item in data:
         if not isinstance(item, LineMap):
             raise ManifestError(f"`opforge manifest`: {filename}: every entry is a mapping with "
-                                f"'func:' or 'op:', found {item!r}")
+                                f"'func:' or 'op:', found {shown(item)}")
         opdef = _parse_entry(_Entry(item, filename))
         key = str(opdef.out.name)
         if key in seen:
-            raise ManifestError(f"`opforge manifest`: {opdef.source}: operator {opdef.out_key} is "
-                                f"defined twice (first at {seen[key]}) — merge the kernels of both "
-                                "entries into one entry")
+            raise ManifestError(f"`opforge manifest`: {opdef.source}: operator "
+                                f"{shown(opdef.out_key)} is defined twice (first at {seen[key]}) "
+                                "— merge the kernels of both entries into one entry")
         seen[key] = opdef.source
         defs.append(opdef)
     return defs
+
+
+def _cut(text: str, limit: int = 400) -> str:
+    """A message from another stage (which may quote a user's schema), cut to ``limit``."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _parse_entry(e: _Entry) -> OpDef:
@@ -110,9 +115,9 @@ def _parse_entry(e: _Entry) -> OpDef:
     if unknown:
         import difflib
 
-        near = difflib.get_close_matches(unknown[0], sorted(_ALL_KEYS), n=1)
+        near = difflib.get_close_matches(unknown[0][:100], sorted(_ALL_KEYS), n=1)
         hint = f"did you mean '{near[0]}'?" if near else "remove it"
-        raise e.fail(unknown[0], f"unknown key '{unknown[0]}'",
+        raise e.fail(unknown[0], f"unknown key {shown(unknown[0])}",
                      f"{hint} (valid keys: {', '.join(sorted(_BINDING_KEYS | _OPFORGE_KEYS))})")
     if ("func" in raw) == ("op" in raw):
         raise e.fail(None, "an entry needs exactly one of 'func:' (a full schema) and 'op:' "
@@ -127,7 +132,8 @@ def _parse_entry(e: _Entry) -> OpDef:
     for key in ("python", "fake"):
         if key in raw:
             if not isinstance(raw[key], str) or not _REF.match(raw[key]):
-                raise e.fail(key, f"'{key}: {raw[key]!r}' is not a 'module:function' reference",
+                raise e.fail(key, f"'{key}: {shown(raw[key])}' is not a 'module:function' "
+                             "reference",
                              "write e.g. 'my_pkg.ops:mul3_ref'")
             refs[key] = raw[key]
     kernels = _kernels(e, out)
@@ -139,7 +145,7 @@ def _parse_entry(e: _Entry) -> OpDef:
 def _func(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
     text = e.raw["func"]
     if not isinstance(text, str):
-        raise e.fail("func", f"'func:' must be a schema string, found {text!r}",
+        raise e.fail("func", f"'func:' must be a schema string, found {shown(text)}",
                      "write e.g. 'my_ops::mul3(Tensor input) -> Tensor'")
     try:
         schema = FunctionSchema.parse(text.strip(), api="opforge manifest")
@@ -151,10 +157,11 @@ def _func(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
         if native_functions_path() is not None and lookup_aten(str(schema.name)) is not None:
             return _aten_pair(e, "func", FunctionSchema.parse(f"aten::{schema}"))
         else:
-            raise e.fail("func", f"'{schema.name}' has no namespace, and custom operators need "
-                         "one", f"write it as 'my_ops::{schema}' (or use 'op:' for an ATen op)")
+            raise e.fail("func", f"{shown(str(schema.name))} has no namespace, and custom "
+                         "operators need one",
+                         f"write it as {shown(f'my_ops::{schema}')} (or use 'op:' for an ATen op)")
     if schema.is_mutating():
-        out_name = str(schema.name)
+        out_name = shown(str(schema.name))
         raise e.fail("func", f"{out_name} mutates its input; only functional and out-variant "
                      "schemas can be defined", "define the functional op (or its .out variant)")
     try:
@@ -162,7 +169,7 @@ def _func(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
             return schema.functional_variant(), schema
         return schema, schema.out_variant()
     except SchemaError as exc:
-        raise e.fail("func", "the out variant cannot be derived", str(exc)) from None
+        raise e.fail("func", "the out variant cannot be derived", _cut(str(exc))) from None
 
 
 def _aten_op(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
@@ -170,17 +177,18 @@ def _aten_op(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
 
     name = e.raw["op"]
     if not isinstance(name, str) or not name.strip():
-        raise e.fail("op", f"'op:' must be an ATen op name, found {name!r}", "write e.g. 'add.out'")
+        raise e.fail("op", f"'op:' must be an ATen op name, found {shown(name)}",
+                     "write e.g. 'add.out'")
     name = name.strip()
     try:
         schema = lookup_aten(name)
     except SchemaError as exc:
-        raise e.fail("op", f"cannot look up ATen op '{name}'", str(exc)) from None
+        raise e.fail("op", f"cannot look up ATen op {shown(name)}", _cut(str(exc))) from None
     if schema is None:
         near = near_aten_names(name)
         hint = f"did you mean {', '.join(repr(n) for n in near)}?" if near else \
             "check the name in PyTorch's native_functions.yaml"
-        raise e.fail("op", f"'{name}' is not an ATen operator", hint)
+        raise e.fail("op", f"{shown(name)} is not an ATen operator", hint)
     return _aten_pair(e, "op", FunctionSchema.parse(f"aten::{schema}"))
 
 
@@ -199,7 +207,7 @@ def _aten_pair(e: _Entry, key: str, schema: FunctionSchema) -> tuple[FunctionSch
         try:
             out = schema.out_variant()
         except SchemaError as exc:
-            raise e.fail(key, f"ATen op '{name}' has no out variant", str(exc)) from None
+            raise e.fail(key, f"ATen op '{name}' has no out variant", _cut(str(exc))) from None
         for candidate in aten_schemas().values():
             if candidate.is_out_variant() and candidate.signature() == schema.signature():
                 out = FunctionSchema.parse(f"aten::{candidate}")
@@ -229,7 +237,8 @@ def _kernels(e: _Entry, out: FunctionSchema) -> tuple[KernelBinding, ...]:
         orders = _aliases(e, "dim_order_alias", _order_list)
         for k in kernels:
             if not isinstance(k, dict) or set(k) - {"arg_meta", "kernel_name"} or "kernel_name" not in k:
-                raise e.fail("kernels", f"each kernel is {{arg_meta, kernel_name}}, found {k!r}",
+                raise e.fail("kernels",
+                             f"each kernel is {{arg_meta, kernel_name}}, found {shown(k)}",
                              "write '- arg_meta: null' and 'kernel_name: ns::fn'")
             meta = k.get("arg_meta")
             if meta is None:
@@ -240,7 +249,7 @@ def _kernels(e: _Entry, out: FunctionSchema) -> tuple[KernelBinding, ...]:
     keys = [b.dtype_key for b in bindings]
     dup = next((k for k in keys if keys.count(k) > 1), None)
     if dup is not None:
-        raise e.fail("kernels", f"two kernels are bound for the same dtypes ({dup})",
+        raise e.fail("kernels", f"two kernels are bound for the same dtypes ({_cut(dup)})",
                      "keep one kernel per arg_meta")
     return tuple(bindings)
 
@@ -248,7 +257,8 @@ def _kernels(e: _Entry, out: FunctionSchema) -> tuple[KernelBinding, ...]:
 def _binding(e: _Entry, key: str, name: object, meta) -> KernelBinding:
     problem = check_kernel_name(name)
     if problem:
-        raise e.fail(key, f"kernel_name {name!r} is not a valid C++ qualified name: {problem}",
+        raise e.fail(key, f"kernel_name {shown(name)} is not a valid C++ qualified name: "
+                     f"{_cut(problem)}",
                      "write e.g. 'custom::mul3_out_impl' (the 'native' sub-namespace is added)")
     return KernelBinding(name, meta)
 
@@ -263,17 +273,19 @@ def _aliases(e: _Entry, key: str, convert) -> dict[str, list]:
 
 
 def _dtype_list(e: _Entry, key: str, values) -> list[str]:
-    if not isinstance(values, list) or not all(v in DTYPE_NAMES for v in values):
-        raise e.fail(key, f"a type alias is a list of dtype names, found {values!r}",
+    if not isinstance(values, list) or not all(isinstance(v, str) and v in DTYPE_NAMES
+                                               for v in values):
+        raise e.fail(key, f"a type alias is a list of dtype names, found {shown(values)}",
                      f"use names from: {', '.join(DTYPE_NAMES)}")
     return values
 
 
 def _order_list(e: _Entry, key: str, values) -> list[tuple[int, ...]]:
     ok = isinstance(values, list) and all(
-        isinstance(v, list) and sorted(v) == list(range(len(v))) for v in values)
+        isinstance(v, list) and all(type(i) is int for i in v) and sorted(v) == list(range(len(v)))
+        for v in values)
     if not ok:
-        raise e.fail(key, f"a dim order alias is a list of permutations, found {values!r}",
+        raise e.fail(key, f"a dim order alias is a list of permutations, found {shown(values)}",
                      "write e.g. [[0, 1, 2, 3], [0, 2, 3, 1]]")
     return [tuple(v) for v in values]
 
@@ -282,25 +294,27 @@ def _expand_arg_meta(e: _Entry, meta, out: FunctionSchema, types, orders):
     """Expand aliases: one concrete arg_meta per combination of alias values."""
     if not isinstance(meta, dict):
         raise e.fail("kernels", f"arg_meta is null or a mapping of argument to [type, dim order], "
-                     f"found {meta!r}", "write e.g. 'arg_meta: {self: [T0, D0], out: [T0, D0]}'")
+                     f"found {shown(meta)}",
+                     "write e.g. 'arg_meta: {self: [T0, D0], out: [T0, D0]}'")
     tensor_args = {a.name for a in out.arguments.flat if is_tensor_like_type(a.type)}
     used_t, used_d = [], []
     for arg, spec in meta.items():
         if arg not in tensor_args:
-            raise e.fail("kernels", f"arg_meta names '{arg}', which is not a tensor argument of "
-                         f"{out.name}", f"use one of: {', '.join(sorted(tensor_args))}")
+            raise e.fail("kernels", f"arg_meta names {shown(arg)}, which is not a tensor "
+                         f"argument of {shown(str(out.name))}",
+                         f"use one of: {', '.join(sorted(tensor_args))}")
         if not (isinstance(spec, list) and len(spec) in (1, 2)):
             raise e.fail("kernels", f"arg_meta for '{arg}' is [type alias, dim order alias], "
-                         f"found {spec!r}", "write e.g. [T0, D0]")
+                         f"found {shown(spec)}", "write e.g. [T0, D0]")
         t = spec[0]
-        if t not in types and t not in DTYPE_NAMES:
-            raise e.fail("kernels", f"'{t}' is neither a type alias nor a dtype name",
+        if not isinstance(t, str) or (t not in types and t not in DTYPE_NAMES):
+            raise e.fail("kernels", f"{shown(t)} is neither a type alias nor a dtype name",
                          "declare it under type_alias")
         if t in types and t not in used_t:
             used_t.append(t)
         if len(spec) == 2:
-            if spec[1] not in orders:
-                raise e.fail("kernels", f"'{spec[1]}' is not a dim order alias",
+            if not isinstance(spec[1], str) or spec[1] not in orders:
+                raise e.fail("kernels", f"{shown(spec[1])} is not a dim order alias",
                              "declare it under dim_order_alias")
             if spec[1] not in used_d:
                 used_d.append(spec[1])
