@@ -12,13 +12,20 @@ string with a caret under the offending column and says what was expected there:
     type   ::= ident ["(" annotation ")"] ("?" | "[" [int] "]")*
     returns ::= "()" | type | "(" return (", " return)* ")"
     return ::= type [" " ident]
+
+Limits: a type takes at most ``MAX_TYPE_DEPTH`` (32) suffixes ``?`` and ``[]`` (ATen's deepest
+is ``Tensor?[]``: 2); the types print, compare and hash recursively, so ``Tensor[]...[]``
+500 deep would otherwise be a RecursionError, not a SchemaError. A list size has at most 18
+digits. Nothing else nests: returns and annotations take one level of parentheses, and
+defaults are scanned, not parsed. A schema longer than ``SHOWN_COLUMNS`` is shown in an
+error as the part around the caret.
 """
 
 from __future__ import annotations
 
 import re
 
-from opforge.errors import SchemaError
+from opforge.errors import SchemaError, shown
 from opforge.schema.defaults import check_default
 from opforge.schema.model import (
     BASE_TYPES,
@@ -34,7 +41,10 @@ from opforge.schema.model import (
     Type,
 )
 
-__all__ = ["parse_schema", "parse_type"]
+__all__ = ["parse_schema", "parse_type", "MAX_TYPE_DEPTH"]
+
+MAX_TYPE_DEPTH = 32  # '?' and '[]' suffixes of one type
+SHOWN_COLUMNS = 160  # an error shows this much of a longer schema, around the caret
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\*")
@@ -52,10 +62,11 @@ class _Cursor:
         pos = self.pos if pos is None else pos
         if found is None:
             found = repr(self.text[pos]) if pos < len(self.text) else "the end of the string"
-        caret = " " * pos + "^"
+        shown_text, shown_pos = _around(self.text, pos)
+        caret = " " * shown_pos + "^"
         return SchemaError(
             f"`{self.api}`: malformed schema at column {pos + 1} — found {found}, "
-            f"expected {expected}\n  {self.text}\n  {caret}"
+            f"expected {expected}\n  {shown_text}\n  {caret}"
         )
 
     def peek(self, s: str) -> bool:
@@ -80,6 +91,17 @@ class _Cursor:
 
     def at_end(self) -> bool:
         return self.pos >= len(self.text)
+
+
+def _around(text: str, pos: int) -> tuple[str, int]:
+    """``text`` cut to SHOWN_COLUMNS around ``pos`` (with "…" where cut), and pos in it."""
+    if len(text) <= SHOWN_COLUMNS:
+        return text, pos
+    start = max(0, min(pos - SHOWN_COLUMNS // 2, len(text) - SHOWN_COLUMNS))
+    end = start + SHOWN_COLUMNS
+    head = "…" if start > 0 else ""
+    tail = "…" if end < len(text) else ""
+    return head + text[start:end] + tail, pos - start + len(head)
 
 
 def parse_schema(text: str, *, api: str = "FunctionSchema.parse") -> FunctionSchema:
@@ -146,9 +168,10 @@ def _parse_arguments(cur: _Cursor) -> Arguments:
             arg, name_pos = _parse_argument(cur)
             if arg.name in seen:
                 raise cur.fail(
-                    f"a unique argument name ('{arg.name}' is already argument {seen[arg.name] + 1})",
+                    f"a unique argument name ({shown(arg.name)} is already argument "
+                    f"{seen[arg.name] + 1})",
                     pos=name_pos,
-                    found=f"a second '{arg.name}'",
+                    found=f"a second {shown(arg.name)}",
                 )
             seen[arg.name] = len(seen)
             (kwarg_only if star_pos is not None else positional).append(arg)
@@ -170,7 +193,7 @@ def _parse_argument(cur: _Cursor) -> tuple[Argument, int]:
         default = _scan_default(cur)
         problem = check_default(t, default)
         if problem:
-            raise cur.fail(problem, pos=start, found=f"default {default!r} for type '{t}'")
+            raise cur.fail(problem, pos=start, found=f"default {shown(default)} for type '{t}'")
     return Argument(name, t, default, annotation), name_pos
 
 
@@ -209,13 +232,20 @@ def _parse_type(cur: _Cursor) -> tuple[Type, Annotation | None]:
         raise cur.fail(
             "a known type (" + ", ".join(sorted(BASE_TYPES)) + ")",
             pos=start,
-            found=f"unknown type '{name}'",
+            found=f"unknown type {shown(name)}",
         )
     t: Type = BaseType(name)
     annotation = None
     if cur.peek("("):
         annotation = _parse_annotation(cur)
+    depth = 0
     while True:
+        if cur.peek("?") or cur.peek("["):
+            depth += 1
+            if depth > MAX_TYPE_DEPTH:
+                raise cur.fail(f"at most {MAX_TYPE_DEPTH} '?' and '[]' suffixes on one type "
+                               "(MAX_TYPE_DEPTH; ATen's deepest type, 'Tensor?[]', has 2)",
+                               found=f"suffix {depth} of type '{name}'")
         if cur.eat("?"):
             if isinstance(t, OptionalType):
                 raise cur.fail("at most one '?' in a row", pos=cur.pos - 1)
@@ -224,6 +254,9 @@ def _parse_type(cur: _Cursor) -> tuple[Type, Annotation | None]:
             size = None
             m = re.compile(r"[0-9]+").match(cur.text, cur.pos)
             if m:
+                if len(m.group()) > 18:
+                    raise cur.fail("a list size of at most 18 digits",
+                                   found=f"a size of {len(m.group())} digits")
                 size = int(m.group())
                 if size < 1:
                     raise cur.fail("a list size of at least 1", pos=cur.pos)
