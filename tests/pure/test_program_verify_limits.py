@@ -193,3 +193,16 @@ def test_value_index(where, make, last):
     message = refused(program(make(last + 1)))
     assert f"{where} — found value index {last + 1} — valid: 0..{last} ({last + 1} values)" \
         in message
+    # and from below: 0 is the first index, -1 is refused (not wrapped around to the last)
+    if where not in ("values[0].items[1]", "values[0].items[0]"):  # index 0 is the list
+        P.verify(program(make(0)))
+    assert f"{where} — found value index -1 — valid: 0..{last}" in refused(program(make(-1)))
+
+
+def test_negative_operator_and_delegate_indices():
+    ops = (P.Operator("aten::add", "out"),)
+    assert "(KernelCall).op — found operator index -1" in refused(program(method(
+        [arena_tensor()], operators=ops, instructions=[P.KernelCall(-1, (0,))])))
+    assert "(DelegateCall).delegate — found delegate index -1" in refused(program(
+        method([arena_tensor()], instructions=[P.DelegateCall(-1, (0,))]),
+        segments=[segment(8)], delegates=[P.DelegateBlob("cpu", 0)]))
