@@ -8,14 +8,24 @@ from typing import Iterable
 
 from stats import geomean, summarize
 
-__all__ = ["summarize_measurements", "markdown", "ratio_chart", "fmt_time", "BASELINE"]
+__all__ = ["summarize_measurements", "failed_cells", "markdown", "ratio_chart", "fmt_time",
+           "BASELINE", "TOLERANCE"]
 
 BASELINE = "opforge-lean"
+# The largest absolute difference from eager's outputs a runtime may show on any checked
+# call (the models' float32 outputs are of order 1; the largest error in
+# results/latest.md, et-xnnpack on gpt_decoder, is 1.0e-4). A cell beyond it is *failed*:
+# its times stay in the results but count in no ratio or geomean, the tables say
+# "failed", and bench/run.py exits with status 1.
+TOLERANCE = 1e-3
 
 
 def summarize_measurements(measured: dict[tuple[str, str], list[dict]],
-                           prepared: dict[tuple[str, str], dict]) -> dict[str, dict[str, dict]]:
-    """``{workload: {runtime: cell}}``; a cell pools every round's samples."""
+                           prepared: dict[tuple[str, str], dict],
+                           tolerance: float = TOLERANCE) -> dict[str, dict[str, dict]]:
+    """``{workload: {runtime: cell}}``; a cell pools every round's samples. A measured cell
+    whose ``max_abs_error`` is above ``tolerance`` (or nan) gets ``failed`` (the reason)
+    and ``ok`` False."""
     table: dict[str, dict[str, dict]] = {}
     for (workload, runtime), events in measured.items():
         ok = [e for e in events if e.get("ok")]
@@ -40,8 +50,18 @@ def summarize_measurements(measured: dict[tuple[str, str], list[dict]],
         else:
             errors = [e.get("error", "") for e in events] or [prep.get("error", "not measured")]
             cell["error"] = prep.get("error") or errors[0]
+        if ok and not cell["max_abs_error"] <= tolerance:  # nan fails too
+            cell["ok"] = False
+            cell["failed"] = (f"output differs from eager: max abs error "
+                              f"{cell['max_abs_error']:.1e} > tolerance {tolerance:.0e}")
         table.setdefault(workload, {})[runtime] = cell
     return table
+
+
+def failed_cells(table: dict) -> list[tuple[str, str, str]]:
+    """``(workload, runtime, reason)`` of every cell whose output was wrong."""
+    return [(w, r, cell["failed"]) for w, cells in table.items() for r, cell in cells.items()
+            if "failed" in cell]
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -79,6 +99,7 @@ def _grid(title: str, note: str, workloads: list[str], runtimes: list[str], tabl
 def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict,
              micro_lines: list[str]) -> str:
     machine = setup["machine"]
+    tolerance = setup.get("tolerance", TOLERANCE)
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
     lines = [
         "# opforge benchmarks: latest results", "",
@@ -94,6 +115,8 @@ def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict
     ]
 
     def latency(workload, runtime, cell):
+        if "failed" in cell:
+            return f"**failed** ({fmt_time(cell['median_s'])})"
         if not cell.get("ok"):
             return "n/a"
         return f"{fmt_time(cell['median_s'])} ({fmt_time(cell['p10_s'])}–{fmt_time(cell['p90_s'])})"
@@ -114,9 +137,13 @@ def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict
                    workloads, runtimes, table, ratio, [geo])
 
     def error(workload, runtime, cell):
-        return f"{cell['max_abs_error']:.1e}" if cell.get("ok") else "n/a"
+        if "max_abs_error" not in cell:
+            return "n/a"
+        return f"{cell['max_abs_error']:.1e}" + (" **failed**" if "failed" in cell else "")
 
-    lines += _grid("Max abs error against eager", "Over every checked call of every round.",
+    lines += _grid("Max abs error against eager",
+                   f"Over every checked call of every round. Above {tolerance:.0e} the run "
+                   "is failed: its times count in no ratio.",
                    workloads, runtimes, table, error)
 
     def export(workload, runtime, cell):
@@ -127,6 +154,10 @@ def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict
     lines += _grid("Export time", "torch model → the runtime's file, one export per model after "
                    "one untimed warm-up export in the same process.", workloads, runtimes, table, export)
 
+    wrong = [(w, r, reason) for w, r, reason in failed_cells(table) if w in workloads]
+    if wrong:
+        lines += ["### Failed: output differs from eager", ""]
+        lines += [f"- **{w} on {r}**: {reason}" for w, r, reason in wrong] + [""]
     failures = [(w, r, c["error"]) for w in workloads for r in runtimes
                 if not table[w].get(r, {}).get("ok") and "error" in table[w].get(r, {})]
     if failures:

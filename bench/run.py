@@ -1,7 +1,7 @@
 """opforge against torch eager, ONNX Runtime and ExecuTorch, measured in one run.
 
-    bench/.venv-peers/bin/python bench/run.py            # the full suite (~30-40 min)
-    bench/.venv-peers/bin/python bench/run.py --quick    # 1 round, fewer runs (~5 min)
+    bench/.venv-peers/bin/python bench/run.py            # the full suite
+    bench/.venv-peers/bin/python bench/run.py --quick    # 1 round, fewer runs
     bench/.venv-peers/bin/python bench/run.py --models mlp cnn --runtimes opforge-lean ort
 
 Steps, in order: eager reference outputs → one export process per runtime → interleaved
@@ -26,7 +26,9 @@ sys.path.insert(0, str(HERE))
 from harness import Harness  # noqa: E402
 from machine import describe_machine  # noqa: E402
 from micro import micro_markdown, run_micro  # noqa: E402
-from report import BASELINE, markdown, ratio_chart, summarize_measurements  # noqa: E402
+from report import (  # noqa: E402
+    BASELINE, TOLERANCE, failed_cells, markdown, ratio_chart, summarize_measurements,
+)
 from runtimes import RUNTIMES  # noqa: E402
 from workloads import MAIN, WORKLOADS  # noqa: E402
 
@@ -42,6 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="threads for every runtime (2)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (3; --quick: 1)")
     parser.add_argument("--runs", type=int, help="timed runs per worker (50; --quick: 20)")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE,
+                        help=f"largest max abs error against eager before a (workload, "
+                             f"runtime) is failed ({TOLERANCE:g}); any failed: exit status 1")
     parser.add_argument("--no-micro", action="store_true", help="skip the microbenchmarks")
     parser.add_argument("--micro-only", action="store_true", help="only the microbenchmarks")
     parser.add_argument("--live", action="store_true",
@@ -78,19 +83,23 @@ def main(argv: list[str] | None = None) -> int:
             prepared = harness.prepare(args.models, args.runtimes)
             pairs = [(w, r) for w in args.models for r in args.runtimes]
             measured = harness.measure(pairs, args.rounds, args.runs)
-            table = summarize_measurements(measured, prepared)
+            table = summarize_measurements(measured, prepared, args.tolerance)
         micro = {}
         if not args.no_micro:
             micro = run_micro(harness, rounds=args.rounds, runs=args.runs,
                               repeats=args.import_repeats, runtimes=args.runtimes)
 
     setup = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
-             "runs": args.runs, "load_start": load_start, "load_end": os.getloadavg()[0],
+             "runs": args.runs, "tolerance": args.tolerance,
+             "load_start": load_start, "load_end": os.getloadavg()[0],
              "wall_s": time.perf_counter() - started,
              "command": "bench/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     write_results(args, setup, table, micro, harness.events)
     harness.say(f"bench: done in {setup['wall_s'] / 60:.1f} min → {args.out}/latest.md")
-    return 0
+    wrong = failed_cells(table)
+    for workload, runtime, reason in wrong:
+        harness.say(f"  FAILED {workload} on {runtime}: {reason}")
+    return 1 if wrong else 0
 
 
 def snapshot_opforge(workdir: pathlib.Path) -> str:
