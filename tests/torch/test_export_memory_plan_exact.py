@@ -15,6 +15,7 @@ import torch
 
 from opforge.export import export
 from opforge.export.memory_planning import TensorLifetime, plan_arenas
+from opforge.program import ArenaStorage, TensorValue
 from opforge.runtime import load
 
 T = TensorLifetime
@@ -155,3 +156,11 @@ def test_the_planned_program_computes_what_eager_does():
         expected = model(*inputs)
     for out, want in zip(outputs, expected):
         np.testing.assert_allclose(out, want.numpy(), rtol=1e-12, atol=0)
+
+
+def test_without_a_policy_every_tensor_is_in_arena_zero():
+    program = export(Chain(), _inputs(), kernels="portable")
+    method = program.method("forward")
+    mem_ids = {v.storage.mem_id for v in method.values
+               if type(v) is TensorValue and type(v.storage) is ArenaStorage}
+    assert mem_ids == {0} and len(method.memory_plan.arena_sizes) == 1
