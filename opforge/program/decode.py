@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import zlib
 
+from opforge._user_files import file_kind, os_error_text, require_regular_file
 from opforge.errors import ProgramError
 from opforge.program import _format as F
 from opforge.program._errors import program_error, with_api
@@ -64,7 +66,7 @@ def load(path: str | os.PathLike, *, allow_unplanned: bool = False) -> Program:
     """
     api = f"opforge.program.load({os.fspath(path)!r})"
     try:
-        with open(path, "rb") as f:
+        with _open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 raise program_error("file", "an empty file (0 bytes)",
@@ -75,8 +77,30 @@ def load(path: str | os.PathLike, *, allow_unplanned: bool = False) -> Program:
     except ProgramError as e:
         raise with_api(api, e) from None
     except OSError as e:
-        raise ProgramError(f"`{api}`: file — cannot read it ({e.strerror or e}) — valid: a "
-                           "readable program file — fix: check the path") from e
+        raise ProgramError(f"`{api}`: file {os_error_text(e, path, 'read')}") from e
+
+
+def _open_regular(path: str | os.PathLike):
+    """Open ``path`` for reading only if it is a regular file.
+
+    A FIFO would block open() until a writer appears, and a device may act on being
+    opened: both are refused from os.stat, before any open. The open itself is
+    non-blocking and checked again with fstat, so a path swapped for a FIFO in between
+    cannot block either.
+    """
+    kind = require_regular_file(path)
+    if kind is None:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb")
+        os.close(fd)
+        kind = file_kind(mode)
+    raise program_error("file", f"{os.fspath(path)} is {kind}", "a regular file (a program "
+                        "written by opforge.program.save)", "pass the path of the .opf file "
+                        "itself; to read a pipe or a socket, read its bytes and call "
+                        "opforge.program.from_bytes(data)")
 
 
 def _decode(buf: memoryview, allow_unplanned: bool) -> Program:

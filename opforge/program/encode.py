@@ -7,12 +7,13 @@ metadata, each at a multiple of 64 bytes (``save`` streams them rather than join
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
-import tempfile
 import zlib
 from pathlib import Path
 
+from opforge._user_files import os_error_text, write_atomic
 from opforge.errors import ProgramError
 from opforge.program import _format as F
 from opforge.program._errors import program_error, with_api
@@ -182,39 +183,16 @@ def save(program: Program, path: str | os.PathLike, *, allow_unplanned: bool = F
 
     The bytes go to a temporary file in the same directory, are flushed to disk, and the
     file is renamed over ``path`` (``os.replace``): a crash leaves the old file or the new
-    one, never half of one. A process that has the old file loaded keeps its mapping.
+    one, never half of one. A process that has the old file loaded keeps its mapping. An
+    existing file keeps its permission bits; a new one gets ``0o666 & ~umask``. A failure
+    to write (missing directory, full disk, no permission) is a ProgramError naming
+    ``path``.
     """
     path = Path(path)
     api = f"opforge.program.save({str(path)!r})"
     chunks = _chunks(program, api, allow_unplanned)
     head = next(chunks)  # verifies before any file is created
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(head)
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (POSIX); a no-op where directories cannot be opened."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        write_atomic(path, itertools.chain((head,), chunks))
+    except OSError as e:
+        raise ProgramError(f"`{api}`: file {os_error_text(e, path, 'write')}") from e

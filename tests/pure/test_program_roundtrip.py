@@ -76,7 +76,7 @@ def test_save_is_atomic_when_writing_fails(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", crash)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(ProgramError, match=r"cannot write it \(disk full\)"):
         P.save(sample_program(), path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.opf"]
