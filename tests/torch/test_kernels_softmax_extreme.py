@@ -33,13 +33,24 @@ TORCH = {SOFTMAX: torch.ops.aten._softmax, LOG_SOFTMAX: torch.ops.aten._log_soft
 # their error is relative. float16 computes in float32 and rounds once.
 TOL = {np.float16: (1e-3, 1e-3), np.float32: (2e-6, 1e-6), np.float64: (1e-12, 1e-13)}
 
-# (shape, dim, layout, bound softmax's maximum path, its sum path)
+# (shape, dim, layout, bound softmax's maximum path, its sum path). The transposed maximum
+# takes a last axis of at most 32 with at least 32 rows and at most _SMALL (65536)
+# elements; the x @ ones sum a last axis and at most _SMALL elements: cases sit on both
+# sides of each threshold.
 CASES = [
     ((8, 16, 16), -1, "contiguous", "transposed", "matmul"),
-    ((2, 4, 8, 32), -1, "contiguous", "transposed", "matmul"),
+    ((2, 4, 8, 32), -1, "contiguous", "transposed", "matmul"),  # 32 columns
+    ((40, 33), -1, "contiguous", "reduce", "matmul"),  # 33 columns
+    ((32, 16), -1, "contiguous", "transposed", "matmul"),  # 32 rows
+    ((31, 16), -1, "contiguous", "reduce", "matmul"),  # 31 rows
+    ((4096, 16), -1, "contiguous", "transposed", "matmul"),  # exactly _SMALL elements
+    ((4097, 16), -1, "contiguous", "reduce", "reduce"),  # one row more
     ((3, 40, 7), -1, "contiguous", "transposed", "matmul"),
+    ((64, 1), -1, "contiguous", "transposed", "matmul"),  # rows of one element
     ((6, 5), -1, "contiguous", "reduce", "matmul"),  # few rows
     ((4, 64), -1, "contiguous", "reduce", "matmul"),  # long rows
+    ((37,), -1, "contiguous", "reduce", "matmul"),  # 1-d
+    ((1,), 0, "contiguous", "reduce", "matmul"),  # one element
     ((64, 16), -1, "transposed", "reduce", "matmul"),  # not contiguous
     ((300, 300), -1, "contiguous", "reduce", "reduce"),  # above _SMALL
     ((64, 16), 0, "contiguous", "reduce", "reduce"),  # not the last axis
@@ -85,14 +96,13 @@ def assert_close(out, want, dtype):
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=rtol, atol=atol)  # nan == nan
 
 
-def bound_paths(x, dim) -> tuple[str, str]:
-    """Which maximum and sum steps the bound softmax of ``x`` over ``dim`` runs."""
-    axis = dim % x.ndim
-    keep = x.shape[:axis] + (1,) + x.shape[axis + 1:]
-    out, total = np.empty(x.shape, x.dtype), np.empty(keep, x.dtype)
-    peak = "transposed" if len(normalization._row_max(x, axis, total)) == 2 else "reduce"
-    matmul = axis == x.ndim - 1 and normalization._row_sum(out, 1, total) is not None
-    return peak, "matmul" if matmul else "reduce"
+def bound_paths(fn, args) -> tuple[str, str]:
+    """Which maximum and sum steps a bound softmax runs, read from its step list: a copy
+    into the transposed buffer, and a matrix-vector product with ones."""
+    pairs = args[0] if args and type(args[0]) is tuple else ((fn, args),)
+    used = {step for step, _ in pairs}
+    return ("transposed" if np.copyto in used else "reduce",
+            "matmul" if np.matmul in used else "reduce")
 
 
 @pytest.mark.parametrize("key", [SOFTMAX, LOG_SOFTMAX])
@@ -101,11 +111,12 @@ def bound_paths(x, dim) -> tuple[str, str]:
 @pytest.mark.parametrize("shape, dim, layout, peak, total", CASES, ids=str)
 def test_bound_matches_torch_float64(shape, dim, layout, peak, total, dtype, scale, key):
     x = extreme_logits(shape, dim, dtype, scale, layout)
-    assert x.shape == shape and x.flags.c_contiguous == (layout == "contiguous")
-    assert bound_paths(x, dim) == (peak, total)
+    assert x.shape == shape and x.flags.c_contiguous == (layout == "contiguous" or x.ndim == 1)
     out = np.empty(shape, dtype)
     fn, args = KERNELS[key].bind((x, dim, False, out))
     assert fn is not KERNELS[key], "the general kernel, not a fast path"
+    if key == SOFTMAX:
+        assert bound_paths(fn, args) == (peak, total)
     want = expected(key, x, dim)
     with np.errstate(all="ignore"):  # bound steps warn where ATen is silent (-inf - -inf)
         for _ in range(2):  # the second call over garbage left in out
@@ -145,3 +156,51 @@ def test_issue_example(dtype, bind):
             fn(*args)
         assert_close(out, expected(key, x, -1), dtype)
     assert np.isnan(out[3]).all() and out[2, 1] == 0.0  # log_softmax: nan row, log(1)
+
+
+@pytest.mark.parametrize("bind", [False, True])
+@pytest.mark.parametrize("key", [SOFTMAX, LOG_SOFTMAX])
+@pytest.mark.parametrize("shape, dim", [((0, 4), 0), ((0, 4), -1), ((3, 0), -1), ((3, 0), 0),
+                                        ((), 0), ((1,), 0), ((1, 1), -1)], ids=str)
+def test_empty_zero_d_and_single_element(shape, dim, key, bind):
+    # One element: softmax 1, log_softmax 0, whatever its size (1e4 overflows exp unshifted).
+    x = np.full(shape, 1e4, np.float32)
+    out = np.full(shape, 7.0, np.float32)
+    fn, args = KERNELS[key].bind((x, dim, False, out)) if bind else \
+        (KERNELS[key], (x, dim, False, out))
+    fn(*args)
+    assert_close(out, expected(key, x, dim), np.float32)
+
+
+@pytest.mark.parametrize("key", [SOFTMAX, LOG_SOFTMAX])
+def test_float16_binds_to_a_float32_computation(key):
+    # float16 computes in float32 and rounds once (ATen's opmath): a bound float16 softmax
+    # must not run its steps in float16.
+    x = extreme_logits((8, 16, 16), -1, np.float16, 100.0, "contiguous")
+    out = np.empty(x.shape, np.float16)
+    fn, args = KERNELS[key].bind((x, -1, False, out))
+    with np.errstate(all="ignore"):
+        fn(*args)
+    # within one float16 ulp of the exact result: a float32 computation rounded once
+    np.testing.assert_array_max_ulp(out, expected(key, x, -1).astype(np.float16), maxulp=1)
+
+
+@pytest.mark.parametrize("key", [SOFTMAX, LOG_SOFTMAX])
+@pytest.mark.parametrize("shape", [(8, 16, 16), (4, 64), (300, 300)], ids=str)
+def test_in_place_out_aliasing_self(shape, key):
+    # out is self: the bound steps would overwrite the logits before the row maximum and
+    # sum are done with them; the binder must fall back to the general kernel.
+    x = extreme_logits(shape, -1, np.float32, 100.0, "contiguous")
+    want = expected(key, x, -1)
+    fn, args = KERNELS[key].bind((x, -1, False, x))
+    with np.errstate(all="ignore"):
+        fn(*args)
+    assert_close(x, want, np.float32)
+
+
+def test_row_sum_needs_both_arrays_contiguous():
+    a = np.ones((8, 16), np.float32)
+    assert normalization._row_sum(a, 1, np.empty(8, np.float32)) is not None
+    assert normalization._row_sum(a, 1, np.empty((8, 2), np.float32)[:, 0]) is None
+    assert normalization._row_sum(np.ones((16, 8), np.float32).T, 1,
+                                  np.empty(8, np.float32)) is None
