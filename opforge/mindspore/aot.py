@@ -1,0 +1,255 @@
+"""MindSpore's AOT C signature, called from NumPy through ctypes (no torch, no compiler).
+
+    AotLibrary(path)             dlopen a MindSpore AOT kernel library
+      .functions("Name")         → AotFunctions: Name, NameInferShape, NameInferType,
+                                   NameInit and NameOpProto, each found by symbol
+    AotFunctions.infer_shape / infer_type / init / launch
+
+# Design
+#
+# The kernel and Init are plain C and are called as such. NameInferShape and NameInferType
+# are ``extern "C"`` functions that take or return C++ objects (``std::vector``): on x86-64
+# (System V) a returned vector comes back through a hidden pointer passed first, and a
+# vector passed by value goes as a pointer to a caller-owned object; a vector is three
+# pointers (begin, end, capacity) in libstdc++ and libc++. We call them that way and free
+# returned buffers with the library's own ``operator delete``. Other architectures pass
+# the hidden pointer in a register ctypes cannot set: there the C++ infer functions are
+# refused with a fix (Python inference), and kernels still run.
+#
+# ``extra`` points to an ``opforge_ms_extra`` (custom_aot_extra.h): attributes, the
+# workspace sizes an Init function sets, and its kernel data.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from dataclasses import dataclass
+
+import numpy as np
+
+from opforge.errors import BuildError, KernelError
+from opforge.mindspore.dtypes import TYPE_IDS, type_id_name
+
+__all__ = ["AotLibrary", "AotFunctions", "CExtra", "MAX_WORKSPACE", "cpp_infer_supported"]
+
+MAX_WORKSPACE = 16
+EXTRA_VERSION = 1
+
+
+class CAttr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("i", ctypes.c_int64), ("d", ctypes.c_double), ("s", ctypes.c_char_p)]
+
+
+class CExtra(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("num_workspace", ctypes.c_int32),
+                ("workspace", ctypes.c_uint64 * MAX_WORKSPACE), ("kernel_data", ctypes.c_void_p),
+                ("num_attrs", ctypes.c_int64), ("attrs", ctypes.POINTER(CAttr))]
+
+
+class _Vector(ctypes.Structure):  # std::vector<T>: begin, end, capacity
+    _fields_ = [("begin", ctypes.c_void_p), ("end", ctypes.c_void_p), ("cap", ctypes.c_void_p)]
+
+
+_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                           ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
+                           ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_void_p)
+_INIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                         ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
+                         ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p)
+_INFER_SHAPE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
+                                ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.c_void_p)
+_INFER_TYPE_ONE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_INFER_TYPE_MANY = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_PROTO = ctypes.CFUNCTYPE(ctypes.c_char_p)
+
+
+def cpp_infer_supported() -> bool:
+    """Can C++ infer functions be called here (x86-64, see the design note)?"""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def make_extra(attrs: tuple[dict, ...] = ()) -> tuple[CExtra, list]:
+    """A fresh ``opforge_ms_extra`` holding ``attrs`` (registration-info attributes with a
+    ``value``); returns it and what must stay alive beside it."""
+    usable = [a for a in attrs if "value" in a or "defaultValue" in a]
+    table = (CAttr * max(len(usable), 1))()
+    keep: list = [table]
+    for slot, attr in zip(table, usable):
+        value = attr.get("value", attr.get("defaultValue"))
+        slot.name = str(attr.get("name", "")).encode()
+        if isinstance(value, bool):
+            slot.kind, slot.i = 3, int(value)
+        elif isinstance(value, int):
+            slot.kind, slot.i = 1, value
+        elif isinstance(value, float):
+            slot.kind, slot.d = 2, value
+        else:
+            slot.kind, slot.s = 4, str(value).encode()
+    extra = CExtra(version=EXTRA_VERSION, num_attrs=len(usable))
+    extra.attrs = table
+    return extra, keep
+
+
+def shape_arrays(shapes: list[tuple[int, ...]]) -> tuple[ctypes.Array, ctypes.Array, list]:
+    """``ndims`` (int[]) and ``shapes`` (int64_t*[]) as MindSpore passes them."""
+    ndims = (ctypes.c_int * max(len(shapes), 1))(*[len(s) for s in shapes])
+    rows = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
+    table = (ctypes.POINTER(ctypes.c_int64) * max(len(shapes), 1))(
+        *[ctypes.cast(r, ctypes.POINTER(ctypes.c_int64)) for r in rows])
+    return ndims, table, rows
+
+
+def dtype_array(names: list[str]) -> ctypes.Array:
+    return (ctypes.c_char_p * max(len(names), 1))(*[n.encode() for n in names])
+
+
+class AotLibrary:
+    """A MindSpore AOT kernel library, opened once per path and process."""
+
+    _opened: dict[str, "AotLibrary"] = {}
+
+    def __init__(self, path: str | os.PathLike, *, api: str = "opforge.mindspore") -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        try:
+            with open(self.path, "rb") as f:
+                magic = f.read(4)
+        except OSError as e:
+            raise BuildError(f"`{api}`: AOT library {self.path!r} — cannot be read "
+                             f"({e.strerror or e}) — valid: an existing shared library — fix: "
+                             "check the path before ':' in func") from None
+        if magic != b"\x7fELF":
+            raise BuildError(f"`{api}`: AOT library {self.path!r} — not a shared object (no ELF "
+                             "header) — valid: a .so built with -shared -fPIC — fix: compile the "
+                             "kernel into a shared library, or pass the .cc/.cpp source")
+        try:
+            self._dll = ctypes.CDLL(self.path, mode=getattr(os, "RTLD_LOCAL", 0) | os.RTLD_NOW)
+        except OSError as e:
+            raise BuildError(f"`{api}`: AOT library {self.path!r} — the dynamic loader refused "
+                             f"it ({e}) — fix: link every symbol it needs (-Wl,--no-undefined), "
+                             "or rebuild it for this machine") from None
+        delete = getattr(self._dll, "_ZdlPv", None)  # operator delete(void*)
+        if delete is not None:
+            delete.restype, delete.argtypes = None, [ctypes.c_void_p]
+        self._delete = delete
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, api: str = "opforge.mindspore") -> "AotLibrary":
+        key = os.path.abspath(os.fspath(path))
+        if key not in cls._opened:
+            cls._opened[key] = cls(key, api=api)
+        return cls._opened[key]
+
+    def address(self, symbol: str) -> int | None:
+        try:
+            return ctypes.cast(getattr(self._dll, symbol), ctypes.c_void_p).value
+        except AttributeError:
+            return None
+
+    def functions(self, name: str) -> "AotFunctions":
+        """The kernel ``name`` and its companions (None where the library lacks one)."""
+        return AotFunctions(self, name, self.address(name), self.address(name + "InferShape"),
+                            self.address(name + "InferType"), self.address(name + "Init"),
+                            self.address(name + "OpProto"))
+
+    def free(self, pointer: int | None) -> None:
+        if pointer and self._delete is not None:
+            self._delete(pointer)
+
+
+@dataclass
+class AotFunctions:
+    """The functions of one AOT operator in a library (addresses; None when absent)."""
+
+    library: AotLibrary
+    name: str
+    kernel: int | None
+    infer_shape_fn: int | None
+    infer_type_fn: int | None
+    init_fn: int | None
+    proto_fn: int | None
+
+    def __post_init__(self) -> None:
+        self._kernel = _KERNEL(self.kernel) if self.kernel else None
+
+    def proto(self) -> str | None:
+        """The JSON prototype a library exports with OPFORGE_MS_OP_PROTO, or None."""
+        if not self.proto_fn:
+            return None
+        text = _PROTO(self.proto_fn)()
+        return None if text is None else text.decode("utf-8", "replace")
+
+    def infer_shape(self, input_shapes: list[tuple[int, ...]], n_outputs: int,
+                    extra: CExtra) -> list[tuple[int, ...]]:
+        """Call ``NameInferShape``; one shape per output."""
+        ndims, shapes, keep = shape_arrays(input_shapes)
+        result = _Vector()
+        _INFER_SHAPE(self.infer_shape_fn)(ctypes.addressof(result), ndims, shapes,
+                                          ctypes.addressof(extra))
+        if n_outputs == 1:
+            return [self._take(result, ctypes.c_int64)]
+        outer = self._elements(result, _Vector)
+        shapes_out = [self._take(v, ctypes.c_int64) for v in outer]
+        self.library.free(result.begin)
+        return shapes_out
+
+    def infer_type(self, input_dtypes: list[str], n_outputs: int, extra: CExtra) -> list[str | None]:
+        """Call ``NameInferType``; one dtype name per output (None: not a number type)."""
+        ids = (ctypes.c_int * max(len(input_dtypes), 1))(*[TYPE_IDS.get(d, 0) for d in input_dtypes])
+        argument = _Vector(ctypes.addressof(ids), ctypes.addressof(ids) + 4 * len(input_dtypes),
+                           ctypes.addressof(ids) + 4 * len(input_dtypes))
+        if n_outputs == 1:
+            number = _INFER_TYPE_ONE(self.infer_type_fn)(ctypes.addressof(argument),
+                                                         ctypes.addressof(extra))
+            return [type_id_name(number)]
+        result = _Vector()
+        _INFER_TYPE_MANY(self.infer_type_fn)(ctypes.addressof(result), ctypes.addressof(argument),
+                                             ctypes.addressof(extra))
+        return [type_id_name(int(n)) for n in self._take(result, ctypes.c_int)]
+
+    def init(self, shapes: list[tuple[int, ...]], dtypes: list[str], extra: CExtra) -> int:
+        ndims, table, keep = shape_arrays(shapes)
+        return _INIT(self.init_fn)(ndims, table, dtype_array(dtypes), ctypes.addressof(extra))
+
+    def launch(self, arrays: list[np.ndarray], shapes_ndims: tuple, dtypes: ctypes.Array,
+               extra: CExtra) -> int:
+        """Call the kernel on ``arrays`` (inputs, outputs, workspace; C-contiguous)."""
+        params = (ctypes.c_void_p * max(len(arrays), 1))(
+            *[a.__array_interface__["data"][0] for a in arrays])
+        ndims, shapes = shapes_ndims
+        return self._kernel(len(arrays), params, ndims, shapes, dtypes, None,
+                            ctypes.addressof(extra))
+
+    def bind_launch(self, arrays: list[np.ndarray], shapes: list[tuple[int, ...]],
+                    dtypes: list[str], extra: CExtra):
+        """Marshal once; return a zero-argument call returning the kernel's status."""
+        params = (ctypes.c_void_p * max(len(arrays), 1))(
+            *[a.__array_interface__["data"][0] for a in arrays])
+        ndims, table, rows = shape_arrays(shapes)
+        names = dtype_array(dtypes)
+        kernel, n, extra_address = self._kernel, len(arrays), ctypes.addressof(extra)
+
+        def call() -> int:
+            return kernel(n, params, ndims, table, names, None, extra_address)
+
+        call.keep = (params, ndims, table, rows, names, arrays, extra)
+        return call
+
+    def _elements(self, vector: _Vector, ctype) -> list:
+        size = ctypes.sizeof(ctype)
+        if not vector.begin or not vector.end or vector.end < vector.begin:
+            return []
+        count = (vector.end - vector.begin) // size
+        if count > 64:  # a rank (or output count) beyond any tensor's: not a vector we made
+            raise KernelError(f"`{self.name}InferShape`/`{self.name}InferType` "
+                              f"({self.library.path}): returned {count} elements — valid: at most "
+                              "64 — fix: return std::vector<int64_t> (one output) or "
+                              "std::vector<std::vector<int64_t>> (several)")
+        return list((ctype * count).from_address(vector.begin))
+
+    def _take(self, vector: _Vector, ctype) -> tuple:
+        values = tuple(int(v) for v in self._elements(vector, ctype))
+        self.library.free(vector.begin)
+        return values

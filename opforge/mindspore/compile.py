@@ -1,0 +1,81 @@
+"""Compiling MindSpore AOT sources (``func="file.cc:Name"``, vendor packages) into a
+shared library, through opforge's content-addressed build cache.
+
+MindSpore compiles such a file with one compiler call (``g++ -std=c++17 --shared -fPIC``
+and its include directory); so does opforge, with ``opforge/mindspore/include`` (the
+``custom_aot_extra.h`` authors include) on the include path. No CMake project: there is no
+generated glue to build, and one call is the whole build. The cache key hashes the
+sources' bytes, the header, the flags and the compiler's identity, so a warm call copies
+nothing and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from opforge.build.cache import BuildCache, hash_key
+from opforge.errors import BuildError
+
+__all__ = ["include_dir", "compile_library"]
+
+FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O2", "-Wl,--no-undefined")
+
+
+def include_dir() -> Path:
+    """The folder holding ``custom_aot_extra.h`` (add it with ``-I`` to build by hand)."""
+    return Path(__file__).resolve().parent / "include"
+
+
+def compile_library(sources: Sequence[str | os.PathLike], name: str, *,
+                    flags: Sequence[str] = (), cache_root: Path | None = None,
+                    api: str = "opforge.mindspore") -> Path:
+    """Compile ``sources`` into ``lib<name>.so`` in the build cache; its path.
+
+    >>> compile_library(["add_custom.cc"], "add_custom")      # doctest: +SKIP
+    PosixPath('~/.cache/opforge/build/libs/3f.../libadd_custom.so')
+    """
+    from opforge import __version__
+    from opforge.build.toolchain import find_toolchain
+
+    paths = [Path(s).resolve() for s in sources]
+    digests = []
+    for p in paths:
+        try:
+            digests.append((str(p), hashlib.sha256(p.read_bytes()).hexdigest()))
+        except OSError as e:
+            raise BuildError(f"`{api}`: source {str(p)!r} — cannot be read ({e.strerror or e}) "
+                             "— valid: an existing .cc/.cpp file — fix: check the path") from None
+    toolchain = find_toolchain()
+    header = (include_dir() / "custom_aot_extra.h").read_bytes()
+    command_flags = [*FLAGS, f"-I{include_dir()}", *flags]
+    key = hash_key({"sources": digests, "header": header, "flags": command_flags,
+                    "toolchain": toolchain.identity(), "opforge": __version__,
+                    "kind": "mindspore-aot"})
+    cache = BuildCache(cache_root)
+    library_name = f"lib{name}.so"
+    found = cache.lookup(key)
+    if found is not None:
+        return found / library_name
+    with cache.locked(key):
+        found = cache.lookup(key)
+        if found is not None:
+            return found / library_name
+        cache.sweep_stale(key)
+        work = cache.temp_dir(key)
+        command = [toolchain.cxx, *command_flags, "-o", str(work / library_name),
+                   *map(str, paths)]
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace")
+        if proc.returncode != 0:
+            errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
+            shown = "\n".join(errors[:20] or proc.stdout.splitlines()[-20:])
+            raise BuildError(f"`{api}`: compiling {', '.join(p.name for p in paths)} — the "
+                             f"compiler failed (exit {proc.returncode}):\n{shown}\n— command: "
+                             f"{' '.join(command)} — fix: correct the errors above")
+        (work / "build.json").write_text(json.dumps({"command": command, "log": proc.stdout}))
+        return cache.commit(key, work) / library_name

@@ -1,0 +1,331 @@
+"""``AotOp``: one MindSpore-style custom operator, as the lean runtime needs it (no torch).
+
+An ``AotOp`` is plain data (JSON in a vendor package's ``op_info.json``): the op's name,
+its inputs and outputs, the dtype rows of its registration info, where its kernel is (a
+library and a symbol, or a Python function for ``func_type="pyfunc"``) and how its outputs
+are inferred (``"cpp"``: the library's ``NameInferShape``/``NameInferType``; an importable
+``"module:function"``; fixed shapes/dtypes). ``AotKernel`` runs it in opforge's portable
+calling convention: ``kernel(*inputs, *outputs)`` on NumPy arrays.
+
+# Design
+#
+# A program file is untrusted, a library is trusted like code. So before the kernel runs,
+# the adapter checks what the program hands it against the op: the argument count, the
+# input dtypes against the registration info's rows, the outputs' shapes and dtypes against
+# the inference (run on the inputs' shapes), and that outputs are writable. A kernel thus
+# never writes past a buffer or into the program's constants. MindSpore kernels assume
+# C-contiguous data: strided arrays go through a contiguous copy.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from opforge.errors import KernelError, ManifestError
+from opforge.mindspore.aot import AotLibrary, make_extra
+from opforge.mindspore.dtypes import DTYPES, dtype_name
+from opforge.manifest.references import resolve_reference
+
+__all__ = ["AotOp", "AotKernel", "NAMESPACE", "dtype_of"]
+
+NAMESPACE = "mindspore"  # torch.ops.mindspore.<Name>, registry key "mindspore::<Name>.out"
+
+
+def dtype_of(value: object) -> str | None:
+    """An inference result (``"float32"``, a NumPy/torch/MindSpore dtype) → dtype name."""
+    if isinstance(value, str):
+        text = value.lower().removeprefix("torch.").removeprefix("mindspore.")
+        return text if text in DTYPES else None
+    text = str(value).lower()
+    for prefix in ("torch.", "mindspore."):
+        if text.startswith(prefix) and text[len(prefix):] in DTYPES:
+            return text[len(prefix):]
+    if text in DTYPES:
+        return text
+    return dtype_name(value)
+
+
+@dataclass(frozen=True)
+class AotOp:
+    """One custom operator of MindSpore's AOT kind (or ``pyfunc``), without torch."""
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    func_type: str = "aot"
+    library: str | None = None  # absolute path of the AOT library
+    symbol: str | None = None  # the kernel's exported name
+    pyfunc: Callable | str | None = None  # func_type="pyfunc": callable or "module:function"
+    dtype_rows: tuple[tuple[str, ...], ...] = ()  # supported dtypes, inputs then outputs
+    out_shape: object = "cpp"  # "cpp", callable, "module:function", or fixed shapes
+    out_dtype: object = "cpp"  # "cpp", callable, "module:function", or fixed dtype names
+    attrs: tuple[dict, ...] = ()
+    source: str = "<python>"
+    _functions: list = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{NAMESPACE}::{self.name}.out"
+
+    @property
+    def schema(self) -> str:
+        """The functional schema: ``mindspore::Name(Tensor x1, Tensor x2) -> Tensor``."""
+        args = ", ".join(f"Tensor {n}" for n in self.inputs)
+        returns = "Tensor" if len(self.outputs) == 1 else \
+            "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+        return f"{NAMESPACE}::{self.name}({args}) -> {returns}"
+
+    def functions(self):
+        """The library's functions of this op (opened once)."""
+        if not self._functions:
+            self._functions.append(AotLibrary.open(self.library).functions(self.symbol))
+        return self._functions[0]
+
+    # --- inference ------------------------------------------------------------------------
+
+    def infer(self, shapes: list[tuple[int, ...]], dtypes: list[str]
+              ) -> tuple[list[tuple[int, ...]], list[str]]:
+        """Output shapes and dtype names for inputs of ``shapes`` and ``dtypes``."""
+        n = len(self.outputs)
+        extra, keep = make_extra(self.attrs)
+        if self.out_shape == "cpp":
+            out_shapes = self.functions().infer_shape(list(shapes), n, extra)
+        else:
+            out_shapes = self._shapes(self._call("out_shape", self.out_shape,
+                                                 [list(s) for s in shapes]))
+        if self.out_dtype == "cpp":
+            out_dtypes = self.functions().infer_type(list(dtypes), n, extra)
+        else:
+            out_dtypes = self._dtypes(self._call("out_dtype", self.out_dtype, list(dtypes)))
+        where = f"`{self.key}` inference ({self.source})"
+        if len(out_shapes) != n or len(out_dtypes) != n:
+            raise KernelError(f"{where}: gave {len(out_shapes)} shape(s) and {len(out_dtypes)} "
+                              f"dtype(s) — valid: {n}, one per output ({', '.join(self.outputs)}) "
+                              "— fix: return one shape/dtype per output")
+        for s in out_shapes:
+            if any(type(d) is not int or d < 0 for d in s):
+                raise KernelError(f"{where}: shape {list(s)} — valid: non-negative ints — fix: "
+                                  "check out_shape / NameInferShape")
+        for d in out_dtypes:
+            if d not in DTYPES:
+                raise KernelError(f"{where}: dtype {d!r} — valid: {', '.join(DTYPES)} — fix: "
+                                  "check out_dtype / NameInferType")
+        return [tuple(s) for s in out_shapes], list(out_dtypes)
+
+    def _call(self, what: str, spec: object, args: list) -> object:
+        if callable(spec) or isinstance(spec, str):
+            fn = resolve_reference(spec, what=what, source=self.source)
+            return fn(*args)
+        return spec  # fixed value
+
+    def _shapes(self, result: object) -> list[tuple[int, ...]]:
+        result = list(result) if isinstance(result, (list, tuple)) else result
+        if len(self.outputs) == 1 and isinstance(result, list) and \
+                all(isinstance(d, (int, np.integer)) for d in result):
+            return [tuple(int(d) for d in result)]
+        if not isinstance(result, list):
+            raise KernelError(f"`{self.key}` out_shape ({self.source}): returned "
+                              f"{type(result).__name__} — valid: a list of ints (one output) or "
+                              "a list of such lists — fix: return the output shape(s)")
+        return [tuple(int(d) if isinstance(d, (int, np.integer)) else d for d in s) for s in result]
+
+    def _dtypes(self, result: object) -> list[str | None]:
+        values = list(result) if isinstance(result, (list, tuple)) else [result]
+        return [dtype_of(v) for v in values]
+
+    # --- JSON -------------------------------------------------------------------------------
+
+    def to_json(self, base: str | None = None) -> dict:
+        """This op as ``op_info.json`` stores it (library relative to ``base`` if given)."""
+        for what, spec in (("out_shape", self.out_shape), ("out_dtype", self.out_dtype),
+                           ("func", self.pyfunc)):
+            if callable(spec) and not _importable(spec):
+                raise ManifestError(
+                    f"`opforge.mindspore` package of {self.name}: {what} {spec!r} — a function "
+                    "a program's runtime cannot import (a lambda or a nested function) — valid: "
+                    "a module-level function, 'cpp' inference, or fixed values — fix: define it "
+                    "at module level, or use NameInferShape/NameInferType in C++")
+        library = self.library
+        if library and base:
+            library = os.path.relpath(library, base)
+        return {"name": self.name, "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "func_type": self.func_type, "library": library, "symbol": self.symbol,
+                "pyfunc": _reference(self.pyfunc), "dtype_rows": [list(r) for r in self.dtype_rows],
+                "out_shape": _reference(self.out_shape), "out_dtype": _reference(self.out_dtype),
+                "attrs": list(self.attrs), "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: dict, base: str | None = None) -> "AotOp":
+        library = data.get("library")
+        if library and base and not os.path.isabs(library):
+            library = os.path.normpath(os.path.join(base, library))
+        return cls(data["name"], tuple(data["inputs"]), tuple(data["outputs"]),
+                   data.get("func_type", "aot"), library, data.get("symbol"), data.get("pyfunc"),
+                   tuple(tuple(r) for r in data.get("dtype_rows", ())),
+                   _fixed(data.get("out_shape", "cpp")), _fixed(data.get("out_dtype", "cpp")),
+                   tuple(data.get("attrs", ())), data.get("source", "<op_info.json>"))
+
+
+def _importable(fn: Callable) -> bool:
+    qualname = getattr(fn, "__qualname__", "")
+    return bool(getattr(fn, "__module__", None)) and "<" not in qualname and "." not in qualname
+
+
+def _reference(spec: object) -> object:
+    if callable(spec):
+        return f"{spec.__module__}:{spec.__qualname__}"
+    if isinstance(spec, tuple):
+        return [list(s) if isinstance(s, tuple) else s for s in spec]
+    return spec
+
+
+def _fixed(spec: object) -> object:
+    if isinstance(spec, list):
+        return tuple(tuple(s) if isinstance(s, list) else s for s in spec)
+    return spec
+
+
+# --- the runtime kernel -------------------------------------------------------------------
+
+class AotKernel:
+    """An ``AotOp`` in the portable calling convention: ``kernel(*inputs, *outputs)``.
+
+    ``bind(args)`` checks and marshals once (the executor's arena views) and returns
+    ``(call, ())``; each run is then one ctypes call. A non-zero return is a
+    ``KernelError`` naming the op, the kernel and the status (the executor adds the
+    instruction).
+    """
+
+    def __init__(self, op: AotOp) -> None:
+        self.op = op
+        self.key = op.key
+        n_in, n_out = len(op.inputs), len(op.outputs)
+        self.written = tuple(range(n_in, n_in + n_out))  # the loader refuses constants there
+        self.origin = op.library or _reference(op.pyfunc) or op.source
+        self.__name__ = self.__qualname__ = op.key
+
+    def __call__(self, *args: object) -> None:
+        self._prepare(args)()
+
+    def bind(self, args) -> tuple[Callable[[], None], tuple]:
+        return self._prepare(tuple(args)), ()
+
+    def _where(self) -> str:
+        what = f"kernel {self.op.symbol} ({os.path.basename(self.op.library)})" \
+            if self.op.func_type == "aot" else f"pyfunc {_reference(self.op.pyfunc)}"
+        return f"`{self.key}` (MindSpore {self.op.func_type} {what})"
+
+    def _prepare(self, args: tuple) -> Callable[[], None]:
+        op, where = self.op, self._where()
+        n_in, n_out = len(op.inputs), len(op.outputs)
+        names = list(op.inputs) + list(op.outputs)
+        if len(args) != n_in + n_out:
+            raise KernelError(f"{where}: {len(args)} arguments — valid: {n_in + n_out} "
+                              f"({', '.join(names)}) — fix: re-export the program")
+        dtypes = []
+        for name, a in zip(names, args):
+            if type(a) is not np.ndarray:
+                raise KernelError(f"{where}: argument {name} — found {type(a).__name__} — "
+                                  "valid: a NumPy array — fix: pass arrays")
+            d = dtype_name(a.dtype)
+            if d is None:
+                raise KernelError(f"{where}: argument {name} — dtype {a.dtype} — valid: "
+                                  f"{', '.join(DTYPES)} — fix: convert it")
+            dtypes.append(d)
+        if op.dtype_rows and tuple(dtypes[:n_in]) not in [r[:n_in] for r in op.dtype_rows]:
+            valid = "; ".join(", ".join(r[:n_in]) for r in op.dtype_rows)
+            raise KernelError(f"{where}: input dtypes ({', '.join(dtypes[:n_in])}) — valid "
+                              f"(reg_info dtype_format): {valid} — fix: convert the inputs, or "
+                              "add a dtype_format row the kernel supports")
+        for name, a in zip(op.outputs, args[n_in:]):
+            if not a.flags.writeable:
+                raise KernelError(f"{where}: output {name} is a read-only array (a constant of "
+                                  "the program, or memory the caller owns) — valid: a writable "
+                                  "array — fix: re-export the program; it was altered")
+        shapes, out_dtypes = op.infer([a.shape for a in args[:n_in]], dtypes[:n_in])
+        for name, a, shape, d, got in zip(op.outputs, args[n_in:], shapes, out_dtypes,
+                                          dtypes[n_in:]):
+            if a.shape != shape or got != d:
+                raise KernelError(
+                    f"{where}: output {name} — found {got}{list(a.shape)} — valid: {d}{list(shape)} "
+                    "(the op's inference on these inputs) — fix: re-export the program; its "
+                    "output buffers do not fit the op")
+        if op.dtype_rows and tuple(dtypes) not in op.dtype_rows:
+            valid = "; ".join(", ".join(r) for r in op.dtype_rows)
+            raise KernelError(f"{where}: dtypes ({', '.join(dtypes)}) — valid (reg_info "
+                              f"dtype_format): {valid} — fix: add the row, or fix the inference")
+        if op.func_type == "pyfunc":
+            return self._pyfunc_call(args, n_in)
+        return self._aot_call(args, dtypes, where)
+
+    def _pyfunc_call(self, args: tuple, n_in: int) -> Callable[[], None]:
+        fn = resolve_reference(self.op.pyfunc, what="pyfunc", source=self.op.source)
+        inputs, outputs, where = args[:n_in], args[n_in:], self._where()
+
+        def call() -> None:
+            result = fn(*inputs)
+            results = list(result) if isinstance(result, (tuple, list)) else [result]
+            if len(results) != len(outputs):
+                raise KernelError(f"{where}: returned {len(results)} value(s) — valid: "
+                                  f"{len(outputs)} — fix: return one array per output")
+            for out, value in zip(outputs, results):
+                value = np.asarray(value)
+                if value.shape != out.shape:
+                    raise KernelError(f"{where}: returned shape {list(value.shape)} — valid: "
+                                      f"{list(out.shape)} (out_shape) — fix: the function or "
+                                      "out_shape")
+                np.copyto(out, value, casting="same_kind")
+
+        return call
+
+    def _aot_call(self, args: tuple, dtypes: list[str], where: str) -> Callable[[], None]:
+        op = self.op
+        functions = op.functions()
+        n_in = len(op.inputs)
+        extra, keep = make_extra(op.attrs)
+        before, after, arrays = [], [], []
+        for i, a in enumerate(args):
+            if a.flags.c_contiguous:
+                arrays.append(a)
+                continue
+            staged = np.empty(a.shape, a.dtype)
+            arrays.append(staged)
+            if i < n_in:
+                before.append((staged, a))
+            else:
+                after.append((a, staged))
+        shapes = [a.shape for a in args]
+        if functions.init_fn:
+            status = functions.init(shapes, dtypes, extra)
+            if status != 0:
+                raise KernelError(f"{where}: {op.symbol}Init returned {status} — valid: 0 — fix: "
+                                  "see the kernel's own log for why it refused these shapes")
+            if extra.num_workspace < 0:
+                raise KernelError(f"{where}: {op.symbol}Init set more than 16 workspaces — "
+                                  "valid: at most 16 — fix: merge workspaces")
+            for i in range(extra.num_workspace):
+                size = int(extra.workspace[i])
+                workspace = np.zeros(size, np.uint8)
+                arrays.append(workspace)
+                shapes.append((size,))
+                dtypes = dtypes + ["uint8"]
+        launch = functions.bind_launch(arrays, shapes, dtypes, extra)
+        copy = np.copyto
+
+        def call() -> None:
+            for dst, src in before:
+                copy(dst, src)
+            status = launch()
+            if status != 0:
+                raise KernelError(f"{where}: returned {status} — valid: 0 (success) — fix: check "
+                                  "the inputs against what the kernel supports; its own log "
+                                  "says why it failed")
+            for dst, src in after:
+                copy(dst, src)
+
+        call.keep = (launch, keep, extra)
+        return call

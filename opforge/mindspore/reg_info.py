@@ -1,0 +1,224 @@
+"""``CustomRegOp`` and ``DataType``: MindSpore's registration info, as MindSpore writes it.
+
+>>> from opforge.mindspore import CustomRegOp, DataType
+>>> info = (CustomRegOp("CustomAdd").input(0, "x1").input(1, "x2").output(0, "y")
+...         .dtype_format(DataType.F32_Default, DataType.F32_Default, DataType.F32_Default)
+...         .target("CPU").get_op_info())
+>>> info["dtype_format"], [i["name"] for i in info["inputs"]]
+([(('float32', 'DefaultFormat'), ('float32', 'DefaultFormat'), ('float32', 'DefaultFormat'))], ['x1', 'x2'])
+
+``get_op_info()`` returns the dictionary MindSpore's ``CustomRegOp`` returns (``op_name``,
+``inputs``, ``outputs``, ``attr``, ``fusion_type``, ``dtype_format``, ``target``), so a
+``reg_info=`` written for MindSpore is accepted unchanged. Builder misuse (a non-string
+name, a row of the wrong width) is refused where it is written, not at launch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from opforge.errors import ManifestError, shown
+from opforge.mindspore.dtypes import DTYPES, FORMATS
+
+__all__ = ["CustomRegOp", "DataType", "RegInfo", "parse_reg_info"]
+
+_PARAM_TYPES = ("required", "optional", "dynamic")
+
+
+class DataType:
+    """``(dtype, format)`` pairs, named as MindSpore names them: ``F32_Default`` etc."""
+
+    None_None = ("", "")
+    BOOL_None, BOOL_Default = ("bool", ""), ("bool", "DefaultFormat")
+    I8_None, I8_Default = ("int8", ""), ("int8", "DefaultFormat")
+    I16_None, I16_Default = ("int16", ""), ("int16", "DefaultFormat")
+    I32_None, I32_Default = ("int32", ""), ("int32", "DefaultFormat")
+    I64_None, I64_Default = ("int64", ""), ("int64", "DefaultFormat")
+    U8_None, U8_Default = ("uint8", ""), ("uint8", "DefaultFormat")
+    U16_None, U16_Default = ("uint16", ""), ("uint16", "DefaultFormat")
+    U32_None, U32_Default = ("uint32", ""), ("uint32", "DefaultFormat")
+    U64_None, U64_Default = ("uint64", ""), ("uint64", "DefaultFormat")
+    F16_None, F16_Default = ("float16", ""), ("float16", "DefaultFormat")
+    F32_None, F32_Default = ("float32", ""), ("float32", "DefaultFormat")
+    F64_None, F64_Default = ("float64", ""), ("float64", "DefaultFormat")
+    F16_NCHW, F32_NCHW, F16_NHWC, F32_NHWC = (("float16", "NCHW"), ("float32", "NCHW"),
+                                             ("float16", "NHWC"), ("float32", "NHWC"))
+    F16_ND, F32_ND, I32_ND, I64_ND = (("float16", "ND"), ("float32", "ND"), ("int32", "ND"),
+                                      ("int64", "ND"))
+
+
+class CustomRegOp:
+    """MindSpore's registration-info builder for a custom operator."""
+
+    def __init__(self, op_name: str = "Custom") -> None:
+        if not isinstance(op_name, str) or not op_name:
+            raise ManifestError(f"`CustomRegOp({shown(op_name)})`: op_name — found "
+                                f"{type(op_name).__name__} — valid: a non-empty string — fix: "
+                                "CustomRegOp(\"CustomAdd\")")
+        self.op_name = op_name
+        self.inputs: list[dict] = []
+        self.outputs: list[dict] = []
+        self.attr_: list[dict] = []
+        self.fusion_type_ = "OPAQUE"
+        self.dtype_format_: list[tuple] = []
+        self.target_ = "UnKnown"
+
+    def _api(self, method: str) -> str:
+        return f"CustomRegOp({self.op_name!r}).{method}"
+
+    def _io(self, kind: str, index, name, param_type, kwargs) -> "CustomRegOp":
+        api = self._api(f"{kind}(...)")
+        if index is not None and (type(index) is not int or index < 0):
+            raise ManifestError(f"`{api}`: index {shown(index)} — valid: an int >= 0 — fix: "
+                                f"number the {kind}s 0, 1, ...")
+        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+            raise ManifestError(f"`{api}`: name {shown(name)} — valid: an identifier such as "
+                                "'x1' — fix: name it as the kernel's prototype does")
+        if param_type not in _PARAM_TYPES:
+            raise ManifestError(f"`{api}`: param_type {shown(param_type)} — valid: "
+                                f"{', '.join(_PARAM_TYPES)} — fix: param_type=\"required\"")
+        entry = {"index": index, "name": name, "paramType": param_type, **kwargs}
+        (self.inputs if kind == "input" else self.outputs).append(entry)
+        return self
+
+    def input(self, index=None, name=None, param_type="required", **kwargs) -> "CustomRegOp":
+        """Declare input ``index`` named ``name``."""
+        return self._io("input", index, name, param_type, kwargs)
+
+    def output(self, index=None, name=None, param_type="required", **kwargs) -> "CustomRegOp":
+        """Declare output ``index`` named ``name``."""
+        return self._io("output", index, name, param_type, kwargs)
+
+    def attr(self, name=None, param_type=None, value_type=None, default_value=None,
+             **kwargs) -> "CustomRegOp":
+        """Declare an attribute (its ``value=`` keyword is the value the kernel reads)."""
+        entry = {"name": name, "paramType": param_type, "type": value_type,
+                 "defaultValue": default_value, **kwargs}
+        self.attr_.append({k: v for k, v in entry.items() if v is not None})
+        return self
+
+    def dtype_format(self, *pairs) -> "CustomRegOp":
+        """One supported combination: a ``(dtype, format)`` per input then per output."""
+        api = self._api("dtype_format(...)")
+        for i, pair in enumerate(pairs):
+            if (not isinstance(pair, tuple) or len(pair) != 2
+                    or not all(isinstance(p, str) for p in pair)):
+                raise ManifestError(f"`{api}`: entry {i} {shown(pair)} — valid: a (dtype, "
+                                    "format) pair such as DataType.F32_Default — fix: use the "
+                                    "DataType constants")
+        self.dtype_format_.append(tuple(pairs))
+        return self
+
+    def target(self, target=None) -> "CustomRegOp":
+        """The device: ``"CPU"`` (the only one opforge runs AOT kernels on)."""
+        self.target_ = target
+        return self
+
+    def get_op_info(self) -> dict:
+        """The registration-info dictionary (MindSpore's keys)."""
+        return {"op_name": self.op_name, "inputs": list(self.inputs),
+                "outputs": list(self.outputs), "attr": list(self.attr_),
+                "fusion_type": self.fusion_type_, "dtype_format": list(self.dtype_format_),
+                "target": self.target_}
+
+
+@dataclass(frozen=True)
+class RegInfo:
+    """Registration info, checked: what the rest of ``opforge.mindspore`` reads."""
+
+    op_name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    dtype_formats: tuple[tuple[tuple[str, str], ...], ...]  # rows: inputs then outputs
+    attrs: tuple[dict, ...] = ()
+    target: str = "CPU"
+
+    def dtype_rows(self) -> tuple[tuple[str, ...], ...]:
+        """Each supported combination's dtypes (``"float32"``), inputs then outputs."""
+        return tuple(tuple(d for d, _ in row) for row in self.dtype_formats)
+
+    def to_json(self) -> dict:
+        return {"op_name": self.op_name, "inputs": list(self.inputs),
+                "outputs": list(self.outputs),
+                "dtype_format": [[list(p) for p in row] for row in self.dtype_formats],
+                "attr": list(self.attrs), "target": self.target}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RegInfo":
+        return cls(data["op_name"], tuple(data["inputs"]), tuple(data["outputs"]),
+                   tuple(tuple(tuple(p) for p in row) for row in data["dtype_format"]),
+                   tuple(data.get("attr", ())), data.get("target", "CPU"))
+
+
+def parse_reg_info(reg_info: object, api: str) -> RegInfo:
+    """A ``reg_info=`` (dict, JSON string, list of them, ``CustomRegOp``) → ``RegInfo``.
+
+    Refused with ``ManifestError``: no CPU entry in a list, unnamed or misnumbered inputs
+    and outputs, ``dtype_format`` rows of the wrong width, unknown dtypes or formats.
+    """
+    if isinstance(reg_info, CustomRegOp):
+        reg_info = reg_info.get_op_info()
+    if isinstance(reg_info, str):
+        try:
+            reg_info = json.loads(reg_info)
+        except ValueError as e:
+            raise ManifestError(f"`{api}`: reg_info — a string that is not JSON ({e}) — valid: "
+                                "CustomRegOp(...).get_op_info(), its dict or its JSON — fix: "
+                                "pass the dict") from None
+    if isinstance(reg_info, (list, tuple)):
+        cpu = [r for r in reg_info if isinstance(r, dict) and r.get("target") in ("CPU", None)]
+        if len(cpu) != 1:
+            targets = [r.get("target") if isinstance(r, dict) else type(r).__name__
+                       for r in reg_info]
+            raise ManifestError(f"`{api}`: reg_info — a list with targets {targets} — valid: "
+                                "exactly one entry with target \"CPU\" — fix: add "
+                                ".target(\"CPU\") to one CustomRegOp")
+        reg_info = cpu[0]
+    if not isinstance(reg_info, dict):
+        raise ManifestError(f"`{api}`: reg_info — found {type(reg_info).__name__} — valid: "
+                            "CustomRegOp(...).get_op_info() (a dict) — fix: call "
+                            ".get_op_info() on the CustomRegOp")
+    target = reg_info.get("target", "CPU")
+    if target not in ("CPU", "UnKnown", None):
+        raise ManifestError(f"`{api}`: reg_info target {shown(target)} — valid: \"CPU\" (opforge "
+                            "runs AOT kernels on the CPU) — fix: .target(\"CPU\")")
+    names = {}
+    for kind in ("inputs", "outputs"):
+        entries = reg_info.get(kind) or []
+        for position, entry in enumerate(entries):
+            index = entry.get("index", position)
+            if index is not None and index != position:
+                raise ManifestError(
+                    f"`{api}`: reg_info {kind[:-1]} {entry.get('name')!r} — has index {index} "
+                    f"at position {position} — valid: {kind} declared in index order 0, 1, ... — "
+                    f"fix: declare .{kind[:-1]}({position}, ...) in order")
+            if not entry.get("name"):
+                raise ManifestError(f"`{api}`: reg_info {kind[:-1]} {position} — has no name — "
+                                    f"valid: a name as in the kernel's prototype — fix: "
+                                    f".{kind[:-1]}({position}, \"x{position}\")")
+        names[kind] = tuple(e["name"] for e in entries)
+    duplicate = [n for n in names["inputs"] + names["outputs"]
+                 if (names["inputs"] + names["outputs"]).count(n) > 1]
+    if duplicate:
+        raise ManifestError(f"`{api}`: reg_info — name {duplicate[0]!r} is used twice among the "
+                            "inputs and outputs — valid: distinct names — fix: rename one")
+    width = len(names["inputs"]) + len(names["outputs"])
+    rows = []
+    for r, row in enumerate(reg_info.get("dtype_format") or []):
+        row = tuple(tuple(p) for p in row)
+        if len(row) != width:
+            raise ManifestError(
+                f"`{api}`: reg_info dtype_format row {r} — has {len(row)} (dtype, format) pairs "
+                f"— valid: {width}, one per input then per output "
+                f"({', '.join(names['inputs'] + names['outputs'])}) — fix: write one "
+                "DataType per input and output in the row")
+        for dtype, fmt in row:
+            if dtype not in DTYPES or fmt not in FORMATS:
+                raise ManifestError(
+                    f"`{api}`: reg_info dtype_format row {r} — ({dtype!r}, {fmt!r}) — valid "
+                    f"dtypes: {', '.join(DTYPES)}; formats: {', '.join(f or repr(f) for f in FORMATS)} "
+                    "— fix: use a DataType constant such as DataType.F32_Default")
+        rows.append(row)
+    return RegInfo(str(reg_info.get("op_name", "")), names["inputs"], names["outputs"],
+                   tuple(rows), tuple(reg_info.get("attr") or ()), "CPU")
