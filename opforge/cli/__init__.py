@@ -25,6 +25,7 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "run": ("opforge.cli.run_cmd", "run", "Run a program file on the lean or ATen runtime."),
     "build": ("opforge.cli.build_cmd", "build", "Compile a manifest's native kernels into a library."),
     "check": ("opforge.cli.check_cmd", "check", "opcheck for compiled kernels: shapes, reference, eager vs runtime."),
+    "msop": ("opforge.cli.msop_cmd", "msop", "MindSpore-style AOT ops: build and install vendor packages."),
 }
 
 
