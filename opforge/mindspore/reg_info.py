@@ -185,7 +185,7 @@ def parse_reg_info(reg_info: object, api: str) -> RegInfo:
                             "runs AOT kernels on the CPU) — fix: .target(\"CPU\")")
     names = {}
     for kind in ("inputs", "outputs"):
-        entries = reg_info.get(kind) or []
+        entries = [e if isinstance(e, dict) else {"name": e} for e in reg_info.get(kind) or []]
         for position, entry in enumerate(entries):
             index = entry.get("index", position)
             if index is not None and index != position:
