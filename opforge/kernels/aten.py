@@ -2,8 +2,11 @@
 
 ``aten_kernel("aten::add.out")`` wraps ``torch.ops.aten.add.out`` as a ``Kernel`` that the
 runtime calls exactly like a portable one: positionally, in schema order, outs included,
-NumPy arrays for tensors. Any op registered with torch works, custom ones included
-(``torch.ops.my_ops.mul3.out`` once ``opforge.examples.my_ops.register_examples()`` ran).
+NumPy arrays for tensors. Only operators the ATen-mode allow-list admits are served
+(``opforge.kernels.aten_allowlist``: core ATen out variants, what opforge's export emits,
+custom ops registered through opforge such as ``torch.ops.my_ops.mul3.out`` once
+``opforge.examples.my_ops.register_examples()`` ran, and what the caller allows): a
+program file is untrusted, and ``aten::from_file.out`` would read any file.
 
 Conversion (per schema argument, decided once from the schema):
 
@@ -35,7 +38,7 @@ import numpy as np
 
 from opforge.runtime.registry import Kernel
 
-__all__ = ["aten_kernel", "AtenOpKernel", "torch_op"]
+__all__ = ["aten_kernel", "unchecked_aten_kernel", "AtenOpKernel", "torch_op"]
 
 
 def torch_op(key: str) -> Any | None:
@@ -47,16 +50,28 @@ def torch_op(key: str) -> Any | None:
     namespace, _, op = name.partition("::")
     try:
         packet = getattr(getattr(torch.ops, namespace), op)
-        return getattr(packet, overload or "default")
+        found = getattr(packet, overload or "default")
     except (AttributeError, RuntimeError):
         return None
+    return found if isinstance(found, torch._ops.OpOverload) else None  # not a dunder's value
 
 
 _known: dict[str, Kernel] = {}  # found kernels only: a later-registered custom op is found
 
 
 def aten_kernel(key: str) -> Kernel | None:
-    """The ATen-mode kernel for ``key`` (None if torch has no such op)."""
+    """The ATen-mode kernel for ``key``: None if torch has no such op or the default
+    allow-list refuses it (``opforge.kernels.aten_allowlist.refusal(key)`` says why)."""
+    from opforge.kernels.aten_allowlist import refusal
+
+    if refusal(key) is not None:
+        return None
+    return unchecked_aten_kernel(key)
+
+
+def unchecked_aten_kernel(key: str) -> Kernel | None:
+    """``aten_kernel`` without the allow-list: for a caller that checked ``key`` itself
+    (``AtenOps``); never hand it a key read from a program file unchecked."""
     kernel = _known.get(key)
     if kernel is None:
         op = torch_op(key)

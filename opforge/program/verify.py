@@ -9,6 +9,14 @@ The dataclasses check their own fields on construction (types, non-negative size
 * every planned tensor lies inside its arena (``offset + nbytes <= arena_sizes[mem_id]``) and
   every constant inside its segment, at an offset that is a multiple of its itemsize (the
   planner uses 64; itemsize alignment is what a typed view needs, so that is the rule);
+* no arena is larger than its tensors need: ``arena_sizes[mem_id] <= max(align_up(end, g),
+  4096)``, ``end`` the highest ``offset + nbytes`` placed in it (0 for an arena nobody
+  uses) and ``g`` the alignment its placements share, at least 64 and at most 4096 (the
+  planner rounds each arena up to the alignment it placed at: 64 unless export was told
+  otherwise); an arena of one page or less is always accepted (hand-built programs round
+  generously; 4 KiB is nothing to a runtime). An arena is memory the runtime allocates, so
+  a 200-byte file cannot ask for a terabyte of it; what the tensors themselves ask for is
+  bounded by the runtime's memory limit (``opforge.runtime.limits``), checked at load;
 * a tensor without storage has no bytes, unless the caller allows unplanned tensors;
 * inputs and outputs are tensors or scalars, inputs are not constants (they are written),
   and no Move writes into a constant (constants are read-only mapped memory).
@@ -87,14 +95,29 @@ def check_program(program: Program, allow_unplanned: bool) -> None:
         _verify_method(program, method, f"method {method.name!r}", allow_unplanned)
 
 
+ARENA_ALIGNMENT = 64  # the memory planner's default alignment (opforge.export)
+MAX_ARENA_ALIGNMENT = 4096  # the most an arena may be rounded up to (a page)
+ARENA_ALLOWANCE = 4096  # any arena up to one page is accepted, used or not
+
+
+def align_up(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
+
+
 def _verify_method(program: Program, method: Method, where: str, allow_unplanned: bool) -> None:
     values = method.values
     n = len(values)
     arenas = method.memory_plan.arena_sizes
+    ends = [0] * len(arenas)  # per arena: the highest offset + nbytes placed in it
+    offsets = [0] * len(arenas)  # per arena: every offset OR'ed (its lowest bit: alignment)
     for i, value in enumerate(values):
         kind = type(value)
         if kind is TensorValue:
             _verify_tensor(program, arenas, value, f"{where} values[{i}]", allow_unplanned)
+            storage = value.storage
+            if type(storage) is ArenaStorage:
+                ends[storage.mem_id] = max(ends[storage.mem_id], storage.offset + value.nbytes)
+                offsets[storage.mem_id] |= storage.offset
         elif kind is TensorListValue or kind is OptionalTensorListValue:
             for j, item in enumerate(value.items):
                 if item is None and kind is OptionalTensorListValue:
@@ -137,6 +160,23 @@ def _verify_method(program: Program, method: Method, where: str, allow_unplanned
                 "each operator once per table", _DANGLING)
         keys[op.key] = j
     _verify_instructions(program, method, where)
+    _verify_arena_sizes(arenas, ends, offsets, where)
+
+
+def _verify_arena_sizes(arenas: tuple[int, ...], ends: list[int], offsets: list[int],
+                        where: str) -> None:
+    for mem_id, (size, end, bits) in enumerate(zip(arenas, ends, offsets)):
+        shared = bits & -bits if bits else MAX_ARENA_ALIGNMENT  # 2**k dividing every offset
+        alignment = min(max(shared, ARENA_ALIGNMENT), MAX_ARENA_ALIGNMENT)
+        needed = max(align_up(end, alignment), ARENA_ALLOWANCE)
+        if size > needed:
+            placed = (f"its tensors end at byte {end}" if end else "no tensor is placed in it")
+            raise program_error(
+                f"{where} memory_plan.arena_sizes[{mem_id}]",
+                f"{size} bytes, but {placed}",
+                f"at most {needed} bytes (the end of its last tensor rounded up to "
+                f"{alignment}, or {ARENA_ALLOWANCE}): an arena is what its tensors need",
+                "re-export the model; a plan larger than its tensors was altered or corrupted")
 
 
 def _verify_tensor(program: Program, arenas: tuple[int, ...], value: TensorValue, where: str,

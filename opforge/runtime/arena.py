@@ -2,6 +2,9 @@
 
 Each ``Method`` instance owns one zero-filled NumPy byte buffer per arena of its memory
 plan (``MemoryPlan.arena_sizes[mem_id]``), 64-byte aligned like the planner's offsets.
+Their total is checked against the memory limit (``opforge.runtime.limits``: 8 GiB unless
+``load(max_memory=...)`` or ``OPFORGE_MAX_MEMORY`` say otherwise) before anything is
+allocated; the verifier has already bounded each arena by the tensors placed in it.
 Every planned tensor becomes a NumPy view into its arena at its offset, made once; a
 constant becomes a read-only view of the program's (memory-mapped) segment. The other
 values become the Python objects the portable calling convention expects
@@ -20,8 +23,9 @@ from opforge.program import (
     IntListValue, IntValue, Method, NoneValue, OptionalTensorListValue, Program,
     ScalarTypeValue, StringValue, TensorListValue, TensorValue, constant_array,
 )
+from opforge.runtime.limits import check_memory
 
-__all__ = ["ALIGNMENT", "allocate_arenas", "ValueTable", "tensor_dtype"]
+__all__ = ["ALIGNMENT", "allocate_arenas", "arena_bytes", "ValueTable", "tensor_dtype"]
 
 ALIGNMENT = 64  # the memory planner's alignment; a typed view needs only the itemsize
 
@@ -29,13 +33,36 @@ _SCALARS = (IntValue, DoubleValue, BoolValue, StringValue)
 _LISTS = (IntListValue, DoubleListValue, BoolListValue)
 
 
-def allocate_arenas(method: Method) -> list[np.ndarray]:
-    """One zero-filled, 64-byte aligned ``uint8`` buffer per arena of ``method``'s plan."""
+def arena_bytes(method: Method) -> int:
+    """What ``allocate_arenas`` allocates for ``method``: its arenas plus alignment slack."""
+    sizes = method.memory_plan.arena_sizes
+    return sum(sizes) + ALIGNMENT * len(sizes)
+
+
+def allocate_arenas(method: Method, *, api: str = "opforge.runtime.Method",
+                    limit: int | None = None) -> list[np.ndarray]:
+    """One zero-filled, 64-byte aligned ``uint8`` buffer per arena of ``method``'s plan.
+
+    ``ProgramError`` before allocating anything when the total exceeds ``limit`` (default:
+    the current memory limit, ``opforge.runtime.limits.max_memory()``), or when the system
+    cannot provide the memory: never a raw ``MemoryError``.
+    """
+    sizes = method.memory_plan.arena_sizes
+    subject = f"method {method.name!r} memory plan ({len(sizes)} arena(s))"
+    check_memory(api, subject, arena_bytes(method), limit=limit)
     arenas = []
-    for size in method.memory_plan.arena_sizes:
-        raw = np.zeros(size + ALIGNMENT, dtype=np.uint8)
-        pad = -raw.ctypes.data % ALIGNMENT
-        arenas.append(raw[pad:pad + size])
+    try:
+        for size in sizes:
+            raw = np.zeros(size + ALIGNMENT, dtype=np.uint8)
+            pad = -raw.ctypes.data % ALIGNMENT
+            arenas.append(raw[pad:pad + size])
+    except MemoryError:
+        arenas.clear()
+        raise ProgramError(
+            f"`{api}`: {subject} — needs {arena_bytes(method)} bytes, which the system could "
+            "not allocate — valid: a plan that fits in free memory — fix: free memory, or "
+            "lower the memory limit (load(..., max_memory=N) / OPFORGE_MAX_MEMORY) so that "
+            "such programs are refused at load") from None
     return arenas
 
 

@@ -1,11 +1,13 @@
 """``opforge.runtime.load``: a program file → a verified program with every op resolved.
 
-    read (mmap) + verify → pick the registry (mode) → load native libraries into it →
-    resolve every KernelCall of every method → LoadedProgram
+    read (mmap) + verify → check each method's arenas against the memory limit → pick the
+    registry (mode) → load native libraries into it → resolve every KernelCall of every
+    method → LoadedProgram
 
 Resolution happens once, at load, for every method: a program whose ops are not all
 covered fails here with one ``MissingKernelError`` listing all of them, never halfway
-through a call.
+through a call; in ATen mode an op off the allow-list (``opforge.kernels.aten_allowlist``)
+fails here with one ``ProgramError`` listing every such op, before any kernel runs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from opforge.program import (
     ConstantStorage, DelegateCall, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
     TensorListValue, TensorValue, from_bytes, load as load_file, verify,
 )
+from opforge.runtime.arena import arena_bytes
+from opforge.runtime.limits import MAX_MEMORY_ENV, check_memory, memory_limit
+from opforge.runtime.limits import max_memory as memory_limit_of
 from opforge.runtime.method import Method
 from opforge.runtime.missing import MissingOp, missing_kernel_error
 from opforge.runtime.registry import DEFAULT_DTYPE, Kernel, KernelRegistry
@@ -42,11 +47,13 @@ class LoadedProgram:
     """
 
     def __init__(self, program: Program, registry: KernelRegistry, mode: str,
-                 kernels: dict[str, tuple[Kernel | None, ...]], source: str) -> None:
+                 kernels: dict[str, tuple[Kernel | None, ...]], source: str, *,
+                 max_memory: int | None = None) -> None:
         self.program = program
         self.registry = registry
         self.mode = mode
         self.source = source
+        self.max_memory = memory_limit_of(max_memory, api="LoadedProgram(max_memory=...)")
         self._kernels = kernels
 
     @property
@@ -61,8 +68,9 @@ class LoadedProgram:
                 f"`LoadedProgram.method({name!r})`: method {name!r} — not in {self.source} — "
                 f"valid: {names} — fix: pass one of those names (`--method NAME`)"
             )
-        return Method(self.program, self.program.method(name), self._kernels[name],
-                      api=f"opforge.runtime method {name!r} of {self.source}")
+        with memory_limit(self.max_memory):  # arenas and the kernels' bound workspaces
+            return Method(self.program, self.program.method(name), self._kernels[name],
+                          api=f"opforge.runtime method {name!r} of {self.source}")
 
     def kernel_for(self, method: str, instruction: int) -> Kernel | None:
         """The kernel resolved for ``instruction`` of ``method`` (None for Move/Free)."""
@@ -74,7 +82,8 @@ class LoadedProgram:
 
 def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *,
          mode: str = "lean", registry: KernelRegistry | None = None,
-         kernels: Iterable[str | os.PathLike] = ()) -> LoadedProgram:
+         kernels: Iterable[str | os.PathLike] = (), allow_ops: Iterable[str] = (),
+         max_memory: int | None = None) -> LoadedProgram:
     """Load, verify and resolve a program for running.
 
     ``source`` is a path (memory-mapped; constants are never copied), the file's bytes, or
@@ -84,6 +93,20 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     native kernel library, or a Python registrar ``"package.module:function"`` called with
     the registry (see ``load_kernel_library``). Raises ``ProgramError`` for a bad file and
     one ``MissingKernelError`` listing every operator no kernel serves.
+
+    ATen mode runs only operators on its allow-list (``opforge.kernels.aten_allowlist``):
+    core ATen out variants, what opforge's export emits, custom ops registered through
+    ``opforge.torch_bridge``, and ``allow_ops`` — your own torch ops, as exact
+    ``"ns::op.overload"`` keys or ``"ns::op"`` for every overload (added to the registry's
+    allow-list; lean mode runs only registered kernels and ignores it). Anything else, and
+    always the deny-listed ops that touch files, processes or the network, is a
+    ``ProgramError`` at load, before any kernel runs.
+
+    ``max_memory`` bounds, in bytes, what one method instance allocates for the program:
+    its arenas (checked here, for every method, and again when an instance is made) and
+    the workspaces its kernels allocate when bound. Default: ``OPFORGE_MAX_MEMORY`` (bytes,
+    or ``"16G"``-style) or else 8 GiB (``opforge.runtime.limits``). Over it:
+    ``ProgramError``, before anything is allocated.
 
     >>> from opforge.program import (Program, Method, TensorValue, ArenaStorage, ScalarType,
     ...                              KernelCall, Operator, MemoryPlan)
@@ -100,17 +123,30 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     if mode not in MODES:
         raise ProgramError(f"`{api}`: mode {mode!r} — valid: " + ", ".join(map(repr, MODES))
                            + " — fix: mode='lean' (NumPy kernels) or mode='aten' (PyTorch)")
+    limit = memory_limit_of(max_memory, api=api)
+    for method in program.methods:
+        check_memory(api, f"method {method.name!r} memory plan "
+                     f"({len(method.memory_plan.arena_sizes)} arena(s))",
+                     arena_bytes(method), limit=limit,
+                     fix="1. check that the file is the program you exported (a corrupt or "
+                         "hostile file asks for absurd arenas); 2. if the model really needs "
+                         f"it, raise the limit: load(..., max_memory=N) or {MAX_MEMORY_ENV}=N")
     if registry is None:
         registry = KernelRegistry.portable() if mode == "lean" else KernelRegistry.aten()
+    if allow_ops and mode == "aten":
+        registry.allow_ops(allow_ops)
     for library in kernels:
         load_kernel_library(api, library, registry)
     resolved: dict[str, tuple[Kernel | None, ...]] = {}
     missing: dict[str, MissingOp] = {}
+    refused: dict[str, tuple[str, MissingOp]] = {}
     for method in program.methods:
-        resolved[method.name] = _resolve(api, method, registry, missing)
+        resolved[method.name] = _resolve(api, method, registry, missing, refused)
+    if refused:
+        raise _refused_error(api, refused)
     if missing:
         raise missing_kernel_error(api, list(missing.values()), registry, mode)
-    return LoadedProgram(program, registry, mode, resolved, label)
+    return LoadedProgram(program, registry, mode, resolved, label, max_memory=limit)
 
 
 def _read(source: object, mode: str) -> tuple[str, str, Program]:
@@ -190,7 +226,8 @@ def dtype_key(method: MethodDef, instruction: KernelCall) -> str:
 
 
 def _resolve(api: str, method: MethodDef, registry: KernelRegistry,
-             missing: dict[str, MissingOp]) -> tuple[Kernel | None, ...]:
+             missing: dict[str, MissingOp],
+             refused: dict[str, tuple[str, MissingOp]]) -> tuple[Kernel | None, ...]:
     kernels: list[Kernel | None] = []
     cache: dict[tuple[int, str], Kernel | None] = {}
     for i, instruction in enumerate(method.instructions):
@@ -211,11 +248,33 @@ def _resolve(api: str, method: MethodDef, registry: KernelRegistry,
         kernel = cache[slot]
         if kernel is None:
             key = method.operators[instruction.op].key
-            missing.setdefault(key, MissingOp(key)).add(method.name, i, dtype)
+            reason = registry.refusal(key)
+            if reason is not None:
+                refused.setdefault(key, (reason, MissingOp(key)))[1].add(method.name, i, dtype)
+            else:
+                missing.setdefault(key, MissingOp(key)).add(method.name, i, dtype)
         else:
             _check_written(api, method, i, instruction, kernel)
         kernels.append(kernel)
     return tuple(kernels)
+
+
+def _refused_error(api: str, refused: dict[str, tuple[str, MissingOp]]) -> ProgramError:
+    """One error naming every operator ATen mode refuses, why, and how to allow it."""
+    lines = [f"  {key} ({op.where()}): {reason}" for key, (reason, op) in refused.items()]
+    denied = all(reason.startswith("deny-listed") for reason, _ in refused.values())
+    fix = ("none: deny-listed operators touch files, processes or the network and never run "
+           "from a program file; re-export the model without them" if denied else
+           "1. re-export the model with opforge.export (it emits only allowed operators); "
+           "2. for your own torch operator, register it through opforge.torch_bridge "
+           "(register / register_manifest), or allow it explicitly: "
+           "load(..., allow_ops=['ns::op.overload']) or registry.allow_ops([...]) "
+           "(deny-listed operators cannot be allowed)")
+    return ProgramError(
+        f"`{api}`: {len(refused)} operator(s) refused in ATen mode —\n" + "\n".join(lines)
+        + "\n— valid: core ATen out variants, the operators opforge's export emits, custom "
+        "operators registered through opforge.torch_bridge or allowed with allow_ops — fix: "
+        + fix)
 
 
 def _check_written(api: str, method: MethodDef, i: int, instruction: KernelCall,

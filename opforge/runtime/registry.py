@@ -13,7 +13,8 @@
 #   2. an overriding kernel for ``"default"``,
 #   3. a base kernel for the exact dtype key,
 #   4. a base kernel for ``"default"``,
-#   5. the registry's fallback (ATen mode: PyTorch's own kernel for any op torch knows).
+#   5. the registry's fallback (ATen mode: PyTorch's own kernel for an op torch knows and
+#      the ATen-mode allow-list admits, ``opforge.kernels.aten_allowlist``).
 #
 # Overriding kernels are how a native library replaces a built-in: a user's compiled
 # ``aten::add.out`` registered with ``override=True`` wins over the portable one without
@@ -127,11 +128,14 @@ class KernelRegistry:
         return registry
 
     @classmethod
-    def aten(cls) -> KernelRegistry:
-        """A fresh ATen-mode registry: every op torch knows runs on PyTorch's own kernel.
+    def aten(cls, *, allow_ops: Iterable[str] = ()) -> KernelRegistry:
+        """A fresh ATen-mode registry: ops on the allow-list run on PyTorch's own kernel.
 
-        Imports torch (only here and when a kernel is first resolved). Kernels registered
-        into it explicitly (e.g. native overrides) still take precedence over torch's.
+        The allow-list (``opforge.kernels.aten_allowlist``) admits core ATen out variants,
+        what opforge's export emits, custom ops registered through ``opforge.torch_bridge``
+        and ``allow_ops`` (see ``allow_ops``); never a deny-listed op (files, processes,
+        network). Imports torch (only here and when a kernel is first resolved). Kernels
+        registered into it explicitly (e.g. native overrides) still take precedence.
         """
         try:
             import torch  # noqa: F401  (fail here, clearly, rather than at the first op)
@@ -141,9 +145,9 @@ class KernelRegistry:
                 "ATen mode needs PyTorch; lean mode needs only NumPy — fix: 1. use --mode lean "
                 "/ mode='lean'; 2. or install torch (pip install 'opforge[torch]')"
             ) from e
-        from opforge.kernels.aten import aten_kernel
+        from opforge.kernels.aten_allowlist import AtenOps
 
-        return cls(name="aten", fallback=aten_kernel)
+        return cls(name="aten", fallback=AtenOps(allow_ops))
 
     # --- registration -------------------------------------------------------------------
 
@@ -176,6 +180,25 @@ class KernelRegistry:
         """Register every ``key -> fn`` of ``kernels`` (dtype key ``"default"``)."""
         for key, fn in kernels.items():
             self.register(key, fn, origin=origin, target=target, override=override)
+
+    def allow_ops(self, keys: Iterable[str]) -> None:
+        """Let the fallback run each of ``keys`` (ATen mode: your own torch ops, an exact
+        ``"ns::op.overload"`` or ``"ns::op"`` for every overload). A deny-listed key is a
+        ``RegistrationError``; so is a registry without an allow-list (lean mode runs only
+        the kernels registered into it: register one instead)."""
+        allow = getattr(self._fallback, "allow", None)
+        if allow is None:
+            raise RegistrationError(
+                f"`KernelRegistry.allow_ops()`: registry {self.name!r} — has no fallback with an "
+                "allow-list — valid: an ATen-mode registry (KernelRegistry.aten()) — fix: "
+                "register a kernel for the op with registry.register(...) instead")
+        allow(keys, api=f"KernelRegistry({self.name!r}).allow_ops()")
+
+    def refusal(self, key: str) -> str | None:
+        """Why the fallback refuses to serve ``key`` (an ATen-mode registry refuses ops off
+        its allow-list), or None."""
+        refusal = getattr(self._fallback, "refusal", None)
+        return None if refusal is None else refusal(key)
 
     # --- queries ------------------------------------------------------------------------
 

@@ -15,6 +15,10 @@ depthwise (groups == channels, one filter each): a multiply-accumulate over the 
 taps, each tap a strided view — for 9 taps much cheaper than building columns;
 otherwise: one copy into the columns, laid out (N, G, taps, positions) so that
 ``np.matmul(w, columns, out)`` writes the (N, C_out, positions) result straight into out.
+
+Stride, padding and dilation come from the program file: the kernel and its binder check
+them against the output's shape and the workspace they imply against the memory limit
+before allocating anything (``_workspace``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from opforge.errors import KernelError
 from opforge.kernels.portable._binding import separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
+from opforge.kernels.portable._workspace import (
+    check_convolution, check_workspace, convolution_workspace,
+)
 
 __all__ = ["KERNELS", "expand_param"]
 
@@ -108,12 +115,26 @@ def convolution_out(input, weight, bias, stride, padding, dilation, transposed,
     ct = accumulate_dtype(out.dtype)
     if transposed:
         output_padding = expand_param(output_padding, spatial, "output_padding", api)
+    _check(api, x, weight, stride, padding, dilation, transposed, output_padding, groups,
+           out.shape if batched else (1,) + out.shape, ct.itemsize)
+    if transposed:
         y = _transposed(x, weight, stride, padding, dilation, output_padding, groups, ct)
     else:
         y = _convolution(x, weight, stride, padding, dilation, groups, ct)
     if bias is not None:
         y = y + bias.astype(ct, copy=False).reshape((1, -1) + (1,) * spatial)
     np.copyto(out, y.reshape(out.shape), casting="unsafe")
+
+
+def _check(api, x, weight, stride, padding, dilation, transposed, output_padding, groups,
+           out_shape, itemsize) -> None:
+    """Geometry, then workspace size (see ``_workspace``), before anything is allocated."""
+    check_convolution(api, x.shape, weight.shape, stride, padding, dilation, transposed,
+                      output_padding, groups, out_shape)
+    nbytes = convolution_workspace(x.shape, weight.shape, stride, padding, dilation,
+                                   transposed, output_padding, groups, out_shape, itemsize)
+    check_workspace(api, f"workspace for input {x.shape}, weight {weight.shape}, "
+                    f"stride={stride}, padding={padding}, dilation={dilation}", nbytes)
 
 
 # --- bind-time fast paths -------------------------------------------------------------------
@@ -131,9 +152,17 @@ def _padded_source(x: np.ndarray, padding, spatial: int) -> tuple[np.ndarray, li
 
 @binder_for(convolution_out)
 def _bind_convolution(args):
-    (input, weight, bias, stride, padding, dilation, transposed, _output_padding, groups,
+    (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
      out) = args
     dtype = out.dtype
+    if input.ndim == weight.ndim and input.ndim >= 3 and out.ndim == input.ndim:
+        # refuse a hostile geometry at bind (load), not at the first call
+        spatial = input.ndim - 2
+        params = [expand_param(v, spatial, name, "aten::convolution.out") for v, name in (
+            (stride, "stride"), (padding, "padding"), (dilation, "dilation"),
+            (output_padding if transposed else (0,), "output_padding"))]
+        _check("aten::convolution.out", input, weight, *params[:3], transposed, params[3],
+               groups, out.shape, accumulate_dtype(dtype).itemsize)
     if transposed or input.ndim != weight.ndim or input.ndim < 3 or \
             dtype not in (np.float32, np.float64) or input.dtype != dtype or \
             weight.dtype != dtype or (bias is not None and bias.dtype != dtype) or \

@@ -26,6 +26,10 @@ NaN — 3 ufunc calls a tap, or a tournament for 2x2/stride 2 — and a call who
 holds a NaN reruns the exact scan (5 calls a tap, with the NaN rule). Bound adaptive max
 pooling is a max pool where the bins tile the input, else a scan of gathered taps. 3-d
 pooling has no bound fast path: its kernels run as they are.
+
+Kernel size, stride, padding and dilation come from the program file: every kernel and
+binder checks them (ATen's ranges, the output's shape) and the padded workspace they imply
+(against the memory limit) before allocating anything (``_workspace``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ import numpy as np
 from opforge.kernels.portable._binding import separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype, is_floating
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
+from opforge.kernels.portable._workspace import (
+    check_output_size, check_pooling, check_workspace, padded_elements,
+)
 from opforge.kernels.portable.convolution import expand_param
 
 __all__ = ["KERNELS"]
@@ -85,10 +92,30 @@ def _params(kernel_size, stride, padding, dilation, spatial: int, api: str):
     return k, s, p, d
 
 
-def _max_pool(self, k, s, p, d, ceil_mode, out, indices) -> None:
+def _geometry(api, x, k, s, p, d, ceil_mode, out, *, average: bool) -> tuple[int, ...]:
+    """The output's spatial shape, once parameters and workspace are checked (the general
+    kernels' padded input, its windows gathered, and a byte per window element)."""
+    n = len(k)
+    sizes = x.shape[-n:]
+    out_size = check_pooling(
+        api, sizes, k, s, p, d, out.shape[-n:],
+        lambda *a: _pooled_shape(*a, ceil_mode), average=average)
+    lead = math.prod(x.shape[:-n])
+    itemsize = accumulate_dtype(x.dtype).itemsize if average else x.itemsize
+    windows = lead * math.prod(out_size) * math.prod(k)
+    copied = lead * math.prod(sizes) if average else 0  # the input in its compute dtype
+    nbytes = (padded_elements(lead, sizes, k, s, p, d, out_size) + windows + copied) * itemsize \
+        + windows
+    check_workspace(api, f"workspace for input {x.shape}, kernel_size={k}, stride={s}, "
+                    f"padding={p}, dilation={d}", nbytes)
+    return out_size
+
+
+def _max_pool(self, k, s, p, d, ceil_mode, out, indices,
+              api="aten::max_pool2d_with_indices.out") -> None:
     n = len(k)
     sizes = self.shape[-n:]
-    out_size = _pooled_shape(sizes, k, s, p, d, ceil_mode)
+    out_size = _geometry(api, self, k, s, p, d, ceil_mode, out, average=False)
     fill = -np.inf if is_floating(self.dtype) else np.iinfo(self.dtype).min
     windows = _windows(self, k, s, p, d, out_size, fill)
     local = np.argmax(windows, axis=-1)  # first maximum wins ties, as in ATen
@@ -126,7 +153,7 @@ def max_pool2d_with_indices_out(self, kernel_size, stride, padding, dilation, ce
                                 out, indices):
     params = _params(kernel_size, stride, padding, dilation, 2,
                      "aten::max_pool2d_with_indices.out")
-    _max_pool(self, *params, ceil_mode, out, indices)
+    _max_pool(self, *params, ceil_mode, out, indices, "aten::max_pool2d_with_indices.out")
 
 
 @kernel("aten::max_pool3d_with_indices.out")
@@ -134,14 +161,15 @@ def max_pool3d_with_indices_out(self, kernel_size, stride, padding, dilation, ce
                                 out, indices):
     params = _params(kernel_size, stride, padding, dilation, 3,
                      "aten::max_pool3d_with_indices.out")
-    _max_pool(self, *params, ceil_mode, out, indices)
+    _max_pool(self, *params, ceil_mode, out, indices, "aten::max_pool3d_with_indices.out")
 
 
-def _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out) -> None:
+def _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out,
+              api) -> None:
     n = len(k)
     sizes = self.shape[-n:]
     d = (1,) * n
-    out_size = _pooled_shape(sizes, k, s, p, d, ceil_mode)
+    out_size = _geometry(api, self, k, s, p, d, ceil_mode, out, average=True)
     ct = accumulate_dtype(out.dtype)
     total = _windows(self.astype(ct, copy=False), k, s, p, d, out_size, 0).sum(axis=-1)
     if divisor_override:
@@ -165,14 +193,16 @@ def _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out
 def avg_pool2d_out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                    divisor_override, out):
     k, s, p, _ = _params(kernel_size, stride, padding, (1,), 2, "aten::avg_pool2d.out")
-    _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out)
+    _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out,
+              "aten::avg_pool2d.out")
 
 
 @kernel("aten::avg_pool3d.out")
 def avg_pool3d_out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                    divisor_override, out):
     k, s, p, _ = _params(kernel_size, stride, padding, (1,), 3, "aten::avg_pool3d.out")
-    _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out)
+    _avg_pool(self, k, s, p, ceil_mode, count_include_pad, divisor_override, out,
+              "aten::avg_pool3d.out")
 
 
 def _adaptive_bounds(size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,15 +240,22 @@ def _adaptive_avg_pool(self, out_size, out) -> None:
     np.copyto(out, total / divisor, casting="unsafe")
 
 
+def _adaptive_size(output_size, spatial: int, out, api: str) -> tuple[int, ...]:
+    """``output_size`` expanded, refused unless it is ``out``'s spatial shape."""
+    size = expand_param(output_size, spatial, "output_size", api)
+    check_output_size(api, size, out.shape[-spatial:])
+    return size
+
+
 @kernel("aten::_adaptive_avg_pool2d.out")
 def adaptive_avg_pool2d_out(self, output_size, out):
-    _adaptive_avg_pool(self, expand_param(output_size, 2, "output_size",
+    _adaptive_avg_pool(self, _adaptive_size(output_size, 2, out,
                                           "aten::_adaptive_avg_pool2d.out"), out)
 
 
 @kernel("aten::_adaptive_avg_pool3d.out")
 def adaptive_avg_pool3d_out(self, output_size, out):
-    _adaptive_avg_pool(self, expand_param(output_size, 3, "output_size",
+    _adaptive_avg_pool(self, _adaptive_size(output_size, 3, out,
                                           "aten::_adaptive_avg_pool3d.out"), out)
 
 
@@ -276,13 +313,13 @@ def _adaptive_max_pool(self, out_size, out, indices) -> None:
 
 @kernel("aten::adaptive_max_pool2d.out")
 def adaptive_max_pool2d_out(self, output_size, out, indices):
-    _adaptive_max_pool(self, expand_param(output_size, 2, "output_size",
+    _adaptive_max_pool(self, _adaptive_size(output_size, 2, out,
                                           "aten::adaptive_max_pool2d.out"), out, indices)
 
 
 @kernel("aten::adaptive_max_pool3d.out")
 def adaptive_max_pool3d_out(self, output_size, out, indices):
-    _adaptive_max_pool(self, expand_param(output_size, 3, "output_size",
+    _adaptive_max_pool(self, _adaptive_size(output_size, 3, out,
                                           "aten::adaptive_max_pool3d.out"), out, indices)
 
 
@@ -352,11 +389,13 @@ def _fast_scan(taps, flats, first, out: np.ndarray, indices: np.ndarray, maximum
 @binder_for(max_pool2d_with_indices_out)
 def _bind_max_pool2d(args):
     self, kernel_size, stride, padding, dilation, ceil_mode, out, indices = args
+    api = "aten::max_pool2d_with_indices.out"
+    k, s, p, d = _params(kernel_size, stride, padding, dilation, 2, api)
+    if self.ndim >= 2 and out.ndim == self.ndim:  # refuse a hostile geometry at bind
+        _geometry(api, self, k, s, p, d, ceil_mode, out, average=False)
     if self.ndim not in (3, 4) or out.dtype != self.dtype or indices.dtype != np.int64 or \
             self.size == 0 or not separate([out, indices], self):
         return max_pool2d_with_indices_out, args
-    k, s, p, d = _params(kernel_size, stride, padding, dilation, 2,
-                         "aten::max_pool2d_with_indices.out")
     h, w = self.shape[-2:]
     out_hw = _pooled_shape((h, w), k, s, p, d, ceil_mode)
     if out.shape[-2:] != out_hw:
@@ -479,7 +518,7 @@ def _bind_adaptive_max_pool2d(args):
     if self.ndim not in (3, 4) or out.dtype != self.dtype or indices.dtype != np.int64 or \
             out.size == 0 or not separate([out, indices], self):
         return adaptive_max_pool2d_out, args
-    oh, ow = expand_param(output_size, 2, "output_size", "aten::adaptive_max_pool2d.out")
+    oh, ow = _adaptive_size(output_size, 2, out, "aten::adaptive_max_pool2d.out")
     h, w = self.shape[-2:]
     if h % oh == 0 and w % ow == 0:  # equal bins that tile the input: a max pool
         k = (h // oh, w // ow)

@@ -1,0 +1,117 @@
+"""Memory limits: how much one method instance may allocate for a program's sake.
+
+A program file is untrusted data, and its numbers decide allocations: arena sizes (the
+verifier admits up to 2**48 bytes), and the workspaces the portable convolution and
+pooling kernels size from padding, dilation and stride. Every such allocation is checked
+against one limit *before* it is made, so a hostile or corrupt file gets a clear
+``ProgramError`` / ``KernelError`` instead of a raw ``MemoryError`` or a machine that
+swaps itself to death.
+
+The limit, first found wins:
+
+1. ``load(..., max_memory=N)`` — for the methods of that ``LoadedProgram`` (their arenas
+   and the workspaces their kernels allocate when bound);
+2. inside ``with memory_limit(N):`` — for whatever is allocated in the block;
+3. the environment variable ``OPFORGE_MAX_MEMORY`` — bytes, or a number with a binary
+   suffix: ``"512M"``, ``"16G"``, ``"16GiB"``, ``"1T"``;
+4. ``DEFAULT_MAX_MEMORY``: 8 GiB.
+
+>>> with memory_limit(1 << 20):
+...     max_memory()
+1048576
+>>> parse_size("16GiB") == 16 << 30
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from contextvars import ContextVar
+from typing import Iterator
+
+from opforge.errors import OpforgeError, ProgramError, shown
+
+__all__ = [
+    "DEFAULT_MAX_MEMORY", "MAX_MEMORY_ENV", "check_memory", "max_memory", "memory_limit",
+    "parse_size",
+]
+
+DEFAULT_MAX_MEMORY = 8 << 30
+MAX_MEMORY_ENV = "OPFORGE_MAX_MEMORY"
+
+_limit: ContextVar[int | None] = ContextVar("opforge_max_memory", default=None)
+_SIZE = re.compile(r"\s*(\d+)\s*(?:([KMGT])(?:I?B)?|B)?\s*\Z", re.IGNORECASE)
+_SHIFT = {None: 0, "K": 10, "M": 20, "G": 30, "T": 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"123"``, ``"512K"``, ``"16G"``, ``"16GiB"`` (binary suffixes);
+    ``ValueError`` otherwise."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"not a size: {text!r}")
+    suffix = match.group(2)
+    return int(match.group(1)) << _SHIFT[suffix.upper() if suffix else None]
+
+
+def _checked(value: object, api: str, where: str) -> int:
+    if type(value) is not int or value <= 0:
+        raise ProgramError(
+            f"`{api}`: {where} — found {shown(value)} — valid: a positive number of bytes "
+            f"(default {DEFAULT_MAX_MEMORY} = 8 GiB) — fix: pass e.g. 16 << 30 for 16 GiB")
+    return value
+
+
+def max_memory(value: int | None = None, *, api: str = "opforge.runtime.max_memory()") -> int:
+    """The limit in bytes: ``value`` if given, else the innermost ``memory_limit`` block,
+    else ``OPFORGE_MAX_MEMORY``, else ``DEFAULT_MAX_MEMORY``."""
+    if value is not None:
+        return _checked(value, api, "max_memory")
+    scoped = _limit.get()
+    if scoped is not None:
+        return scoped
+    text = os.environ.get(MAX_MEMORY_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_MEMORY
+    try:
+        size = parse_size(text)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise ProgramError(
+            f"`{api}`: environment variable {MAX_MEMORY_ENV} — found {shown(text)} — valid: "
+            "a positive number of bytes, optionally with K, M, G or T (binary: 16G = 16 GiB) "
+            f"— fix: export {MAX_MEMORY_ENV}=16G, or unset it for the 8 GiB default")
+    return size
+
+
+@contextlib.contextmanager
+def memory_limit(nbytes: int) -> Iterator[int]:
+    """Within the block, allocations made for a program are limited to ``nbytes``."""
+    token = _limit.set(_checked(nbytes, "opforge.runtime.memory_limit()", "nbytes"))
+    try:
+        yield nbytes
+    finally:
+        _limit.reset(token)
+
+
+def check_memory(api: str, subject: str, nbytes: int, *, limit: int | None = None,
+                 error: type[OpforgeError] = ProgramError, fix: str = "") -> None:
+    """Raise ``error`` unless ``nbytes`` (a Python int: never overflows) fits the limit."""
+    limit = max_memory(limit, api=api)
+    if nbytes > limit:
+        raise error(
+            f"`{api}`: {subject} — needs {nbytes} bytes ({_human(nbytes)}) — valid: at most "
+            f"the memory limit, {limit} bytes ({_human(limit)}) — fix: "
+            + (fix or "1. check that the program file is the one exported (a corrupt or hostile "
+                      "file asks for absurd sizes); 2. if the model really needs it, raise the "
+                      f"limit: load(..., max_memory=N) or {MAX_MEMORY_ENV}=N"))
+
+
+def _human(nbytes: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.1f} {unit}"
+    return f"{nbytes} B"
