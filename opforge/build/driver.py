@@ -3,10 +3,15 @@
 The stages, top to bottom (one function each below):
 
     load + select ops → codegen → find toolchain → cache key
-      → cache hit? copy out, done
-      → lock key → (hit after waiting? copy out) → sweep stale temp dirs
+      → verified cache hit? copy out, done
+      → lock key → (verified hit after waiting? copy out) → evict a corrupt entry
+      → sweep stale temp dirs
       → write project → cmake configure → ninja build → check every kernel is defined
-      → build.json → publish to cache (atomic) → copy out (atomic)
+      → build.json (sizes and SHA-256 of every file) → publish to cache (atomic)
+      → copy out (atomic)
+
+An OSError on the way (a cache directory under a regular file, a full disk, an output
+directory that cannot be created) is a BuildError naming the path, with a fix.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from opforge._user_files import os_error_text, require_regular_file
 from opforge.build.abi import ABI_VERSION, include_dir
-from opforge.build.cache import BuildCache, copy_atomic, hash_key
+from opforge.build.cache import BuildCache, CacheEntry, copy_atomic, hash_key, record_files
 from opforge.build.codegen import GeneratedProject, generate_project, target_name
 from opforge.build.diagnostics import compile_error, undefined_kernels_error
 from opforge.build.selection import select_ops
@@ -94,19 +100,42 @@ def build_library(manifest_or_opdefs: str | os.PathLike | Sequence[OpDef],
     cache = BuildCache(Path(cache_root) if cache_root else None)
     show = sys.stderr.isatty() if progress is None else progress
 
-    entry, fresh = cache.lookup(key), False
-    if entry is None:
-        with cache.locked(key):
-            entry = cache.lookup(key)  # another process may have built it while we waited
-            if entry is None:
-                cache.sweep_stale(key)
-                entry = _build(cache, key, project, source_paths, toolchain, output.name, show)
-                fresh = True
-    built = json.loads((entry / "build.json").read_text())
-    copy_atomic(entry / output.name, output)
+    try:
+        entry, fresh = cache.lookup(key), False
+        if entry is None:
+            with cache.locked(key):
+                # another process may have built it while we waited; a corrupt entry is
+                # evicted here, under the lock, and built again
+                entry = cache.lookup(key, evict_invalid=True)
+                if entry is None:
+                    cache.sweep_stale(key)
+                    entry = _build(cache, key, project, source_paths, toolchain, output.name,
+                                   show)
+                    fresh = True
+    except OSError as e:
+        raise _cache_error(e, cache) from e
+    _copy_out(entry, output)
     return BuildResult(output, key, not fresh, time.perf_counter() - start, output.stat().st_size,
-                       tuple(tuple(k) for k in built["kernels"]), selection.reason,
-                       entry / "project", selection.unserved)
+                       tuple(tuple(k) for k in entry.record["kernels"]), selection.reason,
+                       entry.path / "project", selection.unserved)
+
+
+def _cache_error(e: OSError, cache: BuildCache) -> BuildError:
+    path = e.filename or cache.root
+    return BuildError(f"`opforge build`: build cache {os_error_text(e, path, 'write')}; or "
+                      f"point $OPFORGE_CACHE_DIR (cache_root=) at a directory you can write "
+                      f"(the cache is now {cache.root.parent})")
+
+
+def _copy_out(entry: CacheEntry, output: Path) -> None:
+    try:
+        copy_atomic(entry.library, output)
+    except OSError as e:
+        if e.filename == str(entry.library):  # removed between verification and copy
+            raise BuildError(f"`opforge build`: cached library {entry.library} — vanished while "
+                             "being copied (another process evicted it?) — fix: run the build "
+                             "again") from e
+        raise BuildError(f"`opforge build`: output {os_error_text(e, output, 'write')}") from e
 
 
 def _opdefs(source) -> list[OpDef]:
@@ -121,9 +150,21 @@ def _sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
         raise BuildError("`opforge build`: no sources — fix: pass the C++ files defining the "
                          "kernels with --sources a.cpp b.cpp")
     for p in paths:
-        if not p.is_file():
-            raise BuildError(f"`opforge build`: source {p} — no such file — fix: check the path")
+        try:
+            kind = require_regular_file(p)
+        except OSError as e:
+            raise BuildError(f"`opforge build`: source {os_error_text(e, p, 'read')}") from e
+        if kind is not None:
+            raise BuildError(f"`opforge build`: source {p} — is {kind} — valid: a C++ source "
+                             "file — fix: check the path")
     return paths
+
+
+def _source_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+        raise BuildError(f"`opforge build`: source {os_error_text(e, path, 'read')}") from e
 
 
 def _cache_key(project: GeneratedProject, sources: list[Path], flags: Sequence[str],
@@ -132,7 +173,7 @@ def _cache_key(project: GeneratedProject, sources: list[Path], flags: Sequence[s
     from opforge import __version__
 
     return hash_key({
-        "sources": [(str(p), hashlib.sha256(p.read_bytes()).hexdigest()) for p in sources],
+        "sources": [(str(p), _source_digest(p)) for p in sources],
         "generated": project.files,  # glue (manifest, selection), CMakeLists, header copies
         "headers": sorted(p.name for p in (include_dir() / "opforge").glob("*.h")),
         "flags": list(flags),
@@ -151,13 +192,18 @@ def _status(show: bool, text: str):
 
 
 def _run(command: list[str], cwd: Path) -> tuple[int, str]:
-    proc = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace")
+    try:
+        proc = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace")
+    except OSError as e:  # not the cache's fault: say which tool could not be started
+        raise BuildError(f"`opforge build`: {command[0]} — cannot run it ({e.strerror or e}) "
+                         "— valid: an executable cmake and ninja — fix: install them, or put "
+                         "them on PATH") from e
     return proc.returncode, proc.stdout
 
 
 def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list[Path],
-           toolchain: Toolchain, output_name: str, show: bool) -> Path:
+           toolchain: Toolchain, output_name: str, show: bool) -> CacheEntry:
     started = time.time()
     tmp = cache.temp_dir(key)
     try:
@@ -184,13 +230,16 @@ def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list
             raise BuildError(f"`opforge build`: the build finished but {built} is missing")
         _check_defined(built, project, build_dir, sources)
         os.replace(built, tmp / output_name)
-        (tmp / "build.json").write_text(json.dumps({
+        shutil.rmtree(build_dir, ignore_errors=True)  # objects: not needed once linked
+        record = {
             "key": key, "library": project.library, "started": started,
             "seconds": time.time() - started, "size": (tmp / output_name).stat().st_size,
             "kernels": [[e.key, e.dtype_key, e.sig.qualified] for e in project.entries],
-        }, indent=1))
-        shutil.rmtree(build_dir, ignore_errors=True)  # objects: not needed once linked
-        return cache.commit(key, tmp)
+            "library_file": output_name,
+            "files": record_files(tmp),  # verified on every cache hit
+        }
+        (tmp / "build.json").write_text(json.dumps(record, indent=1))
+        return CacheEntry(cache.commit(key, tmp), record)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed or interrupted build leaves nothing
         raise
