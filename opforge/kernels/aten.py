@@ -96,6 +96,8 @@ class AtenOpKernel:
         self._kwarg_only = [a.kwarg_only for a in schema.arguments]
         self._written = [a.alias_info is not None and a.alias_info.is_write
                          for a in schema.arguments]
+        # positions of the written arguments: the loader refuses constants there at load
+        self.written = tuple(i for i, w in enumerate(self._written) if w)
         self._converters = [_converter(str(a.real_type), torch) for a in schema.arguments]
 
     def __repr__(self) -> str:

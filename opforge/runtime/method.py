@@ -41,6 +41,7 @@ from opforge.program import (
     TensorValue,
 )
 from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
+from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
 
 __all__ = ["Method", "IOSpec"]
@@ -94,6 +95,7 @@ class Method:
         self.name = method.name
         self._api = api
         self._busy = threading.Lock()
+        self._max_memory = max_memory()  # the load's limit, for re-binding on scalar inputs
         self._def = method
         self._arenas = allocate_arenas(method)
         self._values = ValueTable(api, program, method, self._arenas)
@@ -286,6 +288,10 @@ class Method:
             self._rebind_scalar_users()
 
     def _rebind_scalar_users(self) -> None:
+        with memory_limit(self._max_memory):
+            self._rebind_scalar_users_within_limit()
+
+    def _rebind_scalar_users_within_limit(self) -> None:
         for positions in self._scalar_users.values():
             for position in positions:
                 i = self._instruction_index[position]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opforge.errors import KernelError
+from opforge.errors import KernelError, ProgramError
 from opforge.kernels.aten import AtenOpKernel, aten_kernel, torch_op
 from opforge.program import (
     ArenaStorage, BoolValue, ConstantStorage, IntValue, KernelCall, MemoryPlan, Method, NoneValue,
@@ -71,10 +71,18 @@ def test_aten_mode_writes_straight_into_the_arena():
     assert np.shares_memory(view, forward._arenas[0])
 
 
-def test_writing_into_a_read_only_constant_is_refused_at_bind_not_a_crash():
-    loaded = load(_program(ConstantStorage(0, 0)), mode="aten")
-    with pytest.raises(KernelError, match="read-only array"):
-        loaded.method()
+def test_writing_into_a_read_only_constant_is_refused_at_load_not_a_crash():
+    with pytest.raises(ProgramError, match="a constant tensor, where the kernel writes"):
+        load(_program(ConstantStorage(0, 0)), mode="aten")
+
+
+def test_writing_into_a_read_only_array_is_refused_at_bind():
+    # the bind-time guard behind the load-time one: a read-only array handed to the kernel
+    kernel = aten_kernel("aten::neg.out")
+    out = np.zeros(3, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only array"):
+        kernel.fn.bind((np.ones(3, np.float32), out))
 
 
 def test_aten_and_lean_agree_with_scalar_type_arguments():
