@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from opforge._user_files import os_error_text, require_regular_file
 from opforge.errors import ExportError
 
 __all__ = ["export", "load_factory", "methods_from_factory"]
@@ -33,6 +34,8 @@ def load_factory(spec: str) -> Any:
             f"{_API}: {spec!r} — not MODULE:FACTORY — valid: e.g. opforge.examples.zoo:mlp or "
             "models.py:make_model — fix: name the module and the factory separated by ':'"
         )
+    if module_name.endswith(".py") and os.path.exists(module_name):
+        _refuse_special(module_name)
     try:
         if module_name.endswith(".py"):
             path = os.path.abspath(module_name)
@@ -50,6 +53,10 @@ def load_factory(spec: str) -> Any:
             f"{_API}: module {module_name!r} — cannot be imported ({exc}) — valid: an importable module "
             "or a .py file — fix: check the name, run from the project directory, or set PYTHONPATH"
         ) from exc
+    except OSError as exc:
+        if exc.filename not in (module_name, os.path.abspath(module_name)):
+            raise  # raised by the module's own code: its traceback is what the user needs
+        raise ExportError(f"{_API}: factory file {os_error_text(exc, module_name, 'read')}") from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         candidates = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))[:12]
@@ -58,6 +65,17 @@ def load_factory(spec: str) -> Any:
             f"{', '.join(candidates) or 'a function returning (model, example_inputs)'} — fix: name one of them"
         )
     return factory
+
+
+def _refuse_special(path: str) -> None:
+    """A FIFO or device named as the factory's file would block (or act) when opened."""
+    try:
+        kind = require_regular_file(path)
+    except OSError as exc:
+        raise ExportError(f"{_API}: factory file {os_error_text(exc, path, 'read')}") from exc
+    if kind is not None:
+        raise ExportError(f"{_API}: factory file {path!r} — is {kind} — valid: a Python source "
+                          "file — fix: name the .py file that defines the factory")
 
 
 def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:

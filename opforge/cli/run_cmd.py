@@ -16,6 +16,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from opforge._user_files import os_error_text, require_regular_file
+
 __all__ = ["run", "profile_table"]
 
 
@@ -78,16 +80,40 @@ def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
     if len(latencies) > 1:
         _print_latency(console, latencies, traced=tracer is not None)
     if output_dir:
-        _write_outputs(console, Path(output_dir), results, per_inference=input_list is not None)
+        try:
+            _write_outputs(console, Path(output_dir), results,
+                           per_inference=input_list is not None)
+        except OSError as e:
+            raise _write_error("--output-dir", e, e.filename or output_dir) from None
     if profile:
         _print_profile(console, tracer)
     if trace_path:
-        tracer.save(trace_path)
+        try:
+            tracer.save(trace_path)
+        except OSError as e:
+            raise _write_error("--trace", e, trace_path) from None
         console.print(f"trace: {len(tracer.events)} event(s) written to {trace_path} "
                       "(open in ui.perfetto.dev)")
 
 
+def _write_error(option: str, e: OSError, path: str) -> click.ClickException:
+    return click.ClickException(f"`opforge run {option}`: {os_error_text(e, path, 'write')}")
+
+
+def _refuse_special(option: str, path: str) -> None:
+    """A FIFO or device given as an input file would block (or act) when opened."""
+    try:
+        kind = require_regular_file(path)
+    except OSError as e:
+        raise click.ClickException(f"`opforge run {option}`: input "
+                                   f"{os_error_text(e, path, 'read')}") from None
+    if kind is not None:
+        raise click.ClickException(f"`opforge run {option}`: input {path!r} — is {kind} — "
+                                   "valid: a regular file — fix: save the data to a file first")
+
+
 def _read_npy(path: str) -> np.ndarray:
+    _refuse_special("--input", path)
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -101,8 +127,15 @@ def _read_input_list(path: str) -> list[list[str]]:
     """One inference per non-empty line; a relative path is tried from the current
     directory first, then from the list file's directory ('#' starts a comment)."""
     base = Path(path).parent
+    _refuse_special("--input-list", path)
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise click.ClickException(f"`opforge run --input-list`: {path!r} — cannot read it as "
+                                   f"text ({e}) — valid: a text file of .npy paths — fix: check "
+                                   "the path") from None
     inferences = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
