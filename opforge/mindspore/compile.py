@@ -55,7 +55,7 @@ def compile_library(sources: Sequence[str | os.PathLike], name: str, *,
     command_flags = [*FLAGS, f"-I{include_dir()}", *flags]
     key = hash_key({"sources": digests, "header": header, "flags": command_flags,
                     "toolchain": toolchain.identity(), "opforge": __version__,
-                    "kind": "mindspore-aot"})
+                    "kind": "mindspore-aot", "name": name})
     cache = BuildCache(cache_root)
     library_name = f"lib{name}.so"
     found = cache.lookup(key)
