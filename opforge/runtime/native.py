@@ -34,6 +34,7 @@ import numpy as np
 
 from opforge.build.abi import ABI_VERSION, KIND_OPTIONAL, KIND_SCALAR, MESSAGE_SIZE, \
     REGISTER_SYMBOL, ArgTag
+from opforge._user_files import require_regular_file
 from opforge.errors import BuildError, KernelError, SchemaError
 from opforge.schema import FunctionSchema
 
@@ -145,6 +146,9 @@ def _refuse(path: str, found: str, fix: str = "rebuild it with `opforge build`")
 def _check_elf(path: str) -> None:
     """Refuse files that are not complete ELF shared objects, before dlopen sees them."""
     try:
+        kind = require_regular_file(path)  # opening a FIFO would block until a writer came
+        if kind is not None:
+            raise _refuse(path, f"it is {kind}, not a regular file", "pass the library's path")
         with open(path, "rb") as f:
             data = f.read(64)
             size = os.fstat(f.fileno()).st_size

@@ -135,3 +135,18 @@ def test_minmax_right_shape_runs(full):
     lo, hi = forward(x)
     np.testing.assert_array_equal(lo, x.min(1))
     np.testing.assert_array_equal(hi, x.max(1))
+
+
+def test_a_fifo_as_a_kernel_library_is_refused_without_blocking(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "lib.so"
+    os.mkfifo(fifo)
+    code = ("from opforge.runtime.native import NativeLibrary\n"
+            f"NativeLibrary({str(fifo)!r})\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert "BuildError" in done.stderr and "not a regular file" in done.stderr
