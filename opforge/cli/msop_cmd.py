@@ -34,3 +34,31 @@ def build(op_host_path, op_kernel_path, vendor_name, install_path, install, clea
     if result.installed is not None:
         click.echo(f"installed to {result.installed}; find it with "
                    f"{SEARCH_PATH_ENV}={result.installed}:${SEARCH_PATH_ENV}")
+
+
+@msop.command("check")
+@click.argument("op")
+@click.option("--reference", default=None,
+              help="module:function computing the op on tensors (default: the Custom's own).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the sample values.")
+def check(op, reference, seed) -> None:
+    """opcheck a MindSpore-style op: OP is module:attr naming a Custom (or a function
+    returning one); fake vs real shapes, kernel vs reference, eager vs the lean runtime."""
+    from opforge.manifest import resolve_reference
+    from opforge.mindspore import Custom, check as check_custom
+
+    target = resolve_reference(op, what="Custom op", source="opforge msop check") \
+        if ":" in op else None
+    if target is None:
+        raise click.ClickException(f"{op!r}: expected module:attr naming a Custom")
+    custom = target if isinstance(target, Custom) else target()
+    if not isinstance(custom, Custom):
+        raise click.ClickException(f"{op!r}: gave {type(custom).__name__}, not a Custom")
+    ref = resolve_reference(reference, what="reference", source="--reference") if reference else None
+    report = check_custom(custom, ref, seed=seed)
+    click.echo(f"{report.key}: {report.samples} sample(s), dtypes {', '.join(report.dtypes) or '-'}")
+    for name, message in report.failures.items():
+        click.echo(f"  FAIL {name}: {message}")
+    if not report.ok:
+        raise click.ClickException(f"{report.key} failed the check")
+    click.echo("check: passed")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = ["SOURCE", "OP_HOST", "OP_KERNEL", "reg_info", "add_custom_shape", "add_custom_dtype",
-           "add_custom_python", "add_custom_cpp", "AddModel", "example_inputs"]
+           "add_custom_python", "add_custom_cpp", "AddModel", "example_inputs", "add_reference"]
 
 HERE = Path(__file__).resolve().parent / "mindspore"
 SOURCE = HERE / "add_custom.cc"
@@ -81,3 +81,8 @@ def example_inputs():
     import torch
 
     return torch.randn(3, 4), torch.randn(3, 4)
+
+
+def add_reference(x, y):
+    """What AddCustom computes, in PyTorch: the reference `opforge msop check` compares with."""
+    return x + y

@@ -111,3 +111,33 @@ def test_redefinition_with_another_schema_is_refused(cache):
         Custom(f"{example.SOURCE}:AddCustom", out_shape=lambda x: x, out_dtype=lambda x: x,
                reg_info={"op_name": "AddCustom", "inputs": ["x"], "outputs": ["z"]},
                cache_root=cache)
+
+
+def test_msop_check_cli_passes_and_fails(cache, monkeypatch):
+    from click.testing import CliRunner
+
+    from opforge.cli import cli
+
+    monkeypatch.setenv("OPFORGE_CACHE_DIR", str(cache))  # the compiled example: a cache hit
+    ok = CliRunner().invoke(cli, ["msop", "check", "opforge.examples.mindspore_add:add_custom_cpp",
+                                  "--reference", "opforge.examples.mindspore_add:add_reference"])
+    assert ok.exit_code == 0 and "check: passed" in ok.output, ok.output
+    bad = CliRunner().invoke(cli, ["msop", "check", "opforge.examples.mindspore_add:add_custom_cpp",
+                                   "--reference", "operator:mul"])
+    assert bad.exit_code != 0 and "FAIL native" in bad.output
+    example.add_custom_python(cache_root=cache)
+
+
+def test_opforge_run_cli_with_the_registrar(python_infer, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from opforge.cli import cli
+    from opforge.program import save
+
+    program = export(example.AddModel(python_infer), example.example_inputs())
+    save(program, tmp_path / "model.opf")
+    write_package([python_infer.op], tmp_path / "opp" / "vendors" / "x")
+    monkeypatch.setenv("OPFORGE_CUSTOM_OPP_PATH", str(tmp_path / "opp"))
+    result = CliRunner().invoke(cli, ["run", str(tmp_path / "model.opf"), "--kernels",
+                                      "opforge.mindspore:register_vendor_ops"])
+    assert result.exit_code == 0, result.output
