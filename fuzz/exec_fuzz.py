@@ -288,10 +288,22 @@ def worker(conn, mode: str, library: str, quiet: bool) -> None:
         os.dup2(devnull, 2)
     watch = {"active": False, "opened": []}
     allowed = {library}
+    # Python's own reads are not the program's doing: lazy imports of modules and the
+    # source lines a traceback quotes, under the installation, the venv or opforge itself.
+    code_roots = tuple({str(Path(p).resolve()) + os.sep for p in
+                        (sys.prefix, sys.base_prefix, Path(P.__file__).parents[1])})
 
     def audit(event, args):
-        if watch["active"] and event == "open" and args and str(args[0]) not in allowed:
-            watch["opened"].append(str(args[0]))
+        if not watch["active"] or event != "open" or not args or args[0] is None:
+            return
+        path = str(args[0])
+        if path in allowed:
+            return
+        resolved = os.path.realpath(path) if isinstance(args[0], (str, bytes, os.PathLike)) \
+            else path
+        if resolved.startswith(code_roots) and resolved.endswith((".py", ".pyc", ".so")):
+            return
+        watch["opened"].append(path)
 
     sys.addaudithook(audit)
     if mode == "aten":

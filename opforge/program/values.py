@@ -113,11 +113,12 @@ class TensorValue:
         rank = len(sizes)
         if rank > MAX_RANK:
             raise program_error("`TensorValue`: rank", str(rank), f"at most {MAX_RANK}")
-        numel = 1
+        numel = extent = 1  # extent: zeros counted as 1, so an empty tensor is bounded too
         for dim, size in enumerate(sizes):
             if type(size) is not int or not 0 <= size <= _INT64_MAX:
                 _check_int("TensorValue", f"sizes[{dim}]", size, 0, _INT64_MAX)
             numel *= size
+            extent *= size or 1
         contiguous = _CONTIGUOUS[rank]
         if order is None or order == contiguous:
             object.__setattr__(self, "dim_order", contiguous)
@@ -129,10 +130,12 @@ class TensorValue:
                     "`TensorValue`: dim_order", repr(order),
                     f"a permutation of 0..{rank - 1} (rank {rank})",
                 )
-        if numel * _ITEMSIZE[dtype] > MAX_TENSOR_BYTES:
+        if extent * _ITEMSIZE[dtype] > MAX_TENSOR_BYTES:
             raise program_error(
                 "`TensorValue`: sizes", f"{sizes} of {dtype.name.lower()} "
-                f"({numel * _ITEMSIZE[dtype]} bytes)", f"at most {MAX_TENSOR_BYTES} bytes (2**48)",
+                f"({extent * _ITEMSIZE[dtype]} bytes, zero sizes counted as 1)",
+                f"at most {MAX_TENSOR_BYTES} bytes (2**48), for an empty tensor too (NumPy "
+                "cannot shape an array whose sizes multiply past that, even with a zero)",
             )
         if type(self.storage) not in _STORAGE_TYPES:
             raise program_error(

@@ -163,3 +163,21 @@ def test_a_sane_bound_method_still_runs():
     assert y.tolist() == [[[[45.0, 54.0], [81.0, 90.0]]]]
     (y,) = load(_pool_program((0, 0), (1, 1))).method()(x)
     assert y.tolist() == [[[[5.0, 7.0], [13.0, 15.0]]]]
+
+
+@pytest.mark.parametrize("groups, weight_shape, out_channels", [
+    (2**31, (4, 3, 3, 3), 4),   # found by fuzz/exec_fuzz.py: sized a 13.5 TiB columns buffer
+    (2, (4, 3, 3, 3), 4),       # C_in 3 is not weight's 3 * groups
+    (1, (4, 3, 3, 3), 5),       # out channels disagree with the weight
+])
+def test_convolution_groups_and_channels_follow_aten(groups, weight_shape, out_channels):
+    from opforge.kernels.portable.convolution import _bind_convolution, convolution_out
+
+    x = np.ones((1, 3, 8, 8), np.float32)
+    w = np.ones(weight_shape, np.float32)
+    out = np.zeros((1, out_channels, 6, 6), np.float32)
+    args = (x, w, None, (1, 1), (0, 0), (1, 1), False, (0, 0), groups, out)
+    with pytest.raises(KernelError, match="channels"):
+        _bind_convolution(args)
+    with pytest.raises(KernelError, match="channels"):
+        convolution_out(*args)

@@ -186,3 +186,13 @@ def test_a_system_memory_error_becomes_a_program_error(monkeypatch):
     monkeypatch.setattr(arena_module, "np", _Exhausted())
     with pytest.raises(ProgramError, match="which the system could not allocate"):
         allocate_arenas(_huge(4096).methods[0])
+
+
+def test_an_empty_tensor_whose_other_sizes_overflow_is_refused_at_read():
+    # found by fuzz/exec_fuzz.py: sizes (1, 2**62 + 4, 0, 5) hold no bytes, but NumPy
+    # cannot shape such an array ("array is too big", a raw ValueError at bind)
+    from opforge.program import ScalarType, TensorValue
+
+    with pytest.raises(ProgramError, match="zero sizes counted as 1"):
+        TensorValue(ScalarType.INT64, (1, 2**62 + 4, 0, 5))
+    assert TensorValue(ScalarType.INT64, (1, 2**20, 0, 5)).nbytes == 0

@@ -64,6 +64,7 @@ def check_convolution(api: str, x_shape, weight_shape, stride, padding, dilation
     _at_least(api, "dilation", dilation, 1)
     _at_least(api, "padding", padding, 0)
     _at_least(api, "groups", (groups,), 1)
+    _check_channels(api, x_shape, weight_shape, transposed, groups, out_shape)
     kernel = tuple(weight_shape[2:])
     spatial = tuple(x_shape[2:])
     if transposed:
@@ -78,6 +79,27 @@ def check_convolution(api: str, x_shape, weight_shape, stride, padding, dilation
         raise _shape_mismatch(api, out_shape[2:], expected,
                               f"stride={tuple(stride)}, padding={tuple(padding)}, "
                               f"dilation={tuple(dilation)}, kernel {kernel}")
+
+
+def _check_channels(api: str, x_shape, weight_shape, transposed: bool, groups: int,
+                    out_shape) -> None:
+    """ATen's channel rules: they bound ``groups`` by the tensors (a groups of 2**31 would
+    otherwise size the columns buffer), and the batch is the input's."""
+    if len(weight_shape) < 2 or len(x_shape) < 2 or len(out_shape) < 2:
+        return  # the rank rule is the shape check's
+    c, out_c = x_shape[1], out_shape[1]
+    if transposed:  # weight (C_in, C_out / groups, *kernel)
+        ok = weight_shape[0] == c and c % groups == 0 and out_c == weight_shape[1] * groups
+        rule = "weight (C_in, C_out/groups, *k) with C_in % groups == 0"
+    else:  # weight (C_out, C_in / groups, *kernel)
+        ok = c == weight_shape[1] * groups and weight_shape[0] == out_c and out_c % groups == 0
+        rule = "weight (C_out, C_in/groups, *k) with C_out % groups == 0"
+    if not ok or out_shape[0] != x_shape[0]:
+        raise KernelError(
+            f"`{api}`: channels — input {tuple(x_shape)}, weight {tuple(weight_shape)}, "
+            f"groups={groups}, out {tuple(out_shape)} — valid: {rule}, and the out's batch "
+            "and channels from them — fix: re-export the model; the program's parameters "
+            "and tensors disagree")
 
 
 def convolution_workspace(x_shape, weight_shape, stride, padding, dilation, transposed: bool,
