@@ -193,6 +193,12 @@ def parse_reg_info(reg_info: object, api: str) -> RegInfo:
                     f"`{api}`: reg_info {kind[:-1]} {entry.get('name')!r} — has index {index} "
                     f"at position {position} — valid: {kind} declared in index order 0, 1, ... — "
                     f"fix: declare .{kind[:-1]}({position}, ...) in order")
+            if entry.get("paramType", "required") != "required":
+                raise ManifestError(
+                    f"`{api}`: reg_info {kind[:-1]} {entry.get('name')!r} — paramType "
+                    f"{entry.get('paramType')!r} — valid: \"required\" (an opforge op has a "
+                    "fixed number of tensors) — fix: define one op per arity, or pass every "
+                    "tensor")
             if not entry.get("name"):
                 raise ManifestError(f"`{api}`: reg_info {kind[:-1]} {position} — has no name — "
                                     f"valid: a name as in the kernel's prototype — fix: "

@@ -47,6 +47,7 @@ def test_parsed_from_dict_json_list_and_builder_alike():
     (lambda i: i["inputs"][1].pop("name"), ["input 1", "no name"]),
     (lambda i: i["outputs"][0].update(name="x1"), ["'x1' is used twice"]),
     (lambda i: i.update(target="Ascend"), ["target 'Ascend'", "CPU"]),
+    (lambda i: i["inputs"][1].update(paramType="dynamic"), ["paramType 'dynamic'", "required"]),
 ])
 def test_malformed_reg_info_is_refused_with_what_and_fix(mutate, words):
     info = add_info()
