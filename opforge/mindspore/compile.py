@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from opforge.build.cache import BuildCache, hash_key
+from opforge.build.cache import RECORD, BuildCache, hash_key, record_files
 from opforge.errors import BuildError
 
 __all__ = ["include_dir", "compile_library"]
@@ -60,11 +60,11 @@ def compile_library(sources: Sequence[str | os.PathLike], name: str, *,
     library_name = f"lib{name}.so"
     found = cache.lookup(key)
     if found is not None:
-        return found / library_name
+        return found.library
     with cache.locked(key):
-        found = cache.lookup(key)
+        found = cache.lookup(key, evict_invalid=True)  # a corrupt entry is rebuilt
         if found is not None:
-            return found / library_name
+            return found.library
         cache.sweep_stale(key)
         work = cache.temp_dir(key)
         command = [toolchain.cxx, *command_flags, "-o", str(work / library_name),
@@ -77,5 +77,8 @@ def compile_library(sources: Sequence[str | os.PathLike], name: str, *,
             raise BuildError(f"`{api}`: compiling {', '.join(p.name for p in paths)} — the "
                              f"compiler failed (exit {proc.returncode}):\n{shown}\n— command: "
                              f"{' '.join(command)} — fix: correct the errors above")
-        (work / "build.json").write_text(json.dumps({"command": command, "log": proc.stdout}))
+        (work / "build.log").write_text(proc.stdout)
+        record = {"library_file": library_name, "files": record_files(work), "kernels": [],
+                  "command": command}
+        (work / RECORD).write_text(json.dumps(record))
         return cache.commit(key, work) / library_name

@@ -133,3 +133,20 @@ def test_pyfunc_needs_python_inference():
         define(double, None, lambda x: x, func_type="pyfunc")
     with pytest.raises(ManifestError, match="func_type=\"pyfunc\" — func is int"):
         define(3, lambda x: x, lambda x: x, func_type="pyfunc")
+
+
+def test_compiled_sources_are_cached_and_a_corrupt_entry_is_rebuilt(tmp_path):
+    from opforge.mindspore.compile import compile_library
+
+    source = tmp_path / "add.cc"
+    shutil.copy(KERNELS.parent.parent.parent / "opforge/examples/mindspore/add_custom.cc", source)
+    first = compile_library([source], "add", cache_root=tmp_path / "cache")
+    stamp = first.stat().st_mtime_ns
+    assert compile_library([source], "add", cache_root=tmp_path / "cache") == first
+    assert first.stat().st_mtime_ns == stamp  # a hit: nothing compiled or copied
+    first.write_bytes(first.read_bytes()[:100])  # rot in the cache
+    again = compile_library([source], "add", cache_root=tmp_path / "cache")
+    assert again.read_bytes()[:4] == b"\x7fELF" and again.stat().st_size > 100
+    assert define(f"{again}:AddCustom", shape_of_x, shape_of_x).symbol == "AddCustom"
+    source.write_text(source.read_text() + "\n// changed\n")
+    assert compile_library([source], "add", cache_root=tmp_path / "cache") != first
