@@ -258,8 +258,7 @@ def _vendor(name: str, out_shape, out_dtype, info: RegInfo | None, api: str) -> 
             f"op_kernel -i; 2. add its install path to {SEARCH_PATH_ENV} (colon-separated, "
             "earlier wins)")
     op, folder = found
-    functions = op.functions()
-    proto = _prototype(functions, api, op.library) if op.func_type == "aot" else None
+    proto = _prototype(op.functions(), api, op.library) if op.func_type == "aot" else None
     if info is not None:
         if info.op_name and info.op_name != name:
             raise ManifestError(f"`{api}`: reg_info op name {info.op_name!r} — the vendor op "

@@ -112,6 +112,8 @@ def write_package(ops: Sequence[AotOp], folder: str | os.PathLike, *,
         if op.library:
             if op.library not in copied:
                 target = folder / "lib" / os.path.basename(op.library)
+                if target in copied.values():  # two libraries of one name: keep both
+                    target = target.with_name(f"{len(copied)}_{target.name}")
                 if Path(op.library).resolve() != target:
                     shutil.copy2(op.library, target)
                 copied[op.library] = target

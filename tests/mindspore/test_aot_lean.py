@@ -2,6 +2,7 @@
 inference before they run, in a program on the lean runtime, and without torch at all."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -182,3 +183,21 @@ def test_lean_runtime_runs_the_package_without_torch(package, python_without_tor
     """)
     assert result.returncode == 0, result.stderr
     assert "mindspore::AddCustom.out" in result.stdout
+
+
+def test_package_keeps_two_libraries_of_one_name_apart(tmp_path, add_lib, extra_lib):
+    same = tmp_path / "other" / "libadd_custom.so"
+    same.parent.mkdir()
+    shutil.copy(extra_lib, same)
+    ops = [add_op(add_lib), define(f"{same}:FailCustom", [[3]], ["float32"],
+                                   reg_info={"op_name": "FailCustom", "inputs": ["x"],
+                                             "outputs": ["y"]})]
+    folder = write_package(ops, tmp_path / "pkg")
+    registry = KernelRegistry.portable()
+    load_package(folder, registry)
+    x = np.ones((3,), np.float32)
+    z = np.empty_like(x)
+    registry.lookup("mindspore::AddCustom.out").fn(x, x, z)
+    np.testing.assert_array_equal(z, 2 * x)
+    registry.lookup("mindspore::FailCustom.out").fn(x, z)
+    np.testing.assert_array_equal(z, x)
