@@ -141,3 +141,15 @@ def test_opforge_run_cli_with_the_registrar(python_infer, tmp_path, monkeypatch)
     result = CliRunner().invoke(cli, ["run", str(tmp_path / "model.opf"), "--kernels",
                                       "opforge.mindspore:register_vendor_ops"])
     assert result.exit_code == 0, result.output
+
+
+def test_tutorial_style_kernel_without_header_or_reg_info(cache):
+    from conftest import KERNELS
+
+    op = Custom(f"{KERNELS / 'plain_add.cc'}:PlainAdd", out_shape=lambda x, _: x,
+                out_dtype=lambda x, _: x, func_type="aot", cache_root=cache)
+    assert op.op.inputs == ("x0", "x1") and op.op.outputs == ("y",)
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    torch.testing.assert_close(op(x, y), x + y, rtol=0, atol=0)
+    with pytest.raises(Exception, match="returned 2"):  # the kernel refuses float64 itself
+        op(x.double(), y.double())
