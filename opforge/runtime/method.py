@@ -220,7 +220,7 @@ class Method:
         if bind is None:
             return kernel.fn, args
         try:
-            return bind(args)
+            fn, bound_args = bind(args)
         except Exception as e:
             raise KernelError(
                 f"`{self._api}`: method {self.name!r} instruction {i} ({kernel.key}, "
@@ -228,6 +228,12 @@ class Method:
                 f"{type(e).__name__}: {e} — valid: arguments matching the op's schema — fix: "
                 "re-export the program for this kernel set"
             ) from e
+        if getattr(fn, "crash_label", None) is not None:  # a native call: name it for a crash
+            from opforge.runtime.native import label_crash_frame
+
+            fn = label_crash_frame(fn, f"instruction {i} of method {self.name!r}",
+                                   kernel.origin)
+        return fn, bound_args
 
     def _scalar_input_users(self, method: MethodDef) -> dict[int, list[int]]:
         """Scalar inputs → positions in ``_bound`` of the instructions that read them."""

@@ -39,7 +39,7 @@ from opforge.errors import BuildError, KernelError, SchemaError
 from opforge.schema import FunctionSchema
 
 __all__ = ["NativeLibrary", "NativeKernel", "NativeEntry", "load_library", "kernel_table",
-           "ABI_VERSION"]
+           "enable_crash_reports", "label_crash_frame", "ABI_VERSION"]
 
 
 # --- the ABI's structs (kernel_abi.h) -------------------------------------------------
@@ -234,6 +234,7 @@ class NativeLibrary:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.path.abspath(os.fspath(path))
+        enable_crash_reports()
         self._dll, table, self.entries = _open(self.path)
         self.name = (table.name or b"").decode()
         self.built_by = (table.built_by or b"").decode()
@@ -371,7 +372,8 @@ class NativeKernel:
         self.written = _written_arguments(library.path, key, first.schema)
         self.origin = library.path
         self.__name__ = self.__qualname__ = key  # for tracers and error messages
-        self._functions = {e.fn: KernelFn(e.fn) for e in entries}
+        self._functions = {e.fn: _named(_invoker(KernelFn(e.fn)), _frame_name(self, e))
+                           for e in entries}
 
     def select(self, args: Sequence[object]) -> NativeEntry:
         """The binding that serves these arguments (arg_meta match, else the fallback)."""
@@ -431,10 +433,61 @@ class NativeKernel:
                 raise failed(entry, context)
 
         call.keep = (boxed, keep, context)  # the marshalled views live as long as the call
-        return call, ()
+        call.crash_label = _frame_name(self, entry)
+        return _named(call, call.crash_label), ()
 
     def __repr__(self) -> str:
         return f"<NativeKernel {self.key} from {self.library.path}>"
+
+
+# --- naming the kernel in a crash report ---------------------------------------------
+#
+# A native kernel that faults kills the process; nothing in Python runs after a SIGSEGV.
+# Python's faulthandler (enabled when a library loads, see ``enable_crash_reports``) still
+# prints every thread's stack, one line per frame: the file and the code object's name.
+# So the frame that jumps into C is given a code object whose name says which kernel it is
+# (op, kernel symbol) and whose file is the library: the report names them at no run-time
+# cost. The executor renames a bound call once more to add the method and instruction.
+
+def _frame_name(kernel: "NativeKernel", entry: NativeEntry) -> str:
+    return f"native kernel {entry.kernel_name} for {kernel.key} [{entry.source}]"
+
+
+def _invoker(function):
+    def invoke(context, boxed, n):
+        return function(context, boxed, n)
+    return invoke
+
+
+def _named(function, name: str, filename: str | None = None):
+    """A copy of ``function`` whose frames read ``name`` (and ``filename``) in tracebacks
+    and in faulthandler's crash reports."""
+    code = function.__code__.replace(co_name=name, co_qualname=name,
+                                     co_filename=filename or function.__code__.co_filename)
+    named = type(function)(code, function.__globals__, name, function.__defaults__,
+                           function.__closure__)
+    named.__dict__.update(function.__dict__)
+    return named
+
+
+def label_crash_frame(call, label: str, filename: str):
+    """``call`` renamed for crash reports (the executor adds the instruction); a call
+    without ``crash_label`` (not native) is returned as it is."""
+    if getattr(call, "crash_label", None) is None:
+        return call
+    return _named(call, f"{call.crash_label}, {label}", filename)
+
+
+def enable_crash_reports() -> None:
+    """Turn on Python's faulthandler (stderr) unless it is on or ``OPFORGE_FAULTHANDLER=0``:
+    a kernel that crashes the process then leaves a report naming itself."""
+    import faulthandler
+
+    if os.environ.get("OPFORGE_FAULTHANDLER", "1") != "0" and not faulthandler.is_enabled():
+        try:
+            faulthandler.enable()
+        except (RuntimeError, ValueError, OSError):  # no usable stderr (embedded, closed)
+            pass
 
 
 def _written_arguments(path: str, key: str, schema: str) -> tuple[int, ...]:
