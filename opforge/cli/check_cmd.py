@@ -173,7 +173,7 @@ def check_op(torch, opdef, native_kernel, runtime_kernel, seed: int) -> OpReport
 
 
 @click.command("check")
-@click.argument("manifest", type=click.Path(exists=True, dir_okay=False))
+@click.argument("manifest", type=click.Path(dir_okay=False))  # or a module: load_definitions
 @click.option("--kernels", "library", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The compiled kernel library (from `opforge build`).")
 @click.option("--op", "ops", multiple=True, help="Check only this op (ns::op); repeatable.")
@@ -185,14 +185,14 @@ def check(manifest, library, ops, seed) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from opforge.manifest import load_manifest
+    from opforge.manifest import load_definitions
     from opforge.runtime import KernelRegistry
     from opforge.runtime.native import load_library
     from opforge.torch_bridge.native_eager import use_native_library
 
     console = Console()
     console.width = max(console.width, 150)
-    defs = [d for d in load_manifest(manifest) if not d.is_aten]
+    defs = [d for d in load_definitions(manifest, api="opforge check") if not d.is_aten]
     native = use_native_library(library, manifest=defs)
     registry = KernelRegistry.portable()
     load_library(library, registry)

@@ -14,6 +14,7 @@ from opforge.manifest.model import DTYPE_NAMES, KernelBinding, OpDef, TensorMeta
 from opforge.manifest.python_api import CustomOp, op
 from opforge.manifest.references import resolve_reference
 from opforge.manifest.yaml_manifest import load_manifest, parse_manifest
+from opforge.manifest.definitions import load_definitions
 
 __all__ = [
     "DTYPE_NAMES",
@@ -21,6 +22,7 @@ __all__ = [
     "KernelBinding",
     "OpDef",
     "TensorMeta",
+    "load_definitions",
     "load_manifest",
     "native_kernel_name",
     "op",

@@ -66,16 +66,28 @@ class _Entry:
         return ManifestError(f"`opforge manifest`: {self.filename}:{line}: {message} — {fix}")
 
 
-def load_manifest(path: str | Path) -> list[OpDef]:
-    """Load a manifest file into one :class:`OpDef` per operator."""
+def load_manifest(path: str | Path, *, api: str = "opforge manifest") -> list[OpDef]:
+    """Load a manifest file into one :class:`OpDef` per operator.
+
+    ``api`` is the command or function its errors name (``"opforge build"`` when a build
+    reads the manifest).
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(f"`opforge manifest`: {path}: no such file — check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"`opforge manifest`: {path}: cannot read it ({exc})") from None
-    return parse_manifest(text, str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ManifestError(f"`opforge manifest`: {path}: no such file — check the path") \
+                from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"`opforge manifest`: {path}: cannot read it ({exc})") from None
+        return parse_manifest(text, str(path))
+    except ManifestError as exc:
+        if api == "opforge manifest":
+            raise
+        # every message of the parser starts with its own prefix; the caller's replaces it
+        message = str(exc).removeprefix("`opforge manifest`: ")
+        raise ManifestError(f"`{api}`: {message}") from None
 
 
 def parse_manifest(text: str, filename: str = "<manifest>") -> list[OpDef]:
