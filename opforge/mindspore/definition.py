@@ -87,7 +87,9 @@ def define(func, out_shape=None, out_dtype=None, func_type="aot", reg_info=None,
     if proto is not None and info is not None:
         check_prototype(info, proto, api, f"{name}OpProto in {library}")
     inputs, outputs = _signature(reference, out_shape, api, func)
-    rows = reference.dtype_rows() if reference else ()
+    # reg_info's rows narrow what the kernel runs; without any, the prototype's rows hold
+    rows = (info.dtype_rows() if info is not None and info.dtype_formats else
+            proto.dtype_rows() if proto is not None else ())
     shape_spec = _inference(out_shape, functions.infer_shape_fn, "out_shape", "InferShape",
                             name, library, api)
     dtype_spec = _inference(out_dtype, functions.infer_type_fn, "out_dtype", "InferType",

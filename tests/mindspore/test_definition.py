@@ -104,6 +104,9 @@ def test_dtype_rows_against_the_prototype(extra_lib):
     ok = define(f"{extra_lib}:ProtoAdd", shape_of_x, shape_of_x,
                 reg_info=add_reg("ProtoAdd", ("a", "b"), ("c",)))
     assert ok.dtype_rows == (("float32",) * 3,)
+    bare = {"op_name": "ProtoAdd", "inputs": ["a", "b"], "outputs": ["c"]}  # no rows
+    assert define(f"{extra_lib}:ProtoAdd", shape_of_x, shape_of_x, reg_info=bare).dtype_rows \
+        == (("float32",) * 3,)  # the prototype's rows are enforced
     reg = add_reg("ProtoAdd", ("a", "b"), ("c",), rows=[(DataType.F16_Default,) * 3])
     with pytest.raises(ManifestError, match="row 0 .float16/DefaultFormat.*not supported.*"
                                             "valid: .float32/ND"):
