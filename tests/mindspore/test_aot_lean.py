@@ -201,3 +201,11 @@ def test_package_keeps_two_libraries_of_one_name_apart(tmp_path, add_lib, extra_
     np.testing.assert_array_equal(z, 2 * x)
     registry.lookup("mindspore::FailCustom.out").fn(x, z)
     np.testing.assert_array_equal(z, x)
+
+
+def test_init_refusal_is_a_kernel_error_before_the_kernel(extra_lib):
+    op = define(f"{extra_lib}:BadInitCustom", lambda x: x, lambda x: x,
+                reg_info={"op_name": "BadInitCustom", "inputs": ["x"], "outputs": ["y"]})
+    with pytest.raises(KernelError, match="BadInitCustomInit returned 5") as e:
+        AotKernel(op)(np.ones(2, np.float32), np.empty(2, np.float32))
+    assert "99" not in str(e.value)

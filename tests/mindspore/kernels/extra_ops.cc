@@ -95,3 +95,13 @@ int MangledAdd(int nparam, void** params, int* ndims, int64_t** shapes, const ch
                void* stream, void* extra) {
   return 0;
 }
+
+// BadInitCustom: its Init refuses every shape (returns 5); the kernel must never run.
+extern "C" int BadInitCustomInit(int* ndims, int64_t** shapes, const char** dtypes, AotExtra* extra) {
+  return 5;
+}
+
+extern "C" int BadInitCustom(int nparam, void** params, int* ndims, int64_t** shapes,
+                             const char** dtypes, void* stream, void* extra) {
+  return 99;
+}
