@@ -3,7 +3,7 @@
     AotLibrary(path)             dlopen a MindSpore AOT kernel library
       .functions("Name")         → AotFunctions: Name, NameInferShape, NameInferType,
                                    NameInit and NameOpProto, each found by symbol
-    AotFunctions.infer_shape / infer_type / init / launch
+    AotFunctions.infer_shape / infer_type / init / bind_launch
 
 # Design
 #
@@ -212,15 +212,6 @@ class AotFunctions:
     def init(self, shapes: list[tuple[int, ...]], dtypes: list[str], extra: CExtra) -> int:
         ndims, table, keep = shape_arrays(shapes)
         return _INIT(self.init_fn)(ndims, table, dtype_array(dtypes), ctypes.addressof(extra))
-
-    def launch(self, arrays: list[np.ndarray], shapes_ndims: tuple, dtypes: ctypes.Array,
-               extra: CExtra) -> int:
-        """Call the kernel on ``arrays`` (inputs, outputs, workspace; C-contiguous)."""
-        params = (ctypes.c_void_p * max(len(arrays), 1))(
-            *[a.__array_interface__["data"][0] for a in arrays])
-        ndims, shapes = shapes_ndims
-        return self._kernel(len(arrays), params, ndims, shapes, dtypes, None,
-                            ctypes.addressof(extra))
 
     def bind_launch(self, arrays: list[np.ndarray], shapes: list[tuple[int, ...]],
                     dtypes: list[str], extra: CExtra):

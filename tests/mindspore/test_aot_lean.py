@@ -9,7 +9,7 @@ import pytest
 
 from conftest import needs_cxx
 from opforge.errors import KernelError, ProgramError
-from opforge.mindspore import AotKernel, AotOp, define, load_package, write_package
+from opforge.mindspore import AotKernel, define, load_package, write_package
 from opforge.program import (ArenaStorage, ConstantStorage, KernelCall, MemoryPlan, Method,
                              Operator, Program, ScalarType, Segment, TensorValue)
 from opforge.runtime import KernelRegistry, load
