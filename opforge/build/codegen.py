@@ -148,6 +148,8 @@ def generate_project(library: str, opdefs: list[OpDef], sources: list[Path], *,
     files = {
         "opforge_register.cpp": env.get_template("register.cpp.j2").render(
             version=version, library=library, entries=entries, ops=ops, declarations=declarations),
+        "opforge_declarations.h": env.get_template("declarations.h.j2").render(
+            version=version, library=library, declarations=declarations),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(
             version=version, library=library, target=target_name(library),
             output_name=output_name, output_stem=Path(output_name).stem,

@@ -86,6 +86,12 @@ def compile_error(log: str, sources: list[Path], library: str) -> BuildError:
         parts[0] += f"compilation failed with {len(messages)} error(s):"
         parts += [f"  {m}" for m in messages]
         fix = "fix the first error above (in your source) and build again"
+        if any("opforge_declarations.h" in m.text or "ambiguating new declaration"
+               in m.text for m in messages):
+            fix = ("a kernel is defined with another return type than its op's out variant "
+                   "returns (opforge_declarations.h holds what the manifest expects): "
+                   "declare it exactly as `opforge signature MANIFEST` prints it, e.g. "
+                   "`opforge::Tensor& ...` for one out, not `void`, and build again")
     elif undefined:
         parts[0] += f"linking failed: {len(undefined)} undefined symbol(s):"
         parts += [f"  {s}" for s in _demangle(undefined)]

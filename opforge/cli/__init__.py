@@ -5,14 +5,26 @@ Each verb lives in its own module and is imported only when it is run, so that
 ``_VERBS``: ``name -> "module:click_command"``.
 """
 
+# Finding the user's modules: one rule for every verb
+#
+# Verbs import user code by module name: the factory of ``export MODULE:FACTORY``, the
+# MANIFEST of ``manifest``/``build``/``check`` when it names a module, the registrar of
+# ``run --kernels module:function``, and the ``python:``/``fake:`` references of a
+# manifest. Every verb finds them the same way, the way ``python -m`` does: the current
+# directory first, then PYTHONPATH and the installed packages. ``use_current_directory``
+# puts the current directory at ``sys.path[0]`` before any verb runs (the ``opforge``
+# console script would otherwise have its own bin directory there). A ``path/to/file.py``
+# is loaded from that file wherever it is.
+
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "use_current_directory"]
 
 # verb -> (module, attribute, one-line help). Kept here so `opforge --help` lists every
 # verb without importing any of them.
@@ -24,6 +36,7 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "inspect": ("opforge.cli.inspect_cmd", "inspect", "Show a program file's methods, ops, plan and constants."),
     "run": ("opforge.cli.run_cmd", "run", "Run a program file on the lean or ATen runtime."),
     "build": ("opforge.cli.build_cmd", "build", "Compile a manifest's native kernels into a library."),
+    "signature": ("opforge.cli.signature_cmd", "signature", "Print the C++ declarations a manifest's kernels must have."),
     "check": ("opforge.cli.check_cmd", "check", "opcheck for compiled kernels: shapes, reference, eager vs runtime."),
     "msop": ("opforge.cli.msop_cmd", "msop", "MindSpore-style AOT ops: build and install vendor packages."),
 }
@@ -48,7 +61,23 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="opforge")
 def cli() -> None:
-    """opforge: define a custom operator once; build, export and run it."""
+    """opforge: define a custom operator once; build, export and run it.
+
+    User modules (export's MODULE:FACTORY, a MANIFEST given as a module, run --kernels
+    module:function, a manifest's python:/fake: references) are imported from the current
+    directory first, then PYTHONPATH and installed packages, for every verb.
+    """
+    use_current_directory()
+
+
+def use_current_directory() -> None:
+    """Put the current directory first on ``sys.path`` (see the comment at the top)."""
+    cwd = os.getcwd()
+    if sys.path and sys.path[0] in (cwd, ""):
+        return
+    while cwd in sys.path:
+        sys.path.remove(cwd)
+    sys.path.insert(0, cwd)
 
 
 def main(argv: list[str] | None = None) -> None:
