@@ -70,7 +70,7 @@ class LoadedProgram:
             )
         with memory_limit(self.max_memory):  # arenas and the kernels' bound workspaces
             return Method(self.program, self.program.method(name), self._kernels[name],
-                          api=f"opforge.runtime method {name!r} of {self.source}")
+                          api=f"opforge.runtime.load({self.source}).method")
 
     def kernel_for(self, method: str, instruction: int) -> Kernel | None:
         """The kernel resolved for ``instruction`` of ``method`` (None for Move/Free)."""
@@ -195,6 +195,16 @@ def load_kernel_library(api: str, library: str | os.PathLike, registry: KernelRe
             ) from None
         register(registry)
         return
+    if not os.path.lexists(spec):
+        # a RegistrationError, not the BuildError NativeLibrary raises for a broken file:
+        # nothing was built or is wrong with a library here; the user named a path that
+        # does not exist (usually a build not run yet, or a path relative to another dir)
+        raise RegistrationError(
+            f"`{api}`: kernel library {spec!r} — no such file ({os.path.abspath(spec)}) — "
+            "valid: a native library built by `opforge build`, or a Python registrar "
+            "'package.module:function' — fix: check the path (relative to the current "
+            "directory), or build the library first with `opforge build MANIFEST -s ... -o LIB`"
+        )
     try:
         native = importlib.import_module("opforge.runtime.native")
     except ModuleNotFoundError as e:

@@ -223,7 +223,7 @@ class Method:
             fn, bound_args = bind(args)
         except Exception as e:
             raise KernelError(
-                f"`{self._api}`: method {self.name!r} instruction {i} ({kernel.key}, "
+                f"`{self._api}({self.name!r})`: instruction {i} ({kernel.key}, "
                 f"{kernel.target} kernel from {kernel.origin}) — cannot bind its arguments: "
                 f"{type(e).__name__}: {e} — valid: arguments matching the op's schema — fix: "
                 "re-export the program for this kernel set"
@@ -328,9 +328,9 @@ class Method:
         source = f"{kernel.target} kernel from {kernel.origin}" if kernel else "a Move"
         shapes = ", ".join(_describe_arg(a) for a in args)
         return KernelError(
-            f"`{self._api}({self.name!r})`: instruction {i} ({key}, {source}) in method "
-            f"{self.name!r} — raised {type(error).__name__}: {error} — "
-            f"arguments: ({shapes}) — "
+            f"`{self._api}({self.name!r})`: instruction {i} ({key}, {source}) — raised "
+            f"{type(error).__name__}: {error} — "
+            + (f"arguments: ({shapes}) — " if shapes else "") +
             "fix: check the inputs' values; if they are valid, the kernel has a bug (compare "
             "with --mode aten)"
         )

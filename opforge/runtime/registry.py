@@ -151,9 +151,23 @@ class KernelRegistry:
 
     # --- registration -------------------------------------------------------------------
 
-    def register(self, key: str, fn: Callable[..., None], *, origin: str, target: str,
-                 dtype_key: str = DEFAULT_DTYPE, override: bool = False) -> None:
-        """Add one kernel; ``RegistrationError`` naming both origins on a duplicate."""
+    def register(self, key: str, fn: Callable[..., None], *, origin: str | None = None,
+                 target: str | None = None, dtype_key: str = DEFAULT_DTYPE,
+                 override: bool = False) -> None:
+        """Add one kernel; ``RegistrationError`` naming both origins on a duplicate.
+
+        ``origin`` (where the kernel comes from, for messages) and ``target`` (``"portable"``
+        for a NumPy kernel, ``"native"``, ``"aten"`` or a backend name) are required.
+        """
+        if origin is None or target is None:
+            missing = " and ".join(n for n, v in (("origin", origin), ("target", target))
+                                   if v is None)
+            raise RegistrationError(
+                f"`KernelRegistry.register({key!r}, ...)`: {missing} — not given — valid: "
+                "origin= where the kernel comes from (a module or library, shown in errors), "
+                "target= 'portable' (a NumPy kernel), 'native', 'aten' or a backend name — "
+                f"fix: e.g. registry.register({key!r}, fn, origin=__name__, target='portable')"
+            )
         self.add(Kernel(key, fn, origin, target, dtype_key, bool(override)))
 
     def add(self, kernel: Kernel) -> None:
