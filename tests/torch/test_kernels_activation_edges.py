@@ -89,3 +89,18 @@ def test_scalar_clamps_bind_to_ufuncs(key, bounds):
     fn(*args)
     low, high = (bounds + (None,))[:2] if key != "aten::clamp_max.out" else (None, bounds[0])
     np.testing.assert_array_equal(out, np.clip(x, low, high))
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_float16_gelu_rounds_once_from_float32(approximate):
+    # float16 GELU evaluates in float32 and rounds once: within one float16 ulp of exact
+    # (from -3: below it the general tanh form loses digits to 1 + tanh(z) ~ 0 in float32).
+    x = np.linspace(-3, 6, 2001).astype(np.float16)
+    want = torch.nn.functional.gelu(torch.from_numpy(x.astype(np.float64)),
+                                    approximate=approximate).numpy().astype(np.float16)
+    for bind in (False, True):
+        out = np.empty_like(x)
+        fn, args = KERNELS["aten::gelu.out"].bind((x, approximate, out)) if bind else \
+            (KERNELS["aten::gelu.out"], (x, approximate, out))
+        fn(*args)
+        np.testing.assert_array_max_ulp(out, want, maxulp=1)
