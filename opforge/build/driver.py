@@ -36,7 +36,7 @@ from opforge.build.diagnostics import compile_error, undefined_kernels_error
 from opforge.build.selection import select_ops
 from opforge.build.toolchain import Toolchain, find_toolchain
 from opforge.errors import BuildError
-from opforge.manifest import OpDef, load_manifest
+from opforge.manifest import OpDef, load_definitions
 
 __all__ = ["build_library", "BuildResult"]
 
@@ -139,8 +139,8 @@ def _copy_out(entry: CacheEntry, output: Path) -> None:
 
 
 def _opdefs(source) -> list[OpDef]:
-    if isinstance(source, (str, os.PathLike)):
-        return load_manifest(source)
+    if isinstance(source, (str, os.PathLike)):  # a YAML manifest, ops.py or a module name
+        return load_definitions(source, api="opforge build")
     return list(source)
 
 

@@ -26,10 +26,10 @@ def example(workdir: Path, iterations: int, seed: int) -> None:
     """Define → build → export → run the bundled my_ops example, checking every stage."""
     import numpy as np
     import torch
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from opforge.cli.tables import table_console
     from opforge.build import build_library
     from opforge.cli.run_cmd import profile_table
     from opforge.examples.custom_model import custom_op_model
@@ -40,7 +40,7 @@ def example(workdir: Path, iterations: int, seed: int) -> None:
     from opforge.runtime import Tracer, load
     from opforge.torch_bridge.native_eager import use_native_library
 
-    console = Console()
+    console = table_console()
     workdir.mkdir(parents=True, exist_ok=True)
     failures: list[str] = []
 

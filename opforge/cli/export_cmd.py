@@ -1,6 +1,7 @@
 """``opforge export MODULE:FACTORY -o model.opf``: export a model to a program file.
 
-``FACTORY`` is a callable in an importable module (or a ``path/to/file.py``) returning
+``FACTORY`` is a callable in a module (found from the current directory first, like every
+verb's user modules) or a ``path/to/file.py``, returning
 either ``(model, example_inputs)`` — one method, ``forward`` unless ``--method NAME``
 renames it — or a dict ``{method_name: (module_or_bound_method, example_inputs)}``, of
 which ``--method`` (repeatable) selects some; all by default. Nothing is written when
@@ -13,7 +14,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import sys
 from typing import Any
 
 import click
@@ -45,8 +45,9 @@ def load_factory(spec: str) -> Any:
             module = importlib.util.module_from_spec(loader_spec)
             loader_spec.loader.exec_module(module)
         else:
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
+            from opforge.cli import use_current_directory
+
+            use_current_directory()  # the CLI's rule, also when called from Python
             module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ExportError(
@@ -111,7 +112,8 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
 @click.option("--preserve-op", "preserve_ops", multiple=True, metavar="OP",
               help="Keep OP (e.g. aten::linear) out of decomposition. Repeatable.")
 @click.option("--kernels", "kernels", multiple=True, metavar="SET",
-              help="Check every op has a kernel in SET: portable, aten (LIB.so later). Repeatable (union).")
+              help="Check every op has a kernel in SET: portable, aten or a native LIB.so "
+              "(union of all given). Repeatable.")
 @click.option("--allow-missing", is_flag=True, help="Write the program even if --kernels misses ops (warns).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors.")
 def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],

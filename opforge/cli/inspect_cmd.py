@@ -42,11 +42,12 @@ def inspect(path: str, as_json: bool, values: bool) -> None:
 
 
 def _print(data: dict, path: str, show_values: bool) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    from opforge.cli.tables import table_console
+
+    console = table_console()
     console.print(f"[bold]{escape(path)}[/bold] — format {data['format_version']}, "
                   f"{len(data['methods'])} method(s), constants {data['constant_bytes']} bytes")
     for method in data["methods"]:

@@ -1,4 +1,8 @@
-"""``opforge manifest FILE``: validate an operator manifest and list its ops and kernels."""
+"""``opforge manifest PATH``: validate an operator manifest and list its ops and kernels.
+
+PATH is a YAML manifest, a ``path/to/ops.py`` file or a module name (``pkg.ops``) whose
+``@opforge.op`` definitions are listed (see :func:`opforge.manifest.load_definitions`).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,18 @@ import click
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the operators as JSON.")
 def manifest(path: str, as_json: bool) -> None:
-    """Validate the manifest at PATH and list every operator with its kernels."""
-    from rich.console import Console
+    """Validate the manifest at PATH and list every operator with its kernels.
+
+    PATH is a YAML manifest, a path/to/ops.py file or a module name (pkg.ops) whose
+    @opforge.op operators are listed; modules are found from the current directory first.
+    """
     from rich.markup import escape
     from rich.table import Table
 
-    from opforge.manifest import load_manifest
+    from opforge.cli.tables import table_console
+    from opforge.manifest import load_definitions
 
-    defs = load_manifest(path)
+    defs = load_definitions(path)
     rows = [{
         "op": d.name,
         "functional": str(d.functional),
@@ -26,14 +34,14 @@ def manifest(path: str, as_json: bool) -> None:
         "aten": d.is_aten,
         "kernels": [{"kernel_name": k.kernel_name, "cpp": k.cpp_name, "dtype_key": k.dtype_key}
                     for k in d.kernels],
-        "python": d.python_impl if isinstance(d.python_impl, str) else None,
-        "fake": d.fake if isinstance(d.fake, str) else None,
+        "python": _reference(d.python_impl),
+        "fake": _reference(d.fake),
         "source": d.source,
     } for d in defs]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    console = Console()
+    console = table_console()
     table = Table(title=f"{path}: {len(defs)} operator(s)", show_lines=True)
     for col in ("operator", "schemas (functional / out)", "kernels (C++ · dtypes)", "python · fake", "defined at"):
         table.add_column(col, overflow="fold")
@@ -43,3 +51,10 @@ def manifest(path: str, as_json: bool) -> None:
                  kernels, f"{r['python'] or '—'}\n{r['fake'] or '—'}", d.source)
         table.add_row(*(escape(c) for c in cells))
     console.print(table)
+
+
+def _reference(ref) -> str | None:
+    """A ``python:``/``fake:`` reference as ``module:function`` (a callable from Python too)."""
+    if ref is None or isinstance(ref, str):
+        return ref
+    return f"{getattr(ref, '__module__', '?')}:{getattr(ref, '__qualname__', repr(ref))}"

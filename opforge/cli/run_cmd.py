@@ -34,8 +34,9 @@ __all__ = ["run", "profile_table"]
 @click.option("--method", "method_name", default="forward", show_default=True,
               help="The method to run.")
 @click.option("--kernels", "libraries", multiple=True,
-              help="A native kernel library, or a Python registrar 'pkg.module:function'; "
-                   "repeatable.")
+              help="A native kernel library, or a Python registrar 'pkg.module:function' "
+                   "called with the registry (module found from the current directory "
+                   "first; see docs/python-kernels.md); repeatable.")
 @click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs per inference; more than one prints a latency summary.")
 @click.option("--profile", is_flag=True, help="Print the ops that took the most time.")
@@ -46,11 +47,10 @@ def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
         output_dir: str | None, mode: str, method_name: str, libraries: tuple[str, ...],
         iterations: int, profile: bool, trace_path: str | None, seed: int) -> None:
     """Run PROGRAM (an .opf file) and report its outputs, latency and profile."""
-    from rich.console import Console
-
+    from opforge.cli.tables import table_console
     from opforge.runtime import Tracer, load
 
-    console = Console()
+    console = table_console()
     if input_paths and input_list:
         raise click.UsageError("pass either --input (repeatable) or --input-list, not both")
     loaded = load(program, mode=mode, kernels=libraries)

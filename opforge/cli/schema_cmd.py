@@ -14,10 +14,10 @@ from opforge.errors import SchemaError
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def schema(text: str, as_json: bool) -> None:
     """Parse an ATen function schema TEXT and show its out (or functional) twin."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from opforge.cli.tables import table_console
     from opforge.schema import FunctionSchema
 
     parsed = FunctionSchema.parse(text, api="opforge schema")
@@ -44,7 +44,7 @@ def schema(text: str, as_json: bool) -> None:
             "note": why_not,
         }, indent=2))
         return
-    console = Console()
+    console = table_console()
     console.print(f"[bold]{escape(str(parsed))}[/bold]", soft_wrap=True)
     console.print(f"operator [cyan]{parsed.name.qualified}[/cyan] — {kind}")
     table = Table("#", "argument", "type", "default", "alias", "keyword-only")

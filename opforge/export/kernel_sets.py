@@ -128,12 +128,17 @@ def preserved_by_kernels(kernels: Container | None, decomposable: Iterable[Any])
     return frozenset(kept)
 
 
-def _hint(key: str, kernels: Container) -> str:
+def _hint(key: str, kernels: Container, name: str = "") -> str:
     namespace = key.split("::", 1)[0]
     hints = []
     if namespace != "aten":
         hints.append(f"declare `{key.split('.')[0]}` in an op manifest and build its kernels with "
                      "`opforge build MANIFEST.yaml`, then pass the library with --kernels LIB.so")
+    elif "portable" not in name.split("+") and _has_portable_kernel(key):
+        # a native library alone covers only its own ops; the lean runtime runs the rest on
+        # its portable kernels, so the set to check against is both
+        hints.append(f"the portable kernel set has it: add it beside {name!r} (--kernels "
+                     "portable, or kernels=['portable', ...])")
     else:
         hints.append("run the program in ATen mode (--kernels aten), or add a portable kernel")
     if isinstance(kernels, Iterable):
@@ -141,6 +146,12 @@ def _hint(key: str, kernels: Container) -> str:
         if near:
             hints.append("near names in the kernel set: " + ", ".join(f"`{n}`" for n in near))
     return "; ".join(hints)
+
+
+def _has_portable_kernel(key: str) -> bool:
+    from opforge.kernels.portable import portable_kernels
+
+    return key in portable_kernels()
 
 
 def check_kernels(operators: dict[str, list[str]], name: str, kernels: Container, *, allow_missing: bool) -> list[str]:
@@ -151,7 +162,7 @@ def check_kernels(operators: dict[str, list[str]], name: str, kernels: Container
     if not missing:
         return []
     lines = "\n".join(
-        f"  {i}. `{key}` (method {', '.join(repr(m) for m in operators[key])}) — {_hint(key, kernels)}"
+        f"  {i}. `{key}` (method {', '.join(repr(m) for m in operators[key])}) — {_hint(key, kernels, name)}"
         for i, key in enumerate(missing, 1)
     )
     message = (

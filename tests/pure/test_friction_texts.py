@@ -89,3 +89,15 @@ def test_register_without_origin_or_target_says_what_is_missing(given, missing):
     assert f"`KernelRegistry.register('texts::twice.out', ...)`: {missing} — not given" in message
     assert "'portable'" in message and "origin=__name__, target='portable'" in message
     assert "texts::twice.out" not in registry
+
+
+def test_build_manifest_errors_name_opforge_build(tmp_path):
+    from opforge.build import build_library
+    from opforge.errors import ManifestError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- func: my_ops::f(Tensor x) -> Tensor\n  colour: red\n")
+    with pytest.raises(ManifestError) as info:
+        build_library(bad, [tmp_path / "k.cpp"], tmp_path / "libk.so")
+    assert str(info.value).startswith("`opforge build`: "), str(info.value)
+    assert "unknown key 'colour'" in str(info.value)
