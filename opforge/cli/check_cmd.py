@@ -193,7 +193,7 @@ def check(manifest, library, ops, seed) -> None:
     console = Console()
     console.width = max(console.width, 150)
     defs = [d for d in load_definitions(manifest, api="opforge check") if not d.is_aten]
-    native = use_native_library(library, manifest=defs)
+    native = use_native_library(library, manifest=defs, command="opforge check")
     registry = KernelRegistry.portable()
     load_library(library, registry)
     served = set(native.keys())

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from opforge.errors import KernelError, RegistrationError
-from opforge.manifest import OpDef, load_manifest
+from opforge.manifest import OpDef, load_definitions
 from opforge.runtime.native import NativeKernel, NativeLibrary
 from opforge.schema import FunctionSchema
 from opforge.torch_bridge.registration import is_registered, register, set_out_kernel
@@ -31,11 +31,14 @@ _IN_USE: dict[str, list[str]] = {}  # library path -> op names it serves
 
 
 def use_native_library(path: str | os.PathLike, *,
-                       manifest: str | os.PathLike | list[OpDef] | None = None) -> NativeLibrary:
+                       manifest: str | os.PathLike | list[OpDef] | None = None,
+                       command: str | None = None) -> NativeLibrary:
     """Make the library's kernels the eager implementation of its custom ops.
 
     Each op must be registered with PyTorch (``opforge.torch_bridge.register``); pass
-    ``manifest`` to register the ones that are not yet. Returns the loaded library.
+    ``manifest`` (definitions, or anything ``load_definitions`` reads) to register the ones
+    that are not yet. ``command`` (``"opforge check"``) words errors for a CLI user, with
+    the command's arguments instead of Python calls. Returns the loaded library.
 
     >>> from opforge.torch_bridge.native_eager import use_native_library   # doctest: +SKIP
     >>> use_native_library("libmy_ops.so", manifest="my_ops.yaml")        # doctest: +SKIP
@@ -44,13 +47,20 @@ def use_native_library(path: str | os.PathLike, *,
     """
     library = NativeLibrary(path)
     if manifest is not None:
-        defs = load_manifest(manifest) if isinstance(manifest, (str, os.PathLike)) else manifest
+        defs = load_definitions(manifest) if isinstance(manifest, (str, os.PathLike)) \
+            else manifest
         register([d for d in defs if not d.is_aten and not is_registered(d.name)])
     served = []
     for key in library.keys():
         name = key.rpartition(".")[0]
         if name.startswith("aten::"):
             continue  # eager ATen ops stay PyTorch's own
+        if not is_registered(name) and command is not None:
+            raise RegistrationError(
+                f"`{command}`: {name} — the library {library.path} serves it, but the "
+                "MANIFEST given does not define it — valid: the manifest (or @opforge.op "
+                "module) the library was built from — fix: pass that one as MANIFEST, e.g. "
+                f"`{command} my_ops.yaml --kernels {library.path}`")
         if not is_registered(name):
             raise RegistrationError(
                 f"`use_native_library({library.path!r})`: {name} — not registered with PyTorch "

@@ -102,3 +102,15 @@ def test_build_errors_are_named_for_build(project, cache):
     proc = run_cli(project, cache, "build", "bad.yaml", "-s", "twice.cpp", "-o", "libbad.so")
     assert proc.returncode == 1
     assert "`opforge build`: " in proc.stderr and "`opforge manifest`" not in proc.stderr
+
+
+def test_check_with_another_manifests_library_gives_cli_advice(project, cache):
+    from opforge.examples.my_ops import manifest_path
+
+    assert run_cli(project, cache, "build", "pyops_cli", "-s", "twice.cpp", "-o",
+                   "libtwice.so").returncode == 0
+    proc = run_cli(project, cache, "check", str(manifest_path()), "--kernels", "libtwice.so")
+    assert proc.returncode == 1
+    assert "`opforge check`: pyops_cli::twice — the library" in proc.stderr
+    assert "pass that one as MANIFEST" in proc.stderr
+    assert "register_manifest" not in proc.stderr and "manifest=" not in proc.stderr
