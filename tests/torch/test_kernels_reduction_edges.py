@@ -42,3 +42,51 @@ def test_float32_mean_accumulates_in_float32():
     assert torch.mean(t).item() == 0.0
     check("aten::mean.out", torch.mean(t, [0]), x, [0], False, None)
     check("aten::mean.dtype_out", torch.mean(t), x, None)
+
+
+@pytest.mark.parametrize("scale", [100.0, 1e4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_logsumexp_of_extreme_logits(dtype, scale):
+    # exp overflows without the maximum subtracted (float32 above ~88, float64 above ~709),
+    # and a wrong maximum (the minimum, another row's) shows as inf or -inf.
+    x = np.array([[scale, 0.0, 1.0, -scale], [-scale, -scale - 1, -np.inf, -scale],
+                  [-np.inf] * 4, [scale, scale, -np.inf, 0.0], [np.inf, 0.0, 1.0, 2.0]], dtype)
+    want = torch.logsumexp(torch.from_numpy(x.astype(np.float64)), [1])
+    check("aten::logsumexp.out", want.to(torch.from_numpy(x).dtype), x, [1], False)
+    want = torch.logsumexp(torch.from_numpy(x[:3].astype(np.float64)), [0], True)
+    check("aten::logsumexp.out", want.to(torch.from_numpy(x).dtype), x[:3], [0], True)
+
+
+@pytest.mark.parametrize("shape, dim", [((0, 3), [0]), ((3, 0), [1]), ((0,), [0])], ids=str)
+def test_logsumexp_of_nothing_is_minus_inf(shape, dim):
+    x = np.empty(shape, np.float32)
+    check("aten::logsumexp.out", torch.logsumexp(torch.from_numpy(x), dim), x, dim, False)
+
+
+def test_arg_reductions_of_a_0d_tensor_along_dim_0():
+    x = np.array(3.0, np.float32)
+    t = torch.from_numpy(x)
+    check("aten::argmax.out", torch.argmax(t, 0), x, 0, False)
+    check("aten::argmin.out", torch.argmin(t, 0, True), x, 0, True)
+
+
+@pytest.mark.parametrize("unbiased", [True, False])
+def test_var_out_unbiased_flag(unbiased):
+    x = np.array([[1.0, 2.0, 4.0], [0.5, -1.0, 3.0]], np.float64)
+    t = torch.from_numpy(x)
+    check("aten::var.out", torch.var(t, [1], unbiased=unbiased), x, [1], unbiased, False)
+
+
+@pytest.mark.parametrize("key, fn, value", [("aten::any.all_out", torch.any, True),
+                                            ("aten::any.all_out", torch.any, False),
+                                            ("aten::all.all_out", torch.all, True),
+                                            ("aten::all.all_out", torch.all, False)])
+def test_full_any_all_overwrite_their_out(key, fn, value):
+    # out starts holding the opposite answer: a kernel that forgot to write it fails.
+    from kernel_check import KERNELS
+
+    x = np.full((3, 4), value)
+    want = bool(fn(torch.from_numpy(x)))
+    out = np.array(not want)
+    KERNELS[key](x, out)
+    assert bool(out) == want
