@@ -23,9 +23,9 @@ def signature(manifest: str, ops: tuple[str, ...], stub: str | None, as_json: bo
     """
     from opforge.build.declarations import declarations, render_stub
     from opforge.errors import ManifestError
-    from opforge.manifest import load_manifest
+    from opforge.manifest import load_definitions
 
-    opdefs = load_manifest(manifest, api="opforge signature")
+    opdefs = load_definitions(manifest, api="opforge signature")
     decls = declarations(opdefs, ops)
     if not decls:
         known = ", ".join(sorted({d.name for d in opdefs})) or "(none)"

@@ -12,8 +12,10 @@ From a Python module, the definitions are its module-level ``@opforge.op`` opera
 (:class:`CustomOp`) and bare :class:`OpDef` values, in the order the module defines them.
 
 >>> from opforge.manifest import load_definitions
->>> [d.name for d in load_definitions("opforge.examples.my_ops_python")]  # doctest: +SKIP
-['my_ops::scale2']
+>>> [d.name for d in load_definitions("my_ops.yaml")][:1]     # doctest: +SKIP
+['my_ops::mul3']
+>>> [d.name for d in load_definitions("my_py_ops.py")]        # doctest: +SKIP
+['my_py_ops::twice']
 """
 
 from __future__ import annotations

@@ -106,3 +106,18 @@ def test_run_imports_a_registrar_from_the_current_directory(project):
 def test_the_rule_is_in_every_verbs_help():
     proc = run_cli(Path.cwd(), "--help")
     assert "current directory first" in " ".join(proc.stdout.split())
+
+
+def test_signature_reads_a_local_module(project):
+    (project / "cppops.py").write_text(textwrap.dedent('''
+        import opforge
+        from opforge.manifest import KernelBinding
+
+        @opforge.op("lookup::thrice(Tensor x) -> Tensor",
+                    kernels=[KernelBinding("custom::thrice_out")])
+        def thrice(x):
+            return x * 3
+    '''))
+    proc = run_cli(project, "signature", "cppops")
+    assert proc.returncode == 0, proc.stderr
+    assert "custom::native::thrice_out(" in proc.stdout
