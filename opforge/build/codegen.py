@@ -7,7 +7,8 @@ For a library the build generates, from Jinja2 templates in ``templates/``:
   and unboxes ``opforge_arg`` values into typed views, and the one exported
   ``opforge_register_kernels()`` that returns the kernel table;
 * ``CMakeLists.txt`` — a standalone CMake project (see the template's header);
-* ``include/opforge/*.h`` — copies of the ABI headers, so the project is self-contained.
+* ``include/opforge/*.h``, ``include/executorch/**.h`` — copies of the ABI headers and the
+  ExecuTorch compatibility headers, so the project is self-contained.
 
 Nothing here runs a compiler; :mod:`opforge.build.driver` does.
 """
@@ -155,6 +156,8 @@ def generate_project(library: str, opdefs: list[OpDef], sources: list[Path], *,
             output_name=output_name, output_stem=Path(output_name).stem,
             sources=[s.as_posix() for s in sources], extra_flags=list(extra_flags)),
     }
-    for header in sorted((include_dir() / "opforge").glob("*.h")):
-        files[f"include/opforge/{header.name}"] = header.read_text(encoding="utf-8")
+    # opforge's headers and the ExecuTorch compatibility headers (include/executorch/...)
+    for header in sorted(include_dir().rglob("*.h")):
+        rel = header.relative_to(include_dir()).as_posix()
+        files[f"include/{rel}"] = header.read_text(encoding="utf-8")
     return GeneratedProject(library, files, tuple(entries))

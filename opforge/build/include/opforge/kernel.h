@@ -33,6 +33,37 @@ enum class ScalarType : int32_t {
   UInt16 = 27, UInt32 = 28, UInt64 = 29,
 };
 
+// Why a kernel failed (ExecuTorch's error codes and numbering, so that an ExecuTorch
+// kernel's ctx.fail(Error::InvalidArgument) works unchanged). The code becomes the call's
+// status; fail(const char*, ...) reports Internal.
+enum class Error : uint32_t {
+  Ok = 0x00, Internal = 0x01, InvalidState = 0x02, EndOfMethod = 0x03, AlreadyLoaded = 0x04,
+  NotSupported = 0x10, NotImplemented = 0x11, InvalidArgument = 0x12, InvalidType = 0x13,
+  OperatorMissing = 0x14, NotFound = 0x20, MemoryAllocationFailed = 0x21, AccessFailed = 0x22,
+  InvalidProgram = 0x23, OutOfResources = 0x25,
+};
+
+inline const char* to_string(Error e) {
+  switch (e) {
+    case Error::Ok: return "Error::Ok";
+    case Error::Internal: return "Error::Internal";
+    case Error::InvalidState: return "Error::InvalidState";
+    case Error::EndOfMethod: return "Error::EndOfMethod";
+    case Error::AlreadyLoaded: return "Error::AlreadyLoaded";
+    case Error::NotSupported: return "Error::NotSupported";
+    case Error::NotImplemented: return "Error::NotImplemented";
+    case Error::InvalidArgument: return "Error::InvalidArgument";
+    case Error::InvalidType: return "Error::InvalidType";
+    case Error::OperatorMissing: return "Error::OperatorMissing";
+    case Error::NotFound: return "Error::NotFound";
+    case Error::MemoryAllocationFailed: return "Error::MemoryAllocationFailed";
+    case Error::AccessFailed: return "Error::AccessFailed";
+    case Error::InvalidProgram: return "Error::InvalidProgram";
+    case Error::OutOfResources: return "Error::OutOfResources";
+  }
+  return "Error::<unknown>";
+}
+
 template <class T>
 using optional = std::optional<T>;
 using std::nullopt;
@@ -64,6 +95,10 @@ using IntArrayRef = ArrayRef<int64_t>;
 // mutable data: constness is the view's, not the elements'.
 class Tensor {
  public:
+  using SizesType = int64_t;  // ExecuTorch's names for the element types of the views
+  using StridesType = int64_t;
+  using DimOrderType = uint8_t;
+
   Tensor() : raw_{nullptr, nullptr, nullptr, 0, 0} {}
   explicit Tensor(const opforge_tensor& raw) : raw_(raw) {}
   IntArrayRef sizes() const { return IntArrayRef(raw_.sizes, static_cast<size_t>(raw_.rank)); }
@@ -78,7 +113,11 @@ class Tensor {
     return n;
   }
   ScalarType scalar_type() const { return static_cast<ScalarType>(raw_.dtype); }
-  bool is_contiguous() const {
+  ScalarType dtype() const { return scalar_type(); }
+  size_t element_size() const;  // bytes per element (below, after element_size(ScalarType))
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  bool is_contiguous() const {  // as PyTorch: an empty tensor is contiguous
+    if (numel() == 0) return true;
     int64_t expected = 1;
     for (int32_t i = raw_.rank - 1; i >= 0; --i) {
       if (raw_.sizes[i] != 1 && raw_.strides[i] != expected) return false;
@@ -89,6 +128,8 @@ class Tensor {
   template <class T> T* data_ptr() const { return static_cast<T*>(raw_.data); }
   template <class T> T* mutable_data_ptr() const { return static_cast<T*>(raw_.data); }
   template <class T> const T* const_data_ptr() const { return static_cast<const T*>(raw_.data); }
+  void* mutable_data_ptr() const { return raw_.data; }
+  const void* const_data_ptr() const { return raw_.data; }
   const opforge_tensor& raw() const { return raw_; }
 
   // A view of an argument's tensor, without copying it.
@@ -111,6 +152,7 @@ class Scalar {
   explicit Scalar(bool v) : kind_(Kind::Bool), i_(v ? 1 : 0) {}
   Kind kind() const { return kind_; }
   bool isIntegral() const { return kind_ == Kind::Int; }
+  bool isIntegral(bool include_bool) const { return isIntegral() || (include_bool && isBoolean()); }
   bool isFloatingPoint() const { return kind_ == Kind::Double; }
   bool isBoolean() const { return kind_ == Kind::Bool; }
   template <class T> T to() const {
@@ -125,6 +167,9 @@ class Scalar {
 
 // How a kernel reports failure. fail() records a printf-style message and marks the call
 // failed; it never aborts or throws. The kernel should return right after it.
+// fail(Error) and failure_state() are ExecuTorch's KernelRuntimeContext interface (which
+// is this class in opforge's ExecuTorch headers): fail(Error::X) keeps a message already
+// recorded in this call, else records "kernel failed with Error::X".
 class KernelContext {
  public:
   explicit KernelContext(opforge_context* raw) : raw_(raw) {}
@@ -135,7 +180,16 @@ class KernelContext {
     std::vsnprintf(raw_->message, OPFORGE_MESSAGE_SIZE, fmt, args);
     va_end(args);
   }
+  void fail(Error error) {
+    if (error == Error::Ok) {
+      raw_->status = 0;
+      return;
+    }
+    if (raw_->status == 0) std::snprintf(raw_->message, OPFORGE_MESSAGE_SIZE, "kernel failed with %s", to_string(error));
+    raw_->status = static_cast<int32_t>(error);
+  }
   bool failed() const { return raw_->status != 0; }
+  Error failure_state() const { return static_cast<Error>(raw_->status); }
   opforge_context* raw() const { return raw_; }
 
  private:
@@ -176,6 +230,22 @@ inline bool same_sizes(const Tensor& a, const Tensor& b) {
     if (a.size(d) != b.size(d)) return false;
   return true;
 }
+
+// Bytes per element of a dtype (0 for dtypes the ABI does not name).
+inline size_t element_size(ScalarType t) {
+  switch (t) {
+    case ScalarType::Byte: case ScalarType::Char: case ScalarType::Bool: return 1;
+    case ScalarType::Short: case ScalarType::Half: case ScalarType::BFloat16:
+    case ScalarType::UInt16: return 2;
+    case ScalarType::Int: case ScalarType::Float: case ScalarType::UInt32: return 4;
+    case ScalarType::Long: case ScalarType::Double: case ScalarType::UInt64:
+    case ScalarType::ComplexFloat: return 8;
+    case ScalarType::ComplexHalf: return 4;
+    case ScalarType::ComplexDouble: return 16;
+  }
+  return 0;
+}
+inline size_t Tensor::element_size() const { return ::opforge::element_size(scalar_type()); }
 
 // The name of a dtype, for messages ("Float", "Long", ...).
 inline const char* to_string(ScalarType t) {

@@ -1,0 +1,12 @@
+// opforge's ExecuTorch compatibility headers: what ExecuTorch's kernel_includes.h brings
+// (tensor types, dtype switches, tensor checks and resize helpers, the kernel context),
+// mapped onto opforge's kernel API (opforge/kernel.h). See docs/kernel-abi.md,
+// "ExecuTorch kernel sources", for what is offered and how it differs.
+#pragma once
+
+#include <cstddef>
+
+#include "executorch/runtime/core/exec_aten/exec_aten.h"
+#include "executorch/runtime/core/exec_aten/util/scalar_type_util.h"
+#include "executorch/runtime/core/exec_aten/util/tensor_util.h"
+#include "executorch/runtime/kernel/kernel_runtime_context.h"

@@ -1,0 +1,147 @@
+"""ExecuTorch kernel sources compile unchanged against an ExecuTorch-format YAML and run.
+
+``executorch_kernels/`` holds kernels written as an ExecuTorch author writes them (the
+custom-op example's ``mul3_out_impl``; portable-library-style ``add``/``clamp``/row sum)
+and a ``custom_ops.yaml`` with no opforge keys. They include
+``<executorch/runtime/kernel/kernel_includes.h>`` and use ExecuTorch's names; opforge's
+compatibility headers map them onto its kernel API. Needs a C++ compiler; no torch.
+"""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from opforge.build import build_library, include_dir
+from opforge.errors import KernelError
+from opforge.runtime import KernelRegistry
+from opforge.runtime.native import NativeLibrary, load_library
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                                reason="needs a C++ compiler")
+
+HERE = __import__("pathlib").Path(__file__).with_name("executorch_kernels")
+MANIFEST = HERE / "custom_ops.yaml"
+SOURCES = [HERE / "custom_ops_1_out.cpp", HERE / "op_add_alpha.cpp"]
+
+
+@pytest.fixture(scope="module")
+def lib(cache, tmp_path_factory):
+    # -Wall -Wextra -Werror: the compatibility headers themselves must compile cleanly
+    out = tmp_path_factory.mktemp("et") / "libet_ops.so"
+    result = build_library(MANIFEST, SOURCES, out, cache_root=cache,
+                           extra_flags=("-Wall", "-Wextra", "-Werror", "-Wno-sign-compare",
+                                        "-Wno-unused-parameter"))
+    assert result.ops == ["my_ops::mul3.out", "my_ops::add_alpha.out", "my_ops::clamp_min.out",
+                          "my_ops::row_sum.out"]
+    return NativeLibrary(result.path)
+
+
+def test_headers_ship_with_the_package():
+    root = include_dir() / "executorch"
+    for rel in ("runtime/kernel/kernel_includes.h", "runtime/core/exec_aten/exec_aten.h",
+                "runtime/core/exec_aten/util/scalar_type_util.h",
+                "runtime/core/exec_aten/util/tensor_util.h", "runtime/platform/assert.h",
+                "kernels/portable/cpu/util/broadcast_util.h", "kernels/portable/cpu/scalar_utils.h"):
+        assert (root / rel).is_file(), rel
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "int8"])
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 4)])
+def test_mul3_example_kernel(lib, dtype, shape):
+    x = np.asarray(np.random.default_rng(0).standard_normal(shape) * 20).astype(dtype)
+    out = np.empty_like(x)
+    lib.kernel("my_ops::mul3.out")(x, out)  # resize_tensor to the planned shape: Error::Ok
+    np.testing.assert_array_equal(out, (x * np.asarray(3, dtype)).astype(dtype))
+
+
+def test_mul3_in_the_lean_runtime_registry(lib):
+    registry = KernelRegistry.portable()
+    load_library(lib.path, registry)
+    x, out = np.arange(6, dtype=np.float32).reshape(2, 3), np.empty((2, 3), np.float32)
+    registry.lookup("my_ops::mul3.out", "float32").fn(x, out)
+    np.testing.assert_array_equal(out, x * 3)
+
+
+def test_et_check_msg_is_a_kernel_error_not_an_abort(lib):
+    # ET_CHECK_MSG aborts in ExecuTorch; here the call fails with its text, file and line
+    with pytest.raises(KernelError, match=r"ET_CHECK failed at custom_ops_1_out\.cpp:\d+: "
+                                          r"\(in\.scalar_type\(\) != ScalarType::Bool\): "
+                                          r"Expected a numeric in tensor, but got dtype 11 \(Bool\)"):
+        lib.kernel("my_ops::mul3.out")(np.ones(3, bool), np.empty(3, bool))
+    x = np.ones(3, np.float32)  # and the library still works
+    out = np.empty(3, np.float32)
+    lib.kernel("my_ops::mul3.out")(x, out)
+    assert out.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_et_switch_refuses_a_dtype_outside_its_set(lib):
+    with pytest.raises(KernelError, match="mul3.out: unsupported dtype Half"):
+        lib.kernel("my_ops::mul3.out")(np.ones(3, np.float16), np.empty(3, np.float16))
+    with pytest.raises(KernelError, match="clamp_min.out: unsupported dtype Int"):
+        lib.kernel("my_ops::clamp_min.out")(np.ones(3, np.int32), 0, np.empty(3, np.int32))
+
+
+def test_et_kernel_check_fails_the_context(lib):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]  # not contiguous
+    with pytest.raises(KernelError, match=r"custom_ops_1_out\.cpp:\d+: check failed "
+                                          r"\(executorch::runtime::tensor_is_contiguous\(in\)\)"):
+        lib.kernel("my_ops::mul3.out")(x, np.empty((3, 2), np.float32))
+
+
+# `self` has the out's shape: an ExecuTorch YAML has no fake, and opforge's default fake
+# plans every out like the first tensor input (an op broadcasting `self` needs `fake:`)
+@pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 3, 4), (3, 1)),
+                                    ((5,), ()), ((0, 3), (3,)), ((2, 3), (1, 1))])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "float16"])
+def test_portable_style_add_with_scalar_and_broadcasting(lib, shapes, dtype):
+    rng = np.random.default_rng(1)
+    a = np.asarray(rng.standard_normal(shapes[0]) * 10).astype(dtype)
+    b = np.asarray(rng.standard_normal(shapes[1]) * 10).astype(dtype)
+    alpha = 2 if dtype == "int64" else 0.5
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), dtype)
+    lib.kernel("my_ops::add_alpha.out")(a, b, alpha, out)
+    want = (a + np.asarray(alpha, dtype) * b).astype(dtype)
+    if dtype == "float16":
+        np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=1e-2)
+    else:
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def test_portable_style_add_refuses_a_float_alpha_for_ints(lib):
+    a = np.ones(3, np.int64)
+    with pytest.raises(KernelError, match=r"extract_scalar\(alpha, &alpha_val\)"):
+        lib.kernel("my_ops::add_alpha.out")(a, a, 0.5, np.empty(3, np.int64))
+
+
+def test_clamp_with_a_scalar_matches_numpy(lib):
+    x = np.linspace(-3, 3, 13, dtype=np.float64)
+    out = np.empty_like(x)
+    lib.kernel("my_ops::clamp_min.out")(x, -1, out)
+    np.testing.assert_array_equal(out, np.maximum(x, -1))
+
+
+def test_resize_to_another_shape_is_a_clean_error(lib):
+    # the planned out (the default fake: the input's shape) is not the row sums' shape
+    x = np.ones((3, 4), np.float32)
+    with pytest.raises(KernelError) as info:
+        lib.kernel("my_ops::row_sum.out")(x, np.empty((3, 4), np.float32))
+    text = str(info.value)
+    assert "Failed to resize output tensor." in text
+    assert "resize_tensor: the kernel resizes a tensor of planned shape (3, 4) to (3,)" in text
+    assert "static shapes" in text
+
+
+def test_broadcast_resize_to_a_wrong_planned_shape_is_a_clean_error(lib):
+    a, b = np.ones((3, 4), np.float32), np.ones((4,), np.float32)
+    # the default fake plans out like `self` (3, 4): fine; an out of (4,) the glue refuses
+    with pytest.raises(KernelError, match="first input's shape"):
+        lib.kernel("my_ops::add_alpha.out")(a, b, 1, np.empty(4, np.float32))
+
+
+def test_portable_style_add_on_strided_views(lib):
+    base = np.arange(48, dtype=np.float64).reshape(6, 8)
+    a, b = base[::2, ::-2], base[1, ::2]  # negative and non-unit strides, b broadcast
+    out = np.empty((3, 4), np.float64)
+    lib.kernel("my_ops::add_alpha.out")(a, b, -1.5, out)
+    np.testing.assert_array_equal(out, a - 1.5 * b)
