@@ -19,7 +19,8 @@ def resolve_reference(ref: Callable | str | None, *, what: str, source: str) -> 
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ManifestError(f"`opforge`: {source}: the {what} '{ref}' cannot be imported ({exc}) — "
-                            "make the module importable (installed, or on PYTHONPATH)") from None
+                            "make the module importable (installed, on PYTHONPATH, or, for "
+                            "the opforge command, in the current directory)") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ManifestError(f"`opforge`: {source}: the {what} '{ref}' — module '{module_name}' has "
