@@ -127,6 +127,9 @@ class OpDef:
     source: str = "<python>"  # where it was defined: "file.yaml:12" or "module.py:34"
     is_aten: bool = False  # an ATen op bound to custom kernels (`op: add.out`)
     extra: tuple[tuple[str, object], ...] = field(default=(), compare=False)
+    # callable, or "module:function": () -> [(args, kwargs), ...] of the functional op,
+    # samples `opforge check` runs besides the ones it generates
+    samples: Callable | str | None = None
 
     def __post_init__(self) -> None:
         if not self.functional.is_functional():

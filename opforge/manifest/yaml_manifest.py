@@ -18,8 +18,9 @@ Every ExecuTorch entry form is valid input::
       dispatch: {CPU: torch::executor::allclose_out}
 
 A ``func:`` may be the functional or the out schema; the other is derived. opforge's own
-keys extend an entry: ``python`` and ``fake`` ("module:function" references to a reference
-implementation and a shape/dtype function) and ``doc``. Keys torchgen/ExecuTorch use but
+keys extend an entry: ``python``, ``fake`` and ``samples`` ("module:function" references to a
+reference implementation, a shape/dtype function and a function returning ``opforge check``'s
+extra samples) and ``doc``. Keys torchgen/ExecuTorch use but
 that do not change a kernel binding (``variants``, ``tags``, ...) are accepted and kept in
 ``OpDef.extra``; any other key is an error.
 """
@@ -43,7 +44,7 @@ from opforge.schema import FunctionSchema, SchemaKind, is_tensor_like_type
 
 __all__ = ["load_manifest", "parse_manifest"]
 
-_OPFORGE_KEYS = {"python", "fake", "doc"}
+_OPFORGE_KEYS = {"python", "fake", "doc", "samples"}
 _BINDING_KEYS = {"func", "op", "kernels", "type_alias", "dim_order_alias", "dispatch"}
 # Keys of torchgen / ExecuTorch entries that do not affect kernel binding here.
 _PASSIVE_KEYS = {"variants", "tags", "device_check", "device_guard", "cpp_no_default_args",
@@ -141,7 +142,7 @@ def _parse_entry(e: _Entry) -> OpDef:
         if key in raw and not isinstance(raw[key], str):
             raise e.fail(key, f"'{key}' must be a string", "quote the text")
     refs = {}
-    for key in ("python", "fake"):
+    for key in ("python", "fake", "samples"):
         if key in raw:
             if not isinstance(raw[key], str) or not _REF.match(raw[key]):
                 raise e.fail(key, f"'{key}: {shown(raw[key])}' is not a 'module:function' "
@@ -151,7 +152,8 @@ def _parse_entry(e: _Entry) -> OpDef:
     kernels = _kernels(e, out)
     extra = tuple((k, raw[k]) for k in raw if k in _PASSIVE_KEYS)
     return OpDef(functional, out, kernels, refs.get("python"), refs.get("fake"),
-                 raw.get("doc", ""), f"{e.filename}:{raw.line}", is_aten, extra)
+                 raw.get("doc", ""), f"{e.filename}:{raw.line}", is_aten, extra,
+                 samples=refs.get("samples"))
 
 
 def _func(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
