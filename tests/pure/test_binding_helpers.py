@@ -142,3 +142,15 @@ def test_non_contiguous_operands_are_not_split(threads, make):
     assert _chunks(fn, args) is None
     fn(*args)
     assert (out == -1).all()
+
+
+def test_ufunc_step_checks_every_operand():
+    # the second operand alone has another dtype: the step must still compute in float32
+    # (bare, NumPy would promote float32 with int64 to float64)
+    a, b, out = np.ones(3, F32), np.array([2**40, 1, 2], np.int64), np.empty(3, F32)
+    fn, args = ufunc_step(np.add, a, b, out, dtype=F32)
+    assert fn is not np.add
+    fn(*args)
+    np.testing.assert_array_equal(out, np.add(a, b.astype(F32)))
+    fn, _ = ufunc_step(np.add, a, a, b, out, dtype=F32)  # a three-operand form, b in the middle
+    assert fn is not np.add

@@ -1,0 +1,556 @@
+"""Mutation testing: put one small bug at a time into a copy of opforge and check that the
+tests covering that code fail. A mutant the tests let through is a blind spot (add a test
+that kills it) or an equivalent mutant (it computes the same thing; list it in
+``EQUIVALENT`` with the reason). See docs/testing.md.
+
+    .venv/bin/python scripts/mutation_test.py                    # every target (~20 min)
+    .venv/bin/python scripts/mutation_test.py --target verifier  # one target (repeatable)
+    .venv/bin/python scripts/mutation_test.py --list             # the mutants, not run
+    .venv/bin/python scripts/mutation_test.py --target softmax --function _bind_softmax
+
+# Design
+#
+# Mutants are made from the AST of the chosen functions (one mutation each: a comparison
+# flipped at its boundary, + and - or * and / swapped, an integer off by one, ``and`` /
+# ``or`` swapped, a ``not`` or a unary minus dropped, True / False flipped, a NumPy
+# function swapped for its twin (maximum / minimum, add / subtract, ...), ``a - b`` reduced
+# to ``a`` (a dropped max subtraction), a call statement or augmented assignment dropped,
+# a step dropped from a list of steps). Error messages, docstrings and annotations are
+# never mutated: a wrong message is not a wrong result. Each mutant replaces just the
+# source span of its node, so the rest of the file keeps its text.
+#
+# Mutants never touch the checkout: opforge/, tests/ and pyproject.toml are copied into a
+# temporary directory once; each mutant rewrites one file there, runs its target's tests
+# (``pytest -x``: the first failure kills it) and puts the file back. PyTorch, NumPy and
+# pytest are imported once in this process, which then forks one child per mutant (the
+# child imports opforge afresh, so it sees the mutant): ~2 s of torch import saved per
+# mutant. Bytecode is never written, so a mutant of the same size and mtime as the
+# original cannot be served from a stale .pyc. A child that runs past its timeout
+# (4x the clean run, at least 20 s) is killed with its process group: "timeout".
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # before anything imports opforge or the tests
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Target:
+    """Functions of one file to mutate (``None``: every function and method) and the
+    pytest arguments of the tests that cover them, fastest-failing first."""
+
+    path: str
+    functions: tuple[str, ...] | None
+    tests: tuple[str, ...]
+
+
+PORTABLE = "opforge/kernels/portable"
+# tests/torch/test_kernels_unary.py::test_special_values and the bound GELU special-value
+# tests fail on AVX-512 machines before any mutation (torch's vectorised float32 GELU of
+# +inf is nan there, inf elsewhere): deselected so that the clean run passes everywhere.
+_NOT_SPECIAL = ("-k", "not special_values")
+TARGETS: dict[str, Target] = {
+    "softmax": Target(f"{PORTABLE}/normalization.py", (
+        "_shifted", "softmax_out", "log_softmax_out", "_row_sum", "_row_max",
+        "_softmax_workspace", "_bind_softmax", "_bind_log_softmax"), (
+        "tests/torch/test_kernels_softmax_extreme.py", "tests/torch/test_kernels_norm_small.py",
+        "tests/torch/test_kernels_reduction.py", "-k", "softmax")),
+    "normalization": Target(f"{PORTABLE}/normalization.py", (
+        "native_layer_norm_out", "_per_channel", "batch_norm_no_training_out",
+        "_inference_affine", "batch_norm_batch_stats_out", "native_group_norm_out",
+        "_floating_same", "_bind_layer_norm", "_bind_batch_stats", "_bind_batch_norm"), (
+        "tests/torch/test_kernels_norm_binder_paths.py", "tests/torch/test_kernels_norm_small.py",
+        "tests/torch/test_kernels_reduction.py", "tests/torch/test_kernels_norm_float16.py",
+        "tests/torch/test_kernels_bound.py",
+        "tests/torch/test_kernels_more.py", "-k", "norm")),
+    "activation": Target(f"{PORTABLE}/activation.py", (
+        "relu_out", "_clamp", "gelu_out", "silu_out", "leaky_relu_out", "elu_out",
+        "hardsigmoid_out", "hardswish_out", "softplus_out", "_bind_relu", "_bound",
+        "_bind_clamp", "_gelu_tanh_steps"), (
+        "tests/torch/test_kernels_activation_edges.py", "tests/torch/test_kernels_unary.py",
+        "tests/torch/test_kernels_gelu.py", *_NOT_SPECIAL)),
+    "reduction": Target(f"{PORTABLE}/reduction.py", None, (
+        "tests/torch/test_kernels_reduction_edges.py",
+        "tests/torch/test_kernels_reduction_binder_paths.py", "tests/torch/test_kernels_reduction.py",
+        "tests/torch/test_kernels_more.py::test_max_min_dim",
+        "tests/torch/test_kernels_more.py::test_max_min_dim_zero_size_and_scalar",
+        "tests/torch/test_kernels_more.py::test_linalg_vector_norm",
+        "tests/torch/test_kernels_more.py::test_linalg_vector_norm_dtype_nan_and_empty")),
+    "binding": Target(f"{PORTABLE}/_binding.py", (
+        "read_only", "separate", "fold_scalar", "constant_operand", "_chunkable", "_slice",
+        "_chunks", "steps", "ufunc_step"), (
+        "tests/pure/test_binding_helpers.py", "tests/torch/test_kernels_norm_binder_paths.py",
+        "tests/torch/test_kernels_activation_edges.py", "tests/torch/test_kernels_bound.py",
+        "tests/torch/test_kernels_softmax_extreme.py", "tests/torch/test_kernels_unary.py",
+        "-k", "not zoo_method and not special_values")),
+    "verifier": Target("opforge/program/verify.py", None, (
+        "tests/pure/test_program_verify_limits.py", "tests/pure/test_program_verify.py",
+        "tests/pure/test_program_bad_inputs.py")),
+    "memory_planning": Target("opforge/export/memory_planning.py", None, (
+        "tests/torch/test_export_memory_plan_exact.py",
+        "tests/torch/test_export_memory_planning.py")),
+    "plan_memory": Target("opforge/export/passes/plan_memory.py", None, (
+        "tests/torch/test_export_memory_plan_exact.py",)),
+}
+
+# Surviving mutants that compute what the original computes, keyed "path::function::what"
+# (``what`` as the mutant list prints it), with the reason. docs/testing.md lists them.
+_ARG_RECHECK = ("the test before `_index` only decides whether `_index` runs; `_index` "
+                "repeats the whole check (an int, 0 <= index < n), and the mutant only "
+                "makes it run more often")
+_FIRST_SET = ("every planned node has its first step set before this line: user inputs "
+              "at 0, each alloc as the out argument of the call that writes it")
+_READ_ONLY_COPY = ("`astype(..., copy=False)` -> `copy=True`: the array is only read "
+                   "afterwards, so a copy changes the time, not the values")
+_BIND = "opforge/kernels/portable/_binding.py"
+_BIGGER_BUFFER = ("`max(size, 2)` / `max(size, 0)`: the shared buffer is one element larger "
+                  "or, for a size-0 request, empty; every view handed out has the same values")
+_INF_SIGN = ("in the ord = ±inf branch p is +inf or -inf: `p > 0`, `p >= 0`, `p > 1` and "
+             "`p > -1` all tell them apart the same way")
+_NORM = "opforge/kernels/portable/normalization.py"
+_ACT = "opforge/kernels/portable/activation.py"
+_RED = "opforge/kernels/portable/reduction.py"
+EQUIVALENT: dict[str, str] = {
+    f"{_NORM}::_shifted::flip bool: `False` -> `True`": _READ_ONLY_COPY,
+    f"{_NORM}::native_layer_norm_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
+    f"{_NORM}::batch_norm_batch_stats_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
+    f"{_NORM}::batch_norm_batch_stats_out::flip bool: `False` -> `True` #2": _READ_ONLY_COPY,
+    f"{_NORM}::batch_norm_batch_stats_out::flip bool: `False` -> `True` #3": _READ_ONLY_COPY,
+    f"{_NORM}::native_group_norm_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
+    f"{_NORM}::_per_channel::off by one: `1` -> `2` #2": "`reshape((1, -2) + ...)`: NumPy "
+    "takes any negative size as the inferred dimension, like -1",
+    f"{_NORM}::_floating_same::off by one: `0` -> `-1`": "`arrays[-1].dtype`: the test is "
+    "that every array has one floating dtype, whichever array it is read from (the last "
+    "array is always an out, never None)",
+    f"{_NORM}::_bind_layer_norm::and/or: `out1.size != int(np.prod(keep)) or out2.size != "
+    "out1.size` -> `out1.size != int(np.prod(keep)) and out2.size != out1.size`":
+        "mean and rstd outs always have ATen's (..., 1, ...) shape: the guard never fires",
+    f"{_NORM}::_bind_layer_norm::compare: `input.size <= _SMALL` -> `input.size < _SMALL`":
+        "only where constant weight and bias are broadcast (at bind, or per call by the "
+        "ufunc): the same products either way",
+    f"{_NORM}::_bind_layer_norm::off by one: `0` -> `-1` #2": "`k == -1`: normalized_shape "
+    "is never empty in ATen's layer norm (it refuses []); for k = 0 both paths give "
+    "(x - x) * rstd anyway",
+    f"{_NORM}::_bind_batch_stats::off by one: `2` -> `1`": "`input.ndim < 1`: batch norm "
+    "inputs have at least 2 dims (N, C): ATen refuses fewer",
+    f"{_NORM}::_bind_batch_stats::off by one: `1` -> `0` #2": "`max(C, 0)` = `max(C, 1)`: "
+    "C >= 1 here, empty inputs go to the general kernel",
+    f"{_NORM}::_bind_batch_norm::off by one: `2` -> `1`": "`input.ndim < 1`: batch norm "
+    "inputs have at least 2 dims (N, C): ATen refuses fewer",
+    f"{_ACT}::leaky_relu_out::compare: `x > 0` -> `x >= 0`": "at x = ±0 both branches "
+    "give x (0 * slope is 0 with x's sign); NaN takes the same branch",
+    f"{_ACT}::elu_out::compare: `x > 0` -> `x >= 0`": "at x = ±0 both branches give x "
+    "(alpha * expm1(±0) is ±0); NaN takes the same branch",
+    f"{_ACT}::_gelu_tanh_steps::flip bool: `False` -> `True`": "the default of `large`, "
+    "which the tanh steps never read",
+    f"{_ACT}::_gelu_tanh_steps::compare: `out.dtype == ct` -> `out.dtype != ct`": "swaps "
+    "`np.divide` and `np.divide(..., casting='same_kind')`, NumPy's default casting: the "
+    "same division",
+    f"{_RED}::axes::off by one: `1` -> `0`": "`max(ndim, 0)` = `max(ndim, 1)`: the branch "
+    "runs only for ndim >= 1",
+    f"{_RED}::prod_dim_out::off by one: `1` -> `0`": "`max(ndim, 0)` = `max(ndim, 1)`: the "
+    "branch runs only for ndim >= 1",
+    f"{_RED}::mean_out::flip bool: `False` -> `True`": "keepdim: `_store` reshapes the "
+    "result to out's shape whatever keepdim says",
+    f"{_RED}::logsumexp_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
+    f"{_RED}::logsumexp_out::off by one: `0` -> `1`": "the stand-in peak of a row whose "
+    "maximum is ±inf or nan: exp(x - c) is then 0, inf or nan and log(...) + c gives "
+    "-inf, inf or nan for any finite c",
+    f"{_RED}::logsumexp_out::off by one: `0` -> `-1`": "the stand-in peak of a row whose "
+    "maximum is ±inf or nan: any finite c gives the same -inf, inf or nan",
+    f"{_RED}::linalg_vector_norm_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
+    f"{_RED}::linalg_vector_norm_out::flip bool: `False` -> `True` #2": _READ_ONLY_COPY,
+    f"{_BIND}::constant_operand::off by one: `1` -> `0`": "`key[0] == bytes(...)` is never "
+    "true (a dtype string against bytes): zeros then come from np.full instead of np.zeros, "
+    "the same values (only not calloc's shared zero page)",
+    f"{_BIND}::constant_operand::off by one: `1` -> `2` #2": _BIGGER_BUFFER,
+    f"{_BIND}::constant_operand::off by one: `1` -> `0` #2": _BIGGER_BUFFER,
+    f"{_BIND}::constant_operand::off by one: `1` -> `2` #3": _BIGGER_BUFFER,
+    f"{_BIND}::constant_operand::off by one: `1` -> `0` #3": _BIGGER_BUFFER,
+    f"{_BIND}::_slice::off by one: `1` -> `2`": "`reshape(-2)`: NumPy takes any negative "
+    "size as the inferred one, like -1",
+    f"{_BIND}::steps::off by one: `0` -> `-1`": "`pairs[-1]` of a one-pair list is "
+    "`pairs[0]`",
+    f"{_RED}::_bind_sum::off by one: `1` -> `0`": "`max(out.size, 0)` = `max(out.size, 1)`: "
+    "a non-empty input reduces into a non-empty out",
+    f"{_RED}::linalg_vector_norm_out::compare: `p > 0` -> `p >= 0`": _INF_SIGN,
+    f"{_RED}::linalg_vector_norm_out::off by one: `0` -> `1` #2": _INF_SIGN,
+    f"{_RED}::linalg_vector_norm_out::off by one: `0` -> `-1` #2": _INF_SIGN,
+    f"{_RED}::linalg_vector_norm_out::off by one: `1` -> `2`": "`elif p == 2` after "
+    "`if p == 2` never runs; ord 1 then takes the general p-norm, (sum |x|^1)^(1/1), the "
+    "same sum",
+    f"{_NORM}::_row_sum::off by one: `1` -> `2`": "`reshape(-2, n)`: NumPy takes any "
+    "negative size as the one inferred dimension, like -1",
+    f"{_NORM}::_row_sum::off by one: `1` -> `2` #2": "`reshape(-2)`: as `reshape(-1)` (any "
+    "negative size is the inferred one)",
+    f"{_NORM}::_row_max::off by one: `1` -> `2`": "`n = ... if a.ndim else 2`: unreachable, "
+    "`_softmax_workspace` sends 0-d inputs to the general kernel",
+    f"{_NORM}::_row_max::off by one: `1` -> `0`": "`n = ... if a.ndim else 0`: unreachable, "
+    "`_softmax_workspace` sends 0-d inputs to the general kernel",
+    f"{_NORM}::_row_max::off by one: `1` -> `0` #2": "`max(n, 0)` = `max(n, 1)`: n >= 1 here, "
+    "empty inputs go to the general kernel",
+    "opforge/program/verify.py::_verify_instructions::compare: `type(arg) is not int` -> "
+    "`type(arg) is int`": _ARG_RECHECK,
+    "opforge/program/verify.py::_verify_instructions::compare: `0 <= arg < n` -> "
+    "`0 < arg < n`": _ARG_RECHECK,
+    "opforge/program/verify.py::_verify_instructions::off by one: `0` -> `1`": _ARG_RECHECK,
+    "opforge/export/passes/plan_memory.py::tensor_lifetimes::drop statement: "
+    "`first.setdefault(value.name, end)` -> `pass`": _FIRST_SET + " (an output is one of these)",
+    "opforge/export/passes/plan_memory.py::tensor_lifetimes::off by one: `0` -> `1` #2":
+        _FIRST_SET + ": the default of `first.get` is never used",
+    "opforge/export/passes/plan_memory.py::tensor_lifetimes::off by one: `0` -> `-1` #2":
+        _FIRST_SET + ": the default of `first.get` is never used",
+}
+
+# Calls whose arguments only build an error message.
+_MESSAGE_CALLS = {"program_error", "with_api", "KernelError", "ProgramError", "ValueError",
+                  "TypeError", "RuntimeError"}
+_COMPARE_FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+                  ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+                  ast.In: ast.NotIn, ast.NotIn: ast.In}
+_BINOP_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+                ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
+_TWINS = {"maximum": "minimum", "minimum": "maximum", "max": "min", "min": "max",
+          "amax": "amin", "amin": "amax", "argmax": "argmin", "argmin": "argmax",
+          "add": "subtract", "subtract": "add", "multiply": "divide", "divide": "multiply",
+          "exp": "expm1", "expm1": "exp", "log": "log1p", "log1p": "log", "sum": "mean",
+          "mean": "sum", "any": "all", "all": "any", "logical_or": "logical_and",
+          "logical_and": "logical_or", "c_contiguous": "f_contiguous"}
+
+
+@dataclass
+class Mutant:
+    path: str
+    function: str
+    line: int
+    operator: str
+    what: str  # the mutation, e.g. "compare: `a < b` -> `a <= b`"
+    start: int  # byte span of the replaced source
+    end: int
+    replacement: str
+    status: str = "not run"
+    seconds: float = 0.0
+    twin: int = 0  # earlier mutants of this function with the same ``what``
+
+    @property
+    def key(self) -> str:
+        suffix = f" #{self.twin + 1}" if self.twin else ""
+        return f"{self.path}::{self.function}::{self.what}{suffix}"
+
+
+def _short(node: ast.AST) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+@dataclass
+class _Collector:
+    path: str
+    source: bytes
+    line_starts: list[int] = field(default_factory=list)
+    mutants: list[Mutant] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        offset = 0
+        for line in self.source.splitlines(keepends=True):
+            self.line_starts.append(offset)
+            offset += len(line)
+        self.line_starts.append(offset)
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return (self.line_starts[node.lineno - 1] + node.col_offset,
+                self.line_starts[node.end_lineno - 1] + node.end_col_offset)
+
+    def add(self, function: str, node: ast.AST, operator: str, new: ast.AST | str) -> None:
+        if isinstance(new, str):
+            replacement, shown = new, new
+        else:
+            ast.fix_missing_locations(new)
+            shown = _short(new)
+            replacement = ast.unparse(new)
+            if isinstance(node, ast.expr):
+                replacement = f"({replacement})"
+        start, end = self.span(node)
+        self.mutants.append(Mutant(self.path, function, node.lineno, operator,
+                                   f"{operator}: `{_short(node)}` -> `{shown}`",
+                                   start, end, replacement))
+
+    def visit(self, function: str, node: ast.AST) -> None:
+        """Every mutant of ``node``'s subtree, skipping messages and annotations."""
+        if isinstance(node, (ast.Raise, ast.JoinedStr)):
+            return
+        if isinstance(node, ast.Call) and _called_name(node) in _MESSAGE_CALLS:
+            return
+        self.mutate(function, node)
+        for name, value in ast.iter_fields(node):
+            if name in ("annotation", "returns", "decorator_list", "type_comment"):
+                continue
+            if name == "body" and isinstance(value, list) and value and _is_docstring(value[0]):
+                value = value[1:]
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST):
+                    self.visit(function, child)
+
+    def mutate(self, function: str, node: ast.AST) -> None:
+        def add(operator: str, new: ast.AST | str) -> None:
+            self.add(function, node, operator, new)
+
+        if isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                flip = _COMPARE_FLIPS.get(type(op))
+                if flip:
+                    new = copy.deepcopy(node)
+                    new.ops[i] = flip()
+                    add("compare", new)
+        elif isinstance(node, ast.BinOp):
+            swap = _BINOP_SWAPS.get(type(node.op))
+            if swap:
+                new = copy.deepcopy(node)
+                new.op = swap()
+                add("arithmetic", new)
+            if isinstance(node.op, (ast.Sub, ast.Add)):
+                add("drop operand", copy.deepcopy(node.left))
+        elif isinstance(node, ast.AugAssign):
+            swap = _BINOP_SWAPS.get(type(node.op))
+            if swap:
+                new = copy.deepcopy(node)
+                new.op = swap()
+                add("arithmetic", new)
+            add("drop statement", "pass")
+        elif isinstance(node, ast.BoolOp):
+            new = copy.deepcopy(node)
+            new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+            add("and/or", new)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
+            add("drop unary", copy.deepcopy(node.operand))
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            add("flip bool", ast.Constant(not node.value))
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            add("off by one", ast.Constant(node.value + 1))
+            add("off by one", ast.Constant(node.value - 1))
+        elif isinstance(node, ast.Attribute) and node.attr in _TWINS and \
+                isinstance(node.ctx, ast.Load):
+            new = copy.deepcopy(node)
+            new.attr = _TWINS[node.attr]
+            add("twin function", new)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            add("drop statement", "pass")
+        elif isinstance(node, ast.List) and len(node.elts) >= 2:
+            for i, item in enumerate(node.elts):
+                if isinstance(item, (ast.Tuple, ast.Call)):
+                    new = copy.deepcopy(node)
+                    del new.elts[i]
+                    self.add(function, node, "drop step", new)
+                    self.mutants[-1].what = f"drop step: `{_short(item)}`"
+
+
+def _called_name(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and \
+        isinstance(statement.value.value, str)
+
+
+def _functions(tree: ast.Module):
+    """``(qualified name, node)`` of every top-level function and method."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield f"{node.name}.{item.name}", item
+
+
+def make_mutants(target: Target, only: set[str] | None = None) -> list[Mutant]:
+    source = (ROOT / target.path).read_bytes()
+    tree = ast.parse(source)
+    collector = _Collector(target.path, source)
+    functions = dict(_functions(tree))
+    missing = set(target.functions or ()) - set(functions)
+    if missing:
+        raise SystemExit(f"mutation_test.py: {target.path} has no function(s) "
+                         f"{sorted(missing)}: update TARGETS")
+    for name, node in functions.items():
+        if (target.functions is None or name in target.functions) and \
+                (not only or name in only):
+            collector.visit(name, node)
+    seen: dict[str, int] = {}
+    for mutant in collector.mutants:
+        base = mutant.key  # twin is still 0: no suffix
+        mutant.twin = seen.get(base, 0)
+        seen[base] = mutant.twin + 1
+    return collector.mutants
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def _copy_tree(into: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", ".opforge-cache")
+    for name in ("opforge", "tests"):
+        shutil.copytree(ROOT / name, into / name, ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", into / "pyproject.toml")
+
+
+def _run_tests(tests: tuple[str, ...], timeout: float, log: Path) -> tuple[str, float]:
+    """Fork a child running pytest on ``tests`` in the copy; its verdict and duration."""
+    import pytest
+
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the child: its own process group, so a timeout kills what it started
+        code = 3
+        try:
+            os.setpgid(0, 0)
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            code = pytest.main([*tests, "-x", "-q", "-p", "no:cacheprovider"])
+        finally:
+            os._exit(int(code))
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.perf_counter() - start > timeout:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            return "timeout", time.perf_counter() - start
+        time.sleep(0.01)
+    seconds = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    # 0: every test passed; 1: a test failed; 2: collection failed (the mutant broke an
+    # import); 5: no test ran (a bad -k); anything else: pytest itself went wrong.
+    return {0: "survived", 1: "killed", 2: "killed"}.get(code, f"error (exit {code})"), seconds
+
+
+def run(targets: dict[str, Target], mutants: dict[str, list[Mutant]], results: Path) -> int:
+    # Imported once here, shared by every forked child: torch alone takes ~2 s, and
+    # pytest's hypothesis plugin imports hypothesis at the end of every session (~1 s).
+    for name in ("numpy", "torch", "hypothesis", "hypothesis.strategies"):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still remove the copy
+    work = Path(tempfile.mkdtemp(prefix="opforge-mutants-"))
+    try:
+        _copy_tree(work)
+        os.chdir(work)
+        sys.path.insert(0, str(work))
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        log = work / "pytest.log"
+        report: dict = {"targets": {}, "mutants": []}
+        count, total = 0, sum(len(m) for m in mutants.values())
+        for name, target in targets.items():
+            clean, seconds = _run_tests(target.tests, 600, log)
+            if clean != "survived":
+                print(f"{name}: the clean run does not pass ({clean}); skipped. pytest "
+                      f"{' '.join(target.tests)}:\n{log.read_text()[-3000:]}", flush=True)
+                report["targets"][name] = {"clean_run": clean}
+                continue
+            timeout = max(20.0, 4 * seconds)
+            original = (work / target.path).read_bytes()
+            for mutant in mutants[name]:
+                count += 1
+                mutated = original[:mutant.start] + mutant.replacement.encode() + \
+                    original[mutant.end:]
+                (work / target.path).write_bytes(mutated)
+                try:
+                    mutant.status, mutant.seconds = _run_tests(target.tests, timeout, log)
+                finally:
+                    (work / target.path).write_bytes(original)
+                if mutant.status == "survived" and mutant.key in EQUIVALENT:
+                    mutant.status = "equivalent"
+                print(f"[{count}/{total}] {mutant.status:10} {mutant.seconds:5.1f}s "
+                      f"{mutant.path}:{mutant.line}  {mutant.key}", flush=True)
+            statuses = [m.status for m in mutants[name]]
+            report["targets"][name] = {
+                "path": target.path, "tests": list(target.tests), "clean_run_s": seconds,
+                **{s: statuses.count(s) for s in ("killed", "survived", "equivalent",
+                                                  "timeout")},
+                "mutants": len(statuses),
+            }
+            report["mutants"] += [{"key": m.key, **{k: v for k, v in asdict(m).items()
+                                                  if k not in ("start", "end", "replacement")}}
+                                  for m in mutants[name]]
+    finally:
+        os.chdir(ROOT)
+        shutil.rmtree(work, ignore_errors=True)
+    return _summarise(report, results)
+
+
+def _summarise(report: dict, results: Path) -> int:
+    statuses = [m["status"] for m in report["mutants"]]
+    report["totals"] = {s: statuses.count(s) for s in ("killed", "survived", "equivalent",
+                                                        "timeout")}
+    report["totals"]["mutants"] = len(statuses)
+    report["totals"]["errors"] = len(statuses) - sum(
+        report["totals"][s] for s in ("killed", "survived", "equivalent", "timeout"))
+    report["equivalent_reasons"] = {m: EQUIVALENT[m] for m in EQUIVALENT}
+    results.write_text(json.dumps(report, indent=1) + "\n")
+    print("\ntarget            mutants  killed  survived  equivalent  timeout")
+    for name, t in report["targets"].items():
+        if "mutants" in t:
+            print(f"{name:17} {t['mutants']:7} {t['killed']:7} {t['survived']:9} "
+                  f"{t['equivalent']:11} {t['timeout']:8}")
+        else:
+            print(f"{name:17} clean run: {t['clean_run']}")
+    t = report["totals"]
+    print(f"{'total':17} {t['mutants']:7} {t['killed']:7} {t['survived']:9} "
+          f"{t['equivalent']:11} {t['timeout']:8}   -> {results}")
+    for m in report["mutants"]:
+        if m["status"] == "survived":
+            print(f"  survived: {m['path']}:{m['line']}  {m['key']}")
+    clean_failed = any("mutants" not in t for t in report["targets"].values())
+    return 1 if t["survived"] or t["errors"] or clean_failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", action="append", choices=list(TARGETS),
+                        help="a target to mutate (repeatable; default: all)")
+    parser.add_argument("--function", action="append",
+                        help="only these functions of the chosen targets (repeatable)")
+    parser.add_argument("--list", action="store_true", help="print the mutants; run nothing")
+    parser.add_argument("--json", type=Path, default=Path("mutation-results.json"),
+                        help="where the results go (default: ./mutation-results.json)")
+    args = parser.parse_args(argv)
+    targets = {name: TARGETS[name] for name in (args.target or TARGETS)}
+    only = set(args.function) if args.function else None
+    mutants = {name: make_mutants(t, only) for name, t in targets.items()}
+    if not args.target and not only:
+        keys = {m.key for found in mutants.values() for m in found}
+        for stale in sorted(set(EQUIVALENT) - keys):
+            print(f"mutation_test.py: EQUIVALENT names no mutant (the code changed?): {stale}")
+    if args.list:
+        for name, found in mutants.items():
+            for m in found:
+                print(f"{name:16} {m.path}:{m.line}  {m.key}")
+            print(f"{name}: {len(found)} mutants")
+        return 0
+    return run(targets, mutants, args.json.resolve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
