@@ -6,6 +6,10 @@
                               (removed when it fails; stale ones are swept by the next
                               builder of the same key)
     <root>/locks/<key>.lock   flock'ed while building or evicting <key>
+    <root>/work/<name>/       a library's persistent work area (its CMake project and Ninja
+                              build directory), reused by its next build so that only the
+                              changed sources are recompiled; never part of an entry
+    <root>/locks/work-<name>.lock  flock'ed while a build uses that work area
 
 # Design
 #
@@ -26,6 +30,14 @@
 # written by an older opforge) is evicted under the key's lock, by one os.replace into
 # tmp/ (so a reader sees the whole entry or none), logged on the "opforge.build" logger,
 # and built again.
+#
+# Incremental builds. The key covers every source, so editing one source is a new key; to
+# avoid recompiling the others, a library (by name, output file and toolchain) keeps a
+# work area whose Ninja build directory outlives each build: Ninja recompiles what changed
+# and relinks, and the new library is then published under its own key like any other.
+# The work area is only a scratch space, never served: builders of one work area serialise
+# on its flock, and a builder that dies while Ninja runs leaves an IN_PROGRESS marker, so
+# the next one wipes the area and starts cold instead of trusting a half-written object.
 """
 
 from __future__ import annotations
@@ -45,11 +57,12 @@ from typing import Iterator
 
 from opforge._user_files import write_atomic
 
-__all__ = ["cache_dir", "BuildCache", "CacheEntry", "hash_key", "copy_atomic"]
+__all__ = ["cache_dir", "BuildCache", "CacheEntry", "hash_key", "copy_atomic", "in_progress"]
 
 log = logging.getLogger("opforge.build")
 
 RECORD = "build.json"
+IN_PROGRESS = "in-progress"  # in a work area while Ninja runs in it
 
 
 def cache_dir() -> Path:
@@ -140,14 +153,21 @@ class BuildCache:
     @contextlib.contextmanager
     def locked(self, key: str) -> Iterator[None]:
         """Hold the lock of ``key`` (blocks while another process builds it)."""
-        locks = self.root / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{key}.lock", "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with _flock(self.root / "locks" / f"{key}.lock"):
+            yield
+
+    @contextlib.contextmanager
+    def work_area(self, name: str) -> Iterator[Path]:
+        """Hold the persistent work area ``name`` (a directory; blocks while another build
+        uses it). An area its last user left mid-build (``IN_PROGRESS``) is wiped first."""
+        area = self.root / "work" / name
+        with _flock(self.root / "locks" / f"work-{name}.lock"):
+            if (area / IN_PROGRESS).exists():
+                log.warning("opforge build: work area %s was left mid-build (a killed build?); "
+                            "starting it over", area)
+                shutil.rmtree(area, ignore_errors=True)
+            area.mkdir(parents=True, exist_ok=True)
+            yield area
 
     def sweep_stale(self, key: str) -> list[Path]:
         """Remove temp dirs of ``key`` left by dead builders (call with the lock held)."""
@@ -172,6 +192,31 @@ class BuildCache:
             shutil.rmtree(entry, ignore_errors=True)
         os.replace(finished, entry)
         return entry
+
+
+@contextlib.contextmanager
+def in_progress(area: Path) -> Iterator[None]:
+    """Mark ``area`` as being written for the duration (see ``BuildCache.work_area``): the
+    marker stays only if the process dies or is interrupted inside."""
+    marker = area / IN_PROGRESS
+    marker.touch()
+    try:
+        yield
+    except Exception:  # the tools finished (or never started): the area is consistent
+        marker.unlink(missing_ok=True)
+        raise
+    marker.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def copy_atomic(src: Path, dst: Path) -> None:

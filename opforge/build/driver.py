@@ -6,7 +6,9 @@ The stages, top to bottom (one function each below):
       → verified cache hit? copy out, done
       → lock key → (verified hit after waiting? copy out) → evict a corrupt entry
       → sweep stale temp dirs
-      → write project → cmake configure → ninja build → check every kernel is defined
+      → write project → lock the library's work area → sync the project into it
+        → forget objects of changed sources → cmake configure (first time only)
+        → ninja build (only changed sources recompile) → check every kernel is defined
       → build.json (sizes and SHA-256 of every file) → publish to cache (atomic)
       → copy out (atomic)
 
@@ -29,8 +31,10 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from opforge._user_files import os_error_text, require_regular_file
+from opforge.build import incremental
 from opforge.build.abi import ABI_VERSION, include_dir
-from opforge.build.cache import BuildCache, CacheEntry, copy_atomic, hash_key, record_files
+from opforge.build.cache import (BuildCache, CacheEntry, copy_atomic, hash_key, in_progress,
+                                 record_files)
 from opforge.build.codegen import GeneratedProject, generate_project, target_name
 from opforge.build.diagnostics import compile_error, undefined_kernels_error
 from opforge.build.selection import select_ops
@@ -47,7 +51,10 @@ class BuildResult:
 
     ``kernels``: ``(out overload key, dtype key, C++ kernel)`` of every kernel in the
     library; ``cached``: served from the cache without compiling; ``project_dir``: the
-    generated CMake project, kept in the cache (build it standalone or cross-compile it).
+    generated CMake project, kept in the cache (build it standalone or cross-compile it);
+    ``compiled``: the translation units this build recompiled (source paths, and
+    ``"opforge_register.cpp"`` for the glue): empty for a cache hit, only the changed
+    sources when an earlier build of the same library left their objects.
     """
 
     path: Path
@@ -59,6 +66,7 @@ class BuildResult:
     selection: str
     project_dir: Path
     unserved: tuple[str, ...] = field(default=())
+    compiled: tuple[str, ...] = field(default=())
 
     @property
     def ops(self) -> list[str]:
@@ -100,6 +108,7 @@ def build_library(manifest_or_opdefs: str | os.PathLike | Sequence[OpDef],
     cache = BuildCache(Path(cache_root) if cache_root else None)
     show = sys.stderr.isatty() if progress is None else progress
 
+    compiled: tuple[str, ...] = ()
     try:
         entry, fresh = cache.lookup(key), False
         if entry is None:
@@ -109,15 +118,15 @@ def build_library(manifest_or_opdefs: str | os.PathLike | Sequence[OpDef],
                 entry = cache.lookup(key, evict_invalid=True)
                 if entry is None:
                     cache.sweep_stale(key)
-                    entry = _build(cache, key, project, source_paths, toolchain, output.name,
-                                   show)
+                    entry, compiled = _build(cache, key, project, source_paths, toolchain,
+                                             output.name, extra_flags, show)
                     fresh = True
     except OSError as e:
         raise _cache_error(e, cache) from e
     _copy_out(entry, output)
     return BuildResult(output, key, not fresh, time.perf_counter() - start, output.stat().st_size,
                        tuple(tuple(k) for k in entry.record["kernels"]), selection.reason,
-                       entry.path / "project", selection.unserved)
+                       entry.path / "project", selection.unserved, compiled)
 
 
 def _cache_error(e: OSError, cache: BuildCache) -> BuildError:
@@ -202,47 +211,77 @@ def _run(command: list[str], cwd: Path) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
+def _work_name(project: GeneratedProject, toolchain: Toolchain, output_name: str,
+               flags: Sequence[str]) -> str:
+    """The work area of a library: one per target, output file, toolchain and flags (CMake
+    keeps a configured project's compiler and OPFORGE_EXTRA_FLAGS cache entry even when the
+    CMakeLists changes, so an area never sees another toolchain or other flags)."""
+    digest = hash_key({"target": target_name(project.library), "output": output_name,
+                       "toolchain": toolchain.identity(), "cmake": toolchain.cmake,
+                       "flags": list(flags)})
+    return f"{target_name(project.library)}-{digest[:12]}"
+
+
 def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list[Path],
-           toolchain: Toolchain, output_name: str, show: bool) -> CacheEntry:
+           toolchain: Toolchain, output_name: str, flags: Sequence[str],
+           show: bool) -> tuple[CacheEntry, tuple[str, ...]]:
     started = time.time()
     tmp = cache.temp_dir(key)
     try:
-        project_dir, build_dir = tmp / "project", tmp / "build"
-        for rel, text in project.files.items():
-            target = project_dir / rel
+        for rel, text in project.files.items():  # the entry's own copy (standalone builds)
+            target = tmp / "project" / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        configure = [toolchain.cmake, "-S", str(project_dir), "-B", str(build_dir), "-G", "Ninja",
-                     f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja}",
-                     f"-DCMAKE_CXX_COMPILER={toolchain.cxx}"]
-        with _status(show, f"[bold]opforge build[/]: configuring {project.library} (cmake)"):
-            code, log = _run(configure, tmp)
-        if code != 0:
-            raise BuildError(f"`opforge build`: cmake could not configure the project — log:\n"
-                             f"{log[-4000:]}\n— fix: check the compiler ({toolchain.cxx})")
-        with _status(show, f"[bold]opforge build[/]: compiling {len(sources) + 1} file(s) "
-                     f"for {project.library}"):
-            code, log = _run([toolchain.cmake, "--build", str(build_dir)], tmp)
-        if code != 0:
-            raise compile_error(log, sources, project.library)
-        built = build_dir / output_name
-        if not built.is_file():
-            raise BuildError(f"`opforge build`: the build finished but {built} is missing")
-        _check_defined(built, project, build_dir, sources)
-        os.replace(built, tmp / output_name)
-        shutil.rmtree(build_dir, ignore_errors=True)  # objects: not needed once linked
+        with cache.work_area(_work_name(project, toolchain, output_name, flags)) as area:
+            built, compiled = _compile(area, project, sources, toolchain, output_name, show)
+            _check_defined(built, project, area / "build", sources)
+            shutil.copy2(built, tmp / output_name)  # the area keeps its own: Ninja relinks
         record = {
             "key": key, "library": project.library, "started": started,
             "seconds": time.time() - started, "size": (tmp / output_name).stat().st_size,
             "kernels": [[e.key, e.dtype_key, e.sig.qualified] for e in project.entries],
             "library_file": output_name,
+            "compiled": list(compiled),
             "files": record_files(tmp),  # verified on every cache hit
         }
         (tmp / "build.json").write_text(json.dumps(record, indent=1))
-        return CacheEntry(cache.commit(key, tmp), record)
+        return CacheEntry(cache.commit(key, tmp), record), compiled
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed or interrupted build leaves nothing
         raise
+
+
+def _compile(area: Path, project: GeneratedProject, sources: list[Path], toolchain: Toolchain,
+             output_name: str, show: bool) -> tuple[Path, tuple[str, ...]]:
+    """Configure (once) and build in the work area; only what changed recompiles."""
+    project_dir, build_dir = area / "project", area / "build"
+    incremental.sync_project(project_dir, project.files)
+    incremental.forget_changed_sources(area, build_dir,
+                                       {str(p): _source_digest(p) for p in sources})
+    with in_progress(area):
+        if not (build_dir / "build.ninja").is_file():
+            configure = [toolchain.cmake, "-S", str(project_dir), "-B", str(build_dir), "-G",
+                         "Ninja", f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja}",
+                         f"-DCMAKE_CXX_COMPILER={toolchain.cxx}"]
+            with _status(show, f"[bold]opforge build[/]: configuring {project.library} (cmake)"):
+                code, log = _run(configure, area)
+            if code != 0:
+                shutil.rmtree(build_dir, ignore_errors=True)  # configure again next time
+                raise BuildError(f"`opforge build`: cmake could not configure the project — "
+                                 f"log:\n{log[-4000:]}\n— fix: check the compiler "
+                                 f"({toolchain.cxx})")
+        before = incremental.snapshot(build_dir)
+        with _status(show, f"[bold]opforge build[/]: compiling {project.library} "
+                     f"({len(sources) + 1} file(s), changed ones only)"):
+            code, log = _run([toolchain.cmake, "--build", str(build_dir)], area)
+        compiled = incremental.compiled(before, incremental.snapshot(build_dir), build_dir,
+                                        sources)
+    if code != 0:
+        raise compile_error(log, sources, project.library)
+    built = build_dir / output_name
+    if not built.is_file():
+        raise BuildError(f"`opforge build`: the build finished but {built} is missing")
+    return built, compiled
 
 
 def _check_defined(library: Path, project: GeneratedProject, build_dir: Path,
@@ -252,6 +291,6 @@ def _check_defined(library: Path, project: GeneratedProject, build_dir: Path,
 
     rows = kernel_table(library)
     missing = [e for e, row in zip(project.entries, rows) if not row.fn]
-    if missing:
-        objects = sorted(build_dir.rglob("*.o"))
+    if missing:  # this build's objects only: the work area may hold a dropped source's
+        objects = sorted(incremental.objects_of(build_dir, [*sources, incremental.GLUE]).values())
         raise undefined_kernels_error(missing, objects, sources)

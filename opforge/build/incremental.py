@@ -1,0 +1,116 @@
+"""Incremental compilation in a library's persistent work area (``BuildCache.work_area``).
+
+The driver builds in a work area that outlives each build, so Ninja recompiles only what
+changed. Three things make its reuse exact, not just fast:
+
+    sync_project(area, files)      rewrite only the generated files whose text changed, so
+                                   unchanged ones keep their mtimes (and their objects)
+    forget_changed_sources(...)    delete the object of every source whose bytes differ from
+                                   those it was compiled from: Ninja compares mtimes only,
+                                   and a source restored with an older mtime (``cp -p``, a
+                                   checkout, an editor's backup) must still be recompiled
+    snapshot / compiled(...)       which objects this build wrote: the build report's
+                                   ``compiled`` (the translation units recompiled)
+
+Objects are found by CMake's naming: ``CMakeFiles/<target>.dir/<path>.o``, where <path>
+is a source's absolute path without its leading "/" (the glue: ``opforge_register.cpp``).
+A changed source that build.ninja compiles to an object not named that way makes every
+object go (a cold build: slower, never wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["sync_project", "forget_changed_sources", "snapshot", "compiled", "objects_of",
+           "GLUE"]
+
+GLUE = "opforge_register.cpp"
+_DIGESTS = "sources.json"  # {source path: SHA-256 its object (if any) was compiled from}
+
+
+def sync_project(project_dir: Path, files: dict[str, str]) -> None:
+    """Make ``project_dir`` hold exactly ``files``, touching only what differs."""
+    for rel, text in files.items():
+        target = project_dir / rel
+        data = text.encode("utf-8")
+        try:
+            if target.read_bytes() == data:
+                continue
+        except OSError:
+            pass
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    wanted = {project_dir / rel for rel in files}
+    for path in project_dir.rglob("*"):
+        if path.is_file() and path not in wanted:
+            path.unlink()
+
+
+def _object_name(source: Path | str) -> str:
+    return (GLUE if str(source) == GLUE else Path(source).as_posix().lstrip("/")) + ".o"
+
+
+def _ninja_escape(path: str) -> str:
+    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def objects_of(build_dir: Path, sources: list[Path | str]) -> dict[str, Path]:
+    """``{source: its object}`` for the sources (or ``GLUE``) that have one."""
+    objects = list((build_dir / "CMakeFiles").glob("*.dir/**/*.o"))
+    found = {}
+    for source in sources:
+        suffix = _object_name(source)
+        for obj in objects:
+            rel = obj.relative_to(build_dir / "CMakeFiles").as_posix().partition("/")[2]
+            if rel == suffix:
+                found[str(source)] = obj
+    return found
+
+
+def forget_changed_sources(area: Path, build_dir: Path, digests: dict[str, str]) -> list[str]:
+    """Delete the objects of sources whose digest changed since they were compiled, and
+    record the new digests (before building: an object that exists afterwards was compiled
+    from the recorded bytes, even if the build fails half-way). Returns the sources."""
+    record = area / _DIGESTS
+    try:
+        known = json.loads(record.read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    changed = [s for s, digest in digests.items() if known.get(s) != digest]
+    ninja_file = build_dir / "build.ninja"
+    rules = ninja_file.read_text(errors="replace") if ninja_file.is_file() else ""
+    doomed = []
+    for source in changed:
+        if f"/{_ninja_escape(_object_name(source))}:" in rules:  # named as we expect
+            doomed += [d / _object_name(source) for d in (build_dir / "CMakeFiles").glob("*.dir")]
+        elif _ninja_escape(source) in rules:  # compiled to an object we cannot place: all go
+            doomed = list((build_dir / "CMakeFiles").glob("*.dir/**/*.o"))
+            break
+        # else: a source new to this area has no object yet
+    for obj in doomed:
+        obj.unlink(missing_ok=True)
+    known.update(digests)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+    os.replace(tmp, record)
+    return changed
+
+
+def snapshot(build_dir: Path) -> dict[str, tuple[int, int, int]]:
+    """Every object file's identity (mtime, inode, size), to see which a build rewrote."""
+    found = {}
+    for obj in (build_dir / "CMakeFiles").glob("*.dir/**/*.o"):
+        st = obj.stat()
+        found[obj.as_posix()] = (st.st_mtime_ns, st.st_ino, st.st_size)
+    return found
+
+
+def compiled(before: dict, after: dict, build_dir: Path, sources: list[Path]) -> tuple[str, ...]:
+    """The translation units whose objects the build wrote: source paths, and ``GLUE``."""
+    objects = objects_of(build_dir, [*sources, GLUE])
+    return tuple(source for source, obj in objects.items()
+                 if before.get(obj.as_posix()) != after.get(obj.as_posix()))
