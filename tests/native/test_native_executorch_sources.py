@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g+
 
 HERE = __import__("pathlib").Path(__file__).with_name("executorch_kernels")
 MANIFEST = HERE / "custom_ops.yaml"
-SOURCES = [HERE / "custom_ops_1_out.cpp", HERE / "op_add_alpha.cpp"]
+SOURCES = [HERE / "custom_ops_1_out.cpp", HERE / "op_add_alpha.cpp", HERE / "op_leaky_relu.cpp"]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,8 @@ def lib(cache, tmp_path_factory):
                            extra_flags=("-Wall", "-Wextra", "-Werror", "-Wno-sign-compare",
                                         "-Wno-unused-parameter"))
     assert result.ops == ["my_ops::mul3.out", "my_ops::add_alpha.out", "my_ops::clamp_min.out",
-                          "my_ops::row_sum.out"]
+                          "my_ops::row_sum.out", "my_ops::leaky_relu.out", "my_ops::sum_all.out",
+                          "my_ops::fill_value.out", "my_ops::fill_tensor_value.out"]
     return NativeLibrary(result.path)
 
 
@@ -42,8 +43,10 @@ def test_headers_ship_with_the_package():
     for rel in ("runtime/kernel/kernel_includes.h", "runtime/core/exec_aten/exec_aten.h",
                 "runtime/core/exec_aten/util/scalar_type_util.h",
                 "runtime/core/exec_aten/util/tensor_util.h", "runtime/platform/assert.h",
-                "kernels/portable/cpu/util/broadcast_util.h", "kernels/portable/cpu/scalar_utils.h"):
+                "kernels/portable/cpu/util/broadcast_util.h", "kernels/portable/cpu/scalar_utils.h",
+                "kernels/portable/cpu/util/functional_util.h"):
         assert (root / rel).is_file(), rel
+    assert (include_dir() / "c10" / "util" / "irange.h").is_file()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "int8"])
@@ -145,3 +148,49 @@ def test_portable_style_add_on_strided_views(lib):
     out = np.empty((3, 4), np.float64)
     lib.kernel("my_ops::add_alpha.out")(a, b, -1.5, out)
     np.testing.assert_array_equal(out, a - 1.5 * b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_portable_library_style_kernel_in_torch_executor_native(lib, dtype):
+    x = np.linspace(-4, 4, 17).astype(dtype)
+    out = np.empty_like(x)
+    lib.kernel("my_ops::leaky_relu.out")(x, 0.25, out)
+    np.testing.assert_array_equal(out, np.where(x > 0, x, (x * np.asarray(0.25, dtype)).astype(dtype)))
+
+
+def test_portable_library_style_reduction(lib):
+    x = np.arange(1, 13, dtype=np.int64).reshape(3, 4)
+    out = np.empty((3, 4), np.int64)
+    lib.kernel("my_ops::sum_all.out")(x, out)
+    assert out.ravel().tolist() == [78] + [0] * 11
+
+
+def test_scalar_overflow_checks(lib):
+    kernel = lib.kernel("my_ops::fill_value.out")
+    out = np.empty(3, np.int8)
+    kernel(np.zeros(3, np.int8), -128, out)
+    assert out.tolist() == [-128] * 3
+    with pytest.raises(KernelError, match=r"check failed \(casted\.has_value\(\)\)"):
+        kernel(np.zeros(3, np.int8), 128, out)  # out of int8's range
+    half = np.empty(2, np.float16)
+    kernel(np.zeros(2, np.float16), 65504.0, half)
+    assert half.tolist() == [65504.0] * 2
+    with pytest.raises(KernelError, match="casted"):
+        kernel(np.zeros(2, np.float16), 70000.0, half)
+    flags = np.empty(2, bool)
+    kernel(np.zeros(2, bool), True, flags)
+    assert flags.tolist() == [True, True]
+
+
+def test_scalar_tensor_extraction(lib):
+    kernel = lib.kernel("my_ops::fill_tensor_value.out")
+    out = np.empty((2, 2), np.int32)
+    kernel(np.zeros((2, 2), np.int32), np.array(7, np.int64), out)
+    assert out.ravel().tolist() == [7] * 4
+    with pytest.raises(KernelError, match=r"ET_CHECK failed .*value could not be extracted"):
+        kernel(np.zeros((2, 2), np.int32), np.array(2.5), out)  # a float into an int
+    with pytest.raises(KernelError, match=r"check failed \(tensor_is_scalar\(value\)\)"):
+        kernel(np.zeros((2, 2), np.int32), np.array([7]), out)
+    floats = np.empty(3, np.float64)
+    kernel(np.zeros(3), np.array(-3, np.int16), floats)  # an integer into a float: fine
+    assert floats.tolist() == [-3.0] * 3

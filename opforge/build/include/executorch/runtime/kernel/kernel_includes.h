@@ -10,3 +10,7 @@
 #include "executorch/runtime/core/exec_aten/util/scalar_type_util.h"
 #include "executorch/runtime/core/exec_aten/util/tensor_util.h"
 #include "executorch/runtime/kernel/kernel_runtime_context.h"
+
+// A kernel's operator name as a constant (ExecuTorch passes it to the dtype switches).
+#define ET_OPERATOR_NAME_TYPE const char*
+#define ET_DEFINE_OPERATOR_NAME(variable, name) static constexpr const char variable[] = name

@@ -2,6 +2,11 @@
 // sources use. See docs/kernel-abi.md, "ExecuTorch kernel sources".
 #pragma once
 
+// The namespace of ExecuTorch's runtime types (executorch::ET_RUNTIME_NAMESPACE::...).
+#ifndef ET_RUNTIME_NAMESPACE
+#define ET_RUNTIME_NAMESPACE runtime
+#endif
+
 #define ET_UNUSED __attribute__((unused))
 #define ET_NODISCARD [[nodiscard]]
 #define ET_INLINE __attribute__((always_inline)) inline

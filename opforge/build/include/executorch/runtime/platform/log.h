@@ -7,6 +7,7 @@
 // failure message, so the runtime's KernelError says what went wrong.
 #pragma once
 
+#include <cinttypes>  // PRId64 and friends, which kernels use in their messages
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>

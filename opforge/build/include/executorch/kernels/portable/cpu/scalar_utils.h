@@ -1,9 +1,12 @@
 // opforge's ExecuTorch compatibility headers: reading a Scalar argument in a kernel, as
-// ExecuTorch's portable kernels do (utils::extract_scalar, get_scalar_dtype, scalar_to).
+// ExecuTorch's portable kernels do (utils::extract_scalar, get_scalar_dtype, scalar_to,
+// utils::internal::check_overflow_scalar_cast).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "executorch/runtime/kernel/kernel_includes.h"
@@ -60,6 +63,46 @@ T scalar_to(const Scalar& s) {
   return s.isBoolean() ? static_cast<T>(s.to<int64_t>() != 0)
                        : s.isIntegral() ? static_cast<T>(s.to<int64_t>()) : static_cast<T>(s.to<double>());
 }
+
+namespace internal {
+
+// Whether `value` is out of To's range (NaN too, for an integral To; a float To takes
+// infinities and NaN). bool never overflows.
+template <typename To, typename From>
+bool overflows(From value) {
+  if constexpr (std::is_same<To, bool>::value) {
+    return false;
+  } else if constexpr (std::is_integral<To>::value) {
+    const long double v = static_cast<long double>(value);
+    if (v != v) return true;
+    return v < static_cast<long double>(std::numeric_limits<To>::lowest()) ||
+           v > static_cast<long double>(std::numeric_limits<To>::max());
+  } else {
+    const double v = static_cast<double>(value);
+    if (std::isinf(v) || std::isnan(v)) return false;
+    double top = std::is_same<To, ::executorch::aten::Half>::value       ? 65504.0
+                 : std::is_same<To, ::executorch::aten::BFloat16>::value ? 3.3895313892515355e38
+                 : std::is_same<To, float>::value ? static_cast<double>(std::numeric_limits<float>::max())
+                                                  : std::numeric_limits<double>::max();
+    return v > top || v < -top;
+  }
+}
+
+template <typename To, typename From>
+std::optional<To> check_overflow_cast(From in) {
+  if (overflows<To, From>(in)) return std::nullopt;
+  return static_cast<To>(in);
+}
+
+// The scalar as To, or nullopt when its value does not fit.
+template <typename To>
+std::optional<To> check_overflow_scalar_cast(const Scalar& in) {
+  if (in.isBoolean()) return check_overflow_cast<To>(in.to<int64_t>() != 0);
+  if (in.isFloatingPoint()) return check_overflow_cast<To>(in.to<double>());
+  return check_overflow_cast<To>(in.to<int64_t>());
+}
+
+}  // namespace internal
 
 }  // namespace utils
 }  // namespace native

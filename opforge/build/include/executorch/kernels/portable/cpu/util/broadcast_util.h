@@ -1,11 +1,12 @@
 // opforge's ExecuTorch compatibility headers: the broadcasting helpers of ExecuTorch's
 // portable kernels (shape checks, the broadcast target shape, resize to it, and the
-// element-wise loops), over opforge's strided views.
+// element-wise loop), over opforge's strided views.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "executorch/kernels/portable/cpu/util/functional_util.h"
 #include "executorch/runtime/kernel/kernel_includes.h"
 
 namespace torch {
@@ -95,13 +96,6 @@ inline void apply_binary_elementwise_fn(const Op& compute_fun, const Tensor& a, 
         data_a[internal::broadcast_offset(a, index, out.dim())],
         data_b[internal::broadcast_offset(b, index, out.dim())]);
   });
-}
-
-// out[i] = compute_fun(a[i]); a and out of one shape, any strides.
-template <typename CTYPE_A, typename CTYPE_OUT, typename Op>
-inline void apply_unary_map_fn(const Op& compute_fun, const CTYPE_A* data_in, CTYPE_OUT* data_out,
-                               const int64_t size, const int64_t stride = 1) {
-  for (int64_t i = 0; i < size; ++i) data_out[i * stride] = compute_fun(data_in[i * stride]);
 }
 
 }  // namespace executor

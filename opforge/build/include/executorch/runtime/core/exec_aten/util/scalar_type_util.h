@@ -58,6 +58,10 @@ inline bool isIntegralType(ScalarType t, bool include_bool) {
          t == ScalarType::UInt32 || t == ScalarType::UInt64 ||
          (include_bool && t == ScalarType::Bool);
 }
+inline bool isComplexType(ScalarType t) {
+  return t == ScalarType::ComplexHalf || t == ScalarType::ComplexFloat ||
+         t == ScalarType::ComplexDouble;
+}
 inline bool isRealType(ScalarType t) { return isIntegralType(t, false) || t == ScalarType::Float || t == ScalarType::Double; }
 inline bool isRealHType(ScalarType t) { return isRealType(t) || t == ScalarType::Half; }
 inline bool isRealHBF16Type(ScalarType t) { return isRealHType(t) || t == ScalarType::BFloat16; }
@@ -79,6 +83,7 @@ namespace torch {
 namespace executor {
 using ::executorch::runtime::CppTypeToScalarType;
 using ::executorch::runtime::elementSize;
+using ::executorch::runtime::isComplexType;
 using ::executorch::runtime::isFloatingType;
 using ::executorch::runtime::isIntegralType;
 using ::executorch::runtime::ScalarTypeToCppType;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 
 #include "executorch/runtime/core/error.h"
@@ -147,6 +148,71 @@ inline bool tensors_have_same_shape_and_dtype(const Tensor& a, const Tensor& b) 
 inline bool tensors_have_same_shape_and_dtype(const Tensor& a, const Tensor& b, const Tensor& c) {
   return tensors_have_same_shape_and_dtype(a, b) && tensors_have_same_shape_and_dtype(b, c);
 }
+inline bool tensor_is_scalar(const Tensor& t) { return t.dim() == 0 && t.numel() == 1; }
+
+namespace internal {
+template <typename T>
+constexpr long double largest() {
+  return std::is_same<T, ::executorch::aten::Half>::value       ? 65504.0L
+         : std::is_same<T, ::executorch::aten::BFloat16>::value ? 3.3895313892515355e38L
+                                                                 : static_cast<long double>(std::numeric_limits<T>::max());
+}
+template <typename T>
+constexpr long double smallest() {
+  return std::is_integral<T>::value ? static_cast<long double>(std::numeric_limits<T>::lowest())
+                                    : -largest<T>();
+}
+// *out = value when T holds it (infinities and NaN pass to a floating T).
+template <typename T, typename V>
+bool store_in_range(V value, T* out) {
+  const long double v = static_cast<long double>(static_cast<double>(value));
+  const long double exact = std::is_integral<V>::value ? static_cast<long double>(value) : v;
+  const bool finite = exact - exact == 0;
+  if ((std::is_integral<T>::value || finite) && (exact < smallest<T>() || exact > largest<T>()))
+    return false;
+  if constexpr (std::is_integral<T>::value && std::is_integral<V>::value) {
+    *out = static_cast<T>(value);
+  } else {
+    *out = static_cast<T>(static_cast<double>(value));
+  }
+  return true;
+}
+}  // namespace internal
+
+// The one element of a tensor as T: false when the tensor has another number of elements,
+// a dtype T does not take (an integral T takes integer tensors, a floating T real ones,
+// bool only Bool) or a value out of T's range.
+template <typename T>
+bool extract_scalar_tensor(const Tensor& tensor, T* out_val) {
+  if (tensor.numel() != 1) return false;
+  const ScalarType t = tensor.scalar_type();
+  if (std::is_same<T, bool>::value) {
+    if (t != ScalarType::Bool) return false;
+    *out_val = static_cast<T>(tensor.const_data_ptr<bool>()[0]);
+    return true;
+  }
+  if (!(isIntegralType(t, false) || (!std::is_integral<T>::value && isFloatingType(t))))
+    return false;
+  switch (t) {
+#define OPFORGE_ET_EXTRACT(ctype, name) \
+    case ScalarType::name: return internal::store_in_range(tensor.const_data_ptr<ctype>()[0], out_val);
+    OPFORGE_ET_EXTRACT(uint8_t, Byte)
+    OPFORGE_ET_EXTRACT(int8_t, Char)
+    OPFORGE_ET_EXTRACT(int16_t, Short)
+    OPFORGE_ET_EXTRACT(int32_t, Int)
+    OPFORGE_ET_EXTRACT(int64_t, Long)
+    OPFORGE_ET_EXTRACT(uint16_t, UInt16)
+    OPFORGE_ET_EXTRACT(uint32_t, UInt32)
+    OPFORGE_ET_EXTRACT(uint64_t, UInt64)
+    OPFORGE_ET_EXTRACT(float, Float)
+    OPFORGE_ET_EXTRACT(double, Double)
+    OPFORGE_ET_EXTRACT(::executorch::aten::Half, Half)
+    OPFORGE_ET_EXTRACT(::executorch::aten::BFloat16, BFloat16)
+#undef OPFORGE_ET_EXTRACT
+    default: return false;
+  }
+}
+
 inline bool tensor_is_real_type(const Tensor& t) { return isRealType(t.scalar_type()); }
 inline bool tensor_is_realh_type(const Tensor& t) { return isRealHType(t.scalar_type()); }
 inline bool tensor_is_realhbf16_type(const Tensor& t) { return isRealHBF16Type(t.scalar_type()); }
@@ -187,6 +253,7 @@ inline size_t getTrailingDims(const Tensor& t, int64_t d) {
 
 namespace torch {
 namespace executor {
+using ::executorch::runtime::extract_scalar_tensor;
 using ::executorch::runtime::getLeadingDims;
 using ::executorch::runtime::getTrailingDims;
 using ::executorch::runtime::kTensorDimensionLimit;
@@ -202,6 +269,7 @@ using ::executorch::runtime::tensor_is_real_type;
 using ::executorch::runtime::tensor_is_realh_type;
 using ::executorch::runtime::tensor_is_realhbbf16_type;
 using ::executorch::runtime::tensor_is_realhbf16_type;
+using ::executorch::runtime::tensor_is_scalar;
 using ::executorch::runtime::tensors_have_same_dim_order;
 using ::executorch::runtime::tensors_have_same_dtype;
 using ::executorch::runtime::tensors_have_same_shape;
@@ -251,3 +319,8 @@ using ::executorch::runtime::tensors_have_same_shape_and_dtype;
       return false;                                                                       \
     }                                                                                     \
   } while (false)
+
+// The one element of `scalar_tensor` into out_val, or an ET_CHECK failure.
+#define ET_EXTRACT_SCALAR_TENSOR(scalar_tensor, out_val)                 \
+  ET_CHECK_MSG(::executorch::runtime::extract_scalar_tensor(scalar_tensor, &out_val), \
+               #scalar_tensor " could not be extracted: wrong type or out of range")
