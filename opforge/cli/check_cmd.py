@@ -1,175 +1,43 @@
-"""``opforge check MANIFEST --kernels lib.so``: an opcheck for compiled kernels.
+"""``opforge check MANIFEST --kernels lib.so``: the opcheck of a library's kernels.
 
-For each operator the library serves, on generated samples (shapes ``()``, ``(0,)``,
-``(5,)``, ``(3, 4)``, ``(2, 3, 4)``; dtypes float32/float64/int32/int64 where the kernel
-accepts them; random and edge values: ±0, ±inf, nan, large), three comparisons:
-
-1. shape inference: the fake (run under torch's FakeTensorMode) vs the reference's real
-   outputs (shape and dtype);
-2. the native kernel (called alone, on NumPy arrays) vs the Python reference;
-3. eager PyTorch with the native library installed vs the lean runtime's kernel.
-
-A rich table shows pass/fail and the first mismatch per op; any failure exits nonzero.
-A sample whose reference raises (e.g. a reduction over a zero-size dim) is skipped; a
-dtype the kernel refuses (it reports "unsupported dtype") is left out of that op's run.
+The checking is ``opforge.check`` (samples, isolation, comparison); this module loads the
+manifest and the library, runs ``check_op`` for each op the library serves, and prints a
+table and every failure in full, or ``--json``. Exit status: 0 when every op passed against
+a reference; 1 when a kernel failed, crashed or ran on no sample; 3 when nothing failed but
+some op had no reference (its values were compared with nothing), unless
+``--allow-no-reference``.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
+import json
+import sys
 
 import click
-import numpy as np
 
-SHAPES = [(), (0,), (5,), (3, 4), (2, 3, 4)]
-DTYPES = ["float32", "float64", "int32", "int64"]
+EXIT_FAILED, EXIT_UNVERIFIED = 1, 3
 
 
-@dataclass
-class OpReport:
-    key: str
-    dtypes: list = field(default_factory=list)
-    samples: int = 0
-    skipped: int = 0
-    failures: dict = field(default_factory=dict)  # check -> first mismatch
+def check_op(torch, opdef, native_kernel, runtime_kernel, seed: int):
+    """The former entry point (``opforge.mindspore.check`` calls it): ``opforge.check``'s
+    ``check_op`` on ``native_kernel``."""
+    from opforge.check import check_op as check_one
 
-    def fail(self, check: str, message: str) -> None:
-        self.failures.setdefault(check, message)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures and self.samples > 0
+    return check_one(opdef, native_kernel, seed=seed)
 
 
-def _tensor_samples(torch, shape, dtype, gen):
-    t = torch.randn(shape, generator=gen, dtype=torch.float64) * 10
-    yield t.to(getattr(torch, dtype))
-    if shape == (5,):
-        if dtype.startswith("float"):
-            yield torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan")],
-                               dtype=getattr(torch, dtype))
-        else:
-            yield torch.tensor([0, -1, 1, 2**20, -(2**20)], dtype=getattr(torch, dtype))
-
-
-def _scalar_choices(arg, rank):
-    from opforge.schema import BaseType, ListType, OptionalType
-
-    t = arg.type.elem if isinstance(arg.type, OptionalType) else arg.type
-    if t in (BaseType("int"), BaseType("SymInt")):
-        return [0, -1] if rank else [0]
-    if t == BaseType("Scalar"):
-        return [2, 0.5]
-    if t == BaseType("float"):
-        return [0.5]
-    if t == BaseType("bool"):
-        return [False, True]
-    if isinstance(t, ListType) and t.elem in (BaseType("int"), BaseType("SymInt")):
-        return [[0], [-1], []] if rank else [[]]
-    if isinstance(arg.type, OptionalType):
-        return [None]
-    return None
-
-
-def _samples(torch, opdef, gen):
-    """(dtype, functional args) samples: every tensor argument gets the same shape/dtype."""
-    args = opdef.functional.arguments.flat
-    for dtype in DTYPES:
-        for shape in SHAPES:
-            for tensor in _tensor_samples(torch, shape, dtype, gen):
-                choices = []
-                for a in args:
-                    if str(a.type).startswith("Tensor"):
-                        choices.append([tensor])
-                    else:
-                        options = _scalar_choices(a, len(shape))
-                        if options is None:
-                            return
-                        choices.append(options)
-                for combo in itertools.islice(itertools.product(*choices), 6):
-                    yield dtype, list(combo)
-
-
-def _as_list(result):
-    return list(result) if isinstance(result, (tuple, list)) else [result]
-
-
-def _compare(got: np.ndarray, want: np.ndarray) -> str | None:
-    if got.shape != want.shape:
-        return f"shape {got.shape} vs {want.shape}"
-    if got.dtype.kind == "f":
-        tol = 1e-4 if got.dtype == np.float32 else 1e-10
-        close = np.isclose(got, want, rtol=tol, atol=tol, equal_nan=True)
-    else:
-        close = got == want
-    if not np.all(close):
-        i = np.argwhere(~close)[0] if got.ndim else ()
-        return f"at {tuple(int(v) for v in i)}: {got[tuple(i)]!r} vs {want[tuple(i)]!r}"
-    return None
-
-
-def check_op(torch, opdef, native_kernel, runtime_kernel, seed: int) -> OpReport:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+def _references(pairs: tuple[str, ...]) -> dict:
     from opforge.manifest import resolve_reference
 
-    report = OpReport(opdef.out_key)
-    reference = resolve_reference(opdef.python_impl, what="python implementation",
-                                  source=opdef.source)
-    ns, name = opdef.namespace, opdef.functional.name.name
-    overload = opdef.functional.name.overload or "default"
-    eager = getattr(getattr(getattr(torch.ops, ns), name), overload)
-    refused: set[str] = set()
-    gen = torch.Generator().manual_seed(seed)
-    for dtype, args in _samples(torch, opdef, gen):
-        if dtype in refused:
-            continue
-        where = f"{dtype} {tuple(args[0].shape)} args={[a for a in args[1:]]}"
-        try:
-            want = _as_list(reference(*args) if reference else eager(*args))
-        except Exception:  # the reference refuses the sample: not a test case
-            report.skipped += 1
-            continue
-        with FakeTensorMode() as mode:
-            fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-            try:
-                fakes = _as_list(eager(*fake_args))
-            except Exception as e:
-                report.fail("fake", f"{where}: fake raised {type(e).__name__}: {e}")
-                continue
-        meta = [(tuple(f.shape), f.dtype) for f in fakes]
-        real = [(tuple(w.shape), w.dtype) for w in want]
-        fake_problem = f"{where}: fake {meta} vs real {real}" if meta != real else None
-        np_args = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
-        outs = [np.empty(s, dtype=torch.empty((), dtype=d).numpy().dtype) for s, d in meta]
-        from opforge.errors import KernelError
-
-        try:
-            native_kernel(*np_args, *outs)
-        except KernelError as e:
-            if "dtype" in str(e):
-                refused.add(dtype)  # the kernel does not take this dtype: no check of it
-                continue
-            report.fail("native", f"{where}: {e}")
-            continue
-        if fake_problem:
-            report.fail("fake", fake_problem)
-        if dtype not in report.dtypes:
-            report.dtypes.append(dtype)
-        report.samples += 1
-        for got, w in zip(outs, want):
-            problem = _compare(got, w.numpy().astype(got.dtype))
-            if problem:
-                report.fail("native", f"{where}: native vs reference {problem}")
-        runtime_outs = [np.empty_like(o) for o in outs]
-        runtime_kernel(*np_args, *runtime_outs)
-        eager_outs = [e.numpy() for e in _as_list(eager(*args))]
-        for got, w in zip(runtime_outs, eager_outs):
-            problem = _compare(got, w)
-            if problem:
-                report.fail("eager", f"{where}: runtime vs eager {problem}")
-    return report
+    found = {}
+    for pair in pairs:
+        op, sep, ref = pair.partition("=")
+        if not sep or ":" not in ref:
+            raise click.BadParameter(f"{pair!r} — valid: OP=module:function, e.g. "
+                                     "my_ops::mul3=my_ref:mul3", param_hint="--reference")
+        found[op.strip()] = resolve_reference(ref.strip(), what="reference",
+                                              source="opforge check --reference")
+    return found
 
 
 @click.command("check")
@@ -177,43 +45,83 @@ def check_op(torch, opdef, native_kernel, runtime_kernel, seed: int) -> OpReport
 @click.option("--kernels", "library", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The compiled kernel library (from `opforge build`).")
 @click.option("--op", "ops", multiple=True, help="Check only this op (ns::op); repeatable.")
+@click.option("--reference", "references", multiple=True, metavar="OP=module:function",
+              help="The reference of an op whose manifest entry has no `python:`; repeatable.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the sample values.")
-def check(manifest, library, ops, seed) -> None:
-    """Check compiled kernels: fake vs real shapes, native vs reference, eager vs runtime."""
-    import torch
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
+@click.option("--timeout", default=10.0, show_default=True,
+              help="Seconds a kernel may take on one sample before it counts as hung.")
+@click.option("--allow-no-reference", is_flag=True,
+              help="Exit 0 (not 3) when ops without a reference pass the consistency checks.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def check(manifest, library, ops, references, seed, timeout, allow_no_reference,
+          as_json) -> None:
+    """Check compiled kernels: against a reference, fake vs real shapes, eager vs lean;
+    each kernel runs in a child process, so a crash is reported, not fatal."""
+    from opforge.check import check_op as check_one
     from opforge.manifest import load_definitions
-    from opforge.runtime import KernelRegistry
-    from opforge.runtime.native import load_library
+    from opforge.runtime.native import NativeLibrary
     from opforge.torch_bridge.native_eager import use_native_library
 
-    console = Console()
-    console.width = max(console.width, 150)
-    defs = [d for d in load_definitions(manifest, api="opforge check") if not d.is_aten]
-    native = use_native_library(library, manifest=defs, command="opforge check")
-    registry = KernelRegistry.portable()
-    load_library(library, registry)
+    defs = load_definitions(manifest, api="opforge check")
+    given = _references(references)
+    use_native_library(library, manifest=[d for d in defs if not d.is_aten],
+                       command="opforge check")
+    native = NativeLibrary(library)
     served = set(native.keys())
     selected = [d for d in defs if d.out_key in served and (not ops or d.name in ops)]
     if not selected:
         raise click.ClickException(f"no op of {manifest} is served by {library}")
-    table = Table("op", "dtypes", "samples", "fake vs real", "native vs reference",
-                  "eager vs runtime", "first mismatch", title=f"opforge check {escape(library)}")
-    for column in table.columns[:6]:
-        column.no_wrap = True
-    failed = 0
-    mark = {True: "[green]pass", False: "[red]FAIL"}
-    for d in selected:
-        r = check_op(torch, d, native.kernel(d.out_key), registry.lookup(d.out_key).fn, seed)
-        failed += not r.ok
-        first = next(iter(r.failures.values()), "" if r.samples else "no sample ran")
-        table.add_row(escape(r.key), ", ".join(r.dtypes) or "-", f"{r.samples} (+{r.skipped} n/a)",
-                      mark["fake" not in r.failures], mark["native" not in r.failures and r.samples > 0],
-                      mark["eager" not in r.failures], escape(first[:120]))
-    console.print(table)
+    unknown = sorted(set(given) - {d.name for d in selected})
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)} — not an op checked here — valid: "
+                                 f"{', '.join(d.name for d in selected)}",
+                                 param_hint="--reference")
+    reports = [check_one(d, native.kernel(d.out_key), reference=given.get(d.name), seed=seed,
+                         timeout=timeout) for d in selected]
+    failed = sum(not r.ok for r in reports)
+    unverified = [r for r in reports if r.ok and not r.verified]
+    code = EXIT_FAILED if failed else EXIT_UNVERIFIED if unverified and \
+        not allow_no_reference else 0
+    if as_json:
+        click.echo(json.dumps({"library": native.path, "ok": code == 0, "exit_status": code,
+                               "ops": [r.to_json() for r in reports]}, indent=2))
+        sys.exit(code)
+    _print(reports, library)
     if failed:
-        raise click.ClickException(f"{failed} of {len(selected)} op(s) failed the check")
-    console.print(f"[bold green]check: {len(selected)} op(s) passed")
+        raise click.ClickException(f"{failed} of {len(reports)} op(s) failed the check")
+    if unverified:
+        names = ", ".join(r.op for r in unverified)
+        click.echo(f"check: {len(reports)} op(s) passed; {len(unverified)} of them without a "
+                   f"reference ({names}): their values were not checked", err=True)
+        sys.exit(0 if allow_no_reference else EXIT_UNVERIFIED)
+    click.echo(f"check: {len(reports)} op(s) passed")
+
+
+def _print(reports, library) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from opforge.cli.tables import table_console
+
+    console = table_console()
+    table = Table("op", "reference", "dtypes", "run", "passed", "failed", "crashed",
+                  "refused", "skipped", "result", title=f"opforge check {escape(library)}")
+    for r in reports:
+        result = "[red]FAIL" if not r.ok else "[green]pass" if r.verified else \
+            "[yellow]pass (no reference)"
+        table.add_row(escape(r.op), escape(r.reference or "none"), ", ".join(r.dtypes) or "-",
+                      str(r.samples), str(r.passed), str(r.failed), str(r.crashed),
+                      str(r.refused), str(r.skipped), result)
+    console.print(table)
+    for r in reports:
+        lines = [f"FAIL {check}" for check in sorted(r.failures)] if not r.ok else []
+        lines += r.messages
+        if r.failed + r.crashed > len(r.messages):
+            lines.append(f"... and {r.failed + r.crashed - len(r.messages)} more failing "
+                         "sample(s)")
+        lines += [f"note: {n}" for n in r.notes[:3]] if not r.ok else []
+        lines += [f"WARNING: {w}" for w in r.warnings]
+        if lines:
+            console.print(f"{r.op}:", style="bold", markup=False, highlight=False)
+            for line in lines:
+                console.print(f"  {line}", markup=False, highlight=False)

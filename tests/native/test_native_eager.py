@@ -128,7 +128,7 @@ def test_opforge_check_fails_on_a_wrong_kernel(cache, tmp_path):
                            "--kernels", str(lib.path), "--op", "my_ops::mul3"],
                           capture_output=True, text=True)
     assert proc.returncode != 0
-    assert "native vs reference" in proc.stdout and "FAIL" in proc.stdout
+    assert "kernel vs reference" in proc.stdout and "FAIL" in proc.stdout
 
 
 def test_native_library_callable_alone(full):

@@ -1,0 +1,319 @@
+"""The opcheck of one operator's kernel: samples → fake → reference → kernel (isolated) → compare.
+
+    report = check_op(opdef, kernel)      # kernel: the lean runtime's callable of opdef.out_key
+    report.ok, report.failed, report.crashed, report.messages, report.to_json()
+
+For each sample (generated from the schema, plus the manifest's ``samples:``), in order:
+
+1. the fake (the op under ``FakeTensorMode``) gives the output shapes and dtypes; a
+   generated sample it refuses is skipped as invalid for the op;
+2. the reference (``python:``, the ``reference=`` given, or PyTorch's own op for an ATen
+   op) runs; a generated sample it refuses is skipped; its outputs' shapes and dtypes are
+   compared with the fake's ("fake vs real");
+3. the kernel runs in a child process on NumPy views of the same tensors, with outputs
+   allocated from the fake (see ``isolation``): a crash is "kernel X crashed on sample N
+   (SIGSEGV)"; writes outside an output, into an input, or elements left unwritten are
+   failures; eager PyTorch (the op through ``torch.ops``, a native library in use) runs
+   the same call in the child;
+4. the kernel's outputs are compared with the reference's ("kernel vs reference") and with
+   eager's ("eager vs lean").
+
+A kernel that reports a failure mentioning a dtype does not take that dtype: the sample is
+skipped. Any other failure it reports on a valid sample is counted as refused (shown, not
+a failure) unless the sample is the user's. Without a reference the values are checked
+against nothing: the report says so in ``warnings`` and ``verified`` is False.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from opforge.check.compare import compare, describe_args
+from opforge.check.isolation import Job, run_isolated
+from opforge.check.samples import NoSamples, Sample, generate_samples, user_samples
+from opforge.manifest import OpDef, resolve_reference
+from opforge.schema import ListType
+
+__all__ = ["OpReport", "check_op", "NO_REFERENCE"]
+
+NO_REFERENCE = ("no reference: only consistency checked (kernel vs fake shapes, eager vs "
+                "lean, outputs fully written)")
+_MAX_MESSAGES = 8  # per op, in full; the counts say how many more
+
+
+@dataclass
+class OpReport:
+    """The result of checking one op's kernel."""
+
+    op: str  # the out overload, "my_ops::mul3.out"
+    reference: str | None = None  # "python: mod:fn", "torch: aten::add.Tensor", or None
+    samples: int = 0  # run by the kernel (passed, failed, crashed or refused)
+    skipped: int = 0  # invalid for the op, or of a dtype the kernel does not take
+    passed: int = 0
+    failed: int = 0
+    crashed: int = 0
+    refused: int = 0  # the kernel reported a failure on a valid generated sample
+    dtypes: list = field(default_factory=list)  # dtypes the kernel ran on
+    messages: list = field(default_factory=list)  # failures and crashes, in full
+    notes: list = field(default_factory=list)  # refusals and skips worth knowing
+    warnings: list = field(default_factory=list)
+    # check → its first message; checks: fake (vs real), native (kernel vs reference),
+    # eager (vs lean), memory (guards, inputs, unwritten outputs), crash, kernel (refused a
+    # user sample), reference/samples (a user sample or hook that does not work)
+    failures: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.op
+
+    @property
+    def verified(self) -> bool:
+        """Were the kernel's values compared with a reference?"""
+        return self.reference is not None
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.crashed and self.passed > 0
+
+    def fail(self, check: str, message: str) -> None:
+        self.failures.setdefault(check, message)
+        if len(self.messages) < _MAX_MESSAGES:
+            self.messages.append(message)
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "ok": self.ok, "verified": self.verified,
+                "reference": self.reference, "samples": self.samples, "skipped": self.skipped,
+                "passed": self.passed, "failed": self.failed, "crashed": self.crashed,
+                "refused": self.refused, "dtypes": list(self.dtypes),
+                "checks_failed": sorted(self.failures), "messages": list(self.messages),
+                "notes": list(self.notes), "warnings": list(self.warnings)}
+
+
+def _as_list(result) -> list:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _torch_op(schema):
+    import torch
+
+    name = schema.name
+    packet = getattr(getattr(torch.ops, name.namespace or "aten"), name.name)
+    return getattr(packet, name.overload or "default")
+
+
+def _reference(opdef: OpDef, given: Callable | None) -> tuple[Callable | None, str | None]:
+    if given is not None:
+        return given, f"python: {getattr(given, '__module__', '?')}:" \
+                      f"{getattr(given, '__qualname__', given)}"
+    if opdef.python_impl is not None:
+        fn = resolve_reference(opdef.python_impl, what="python implementation",
+                               source=opdef.source)
+        label = opdef.python_impl if isinstance(opdef.python_impl, str) else \
+            f"{fn.__module__}:{fn.__qualname__}"
+        return fn, f"python: {label}"
+    if opdef.is_aten:
+        return _torch_op(opdef.functional), f"torch: {opdef.functional.name}"
+    return None, None
+
+
+def _to_numpy(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().numpy()
+    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+        return [None if v is None else _to_numpy(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return torch.empty((), dtype=value).numpy().dtype
+    return value
+
+
+def _meta(tensors) -> list:
+    return [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors]
+
+
+def _kernel_label(kernel, args) -> str:
+    try:
+        entry = kernel.select(args)
+        return f"{entry.kernel_name} ({os.path.basename(kernel.library.path)})"
+    except Exception:
+        return getattr(kernel, "__name__", repr(kernel))
+
+
+@dataclass
+class _Prepared:
+    sample: Sample
+    job: Job
+    want: list | None  # reference outputs (numpy)
+    fake_problem: str | None
+    where: str
+
+
+def check_op(opdef: OpDef, kernel: Callable, *, eager: bool = True,
+             reference: Callable | None = None, samples: Callable | None = None,
+             seed: int = 0, timeout: float = 10.0, isolate: bool = True) -> OpReport:
+    """Check ``kernel`` (the out overload's callable, portable convention) against the op.
+
+    The op must be registered with PyTorch (``opforge.torch_bridge.register``; an ATen op
+    is). ``eager`` also runs the op through ``torch.ops`` (with a native library in use,
+    its kernel: "eager vs lean"); ``reference`` replaces the manifest's ``python:``;
+    ``samples`` adds a hook like the manifest's ``samples:``; ``timeout`` is per sample.
+    """
+    fn, label = _reference(opdef, reference)
+    report = OpReport(opdef.out_key, label)
+    if fn is None:
+        report.warnings.append(
+            f"{NO_REFERENCE} — the values were compared with nothing, so a kernel computing "
+            f"wrong values passes — fix: add `python: module:function` to {opdef.source}, or "
+            "name one with `opforge check --reference OP=module:function`")
+    op = _torch_op(opdef.functional)
+    eager_op = op if eager and not opdef.is_aten else None
+    prepared = [p for p in _prepare(opdef, op, fn, eager_op, samples, seed, report) if p]
+    if not prepared and not report.failures:
+        report.fail("samples", f"{opdef.out_key}: no sample was valid for the op (the fake or "
+                    f"the reference refused all of them) — fix: add `samples: module:function` "
+                    f"to {opdef.source}")
+    runs = run_isolated(kernel, [p.job for p in prepared], timeout=timeout, isolate=isolate)
+    report.samples = len(prepared)
+    for p, run in zip(prepared, runs):
+        _judge(report, p, run, kernel)
+    if report.passed == 0 and not report.failures:
+        report.fail("samples", f"{opdef.out_key}: the kernel ran on no sample (skipped: "
+                    f"{report.skipped}, refused: {report.refused})")
+    return report
+
+
+def _samples(opdef: OpDef, hook: Callable | None, seed: int, report: OpReport):
+    names = []
+    if opdef.samples is not None:
+        names.append((resolve_reference(opdef.samples, what="samples function",
+                                        source=opdef.source),
+                      f"samples: {opdef.samples if isinstance(opdef.samples, str) else 'hook'}"))
+    if hook is not None:
+        names.append((hook, f"samples: {getattr(hook, '__qualname__', 'hook')}"))
+    users = []
+    for fn, origin in names:
+        try:
+            users += user_samples(fn, opdef.functional, origin)
+        except Exception as e:
+            report.fail("samples", f"{origin}: {type(e).__name__}: {e}")
+    try:
+        yield from generate_samples(opdef.functional, seed)
+    except NoSamples as e:
+        if not users:
+            report.fail("samples", f"{opdef.out_key}: cannot generate samples: {e} — fix: add "
+                        f"`samples: module:function` to {opdef.source} (see docs/manifest.md)")
+    yield from users
+
+
+def _prepare(opdef, op, reference, eager_op, hook, seed, report):
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    names = [a.name for a in opdef.functional.arguments.flat]
+    out_is_list = isinstance(opdef.out.arguments.out[0].type, ListType)
+    for index, sample in enumerate(_samples(opdef, hook, seed, report)):
+        sample.index = index
+        args = sample.args
+        where = (f"sample {index} ({sample.origin}, {sample.layout}): "
+                 f"{describe_args(names, args)}")
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+                fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else
+                             [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
+                              for t in a] if isinstance(a, list) else a for a in args]
+                fakes = _as_list(op(*fake_args))
+        except Exception as e:
+            if sample.from_user:
+                report.fail("fake", f"{where}\n    the fake refused it: {type(e).__name__}: {e}")
+            else:
+                report.skipped += 1
+            continue
+        want = None
+        fake_problem = None
+        if reference is not None:
+            try:
+                want = [w.detach().numpy().copy() if isinstance(w, torch.Tensor) else w
+                        for w in _as_list(reference(*args))]
+            except Exception as e:
+                if sample.from_user:
+                    report.fail("reference", f"{where}\n    the reference refused it: "
+                                f"{type(e).__name__}: {e}")
+                else:
+                    report.skipped += 1
+                continue
+            real = [(tuple(w.shape), str(w.dtype)) for w in want if isinstance(w, np.ndarray)]
+            fake = [(s, str(torch.empty((), dtype=getattr(torch, d)).numpy().dtype))
+                    for s, d in _meta(fakes)]
+            if real != fake:
+                fake_problem = f"fake {fake}, reference {real}"
+        try:
+            out_meta = [(s, torch.empty((), dtype=getattr(torch, d)).numpy().dtype)
+                        for s, d in _meta(fakes)]
+        except TypeError:  # bfloat16 and friends have no NumPy dtype
+            report.skipped += 1
+            continue
+        eager = None
+        if eager_op is not None:
+            def eager(op=eager_op, args=args):
+                return [t.detach().numpy() for t in _as_list(op(*args))]
+        job = Job([_to_numpy(a) for a in args], out_meta, out_is_list, eager)
+        yield _Prepared(sample, job, want, fake_problem, where)
+
+
+def _judge(report: OpReport, p: _Prepared, run, kernel) -> None:
+    sample = p.sample
+    if run.crash:
+        report.crashed += 1
+        message = (f"kernel {_kernel_label(kernel, p.job.args)} crashed on sample "
+                   f"{sample.index} ({run.crash})\n    {p.where}")
+        report.fail("crash", message)
+        return
+    if run.error is not None:
+        if "dtype" in run.error and not sample.from_user:
+            report.skipped += 1  # the kernel does not take this dtype: not a run
+            report.samples -= 1
+            note = f"not run on {sample.dtype}: {run.error}"
+            if note not in report.notes and len(report.notes) < _MAX_MESSAGES:
+                report.notes.append(note)
+            return
+        if sample.from_user:
+            report.failed += 1
+            report.fail("kernel", f"{p.where}\n    the kernel refused it: {run.error}")
+        else:
+            report.refused += 1
+            if len(report.notes) < _MAX_MESSAGES:
+                report.notes.append(f"refused {p.where}: {run.error}")
+        return
+    if sample.dtype and sample.dtype not in report.dtypes:
+        report.dtypes.append(sample.dtype)
+    problems = []
+    problems += [("memory", text) for text in run.problems]
+    if p.fake_problem:
+        problems.append(("fake", f"fake vs real: {p.fake_problem}"))
+    if p.want is not None:
+        for n, (got, want) in enumerate(zip(run.outs, p.want)):
+            if isinstance(want, np.ndarray):
+                diff = compare(got, want)
+                if diff:
+                    problems.append(("native", f"kernel vs reference, output {n}: {diff}"))
+    if run.eager_error is not None:
+        problems.append(("eager", f"eager vs lean: eager PyTorch failed: {run.eager_error}"))
+    elif run.eager is not None:
+        for n, (got, want) in enumerate(zip(run.outs, run.eager)):
+            diff = compare(got, want)
+            if diff:
+                problems.append(("eager", f"eager vs lean, output {n}: {diff}"))
+    if not problems:
+        report.passed += 1
+        return
+    report.failed += 1
+    text = "\n    ".join(t for _, t in problems)
+    for check, _ in problems:
+        report.failures.setdefault(check, f"{p.where}\n    {text}")
+    if len(report.messages) < _MAX_MESSAGES:
+        report.messages.append(f"{p.where}\n    {text}")
