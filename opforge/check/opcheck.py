@@ -158,11 +158,16 @@ def check_op(opdef: OpDef, kernel: Callable, *, eager: bool = True,
              seed: int = 0, timeout: float = 10.0, isolate: bool = True) -> OpReport:
     """Check ``kernel`` (the out overload's callable, portable convention) against the op.
 
-    The op must be registered with PyTorch (``opforge.torch_bridge.register``; an ATen op
-    is). ``eager`` also runs the op through ``torch.ops`` (with a native library in use,
+    A custom op not yet registered with PyTorch is registered (``torch_bridge.register``).
+    ``eager`` also runs the op through ``torch.ops`` (with a native library in use,
     its kernel: "eager vs lean"); ``reference`` replaces the manifest's ``python:``;
     ``samples`` adds a hook like the manifest's ``samples:``; ``timeout`` is per sample.
     """
+    if not opdef.is_aten:
+        from opforge.torch_bridge import is_registered, register
+
+        if not is_registered(opdef.name):
+            register(opdef)
     fn, label = _reference(opdef, reference)
     report = OpReport(opdef.out_key, label)
     if fn is None:
