@@ -255,7 +255,7 @@ def _compile(area: Path, project: GeneratedProject, sources: list[Path], toolcha
              output_name: str, show: bool) -> tuple[Path, tuple[str, ...]]:
     """Configure (once) and build in the work area; only what changed recompiles."""
     project_dir, build_dir = area / "project", area / "build"
-    incremental.sync_project(project_dir, project.files)
+    incremental.sync_project(project_dir, build_dir, project.files)
     incremental.forget_changed_sources(area, build_dir,
                                        {str(p): _source_digest(p) for p in sources})
     with in_progress(area):

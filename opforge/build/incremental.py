@@ -3,7 +3,7 @@
 The driver builds in a work area that outlives each build, so Ninja recompiles only what
 changed. Three things make its reuse exact, not just fast:
 
-    sync_project(area, files)      rewrite only the generated files whose text changed, so
+    sync_project(...)              rewrite only the generated files whose text changed, so
                                    unchanged ones keep their mtimes (and their objects)
     forget_changed_sources(...)    delete the object of every source whose bytes differ from
                                    those it was compiled from: Ninja compares mtimes only,
@@ -31,8 +31,13 @@ GLUE = "opforge_register.cpp"
 _DIGESTS = "sources.json"  # {source path: SHA-256 its object (if any) was compiled from}
 
 
-def sync_project(project_dir: Path, files: dict[str, str]) -> None:
-    """Make ``project_dir`` hold exactly ``files``, touching only what differs."""
+def sync_project(project_dir: Path, build_dir: Path, files: dict[str, str]) -> list[str]:
+    """Make ``project_dir`` hold exactly ``files``, touching only what differs; returns the
+    files rewritten. Objects that depend on a rewritten file are deleted too: a file
+    rewritten within the filesystem's timestamp granularity of its object's last compile
+    would look older than that object to Ninja (the glue's object for the glue, every
+    object for a header)."""
+    changed = []
     for rel, text in files.items():
         target = project_dir / rel
         data = text.encode("utf-8")
@@ -43,10 +48,20 @@ def sync_project(project_dir: Path, files: dict[str, str]) -> None:
             pass
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+        changed.append(rel)
     wanted = {project_dir / rel for rel in files}
     for path in project_dir.rglob("*"):
         if path.is_file() and path not in wanted:
             path.unlink()
+    if any(rel.endswith(".h") for rel in changed):
+        doomed = list((build_dir / "CMakeFiles").glob("*.dir/**/*.o"))
+    elif GLUE in changed:
+        doomed = [d / _object_name(GLUE) for d in (build_dir / "CMakeFiles").glob("*.dir")]
+    else:
+        doomed = []
+    for obj in doomed:
+        obj.unlink(missing_ok=True)
+    return changed
 
 
 def _object_name(source: Path | str) -> str:
