@@ -97,6 +97,12 @@ def _as_list(result) -> list:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
+def _call(fn: Callable, schema, args: list):
+    """``fn`` called as the schema says: keyword-only arguments by name."""
+    n = len(schema.arguments.positional)
+    return fn(*args[:n], **{a.name: v for a, v in zip(schema.arguments.kwarg_only, args[n:])})
+
+
 def _torch_op(schema):
     import torch
 
@@ -219,7 +225,8 @@ def _prepare(opdef, op, reference, eager_op, hook, seed, report):
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    names = [a.name for a in opdef.functional.arguments.flat]
+    schema = opdef.functional
+    names = [a.name for a in schema.arguments.flat]
     out_is_list = isinstance(opdef.out.arguments.out[0].type, ListType)
     for index, sample in enumerate(_samples(opdef, hook, seed, report)):
         sample.index = index
@@ -231,7 +238,7 @@ def _prepare(opdef, op, reference, eager_op, hook, seed, report):
                 fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else
                              [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
                               for t in a] if isinstance(a, list) else a for a in args]
-                fakes = _as_list(op(*fake_args))
+                fakes = _as_list(_call(op, schema, fake_args))
         except Exception as e:
             if sample.from_user:
                 report.fail("fake", f"{where}\n    the fake refused it: {type(e).__name__}: {e}")
@@ -243,7 +250,7 @@ def _prepare(opdef, op, reference, eager_op, hook, seed, report):
         if reference is not None:
             try:
                 want = [w.detach().numpy().copy() if isinstance(w, torch.Tensor) else w
-                        for w in _as_list(reference(*args))]
+                        for w in _as_list(_call(reference, schema, args))]
             except Exception as e:
                 if sample.from_user:
                     report.fail("reference", f"{where}\n    the reference refused it: "
@@ -265,7 +272,7 @@ def _prepare(opdef, op, reference, eager_op, hook, seed, report):
         eager = None
         if eager_op is not None:
             def eager(op=eager_op, args=args):
-                return [t.detach().numpy() for t in _as_list(op(*args))]
+                return [t.detach().numpy() for t in _as_list(_call(op, schema, args))]
         job = Job([_to_numpy(a) for a in args], out_meta, out_is_list, eager)
         yield _Prepared(sample, job, want, fake_problem, where)
 
