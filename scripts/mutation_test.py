@@ -453,6 +453,7 @@ def run(targets: dict[str, Target], mutants: dict[str, list[Mutant]], results: P
         except ImportError:
             pass
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still remove the copy
+    started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="opforge-mutants-"))
     try:
         _copy_tree(work)
@@ -497,6 +498,7 @@ def run(targets: dict[str, Target], mutants: dict[str, list[Mutant]], results: P
     finally:
         os.chdir(ROOT)
         shutil.rmtree(work, ignore_errors=True)
+    report["wall_s"] = round(time.perf_counter() - started, 1)
     return _summarise(report, results)
 
 
@@ -518,7 +520,7 @@ def _summarise(report: dict, results: Path) -> int:
             print(f"{name:17} clean run: {t['clean_run']}")
     t = report["totals"]
     print(f"{'total':17} {t['mutants']:7} {t['killed']:7} {t['survived']:9} "
-          f"{t['equivalent']:11} {t['timeout']:8}   -> {results}")
+          f"{t['equivalent']:11} {t['timeout']:8}   ({report['wall_s'] / 60:.1f} min) -> {results}")
     for m in report["mutants"]:
         if m["status"] == "survived":
             print(f"  survived: {m['path']}:{m['line']}  {m['key']}")

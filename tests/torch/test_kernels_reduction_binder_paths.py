@@ -90,3 +90,10 @@ def test_any_all_the_general_kernel_keeps(x, out):
     fast, out = bind_and_run("aten::any.dims_out", x, [1], False, out)
     assert not fast
     np.testing.assert_array_equal(out, np.any(x, axis=1))
+
+
+def test_an_explicit_dtype_equal_to_the_input_still_binds():
+    x = sample((4, 6), np.float32)
+    fast, out = bind_and_run(SUM, x, [1], False, np.dtype(np.float32), np.empty(4, np.float32))
+    assert fast
+    np.testing.assert_allclose(out, torch.sum(torch.from_numpy(x), [1]).numpy(), rtol=1e-5)

@@ -90,3 +90,15 @@ def test_full_any_all_overwrite_their_out(key, fn, value):
     out = np.array(not want)
     KERNELS[key](x, out)
     assert bool(out) == want
+
+
+@pytest.mark.parametrize("ord", [2, 1, 3.5, float("inf")])
+def test_vector_norm_with_a_wider_dtype_computes_in_it(ord):
+    # dtype=float64 casts a float32 input first: the norm is float64-exact, not a float32
+    # norm widened afterwards (1e-12 tells them apart).
+    x = (np.random.default_rng(2).standard_normal((5, 7)) * 3).astype(np.float32)
+    t = torch.from_numpy(x)
+    want = torch.linalg.vector_norm(t, ord, [1], False, dtype=torch.float64)
+    check("aten::linalg_vector_norm.out", want, x, ord, [1], False, np.dtype(np.float64))
+    want = torch.linalg.vector_norm(t, ord, [1], True)
+    check("aten::linalg_vector_norm.out", want, x, ord, [1], True, None)
