@@ -4,7 +4,7 @@ Every error a *user* can cause derives from :class:`OpforgeError`. Internal bugs
 different: they raise :class:`InternalError` (or a plain Python exception) and are never
 caught by the CLI's friendly error printer.
 
-Messages follow one shape (STYLE.md 8)::
+Messages follow one shape::
 
     `api(...)`: subject — what was found — what is valid — how to fix
 

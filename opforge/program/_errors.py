@@ -1,4 +1,4 @@
-"""Builds :class:`ProgramError` messages in opforge's one shape (STYLE.md 8).
+"""Builds :class:`ProgramError` messages in opforge's one shape.
 
 ``subject — what was found — what is valid — how to fix``; the public entry points
 (``load``, ``from_bytes``, ``verify``, ``to_bytes``) prefix the API that was called, so the

@@ -1,4 +1,4 @@
-"""The program model: plain, index-based, frozen dataclasses (STYLE.md 3).
+"""The program model: plain, index-based, frozen dataclasses.
 
     Program ─ methods ─► Method ─ values        (the value table; everything points here)
             │                   ├ inputs/outputs (value indices)

@@ -1,4 +1,4 @@
-"""The program verifier: every cross-reference checked before anything uses it (STYLE.md 6).
+"""The program verifier: every cross-reference checked before anything uses it.
 
 The dataclasses check their own fields on construction (types, non-negative sizes, the
 2**48-byte cap, dim orders). ``verify`` checks what needs the whole program:

@@ -19,7 +19,7 @@
 # Overriding kernels are how a native library replaces a built-in: a user's compiled
 # ``aten::add.out`` registered with ``override=True`` wins over the portable one without
 # anyone unregistering anything. Within one level a key+dtype key has exactly one kernel:
-# a second registration is a ``RegistrationError`` naming both origins (STYLE.md 7), so two
+# a second registration is a ``RegistrationError`` naming both origins, so two
 # libraries that both override the same op is an error, not a silent last-one-wins.
 #
 # Registration is explicit: nothing registers at import time. ``KernelRegistry.portable()``
