@@ -187,3 +187,29 @@ using ::executorch::runtime::toString;
                      OPFORGE_ET_CASE(T1, CTYPE_ALIAS, __VA_ARGS__)               \
                      OPFORGE_ET_CASE(T2, CTYPE_ALIAS, __VA_ARGS__)               \
                      OPFORGE_ET_CASE(T3, CTYPE_ALIAS, __VA_ARGS__))
+#define ET_SWITCH_REALHBBF16_AND_UINT_TYPES(TYPE, CONTEXT, NAME, CTYPE_ALIAS, ...)   \
+  ET_INTERNAL_SWITCH(TYPE, CONTEXT, NAME,                                         \
+                     ET_INTERNAL_SWITCH_CASE_REAL_TYPES(CTYPE_ALIAS, __VA_ARGS__) \
+                     OPFORGE_ET_CASE(Half, CTYPE_ALIAS, __VA_ARGS__)              \
+                     OPFORGE_ET_CASE(Bool, CTYPE_ALIAS, __VA_ARGS__)              \
+                     OPFORGE_ET_CASE(BFloat16, CTYPE_ALIAS, __VA_ARGS__)          \
+                     ET_INTERNAL_SWITCH_CASE_UINT_TYPES(CTYPE_ALIAS, __VA_ARGS__))
+
+// ET_FORALL_<SET>_TYPES(M) expands M(ctype, ScalarTypeName) for every dtype of the set.
+#define OPFORGE_ET_CTYPE(name) ::executorch::runtime::ScalarTypeToCppType<::executorch::aten::ScalarType::name>::type
+#define ET_FORALL_INT_TYPES(_) \
+  _(uint8_t, Byte) _(int8_t, Char) _(int16_t, Short) _(int32_t, Int) _(int64_t, Long)
+#define ET_FORALL_INT_TYPES_AND(SCALARTYPE, _) ET_FORALL_INT_TYPES(_) _(OPFORGE_ET_CTYPE(SCALARTYPE), SCALARTYPE)
+#define ET_FORALL_FLOAT_TYPES(_) _(float, Float) _(double, Double)
+#define ET_FORALL_FLOAT_TYPES_AND(SCALARTYPE, _) ET_FORALL_FLOAT_TYPES(_) _(OPFORGE_ET_CTYPE(SCALARTYPE), SCALARTYPE)
+#define ET_FORALL_FLOAT_TYPES_AND2(S1, S2, _) \
+  ET_FORALL_FLOAT_TYPES_AND(S1, _) _(OPFORGE_ET_CTYPE(S2), S2)
+#define ET_FORALL_FLOATH_TYPES(_) ET_FORALL_FLOAT_TYPES_AND(Half, _)
+#define ET_FORALL_FLOATHBF16_TYPES(_) ET_FORALL_FLOAT_TYPES_AND2(Half, BFloat16, _)
+#define ET_FORALL_REAL_TYPES(_) ET_FORALL_INT_TYPES(_) ET_FORALL_FLOAT_TYPES(_)
+#define ET_FORALL_REAL_TYPES_AND(SCALARTYPE, _) ET_FORALL_REAL_TYPES(_) _(OPFORGE_ET_CTYPE(SCALARTYPE), SCALARTYPE)
+#define ET_FORALL_REAL_TYPES_AND2(S1, S2, _) ET_FORALL_REAL_TYPES_AND(S1, _) _(OPFORGE_ET_CTYPE(S2), S2)
+#define ET_FORALL_REAL_TYPES_AND3(S1, S2, S3, _) ET_FORALL_REAL_TYPES_AND2(S1, S2, _) _(OPFORGE_ET_CTYPE(S3), S3)
+#define ET_FORALL_REALH_TYPES(_) ET_FORALL_REAL_TYPES_AND(Half, _)
+#define ET_FORALL_REALHBF16_TYPES(_) ET_FORALL_REAL_TYPES_AND2(Half, BFloat16, _)
+#define ET_FORALL_REALHBBF16_TYPES(_) ET_FORALL_REAL_TYPES_AND3(Half, Bool, BFloat16, _)
