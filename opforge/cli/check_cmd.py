@@ -119,7 +119,7 @@ def _print(reports, library) -> None:
         if r.failed + r.crashed > len(r.messages):
             lines.append(f"... and {r.failed + r.crashed - len(r.messages)} more failing "
                          "sample(s)")
-        lines += [f"note: {n}" for n in r.notes[:3]] if not r.ok else []
+        lines += [f"note: {n}" for n in r.notes[:3]] if not r.ok or r.refused else []
         lines += [f"WARNING: {w}" for w in r.warnings]
         if lines:
             console.print(f"{r.op}:", style="bold", markup=False, highlight=False)
