@@ -8,7 +8,8 @@
 'my_ops::scale2.out'
 
 The decorated function becomes a :class:`CustomOp`: calling it calls the reference
-implementation; ``@scale2.register_fake`` attaches a shape/dtype function; ``.opdef`` is
+implementation; ``@scale2.register_fake`` attaches a shape/dtype function and
+``@scale2.register_samples`` extra samples for ``opforge check``; ``.opdef`` is
 the frozen :class:`OpDef` the rest of opforge uses (registration, export, builds).
 Nothing is registered with PyTorch until :func:`opforge.torch_bridge.register` is called
 (or :meth:`CustomOp.register`), so defining ops never imports torch.
@@ -56,6 +57,15 @@ class CustomOp:
             raise ManifestError(f"`{self.__name__}.register_fake`: {self._opdef.name} already has "
                                 f"a fake implementation — remove one of the two")
         self._opdef = replace(self._opdef, fake=fn)
+        return fn
+
+    def register_samples(self, fn: Callable) -> Callable:
+        """Decorator: a function returning ``[(args, kwargs), ...]``, samples ``opforge
+        check`` runs besides its own (the manifest's ``samples:``)."""
+        if self._opdef.samples is not None:
+            raise ManifestError(f"`{self.__name__}.register_samples`: {self._opdef.name} already "
+                                "has a samples function — remove one of the two")
+        self._opdef = replace(self._opdef, samples=fn)
         return fn
 
     def register(self) -> None:

@@ -151,3 +151,24 @@ def test_without_a_reference_the_report_says_so():
     assert report.warnings[0].startswith("no reference: only consistency checked (kernel vs "
                                          "fake shapes, eager vs lean")
     assert report.to_json()["verified"] is False
+
+
+def test_register_samples_of_a_python_op_reaches_a_bug_the_generator_misses():
+    import opforge
+
+    @opforge.op("chk_py::mul_k(Tensor x, int k) -> Tensor")
+    def mul_k(x, k):
+        return x * k
+
+    def kernel(x, k, out):
+        out[...] = x * k + (k == 7)  # wrong for k == 7 only
+
+    assert check_op(mul_k.opdef, kernel, eager=False, isolate=False).ok
+
+    @mul_k.register_samples
+    def samples():
+        return [((torch.ones(2, 3), 7), {})]
+
+    report = check_op(mul_k.opdef, kernel, eager=False, isolate=False)
+    assert report.failed == 1 and "(samples: " in report.messages[0]
+    assert "k=7" in report.messages[0]
