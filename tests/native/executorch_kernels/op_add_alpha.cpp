@@ -19,15 +19,26 @@ Tensor& add_alpha_out(KernelRuntimeContext& ctx, const Tensor& a, const Tensor& 
   ET_KERNEL_CHECK(ctx, torch::executor::tensors_have_same_dtype(a, b, out), InvalidArgument, out);
   ET_KERNEL_CHECK_MSG(ctx, torch::executor::resize_to_broadcast_target_size(a, b, out) == Error::Ok,
                       InvalidArgument, out, "Failed to resize output tensor.");
+  // a shape probe for the fast path: false is no failure
+  const bool fast = executorch::runtime::tensors_have_same_shape(a, b) &&
+                    executorch::runtime::tensor_is_contiguous(a) &&
+                    executorch::runtime::tensor_is_contiguous(b) &&
+                    executorch::runtime::tensor_is_contiguous(out);
   ET_SWITCH_REALHBF16_TYPES(out.scalar_type(), ctx, "add_alpha.out", CTYPE, [&]() {
     CTYPE alpha_val;
     ET_KERNEL_CHECK(ctx, torch::executor::native::utils::extract_scalar(alpha, &alpha_val),
                     InvalidArgument, );
-    torch::executor::apply_binary_elementwise_fn<CTYPE, CTYPE, CTYPE>(
-        [alpha_val](const CTYPE val_a, const CTYPE val_b) {
-          return static_cast<CTYPE>(val_a + alpha_val * val_b);
-        },
-        a, b, out);
+    const auto add = [alpha_val](const CTYPE val_a, const CTYPE val_b) {
+      return static_cast<CTYPE>(val_a + alpha_val * val_b);
+    };
+    if (fast) {
+      const CTYPE* pa = a.const_data_ptr<CTYPE>();
+      const CTYPE* pb = b.const_data_ptr<CTYPE>();
+      CTYPE* po = out.mutable_data_ptr<CTYPE>();
+      for (int64_t i = 0; i < out.numel(); ++i) po[i] = add(pa[i], pb[i]);
+    } else {
+      torch::executor::apply_binary_elementwise_fn<CTYPE, CTYPE, CTYPE>(add, a, b, out);
+    }
   });
   return out;
 }

@@ -277,9 +277,11 @@ using ::executorch::runtime::tensors_have_same_shape_and_dtype;
 }  // namespace executor
 }  // namespace torch
 
-// Fails the kernel with Error::<error> and returns `retval` when `cond` is false.
+// Fails the kernel with Error::<error> and returns `retval` when `cond` is false. The
+// failure detail is cleared first, so the message only names helpers `cond` called.
 #define ET_KERNEL_CHECK(context, cond, error, retval)                                     \
   do {                                                                                    \
+    ::opforge::et::failure_detail()[0] = '\0';                                            \
     if (!(cond)) {                                                                        \
       ::opforge::et::kernel_check_failed(context, __FILE__, __LINE__, #cond,              \
                                          ::executorch::runtime::Error::error);            \
@@ -289,6 +291,7 @@ using ::executorch::runtime::tensors_have_same_shape_and_dtype;
 
 #define ET_KERNEL_CHECK_MSG(context, cond, error, retval, message, ...)                   \
   do {                                                                                    \
+    ::opforge::et::failure_detail()[0] = '\0';                                            \
     if (!(cond)) {                                                                        \
       ::opforge::et::kernel_check_failed(context, __FILE__, __LINE__, #cond,              \
                                          ::executorch::runtime::Error::error, message,    \
