@@ -1,7 +1,7 @@
 // opforge's ExecuTorch compatibility headers: ET_KERNEL_CHECK, tensor checks, resize_tensor.
 //
 // ET_KERNEL_CHECK(_MSG) fail the context (the message names the file, line and condition,
-// plus why the last helper on this thread failed, e.g. resize_tensor's shapes) and return.
+// plus why a helper the condition called failed, e.g. resize_tensor's shapes) and return.
 // Tensors are static in opforge (shapes are planned ahead of time), as ExecuTorch's
 // TensorShapeDynamism::STATIC: resize_tensor to a tensor's current shape is Error::Ok,
 // to any other shape Error::NotSupported.
@@ -102,7 +102,7 @@ ET_NODISCARD inline Error resize_tensor(const Tensor& t, ArrayRef<SizesType> new
   ::opforge::et::set_failure_detail(
       "resize_tensor: the kernel resizes a tensor of planned shape %s to %s; opforge's tensors "
       "have static shapes, planned ahead of time from the op's fake (shape) function: give "
-      "the op a fake that computes this shape, or pass an out of this shape",
+      "the op's manifest entry a `fake:` that computes this shape, or pass an out of it",
       planned, wanted);
   return Error::NotSupported;
 }
