@@ -99,7 +99,7 @@ TARGETS: dict[str, Target] = {
         "-k", "not zoo_method and not special_values")),
     "verifier": Target("opforge/program/verify.py", None, (
         "tests/pure/test_program_verify_limits.py", "tests/pure/test_program_verify.py",
-        "tests/pure/test_program_bad_inputs.py")),
+        "tests/pure/test_program_bad_inputs.py", "tests/pure/test_runtime_memory_limits.py")),
     "memory_planning": Target("opforge/export/memory_planning.py", None, (
         "tests/torch/test_export_memory_plan_exact.py",
         "tests/torch/test_export_memory_planning.py")),
@@ -112,6 +112,9 @@ TARGETS: dict[str, Target] = {
 _ARG_RECHECK = ("the test before `_index` only decides whether `_index` runs; `_index` "
                 "repeats the whole check (an int, 0 <= index < n), and the mutant only "
                 "makes it run more often")
+_ENDS_START = ("the start of an arena's highest tensor end: any tensor's end (>= 0) replaces "
+               "a start of 1 or -1, and an arena whose end stays at 1, 0 or -1 needs at most "
+               "the one-page allowance anyway")
 _FIRST_SET = ("every planned node has its first step set before this line: user inputs "
               "at 0, each alloc as the out argument of the call that writes it")
 _READ_ONLY_COPY = ("`astype(..., copy=False)` -> `copy=True`: the array is only read "
@@ -208,6 +211,8 @@ EQUIVALENT: dict[str, str] = {
     "opforge/program/verify.py::_verify_instructions::compare: `0 <= arg < n` -> "
     "`0 < arg < n`": _ARG_RECHECK,
     "opforge/program/verify.py::_verify_instructions::off by one: `0` -> `1`": _ARG_RECHECK,
+    "opforge/program/verify.py::_verify_method::off by one: `0` -> `1`": _ENDS_START,
+    "opforge/program/verify.py::_verify_method::off by one: `0` -> `-1`": _ENDS_START,
     "opforge/export/passes/plan_memory.py::tensor_lifetimes::drop statement: "
     "`first.setdefault(value.name, end)` -> `pass`": _FIRST_SET + " (an output is one of these)",
     "opforge/export/passes/plan_memory.py::tensor_lifetimes::off by one: `0` -> `1` #2":

@@ -206,3 +206,26 @@ def test_negative_operator_and_delegate_indices():
     assert "(DelegateCall).delegate — found delegate index -1" in refused(program(
         method([arena_tensor()], instructions=[P.DelegateCall(-1, (0,))]),
         segments=[segment(8)], delegates=[P.DelegateBlob("cpu", 0)]))
+
+
+# --- an arena's own size: at most what its tensors need ---------------------------------------
+
+def _arena_program(size: int, *placements) -> P.Program:
+    return program(method([P.TensorValue(F32, (n,), storage=P.ArenaStorage(0, offset))
+                           for offset, n in placements], arenas=(size,)))
+
+
+@pytest.mark.parametrize("placements, needed", [
+    # offsets 4224 = 33 * 128 and 4480 = 35 * 128: their common alignment is 128, so the
+    # arena may end at the last tensor's end (4484) rounded up to 128
+    (((4224, 1), (4480, 1)), 4608),
+    (((0, 2500), (10_048, 16)), 10_112),  # offsets 0 and 157 * 64: rounded up to 64
+    (((8192, 1),), 12_288),  # alignment 8192 is capped at a page: 8196 -> 12_288
+    ((), 4096),  # an arena up to one page is accepted, used or not
+    (((0, 0),), 4096),
+], ids=["align-128", "align-64", "align-capped", "empty", "zero-byte"])
+def test_arena_size_at_most_what_its_tensors_need(placements, needed):
+    P.verify(_arena_program(needed, *placements))
+    message = refused(_arena_program(needed + 1, *placements))
+    assert f"memory_plan.arena_sizes[0] — found {needed + 1} bytes" in message
+    assert f"at most {needed} bytes" in message
