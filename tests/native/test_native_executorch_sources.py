@@ -233,3 +233,20 @@ def test_half_and_bfloat16_conversions_round_to_nearest_even(tmp_path):
         assert int(half_bits) == int(half.view(np.uint16)), v
         assert int(b_bits) == int(want_b), v
         assert float.fromhex(back) == float(half), v  # and back to float
+
+
+def test_dim_order_checks_refuse_views_executorch_never_passes(lib):
+    # ExecuTorch's tensors are dense; its kernels check the dim order and walk memory
+    # linearly, so a transposed or sliced view must be refused, not read in the wrong order
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for view in (x.T, x[:, ::2]):
+        with pytest.raises(KernelError, match=r"check failed .*tensors_have_same_dim_order"):
+            lib.kernel("et_ops::clamp_min.out")(view, 2, np.empty(view.shape, np.float32))
+    # dense channels-last (4-d) on both sides is one dim order: accepted and right
+    nchw = np.random.default_rng(4).standard_normal((2, 3, 4, 5))
+    cl_in = np.ascontiguousarray(nchw.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    cl_out = np.empty((2, 4, 5, 3)).transpose(0, 3, 1, 2)
+    lib.kernel("et_ops::clamp_min.out")(cl_in, 0.0, cl_out)
+    np.testing.assert_array_equal(cl_out, np.maximum(nchw, 0.0))
+    with pytest.raises(KernelError, match="tensors_have_same_dim_order"):  # mixed orders
+        lib.kernel("et_ops::clamp_min.out")(cl_in, 0.0, np.empty((2, 3, 4, 5)))

@@ -30,6 +30,8 @@ Tensor& mul3_out_impl(KernelRuntimeContext& ctx, const Tensor& in, Tensor& out) 
   ET_KERNEL_CHECK(ctx, executorch::runtime::resize_tensor(out, in.sizes()) == executorch::runtime::Error::Ok,
                   InvalidArgument, out);
   ET_KERNEL_CHECK(ctx, executorch::runtime::tensor_is_contiguous(in), InvalidArgument, out);
+  ET_KERNEL_CHECK(ctx, executorch::runtime::tensors_have_same_dim_order(in, out),
+                  InvalidArgument, out);
   ET_SWITCH_REAL_TYPES(in.scalar_type(), ctx, "mul3.out", CTYPE, [&]() {
     const CTYPE* in_data = in.const_data_ptr<CTYPE>();
     CTYPE* out_data = out.mutable_data_ptr<CTYPE>();

@@ -46,6 +46,8 @@ Tensor& add_alpha_out(KernelRuntimeContext& ctx, const Tensor& a, const Tensor& 
 Tensor& clamp_min_out(KernelRuntimeContext& ctx, const Tensor& in, const Scalar& min, Tensor& out) {
   ET_KERNEL_CHECK(ctx, executorch::runtime::tensors_have_same_shape_and_dtype(in, out),
                   InvalidArgument, out);
+  ET_KERNEL_CHECK(ctx, executorch::runtime::tensors_have_same_dim_order(in, out),
+                  InvalidArgument, out);
   ET_SWITCH_FLOAT_TYPES(in.scalar_type(), ctx, "clamp_min.out", CTYPE, [&]() {
     const CTYPE lo = torch::executor::native::utils::scalar_to<CTYPE>(min);
     const CTYPE* in_data = in.const_data_ptr<CTYPE>();

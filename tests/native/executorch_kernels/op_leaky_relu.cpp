@@ -40,6 +40,7 @@ Tensor& leaky_relu_out(KernelRuntimeContext& ctx, const Tensor& in, const Scalar
 Tensor& sum_all_out(KernelRuntimeContext& ctx, const Tensor& in, Tensor& out) {
   ET_KERNEL_CHECK(ctx, tensors_have_same_dtype(in, out), InvalidArgument, out);
   ET_KERNEL_CHECK(ctx, in.numel() > 0 && tensor_is_contiguous(in), InvalidArgument, out);
+  ET_KERNEL_CHECK(ctx, tensor_is_default_dim_order(out), InvalidArgument, out);
   ET_SWITCH_REAL_TYPES(in.scalar_type(), ctx, "sum_all.out", CTYPE, [&]() {
     CTYPE total = apply_unary_reduce_fn(
         [](const CTYPE value, const CTYPE acc) { return static_cast<CTYPE>(acc + value); },
@@ -54,6 +55,7 @@ Tensor& sum_all_out(KernelRuntimeContext& ctx, const Tensor& in, Tensor& out) {
 Tensor& fill_value_out(KernelRuntimeContext& ctx, const Tensor& in, const Scalar& value,
                        Tensor& out) {
   ET_KERNEL_CHECK(ctx, tensors_have_same_dtype(in, out), InvalidArgument, out);
+  ET_KERNEL_CHECK(ctx, tensors_have_same_dim_order(in, out), InvalidArgument, out);
   ET_SWITCH_REALHBBF16_TYPES(out.scalar_type(), ctx, "fill_value.out", CTYPE, [&] {
     auto casted = utils::internal::check_overflow_scalar_cast<CTYPE>(value);
     ET_KERNEL_CHECK(ctx, casted.has_value(), InvalidArgument, );
@@ -68,6 +70,7 @@ Tensor& fill_value_out(KernelRuntimeContext& ctx, const Tensor& in, const Scalar
 Tensor& fill_tensor_value_out(KernelRuntimeContext& ctx, const Tensor& in, const Tensor& value,
                               Tensor& out) {
   ET_KERNEL_CHECK(ctx, tensor_is_scalar(value), InvalidArgument, out);
+  ET_KERNEL_CHECK(ctx, tensor_is_default_dim_order(out), InvalidArgument, out);
   ET_SWITCH_REAL_TYPES(out.scalar_type(), ctx, "fill_tensor_value.out", CTYPE, [&] {
     CTYPE v = 0;
     ET_EXTRACT_SCALAR_TENSOR(value, v);

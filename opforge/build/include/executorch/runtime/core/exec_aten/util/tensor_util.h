@@ -222,14 +222,34 @@ inline bool tensor_is_integral_type(const Tensor& t, bool include_bool = false) 
   return isIntegralType(t.scalar_type(), include_bool);
 }
 inline bool tensor_is_contiguous(const Tensor& t) { return t.is_contiguous(); }
-// opforge's views carry strides, not a dim order: the default (row-major) dim order is
-// "contiguous" here, and two tensors share a dim order when both are contiguous.
+
+// ExecuTorch's tensors are always dense, in a dim order (row-major, or channels-last for
+// 4-d); its kernels check tensors_have_same_dim_order and then walk memory linearly.
+// opforge's views carry strides and may be sliced, expanded or transposed, so here a dim
+// order exists only for a dense view: a view in neither order fails these checks, and a
+// kernel that makes them refuses it instead of reading the wrong elements.
 inline bool tensor_is_default_dim_order(const Tensor& t) { return t.is_contiguous(); }
+inline bool tensor_is_channels_last_dim_order(const Tensor& t) {
+  if (t.dim() != 4) return false;
+  if (t.numel() == 0) return true;
+  static const int order[4] = {0, 2, 3, 1};  // outermost first
+  int64_t expected = 1;
+  for (int k = 3; k >= 0; --k) {
+    const int d = order[k];
+    if (t.size(d) != 1 && t.stride(d) != expected) return false;
+    expected *= t.size(d);
+  }
+  return true;
+}
 inline bool tensors_have_same_dim_order(const Tensor& a, const Tensor& b) {
-  return a.is_contiguous() == b.is_contiguous();
+  return (tensor_is_default_dim_order(a) && tensor_is_default_dim_order(b)) ||
+         (tensor_is_channels_last_dim_order(a) && tensor_is_channels_last_dim_order(b));
 }
 inline bool tensors_have_same_dim_order(const Tensor& a, const Tensor& b, const Tensor& c) {
-  return tensors_have_same_dim_order(a, b) && tensors_have_same_dim_order(b, c);
+  return (tensor_is_default_dim_order(a) && tensor_is_default_dim_order(b) &&
+          tensor_is_default_dim_order(c)) ||
+         (tensor_is_channels_last_dim_order(a) && tensor_is_channels_last_dim_order(b) &&
+          tensor_is_channels_last_dim_order(c));
 }
 inline bool tensor_has_dim(const Tensor& t, int64_t d) {
   const int64_t rank = t.dim() > 0 ? t.dim() : 1;
@@ -261,6 +281,7 @@ using ::executorch::runtime::nonempty_size;
 using ::executorch::runtime::nonzero_dim;
 using ::executorch::runtime::resize_tensor;
 using ::executorch::runtime::tensor_has_dim;
+using ::executorch::runtime::tensor_is_channels_last_dim_order;
 using ::executorch::runtime::tensor_is_contiguous;
 using ::executorch::runtime::tensor_is_default_dim_order;
 using ::executorch::runtime::tensor_is_floating_type;
