@@ -8,8 +8,9 @@ What is generated, per argument kind:
 - ``Tensor`` (and ``Tensor?``, ``Tensor[]``): dtypes float32/float64/int32/int64; shapes
   ``()``, ``(0,)``, ``(5,)``, ``(3, 4)``, ``(2, 3, 4)``, ``(4, 0)``; every tensor argument the
   same shape, then broadcast pairs (``(3, 4)`` with ``(4,)``, ``(3, 1)`` with ``(1, 4)``, ...)
-  and random shapes per argument: the op's fake decides which combinations are valid (a
-  combination it refuses is skipped as "invalid for the op"). Layouts: contiguous,
+  and shapes per argument from a pool (every combination for float32 when there are at
+  most 150, some for the other dtypes): the op's fake decides which combinations are valid
+  (a combination it refuses is skipped as "invalid for the op"). Layouts: contiguous,
   transposed, sliced (a stride of 2) and expanded (a stride of 0); random values and, for
   ``(5,)``, edge values (±0, ±inf, nan; 0, -1, ±2**20).
 - ``int`` named like a dimension (``dim``, ``dims``, ``axis``, ``start_dim``...): every valid
@@ -195,24 +196,29 @@ def generate_samples(schema: FunctionSchema, seed: int = 0) -> Iterator[Sample]:
     rng = random.Random(seed)
     assignments: list[tuple[str, tuple]] = [("same", (s,) * len(tensor_positions))
                                             for s in SHAPES]
+    per_argument: list[tuple[str, tuple]] = []
     if len(tensor_positions) >= 2:
         rest = len(tensor_positions) - 2
         for a, b in BROADCAST:
             assignments.append(("broadcast", (a, b) + (a,) * rest))
-        for _ in range(12):  # the fake says which of these are valid for the op
-            assignments.append(("per-argument",
-                                tuple(rng.choice(SHAPE_POOL) for _ in tensor_positions)))
+        # the fake says which of these are valid for the op (a matmul's (3, 4) @ (4, 5)):
+        # every combination of the pool for the first dtype when there are few, else some
+        combos = list(itertools.product(SHAPE_POOL, repeat=len(tensor_positions)))
+        per_argument = [("per-argument", c) for c in
+                        (combos if len(combos) <= 150 else rng.sample(combos, 40))]
     if not tensor_positions:
         assignments = [("none", ())]
-    for dtype in DTYPES:
-        for how, shapes in assignments:
+    for n, dtype in enumerate(DTYPES):
+        extra = per_argument if n == 0 else rng.sample(per_argument, min(12, len(per_argument)))
+        for how, shapes in assignments + extra:
             layouts = ["contiguous"] + [lay for lay in LAYOUTS if how == "same" and shapes
                                         and _layout_applies(lay, shapes[0])]
             for layout in layouts:
                 tensors = [make_tensor(s, dtype, layout, gen) for s in shapes]
                 yield from _with_values(args, kinds, tensor_positions, tensors, dtype,
-                                        f"{layout}" if how != "broadcast" else "broadcast",
-                                        vary=layout == "contiguous", rng=rng)
+                                        layout if how == "same" else how,
+                                        vary=how != "per-argument" and layout == "contiguous",
+                                        rng=rng)
             if how == "same" and shapes and shapes[0] == (5,):
                 tensors = [_edge_tensor(dtype) for _ in shapes]
                 yield from _with_values(args, kinds, tensor_positions, tensors, dtype,

@@ -172,3 +172,32 @@ def test_register_samples_of_a_python_op_reaches_a_bug_the_generator_misses():
     report = check_op(mul_k.opdef, kernel, eager=False, isolate=False)
     assert report.failed == 1 and "(samples: " in report.messages[0]
     assert "k=7" in report.messages[0]
+
+
+def test_shapes_per_argument_come_from_the_fake():
+    import opforge
+
+    @opforge.op("chk_mm::mm(Tensor a, Tensor b) -> Tensor")
+    def mm(a, b):
+        return a @ b
+
+    @mm.register_fake
+    def mm_fake(a, b):
+        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+            raise ValueError("mm: (n, k) @ (k, m)")
+        return a.new_empty((a.shape[0], b.shape[1]))
+
+    def kernel(a, b, out):
+        out[...] = a @ b
+
+    def wrong(a, b, out):
+        out[...] = a @ b
+        out[..., -1:] = 0  # the last column lost
+
+    report = check_op(mm.opdef, kernel, eager=False, isolate=False)
+    # of the same-shape and broadcast samples only (3, 1) @ (1, 4) is valid (once per dtype):
+    # the others are (n, k) @ (k, m) pairs of the per-argument pool
+    assert report.ok and report.passed > 8 and report.skipped > report.passed, report.messages
+    bad = check_op(mm.opdef, wrong, eager=False, isolate=False)
+    assert not bad.ok and bad.failed > 8
+    assert any("(generated, per-argument)" in m for m in bad.messages)
