@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -142,6 +143,9 @@ def _child(kernel, jobs: Sequence[Job], start: int, conn) -> None:
     for job in jobs[start:]:
         conn.send(run_job(kernel, job))
     conn.close()
+    # no interpreter exit: it would flush stdio buffers inherited from the parent (printing
+    # the parent's pending output twice) and run its atexit handlers
+    os._exit(0)
 
 
 def _signal_name(exitcode: int | None) -> str:

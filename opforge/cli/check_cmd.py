@@ -83,7 +83,8 @@ def check(manifest, library, ops, references, seed, timeout, allow_no_reference,
     code = EXIT_FAILED if failed else EXIT_UNVERIFIED if unverified and \
         not allow_no_reference else 0
     if as_json:
-        click.echo(json.dumps({"library": native.path, "ok": code == 0, "exit_status": code,
+        click.echo(json.dumps({"library": native.path, "seed": seed, "ok": code == 0,
+                               "exit_status": code,
                                "ops": [r.to_json() for r in reports]}, indent=2))
         sys.exit(code)
     _print(reports, library)
