@@ -9,7 +9,7 @@
   after the timed runs, beside the peak right after the imports);
 - a program with ~100 MB of weights: load time and VmRSS right after load, after the first
   run and after ten more (constants are memory-mapped: RSS grows only as they are read);
-- native build time, cold vs cached, when ``opforge.build`` exists.
+- native build time, cold vs cached, when ``opforge.native`` exists.
 
 Run by run.py (``--micro-only`` runs just these).
 """
@@ -104,8 +104,8 @@ def big_program(h: Harness, runtimes: list[str], repeats: int) -> dict:
 
 
 def native_build(h: Harness, repeats: int) -> dict:
-    if importlib.util.find_spec("opforge.build") is None:
-        return {"skipped": "opforge.build does not exist in this checkout"}
+    if importlib.util.find_spec("opforge.native") is None:
+        return {"skipped": "opforge.native does not exist in this checkout"}
     events = []
     for _ in range(repeats):
         events += [e for e in h.worker({"mode": "build"}) if e.get("event") == "build"]
@@ -213,7 +213,7 @@ def micro_markdown(micro: dict, table: dict) -> list[str]:
         lines += ["### Native build", "", f"- skipped: {build['skipped']}", ""]
     elif build:
         lines += ["### Native build", "",
-                  f"`opforge.build.build_library` on the bundled example (opforge/examples: "
+                  f"`opforge.native.build_library` on the bundled example (opforge/examples: "
                   f"{build['sources']} C++ sources, {build['kernels']} kernels), median of "
                   f"{build['cold_samples']} cold build(s) into an empty cache and "
                   f"{build['warm_samples']} cache hit(s).", "",

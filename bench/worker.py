@@ -263,7 +263,7 @@ def bigload(spec: dict) -> None:
 def build(spec: dict) -> None:
     """Native build of the bundled example kernels: cold (an empty cache) then warm (hit)."""
     import tempfile
-    from opforge.build import build_library
+    from opforge.native import build_library
     from opforge.examples.my_ops import manifest_path
     sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
     with tempfile.TemporaryDirectory(prefix="opforge-bench-build-") as tmp:

@@ -67,7 +67,7 @@ MAX_RSS_GROWTH = 2 << 30  # a case that grows the worker by more is a finding
 # --- seeds --------------------------------------------------------------------------------
 
 def build_example_library(cache: Path) -> str:
-    from opforge.build import build_library
+    from opforge.native import build_library
     from opforge.examples.my_ops import manifest_path
 
     sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))

@@ -47,7 +47,7 @@ def build(manifest, sources, output, ops, programs, include_all_ops, dtypes, fla
     from rich.table import Table
 
     from opforge.cli.tables import table_console
-    from opforge.build import build_library
+    from opforge.native import build_library
 
     if include_all_ops and (ops or programs):
         raise click.UsageError("--include-all-ops excludes --op and --program")
@@ -73,7 +73,7 @@ def build(manifest, sources, output, ops, programs, include_all_ops, dtypes, fla
 
 
 def build_json(result) -> dict:
-    """What ``build --json`` prints: a :class:`~opforge.build.BuildResult` as plain data."""
+    """What ``build --json`` prints: a :class:`~opforge.native.BuildResult` as plain data."""
     return {
         "library": str(result.path),
         "key": result.key,

@@ -30,7 +30,7 @@ def example(workdir: Path, iterations: int, seed: int) -> None:
     from rich.table import Table
 
     from opforge.cli.tables import table_console
-    from opforge.build import build_library
+    from opforge.native import build_library
     from opforge.cli.run_cmd import profile_table
     from opforge.examples.custom_model import custom_op_model
     from opforge.examples.my_ops import manifest_path, register_examples

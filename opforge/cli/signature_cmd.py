@@ -21,7 +21,7 @@ def signature(manifest: str, ops: tuple[str, ...], stub: str | None, as_json: bo
     Each kernel may take a leading `opforge::KernelContext& ctx` (to report errors) or
     not; the return type must be exactly the one printed.
     """
-    from opforge.build.declarations import declarations, render_stub
+    from opforge.native.declarations import declarations, render_stub
     from opforge.errors import ManifestError
     from opforge.manifest import load_definitions
 

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from opforge.build.cache import RECORD, BuildCache, hash_key, record_files
+from opforge.native.cache import RECORD, BuildCache, hash_key, record_files
 from opforge.errors import BuildError
 
 __all__ = ["include_dir", "compile_library"]
@@ -37,10 +37,10 @@ def compile_library(sources: Sequence[str | os.PathLike], name: str, *,
     """Compile ``sources`` into ``lib<name>.so`` in the build cache; its path.
 
     >>> compile_library(["add_custom.cc"], "add_custom")      # doctest: +SKIP
-    PosixPath('~/.cache/opforge/build/libs/3f.../libadd_custom.so')
+    PosixPath('~/.cache/opforge/native/libs/3f.../libadd_custom.so')
     """
     from opforge import __version__
-    from opforge.build.toolchain import find_toolchain
+    from opforge.native.toolchain import find_toolchain
 
     paths = [Path(s).resolve() for s in sources]
     digests = []

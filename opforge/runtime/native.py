@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from opforge.build.abi import ABI_VERSION, KIND_OPTIONAL, KIND_SCALAR, MESSAGE_SIZE, \
+from opforge.native.abi import ABI_VERSION, KIND_OPTIONAL, KIND_SCALAR, MESSAGE_SIZE, \
     REGISTER_SYMBOL, ArgTag
 from opforge._user_files import require_regular_file
 from opforge.errors import BuildError, KernelError, SchemaError

@@ -3,7 +3,7 @@ through a cache that every module of the session (per xdist worker) shares."""
 
 import pytest
 
-from opforge.build import build_library
+from opforge.native import build_library
 from opforge.examples.my_ops import manifest_path
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from opforge.build import build_library
+from opforge.native import build_library
 from opforge.examples.my_ops import manifest_path
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,

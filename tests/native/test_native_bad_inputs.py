@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from opforge.build import build_library, include_dir
+from opforge.native import build_library, include_dir
 from opforge.errors import BuildError, KernelError, RegistrationError
 from opforge.examples.my_ops import manifest_path
 from opforge.manifest import parse_manifest
@@ -163,12 +163,12 @@ def test_wrong_argument_kinds_are_refused_before_the_kernel(good_lib):
 
 
 def test_build_killed_halfway_leaves_nothing_and_next_build_succeeds(tmp_path, cache):
-    from opforge.build.cache import BuildCache
+    from opforge.native.cache import BuildCache
 
     (tmp_path / "kernel.cpp").write_text(GOOD.replace("3 *", "3.0f *"))  # a fresh cache key
     (tmp_path / "bad_ops.yaml").write_text(MUL3)
     script = textwrap.dedent(f"""
-        from opforge.build import build_library
+        from opforge.native import build_library
         build_library({str(tmp_path / 'bad_ops.yaml')!r}, [{str(tmp_path / 'kernel.cpp')!r}],
                       {str(tmp_path / 'libkilled.so')!r}, cache_root={str(cache)!r})
     """)
@@ -190,8 +190,8 @@ def test_build_killed_halfway_leaves_nothing_and_next_build_succeeds(tmp_path, c
 
 
 def test_build_interrupted_in_process_caches_nothing(tmp_path, cache, monkeypatch):
-    from opforge.build import driver
-    from opforge.build.cache import BuildCache
+    from opforge.native import driver
+    from opforge.native.cache import BuildCache
 
     def interrupted(command, cwd):
         if "--build" in command:

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from opforge.build import ABI_VERSION, build_library, include_dir
+from opforge.native import ABI_VERSION, build_library, include_dir
 from opforge.examples.my_ops import manifest_path
 from opforge.manifest import parse_manifest
 from opforge.runtime import KernelRegistry
@@ -61,7 +61,7 @@ def test_cold_then_warm_build(full, cache, tmp_path):
 def test_cache_key_changes_with_flags_and_sources(full, cache, tmp_path):
     src = tmp_path / "mul.cpp"
     src.write_text(KERNELS[1].read_text() + "\n// changed\n")
-    from opforge.build.driver import _cache_key  # noqa: F401 (the key function exists)
+    from opforge.native.driver import _cache_key  # noqa: F401 (the key function exists)
 
     sources = [KERNELS[0], src, KERNELS[2]]
     changed = build_library(manifest_path(), sources, tmp_path / "libchanged.so", cache_root=cache)
@@ -123,7 +123,7 @@ def test_load_into_runtime_registry(full):
 
 
 def test_standalone_cmake_build_of_the_generated_project(full, tmp_path):
-    from opforge.build.toolchain import find_toolchain
+    from opforge.native.toolchain import find_toolchain
 
     tools = find_toolchain()
     build = tmp_path / "standalone"

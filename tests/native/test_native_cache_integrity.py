@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from opforge._user_files import TEMP_SUFFIX
-from opforge.build import build_library
-from opforge.build.cache import BuildCache
+from opforge.native import build_library
+from opforge.native.cache import BuildCache
 from opforge.cli import main
 from opforge.errors import BuildError
 from opforge.runtime.native import NativeLibrary
@@ -133,11 +133,11 @@ def test_a_corrupt_entry_is_evicted_and_rebuilt(pristine, warm, tmp_path, caplog
     folder, _ = pristine
     cache, entry = warm
     why = corrupt(entry)
-    with caplog.at_level(logging.WARNING, logger="opforge.build"):
+    with caplog.at_level(logging.WARNING, logger="opforge.native"):
         result = _build(folder, cache, tmp_path / LIB)
     assert not result.cached
     _works(result.path)
-    notes = [r.getMessage() for r in caplog.records if r.name == "opforge.build"]
+    notes = [r.getMessage() for r in caplog.records if r.name == "opforge.native"]
     assert len(notes) == 1 and "evicted a corrupt or outdated cache entry" in notes[0]
     assert str(entry) in notes[0] and why in notes[0]
     assert not any((BuildCache(cache).root / "tmp").iterdir())  # the evicted entry is gone
@@ -151,7 +151,7 @@ def test_an_intact_entry_is_served_without_a_note(pristine, warm, tmp_path, capl
     folder, _ = pristine
     cache, entry = warm
     before = {p: p.stat().st_mtime_ns for p in entry.rglob("*")}
-    with caplog.at_level(logging.WARNING, logger="opforge.build"):
+    with caplog.at_level(logging.WARNING, logger="opforge.native"):
         result = _build(folder, cache, tmp_path / LIB)
     assert result.cached and not caplog.records
     assert {p: p.stat().st_mtime_ns for p in entry.rglob("*")} == before

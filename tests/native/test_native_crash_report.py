@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from opforge.build import build_library
+from opforge.native import build_library
 from opforge.manifest import parse_manifest
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,

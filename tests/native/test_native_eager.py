@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from opforge.build import build_library  # noqa: E402
+from opforge.native import build_library  # noqa: E402
 from opforge.errors import MissingKernelError  # noqa: E402
 from opforge.export import ExportMissingKernelError  # noqa: E402
 from opforge.examples.my_ops import manifest_path, register_examples  # noqa: E402

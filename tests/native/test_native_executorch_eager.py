@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from opforge.build import build_library  # noqa: E402
+from opforge.native import build_library  # noqa: E402
 from opforge.errors import KernelError  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,

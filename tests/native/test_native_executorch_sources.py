@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from opforge.build import build_library, include_dir
+from opforge.native import build_library, include_dir
 from opforge.errors import KernelError
 from opforge.runtime import KernelRegistry
 from opforge.runtime.native import NativeLibrary, load_library

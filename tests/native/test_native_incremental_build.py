@@ -11,8 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from opforge.build import build_library
-from opforge.build.cache import IN_PROGRESS
+from opforge.native import build_library
+from opforge.native.cache import IN_PROGRESS
 from opforge.examples.my_ops import manifest_path
 from opforge.runtime.native import NativeLibrary
 
@@ -147,7 +147,7 @@ def test_generated_files_that_look_older_than_their_objects_still_recompile(sour
     # A generated file rewritten within the filesystem's timestamp granularity of its
     # object's compile looks no newer than it: Ninja alone would keep the stale object.
     # Simulated by dating every rewritten file to 1970.
-    from opforge.build import incremental
+    from opforge.native import incremental
 
     _build(sources, tmp_path)
     sync = incremental.sync_project

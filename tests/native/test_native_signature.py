@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from opforge.build import build_library
+from opforge.native import build_library
 from opforge.cli import cli
 from opforge.errors import BuildError, KernelError
 from opforge.examples.my_ops import manifest_path

@@ -92,7 +92,7 @@ def test_register_without_origin_or_target_says_what_is_missing(given, missing):
 
 
 def test_build_manifest_errors_name_opforge_build(tmp_path):
-    from opforge.build import build_library
+    from opforge.native import build_library
     from opforge.errors import ManifestError
 
     bad = tmp_path / "bad.yaml"

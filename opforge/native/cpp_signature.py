@@ -2,7 +2,7 @@
 
 The mapping follows ExecuTorch's kernel signatures (``Tensor& mul3_out_impl(
 KernelRuntimeContext& ctx, const Tensor& in, Tensor& out)``), spelled with opforge's
-types. Each argument also gets its ABI parameter kind (``opforge.build.abi``) and the
+types. Each argument also gets its ABI parameter kind (``opforge.native.abi``) and the
 C++ expression the generated glue uses to unbox it from ``opforge_arg args[i]``.
 
 ============================  =====================================  ==================
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opforge.build.abi import KIND_OPTIONAL, KIND_OUT, KIND_SCALAR, ArgTag
+from opforge.native.abi import KIND_OPTIONAL, KIND_OUT, KIND_SCALAR, ArgTag
 from opforge.errors import BuildError
 from opforge.manifest import OpDef
 from opforge.schema import Argument, BaseType, FunctionSchema, ListType, OptionalType

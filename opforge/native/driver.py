@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from opforge._user_files import os_error_text, require_regular_file
-from opforge.build import incremental
-from opforge.build.abi import ABI_VERSION, include_dir
-from opforge.build.cache import (BuildCache, CacheEntry, copy_atomic, hash_key, in_progress,
+from opforge.native import incremental
+from opforge.native.abi import ABI_VERSION, include_dir
+from opforge.native.cache import (BuildCache, CacheEntry, copy_atomic, hash_key, in_progress,
                                  record_files)
-from opforge.build.codegen import GeneratedProject, generate_project, target_name
-from opforge.build.diagnostics import compile_error, undefined_kernels_error
-from opforge.build.selection import select_ops
-from opforge.build.toolchain import Toolchain, find_toolchain
+from opforge.native.codegen import GeneratedProject, generate_project, target_name
+from opforge.native.diagnostics import compile_error, undefined_kernels_error
+from opforge.native.selection import select_ops
+from opforge.native.toolchain import Toolchain, find_toolchain
 from opforge.errors import BuildError
 from opforge.manifest import OpDef, load_definitions
 

@@ -10,7 +10,7 @@ For a library the build generates, from Jinja2 templates in ``templates/``:
 * ``include/opforge/*.h``, ``include/executorch/**.h`` — copies of the ABI headers and the
   ExecuTorch compatibility headers, so the project is self-contained.
 
-Nothing here runs a compiler; :mod:`opforge.build.driver` does.
+Nothing here runs a compiler; :mod:`opforge.native.driver` does.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import jinja2
 
-from opforge.build.abi import include_dir
-from opforge.build.cpp_signature import CppSignature, cpp_signature
+from opforge.native.abi import include_dir
+from opforge.native.cpp_signature import CppSignature, cpp_signature
 from opforge.manifest import KernelBinding, OpDef
 
 __all__ = ["KernelEntry", "GeneratedProject", "kernel_entries", "generate_project"]

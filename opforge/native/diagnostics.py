@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from opforge.build.codegen import KernelEntry
+from opforge.native.codegen import KernelEntry
 from opforge.errors import BuildError
 
 __all__ = ["CompilerMessage", "parse_compiler_output", "compile_error", "undefined_kernels_error"]

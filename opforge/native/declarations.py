@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opforge.build.abi import KIND_OUT
-from opforge.build.codegen import kernel_entries
-from opforge.build.cpp_signature import CppSignature
+from opforge.native.abi import KIND_OUT
+from opforge.native.codegen import kernel_entries
+from opforge.native.cpp_signature import CppSignature
 from opforge.manifest import OpDef
 
 __all__ = ["KernelDeclaration", "declarations", "render_stub"]

@@ -28,7 +28,7 @@
 # entry (library + 5 project files) verifies in ~0.2 ms, next to ~15 ms for a warm
 # build_library and ~1 s for a compile. An entry that fails (or that records no hashes:
 # written by an older opforge) is evicted under the key's lock, by one os.replace into
-# tmp/ (so a reader sees the whole entry or none), logged on the "opforge.build" logger,
+# tmp/ (so a reader sees the whole entry or none), logged on the "opforge.native" logger,
 # and built again.
 #
 # Incremental builds. The key covers every source, so editing one source is a new key; to
@@ -59,7 +59,7 @@ from opforge._user_files import write_atomic
 
 __all__ = ["cache_dir", "BuildCache", "CacheEntry", "hash_key", "copy_atomic", "in_progress"]
 
-log = logging.getLogger("opforge.build")
+log = logging.getLogger("opforge.native")
 
 RECORD = "build.json"
 IN_PROGRESS = "in-progress"  # in a work area while Ninja runs in it
@@ -125,7 +125,7 @@ class BuildCache:
         """The verified finished build of ``key``, or None.
 
         An entry that fails verification is None; with ``evict_invalid`` (call with the
-        key's lock held) it is also evicted, with a warning on the "opforge.build" logger.
+        key's lock held) it is also evicted, with a warning on the "opforge.native" logger.
         """
         path = self.entry(key)
         if not path.exists():
