@@ -18,7 +18,7 @@ on the decoded dataclasses and written without the verifier, or a byte-level mut
 * operator names: swapped for another op of the program or one that touches files
   (``aten::from_file``, ``aten::save``) or another out overload.
 
-Every case runs in a worker process (forked, address space capped), so a crash is seen
+Every case runs in a worker process (spawned, address space capped), so a crash is seen
 rather than suffered. An outcome is one of: ran, rejected (an ``OpforgeError``), or a
 finding: any other exception, a ``MemoryError`` (raw or as a kernel error's cause), a file
 opened while the case ran (an audit hook watches ``open``), the worker killed by a signal
@@ -321,14 +321,17 @@ def worker(conn, mode: str, library: str, quiet: bool) -> None:
 
 
 class Pool:
-    """One forked worker per mode, restarted after a crash or a hang."""
+    """One spawned worker per mode, restarted after a crash or a hang."""
 
     def __init__(self, mode: str, library: str, quiet: bool = True) -> None:
         self.mode, self.library, self.quiet = mode, library, quiet
         self._start()
 
     def _start(self) -> None:
-        context = mp.get_context("fork")
+        # spawn, not fork: a parent that has run torch has OpenMP worker threads, and a
+        # forked child's first parallel region then waits for them forever (seen under
+        # pytest, where earlier tests ran torch ops).
+        context = mp.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(target=worker, args=(child, self.mode, self.library, self.quiet),
                                        daemon=True)

@@ -19,6 +19,11 @@ import exec_fuzz  # noqa: E402
 
 @pytest.mark.parametrize("mode", ["lean", "aten"])
 def test_mutated_programs_never_crash_the_runtime(tmp_path, mode):
+    import torch
+
+    # torch's OpenMP pool running in this process: forked workers hung on it (the fuzzer
+    # spawns them instead)
+    assert torch.ones(1 << 20).add(1).sum().item() == 2 * (1 << 20)
     lines = []
     findings = exec_fuzz.fuzz(250, seed=11, modes=[mode], crash_dir=tmp_path / "crashes",
                               timeout=60, workdir=tmp_path, report=lines.append)
