@@ -1,6 +1,7 @@
 """Shared test fixtures. Tests are split by what they need: pure/ (NumPy only), torch/,
 native/ (a C++ compiler)."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -69,3 +70,12 @@ def allocations():
         return min(tries)
 
     return measure
+
+
+@pytest.fixture
+def umask():
+    """``set(mask)``: set the process umask for this test (restored afterwards)."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield os.umask
+    os.umask(old)

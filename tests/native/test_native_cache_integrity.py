@@ -171,14 +171,6 @@ def test_the_entry_records_size_and_sha256_of_every_file(warm):
         assert want == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-@pytest.fixture
-def umask():
-    old = os.umask(0o022)
-    os.umask(old)
-    yield os.umask
-    os.umask(old)
-
-
 def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 

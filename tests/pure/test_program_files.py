@@ -19,15 +19,6 @@ from opforge.errors import ProgramError
 from opforge.program._sample import chain_program, sample_program
 
 
-@pytest.fixture
-def umask():
-    """``set(mask)``: set the process umask for this test (restored afterwards)."""
-    old = os.umask(0o022)
-    os.umask(old)
-    yield os.umask
-    os.umask(old)
-
-
 def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
