@@ -1,14 +1,9 @@
 """Fixtures of the MindSpore front-end tests: test kernels compiled once per session
 through a shared build cache; tests needing a compiler skip cleanly without one."""
 
-import shutil
-from pathlib import Path
-
 import pytest
 
-KERNELS = Path(__file__).parent / "kernels"
-HAVE_CXX = shutil.which("c++") is not None or shutil.which("g++") is not None
-needs_cxx = pytest.mark.skipif(not HAVE_CXX, reason="needs a C++ compiler")
+from mindspore_support import HAVE_CXX, KERNELS, needs_cxx  # noqa: F401
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import needs_cxx
+from mindspore_support import needs_cxx
 from opforge.errors import KernelError, ProgramError
 from opforge.mindspore import AotKernel, define, load_package, write_package
 from opforge.program import (ArenaStorage, ConstantStorage, KernelCall, MemoryPlan, Method,

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import needs_cxx  # noqa: E402
+from mindspore_support import needs_cxx  # noqa: E402
 from opforge.examples import mindspore_add as example  # noqa: E402
 from opforge.export import export  # noqa: E402
 from opforge.mindspore import Custom, check, write_package  # noqa: E402
@@ -107,6 +107,7 @@ def test_pyfunc_op(tmp_path):
 
 
 def test_redefinition_with_another_schema_is_refused(cache):
+    example.add_custom_python(cache_root=cache)  # defined here, whatever ran before (xdist)
     with pytest.raises(Exception, match="already defined in this process"):
         Custom(f"{example.SOURCE}:AddCustom", out_shape=lambda x: x, out_dtype=lambda x: x,
                reg_info={"op_name": "AddCustom", "inputs": ["x"], "outputs": ["z"]},
@@ -144,7 +145,7 @@ def test_opforge_run_cli_with_the_registrar(python_infer, tmp_path, monkeypatch)
 
 
 def test_tutorial_style_kernel_without_header_or_reg_info(cache):
-    from conftest import KERNELS
+    from mindspore_support import KERNELS
 
     op = Custom(f"{KERNELS / 'plain_add.cc'}:PlainAdd", out_shape=lambda x, _: x,
                 out_dtype=lambda x, _: x, func_type="aot", cache_root=cache)

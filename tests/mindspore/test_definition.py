@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import KERNELS, needs_cxx
+from mindspore_support import KERNELS, needs_cxx
 from opforge.errors import BuildError, ManifestError
 from opforge.mindspore import CustomRegOp, DataType, NameMismatchWarning, define
 

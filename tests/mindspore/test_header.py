@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import needs_cxx
+from mindspore_support import needs_cxx
 from opforge.mindspore.aot import CAttr, CExtra
 from opforge.mindspore.compile import include_dir
 

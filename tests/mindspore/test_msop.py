@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import needs_cxx
+from mindspore_support import needs_cxx
 from opforge.cli import cli
 from opforge.errors import BuildError, ManifestError
 from opforge.examples.mindspore_add import OP_HOST, OP_KERNEL
