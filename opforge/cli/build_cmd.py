@@ -85,5 +85,6 @@ def build_json(result) -> dict:
         "kernels": [{"op": key, "dtype_key": dtype_key, "cpp": cpp}
                     for key, dtype_key, cpp in result.kernels],
         "unserved": list(result.unserved),
+        "compiled": list(result.compiled),  # what this build recompiled ([] on a cache hit)
         "project_dir": str(result.project_dir),
     }

@@ -84,6 +84,9 @@ def test_build_json_from_a_local_module_then_a_cache_hit(project, cache):
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["cached"] is True
     assert json.loads(again.stdout)["key"] == data["key"]
+    assert json.loads(again.stdout)["compiled"] == []  # a cache hit compiles nothing
+    if not data["cached"]:
+        assert any(path.endswith("twice.cpp") for path in data["compiled"]), data["compiled"]
 
 
 def test_check_a_local_module_against_its_python_reference(project, cache):
