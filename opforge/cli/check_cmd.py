@@ -18,14 +18,6 @@ import click
 EXIT_FAILED, EXIT_UNVERIFIED = 1, 3
 
 
-def check_op(torch, opdef, native_kernel, runtime_kernel, seed: int):
-    """The former entry point (``opforge.mindspore.check`` calls it): ``opforge.check``'s
-    ``check_op`` on ``native_kernel``."""
-    from opforge.check import check_op as check_one
-
-    return check_one(opdef, native_kernel, seed=seed)
-
-
 def _references(pairs: tuple[str, ...]) -> dict:
     from opforge.manifest import resolve_reference
 

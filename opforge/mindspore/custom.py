@@ -144,12 +144,9 @@ def check(custom: Custom, reference: Callable | None = None, *, seed: int = 0):
     report (``.ok``, ``.failures``, ``.samples``, ``.dtypes``)."""
     from dataclasses import replace
 
-    from opforge.cli.check_cmd import check_op
-    from opforge.runtime import KernelRegistry
+    from opforge.check import check_op
 
     opdef = custom.opdef if reference is None else replace(custom.opdef, python_impl=reference)
-    registry = KernelRegistry.portable()
-    registry.register(custom.key, AotKernel(custom.op), origin=custom.op.source, target="native")
-    return check_op(torch, opdef, custom.kernel, registry.lookup(custom.key).fn, seed)
+    return check_op(opdef, custom.kernel, seed=seed)
 
 
