@@ -31,6 +31,13 @@
 # tmp/ (so a reader sees the whole entry or none), logged on the "opforge.native" logger,
 # and built again.
 #
+# User headers. A header a source includes ("my_helpers.h" beside it) is not known before
+# the compile, so it cannot be in the key. The builder records the ones each source did
+# include (from Ninja's deps log, opforge's and the system's headers left out) with their
+# SHA-256 in build.json, and every hit re-hashes them: a header changed or gone since makes
+# the entry outdated, not corrupt, so it is evicted (logged at INFO) and built again under
+# the same key; the work area recompiles only the sources that include it.
+#
 # Incremental builds. The key covers every source, so editing one source is a new key; to
 # avoid recompiling the others, a library (by name, output file and toolchain) keeps a
 # work area whose Ninja build directory outlives each build: Ninja recompiles what changed
@@ -126,18 +133,21 @@ class BuildCache:
 
         An entry that fails verification is None; with ``evict_invalid`` (call with the
         key's lock held) it is also evicted, with a warning on the "opforge.native" logger.
+        An entry built from a user header that has changed or gone since is None too (and
+        evicted, logged at INFO: editing a header is no corruption).
         """
         path = self.entry(key)
         if not path.exists():
             return None
         record, problem = _verify(path)
-        if problem is None:
+        stale = _changed_header(record) if problem is None else None
+        if problem is None and stale is None:
             return CacheEntry(path, record)
         if evict_invalid:
-            self.evict(key, problem)
+            self.evict(key, problem or stale, corrupt=problem is not None)
         return None
 
-    def evict(self, key: str, why: str) -> None:
+    def evict(self, key: str, why: str, *, corrupt: bool = True) -> None:
         """Remove the entry of ``key`` atomically (call with the key's lock held)."""
         path = self.entry(key)
         grave = self.temp_dir(key)
@@ -147,8 +157,12 @@ class BuildCache:
             pass  # already gone
         finally:
             shutil.rmtree(grave, ignore_errors=True)
-        log.warning("opforge build: evicted a corrupt or outdated cache entry %s (%s); "
-                    "rebuilding it", path, why)
+        if corrupt:
+            log.warning("opforge build: evicted a corrupt or outdated cache entry %s (%s); "
+                        "rebuilding it", path, why)
+        else:
+            log.info("opforge build: evicted an outdated cache entry %s (%s); rebuilding it",
+                     path, why)
 
     @contextlib.contextmanager
     def locked(self, key: str) -> Iterator[None]:
@@ -245,6 +259,10 @@ def _verify(entry: Path) -> tuple[dict | None, str | None]:
     files = record.get("files") if isinstance(record, dict) else None
     if not isinstance(files, dict) or record.get("library_file") not in files:
         return None, f"{RECORD} records no file hashes (written by an older opforge?)"
+    headers = record.get("headers")
+    if not (isinstance(headers, dict) and all(
+            isinstance(h, str) and isinstance(d, str) for h, d in headers.items())):
+        return None, f"{RECORD} records no user headers (written by an older opforge?)"
     kernels = record.get("kernels")
     if not (isinstance(kernels, list) and all(
             isinstance(k, list) and len(k) == 3 and all(isinstance(x, str) for x in k)
@@ -265,3 +283,15 @@ def _verify(entry: Path) -> tuple[dict | None, str | None]:
         except OSError as e:
             return None, f"{rel} is unreadable ({e.strerror or e})"
     return record, None
+
+
+def _changed_header(record: dict) -> str | None:
+    """Why the user headers the entry was built from (paths outside it, recorded with their
+    SHA-256 in build.json; validated by ``_verify``) no longer match, or None if they do."""
+    for header, digest in record["headers"].items():
+        try:
+            if file_sha256(Path(header)) != digest:
+                return f"user header {header} changed since the build"
+        except OSError as e:
+            return f"user header {header} is gone or unreadable ({e.strerror or e})"
+    return None

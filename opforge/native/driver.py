@@ -7,9 +7,10 @@ The stages, top to bottom (one function each below):
       → lock key → (verified hit after waiting? copy out) → evict a corrupt entry
       → sweep stale temp dirs
       → write project → lock the library's work area → sync the project into it
-        → forget objects of changed sources → cmake configure (first time only)
-        → ninja build (only changed sources recompile) → check every kernel is defined
-      → build.json (sizes and SHA-256 of every file) → publish to cache (atomic)
+        → forget objects of changed sources and of changed user headers
+        → cmake configure (first time only) → ninja build (only changed sources recompile)
+        → user headers each source included (Ninja's deps log) → check every kernel is defined
+      → build.json (sizes and SHA-256 of every file and user header) → publish (atomic)
       → copy out (atomic)
 
 An OSError on the way (a cache directory under a regular file, a full disk, an output
@@ -233,7 +234,8 @@ def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
         with cache.work_area(_work_name(project, toolchain, output_name, flags)) as area:
-            built, compiled = _compile(area, project, sources, toolchain, output_name, show)
+            built, compiled, headers = _compile(area, project, sources, toolchain, output_name,
+                                                show)
             _check_defined(built, project, area / "build", sources)
             shutil.copy2(built, tmp / output_name)  # the area keeps its own: Ninja relinks
         record = {
@@ -243,6 +245,7 @@ def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list
             "library_file": output_name,
             "compiled": list(compiled),
             "files": record_files(tmp),  # verified on every cache hit
+            "headers": headers,  # re-hashed on every cache hit: a change is a miss
         }
         (tmp / "build.json").write_text(json.dumps(record, indent=1))
         return CacheEntry(cache.commit(key, tmp), record), compiled
@@ -252,12 +255,15 @@ def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list
 
 
 def _compile(area: Path, project: GeneratedProject, sources: list[Path], toolchain: Toolchain,
-             output_name: str, show: bool) -> tuple[Path, tuple[str, ...]]:
-    """Configure (once) and build in the work area; only what changed recompiles."""
+             output_name: str, show: bool) -> tuple[Path, tuple[str, ...], dict[str, str]]:
+    """Configure (once) and build in the work area; only what changed recompiles. Returns
+    the library, the translation units recompiled and ``{user header: SHA-256}`` of the
+    headers the sources included."""
     project_dir, build_dir = area / "project", area / "build"
     incremental.sync_project(project_dir, build_dir, project.files)
     incremental.forget_changed_sources(area, build_dir,
                                        {str(p): _source_digest(p) for p in sources})
+    incremental.forget_changed_headers(area, build_dir)
     with in_progress(area):
         if not (build_dir / "build.ninja").is_file():
             configure = [toolchain.cmake, "-S", str(project_dir), "-B", str(build_dir), "-G",
@@ -281,7 +287,17 @@ def _compile(area: Path, project: GeneratedProject, sources: list[Path], toolcha
     built = build_dir / output_name
     if not built.is_file():
         raise BuildError(f"`opforge build`: the build finished but {built} is missing")
-    return built, compiled
+    try:
+        included = incremental.included_headers(
+            build_dir, toolchain.ninja, sources,
+            [include_dir(), area, *map(Path, toolchain.system_include_dirs())])
+    except OSError as e:
+        raise BuildError(f"`opforge build`: the build finished but the headers the sources "
+                         f"included are unknown ({e}) — fix: delete {area} and build "
+                         "again") from e
+    incremental.record_headers(area, included)
+    headers = {h: digest for per_source in included.values() for h, digest in per_source.items()}
+    return built, compiled, dict(sorted(headers.items()))
 
 
 def _check_defined(library: Path, project: GeneratedProject, build_dir: Path,

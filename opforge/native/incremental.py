@@ -11,6 +11,11 @@ changed. Three things make its reuse exact, not just fast:
                                    checkout, an editor's backup) must still be recompiled
     snapshot / compiled(...)       which objects this build wrote: the build report's
                                    ``compiled`` (the translation units recompiled)
+    included_headers(...)          the user headers each source included (Ninja's deps log,
+                                   from the compiler's -MD output) and their SHA-256: kept in
+                                   build.json (re-hashed on every cache hit) and here, where
+    forget_changed_headers(...)    deletes the object of every source one of whose headers'
+                                   bytes changed or vanished (same reason as for sources)
 
 Objects are found by CMake's naming: ``CMakeFiles/<target>.dir/<path>.o``, where <path>
 is a source's absolute path without its leading "/" (the glue: ``opforge_register.cpp``).
@@ -20,15 +25,18 @@ object go (a cold build: slower, never wrong).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 __all__ = ["sync_project", "forget_changed_sources", "snapshot", "compiled", "objects_of",
-           "GLUE"]
+           "included_headers", "record_headers", "forget_changed_headers", "GLUE"]
 
 GLUE = "opforge_register.cpp"
 _DIGESTS = "sources.json"  # {source path: SHA-256 its object (if any) was compiled from}
+_HEADERS = "headers.json"  # {source path: {user header: SHA-256 its object was compiled with}}
 
 
 def sync_project(project_dir: Path, build_dir: Path, files: dict[str, str]) -> list[str]:
@@ -129,3 +137,70 @@ def compiled(before: dict, after: dict, build_dir: Path, sources: list[Path]) ->
     objects = objects_of(build_dir, [*sources, GLUE])
     return tuple(source for source, obj in objects.items()
                  if before.get(obj.as_posix()) != after.get(obj.as_posix()))
+
+
+def _sha256(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def included_headers(build_dir: Path, ninja: str, sources: list[Path],
+                     ignore: list[Path]) -> dict[str, dict[str, str]]:
+    """``{source: {user header it included: SHA-256}}`` after a successful build, from
+    Ninja's deps log (``ninja -t deps``: the compiler's -MD output, which CMake's Ninja
+    generator asks for). A user header is any dependency that is not a source itself and not
+    under one of the ``ignore`` directories (opforge's headers, the generated project, the
+    compiler's system include directories). Raises ``OSError`` if Ninja cannot say."""
+    proc = subprocess.run([ninja, "-C", str(build_dir), "-t", "deps"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace")
+    if proc.returncode != 0:
+        raise OSError(f"ninja -t deps failed in {build_dir}: {proc.stdout[-2000:]}")
+    deps: dict[str, list[str]] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if not line.strip():
+            current = None
+        elif not line[0].isspace() and ": #deps" in line:
+            current = os.path.normpath(os.path.join(build_dir, line.partition(": #deps")[0]))
+            deps[current] = []
+        elif current is not None:
+            deps[current].append(os.path.normpath(os.path.join(build_dir, line.strip())))
+    skip = {os.path.normpath(str(s)) for s in sources}
+    roots = [os.path.normpath(str(d)) + os.sep for d in ignore]
+    found = {}
+    for source, obj in objects_of(build_dir, list(sources)).items():
+        headers = {}
+        for dep in deps.get(os.path.normpath(str(obj)), []):
+            if dep in skip or any(dep.startswith(root) for root in roots):
+                continue
+            digest = _sha256(dep)
+            if digest is not None:
+                headers[dep] = digest
+        found[source] = dict(sorted(headers.items()))
+    return found
+
+
+def record_headers(area: Path, headers: dict[str, dict[str, str]]) -> None:
+    """Remember which headers (and bytes) each source's object was compiled with."""
+    record = area / _HEADERS
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(headers, indent=1, sort_keys=True))
+    os.replace(tmp, record)
+
+
+def forget_changed_headers(area: Path, build_dir: Path) -> list[str]:
+    """Delete the objects of sources one of whose recorded user headers changed or is
+    gone since they were compiled (Ninja compares mtimes only). Returns the sources."""
+    try:
+        known = json.loads((area / _HEADERS).read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    changed = [source for source, headers in known.items() if isinstance(headers, dict)
+               and any(_sha256(h) != digest for h, digest in headers.items())]
+    for obj in objects_of(build_dir, changed).values():
+        obj.unlink(missing_ok=True)
+    return changed

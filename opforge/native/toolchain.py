@@ -32,6 +32,11 @@ class Toolchain:
         """What of the toolchain affects the output (for the cache key)."""
         return {"cxx": self.cxx, "cxx_version": self.cxx_version}
 
+    def system_include_dirs(self) -> tuple[str, ...]:
+        """The compiler's own ``#include <...>`` search directories (``-E -v``; ``/usr``
+        if it does not say): headers under them are the system's, not the user's."""
+        return _system_include_dirs(self.cxx)
+
 
 def _from_package(module: str, attr: str, exe: str) -> str | None:
     try:
@@ -65,6 +70,24 @@ def _compiler_version(cxx: str) -> str:
         raise BuildError(f"`opforge build`: C++ compiler {cxx!r} does not run ({e}) — fix: "
                          "install g++ or clang++, or point $CXX at one") from None
     return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else ""
+
+
+@functools.lru_cache(maxsize=8)
+def _system_include_dirs(cxx: str) -> tuple[str, ...]:
+    try:
+        out = subprocess.run([cxx, "-x", "c++", "-E", "-v", "-"], input="", capture_output=True,
+                             text=True, errors="replace", timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    dirs, inside = [], False
+    for line in out.splitlines():
+        if line.startswith("#include <...> search starts here"):
+            inside = True
+        elif line.startswith("End of search list"):
+            inside = False
+        elif inside and line.strip():
+            dirs.append(os.path.normpath(line.strip().removesuffix(" (framework directory)")))
+    return tuple(dict.fromkeys(dirs)) or ("/usr",)
 
 
 def find_toolchain(cxx: str | None = None) -> Toolchain:
