@@ -78,7 +78,31 @@ def compile_library(sources: Sequence[str | os.PathLike], name: str, *,
                              f"compiler failed (exit {proc.returncode}):\n{shown}\n— command: "
                              f"{' '.join(command)} — fix: correct the errors above")
         (work / "build.log").write_text(proc.stdout)
+        headers = _user_headers(toolchain, command_flags, paths)
         record = {"library_file": library_name, "files": record_files(work), "kernels": [],
-                  "command": command}
+                  "command": command, "headers": headers}
         (work / RECORD).write_text(json.dumps(record))
         return cache.commit(key, work) / library_name
+
+
+def _user_headers(toolchain, flags: list[str], sources: list[Path]) -> dict[str, str]:
+    """``{user header: SHA-256}`` the sources include (the compiler's ``-M`` rules, without
+    the sources, opforge's header folder and the compiler's system directories): the cache
+    re-hashes them on every hit, so editing one rebuilds the library."""
+    skip = {os.path.normpath(str(s)) for s in sources}
+    roots = [os.path.normpath(str(d)) + os.sep
+             for d in (include_dir(), *toolchain.system_include_dirs())]
+    headers: dict[str, str] = {}
+    for source in sources:
+        proc = subprocess.run([toolchain.cxx, *flags, "-M", str(source)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, errors="replace")
+        rule = proc.stdout.replace("\\\n", " ").partition(":")[2]
+        for dep in rule.split():
+            dep = os.path.normpath(os.path.abspath(dep))
+            if dep in skip or any(dep.startswith(root) for root in roots):
+                continue
+            try:
+                headers[dep] = hashlib.sha256(Path(dep).read_bytes()).hexdigest()
+            except OSError:
+                continue
+    return dict(sorted(headers.items()))

@@ -153,3 +153,21 @@ def test_compiled_sources_are_cached_and_a_corrupt_entry_is_rebuilt(tmp_path):
     assert define(f"{again}:AddCustom", shape_of_x, shape_of_x).symbol == "AddCustom"
     source.write_text(source.read_text() + "\n// changed\n")
     assert compile_library([source], "add", cache_root=tmp_path / "cache") != first
+
+
+def test_editing_an_included_header_rebuilds_the_compiled_source(tmp_path):
+    # a header beside the source is not in the cache key; it is recorded and re-hashed
+    import ctypes
+
+    from opforge.mindspore.compile import compile_library
+
+    (tmp_path / "value.h").write_text("#define VALUE 3\n")
+    (tmp_path / "k.cc").write_text('#include "value.h"\nextern "C" int Value() { return VALUE; }\n')
+    first = compile_library([tmp_path / "k.cc"], "value", cache_root=tmp_path / "cache")
+    assert ctypes.CDLL(str(first)).Value() == 3
+    assert compile_library([tmp_path / "k.cc"], "value", cache_root=tmp_path / "cache") == first
+    (tmp_path / "value.h").write_text("#define VALUE 7\n")
+    again = compile_library([tmp_path / "k.cc"], "value", cache_root=tmp_path / "cache")
+    copy = tmp_path / "copy.so"  # a fresh path: dlopen would hand back the first mapping
+    shutil.copy(again, copy)
+    assert ctypes.CDLL(str(copy)).Value() == 7
