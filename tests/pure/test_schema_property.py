@@ -5,7 +5,10 @@ from hypothesis import strategies as st
 
 from opforge.schema import FunctionSchema, SchemaKind
 
-IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True).filter(lambda s: s not in {"out", "out0", "out1", "out2"})
+# Not the out variant's argument names, nor the named returns' (r0..r2): an input that
+# takes the name an out argument needs is refused (test_input_named_like_a_return below).
+IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True).filter(
+    lambda s: s not in {"out", "out0", "out1", "out2", "r0", "r1", "r2"})
 
 # (type text, defaults valid for it)
 TYPES = [
@@ -57,3 +60,13 @@ def test_generated_schemas_round_trip_and_derive(text):
     assert o.functional_variant() == f
     assert o.signature() == f.signature()
     assert len(o.arguments.out) == len(f.returns)
+
+
+def test_input_named_like_a_return_is_refused_when_deriving_the_out_variant():
+    import pytest
+
+    from opforge.errors import SchemaError
+
+    f = FunctionSchema.parse("a::a(Tensor a, Tensor r0) -> (Tensor r0, Tensor r1)")
+    with pytest.raises(SchemaError, match="already called 'r0'"):
+        f.out_variant()
