@@ -281,7 +281,7 @@ def _reason(error: Exception) -> str:
     return type(error).__name__ + ": " + re.sub(r"'[^']*'|\d+", "#", body)[:60]
 
 
-def worker(conn, mode: str, library: str, quiet: bool) -> None:
+def worker(conn, mode: str, library: str, quiet: bool, seeds: list[bytes]) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MAX_WORKER_BYTES, MAX_WORKER_BYTES))
     if quiet:  # torch's C++ warnings (an out resized) would drown the report
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -308,6 +308,8 @@ def worker(conn, mode: str, library: str, quiet: bool) -> None:
     sys.addaudithook(audit)
     if mode == "aten":
         import opforge.kernels.aten  # noqa: F401 -- torch imported before the first case
+    for seed in seeds:  # warm up, unwatched: what torch and NumPy read once on first use
+        run_case(seed, mode, library, watch)
     while True:
         case = conn.recv()
         if case is None:
@@ -323,8 +325,8 @@ def worker(conn, mode: str, library: str, quiet: bool) -> None:
 class Pool:
     """One spawned worker per mode, restarted after a crash or a hang."""
 
-    def __init__(self, mode: str, library: str, quiet: bool = True) -> None:
-        self.mode, self.library, self.quiet = mode, library, quiet
+    def __init__(self, mode: str, library: str, seeds: list[bytes], quiet: bool = True) -> None:
+        self.mode, self.library, self.seeds, self.quiet = mode, library, seeds, quiet
         self._start()
 
     def _start(self) -> None:
@@ -333,8 +335,9 @@ class Pool:
         # pytest, where earlier tests ran torch ops).
         context = mp.get_context("spawn")
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=worker, args=(child, self.mode, self.library, self.quiet),
-                                       daemon=True)
+        self.process = context.Process(
+            target=worker, args=(child, self.mode, self.library, self.quiet, self.seeds),
+            daemon=True)
         self.process.start()
 
     def run(self, data: bytes, timeout: float) -> str:
@@ -372,7 +375,7 @@ def fuzz(count: int, seed: int, modes: list[str], crash_dir: Path, timeout: floa
     decoded = [P.from_bytes(s) for s in seeds]
     findings = 0
     for mode in modes:
-        pool = Pool(mode, library)
+        pool = Pool(mode, library, seeds)
         rng = random.Random(seed)
         stats: collections.Counter[str] = collections.Counter()
         reasons: collections.Counter[str] = collections.Counter()
