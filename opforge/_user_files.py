@@ -31,7 +31,8 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["write_atomic", "sweep_stale_temps", "require_regular_file", "file_kind",
+__all__ = ["write_atomic", "sweep_stale_temps", "require_regular_file", "regular_file_problem",
+           "file_kind",
            "os_error_text", "TEMP_SUFFIX"]
 
 TEMP_SUFFIX = ".opforge-tmp"
@@ -151,6 +152,19 @@ def require_regular_file(path: str | os.PathLike) -> str | None:
     """
     mode = os.stat(path).st_mode
     return None if stat.S_ISREG(mode) else file_kind(mode)
+
+
+def regular_file_problem(path: str | os.PathLike, valid: str, fix: str) -> str | None:
+    """None if ``path`` is a regular file to read; else the message body naming it, for the
+    caller's error class: ``"<path> — cannot read it (...) — ..."`` when os.stat fails, or
+    ``"'<path>' — is a FIFO (named pipe) — valid: <valid> — fix: <fix>"``."""
+    try:
+        kind = require_regular_file(path)
+    except OSError as e:
+        return os_error_text(e, path, "read")
+    if kind is None:
+        return None
+    return f"{os.fspath(path)!r} — is {kind} — valid: {valid} — fix: {fix}"
 
 
 def os_error_text(exc: OSError, path: str | os.PathLike, action: str) -> str:

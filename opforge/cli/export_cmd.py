@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from opforge._user_files import os_error_text, require_regular_file
+from opforge._user_files import os_error_text, regular_file_problem
 from opforge.errors import ExportError
 
 __all__ = ["export", "load_factory", "methods_from_factory"]
@@ -70,13 +70,10 @@ def load_factory(spec: str) -> Any:
 
 def _refuse_special(path: str) -> None:
     """A FIFO or device named as the factory's file would block (or act) when opened."""
-    try:
-        kind = require_regular_file(path)
-    except OSError as exc:
-        raise ExportError(f"{_API}: factory file {os_error_text(exc, path, 'read')}") from exc
-    if kind is not None:
-        raise ExportError(f"{_API}: factory file {path!r} — is {kind} — valid: a Python source "
-                          "file — fix: name the .py file that defines the factory")
+    problem = regular_file_problem(path, "a Python source file",
+                                   "name the .py file that defines the factory")
+    if problem is not None:
+        raise ExportError(f"{_API}: factory file {problem}")
 
 
 def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:

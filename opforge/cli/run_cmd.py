@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from opforge._user_files import os_error_text, require_regular_file
+from opforge._user_files import os_error_text, regular_file_problem
 
 __all__ = ["run", "profile_table"]
 
@@ -102,14 +102,9 @@ def _write_error(option: str, e: OSError, path: str) -> click.ClickException:
 
 def _refuse_special(option: str, path: str) -> None:
     """A FIFO or device given as an input file would block (or act) when opened."""
-    try:
-        kind = require_regular_file(path)
-    except OSError as e:
-        raise click.ClickException(f"`opforge run {option}`: input "
-                                   f"{os_error_text(e, path, 'read')}") from None
-    if kind is not None:
-        raise click.ClickException(f"`opforge run {option}`: input {path!r} — is {kind} — "
-                                   "valid: a regular file — fix: save the data to a file first")
+    problem = regular_file_problem(path, "a regular file", "save the data to a file first")
+    if problem is not None:
+        raise click.ClickException(f"`opforge run {option}`: input {problem}")
 
 
 def _read_npy(path: str) -> np.ndarray:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from opforge._user_files import os_error_text, require_regular_file
+from opforge._user_files import os_error_text, regular_file_problem
 from opforge.native import incremental
 from opforge.native.abi import ABI_VERSION, include_dir
 from opforge.native.cache import (BuildCache, CacheEntry, copy_atomic, hash_key, in_progress,
@@ -160,13 +160,9 @@ def _sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
         raise BuildError("`opforge build`: no sources — fix: pass the C++ files defining the "
                          "kernels with --sources a.cpp b.cpp")
     for p in paths:
-        try:
-            kind = require_regular_file(p)
-        except OSError as e:
-            raise BuildError(f"`opforge build`: source {os_error_text(e, p, 'read')}") from e
-        if kind is not None:
-            raise BuildError(f"`opforge build`: source {p} — is {kind} — valid: a C++ source "
-                             "file — fix: check the path")
+        problem = regular_file_problem(p, "a C++ source file", "check the path")
+        if problem is not None:
+            raise BuildError(f"`opforge build`: source {problem}")
     return paths
 
 
