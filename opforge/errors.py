@@ -128,3 +128,8 @@ def shown(value: object, limit: int = SHOWN_LIMIT) -> str:
     walk(value, 0)
     text = "".join(parts)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class BackendError(OpforgeError):
+    """A backend is unknown or unusable here, a compile spec is wrong, or a delegate blob
+    is refused (by its backend's parser, at load)."""

@@ -1,0 +1,112 @@
+"""The delegate contract every backend implements.
+
+Ahead of time (needs torch; see ``opforge.backends.partition``)::
+
+    partition(graph, specs)   -> PartitionResult   the node groups it takes, and for every
+                                                   node it leaves out a Rejection (why)
+    preprocess(subgraph, specs) -> bytes           one group, compiled to the blob stored
+                                                   in the program
+
+At run time (NumPy only; a backend's run-time module must not import torch)::
+
+    init(blob, specs, context) -> handle           once per delegate, at load
+    execute(handle, inputs, outputs)               once per call: fills ``outputs``
+    destroy(handle)                                when the loaded program goes away
+
+``specs`` are the typed compile specs (``compile_specs.resolve_specs``): a dict with every
+key the backend declares in ``compile_spec_defs``. The blob is untrusted data: ``init`` must
+refuse a malformed one with a ``BackendError`` (never crash, never read out of bounds).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+from opforge.backends.compile_specs import SpecDef
+
+__all__ = ["Backend", "BackendContext", "Rejection", "PartitionResult", "REJECTION_KINDS"]
+
+# What a Rejection may say a node was refused for.
+REJECTION_KINDS = ("op", "dtype", "shape", "layout", "compile_spec", "partition")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why ``backend`` left node ``node`` (its op ``op``) out of every partition."""
+
+    backend: str
+    node: str
+    op: str
+    kind: str
+    reason: str
+    source: str = ""  # the user's line (from the node's stack trace), when known
+
+    def __post_init__(self) -> None:
+        if self.kind not in REJECTION_KINDS:
+            raise ValueError(f"Rejection.kind {self.kind!r} not in {REJECTION_KINDS}")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"backend": self.backend, "node": self.node, "op": self.op, "kind": self.kind,
+                "reason": self.reason, "source": self.source}
+
+
+@dataclass
+class PartitionResult:
+    """``partitions``: lists of ``torch.fx.Node`` (call_function nodes of the graph given to
+    ``partition``), each list one delegate; ``rejected``: one Rejection per node left out."""
+
+    partitions: list[list[Any]] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+
+
+@dataclass
+class BackendContext:
+    """What the runtime gives ``init`` beside the blob: the kernel registry the program was
+    resolved against (for custom ops a backend calls through the kernel ABI), the memory
+    limit in bytes, and the runtime mode."""
+
+    registry: Any = None
+    max_memory: int = 0
+    mode: str = "lean"
+
+
+class Backend(abc.ABC):
+    """Subclass and register (``opforge.backends.register_backend`` or the
+    ``opforge.backends`` entry-point group) to add a backend."""
+
+    name: ClassVar[str]
+    compile_spec_defs: ClassVar[tuple[SpecDef, ...]] = ()
+
+    def unavailable(self) -> str | None:
+        """None when the backend can run here; otherwise what is missing and how to fix it
+        (checked at export and at load, so neither fails halfway)."""
+        return None
+
+    # --- ahead of time ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def partition(self, graph: Any, specs: dict[str, Any]) -> PartitionResult:
+        """Pick the node groups this backend takes from ``graph``
+        (``opforge.backends.partition.ExportGraph``)."""
+
+    @abc.abstractmethod
+    def preprocess(self, subgraph: Any, specs: dict[str, Any]) -> bytes:
+        """Compile one group (``opforge.backends.partition.Subgraph``) to its blob."""
+
+    # --- run time ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def init(self, blob: memoryview, specs: dict[str, Any], context: BackendContext) -> Any:
+        """Parse and prepare ``blob`` (weights reordered, kernels picked): a handle."""
+
+    @abc.abstractmethod
+    def execute(self, handle: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        """Run on ``inputs`` (C-contiguous NumPy arrays, read them only) and write every array
+        of ``outputs`` (C-contiguous, preallocated, in the subgraph's output order)."""
+
+    def destroy(self, handle: Any) -> None:
+        """Release what ``init`` made (called once per handle)."""
+
+    def describe_blob(self, blob: memoryview, specs: dict[str, Any]) -> dict[str, Any]:
+        """What ``opforge inspect`` shows for one blob: at least ``{"ops": [...]}``."""
+        return {}
