@@ -78,6 +78,9 @@ class Backend(abc.ABC):
 
     name: ClassVar[str]
     compile_spec_defs: ClassVar[tuple[SpecDef, ...]] = ()
+    # ops ("aten::linear") export keeps out of decomposition for this backend; a preserved
+    # op the backend then leaves out runs on kernels, which must cover it
+    preserve_ops: ClassVar[tuple[str, ...]] = ()
 
     def unavailable(self) -> str | None:
         """None when the backend can run here; otherwise what is missing and how to fix it
@@ -103,6 +106,13 @@ class Backend(abc.ABC):
     def execute(self, handle: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         """Run on ``inputs`` (C-contiguous NumPy arrays, read them only) and write every array
         of ``outputs`` (C-contiguous, preallocated, in the subgraph's output order)."""
+
+    def bind(self, handle: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> Any:
+        """A no-argument callable running ``execute(handle, inputs, outputs)`` on these very
+        arrays (the runtime's arena views, fixed for a Method's life). Override to check the
+        arrays against the blob once (shapes, dtypes: a ``BackendError`` naming the mismatch)
+        and to prepare what makes each call cheap (pointer arrays)."""
+        return lambda: self.execute(handle, inputs, outputs)
 
     def destroy(self, handle: Any) -> None:
         """Release what ``init`` made (called once per handle)."""

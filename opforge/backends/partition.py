@@ -20,6 +20,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from opforge.backends.base import PartitionResult, Rejection
+from opforge.export.lowered import is_delegate
 from opforge.export.diagnostics import node_location
 from opforge.export.method_graph import InputKind
 
@@ -49,7 +50,8 @@ class ExportGraph:
 
     def call_nodes(self) -> list[torch.fx.Node]:
         return [n for n in self.graph_module.graph.nodes
-                if n.op == "call_function" and n.target is not operator.getitem]
+                if n.op == "call_function" and n.target is not operator.getitem
+                and not is_delegate(n)]  # taken by an earlier backend
 
     def is_constant(self, node: Any) -> bool:
         return (isinstance(node, torch.fx.Node) and node.op == "placeholder"

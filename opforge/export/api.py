@@ -18,6 +18,8 @@ import importlib.metadata
 
 from opforge.errors import ExportError, InternalError, ProgramError
 from opforge.export.capture import capture, method_specs
+from opforge.export.delegation import resolve_backends
+from opforge.export.lowered import is_delegate
 from opforge.export.emit import emit_program
 from opforge.export.kernel_sets import check_kernels, preserved_by_kernels, resolve_kernels
 from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
@@ -69,6 +71,8 @@ def export(
     alignment: int = DEFAULT_ALIGNMENT,
     mem_id_policy: Callable[[TensorLifetime, torch.fx.Node], int] | None = None,
     on_step: Callable[[str, str], None] | None = None,
+    backends: Iterable[Any] | None = None,
+    compile_specs: Mapping[str, Any] | None = None,
 ) -> Program:
     """Export ``model`` (method ``"forward"``) and/or named ``methods`` to a Program.
 
@@ -80,6 +84,12 @@ def export(
     a missing one raises ``ExportError`` listing all of them, or warns with
     ``allow_missing=True``. ``on_step(step, method)`` reports progress.
 
+    ``backends`` (names such as ``"cpu"``, ``(name, compile_specs)`` pairs or Backend
+    instances) lower what each backend takes, in order, to delegate calls; ``compile_specs``
+    applies to every backend given by name alone. Nodes left on kernels are still checked
+    against ``kernels``. Why each node was or was not delegated:
+    ``opforge.export.delegation_report(program)``.
+
     >>> import torch
     >>> from opforge.export import export
     >>> program = export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), kernels="portable")
@@ -87,9 +97,12 @@ def export(
     ['aten::linear.out']
     """
     step = on_step or (lambda name, method: None)
+    requests = resolve_backends(backends, compile_specs)
     specs = method_specs(model, example_inputs, methods, dynamic_shapes)
     resolved = resolve_kernels(kernels)
     preserve = {normalize_op_name(name) for name in preserve_ops}
+    for request in requests:
+        preserve |= {normalize_op_name(name) for name in getattr(request.backend, "preserve_ops", ())}
     if resolved is not None:
         preserve |= preserved_by_kernels(resolved[1], decomposition_table().keys())
     planned = []
@@ -97,7 +110,8 @@ def export(
         step("capture", spec.name)
         method = capture(spec, strict=strict)
         planned.append(run_pipeline(method, preserve_ops=preserve, alignment=alignment,
-                                    mem_id_policy=mem_id_policy, on_pass=step))
+                                    mem_id_policy=mem_id_policy, on_pass=step,
+                                    backends=requests))
     metadata = {"opforge.version": importlib.metadata.version("opforge"), "opforge.torch_version": str(torch.__version__)}
     for method in planned:
         metadata.update(memory_plan_metadata(method))
@@ -106,7 +120,7 @@ def export(
         used: dict[str, list[str]] = {}
         for method in planned:
             for node in method.call_nodes():
-                if not is_alloc(node):
+                if not is_alloc(node) and not is_delegate(node):
                     used.setdefault(op_key(node.target), [])
                     if method.name not in used[op_key(node.target)]:
                         used[op_key(node.target)].append(method.name)

@@ -11,6 +11,7 @@ aligned, each distinct tensor once (keyed by content, see ``LiftConstants``).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 import torch
@@ -21,8 +22,10 @@ from opforge.export.argument_values import argument_value, python_value, scalar_
 from opforge.export.memory_planning import DEFAULT_ALIGNMENT, align_up
 from opforge.export.method_graph import InputKind, MethodGraph, is_alloc
 from opforge.export.out_variants import bind_arguments
+from opforge.export.delegation import METADATA_KEY
+from opforge.export.lowered import DelegateOut
 from opforge.program import (
-    ArenaStorage, ConstantStorage, KernelCall, MemoryPlan, Method, Operator, Program, Segment,
+    ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Operator, Program, Segment,
     TensorValue, Value,
 )
 
@@ -52,10 +55,31 @@ class ConstantPool:
         return (Segment(b"".join(self._chunks)),) if self._offsets else ()
 
 
+class _Delegates:
+    """The program's delegate blobs; each blob a segment after the constant segment."""
+
+    def __init__(self) -> None:
+        self.blobs: list[tuple[str, bytes, tuple]] = []
+        self.index: dict[int, int] = {}
+
+    def add(self, lowered: Any) -> int:
+        if id(lowered) not in self.index:
+            self.blobs.append((lowered.backend, lowered.blob, lowered.specs))
+            self.index[id(lowered)] = len(self.blobs) - 1
+        return self.index[id(lowered)]
+
+    def finish(self, first_segment: int) -> tuple[tuple[Segment, ...], tuple[DelegateBlob, ...]]:
+        segments = tuple(Segment(blob) for _, blob, _ in self.blobs)
+        delegates = tuple(DelegateBlob(backend, first_segment + i, specs)
+                          for i, (backend, _, specs) in enumerate(self.blobs))
+        return segments, delegates
+
+
 class _MethodEmitter:
-    def __init__(self, method: MethodGraph, pool: ConstantPool) -> None:
+    def __init__(self, method: MethodGraph, pool: ConstantPool, delegates: _Delegates) -> None:
         self.method = method
         self.pool = pool
+        self.delegates = delegates
         self.values: list[Value] = []
         self.node_index: dict[str, int] = {}
         self.shared: dict[tuple[str, str], int] = {}
@@ -127,6 +151,9 @@ class _MethodEmitter:
                     inputs.append(index)
             elif is_alloc(node):
                 self._tensor(node)
+            elif node.op == "call_function" and isinstance(node.target, DelegateOut):
+                index = self.delegates.add(node.target.lowered)
+                instructions.append(DelegateCall(index, tuple(self.tensor_index(a) for a in node.args)))
             elif node.op == "call_function":
                 instructions.append(self._kernel_call(node))
         outputs = [self._output(v) for v in self.method.output_args()]
@@ -156,5 +183,13 @@ class _MethodEmitter:
 def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str] | None = None) -> Program:
     """Emit planned methods as one Program (not yet verified; ``export`` verifies it)."""
     pool = ConstantPool()
-    emitted = tuple(_MethodEmitter(method, pool).emit() for method in methods)
-    return Program(methods=emitted, segments=pool.segments(), user_metadata=dict(user_metadata or {}))
+    delegates = _Delegates()
+    emitted = tuple(_MethodEmitter(method, pool, delegates).emit() for method in methods)
+    constants = pool.segments()
+    blob_segments, blobs = delegates.finish(len(constants))
+    metadata = dict(user_metadata or {})
+    report = {m.name: m.notes["delegation"] for m in methods if "delegation" in m.notes}
+    if report:
+        metadata[METADATA_KEY] = json.dumps(report, sort_keys=True, separators=(",", ":"))
+    return Program(methods=emitted, segments=constants + blob_segments, delegates=blobs,
+                   user_metadata=metadata)

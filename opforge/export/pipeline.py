@@ -4,6 +4,7 @@
       → DecomposeToCoreAten   captured → core_aten_or_custom
       → CheckFunctional       core_aten_or_custom → functional
       → DropAssertions        functional → assertion_free
+      → Delegate              (with backends) partitions → delegate calls   delegation.py
       → ToOutVariant          functional, assertion_free → all_out_variants
       → LiftConstants         functional → constants_lifted
       → PlanMemory            all_out_variants, constants_lifted → memory_planned   (last)
@@ -14,10 +15,11 @@ Each arrow is a pass (``passes/``); the pass manager checks the contract of each
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch.fx
 
+from opforge.export.delegation import Delegate
 from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
 from opforge.export.method_graph import MethodGraph
 from opforge.export.pass_manager import PassManager
@@ -35,15 +37,18 @@ def run_pipeline(
     alignment: int = DEFAULT_ALIGNMENT,
     mem_id_policy: Callable[[TensorLifetime, torch.fx.Node], int] | None = None,
     on_pass: Callable[[str, str], None] | None = None,
+    backends: Sequence[Any] = (),
 ) -> MethodGraph:
     """Run the export passes on a captured method; returns it planned and ready to emit.
 
-    ``preserve_ops`` are ``"aten::linear.default"`` keys kept out of decomposition.
+    ``preserve_ops`` are ``"aten::linear.default"`` keys kept out of decomposition;
+    ``backends`` are resolved requests (``delegation.resolve_backends``) to lower for.
     """
     passes = [
         DecomposeToCoreAten(preserve=preserve_ops),
         CheckFunctional(),
         DropAssertions(),
+        *([Delegate(backends)] if backends else []),
         ToOutVariant(),
         LiftConstants(),
         PlanMemory(alignment=alignment, mem_id_policy=mem_id_policy),  # always last

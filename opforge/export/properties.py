@@ -21,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from opforge.export.lowered import DelegateOut, is_delegate
 from opforge.export.method_graph import InputKind, MethodGraph, assertion_nodes, is_alloc
 from opforge.export.out_variants import is_mutating_schema, is_out_schema, op_key
 
@@ -35,7 +36,8 @@ def _core_aten_or_custom(method: MethodGraph) -> list[str]:
     bad = []
     for node in method.call_nodes():
         target = node.target
-        if target is operator.getitem or isinstance(target, torch._ops.HigherOrderOperator):
+        if target is operator.getitem or isinstance(target, torch._ops.HigherOrderOperator) \
+                or is_delegate(node):
             continue
         if not isinstance(target, torch._ops.OpOverload):
             bad.append(f"node {node.name}: target {target!r} is not an operator overload")
@@ -70,6 +72,11 @@ def _all_out_variants(method: MethodGraph) -> list[str]:
     bad = []
     for node in method.call_nodes():
         if is_alloc(node):
+            continue
+        if isinstance(node.target, DelegateOut):
+            outs = node.args[node.target.lowered.num_inputs:]
+            if not all(isinstance(v, torch.fx.Node) and is_alloc(v) for v in outs):
+                bad.append(f"node {node.name}: a delegate output is not an alloc node")
             continue
         if not isinstance(node.target, torch._ops.OpOverload) or not is_out_schema(node.target._schema):
             bad.append(f"node {node.name}: {node.target} is not an out variant")

@@ -48,13 +48,14 @@ class LoadedProgram:
 
     def __init__(self, program: Program, registry: KernelRegistry, mode: str,
                  kernels: dict[str, tuple[Kernel | None, ...]], source: str, *,
-                 max_memory: int | None = None) -> None:
+                 max_memory: int | None = None, delegates=None) -> None:
         self.program = program
         self.registry = registry
         self.mode = mode
         self.source = source
         self.max_memory = memory_limit_of(max_memory, api="LoadedProgram(max_memory=...)")
         self._kernels = kernels
+        self.delegates = delegates  # opforge.runtime.delegates.DelegateSet, or None
 
     @property
     def method_names(self) -> tuple[str, ...]:
@@ -70,7 +71,8 @@ class LoadedProgram:
             )
         with memory_limit(self.max_memory):  # arenas and the kernels' bound workspaces
             return Method(self.program, self.program.method(name), self._kernels[name],
-                          api=f"opforge.runtime.load({self.source}).method")
+                          api=f"opforge.runtime.load({self.source}).method",
+                          delegates=self.delegates)
 
     def kernel_for(self, method: str, instruction: int) -> Kernel | None:
         """The kernel resolved for ``instruction`` of ``method`` (None for Move/Free)."""
@@ -146,7 +148,18 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
         raise _refused_error(api, refused)
     if missing:
         raise missing_kernel_error(api, list(missing.values()), registry, mode)
-    return LoadedProgram(program, registry, mode, resolved, label, max_memory=limit)
+    delegates = None
+    if program.delegates:
+        from opforge.backends.base import BackendContext
+        from opforge.runtime.delegates import DelegateSet
+
+        delegates = DelegateSet(api, program, BackendContext(registry, limit, mode))
+        for method in program.methods:
+            for i, instruction in enumerate(method.instructions):
+                if type(instruction) is DelegateCall:
+                    delegates.check_call(method, i, instruction)
+    return LoadedProgram(program, registry, mode, resolved, label, max_memory=limit,
+                         delegates=delegates)
 
 
 def _read(source: object, mode: str) -> tuple[str, str, Program]:
@@ -242,13 +255,7 @@ def _resolve(api: str, method: MethodDef, registry: KernelRegistry,
     cache: dict[tuple[int, str], Kernel | None] = {}
     for i, instruction in enumerate(method.instructions):
         kind = type(instruction)
-        if kind is DelegateCall:
-            raise ProgramError(
-                f"`{api}`: method {method.name!r} instruction {i} — a DelegateCall "
-                f"(delegate {instruction.delegate}) — valid: KernelCall, Move and Free (this "
-                "runtime runs no delegates yet) — fix: export without delegation"
-            )
-        if kind is not KernelCall:
+        if kind is not KernelCall:  # Move, Free; a DelegateCall is bound to its delegate
             kernels.append(None)
             continue
         dtype = dtype_key(method, instruction)

@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from opforge.errors import ConcurrentCallError, KernelError, ProgramError
+from opforge.errors import BackendError, ConcurrentCallError, KernelError, ProgramError
 from opforge.program import (
     BoolValue, DoubleValue, Free, IntValue, KernelCall, Method as MethodDef, Move, Program,
     TensorValue,
@@ -91,7 +91,7 @@ class Method:
     """
 
     def __init__(self, program: Program, method: MethodDef, kernels: Sequence[Kernel | None],
-                 *, api: str = "opforge.runtime.Method") -> None:
+                 *, api: str = "opforge.runtime.Method", delegates=None) -> None:
         self.name = method.name
         self._api = api
         self._busy = threading.Lock()
@@ -119,9 +119,15 @@ class Method:
                 bound.append(self._bind(i, kernel, instruction))
                 self._op_names.append(kernel.key)
                 self._kernels.append(kernel)
-            else:  # DelegateCall: refused by the loader before we get here
-                raise ProgramError(f"`{api}`: instruction {i} — {kind.__name__} — valid: "
-                                   "KernelCall, Move, Free")
+            elif delegates is not None:  # DelegateCall: one call into its backend
+                bound.append((self._bind_delegate(i, delegates, instruction), ()))
+                kernel = delegates.kernel(instruction.delegate)
+                self._op_names.append(kernel.key)
+                self._kernels.append(kernel)
+            else:
+                raise ProgramError(f"`{api}`: instruction {i} — {kind.__name__} without the "
+                                   "program's delegates — fix: load the program with "
+                                   "opforge.runtime.load")
             self._instruction_index.append(i)
         self._bound = bound
 
@@ -234,6 +240,13 @@ class Method:
             fn = label_crash_frame(fn, f"instruction {i} of method {self.name!r}",
                                    kernel.origin)
         return fn, bound_args
+
+    def _bind_delegate(self, i: int, delegates, instruction) -> object:
+        try:
+            return delegates.bind(instruction, self._values.get)
+        except BackendError as e:
+            raise BackendError(f"`{self._api}({self.name!r})`: instruction {i} (DelegateCall "
+                               f"{instruction.delegate}) — {e}") from None
 
     def _scalar_input_users(self, method: MethodDef) -> dict[int, list[int]]:
         """Scalar inputs → positions in ``_bound`` of the instructions that read them."""

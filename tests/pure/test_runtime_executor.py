@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import opforge.runtime
-from opforge.errors import KernelError, MissingKernelError, ProgramError, RegistrationError
+from opforge.errors import BackendError, KernelError, MissingKernelError, ProgramError, RegistrationError
 from opforge.program import (
     ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, Free, IntValue, KernelCall,
     MemoryPlan, Method, Move, NoneValue, Operator, Program, ScalarType, Segment,
@@ -249,13 +249,13 @@ def test_a_kernel_raising_is_a_kernel_error_naming_op_instruction_and_method():
     assert not isinstance(info.value, MissingKernelError)
 
 
-def test_delegate_calls_are_refused_at_load():
+def test_a_delegate_of_an_unknown_backend_is_refused_at_load():
     values = [arena((4,), 0), arena((4,), 64)]
     program = Program(
         methods=(Method("forward", tuple(values), (0,), (1,), (DelegateCall(0, (0, 1)),), (),
                         MemoryPlan((128,))),),
-        segments=(Segment(b"blob"),), delegates=(DelegateBlob("cpu", 0),))
-    with pytest.raises(ProgramError, match="DelegateCall"):
+        segments=(Segment(b"blob"),), delegates=(DelegateBlob("no_such_backend", 0),))
+    with pytest.raises(BackendError, match="needs backend 'no_such_backend'.*unknown.*valid: .*cpu"):
         load(program)
 
 

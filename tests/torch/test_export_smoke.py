@@ -11,7 +11,7 @@ def test_public_surface_is_what_is_documented():
     assert sorted(opforge.export.__all__) == sorted([
         "export", "MethodSpec", "AtenKernels", "ExportMissingKernelError", "normalize_op_name",
         "run_pipeline", "ExportPass", "PassManager", "plan_arenas", "TensorLifetime", "Allocation",
-        "MemoryPlan",
+        "MemoryPlan", "delegation_report",
     ])
     for name in opforge.export.__all__:
         assert getattr(opforge.export, name) is not None

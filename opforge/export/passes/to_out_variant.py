@@ -24,6 +24,7 @@ import torch
 import torch.fx
 
 from opforge.errors import ExportError
+from opforge.export.lowered import DelegateOut, LoweredDelegate
 from opforge.export.diagnostics import describe_node
 from opforge.export.method_graph import MethodGraph, alloc
 from opforge.export.out_variants import OutVariant, bind_arguments, find_out_variant, op_key, suggest_out_schema
@@ -143,6 +144,21 @@ def _rebase_as_strided(node: torch.fx.Node) -> None:
             node.args = (*node.args[:3], start, *node.args[4:])
 
 
+def _delegate_out_call(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """``delegate(inputs...)`` → allocs for its outputs + ``DelegateOut(inputs..., outs...)``."""
+    lowered = node.target
+    with graph.inserting_before(node):
+        outs = [_new_alloc(graph, node, fake, f"{node.name}_out{i}")
+                for i, fake in enumerate(_fake_results(node))]
+        call = graph.create_node("call_function", DelegateOut(lowered), (*node.args, *outs), {},
+                                 name=f"{node.name}_call")
+    call.meta["val"] = node.meta.get("val")
+    for user in list(node.users):
+        user.replace_all_uses_with(outs[user.args[1]])
+        graph.erase_node(user)
+    graph.erase_node(node)
+
+
 def _positional_index(schema: torch._C.FunctionSchema, name: str) -> int:
     return [a.name for a in schema.arguments if not a.kwarg_only].index(name)
 
@@ -158,6 +174,9 @@ class ToOutVariant(ExportPass):
         missing: dict[str, list[torch.fx.Node]] = {}
         for node in list(graph.nodes):
             if node.op != "call_function" or node.target is operator.getitem:
+                continue
+            if isinstance(node.target, LoweredDelegate):
+                _delegate_out_call(graph, node)
                 continue
             variant = find_out_variant(node.target) if isinstance(node.target, torch._ops.OpOverload) else None
             if variant is None:

@@ -1,0 +1,230 @@
+"""Delegation at export: hand partitions of each method's graph to backends.
+
+    functional, assertion-free graph
+      → for each backend, in the order given: partition (ExportGraph) → for each partition:
+        cut it out as a Subgraph (torch.fx ``fuse_as_graphmodule``) → preprocess → blob
+      → the partition's nodes become one call of a ``LoweredDelegate`` (inputs → outputs)
+      → ToOutVariant turns that call into ``DelegateOut(inputs..., outs...)`` on planned allocs
+      → emit: one ``DelegateCall`` per call, each blob a 64-byte-aligned segment
+
+Constants a partition reads are baked into its blob by ``preprocess``; a constant no other
+node reads leaves the program's constant segment. The graph stays executable by torch at
+every step (a ``LoweredDelegate`` runs its subgraph eagerly), which is how tests compare.
+
+What each backend did and why it left each node out is recorded in ``method.notes
+["delegation"]`` and, at emit, in the program's user metadata (``opforge.delegation``, JSON),
+so ``opforge inspect`` and :func:`delegation_report` read it from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+import torch.fx
+import heapq
+from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
+
+from opforge.errors import BackendError, ExportError, InternalError
+from opforge.export.method_graph import InputKind, MethodGraph
+from opforge.export.lowered import DelegateOut, LoweredDelegate, is_delegate
+from opforge.export.pass_manager import ExportPass
+
+__all__ = [
+    "LoweredDelegate", "DelegateOut", "Delegate", "resolve_backends", "is_delegate",
+    "delegation_report", "METADATA_KEY", "IO_SPEC_INPUTS", "IO_SPEC_OUTPUTS",
+]
+
+METADATA_KEY = "opforge.delegation"
+# Stored beside the backend's own compile specs: how many of a DelegateCall's args are
+# inputs and outputs (the runtime and verifier check calls against them).
+IO_SPEC_INPUTS = "opforge.inputs"
+IO_SPEC_OUTPUTS = "opforge.outputs"
+
+
+@dataclass
+class _Request:
+    backend: Any  # opforge.backends.Backend
+    specs: dict[str, Any]
+    given: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_backends(backends: Iterable[Any] | None,
+                     compile_specs: Mapping[str, Any] | None = None) -> list[_Request]:
+    """``backends``: names, ``(name, {spec: value})`` pairs or Backend instances.
+
+    ``compile_specs`` (a dict of spec → value) applies to every backend that is given
+    without its own. Unknown backends, unusable ones (``unavailable()``) and unknown or
+    ill-typed compile specs are ``BackendError``s, raised before anything is captured.
+    """
+    from opforge.backends import Backend, get_backend, resolve_specs
+
+    requests = []
+    seen: set[str] = set()
+    for item in backends or ():
+        given: Mapping[str, Any] | None = None
+        if isinstance(item, tuple) and len(item) == 2:
+            item, given = item
+        backend = item if isinstance(item, Backend) else get_backend(item) if isinstance(item, str) \
+            else None
+        if backend is None:
+            raise BackendError(f"`opforge.export.export(backends=...)`: {item!r} — valid: a backend "
+                               "name, (name, compile_specs) or a Backend — fix: e.g. backends=['cpu']")
+        if backend.name in seen:
+            raise BackendError(f"`opforge.export.export(backends=...)`: backend {backend.name!r} "
+                               "given twice — fix: give each backend once")
+        seen.add(backend.name)
+        problem = backend.unavailable()
+        if problem:
+            raise BackendError(f"backend {backend.name!r} cannot be used here: {problem}")
+        given = dict(compile_specs or {}) if given is None else dict(given)
+        requests.append(_Request(backend, resolve_specs(backend.name, backend.compile_spec_defs,
+                                                        given), given))
+    return requests
+
+
+class Delegate(ExportPass):
+    """Partition and lower each method for the requested backends, in order."""
+
+    requires = frozenset({"functional", "assertion_free"})
+    ensures = frozenset()
+
+    def __init__(self, requests: Sequence[_Request]) -> None:
+        self.requests = list(requests)
+
+    def run(self, method: MethodGraph) -> MethodGraph:
+        from opforge.backends import encode_specs
+        from opforge.backends.partition import ExportGraph, Subgraph, op_name
+
+        report = method.notes.setdefault("delegation", {"delegates": [], "rejected": []})
+        for request in self.requests:
+            backend = request.backend
+            graph = ExportGraph(method.name, method.graph_module, method.input_kinds, method.constants)
+            result = backend.partition(graph, request.specs)
+            report["rejected"].extend(r.as_dict() for r in result.rejected)
+            for nodes in result.partitions:
+                nodes = [n for n in nodes if n.graph is method.graph]
+                if not nodes:
+                    continue
+                sub, inputs, outputs = fuse_as_graphmodule(
+                    method.graph_module, nodes, f"delegate_{backend.name}", always_return_tuple=True)
+                runtime_inputs, constants = [], {}
+                for placeholder, outer in zip(
+                        [n for n in sub.graph.nodes if n.op == "placeholder"], inputs):
+                    placeholder.meta.update({k: v for k, v in outer.meta.items() if k == "val"})
+                    if outer.op == "placeholder" and method.input_kinds.get(outer.name) not in (
+                            None, InputKind.USER):
+                        constants[placeholder.name] = method.constants[outer.name]
+                    else:
+                        runtime_inputs.append((placeholder, outer))
+                _reorder_placeholders(sub, [p for p, _ in runtime_inputs])
+                subgraph = Subgraph(backend.name, method.name, sub,
+                                    [p.name for p, _ in runtime_inputs], constants)
+                blob = backend.preprocess(subgraph, request.specs)
+                if not isinstance(blob, (bytes, bytearray, memoryview)):
+                    raise InternalError(f"backend {backend.name!r}: preprocess returned "
+                                        f"{type(blob).__name__}, not bytes")
+                ops = [op_name(n) for n in subgraph.call_nodes()]
+                specs = encode_specs(request.specs, backend.compile_spec_defs) + (
+                    (IO_SPEC_INPUTS, b"i:%d" % len(runtime_inputs)),
+                    (IO_SPEC_OUTPUTS, b"i:%d" % len(outputs)))
+                lowered = LoweredDelegate(
+                    backend.name, bytes(blob), specs, sub, list(constants.values()),
+                    len(runtime_inputs), len(outputs), ops,
+                    [n.name for n in nodes if n.target is not operator.getitem])
+                self._replace(method, nodes, [o for _, o in runtime_inputs], list(outputs), lowered)
+                report["delegates"].append({
+                    "backend": backend.name, "nodes": len(lowered.nodes), "ops": ops,
+                    "blob_bytes": len(lowered.blob), "inputs": lowered.num_inputs,
+                    "outputs": lowered.num_outputs})
+        _drop_unused_constants(method)
+        method.graph.lint()
+        method.graph_module.recompile()
+        return method
+
+    @staticmethod
+    def _replace(method: MethodGraph, nodes: list[torch.fx.Node], inputs: list[torch.fx.Node],
+                 outputs: list[torch.fx.Node], lowered: LoweredDelegate) -> None:
+        graph = method.graph
+        with graph.inserting_after(nodes[-1]):
+            call = graph.create_node("call_function", lowered, tuple(inputs), {},
+                                     name=f"delegate_{lowered.backend}")
+            call.meta["val"] = tuple(o.meta.get("val") for o in outputs)
+        anchor = call
+        for i, out in enumerate(outputs):
+            with graph.inserting_after(anchor):
+                anchor = item = graph.create_node("call_function", operator.getitem, (call, i), {},
+                                         name=f"{call.name}_{i}")
+            item.meta["val"] = out.meta.get("val")
+            out.replace_all_uses_with(item)
+        for node in reversed(nodes):
+            if node.users:
+                raise InternalError(f"delegation: {node.name} still has users {list(node.users)}")
+            graph.erase_node(node)
+        # The call sits after the partition's last node; a node outside the partition that
+        # reads one of its outputs may come earlier in graph order (partitions are convex,
+        # not contiguous): re-sort topologically.
+        _sort_in_place(graph)
+
+
+def _sort_in_place(graph: torch.fx.Graph) -> None:
+    """Stable topological order (original order wherever dependencies allow), moving the
+    node objects themselves: partitions still to lower keep pointing at them."""
+    nodes = list(graph.nodes)
+    position = {node: i for i, node in enumerate(nodes)}
+    pending = {node: len(set(node.all_input_nodes)) for node in nodes}
+    ready = [(position[n], n) for n in nodes if pending[n] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, node = heapq.heappop(ready)
+        order.append(node)
+        for user in node.users:
+            pending[user] -= 1
+            if pending[user] == 0:
+                heapq.heappush(ready, (position[user], user))
+    if len(order) != len(nodes):
+        raise InternalError("delegation: the graph has a cycle after lowering a partition")
+    if order == nodes:
+        return
+    previous = order[0]
+    if previous is not nodes[0]:
+        nodes[0].prepend(previous)
+    for node in order[1:]:
+        previous.append(node)
+        previous = node
+
+
+def _reorder_placeholders(sub: torch.fx.GraphModule, first: list[torch.fx.Node]) -> None:
+    """Make ``first`` the leading placeholders (run-time inputs), constants after them."""
+    rest = [n for n in sub.graph.nodes if n.op == "placeholder" and n not in first]
+    anchor = next(n for n in sub.graph.nodes if n.op != "placeholder")
+    for node in [*first, *rest]:
+        anchor.prepend(node)
+    sub.graph.lint()
+    sub.recompile()
+
+
+def _drop_unused_constants(method: MethodGraph) -> None:
+    for node in list(method.graph.nodes):
+        if node.op == "placeholder" and not node.users and method.input_kinds.get(node.name) not in (
+                None, InputKind.USER):
+            method.graph.erase_node(node)
+            method.constants.pop(node.name, None)
+            method.input_kinds.pop(node.name, None)
+
+
+def delegation_report(program: Any) -> dict[str, Any]:
+    """What delegation did, per method: ``{method: {"delegates": [...], "rejected": [...]}}``
+    (read from the program's metadata; empty without delegation)."""
+    raw = dict(program.user_metadata).get(METADATA_KEY)
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise ExportError(f"program metadata {METADATA_KEY!r} is not JSON: {e}") from e
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,153 @@
+"""Delegates at run time: one backend handle per delegate blob, made at load.
+
+    load → for each DelegateBlob: find the backend by id → unavailable()? → its compile
+    specs decoded (typed, strict) → init(blob, specs, context) → handle
+    Method → each DelegateCall bound once to its arena views (backend.bind)
+    LoadedProgram gone → destroy(handle) for each
+
+A handle is shared by every Method instance of the loaded program; calls through it are
+serialised by a lock per handle (a backend keeps per-handle scratch memory), while
+kernel instructions of different instances still run in parallel.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from opforge.errors import BackendError, ProgramError
+from opforge.program import ConstantStorage, DelegateCall, Program, TensorValue
+
+__all__ = ["DelegateSet", "DelegateKernel", "IO_INPUTS", "IO_OUTPUTS"]
+
+IO_INPUTS, IO_OUTPUTS = "opforge.inputs", "opforge.outputs"  # see opforge.export.delegation
+
+
+@dataclass(frozen=True)
+class DelegateKernel:
+    """What error messages and traces show for a delegate instruction."""
+
+    key: str
+    origin: str
+    target: str = "delegate"
+
+
+def _io_count(api: str, index: int, backend: str, specs: dict[str, bytes], key: str) -> int:
+    raw = specs.get(key)
+    try:
+        if raw is None or not raw.startswith(b"i:"):
+            raise ValueError
+        count = int(raw[2:].decode("ascii"), 10)
+        if not 0 <= count <= 1 << 20:
+            raise ValueError
+        return count
+    except ValueError:
+        raise ProgramError(
+            f"`{api}`: delegates[{index}] ({backend!r}) — compile spec {key!r} is "
+            f"{'missing' if raw is None else repr(raw[:40])} — valid: 'i:<count>' as export "
+            "writes it — fix: re-export the program; this one was altered or corrupted") from None
+
+
+class DelegateSet:
+    """The initialised delegates of one loaded program."""
+
+    def __init__(self, api: str, program: Program, context: Any) -> None:
+        from opforge.backends import decode_specs, get_backend
+
+        self._api = api
+        self._program = program
+        self.backends: list[Any] = []
+        self.handles: list[Any] = []
+        self.io: list[tuple[int, int]] = []
+        self.locks: list[threading.Lock] = []
+        used = {ins.delegate for m in program.methods for ins in m.instructions
+                if type(ins) is DelegateCall}
+        try:
+            for index, blob in enumerate(program.delegates):
+                if index not in used:
+                    self.backends.append(None)
+                    self.handles.append(None)
+                    self.io.append((0, 0))
+                    self.locks.append(threading.Lock())
+                    continue
+                try:
+                    backend = get_backend(blob.id)
+                except BackendError as e:
+                    raise BackendError(f"`{api}`: delegates[{index}] needs backend {blob.id!r}: {e}") from None
+                problem = backend.unavailable()
+                if problem:
+                    raise BackendError(f"`{api}`: delegates[{index}] needs backend {blob.id!r}, "
+                                       f"which cannot run here: {problem}")
+                raw = dict(blob.compile_specs)
+                io = (_io_count(api, index, blob.id, raw, IO_INPUTS),
+                      _io_count(api, index, blob.id, raw, IO_OUTPUTS))
+                own = [(k, v) for k, v in blob.compile_specs if not k.startswith("opforge.")]
+                specs = decode_specs(blob.id, backend.compile_spec_defs, own)
+                data = program.segments[blob.segment].data
+                try:
+                    handle = backend.init(data, specs, context)
+                except BackendError as e:
+                    raise BackendError(f"`{api}`: delegates[{index}] ({blob.id!r}, "
+                                       f"{data.nbytes} bytes) refused: {e}") from None
+                self.backends.append(backend)
+                self.handles.append(handle)
+                self.io.append(io)
+                self.locks.append(threading.Lock())
+        except BaseException:
+            self.close()
+            raise
+        self._finalizer = weakref.finalize(self, DelegateSet._destroy, list(self.backends),
+                                           list(self.handles))
+
+    @staticmethod
+    def _destroy(backends: list, handles: list) -> None:
+        for backend, handle in zip(backends, handles):
+            if backend is not None and handle is not None:
+                backend.destroy(handle)
+
+    def close(self) -> None:
+        """Destroy every handle now (also done when the set is garbage collected)."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        else:
+            DelegateSet._destroy(self.backends, self.handles)
+            self.handles = [None] * len(self.handles)
+
+    def check_call(self, method: Any, i: int, instruction: DelegateCall) -> None:
+        """Args of a DelegateCall: the stored input/output counts, tensors only, outputs in
+        an arena (a constant is a read-only view of the file)."""
+        n_in, n_out = self.io[instruction.delegate]
+        where = f"`{self._api}`: method {method.name!r} instruction {i} (DelegateCall " \
+                f"{instruction.delegate})"
+        if len(instruction.args) != n_in + n_out:
+            raise ProgramError(f"{where} — {len(instruction.args)} arguments — valid: {n_in} "
+                               f"input(s) + {n_out} output(s), as its delegate stores — fix: "
+                               "re-export the program; this one was altered or corrupted")
+        for position, index in enumerate(instruction.args):
+            value = method.values[index]
+            if type(value) is not TensorValue:
+                raise ProgramError(f"{where} — argument {position} is value {index}, "
+                                   f"a {type(value).__name__} — valid: tensors only — fix: re-export")
+            if position >= n_in and type(value.storage) is ConstantStorage:
+                raise ProgramError(f"{where} — output {position - n_in} is value {index}, a "
+                                   "constant tensor — valid: an arena tensor — fix: re-export")
+
+    def bind(self, instruction: DelegateCall, get: Callable[[int], Any]) -> Callable[[], None]:
+        index = instruction.delegate
+        n_in = self.io[index][0]
+        arrays = [get(a) for a in instruction.args]
+        backend, handle, lock = self.backends[index], self.handles[index], self.locks[index]
+        run = backend.bind(handle, arrays[:n_in], arrays[n_in:])
+
+        def call() -> None:
+            with lock:
+                run()
+        call.delegate_run = run  # the unlocked call, for a backend's own benchmarks
+        return call
+
+    def kernel(self, index: int) -> DelegateKernel:
+        blob = self._program.delegates[index]
+        return DelegateKernel(f"delegate {index} ({blob.id})", f"backend {blob.id!r}")
