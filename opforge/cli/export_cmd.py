@@ -112,15 +112,25 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
               help="Check every op has a kernel in SET: portable, aten or a native LIB.so "
               "(union of all given). Repeatable.")
 @click.option("--allow-missing", is_flag=True, help="Write the program even if --kernels misses ops (warns).")
+@click.option("--backend", "backends", multiple=True, metavar="NAME",
+              help="Delegate what backend NAME takes (e.g. cpu); the rest stays on kernels. Repeatable.")
+@click.option("--compile-spec", "compile_specs", multiple=True, metavar="KEY=VALUE",
+              help="A compile spec for the backend(s), e.g. num_threads=2. Repeatable.")
+@click.option("--op-packages", "op_packages", type=click.Path(dir_okay=False), metavar="FILE",
+              help="JSON/YAML list of op packages (OpPackageInfo) for the backend.")
+@click.option("--explain", is_flag=True, help="Print every node left out of delegation, with why.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors.")
 def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],
-           kernels: tuple[str, ...], allow_missing: bool, quiet: bool) -> None:
+           kernels: tuple[str, ...], allow_missing: bool, backends: tuple[str, ...],
+           compile_specs: tuple[str, ...], op_packages: str | None, explain: bool,
+           quiet: bool) -> None:
     """Export FACTORY (MODULE:FUNCTION returning (model, example_inputs)) to a program file."""
     import warnings
 
     from rich.console import Console
 
     console = Console(stderr=True, quiet=quiet)
+    specs = _compile_specs(compile_specs, op_packages, backends)
     with console.status(f"importing {factory}") as status:
         from opforge.export import export as export_program
         from opforge.program import save
@@ -136,6 +146,7 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
             program = export_program(
                 None, None, methods=wanted, strict=strict, preserve_ops=preserve_ops,
                 kernels=list(kernels) or None, allow_missing=allow_missing, on_step=on_step,
+                backends=list(backends), compile_specs=specs,
             )
         status.update(f"writing {output}")
         save(program, output)
@@ -143,6 +154,35 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
         if issubclass(warning.category, UserWarning):
             console.print(f"[yellow]warning:[/yellow] {warning.message}", soft_wrap=True, markup=False)
     _summary(console, program, output)
+    if backends:
+        from opforge.cli.delegation_view import print_delegation
+        from opforge.cli.tables import table_console
+        from opforge.export import delegation_report
+
+        print_delegation(table_console(stderr=True, quiet=quiet) if not explain else table_console(),
+                         delegation_report(program), explain=explain)
+
+
+def _compile_specs(items: tuple[str, ...], op_packages: str | None,
+                   backends: tuple[str, ...]) -> dict[str, Any]:
+    """``--compile-spec KEY=VALUE`` and ``--op-packages FILE`` → the compile specs dict."""
+    from opforge.backends import parse_spec_args
+
+    if (items or op_packages) and not backends:
+        raise ExportError(f"{_API}: --compile-spec/--op-packages without --backend — valid: "
+                          "compile specs of a backend — fix: add --backend NAME (e.g. cpu)")
+    specs: dict[str, Any] = dict(parse_spec_args(items))
+    if op_packages:
+        problem = regular_file_problem(op_packages, "a JSON or YAML op-package list",
+                                       "name the file listing your OpPackageInfo entries")
+        if problem is not None:
+            raise ExportError(f"{_API}: --op-packages {problem}")
+        from opforge.backends.oppackage import load_op_package_infos
+
+        infos = load_op_package_infos(op_packages)
+        specs["op_packages"] = [info.as_dict() if hasattr(info, "as_dict") else dict(info)
+                                for info in infos]
+    return specs
 
 
 def _summary(console: Any, program: Any, output: str) -> None:

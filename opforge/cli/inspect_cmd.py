@@ -23,7 +23,31 @@ def summary(program: Any) -> dict:
         arena = method["memory_plan"]["total_bytes"]
         method["memory_plan"]["naive_bytes"] = int(naive) if naive is not None else None
         method["memory_plan"]["reuse_ratio"] = round(int(naive) / arena, 3) if naive and arena else None
+    from opforge.backends.report import delegation_report
+
+    data["delegation"] = delegation_report(program)
+    for entry in data["delegates"]:
+        entry.update(_describe_blob(program, entry["index"]))
     return data
+
+
+def _describe_blob(program: Any, index: int) -> dict:
+    """The backend's own view of one blob (ops, the implementation of each node), when the
+    backend is installed here; otherwise why not. Never fails: inspect is for broken files."""
+    from opforge.backends import decode_specs, get_backend
+    from opforge.errors import OpforgeError
+
+    blob = program.delegates[index]
+    own = [(k, v) for k, v in blob.compile_specs if not k.startswith("opforge.")]
+    out: dict = {"blob_bytes": program.segments[blob.segment].nbytes,
+                 "specs": {k: v.decode("utf-8", "replace") for k, v in blob.compile_specs}}
+    try:
+        backend = get_backend(blob.id)
+        specs = decode_specs(blob.id, backend.compile_spec_defs, own)
+        out["backend_view"] = backend.describe_blob(program.segments[blob.segment].data, specs)
+    except OpforgeError as e:
+        out["backend_view_error"] = str(e)
+    return out
 
 
 @click.command("inspect")
@@ -79,8 +103,24 @@ def _print(data: dict, path: str, show_values: bool) -> None:
             for text in method["values"]:
                 table.add_row(escape(text))
             console.print(table)
+    if data["delegates"]:
+        from opforge.cli.delegation_view import print_delegation
+
+        blobs = Table("#", "backend", "segment", "blob bytes", "compile specs", title="delegates")
+        for d in data["delegates"]:
+            blobs.add_row(str(d["index"]), escape(d["id"]), str(d["segment"]), str(d["blob_bytes"]),
+                          escape(", ".join(f"{k}={v}" for k, v in d["specs"].items())))
+        console.print(blobs)
+        implementations = {d["index"]: d.get("backend_view", {}).get("nodes")
+                           for d in data["delegates"]}
+        print_delegation(console, data["delegation"], explain=True, implementations=implementations)
+        for d in data["delegates"]:
+            if "backend_view_error" in d:
+                console.print(f"[yellow]delegate {d['index']}:[/yellow] {escape(d['backend_view_error'])}")
     if data["user_metadata"]:
         meta = Table("key", "value", title="metadata")
         for key, value in data["user_metadata"].items():
+            if key == "opforge.delegation":
+                value = f"({len(value)} bytes of JSON: the delegation report above)"
             meta.add_row(escape(key), escape(value))
         console.print(meta)

@@ -14,7 +14,7 @@ This package imports torch; the lean runtime never imports it.
 
 from opforge.export.api import export, normalize_op_name
 from opforge.export.capture import MethodSpec
-from opforge.export.delegation import delegation_report
+from opforge.backends.report import delegation_report
 from opforge.export.kernel_sets import AtenKernels, ExportMissingKernelError
 from opforge.export.memory_planning import Allocation, MemoryPlan, TensorLifetime, plan_arenas
 from opforge.export.pass_manager import ExportPass, PassManager

@@ -18,7 +18,6 @@ so ``opforge inspect`` and :func:`delegation_report` read it from the file.
 
 from __future__ import annotations
 
-import json
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -28,7 +27,8 @@ import torch.fx
 import heapq
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
 
-from opforge.errors import BackendError, ExportError, InternalError
+from opforge.backends.report import METADATA_KEY, delegation_report
+from opforge.errors import BackendError, InternalError
 from opforge.export.method_graph import InputKind, MethodGraph
 from opforge.export.lowered import DelegateOut, LoweredDelegate, is_delegate
 from opforge.export.pass_manager import ExportPass
@@ -38,7 +38,6 @@ __all__ = [
     "delegation_report", "METADATA_KEY", "IO_SPEC_INPUTS", "IO_SPEC_OUTPUTS",
 ]
 
-METADATA_KEY = "opforge.delegation"
 # Stored beside the backend's own compile specs: how many of a DelegateCall's args are
 # inputs and outputs (the runtime and verifier check calls against them).
 IO_SPEC_INPUTS = "opforge.inputs"
@@ -136,10 +135,11 @@ class Delegate(ExportPass):
                     len(runtime_inputs), len(outputs), ops,
                     [n.name for n in nodes if n.target is not operator.getitem])
                 self._replace(method, nodes, [o for _, o in runtime_inputs], list(outputs), lowered)
-                report["delegates"].append({
+                lowered.report = {
                     "backend": backend.name, "nodes": len(lowered.nodes), "ops": ops,
                     "blob_bytes": len(lowered.blob), "inputs": lowered.num_inputs,
-                    "outputs": lowered.num_outputs})
+                    "outputs": lowered.num_outputs}  # emit adds "delegate": its index
+                report["delegates"].append(lowered.report)
         _drop_unused_constants(method)
         method.graph.lint()
         method.graph_module.recompile()
@@ -215,16 +215,3 @@ def _drop_unused_constants(method: MethodGraph) -> None:
             method.graph.erase_node(node)
             method.constants.pop(node.name, None)
             method.input_kinds.pop(node.name, None)
-
-
-def delegation_report(program: Any) -> dict[str, Any]:
-    """What delegation did, per method: ``{method: {"delegates": [...], "rejected": [...]}}``
-    (read from the program's metadata; empty without delegation)."""
-    raw = dict(program.user_metadata).get(METADATA_KEY)
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-    except ValueError as e:
-        raise ExportError(f"program metadata {METADATA_KEY!r} is not JSON: {e}") from e
-    return data if isinstance(data, dict) else {}

@@ -66,6 +66,7 @@ class _Delegates:
         if id(lowered) not in self.index:
             self.blobs.append((lowered.backend, lowered.blob, lowered.specs))
             self.index[id(lowered)] = len(self.blobs) - 1
+            getattr(lowered, "report", {})["delegate"] = len(self.blobs) - 1
         return self.index[id(lowered)]
 
     def finish(self, first_segment: int) -> tuple[tuple[Segment, ...], tuple[DelegateBlob, ...]]:

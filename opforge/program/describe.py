@@ -33,7 +33,10 @@ def describe(program: Program) -> dict:
             for i, d in enumerate(program.delegates)
         ],
         "user_metadata": dict(program.user_metadata),
-        "constant_bytes": sum(s.nbytes for s in program.segments),
+        "constant_bytes": sum(s.nbytes for i, s in enumerate(program.segments)
+                              if i not in {d.segment for d in program.delegates}),
+        "delegate_bytes": sum(program.segments[d.segment].nbytes for d in program.delegates
+                              if 0 <= d.segment < len(program.segments)),
     }
 
 
