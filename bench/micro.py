@@ -38,8 +38,8 @@ IMPORTS = {
     "executorch pybindings": "executorch.extension.pybindings.portable_lib",
 }
 
-CHAIN_RUNTIMES = ("opforge-lean", "opforge-aten", "eager", "ort", "et-portable", "et-xnnpack")
-BIG_RUNTIMES = ("opforge-lean", "ort", "et-xnnpack")
+CHAIN_RUNTIMES = ("opforge-lean", "opforge-aten", "opforge-cpu", "eager", "ort", "et-portable", "et-xnnpack")
+BIG_RUNTIMES = ("opforge-lean", "opforge-cpu", "ort", "et-xnnpack")
 
 
 def per_instruction(h: Harness, runtimes: list[str], rounds: int, runs: int) -> dict:

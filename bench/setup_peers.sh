@@ -27,7 +27,10 @@ PIP=("$VENV/bin/python" -m pip install --quiet)
 "${PIP[@]}" "torch==$TORCH_VERSION"
 
 # ONNX Runtime, plus what torch.onnx.export (the dynamo exporter in torch 2.13) imports.
-"${PIP[@]}" onnxruntime onnx onnxscript matplotlib numpy pyyaml jinja2 click rich
+"${PIP[@]}" onnxruntime onnx onnxscript matplotlib numpy pyyaml jinja2 click rich defusedxml \
+    cmake ninja
+# opforge-cpu: the cpu backend's oneDNN (the CPU/GNU-OpenMP build) and its headers
+"${PIP[@]}" onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 
 # ExecuTorch: its wheel pins torch; name torch beside it so the resolver keeps ours.
 if ! "${PIP[@]}" "executorch==$EXECUTORCH_VERSION" "torch==$TORCH_VERSION"; then

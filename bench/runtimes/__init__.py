@@ -39,6 +39,8 @@ RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
             "opforge program on the lean runtime (NumPy portable kernels, no torch)"),
     Runtime("opforge-aten", "opforge_rt", "aten", ".opf",
             "the same program file with PyTorch's own out kernels (ATen mode)"),
+    Runtime("opforge-cpu", "opforge_rt", "cpu", ".opf",
+            "opforge program fully delegated to the compiled cpu backend (oneDNN)"),
     Runtime("eager", "eager", "", ".eager",
             "torch eager under torch.inference_mode()"),
     Runtime("ort", "onnxruntime_cpu", "", ".onnx",

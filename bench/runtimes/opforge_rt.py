@@ -1,6 +1,7 @@
 """opforge: ``opforge.export.export`` → program file → ``opforge.runtime.load(mode=...)``.
 
-``lean`` runs the portable NumPy kernels (the worker proves torch never gets imported);
+``cpu`` runs a program whose subgraphs the compiled cpu backend (oneDNN) took, the rest
+on the portable kernels; ``lean`` runs the portable NumPy kernels (the worker proves torch never gets imported);
 ``aten`` runs the same file with PyTorch's own out kernels. Calls go through the public
 API a user calls, ``forward(*arrays)``, which copies inputs into the arena and returns
 fresh output arrays (``views=False``), like ONNX Runtime's ``run`` does. Threads: NumPy's
@@ -26,9 +27,12 @@ def unavailable() -> str | None:
 def export(model, inputs, path: pathlib.Path, variant: str) -> None:
     from opforge.export import export as opforge_export
     from opforge.program import save
-    # Both modes run the same program: exported once against the portable kernel set (the
-    # stricter one), so ATen mode differs only in who runs each instruction.
-    save(opforge_export(model, inputs, kernels="portable"), path)
+    # lean and aten run the same program: exported once against the portable kernel set
+    # (the stricter one), so ATen mode differs only in who runs each instruction. cpu
+    # delegates what the cpu backend takes (everything, for the zoo); its threads come from
+    # OPFORGE_NUM_THREADS, which the harness sets to --threads.
+    backends = ["cpu"] if variant == "cpu" else None
+    save(opforge_export(model, inputs, kernels="portable", backends=backends), path)
 
 
 class Session:
@@ -37,7 +41,7 @@ class Session:
         if mode == "aten":
             import torch
             torch.set_num_threads(threads)
-        self.program = load(path, mode=mode)
+        self.program = load(path, mode="lean" if mode == "cpu" else mode)
         self.forward = self.program.method("forward")
 
     def feed(self, arrays: list[np.ndarray]):
