@@ -96,7 +96,9 @@ class Delegate(ExportPass):
 
     def run(self, method: MethodGraph) -> MethodGraph:
         from opforge.backends import encode_specs
+        from opforge.backends.base import Rejection
         from opforge.backends.partition import ExportGraph, Subgraph, op_name
+        from opforge.export.diagnostics import node_location
 
         report = method.notes.setdefault("delegation", {"delegates": [], "rejected": []})
         for request in self.requests:
@@ -107,6 +109,13 @@ class Delegate(ExportPass):
             for nodes in result.partitions:
                 nodes = [n for n in nodes if n.graph is method.graph]
                 if not nodes:
+                    continue
+                problem = _unlowerable(method, nodes)
+                if problem is not None:
+                    report["rejected"].extend(
+                        Rejection(backend.name, n.name, op_name(n), "partition", problem,
+                                  node_location(n) or "").as_dict()
+                        for n in nodes if n.target is not operator.getitem)
                     continue
                 sub, inputs, outputs = fuse_as_graphmodule(
                     method.graph_module, nodes, f"delegate_{backend.name}", always_return_tuple=True)
@@ -168,6 +177,20 @@ class Delegate(ExportPass):
         # reads one of its outputs may come earlier in graph order (partitions are convex,
         # not contiguous): re-sort topologically.
         _sort_in_place(graph)
+
+
+def _unlowerable(method: MethodGraph, nodes: list[torch.fx.Node]) -> str | None:
+    """Why a proposed partition cannot become a delegate call (None when it can): a
+    DelegateCall passes tensors only, and must produce something."""
+    inside = set(nodes)
+    for node in nodes:
+        for arg in node.all_input_nodes:
+            if arg not in inside and not isinstance(arg.meta.get("val"), torch.Tensor):
+                return (f"the group reads {arg.name}, a {type(arg.meta.get('val')).__name__} "
+                        "(a delegate call passes tensors only)")
+    if not any(user not in inside for node in nodes for user in node.users):
+        return "the group's results are never used"
+    return None
 
 
 def _sort_in_place(graph: torch.fx.Graph) -> None:
