@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from opforge.errors import ManifestError
 from opforge.schema import FunctionSchema
+
+if TYPE_CHECKING:
+    from opforge.manifest.quantization import QuantContract  # noqa: F401
 
 __all__ = ["OpDef", "KernelBinding", "TensorMeta", "native_kernel_name", "check_kernel_name",
            "DTYPE_NAMES"]
@@ -130,6 +133,9 @@ class OpDef:
     # callable, or "module:function": () -> [(args, kwargs), ...] of the functional op,
     # samples `opforge check` runs besides the ones it generates
     samples: Callable | str | None = None
+    # how opforge.quantize treats the op (opforge.manifest.quantization); None: no contract,
+    # the op stays float and the quantization report says so
+    quantization: "QuantContract | None" = None
 
     def __post_init__(self) -> None:
         if not self.functional.is_functional():
@@ -137,6 +143,11 @@ class OpDef:
                                 f"got a {self.functional.kind().value} one ({self.source})")
         if not self.out.is_out_variant():
             raise ManifestError(f"`OpDef`: {self.out.name} — out schema expected ({self.source})")
+        if self.quantization is not None:
+            from opforge.manifest.quantization import QuantContract
+
+            object.__setattr__(self, "quantization", QuantContract.parse(
+                self.quantization, self.functional, f"quantization ({self.source})"))
 
     @classmethod
     def from_schema(cls, schema: FunctionSchema, **kw) -> "OpDef":

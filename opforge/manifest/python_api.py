@@ -78,10 +78,13 @@ class CustomOp:
         return f"<opforge op {self._opdef.functional}>"
 
 
-def op(schema: str, *, kernels: tuple[KernelBinding, ...] | list = (), doc: str = "") -> Callable:
+def op(schema: str, *, kernels: tuple[KernelBinding, ...] | list = (), doc: str = "",
+       quantization: object = None) -> Callable:
     """Decorator defining a custom operator from its functional (or out) schema.
 
     ``kernels`` binds native kernels as in a manifest: ``[KernelBinding("custom::f_out")]``.
+    ``quantization`` is the op's quantization contract, as the manifest key writes it
+    (``"passthrough"``, ``"float"`` or ``{"inputs": ..., "outputs": ...}``; docs/manifest.md).
     """
     if not isinstance(schema, str):
         raise ManifestError(f"`opforge.op`: the schema must be a string, got {type(schema).__name__}")
@@ -101,7 +104,8 @@ def op(schema: str, *, kernels: tuple[KernelBinding, ...] | list = (), doc: str 
             raise ManifestError(f"`opforge.op`: decorates a function, got {fn!r}")
         try:
             opdef = OpDef.from_schema(parsed, kernels=tuple(kernels), python_impl=fn,
-                                      doc=doc or (fn.__doc__ or "").strip(), source=_where(fn))
+                                      doc=doc or (fn.__doc__ or "").strip(), source=_where(fn),
+                                      quantization=quantization)
         except SchemaError as exc:
             raise ManifestError(f"`opforge.op`: {parsed.name} — {exc}") from None
         return CustomOp(opdef, fn)

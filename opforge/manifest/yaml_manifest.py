@@ -44,7 +44,7 @@ from opforge.schema import FunctionSchema, SchemaKind, is_tensor_like_type
 
 __all__ = ["load_manifest", "parse_manifest"]
 
-_OPFORGE_KEYS = {"python", "fake", "doc", "samples"}
+_OPFORGE_KEYS = {"python", "fake", "doc", "samples", "quantization"}
 _BINDING_KEYS = {"func", "op", "kernels", "type_alias", "dim_order_alias", "dispatch"}
 # Keys of torchgen / ExecuTorch entries that do not affect kernel binding here.
 _PASSIVE_KEYS = {"variants", "tags", "device_check", "device_guard", "cpp_no_default_args",
@@ -151,9 +151,27 @@ def _parse_entry(e: _Entry) -> OpDef:
             refs[key] = raw[key]
     kernels = _kernels(e, out)
     extra = tuple((k, raw[k]) for k in raw if k in _PASSIVE_KEYS)
+    quantization = None
+    if "quantization" in raw:
+        from opforge.manifest.quantization import QuantContract
+
+        try:
+            quantization = QuantContract.parse(_plain(raw["quantization"]), functional,
+                                               f"quantization ({e.filename}:{raw.line})")
+        except ManifestError as exc:
+            raise e.fail("quantization", "invalid quantization contract", str(exc)) from None
     return OpDef(functional, out, kernels, refs.get("python"), refs.get("fake"),
                  raw.get("doc", ""), f"{e.filename}:{raw.line}", is_aten, extra,
-                 samples=refs.get("samples"))
+                 samples=refs.get("samples"), quantization=quantization)
+
+
+def _plain(value: object) -> object:
+    """YAML line-tracking containers → plain dicts, lists and scalars."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _func(e: _Entry) -> tuple[FunctionSchema, FunctionSchema]:
