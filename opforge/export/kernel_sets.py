@@ -31,12 +31,20 @@ class ExportMissingKernelError(ExportError, MissingKernelError):
 
 
 class AtenKernels:
-    """ATen mode: every ``aten::`` operator torch has runs on PyTorch's own kernel."""
+    """ATen mode: every ``aten::`` operator torch has runs on PyTorch's own kernel, and so
+    do the quantize/dequantize out overloads of quantized programs."""
 
     name = "aten"
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key.startswith("aten::")
+        if not isinstance(key, str):
+            return False
+        if key.startswith(("quantized_decomposed::", "torchao::")):
+            from opforge.torch_bridge.quantized_ops import QUANTIZED_OUT_SCHEMAS
+
+            name, _, overload = key.partition(".")
+            return overload == "out" and name in QUANTIZED_OUT_SCHEMAS
+        return key.startswith("aten::")
 
     def __repr__(self) -> str:
         return "AtenKernels()"

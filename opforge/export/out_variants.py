@@ -126,6 +126,11 @@ def find_out_variant(op: Any) -> OutVariant | None:
     view), or None when the operator has none."""
     if is_out_schema(op._schema):
         return OutVariant(op, op, out_argument_names(op._schema), frozenset(), False)
+    if op.namespace in ("quantized_decomposed", "torchao"):
+        # their out overloads are opforge's (torch and torchao define functional ones only)
+        from opforge.torch_bridge.quantized_ops import ensure_registered
+
+        ensure_registered(op.namespace)
     functional, via_copy = op, False
     if is_view_schema(op._schema):
         packet = _packet(op, op._schema.name.split("::", 1)[1] + "_copy")

@@ -48,6 +48,10 @@ def torch_op(key: str) -> Any | None:
 
     name, _, overload = key.partition(".")
     namespace, _, op = name.partition("::")
+    if namespace in ("quantized_decomposed", "torchao"):  # their .out overloads are opforge's
+        from opforge.torch_bridge.quantized_ops import ensure_registered
+
+        ensure_registered(namespace)
     try:
         packet = getattr(getattr(torch.ops, namespace), op)
         found = getattr(packet, overload or "default")

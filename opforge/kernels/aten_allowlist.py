@@ -17,7 +17,9 @@ anything else, at load, before any kernel runs.
 #   2. or it is an ``aten`` key the portable kernel library implements (``aten::linear.out``:
 #      export keeps such an op whole when exporting for the portable kernel set);
 #   3. or its operator was registered with PyTorch through ``opforge.torch_bridge`` (any
-#      overload of ``"ns::op"``), or the caller allowed it (``AtenOps.allow``,
+#      overload of ``"ns::op"``; this includes the ``.out`` overloads of the
+#      ``quantized_decomposed`` / ``torchao`` quantize and dequantize ops that
+#      ``opforge.torch_bridge.quantized_ops`` adds for quantized programs), or the caller allowed it (``AtenOps.allow``,
 #      ``KernelRegistry.allow_ops``, ``load(..., allow_ops=[...])``): an exact key, or
 #      ``"ns::op"`` for every overload of an operator.
 #
@@ -178,9 +180,12 @@ class AtenOps:
 def _registered_by_opforge(key: str) -> bool:
     try:
         from opforge.torch_bridge import is_registered
+        from opforge.torch_bridge.quantized_ops import QUANTIZED_OUT_SCHEMAS
     except ImportError:  # pragma: no cover - torch_bridge needs only torch, present here
         return False
-    return is_registered(key.partition(".")[0])
+    name, _, overload = key.partition(".")
+    # the quantize/dequantize out overloads opforge adds for quantized programs
+    return is_registered(name) or (overload == "out" and name in QUANTIZED_OUT_SCHEMAS)
 
 
 def _verdict(key: str) -> tuple[str, str] | None:

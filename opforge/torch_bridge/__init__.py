@@ -10,9 +10,14 @@
 [2.0, 2.0]
 """
 
-from opforge.torch_bridge.registration import is_registered, register, registered_ops, set_out_kernel
+from opforge.torch_bridge.registration import (
+    is_registered, register, registered_opdef, registered_ops, set_out_kernel,
+)
 
-__all__ = ["is_registered", "register", "register_manifest", "registered_ops", "set_out_kernel"]
+__all__ = [
+    "is_registered", "register", "register_manifest", "registered_opdef", "registered_ops",
+    "set_out_kernel",
+]
 
 
 def register_manifest(path) -> list:

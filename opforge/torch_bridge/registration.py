@@ -26,12 +26,14 @@ from opforge.errors import KernelError, RegistrationError
 from opforge.manifest import OpDef, resolve_reference
 from opforge.schema import BaseType, FunctionSchema, ListType
 
-__all__ = ["register", "registered_ops", "set_out_kernel", "is_registered"]
+__all__ = ["register", "registered_ops", "set_out_kernel", "is_registered", "registered_opdef"]
 
 _TENSOR, _TENSOR_LIST = BaseType("Tensor"), ListType(BaseType("Tensor"))
 
 # "ns::name" -> where its definition came from; the libraries must stay alive.
 _SOURCES: dict[str, str] = {}
+# "ns::name" -> its definition (the quantizer reads its quantization contract)
+_OPDEFS: dict[str, OpDef] = {}
 _LIBRARIES: dict[str, torch.library.Library] = {}
 # "ns::name" -> a callable(*functional args, outs) writing into outs (a native kernel).
 _OUT_KERNELS: dict[str, Callable] = {}
@@ -50,6 +52,11 @@ def _library(namespace: str) -> torch.library.Library:
 def registered_ops() -> dict[str, str]:
     """``"ns::name"`` → source of every op registered by opforge in this process."""
     return dict(_SOURCES)
+
+
+def registered_opdef(name: str) -> OpDef | None:
+    """The definition opforge registered as ``"ns::name"``, or None."""
+    return _OPDEFS.get(name)
 
 
 def is_registered(name: str) -> bool:
@@ -100,6 +107,7 @@ def _register_one(opdef: OpDef) -> None:
     lib.define(_unqualified(opdef.functional))
     lib.define(_unqualified(opdef.out))
     _SOURCES[name] = opdef.source
+    _OPDEFS[name] = opdef
 
     lib.impl(functional_name, _functional_impl(opdef, reference), "CompositeExplicitAutograd")
     lib.impl(out_name, _out_impl(opdef, reference), "CompositeExplicitAutograd")

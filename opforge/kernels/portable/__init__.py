@@ -36,6 +36,7 @@ from opforge.kernels.portable import (
     linalg,
     normalization,
     pooling,
+    quantized,
     reduction,
     resample,
     shape,
@@ -64,6 +65,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     shape,
     indexing,
     factory,
+    quantized,
 )
 
 
