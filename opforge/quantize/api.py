@@ -1,0 +1,148 @@
+"""The one-call API: capture → annotate → prepare → calibrate (or train) → convert → report.
+
+>>> from opforge.examples.zoo import ZOO                          # doctest: +SKIP
+>>> model, inputs = ZOO["mlp"]()                                  # doctest: +SKIP
+>>> result = quantize(model, inputs, "16a8w", calibration=[inputs])  # doctest: +SKIP
+>>> result.report.sqnr_db > 40                                    # doctest: +SKIP
+True
+>>> program = result.export()                                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
+
+from opforge.quantize.quantizer import Quantizer
+from opforge.quantize.report import QuantReport, accuracy, build_report
+from opforge.quantize.schemes import QuantConfig, QuantizeError
+
+__all__ = ["quantize", "prepare", "prepare_qat", "convert", "QuantizedModel", "capture"]
+
+
+def capture(model: torch.nn.Module, example_inputs: tuple) -> torch.fx.GraphModule:
+    """``torch.export.export(model, inputs).module()``: the graph PT2E annotates."""
+    return torch.export.export(model, tuple(example_inputs)).module()
+
+
+def _check_sample(sample: Sequence, example_inputs: tuple, index: int) -> tuple:
+    sample = tuple(sample)
+    if len(sample) != len(example_inputs):
+        raise QuantizeError(
+            f"`opforge.quantize.quantize(calibration=...)`: sample {index} — {len(sample)} "
+            f"inputs — valid: {len(example_inputs)}, like the example inputs — fix: give every "
+            "sample all the model's inputs, in order")
+    for i, (got, want) in enumerate(zip(sample, example_inputs)):
+        if isinstance(want, torch.Tensor):
+            if not isinstance(got, torch.Tensor):
+                got = torch.as_tensor(got)
+            if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+                raise QuantizeError(
+                    f"`opforge.quantize.quantize(calibration=...)`: sample {index}, input {i} — "
+                    f"shape {tuple(got.shape)} {got.dtype} — valid: {tuple(want.shape)} "
+                    f"{want.dtype} (the example input's; the graph is captured with static "
+                    "shapes) — fix: reshape or cast the calibration data")
+    return tuple(torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x for x in sample)
+
+
+def prepare(model: torch.nn.Module, example_inputs: tuple, quantizer: Quantizer) -> torch.fx.GraphModule:
+    """Capture and insert observers (PTQ); run calibration data through the result."""
+    return prepare_pt2e(capture(model, example_inputs), quantizer)
+
+
+def prepare_qat(model: torch.nn.Module, example_inputs: tuple, quantizer: Quantizer) -> torch.fx.GraphModule:
+    """Capture and insert fake-quantize modules (QAT); train the result, then :func:`convert`.
+
+    ``quantizer`` should have ``is_qat=True`` in its configs (fake quantize instead of plain
+    observers); capture happens in train mode so batch norm is folded the QAT way.
+    """
+    model.train()
+    return prepare_qat_pt2e(capture(model, example_inputs), quantizer)
+
+
+def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Observers → ``quantize`` / ``dequantize`` ops with constant qparams (Q/DQ form)."""
+    try:
+        from torchao.quantization.pt2e import move_exported_model_to_eval
+
+        move_exported_model_to_eval(prepared)
+    except Exception:  # noqa: BLE001 - a PTQ graph has nothing to switch
+        pass
+    converted = convert_pt2e(prepared)
+    # opforge.export.export calls .eval(): let it (the graph has no train/eval behavior left)
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
+
+    allow_exported_model_train_eval(converted)
+    return converted
+
+
+@dataclass
+class QuantizedModel:
+    """A converted model with its report; ``export()`` makes the opforge program."""
+
+    model: torch.fx.GraphModule
+    example_inputs: tuple
+    report: QuantReport
+    quantizer: Quantizer
+
+    def export(self, **kwargs: Any):
+        """``opforge.export.export`` of the converted model (Q/DQ ops and integer constants kept)."""
+        import copy
+
+        from opforge.export import export
+
+        # export switches the module to eval mode, which rewrites a converted graph in
+        # place (torchao's train/eval patterns): export a copy, keep ``model`` as converted
+        return export(copy.deepcopy(self.model), self.example_inputs, **kwargs)
+
+
+def quantize(
+    model: torch.nn.Module,
+    example_inputs: tuple,
+    scheme: str | QuantConfig = "8a8w",
+    *,
+    calibration: Iterable[Sequence] | None = None,
+    quantizer: Quantizer | None = None,
+    train: Callable[[torch.fx.GraphModule], Any] | None = None,
+) -> QuantizedModel:
+    """Quantize ``model`` with ``scheme`` (or a configured ``quantizer``) and report.
+
+    PTQ: each ``calibration`` sample (a tuple of inputs shaped like ``example_inputs``) runs
+    through the observed model; without calibration the example inputs calibrate, with a
+    warning (one sample rarely covers the real ranges). QAT: pass ``train`` (a function
+    that trains the fake-quantized graph module in place) and a quantizer whose config has
+    ``is_qat=True``. The report compares the converted model with the float model on the
+    calibration samples (SQNR in dB, max abs error).
+    """
+    example_inputs = tuple(example_inputs)
+    quantizer = quantizer or Quantizer(scheme)
+    if calibration is None:
+        warnings.warn("opforge.quantize: no calibration data; the example inputs calibrate "
+                      "(ranges seen on one sample may clip real data)", stacklevel=2)
+        samples = [example_inputs]
+    else:
+        samples = [_check_sample(s, example_inputs, i) for i, s in enumerate(calibration)]
+        if not samples:
+            raise QuantizeError("`opforge.quantize.quantize(calibration=[])`: no samples — "
+                                "valid: at least one — fix: pass samples or leave it out")
+    model.eval()
+    with torch.no_grad():
+        reference = [model(*s) for s in samples]
+    if train is not None:
+        prepared = prepare_qat(model, example_inputs, quantizer)
+        train(prepared)
+    else:
+        prepared = prepare(model, example_inputs, quantizer)
+        with torch.no_grad():
+            for s in samples:
+                prepared(*s)
+    converted = convert(prepared)
+    with torch.no_grad():
+        outputs = [converted(*s) for s in samples]
+    report = build_report(quantizer, converted, accuracy(reference, outputs),
+                          calibrated=len(samples), scheme=quantizer.default.scheme)
+    return QuantizedModel(converted, example_inputs, report, quantizer)
