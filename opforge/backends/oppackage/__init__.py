@@ -1,0 +1,44 @@
+"""Op packages: Qualcomm-format OpDef XML → generated skeleton → a compiled package the cpu
+backend loads through compile specs, overriding built-in ops if asked.
+
+The stages, one module each::
+
+    xml_reader / yaml_reader   OpDef XML (defusedxml, line numbers) or the YAML manifest's
+                               ``op_package:`` entries → model.OpPackage
+    skeleton                   OpPackage → a package project (typed C++ op stubs, the
+                               interface provider, build files; Jinja2 templates)
+    build                      project → libQnn<Package>.so (cpu target, build cache)
+    info                       OpPackageInfo registrations (compile spec, JSON/YAML file)
+    planner  (needs torch)     export graph + registrations → PackageNode per node, or a
+                               Rejection saying why the node cannot be mapped
+    node                       PackageNode ⇄ bytes (stored in the backend's blob)
+    runtime  (no torch)        load packages (ABI, platform, name checks) and ``prepare``
+                               a node: (execute fn, op instance, keepalive) for the engine
+
+The package C ABI is ``include/opforge/oppackage.h``; ``docs/op-packages.md`` is the guide.
+
+>>> from opforge.backends.oppackage import parse_opdef_xml, skeleton_ops
+>>> from opforge.backends.oppackage.skeleton import EXAMPLE_XML
+>>> skeleton_ops(parse_opdef_xml(EXAMPLE_XML))[0].name
+'Mul3'
+"""
+
+from __future__ import annotations
+
+from opforge.backends.oppackage.build import build_package, check_target, host_platform
+from opforge.backends.oppackage.info import (
+    OpPackageInfo, load_op_package_infos, normalize_op_name, parse_op_package_infos,
+)
+from opforge.backends.oppackage.model import OpDefinition, OpPackage, TensorDef
+from opforge.backends.oppackage.node import PackageNode, PackageParam, TensorSpec
+from opforge.backends.oppackage.skeleton import generate_skeleton, include_dir, skeleton_ops
+from opforge.backends.oppackage.xml_reader import load_opdef_xml, parse_opdef_xml
+
+__all__ = [
+    "OpPackage", "OpDefinition", "TensorDef", "parse_opdef_xml", "load_opdef_xml",
+    "skeleton_ops", "generate_skeleton", "include_dir", "build_package", "check_target",
+    "host_platform", "OpPackageInfo", "parse_op_package_infos", "load_op_package_infos",
+    "normalize_op_name", "PackageNode", "PackageParam", "TensorSpec", "ABI_VERSION",
+]
+
+ABI_VERSION = 1  # OPFORGE_OPPACKAGE_ABI_VERSION; runtime.ABI_VERSION is the one checked
