@@ -106,6 +106,10 @@ def parse_manifest(text: str, filename: str = "<manifest>") -> list[OpDef]:
         if not isinstance(item, LineMap):
             raise ManifestError(f"`opforge manifest`: {filename}: every entry is a mapping with "
                                 f"'func:' or 'op:', found {shown(item)}")
+        if "op_package" in item:  # an op package (docs/op-packages.md): checked, not an op
+            from opforge.backends.oppackage.yaml_reader import check_entry
+            check_entry(item, filename)
+            continue
         opdef = _parse_entry(_Entry(item, filename))
         key = str(opdef.out.name)
         if key in seen:
