@@ -19,7 +19,7 @@ True
 from __future__ import annotations
 
 from opforge.program._format import FORMAT_VERSION
-from opforge.program.constants import constant_array
+from opforge.program.constants import constant_array, pack_int4, unpack_int4
 from opforge.program.decode import from_bytes, load
 from opforge.program.describe import describe
 from opforge.program.encode import save, to_bytes
@@ -29,7 +29,7 @@ from opforge.program.model import (
 )
 from opforge.program.scalar_type import ScalarType
 from opforge.program.values import (
-    MAX_RANK, MAX_TENSOR_BYTES, ArenaStorage, BoolListValue, BoolValue, ConstantStorage,
+    MAX_RANK, MAX_TENSOR_BYTES, PACKING_INT4, PACKING_NONE, ArenaStorage, BoolListValue, BoolValue, ConstantStorage,
     DoubleListValue, DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue,
     ScalarTypeValue, Storage, StringValue, TensorListValue, TensorValue, Value,
 )
@@ -43,9 +43,9 @@ __all__ = [
     "IntListValue", "DoubleListValue", "BoolListValue", "TensorListValue",
     "OptionalTensorListValue", "ScalarTypeValue",
     "Storage", "ArenaStorage", "ConstantStorage", "ScalarType",
-    "MAX_RANK", "MAX_TENSOR_BYTES", "FORMAT_VERSION",
+    "MAX_RANK", "MAX_TENSOR_BYTES", "FORMAT_VERSION", "PACKING_NONE", "PACKING_INT4",
     # bytes and files
     "to_bytes", "from_bytes", "save", "load",
     # checks and views
-    "verify", "describe", "constant_array",
+    "verify", "describe", "constant_array", "pack_int4", "unpack_int4",
 ]

@@ -1,4 +1,4 @@
-"""Wire constants of the program file, format version 1 (docs/program-format.md is the spec).
+"""Wire constants of the program file, format version 2 (docs/program-format.md is the spec).
 
 Layout::
 
@@ -16,7 +16,10 @@ from __future__ import annotations
 import struct
 
 MAGIC = b"\x89OPF\r\n\x1a\n"  # PNG's trick: catches 7-bit and newline-translating copies
-FORMAT_VERSION = 1
+# The newest version this library reads and writes. A file is written with the lowest
+# version that can express it (version 1 unless a constant is packed), so readers that
+# only know version 1 keep reading every program without packed constants.
+FORMAT_VERSION = 2
 MIN_FORMAT_VERSION = 1
 ALIGNMENT = 64
 
@@ -44,6 +47,7 @@ TAG_SCALAR_TYPE = 11
 STORAGE_NONE = 0
 STORAGE_ARENA = 1
 STORAGE_CONSTANT = 2
+STORAGE_CONSTANT_INT4 = 3  # version 2: a constant of signed 4-bit values, two per byte
 
 # Instruction kinds (u8)
 INSTR_KERNEL_CALL = 0

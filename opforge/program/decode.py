@@ -26,7 +26,7 @@ from opforge.program.model import (
 )
 from opforge.program.scalar_type import ScalarType
 from opforge.program.values import (
-    MAX_RANK, ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue,
+    MAX_RANK, PACKING_INT4, ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue,
     DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue,
     StringValue, TensorListValue, TensorValue,
 )
@@ -104,7 +104,7 @@ def _open_regular(path: str | os.PathLike):
 
 
 def _decode(buf: memoryview, allow_unplanned: bool) -> Program:
-    metadata_offset, metadata_size, data_offset = _check_header(buf)
+    metadata_offset, metadata_size, data_offset, version = _check_header(buf)
     r = Reader(buf[metadata_offset:metadata_offset + metadata_size], metadata_offset)
     methods = tuple(_method(r, i) for i in range(_in("methods", r.count, 1)))
     segments = _segments(r, buf, data_offset)
@@ -114,8 +114,21 @@ def _decode(buf: memoryview, allow_unplanned: bool) -> Program:
                  for i in range(_in("user_metadata", r.count, 8)))
     r.expect_end()
     program = _in("program", Program, methods, segments, delegates, meta)
+    if version < 2:
+        _refuse_version_2_features(program, version)
     check_program(program, allow_unplanned)
     return program
+
+
+def _refuse_version_2_features(program: Program, version: int) -> None:
+    for method in program.methods:
+        for i, v in enumerate(method.values):
+            if type(v) is TensorValue and type(v.storage) is ConstantStorage and v.storage.packing:
+                raise program_error(
+                    f"method {method.name!r} values[{i}].storage",
+                    f"an int4-packed constant in a version-{version} file",
+                    "packed constants only in format version 2 or later",
+                    "the file is corrupt; re-export it")
 
 
 def _in(what: str, fn, *args):
@@ -132,7 +145,7 @@ def _delegate(r: Reader) -> DelegateBlob:
     return DelegateBlob(blob_id, segment, specs)
 
 
-def _check_header(buf: memoryview) -> tuple[int, int, int]:
+def _check_header(buf: memoryview) -> tuple[int, int, int, int]:
     size = len(buf)
     if size == 0:
         raise program_error("file", "an empty file (0 bytes)",
@@ -155,7 +168,7 @@ def _check_header(buf: memoryview) -> tuple[int, int, int]:
             "upgrade opforge to load this file" if newer else _REEXPORT)
     checks = [
         ("header.header_size", header_size, header_size == F.HEADER_SIZE, str(F.HEADER_SIZE)),
-        ("header.flags", flags, flags == 0, "0 (no flags are defined in version 1)"),
+        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 and 2)"),
         ("header.reserved", reserved, reserved == 0, "0"),
         ("header.file_size", f"{file_size} but the file has {size} bytes "
          + ("(truncated)" if size < file_size else "(trailing bytes)"), file_size == size,
@@ -180,7 +193,7 @@ def _check_header(buf: memoryview) -> tuple[int, int, int]:
         raise program_error("header.metadata_crc32", f"{crc:#010x} but the metadata hashes to "
                             f"{actual:#010x}", "the CRC-32 of the metadata section",
                             "the file is corrupt; copy or re-export it")
-    return metadata_offset, metadata_size, data_offset
+    return metadata_offset, metadata_size, data_offset, version
 
 
 def _segments(r: Reader, buf: memoryview, data_offset: int) -> tuple[Segment, ...]:
@@ -266,11 +279,14 @@ def _value(r: Reader):
             storage = ArenaStorage(index, offset)
         elif kind == F.STORAGE_CONSTANT:
             storage = ConstantStorage(index, offset)
+        elif kind == F.STORAGE_CONSTANT_INT4:
+            storage = ConstantStorage(index, offset, PACKING_INT4)
         elif kind == F.STORAGE_NONE and index == 0 and offset == 0:
             storage = None
         else:
             raise program_error("tensor storage", f"kind {kind}, index {index}, offset {offset}",
-                                "kind 0 (none, index and offset 0), 1 (arena), 2 (constant)",
+                                "kind 0 (none, index and offset 0), 1 (arena), 2 (constant), "
+                                "3 (constant, int4-packed; format version 2)",
                                 _REEXPORT)
         dtype = _DTYPES[dtype] if dtype in _DTYPES else ScalarType.parse(dtype)
         return TensorValue(dtype, fields[:rank], fields[rank:], storage)

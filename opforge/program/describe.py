@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from opforge.program._format import FORMAT_VERSION
+from opforge.program.encode import format_version_of
 from opforge.program.model import DelegateCall, Free, KernelCall, Method, Move, Program
 from opforge.program.values import (
     ArenaStorage, ConstantStorage, NoneValue, OptionalTensorListValue, ScalarTypeValue,
@@ -24,7 +24,7 @@ def describe(program: Program) -> dict:
     ['%0: int 3']
     """
     return {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version_of(program),
         "methods": [_method(program, m) for m in program.methods],
         "segments": [{"index": i, "nbytes": s.nbytes} for i, s in enumerate(program.segments)],
         "delegates": [
@@ -44,7 +44,8 @@ def _method(program: Program, method: Method) -> dict:
     calls = Counter(i.op for i in method.instructions if type(i) is KernelCall)
     constants = [
         {"value": i, "dtype": v.dtype.name.lower(), "sizes": list(v.sizes),
-         "segment": v.storage.segment, "offset": v.storage.offset, "nbytes": v.nbytes}
+         "segment": v.storage.segment, "offset": v.storage.offset, "nbytes": v.stored_nbytes,
+         **({"packing": "int4"} if v.storage.packing else {})}
         for i, v in enumerate(method.values)
         if type(v) is TensorValue and type(v.storage) is ConstantStorage
     ]
@@ -71,7 +72,8 @@ def _value_text(value) -> str:
         if type(storage) is ArenaStorage:
             return f"{text} arena {storage.mem_id} @ {storage.offset}"
         if type(storage) is ConstantStorage:
-            return f"{text} constant segment {storage.segment} @ {storage.offset}"
+            packed = " int4-packed" if storage.packing else ""
+            return f"{text} constant{packed} segment {storage.segment} @ {storage.offset}"
         return f"{text} unplanned"
     if type(value) in (TensorListValue, OptionalTensorListValue):
         items = ", ".join("None" if i is None else f"%{i}" for i in value.items)

@@ -21,7 +21,7 @@ from opforge.program.model import (
     DelegateCall, Free, KernelCall, Method, Move, Program,
 )
 from opforge.program.values import (
-    ArenaStorage, BoolListValue, BoolValue, DoubleListValue, DoubleValue,
+    ArenaStorage, BoolListValue, ConstantStorage, BoolValue, DoubleListValue, DoubleValue,
     IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue, StringValue,
     TensorListValue, TensorValue,
 )
@@ -57,7 +57,8 @@ def _tensor(w: _Writer, v: TensorValue) -> None:
     elif isinstance(storage, ArenaStorage):
         kind, index, offset = F.STORAGE_ARENA, storage.mem_id, storage.offset
     else:
-        kind, index, offset = F.STORAGE_CONSTANT, storage.segment, storage.offset
+        kind = F.STORAGE_CONSTANT_INT4 if storage.packing else F.STORAGE_CONSTANT
+        index, offset = storage.segment, storage.offset
     w.fmt(f"<BBBBIq{rank}q{rank}B", F.TAG_TENSOR, int(v.dtype), rank, kind, index, offset,
           *v.sizes, *v.dim_order)
 
@@ -146,11 +147,20 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
     data_offset = F.align(F.HEADER_SIZE + len(metadata))
     last = offsets[-1] + program.segments[-1].nbytes if program.segments else 0
     header = F.HEADER.pack(
-        F.MAGIC, F.FORMAT_VERSION, F.HEADER_SIZE, data_offset + last, F.HEADER_SIZE,
+        F.MAGIC, format_version_of(program), F.HEADER_SIZE, data_offset + last, F.HEADER_SIZE,
         len(metadata), zlib.crc32(metadata), 0, data_offset, 0,
     )
     head = header + metadata + bytes(data_offset - F.HEADER_SIZE - len(metadata))
     return head, [(data_offset + o, s.data) for o, s in zip(offsets, program.segments)]
+
+
+def format_version_of(program: Program) -> int:
+    """The lowest format version that expresses ``program``: 2 with packed constants, else 1."""
+    for method in program.methods:
+        for v in method.values:
+            if type(v) is TensorValue and type(v.storage) is ConstantStorage and v.storage.packing:
+                return 2
+    return 1
 
 
 def _chunks(program: Program, api: str, allow_unplanned: bool):

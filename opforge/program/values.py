@@ -22,6 +22,7 @@ from opforge.program.scalar_type import _ITEMSIZE, ScalarType
 
 __all__ = [
     "MAX_RANK", "MAX_TENSOR_BYTES", "ArenaStorage", "ConstantStorage", "Storage",
+    "PACKING_NONE", "PACKING_INT4",
     "TensorValue", "IntValue", "DoubleValue", "BoolValue", "StringValue", "NoneValue",
     "IntListValue", "DoubleListValue", "BoolListValue", "TensorListValue",
     "OptionalTensorListValue", "ScalarTypeValue", "Value", "VALUE_TYPES",
@@ -64,12 +65,24 @@ class ArenaStorage:
             _check_int("ArenaStorage", "offset", offset, 0, _INT64_MAX)
 
 
+PACKING_NONE = 0
+PACKING_INT4 = 1  # signed 4-bit values in [-8, 7], two per byte, low nibble first
+
+
 @dataclass(frozen=True, slots=True)
 class ConstantStorage:
-    """A constant tensor: ``nbytes`` bytes at ``offset`` in ``Program.segments[segment]``."""
+    """A constant tensor: its bytes at ``offset`` in ``Program.segments[segment]``.
+
+    ``packing`` is ``PACKING_NONE`` (``nbytes`` bytes, the tensor's own layout) or
+    ``PACKING_INT4`` (an int8 tensor whose values fit in 4 bits, stored two per byte:
+    ``ceil(numel / 2)`` bytes, element ``2i`` in the low nibble of byte ``i``, element
+    ``2i + 1`` in the high one, two's complement; format version 2). Readers unpack it to
+    int8 (``constant_array``).
+    """
 
     segment: int
     offset: int
+    packing: int = PACKING_NONE
 
     def __post_init__(self) -> None:
         segment, offset = self.segment, self.offset
@@ -77,6 +90,8 @@ class ConstantStorage:
                 0 <= segment <= _UINT32_MAX and 0 <= offset <= _INT64_MAX):
             _check_int("ConstantStorage", "segment", segment, 0, _UINT32_MAX)
             _check_int("ConstantStorage", "offset", offset, 0, _INT64_MAX)
+        if type(self.packing) is not int or self.packing not in (PACKING_NONE, PACKING_INT4):
+            _check_int("ConstantStorage", "packing", self.packing, PACKING_NONE, PACKING_INT4)
 
 
 Storage = Union[ArenaStorage, ConstantStorage, None]
@@ -137,11 +152,17 @@ class TensorValue:
                 f"at most {MAX_TENSOR_BYTES} bytes (2**48), for an empty tensor too (NumPy "
                 "cannot shape an array whose sizes multiply past that, even with a zero)",
             )
-        if type(self.storage) not in _STORAGE_TYPES:
+        storage = self.storage
+        if type(storage) not in _STORAGE_TYPES:
             raise program_error(
                 "`TensorValue`: storage", type(self.storage).__name__,
                 "ArenaStorage, ConstantStorage or None",
             )
+        if type(storage) is ConstantStorage and storage.packing and dtype is not ScalarType.INT8:
+            raise program_error(
+                "`TensorValue`: storage.packing", f"int4 packing of a {dtype.name.lower()} tensor",
+                "int4 packing of int8 tensors only (values in [-8, 7])",
+                "store the tensor unpacked, or as int8")
 
     @property
     def numel(self) -> int:
@@ -150,7 +171,15 @@ class TensorValue:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the tensor occupies in its arena or segment."""
+        """Bytes the tensor occupies in memory (in its arena, or once a constant is read)."""
+        return math.prod(self.sizes) * _ITEMSIZE[self.dtype]
+
+    @property
+    def stored_nbytes(self) -> int:
+        """Bytes the tensor occupies in its arena or segment (``ceil(numel / 2)`` packed)."""
+        storage = self.storage
+        if type(storage) is ConstantStorage and storage.packing == PACKING_INT4:
+            return (math.prod(self.sizes) + 1) // 2
         return math.prod(self.sizes) * _ITEMSIZE[self.dtype]
 
 

@@ -182,7 +182,7 @@ def _verify_arena_sizes(arenas: tuple[int, ...], ends: list[int], offsets: list[
 def _verify_tensor(program: Program, arenas: tuple[int, ...], value: TensorValue, where: str,
                    allow_unplanned: bool) -> None:
     storage = value.storage
-    nbytes = value.nbytes
+    nbytes = value.stored_nbytes  # ceil(numel / 2) for an int4-packed constant
     itemsize = value.dtype.itemsize
     if storage is None:
         if nbytes and not allow_unplanned:
