@@ -73,11 +73,43 @@ def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
     except Exception:  # noqa: BLE001 - a PTQ graph has nothing to switch
         pass
     converted = convert_pt2e(prepared)
+    _drop_unused_tensors(converted)
+    _narrow_zero_points(converted)
     # opforge.export.export calls .eval(): let it (the graph has no train/eval behavior left)
     from torchao.quantization.pt2e import allow_exported_model_train_eval
 
     allow_exported_model_train_eval(converted)
     return converted
+
+
+def _drop_unused_tensors(gm: torch.fx.GraphModule) -> None:
+    """Delete parameters and buffers no ``get_attr`` reads: convert leaves the float weights
+    beside their int8 copies, and export would store both."""
+    used = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    for name in [k for k, _ in gm.named_parameters()] + [k for k, _ in gm.named_buffers()]:
+        if name not in used and not any(u.startswith(name + ".") for u in used):
+            owner, _, leaf = name.rpartition(".")
+            module = gm.get_submodule(owner) if owner else gm
+            delattr(module, leaf)
+
+
+def _narrow_zero_points(gm: torch.fx.GraphModule) -> None:
+    """int64 per-channel zero points → int32 (half the bytes in the program). The result is
+    the same: ``int8 - int32`` and ``int8 - int64`` give the same integers."""
+    per_channel = (torch.ops.quantized_decomposed.dequantize_per_channel.default,
+                   torch.ops.quantized_decomposed.quantize_per_channel.default)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in per_channel:
+            zp = node.args[2]
+            if isinstance(zp, torch.fx.Node) and zp.op == "get_attr":
+                owner, _, leaf = zp.target.rpartition(".")
+                module = gm.get_submodule(owner) if owner else gm
+                value = getattr(module, leaf)
+                if value.dtype == torch.int64 and value.numel() and int(value.abs().max()) < 2**31:
+                    if leaf in module._buffers:
+                        module._buffers[leaf] = value.to(torch.int32)
+                    else:
+                        setattr(module, leaf, value.to(torch.int32))
 
 
 @dataclass
@@ -89,15 +121,18 @@ class QuantizedModel:
     report: QuantReport
     quantizer: Quantizer
 
-    def export(self, **kwargs: Any):
-        """``opforge.export.export`` of the converted model (Q/DQ ops and integer constants kept)."""
+    def export(self, *, pack_4bit: bool = True, **kwargs: Any):
+        """``opforge.export.export`` of the converted model (Q/DQ ops and integer constants
+        kept), 4-bit weights packed two per byte unless ``pack_4bit=False``."""
         import copy
 
         from opforge.export import export
+        from opforge.quantize.packing import pack_4bit_weights
 
         # export switches the module to eval mode, which rewrites a converted graph in
         # place (torchao's train/eval patterns): export a copy, keep ``model`` as converted
-        return export(copy.deepcopy(self.model), self.example_inputs, **kwargs)
+        program = export(copy.deepcopy(self.model), self.example_inputs, **kwargs)
+        return pack_4bit_weights(program) if pack_4bit else program
 
 
 def quantize(
