@@ -66,8 +66,9 @@ def check_target(target: str, platform: str | None = None, *, api: str = _API) -
                          "(only cpu can be built by opforge) — fix: --target cpu")
     if t != "cpu":
         raise BuildError(f"`{api}`: --target {t} — opforge cannot build it on this machine — "
-                         f"valid here: cpu — a {t} package needs {_NEEDS[t]}; build it with "
-                         "Qualcomm's tools (the generated sources are plain C++), or use --target cpu")
+                         f"valid here: cpu — a {t} package needs {_NEEDS[t]}, and its ops written "
+                         "against QNN's op-package API (Qualcomm's qnn-op-package-generator makes "
+                         "that skeleton from the same XML) — fix: --target cpu to run it in opforge")
     if p not in PLATFORMS:
         raise BuildError(f"`{api}`: --platform {shown(platform)} — unknown — valid: "
                          f"{', '.join(PLATFORMS)} — fix: leave it out for this machine ({host_platform()})")
