@@ -10,8 +10,9 @@ schema arguments with the node's values, in order (ExecuTorch's Qualcomm custom-
 - a scalar (bool, int, float) or a list of them becomes the parameter named after the
   schema argument, which the OpDef must declare (datatype kind, SCALAR vs 1-D rank,
   ``Enumeration`` range and unsigned values checked); a ``str`` or a dtype is refused; an
-  argument the node leaves at its schema default is not passed (the OpDef's ``Default``
-  applies); a mandatory OpDef parameter with no value and no default refuses the node;
+  argument the node leaves at its schema default is passed with that default when the OpDef
+  declares it and skipped when it does not; a mandatory OpDef parameter with no value and
+  no default refuses the node;
 - the results fill the OpDef ``<Output>``s by position (a ``Repeated`` last output takes
   the rest);
 - every tensor's dtype must be one of the datatypes the OpDef (with its CPU supplement)
@@ -207,6 +208,14 @@ def _param(arg: Any, value: Any, pdef: TensorDef) -> PackageParam:
     return PackageParam(pdef.name, kind, tuple(values), is_list)
 
 
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b) or (
+            isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and list(a) == list(b))
+    except Exception:
+        return False
+
+
 def _map_node(node: torch.fx.Node, name: str, info: OpPackageInfo, opdef: OpDefinition,
               path: str) -> PackageNode:
     schema = node.target._schema
@@ -247,10 +256,17 @@ def _map_node(node: torch.fx.Node, name: str, info: OpPackageInfo, opdef: OpDefi
                 inputs.append(_spec(v.meta.get("val"), what, idef))
                 slots.append(slot)
             continue
-        if value is None or not given:
-            continue  # left at the schema default: the OpDef's Default applies
+        if value is None:
+            continue
         pdef = opdef.parameter(arg.name)
+        at_default = not given or (arg.has_default_value() and not isinstance(value, torch.fx.Node)
+                                   and _same(value, arg.default_value))
         if pdef is None:
+            if at_default:
+                continue  # the node keeps the schema's default: nothing to pass
+            if isinstance(value, str):
+                raise NodeMappingError("op", f"argument {arg.name!r} is a str ({shown(value)}); "
+                                       "package parameters are numbers and bools")
             raise NodeMappingError(
                 "op", f"schema argument {arg.name!r} = {shown(value)} has no <Parameter> of that "
                 f"name in the OpDef (it declares: "
