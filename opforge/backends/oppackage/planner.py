@@ -43,7 +43,8 @@ from opforge.backends.oppackage.node import PackageNode, PackageParam, TensorSpe
 from opforge.backends.oppackage.runtime import host_platform, load_packages
 from opforge.errors import BackendError, shown
 
-__all__ = ["plan_package_nodes", "torch_op_name", "claimed_ops", "NodeMappingError"]
+__all__ = ["plan_package_nodes", "package_input_nodes", "torch_op_name", "claimed_ops",
+           "NodeMappingError"]
 
 
 class NodeMappingError(Exception):
@@ -117,6 +118,21 @@ def plan_package_nodes(graph: Any, infos: Iterable[OpPackageInfo], *, backend: s
                 f"{name} → package op {info.op_package_name}::{info.op_type_name}: {e.reason}",
                 node_location(node) or ""))
     return planned, rejected
+
+
+def package_input_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The graph nodes that feed a planned node's ``PackageNode.inputs``, in that order
+    (the schema's tensor arguments, ``None`` left out, ``Tensor[]`` flattened): what the
+    backend wires to the package op's inputs."""
+    schema = node.target._schema
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        is_tensor, is_list = _is_tensor_type(arg.type)
+        if is_tensor:
+            values = value if is_list and isinstance(value, (list, tuple)) else [value]
+            out += [v for v in values if isinstance(v, torch.fx.Node)]
+    return out
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
