@@ -25,14 +25,19 @@ The package C ABI is ``include/opforge/oppackage.h``; ``docs/op-packages.md`` is
 
 from __future__ import annotations
 
-from opforge.backends.oppackage.build import build_package, check_target, host_platform
-from opforge.backends.oppackage.info import (
-    OpPackageInfo, load_op_package_infos, normalize_op_name, parse_op_package_infos,
-)
-from opforge.backends.oppackage.model import OpDefinition, OpPackage, TensorDef
-from opforge.backends.oppackage.node import PackageNode, PackageParam, TensorSpec
-from opforge.backends.oppackage.skeleton import generate_skeleton, include_dir, skeleton_ops
-from opforge.backends.oppackage.xml_reader import load_opdef_xml, parse_opdef_xml
+import importlib
+from typing import Any
+
+# name -> module: imported on first use, so the run-time half (runtime, node, info) loads
+# with NumPy alone (no Jinja2, defusedxml or torch)
+_EXPORTS = {
+    "build_package": "build", "check_target": "build", "host_platform": "platforms",
+    "OpPackageInfo": "info", "load_op_package_infos": "info", "normalize_op_name": "info",
+    "parse_op_package_infos": "info", "OpDefinition": "model", "OpPackage": "model",
+    "TensorDef": "model", "PackageNode": "node", "PackageParam": "node", "TensorSpec": "node",
+    "generate_skeleton": "skeleton", "include_dir": "skeleton", "skeleton_ops": "skeleton",
+    "load_opdef_xml": "xml_reader", "parse_opdef_xml": "xml_reader",
+}
 
 __all__ = [
     "OpPackage", "OpDefinition", "TensorDef", "parse_opdef_xml", "load_opdef_xml",
@@ -42,3 +47,16 @@ __all__ = [
 ]
 
 ABI_VERSION = 1  # OPFORGE_OPPACKAGE_ABI_VERSION; runtime.ABI_VERSION is the one checked
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

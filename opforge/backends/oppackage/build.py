@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform as _platform
 import subprocess
 from pathlib import Path
 
 from opforge.backends.oppackage.model import OpPackage
+from opforge.backends.oppackage.platforms import PLATFORMS, TARGETS, host_platform
 from opforge.backends.oppackage.skeleton import include_dir, render_glue
 from opforge.backends.oppackage.xml_reader import load_opdef_xml
 from opforge.errors import BuildError, shown
@@ -29,8 +29,6 @@ from opforge.errors import BuildError, shown
 __all__ = ["TARGETS", "PLATFORMS", "host_platform", "check_target", "build_package",
            "find_opdef", "compile_package"]
 
-TARGETS = ("cpu", "htp", "dsp", "gpu", "lpai")
-PLATFORMS = ("x86_64", "aarch64_android", "aarch64")
 FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-Wl,--no-undefined")
 _API = "opforge oppackage build"
 
@@ -49,12 +47,6 @@ _PLATFORM_NEEDS = {
     "aarch64": "an aarch64-linux-gnu cross compiler (g++-aarch64-linux-gnu) and an aarch64 machine",
     "x86_64": "an x86_64 machine (or a cross compiler for it)",
 }
-
-
-def host_platform() -> str:
-    """This machine's platform name as ``OpPackageInfo.platform`` spells it ("x86_64")."""
-    machine = _platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
 def check_target(target: str, platform: str | None = None, *, api: str = _API) -> tuple[str, str]:

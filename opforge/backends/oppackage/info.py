@@ -71,7 +71,7 @@ class OpPackageInfo:
 
 
 def _info(item: Any, where: str) -> OpPackageInfo:
-    from opforge.backends.oppackage.build import PLATFORMS, TARGETS, host_platform
+    from opforge.backends.oppackage.platforms import PLATFORMS, TARGETS, host_platform
 
     if not isinstance(item, dict):
         raise BackendError(f"{where}: {shown(item)} — not a mapping — valid: "

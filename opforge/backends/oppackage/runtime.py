@@ -36,6 +36,7 @@ from typing import Iterable, Sequence
 
 from opforge.backends.oppackage.info import OpPackageInfo
 from opforge.backends.oppackage.node import PackageNode
+from opforge.backends.oppackage.platforms import host_platform
 from opforge.errors import BackendError, shown
 
 __all__ = ["ABI_VERSION", "LoadedPackage", "PreparedNode", "load_package", "load_packages",
@@ -81,12 +82,6 @@ class _Interface(ctypes.Structure):
 
 
 _PROVIDER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint32, ctypes.POINTER(ctypes.POINTER(_Interface)))
-
-
-def host_platform() -> str:
-    from opforge.backends.oppackage.build import host_platform as host
-
-    return host()
 
 
 @dataclass(frozen=True)
