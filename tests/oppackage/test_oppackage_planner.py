@@ -182,3 +182,83 @@ def test_bad_registrations(checks_library, example_library):
         plan_package_nodes(_graph(lambda x: opt(x), X), both + [
             type(both[0])(**{**both[0].as_dict(), "op_package_name": "ExampleOpPackage",
                              "op_package_path": str(example_library), "op_type_name": "ExampleCustomOp"})])
+
+
+QUALCOMM_STYLE = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- written the way Qualcomm's HTP examples are: attributes on their own lines, comments,
+     whitespace around text, a 4D NHWC tensor, an HTP-only op -->
+<OpDefCollection
+        PackageName="StylePackage"
+        Domain="aisw"
+        Version="1.0"
+>
+    <OpDefList>
+        <OpDef>
+            <Name>Times3</Name>
+            <Description>
+                <Content>
+                    multiplies by three
+                </Content>
+            </Description>
+            <Input>
+                <Name>input</Name>
+                <Description><Content>input activation</Content></Description>
+                <Mandatory>true</Mandatory>
+                <Datatype>QNN_DATATYPE_FLOAT_32</Datatype>
+                <Datatype>QNN_DATATYPE_UFIXED_POINT_8</Datatype>
+                <Shape>
+                    <Rank>4D</Rank>
+                    <Layout>NHWC</Layout>
+                    <Text>a tensor of 4 dimension</Text>
+                </Shape>
+            </Input>
+            <Output>
+                <Name>output</Name>
+                <Mandatory>true</Mandatory>
+                <Datatype>QNN_DATATYPE_FLOAT_32</Datatype>
+                <Datatype>QNN_DATATYPE_UFIXED_POINT_8</Datatype>
+                <Shape>
+                    <Rank>4D</Rank>
+                    <Layout>NHWC</Layout>
+                </Shape>
+            </Output>
+            <!--This Op is implemented on these Backends-->
+            <SupportedBackend>HTP</SupportedBackend>
+        </OpDef>
+    </OpDefList>
+</OpDefCollection>
+"""
+
+
+def test_qualcomm_style_opdef_end_to_end(tmp_path_factory):
+    """An HTP-style OpDef, fed unchanged: skeleton, a body written as the docs say, build,
+    registration for my_ops.mul3, mapping of a 4-d node, and the op run through the ABI."""
+    import numpy as np
+
+    from opforge.backends.oppackage.runtime import prepare
+    from opforge.examples.my_ops import register_examples
+
+    register_examples()
+    pkg = parse_opdef_xml(QUALCOMM_STYLE, "style.xml")
+    assert pkg.ops[0].description == "multiplies by three" and pkg.ops[0].supported_backends == ("HTP",)
+    project = tmp_path_factory.mktemp("style") / "StylePackage"
+    generate_skeleton(pkg, QUALCOMM_STYLE, project)
+    source = project / "src" / "ops" / "Times3.cpp"
+    source.write_text(source.read_text().replace(
+        '  return opforge::pkg::not_implemented("StylePackage", "Times3");',
+        "  for (int64_t i = 0; i < input.numel(); ++i) output.data<float>()[i] = input.data<float>()[i] * 3;\n"
+        "  return opforge::pkg::Status::Ok();"))
+    lib = build_package(project, output=project / "libQnnStylePackage.so",
+                        cache_root=tmp_path_factory.getbasetemp() / "oppackage-cache")
+    infos = parse_op_package_infos([{"op_package_name": "StylePackage", "op_package_path": str(lib),
+                                     "custom_op_name": "my_ops.mul3.default", "op_type_name": "Times3"}])
+    x = torch.randn(1, 4, 4, 3)
+    nodes, rejected = plan_package_nodes(_graph(lambda x: torch.ops.my_ops.mul3(x), x), infos)
+    (node,) = nodes.values()
+    assert not rejected and node.inputs[0].shape == (1, 4, 4, 3)
+    _, _, run = prepare(node.to_bytes(), infos)
+    out = np.empty((1, 4, 4, 3), np.float32)
+    run([x.numpy()], [out])
+    np.testing.assert_allclose(out, (x * 3).numpy())
+    _, (r,) = plan_package_nodes(_graph(lambda x: torch.ops.my_ops.mul3(x), X), infos)
+    assert r.kind == "shape" and "rank 2" in r.reason and "rank 4D" in r.reason

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 from opforge.errors import BackendError, shown
 
 __all__ = ["OpPackageInfo", "parse_op_package_infos", "load_op_package_infos",
-           "normalize_op_name", "check_registrations"]
+           "normalize_op_name", "check_registrations", "claimed_op_keys"]
 
 _FIELDS = ("op_package_name", "op_package_path", "interface_provider", "target",
            "custom_op_name", "op_type_name", "platform")
@@ -131,6 +131,17 @@ def parse_op_package_infos(value: Any, *, where: str = "compile spec 'op_package
         infos.append(info)
     check_registrations(infos, where=where)
     return infos
+
+
+def claimed_op_keys(infos: Iterable[OpPackageInfo]) -> set[str]:
+    """The torch ops the registrations claim, as export's ``preserve_ops`` spells them
+    (``aten::linear.default``): a backend keeps them out of decomposition, so that a package
+    can override an op export would otherwise decompose."""
+    out = set()
+    for info in infos:
+        ns, op, overload = info.custom_op_name.split(".")
+        out.add(f"{ns}::{op}.{overload}")
+    return out
 
 
 def check_registrations(infos: Iterable[OpPackageInfo], *, where: str = "op_packages") -> None:
