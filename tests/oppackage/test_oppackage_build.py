@@ -138,8 +138,9 @@ def test_untouched_skeleton_compiles_and_says_not_implemented(tmp_path, pkg_cach
     assert (project / "src" / "ops" / "ExampleCustomOp.cpp").read_text() == "// mine\n"
 
 
-RICH = """<OpDefCollection PackageName="Rich" Domain="x" Version="0.1"><OpDefList><OpDef>
-<Name>Mix</Name>
+RICH = """<OpDefCollection PackageName="Rich" Domain="x" Version="0.1 &quot;β&quot; \\ ?">
+<OpDefList><OpDef>
+<Name>Mix</Name><Description><Content>ends a comment */ and has "quotes" and )opdef"</Content></Description>
 <Input><Name>in[0]</Name><Datatype>QNN_DATATYPE_FLOAT_32</Datatype><Shape><Rank>ND</Rank></Shape></Input>
 <Input><Name>opt</Name><Mandatory>false</Mandatory><Datatype>QNN_DATATYPE_FLOAT_32</Datatype></Input>
 <Input><Name>many</Name><Mandatory>false</Mandatory><Repeated>true</Repeated><Datatype>QNN_DATATYPE_FLOAT_32</Datatype></Input>
@@ -192,6 +193,11 @@ opforge::pkg::Status Mix(const opforge::pkg::Tensor& in_0_, const opforge::pkg::
 }
 """)
     lib = build_package(project, output=tmp_path / "libQnnRich.so", cache_root=pkg_cache)
+    from opforge.backends.oppackage.runtime import load_package
+
+    loaded = load_package(lib, package_name="Rich")
+    assert loaded.version == '0.1 "β" \\ ?' and loaded.opdef_xml == RICH
+    assert loaded.opdef().op("Mix").description.startswith("ends a comment */")
 
     def run(inputs, slots, params, n_rest):
         node = PackageNode("Rich", "Mix", "x.y.default", "RichInterfaceProvider", "cpu", host_platform(),

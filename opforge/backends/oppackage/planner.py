@@ -69,10 +69,22 @@ def claimed_ops(infos: Iterable[OpPackageInfo]) -> set[str]:
     return {i.custom_op_name for i in infos if i.platform == host_platform()}
 
 
+def _as_infos(infos: Any) -> list[OpPackageInfo]:
+    """``OpPackageInfo``s, or the ``op_packages`` compile spec's value (dicts) parsed."""
+    infos = list(infos or [])
+    if all(isinstance(i, OpPackageInfo) for i in infos):
+        return infos
+    from opforge.backends.oppackage.info import parse_op_package_infos
+
+    return parse_op_package_infos(infos)
+
+
 def plan_package_nodes(graph: Any, infos: Iterable[OpPackageInfo], *, backend: str = "cpu"
                        ) -> tuple[dict[str, PackageNode], list[Rejection]]:
     """``({node name: PackageNode}, [Rejection])`` for the nodes of ``graph``
-    (``opforge.backends.partition.ExportGraph``) whose op a registration in ``infos`` names.
+    (``opforge.backends.partition.ExportGraph``, or a ``Subgraph`` at preprocess time) whose
+    op a registration in ``infos`` names (``OpPackageInfo``s, or the ``op_packages``
+    compile spec's list of dicts).
 
     >>> nodes, rejected = plan_package_nodes(graph, infos)   # doctest: +SKIP
     >>> nodes["mul3"].describe()                             # doctest: +SKIP
@@ -81,7 +93,7 @@ def plan_package_nodes(graph: Any, infos: Iterable[OpPackageInfo], *, backend: s
     from opforge.backends.partition import op_name
     from opforge.export.diagnostics import node_location
 
-    infos = list(infos)
+    infos = _as_infos(infos)
     check_registrations(infos)
     by_op = {i.custom_op_name: i for i in infos}
     planned: dict[str, PackageNode] = {}

@@ -8,8 +8,8 @@ The contract with the cpu backend (its engine's call-out ABI, ``opforge/cpu_exte
 - ``node_info``: the bytes of a :class:`~opforge.backends.oppackage.node.PackageNode`
   (``PackageNode.to_bytes()``, stored in the blob at export; untrusted, checked here) or a
   ``PackageNode``.
-- ``packages``: the ``OpPackageInfo``s of the delegate's ``op_packages`` compile spec
-  (optional). When given, the library is the one registered there for the node's package
+- ``packages``: the delegate's ``op_packages`` compile spec (its list of dicts, or the
+  ``OpPackageInfo``s parsed from it; optional). When given, the library is the one registered there for the node's package
   and this machine's platform (the path on the device); otherwise the path recorded at export.
 - ``fn``: the address of the package op's ``execute``, an ``opforge_ext_fn``; ``state``: the
   address of the op instance ``create`` made for this node (its parameters bound). The
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from opforge.backends.oppackage.info import OpPackageInfo
+from opforge.backends.oppackage.info import OpPackageInfo, parse_op_package_infos
 from opforge.backends.oppackage.node import PackageNode
 from opforge.backends.oppackage.platforms import host_platform
 from opforge.errors import BackendError, shown
@@ -337,6 +337,8 @@ def prepare(node_info: bytes | bytearray | memoryview | PackageNode,
     where = f"op-package node {node.package}::{node.op_type} (for {node.custom_op})"
     path, provider = node.package_path, node.interface_provider
     if packages is not None:
+        if not all(isinstance(i, OpPackageInfo) for i in packages):
+            packages = parse_op_package_infos(list(packages))
         infos = [i for i in packages if i.op_package_name == node.package]
         here = [i for i in infos if i.platform == host_platform()]
         if infos and not here:

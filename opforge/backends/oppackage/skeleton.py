@@ -21,7 +21,6 @@ The two generated files are written again by every ``opforge oppackage build`` f
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -195,7 +194,18 @@ def skeleton_ops(package: OpPackage) -> list[SkeletonOp]:
 
 
 def _cstr(value: str) -> str:
-    return json.dumps(value, ensure_ascii=True)  # a valid C string literal for our text
+    """A C string literal: printable ASCII as is, everything else as octal escapes of its
+    UTF-8 bytes (no UCNs, which C++ refuses for control characters)."""
+    out = []
+    for byte in str(value).encode("utf-8"):
+        ch = chr(byte)
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
 
 
 def _cxx_comment(value: str) -> str:
