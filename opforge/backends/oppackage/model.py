@@ -13,7 +13,7 @@ so a later check can still say ``file:line``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 __all__ = ["DATATYPES", "RANKS", "LAYOUTS", "CONSTRAINT_TYPES", "Constraint", "TensorDef",
            "OpDefinition", "Supplement", "OpPackage", "rank_number", "datatype_matches_dtype"]
