@@ -94,6 +94,17 @@ def _float_inputs(node: torch.fx.Node) -> list[torch.fx.Node]:
     return seen
 
 
+_BATCH_NORM = {_aten.batch_norm.default, _aten._native_batch_norm_legit_no_training.default,
+               _aten._native_batch_norm_legit.default, _aten.cudnn_batch_norm.default}
+
+
+def _feeds_batch_norm(node: torch.fx.Node) -> bool:
+    """A convolution whose only use is a batch norm (QAT, before folding): the pair is one
+    pattern, quantized at the batch norm's output, as torchao's QAT folding expects."""
+    return (WEIGHTED.get(node.target) == "conv" and len(node.users) == 1
+            and next(iter(node.users)).target in _BATCH_NORM)
+
+
 def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
     """Annotate one aten node; returns what was done, or None when it stays float.
 
@@ -111,9 +122,10 @@ def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
             qmap[x] = act
         if is_constant(w):
             qmap[w] = weight
+        fused = _feeds_batch_norm(node)
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(
-            input_qspec_map=qmap, output_qspec=act, _annotated=True)
-        return "weights and activations"
+            input_qspec_map=qmap, output_qspec=None if fused else act, _annotated=True)
+        return "weights and activations" + (" (output after its batch norm)" if fused else "")
     if node.target == _aten.embedding.default:
         table = node.args[0]
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(
@@ -121,6 +133,9 @@ def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
             output_qspec=SharedQuantizationSpec((table, node)), _annotated=True)
         return "table shared with output"
     inputs = _float_inputs(node)
+    if node.target in _BATCH_NORM and inputs and _feeds_batch_norm(inputs[0]):
+        node.meta[ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=act, _annotated=True)
+        return "output of the convolution + batch norm pattern"
     if not inputs:
         return None
     qmap = {x: act for x in inputs}

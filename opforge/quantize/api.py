@@ -64,6 +64,21 @@ def prepare_qat(model: torch.nn.Module, example_inputs: tuple, quantizer: Quanti
     return prepare_qat_pt2e(capture(model, example_inputs), quantizer)
 
 
+def _trained_float_outputs(prepared: torch.fx.GraphModule, samples: list) -> list:
+    """After QAT the float reference is the trained graph without fake quantization."""
+    from torchao.quantization.pt2e import (
+        disable_fake_quant, disable_observer, enable_fake_quant, move_exported_model_to_eval,
+    )
+
+    move_exported_model_to_eval(prepared)
+    prepared.apply(disable_fake_quant)
+    prepared.apply(disable_observer)
+    with torch.no_grad():
+        reference = [prepared(*s) for s in samples]
+    prepared.apply(enable_fake_quant)
+    return reference
+
+
 def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Observers → ``quantize`` / ``dequantize`` ops with constant qparams (Q/DQ form)."""
     try:
@@ -164,13 +179,14 @@ def quantize(
         if not samples:
             raise QuantizeError("`opforge.quantize.quantize(calibration=[])`: no samples — "
                                 "valid: at least one — fix: pass samples or leave it out")
-    model.eval()
-    with torch.no_grad():
-        reference = [model(*s) for s in samples]
     if train is not None:
         prepared = prepare_qat(model, example_inputs, quantizer)
         train(prepared)
+        reference = _trained_float_outputs(prepared, samples)
     else:
+        model.eval()
+        with torch.no_grad():
+            reference = [model(*s) for s in samples]
         prepared = prepare(model, example_inputs, quantizer)
         with torch.no_grad():
             for s in samples:
