@@ -39,6 +39,7 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "signature": ("opforge.cli.signature_cmd", "signature", "Print the C++ declarations a manifest's kernels must have."),
     "check": ("opforge.cli.check_cmd", "check", "opcheck for compiled kernels: shapes, reference, eager vs runtime."),
     "msop": ("opforge.cli.msop_cmd", "msop", "MindSpore-style AOT ops: build and install vendor packages."),
+    "quantize": ("opforge.cli.quantize_cmd", "quantize", "Quantize MODULE:FACTORY (PT2E) to a program file, with a per-node report."),
     "oppackage": ("opforge.cli.oppackage_cmd", "oppackage", "Op packages: skeleton from an OpDef XML, build for a target."),
 }
 
