@@ -18,8 +18,12 @@ def pkg_cache(tmp_path_factory):
 def example_library(pkg_cache, tmp_path_factory):
     from opforge.backends.oppackage import build_package
 
+    from opforge.backends.oppackage.runtime import trust_packages
+
     out = tmp_path_factory.mktemp("example") / "libQnnExampleOpPackage.so"
-    return build_package(EXAMPLE, target="cpu", output=out, cache_root=pkg_cache)
+    library = build_package(EXAMPLE, target="cpu", output=out, cache_root=pkg_cache)
+    trust_packages([library])  # as export does for the packages it is given
+    return library
 
 
 @pytest.fixture

@@ -37,7 +37,8 @@ def test_prepare_runs_without_torch(example_library, python_without_torch):
     result = python_without_torch(f"""
         import numpy as np
         from opforge.backends.oppackage.node import PackageNode, TensorSpec
-        from opforge.backends.oppackage.runtime import prepare, host_platform
+        from opforge.backends.oppackage.runtime import prepare, host_platform, trust_packages
+        trust_packages([{str(example_library)!r}])
         node = PackageNode("ExampleOpPackage", "ExampleCustomOp", "my_ops.mul3.default",
                            "ExampleOpPackageInterfaceProvider", "cpu", host_platform(),
                            {str(example_library)!r}, (), (0,), (TensorSpec("float32", (3,)),),

@@ -13,7 +13,9 @@ from opforge.backends.oppackage import (
     parse_op_package_infos, parse_opdef_xml,
 )
 from opforge.backends.oppackage.build import check_target, host_platform
-from opforge.backends.oppackage.runtime import ABI_VERSION, load_package, load_packages, prepare
+from opforge.backends.oppackage.runtime import (
+    ABI_VERSION, TRUST_ENV, load_package, load_packages, prepare, trust_packages,
+)
 from opforge.cli import cli
 from opforge.errors import BackendError, BuildError, ManifestError
 
@@ -98,8 +100,24 @@ def test_prepare_refuses(example_library):
         bad([np.zeros(3, np.int32)], [np.zeros(3, np.float32)])
 
 
-def test_prepare_takes_the_path_from_the_compile_spec(example_library, tmp_path):
+def test_prepare_loads_only_trusted_libraries(example_library, raw_package, tmp_path, monkeypatch):
+    """A program is untrusted data: the library a node names is loaded only when allowed."""
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    lib = raw_package("Untrusted", _iface("Untrusted"))
+    node = PackageNode("Untrusted", "Op", "a.b.default", "UntrustedInterfaceProvider", "cpu",
+                       host_platform(), str(lib), (), (), (), ())
+    with pytest.raises(BackendError) as e:
+        prepare(node.to_bytes())
+    assert f"opforge loads a library a program names (its code runs) only when you allow it — fix: " \
+           f"1. set {TRUST_ENV}=" in str(e.value) and "trust_packages" in str(e.value)
+    monkeypatch.setenv(TRUST_ENV, f"/nonexistent:{lib.parent}")  # a folder allows what is under it
+    _, _, op = prepare(node.to_bytes())
+    op.close()
+
+
+def test_prepare_takes_the_path_from_the_compile_spec(example_library, tmp_path, monkeypatch):
     node = _node(tmp_path / "elsewhere.so", "ExampleCustomOp", [(3,)], [(3,)])
+    monkeypatch.setenv(TRUST_ENV, str(tmp_path))
     with pytest.raises(BackendError, match="no such file"):
         prepare(node)
     infos = parse_op_package_infos([{"op_package_name": "ExampleOpPackage",
@@ -126,6 +144,7 @@ def test_untouched_skeleton_compiles_and_says_not_implemented(tmp_path, pkg_cach
     assert "param  alpha: float = 1.0f" in text
     lib = build_package(project, output=tmp_path / "lib" / "libQnnExampleOpPackage.so",
                         cache_root=pkg_cache)
+    trust_packages([lib])
     # a second library of the same package name at another path: loaded on its own
     _, _, node = prepare(_node(lib, "ExampleCustomOp", [(3,)], [(3,)]))
     with pytest.raises(BackendError, match="ExampleOpPackage::ExampleCustomOp: not implemented yet — "
@@ -193,6 +212,7 @@ opforge::pkg::Status Mix(const opforge::pkg::Tensor& in_0_, const opforge::pkg::
 }
 """)
     lib = build_package(project, output=tmp_path / "libQnnRich.so", cache_root=pkg_cache)
+    trust_packages([lib])
     from opforge.backends.oppackage.runtime import load_package
 
     loaded = load_package(lib, package_name="Rich")

@@ -40,7 +40,7 @@ from opforge.backends.oppackage.model import (
     OpDefinition, TensorDef, datatype_matches_dtype, rank_number,
 )
 from opforge.backends.oppackage.node import PackageNode, PackageParam, TensorSpec
-from opforge.backends.oppackage.runtime import host_platform, load_packages
+from opforge.backends.oppackage.runtime import host_platform, load_packages, trust_packages
 from opforge.errors import BackendError, shown
 
 __all__ = ["plan_package_nodes", "package_input_nodes", "torch_op_name", "claimed_ops",
@@ -114,6 +114,8 @@ def plan_package_nodes(graph: Any, infos: Iterable[OpPackageInfo], *, backend: s
             continue
         if packages is None:
             packages = load_packages(infos)  # once, and only when a node needs one
+            # the user registered these: a program exported with them may load them here
+            trust_packages(p.path for p in packages.values())
         pkg = packages[info.op_package_name]
         opdef = pkg.opdef().op(info.op_type_name)
         if opdef is None or info.op_type_name not in pkg.ops:

@@ -20,6 +20,14 @@ The contract with the cpu backend (its engine's call-out ABI, ``opforge/cpu_exte
   ``close()`` (or garbage collection) calls the op's ``destroy``; the library stays loaded
   for the process (packages are loaded once each, by real path).
 
+Trust. A program file is untrusted data (docs/security.md), and so are the library paths
+its nodes and compile specs name, while loading a library runs its code. ``prepare`` loads
+a library only when the user allowed it: a path given to ``trust_packages`` (export does it
+for the registrations it was given; ``opforge run --op-packages`` would do it for a file's),
+or listed in ``$OPFORGE_OP_PACKAGES`` (libraries or folders, separated by ``os.pathsep``).
+Anything else is a ``BackendError`` that says how to allow it. ``load_package`` and
+``load_packages``, which a user calls with registrations of their own, are not gated.
+
 Each library is checked once when loaded: it can be opened, exports the interface provider
 asked for, and reports this opforge's ABI version, the package name it was registered
 under, target ``cpu`` and this machine's platform; its op type names are unique.
@@ -40,10 +48,11 @@ from opforge.backends.oppackage.platforms import host_platform
 from opforge.errors import BackendError, shown
 
 __all__ = ["ABI_VERSION", "LoadedPackage", "PreparedNode", "load_package", "load_packages",
-           "prepare", "host_platform"]
+           "prepare", "host_platform", "trust_packages", "is_trusted", "TRUST_ENV"]
 
 ABI_VERSION = 1  # OPFORGE_OPPACKAGE_ABI_VERSION in include/opforge/oppackage.h
 ERROR_SIZE = 1024
+TRUST_ENV = "OPFORGE_OP_PACKAGES"
 MAX_OPS = 4096
 _PARAM_KIND = {"int": 1, "float": 2, "bool": 3}
 
@@ -114,7 +123,23 @@ class LoadedPackage:
 
 
 _loaded: dict[str, LoadedPackage] = {}
+_trusted: set[str] = set()
 _lock = threading.Lock()
+
+
+def trust_packages(paths: Iterable[str | os.PathLike]) -> None:
+    """Allow ``prepare`` to load these package libraries (or any library under these
+    folders) when a program names them."""
+    with _lock:
+        _trusted.update(os.path.realpath(p) for p in paths)
+
+
+def is_trusted(path: str | os.PathLike) -> bool:
+    """Whether ``prepare`` may load the library at ``path`` (see the module docstring)."""
+    real = os.path.realpath(path)
+    entries = set(_trusted)
+    entries.update(os.path.realpath(e) for e in os.environ.get(TRUST_ENV, "").split(os.pathsep) if e)
+    return any(real == e or real.startswith(e.rstrip(os.sep) + os.sep) for e in entries)
 
 
 def _text(value: bytes | None) -> str:
@@ -348,6 +373,12 @@ def prepare(node_info: bytes | bytearray | memoryview | PackageNode,
                                "build of it")
         if here:
             path, provider = here[0].op_package_path, here[0].interface_provider
+    if not is_trusted(path):
+        raise BackendError(
+            f"{where}: the program names the package library {shown(path)}, and opforge loads "
+            "a library a program names (its code runs) only when you allow it — fix: 1. set "
+            f"{TRUST_ENV}={path} (libraries or folders, separated by '{os.pathsep}'), or 2. call "
+            "opforge.backends.oppackage.runtime.trust_packages([...]) before loading the program")
     if node.platform != host_platform():
         raise BackendError(f"{where}: exported for platform {node.platform!r}; this machine is "
                            f"{host_platform()} — fix: export with a package built for it")
