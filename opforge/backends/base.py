@@ -82,6 +82,11 @@ class Backend(abc.ABC):
     # op the backend then leaves out runs on kernels, which must cover it
     preserve_ops: ClassVar[tuple[str, ...]] = ()
 
+    def preserved_ops(self, specs: dict[str, Any]) -> tuple[str, ...]:
+        """Ops export keeps out of decomposition for these specs (default: ``preserve_ops``;
+        e.g. ops an op package registered through the specs overrides)."""
+        return tuple(self.preserve_ops)
+
     def unavailable(self) -> str | None:
         """None when the backend can run here; otherwise what is missing and how to fix it
         (checked at export and at load, so neither fails halfway)."""

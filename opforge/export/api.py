@@ -102,7 +102,7 @@ def export(
     resolved = resolve_kernels(kernels)
     preserve = {normalize_op_name(name) for name in preserve_ops}
     for request in requests:
-        preserve |= {normalize_op_name(name) for name in getattr(request.backend, "preserve_ops", ())}
+        preserve |= {normalize_op_name(name) for name in request.backend.preserved_ops(request.specs)}
     if resolved is not None:
         preserve |= preserved_by_kernels(resolved[1], decomposition_table().keys())
     planned = []

@@ -96,6 +96,7 @@ class Method:
         self._api = api
         self._busy = threading.Lock()
         self._max_memory = max_memory()  # the load's limit, for re-binding on scalar inputs
+        self._delegates = delegates  # keeps the delegate handles alive as long as this method
         self._def = method
         self._arenas = allocate_arenas(method)
         self._values = ValueTable(api, program, method, self._arenas)

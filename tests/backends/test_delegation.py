@@ -293,3 +293,34 @@ def test_cli_export_explain_and_inspect(tmp_path, monkeypatch):
     bad = runner.invoke(cli, ["export", f"{factory}:make", "-o", str(out), "--backend", "toy",
                               "--compile-spec", "nope=1"])
     assert bad.exit_code != 0 and "unknown compile spec(s) 'nope'" in str(bad.exception)
+
+
+def test_a_method_keeps_its_delegates_alive_without_its_loaded_program():
+    destroyed = []
+
+    class Tracking(ToyBackend):
+        name = "toy_tracking"
+
+        def destroy(self, handle):
+            destroyed.append(handle)
+
+    register_backend(Tracking, replace=True)
+    forward = load(export(Mixed(), _inputs(), backends=["toy_tracking"])).method("forward")
+    gc.collect()
+    assert not destroyed
+    forward(_inputs()[0].numpy())
+    del forward
+    gc.collect()
+    assert len(destroyed) == 2
+
+
+def test_a_backend_may_preserve_ops_for_its_specs():
+    class Preserving(ToyBackend):
+        name = "toy_preserving"
+
+        def preserved_ops(self, specs):
+            return ("aten::linear",)
+
+    register_backend(Preserving, replace=True)
+    program = export(torch.nn.Linear(8, 3), _inputs(), kernels="portable", backends=["toy_preserving"])
+    assert [op.key for op in program.method("forward").operators] == ["aten::linear.out"]
