@@ -146,7 +146,10 @@ class QuantizedModel:
 
         # export switches the module to eval mode, which rewrites a converted graph in
         # place (torchao's train/eval patterns): export a copy, keep ``model`` as converted
-        program = export(copy.deepcopy(self.model), self.example_inputs, **kwargs)
+        with warnings.catch_warnings():  # torch's own pytree deprecation, inside deepcopy
+            warnings.simplefilter("ignore", FutureWarning)
+            model = copy.deepcopy(self.model)
+        program = export(model, self.example_inputs, **kwargs)
         return pack_4bit_weights(program) if pack_4bit else program
 
 
