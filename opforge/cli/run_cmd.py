@@ -43,9 +43,13 @@ __all__ = ["run", "profile_table"]
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace (JSON) of every instruction.")
 @click.option("--seed", default=0, show_default=True, help="Seed of generated random inputs.")
+@click.option("--op-packages", "op_packages", type=click.Path(dir_okay=False), metavar="FILE",
+              help="JSON/YAML op-package list: the package libraries the program's delegates "
+                   "may load (a program naming any other library is refused).")
 def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
         output_dir: str | None, mode: str, method_name: str, libraries: tuple[str, ...],
-        iterations: int, profile: bool, trace_path: str | None, seed: int) -> None:
+        iterations: int, profile: bool, trace_path: str | None, seed: int,
+        op_packages: str | None) -> None:
     """Run PROGRAM (an .opf file) and report its outputs, latency and profile."""
     from opforge.cli.tables import table_console
     from opforge.runtime import Tracer, load
@@ -53,6 +57,11 @@ def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
     console = table_console()
     if input_paths and input_list:
         raise click.UsageError("pass either --input (repeatable) or --input-list, not both")
+    if op_packages:
+        from opforge.backends.oppackage import load_op_package_infos
+        from opforge.backends.oppackage.runtime import trust_packages
+
+        trust_packages(info.op_package_path for info in load_op_package_infos(op_packages))
     loaded = load(program, mode=mode, kernels=libraries)
     method = loaded.method(method_name)
     console.print(f"[bold]{program}[/bold]: method {method_name!r}, mode {mode}, "
