@@ -6,7 +6,8 @@ inputs get the activation spec and its output gets one too, so the converted gra
 groups differ:
 
 * weighted ops (``conv*``, ``linear``): argument 1, a constant, gets the weight spec (per
-  channel, per tensor or per block); the bias stays float;
+  channel, per tensor or per block); the bias stays float; an ``embedding`` table gets the
+  weight spec too (one scale per row);
 * value-preserving ops (reshapes, permutes, max pooling, ``split``...): the output shares the
   qparams of the input, so no requantization happens between them;
 * custom ops: their manifest contract (``contracts.py``); without one they stay float.
@@ -41,7 +42,7 @@ PASSTHROUGH = {
     _aten.unflatten.int, _aten.contiguous.default, _aten.clone.default, _aten.select.int,
     _aten.slice.Tensor, _aten.expand.default, _aten.max_pool2d.default, _aten.max_pool1d.default,
     _aten.split.Tensor, _aten.chunk.default, _aten.dropout.default, _aten.alias.default,
-    _aten.t.default, _aten.embedding.default,
+    _aten.t.default,
 }
 # never quantized around: not a numeric tensor computation
 _SKIP = {operator.getitem, _aten.arange.default, _aten.arange.start, _aten.sym_size.int}
@@ -127,11 +128,12 @@ def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
             input_qspec_map=qmap, output_qspec=None if fused else act, _annotated=True)
         return "weights and activations" + (" (output after its batch norm)" if fused else "")
     if node.target == _aten.embedding.default:
+        # the table is a weight (one scale per row); the looked-up rows are activations
         table = node.args[0]
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(
-            input_qspec_map={table: act},
-            output_qspec=SharedQuantizationSpec((table, node)), _annotated=True)
-        return "table shared with output"
+            input_qspec_map={table: weight} if is_constant(table) and weight is not None else {},
+            output_qspec=act, _annotated=True)
+        return "table as weights, output as activations"
     inputs = _float_inputs(node)
     if node.target in _BATCH_NORM and inputs and _feeds_batch_norm(inputs[0]):
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=act, _annotated=True)

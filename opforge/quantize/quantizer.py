@@ -209,6 +209,12 @@ class Quantizer(_TorchaoQuantizer):
                 per_channel = cfg.per_channel_conv if kind == "conv" else cfg.per_channel_linear
                 weight = weight_spec(cfg, per_channel)
                 detail_w = detail_w or ("weights per channel" if per_channel else "weights per tensor")
+        if node.target == torch.ops.aten.embedding.default:
+            # 4-bit schemes keep 8-bit tables: a looked-up row is used as is, no sum over
+            # many weights averages its error out (4-bit tables cost gpt_decoder ~5 dB)
+            table_cfg = cfg.with_(scheme=f"{cfg.activation_bits}a8w") if cfg.weight_bits == 4 else cfg
+            weight = weight_spec(table_cfg, True)
+            detail_w = f"table per row ({table_cfg.weight_bits}-bit)"
         done = annotate_default_node(node, act, weight)
         if done is None:
             why = ("not a float tensor op" if float_output(node) is False
