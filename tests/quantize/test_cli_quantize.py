@@ -73,3 +73,15 @@ def test_the_cli_offers_every_scheme():
     from opforge.quantize import SCHEMES
 
     assert _SCHEMES == tuple(SCHEMES)
+
+
+def test_the_documented_api_is_what_is_exported():
+    import pathlib
+    import re
+
+    import opforge.quantize as Q
+
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "quantization.md").read_text()
+    api = doc.split("## API", 1)[1]
+    documented = set(re.findall(r"^- `(\w+)` —", api, re.M))
+    assert documented == set(Q.__all__)
