@@ -7,6 +7,10 @@ read. Forms (docs/manifest.md has the full reference):
 * ``float`` — the op stays in floating point (its inputs are dequantized before it).
 * ``passthrough`` — every tensor input is quantized; every output shares the qparams of
   the first tensor input (ops that select, move or reorder values: min/max, gather...).
+* ``integer`` — ``passthrough``, and the op's kernel runs on the integer tensors
+  themselves (no dequantize before it, no quantize after it): exact for ops that only
+  select or move values, since dequantization is increasing. Its kernels must accept the
+  scheme's integer dtypes (uint8, int8, int32).
 * a mapping ``{inputs: {NAME: RULE}, outputs: {NAME_OR_INDEX: RULE}}``:
 
   - input rules: ``quantized`` (own observer), ``float``, ``{shared: OTHER_INPUT}``;
@@ -77,13 +81,18 @@ def _output_names(schema: FunctionSchema) -> list[str]:
 class QuantContract:
     """The parsed contract: a rule per tensor input and per output, in schema order."""
 
-    kind: str  # "float" | "passthrough" | "explicit"
+    kind: str  # "float" | "passthrough" | "integer" | "explicit"
     inputs: tuple[tuple[str, Rule], ...]
     outputs: tuple[tuple[str, Rule], ...]
 
     @property
     def is_float(self) -> bool:
         return self.kind == "float"
+
+    @property
+    def on_integers(self) -> bool:
+        """The op's kernel runs on the quantized integers (kind ``integer``)."""
+        return self.kind == "integer"
 
     def describe(self) -> str:
         if self.kind != "explicit":
@@ -111,14 +120,16 @@ class QuantContract:
 
         if raw == "float":
             return cls("float", tuple((n, "float") for n in tensors), tuple((n, "float") for n in outs))
-        if raw == "passthrough":
+        if raw in ("passthrough", "integer"):
             if not tensors:
-                raise fail("'passthrough' but the op has no tensor input", "an op with a tensor input",
+                raise fail(f"{raw!r} but the op has no tensor input", "an op with a tensor input",
                            "use 'float' or an explicit mapping")
-            return cls("passthrough", tuple((n, "quantized") for n in tensors),
-                       tuple((n, SharedRule(tensors[0])) for n in outs))
+            first = tensors[0]
+            inputs = [(n, "quantized" if n == first or raw == "passthrough" else SharedRule(first))
+                      for n in tensors]
+            return cls(raw, tuple(inputs), tuple((n, SharedRule(first)) for n in outs))
         if not isinstance(raw, dict):
-            raise fail(f"{raw!r}", "'float', 'passthrough' or a mapping with 'inputs'/'outputs'",
+            raise fail(f"{raw!r}", "'float', 'passthrough', 'integer' or a mapping with 'inputs'/'outputs'",
                        "write e.g. {inputs: {input: quantized}, outputs: {0: {shared: input}}}")
         unknown = sorted(str(k) for k in raw if k not in ("inputs", "outputs"))
         if unknown:

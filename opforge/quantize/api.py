@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
+from opforge.quantize.integer_ops import run_on_integers
 from opforge.quantize.quantizer import Quantizer
 from opforge.quantize.report import QuantReport, accuracy, build_report
 from opforge.quantize.schemes import QuantConfig, QuantizeError
@@ -195,6 +197,11 @@ def quantize(
             for s in samples:
                 prepared(*s)
     converted = convert(prepared)
+    for name in run_on_integers(converted):
+        decision = quantizer.decisions.get(name)
+        if decision is not None:
+            quantizer.decisions[name] = dataclasses.replace(
+                decision, detail=decision.detail + "; its kernel runs on the integers")
     with torch.no_grad():
         outputs = [converted(*s) for s in samples]
     report = build_report(quantizer, converted, accuracy(reference, outputs),

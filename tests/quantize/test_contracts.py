@@ -179,7 +179,7 @@ def test_a_custom_annotation_overrides_the_contract():
     ("{outputs: {3: quantized}}", "output 3 is not an output of the op"),
     ("{inputs: {input: float}, outputs: {0: {shared: input}}}", "which is not a quantized input"),
     ("{outputs: {0: {fixed: {min: 1.0, max: 2.0}}}}", "0 inside the range"),
-    ("sometimes", "'float', 'passthrough' or a mapping"),
+    ("sometimes", "'float', 'passthrough', 'integer' or a mapping"),
     ("{inputs: {input: int8}}", "rule 'int8'"),
 ])
 def test_contract_errors_name_the_entry(contract, message):
@@ -187,3 +187,76 @@ def test_contract_errors_name_the_entry(contract, message):
     with pytest.raises(ManifestError) as info:
         parse_manifest(text, "bad.yaml")
     assert "bad.yaml:2" in str(info.value) and message in str(info.value)
+
+
+@opforge.op("qtest::row_max(Tensor x) -> Tensor", quantization="integer")
+def row_max(x):
+    return x.amax(dim=-1)
+
+
+@opforge.op("qtest::row_max_float(Tensor x) -> Tensor", quantization="passthrough")
+def row_max_float(x):
+    return x.amax(dim=-1)
+
+
+for _op in (row_max, row_max_float):
+    _op.register_fake(lambda x: x.new_empty(x.shape[:-1]))
+
+
+@opforge.op("qtest::pairwise_max(Tensor a, Tensor b) -> Tensor", quantization="integer")
+def pairwise_max(a, b):
+    return torch.maximum(a, b)
+
+
+for _op in (row_max, row_max_float, pairwise_max):
+    register(_op.opdef)
+
+
+class RowMax(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.a, self.b, self.op = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), op
+
+    def forward(self, x):
+        m = self.op(self.a(x).reshape(4, 2, 4))
+        return torch.ops.qtest.pairwise_max(m, m * 0.5) + 1
+
+
+@pytest.mark.parametrize("scheme", ["8a8w", "16a8w"])
+def test_an_integer_contract_runs_the_kernel_on_the_integers(scheme):
+    from opforge.runtime import KernelRegistry
+
+    inputs = (torch.randn(4, 8),)
+    torch.manual_seed(0)
+    result = _quantize(RowMax(torch.ops.qtest.row_max).eval(), inputs, scheme)
+    torch.manual_seed(0)
+    reference = _quantize(RowMax(torch.ops.qtest.row_max_float).eval(), inputs, scheme)
+    gm = result.model
+    (node,) = _users(gm, torch.ops.qtest.row_max.default)
+    assert node.args[0].target == Q                  # reads the integers
+    (pair,) = _users(gm, torch.ops.qtest.pairwise_max.default)
+    # its integers go to a dequantize and, unchanged, to the next integer op
+    assert {u.target for u in node.users} == {DQ, torch.ops.qtest.pairwise_max.default}
+    assert pair.args[0] is node and pair.args[1].target == Q  # one set of qparams
+    assert "runs on the integers" in result.report.decision(node.name).detail
+    # exactly what the float (passthrough) version computes
+    torch.testing.assert_close(gm(*inputs), reference.model(*inputs), rtol=0, atol=0)
+    registry = KernelRegistry.portable()
+
+    def row_max_out(x, out):
+        np.amax(x, axis=-1, out=out)
+
+    def pairwise_max_out(a, b, out):
+        np.maximum(a, b, out=out)
+
+    registry.register("qtest::row_max.out", row_max_out, origin="test", target="portable")
+    registry.register("qtest::pairwise_max.out", pairwise_max_out, origin="test", target="portable")
+    program = result.export()
+    (got,) = run_lean(program, inputs, registry)
+    np.testing.assert_array_equal(got, gm(*inputs).detach().numpy())
+
+
+def test_the_integer_kind_parses_as_shared_passthrough():
+    (d,) = parse_manifest("- func: q::m(Tensor a, Tensor b) -> Tensor\n  quantization: integer\n", "m.yaml")
+    assert d.quantization.on_integers and d.quantization.describe() == "integer"
+    assert dict(d.quantization.inputs)["b"].input == "a"
