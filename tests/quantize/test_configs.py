@@ -156,6 +156,7 @@ def _train(data, teacher, epochs=3):
     return train
 
 
+@pytest.mark.slow  # torchao folds conv + batch norm by exporting ~100 patterns: ~15 s
 def test_qat_prepare_train_convert():
     from torchao.quantization.pt2e import disable_observer, move_exported_model_to_eval
 
