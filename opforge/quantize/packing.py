@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 
 from opforge.program import (
     PACKING_INT4, ConstantStorage, IntValue, KernelCall, Program, ScalarType, Segment, TensorValue,

@@ -8,7 +8,7 @@ import pytest
 
 from opforge.errors import ProgramError
 from opforge.program import (
-    PACKING_INT4, ConstantStorage, DoubleValue, IntValue, KernelCall, MemoryPlan, Method, Operator,
+    PACKING_INT4, ConstantStorage, IntValue, KernelCall, MemoryPlan, Method, Operator,
     Program, ScalarType, ArenaStorage, ScalarTypeValue, Segment, TensorValue, NoneValue,
     constant_array, describe, from_bytes, pack_int4, to_bytes, unpack_int4,
 )

@@ -1,6 +1,5 @@
 """Quantization tests: need torch and torchao (the ``quantize`` extra)."""
 
-import warnings
 
 import pytest
 
