@@ -96,6 +96,12 @@ def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
     from torchao.quantization.pt2e import allow_exported_model_train_eval
 
     allow_exported_model_train_eval(converted)
+    # torchao's eval() rewrites dropout/batch norm but leaves ``training`` True, so a caller
+    # restoring the mode after .eval() (opforge's capture does) would switch dropout back
+    # to training: set the flag too
+    converted.eval()
+    for module in converted.modules():
+        module.training = False
     return converted
 
 
@@ -146,8 +152,8 @@ class QuantizedModel:
         from opforge.export import export
         from opforge.quantize.packing import pack_4bit_weights
 
-        # export switches the module to eval mode, which rewrites a converted graph in
-        # place (torchao's train/eval patterns): export a copy, keep ``model`` as converted
+        # export switches the module's mode and back, which torchao implements by rewriting
+        # the graph in place: export a copy, keep ``model`` exactly as converted
         with warnings.catch_warnings():  # torch's own pytree deprecation, inside deepcopy
             warnings.simplefilter("ignore", FutureWarning)
             model = copy.deepcopy(self.model)
