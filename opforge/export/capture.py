@@ -131,7 +131,15 @@ def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:
     """Run ``torch.export.export`` on one method; user errors become ``ExportError``."""
     module = spec.module
     was_training = module.training
-    module.eval()
+    try:
+        module.eval()
+    except NotImplementedError as exc:  # torchao's PT2E graphs refuse train()/eval()
+        raise ExportError(
+            f"`opforge.export.export`: method {spec.name!r} — {type(module).__name__}.eval() "
+            "refused (a torchao PT2E graph module) — valid: a module that can switch to eval "
+            "mode — fix: convert with opforge.quantize.convert (or quantize), or call "
+            "torchao.quantization.pt2e.allow_exported_model_train_eval(model) first"
+        ) from exc
     try:
         with quiet_torch_internals():
             exported = torch.export.export(
