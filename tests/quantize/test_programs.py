@@ -106,3 +106,28 @@ def test_the_report_compares_with_the_float_model():
     noise = sum(float(((r - g) ** 2).sum()) for r, g in zip(ref, got))
     signal = sum(float((r ** 2).sum()) for r in ref)
     assert result.report.sqnr_db == pytest.approx(10 * np.log10(signal / noise), rel=1e-6)  # the report sums in float64
+
+
+def test_exporting_the_converted_model_directly_leaves_it_unchanged():
+    from opforge.export import export
+
+    result = quantized_zoo("transformer_layer", "8a8w")  # has dropout, which eval/train rewrite
+    before = result.model(*result.example_inputs)
+    program = export(result.model, result.example_inputs)
+    torch.testing.assert_close(result.model(*result.example_inputs), before, rtol=0, atol=0)
+    (got,) = run_lean(program, result.example_inputs)
+    _close_to_eager(result, got)
+
+
+def test_a_raw_torchao_graph_module_gets_a_clear_export_error():
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from opforge.errors import ExportError
+    from opforge.export import export
+    from opforge.quantize import Quantizer
+
+    model, inputs = ZOO["mlp"]()
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), Quantizer("8a8w"))
+    prepared(*inputs)
+    with pytest.raises(ExportError, match="allow_exported_model_train_eval"):
+        export(convert_pt2e(prepared), inputs)
