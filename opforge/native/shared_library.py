@@ -1,0 +1,96 @@
+"""One compiler call, sources → a shared library in opforge's content-addressed build cache.
+
+For builds without generated glue (MindSpore AOT sources, the cpu backend's engine): the
+cache key hashes the sources' bytes, the flags, the compiler's identity, opforge's version
+and ``extra`` (what else decides the result, e.g. a dependency's version); the headers the
+sources include from outside ``include_dirs`` and the system are recorded and re-hashed on
+every hit, so editing one rebuilds. A warm call compiles nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from opforge.errors import BuildError
+from opforge.native.cache import RECORD, BuildCache, hash_key, record_files
+
+__all__ = ["compile_shared"]
+
+
+def compile_shared(sources: Sequence[str | os.PathLike], name: str, *, flags: Sequence[str],
+                   include_dirs: Sequence[Path] = (), kind: str, api: str,
+                   extra: dict | None = None, cache_root: Path | None = None) -> Path:
+    """Compile ``sources`` with ``flags`` into ``lib<name>.so`` in the build cache; its path."""
+    from opforge import __version__
+    from opforge.native.toolchain import find_toolchain
+
+    paths = [Path(s).resolve() for s in sources]
+    digests = []
+    for p in paths:
+        try:
+            digests.append((str(p), hashlib.sha256(p.read_bytes()).hexdigest()))
+        except OSError as e:
+            raise BuildError(f"`{api}`: source {str(p)!r} — cannot be read ({e.strerror or e}) "
+                             "— valid: an existing .cc/.cpp file — fix: check the path") from None
+    toolchain = find_toolchain()
+    command_flags = [*flags, *(f"-I{d}" for d in include_dirs)]
+    key = hash_key({"sources": digests, "flags": command_flags, "toolchain": toolchain.identity(),
+                    "opforge": __version__, "kind": kind, "name": name, "extra": extra or {}})
+    cache = BuildCache(cache_root)
+    library_name = f"lib{name}.so"
+    found = cache.lookup(key)
+    if found is not None:
+        return found.library
+    with cache.locked(key):
+        found = cache.lookup(key, evict_invalid=True)  # a corrupt entry is rebuilt
+        if found is not None:
+            return found.library
+        cache.sweep_stale(key)
+        work = cache.temp_dir(key)
+        command = [toolchain.cxx, *command_flags, "-o", str(work / library_name),
+                   *map(str, paths)]
+        link = [f for f in command_flags if f.startswith(("-l", "-L", "-Wl,"))]
+        command = [c for c in command if c not in link] + link  # libraries after the sources
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace")
+        if proc.returncode != 0:
+            errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
+            shown = "\n".join(errors[:20] or proc.stdout.splitlines()[-20:])
+            raise BuildError(f"`{api}`: compiling {', '.join(p.name for p in paths)} — the "
+                             f"compiler failed (exit {proc.returncode}):\n{shown}\n— command: "
+                             f"{' '.join(command)} — fix: correct the errors above")
+        (work / "build.log").write_text(proc.stdout)
+        headers = _user_headers(toolchain, [f for f in command_flags if f not in link], paths,
+                                include_dirs)
+        record = {"library_file": library_name, "files": record_files(work), "kernels": [],
+                  "command": command, "headers": headers}
+        (work / RECORD).write_text(json.dumps(record))
+        return cache.commit(key, work) / library_name
+
+
+def _user_headers(toolchain, flags: list[str], sources: list[Path],
+                  include_dirs: Sequence[Path]) -> dict[str, str]:
+    """``{user header: SHA-256}`` the sources include (the compiler's ``-M`` rules, without
+    the sources, ``include_dirs`` and the compiler's system directories)."""
+    skip = {os.path.normpath(str(s)) for s in sources}
+    roots = [os.path.normpath(str(d)) + os.sep
+             for d in (*include_dirs, *toolchain.system_include_dirs())]
+    headers: dict[str, str] = {}
+    for source in sources:
+        proc = subprocess.run([toolchain.cxx, *flags, "-M", str(source)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, errors="replace")
+        rule = proc.stdout.replace("\\\n", " ").partition(":")[2]
+        for dep in rule.split():
+            dep = os.path.normpath(os.path.abspath(dep))
+            if dep in skip or any(dep.startswith(root) for root in roots):
+                continue
+            try:
+                headers[dep] = hashlib.sha256(Path(dep).read_bytes()).hexdigest()
+            except OSError:
+                continue
+    return dict(sorted(headers.items()))
