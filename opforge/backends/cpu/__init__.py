@@ -1,0 +1,130 @@
+"""The ``cpu`` backend: subgraphs compiled for a oneDNN engine (see docs/backend-cpu.md).
+
+Ahead of time (torch): ``partition`` asks the lowering, node by node, whether it can run
+a node and why not; ``preprocess`` lowers a partition to a plan (folded constants,
+batch norm folded into convolutions, post-op fusion, channels-last convolution chains)
+and encodes it as the blob. At run time (NumPy + ctypes): ``init`` parses the blob and
+builds the engine (weights reordered once); ``bind`` fixes the arena pointers; each call
+is one native ``execute``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from opforge.backends.base import Backend, BackendContext, PartitionResult
+from opforge.backends.compile_specs import SpecDef
+from opforge.errors import BackendError
+
+__all__ = ["CpuBackend", "thread_count", "DEFAULT_THREADS_ENV"]
+
+DEFAULT_THREADS_ENV = "OPFORGE_NUM_THREADS"
+
+
+def _check_threads(v: int) -> str | None:
+    return "negative" if v < 0 else None
+
+
+def _check_list(v: Any) -> str | None:
+    return None if isinstance(v, list) else "not a JSON list"
+
+
+def thread_count(spec: int) -> int:
+    """The engine's threads: the compile spec when > 0, else OPFORGE_NUM_THREADS (a count
+    or "auto"), else 1 — the runtime's existing default (its own pool is off by default)."""
+    if spec > 0:
+        return spec
+    raw = os.environ.get(DEFAULT_THREADS_ENV, "").strip()
+    if not raw:
+        return 1
+    if raw == "auto":
+        return max(1, len(os.sched_getaffinity(0)))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise BackendError(f"cpu backend: {DEFAULT_THREADS_ENV}={raw!r} — valid: a count >= 1 or "
+                           "'auto' — fix: set it to the number of threads, or unset it for 1")
+    return value
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    compile_spec_defs = (
+        SpecDef("num_threads", "int", 0, "engine threads; 0 = OPFORGE_NUM_THREADS, else 1",
+                _check_threads),
+        SpecDef("custom_ops", "json", [], "custom ops ('ns::op') whose native kernels the "
+                "delegate calls through the kernel ABI", _check_list),
+        SpecDef("op_packages", "json", [], "OpPackageInfo dicts: op packages that implement "
+                "or override ops", _check_list),
+        SpecDef("fuse", "bool", True, "fuse elementwise ops into convolution/matmul/binary "
+                "as oneDNN post-ops"),
+        SpecDef("min_ops", "int", 1, "smallest partition worth a delegate call",
+                lambda v: None if v >= 1 else "below 1"),
+    )
+
+    def unavailable(self) -> str | None:
+        from opforge.backends.cpu.engine import missing
+
+        return missing()
+
+    def preserved_ops(self, specs: dict[str, Any]) -> tuple[str, ...]:
+        preserved = list(self.preserve_ops)
+        if specs.get("op_packages"):
+            from opforge.backends.oppackage.info import claimed_op_keys, parse_op_package_infos
+
+            preserved += sorted(claimed_op_keys(parse_op_package_infos(specs["op_packages"])))
+        return tuple(preserved)
+
+    # --- ahead of time --------------------------------------------------------------------
+    def partition(self, graph, specs) -> PartitionResult:
+        from opforge.backends.cpu.support import support_check
+        from opforge.backends.partition import partition_by_support
+
+        check, rejected = support_check(graph, specs)
+        result = partition_by_support(self.name, graph, check, min_nodes=specs["min_ops"])
+        # package rejections (a node an op package claims but cannot take) say why
+        by_node = {r.node: r for r in rejected}
+        result.rejected = [by_node.get(r.node, r) for r in result.rejected]
+        return result
+
+    def preprocess(self, subgraph, specs) -> bytes:
+        from opforge.backends.cpu import blob, lowering
+        from opforge.backends.cpu.support import package_nodes
+
+        specs = dict(specs)
+        specs["_package_nodes"] = package_nodes(subgraph, specs)
+        plan = lowering.Lowering(subgraph, specs).run()
+        if specs["fuse"]:
+            lowering.fuse(plan)
+        lowering.prune(plan)
+        return blob.encode(plan)
+
+    # --- run time ---------------------------------------------------------------------------
+    def init(self, blob_bytes, specs, context: BackendContext):
+        from opforge.backends.cpu import blob
+        from opforge.backends.cpu.engine import EngineHandle
+
+        plan, data = blob.parse(blob_bytes)
+        threads = thread_count(specs["num_threads"])
+        return EngineHandle(plan, data, threads, context.max_memory, context.registry, specs)
+
+    def bind(self, handle, inputs, outputs):
+        from opforge.backends.cpu.engine import Binding
+
+        return Binding(handle, inputs, outputs)
+
+    def execute(self, handle, inputs, outputs) -> None:
+        self.bind(handle, inputs, outputs)()
+
+    def destroy(self, handle) -> None:
+        handle.close()
+
+    def describe_blob(self, blob_bytes, specs) -> dict:
+        from opforge.backends.cpu import blob
+
+        plan, data = blob.parse(blob_bytes)
+        return {"ops": [op["name"] or op["kind"] for op in plan["ops"]],
+                "nodes": plan.get("impls", []), "constant_bytes": data.nbytes}

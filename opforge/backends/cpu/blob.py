@@ -1,0 +1,172 @@
+"""The cpu backend's blob: a header, a JSON plan, then the constants' bytes.
+
+    offset 0   8 bytes  magic b"OFCPUBLB"
+    offset 8   u32      format version (1)
+    offset 12  u32      plan bytes (JSON, UTF-8)
+    offset 16  u64      data bytes
+    offset 24  u32      CRC-32 of plan + data
+    offset 28  u32      0 (reserved)
+    offset 32  plan     {"tensors": [...], "ops": [...], "inputs": [...], "outputs": [...],
+                         "impls": [...]}
+    then zero padding to a multiple of 64, then the data: each constant's bytes at a
+    64-byte-aligned offset a tensor names as "data": [offset, nbytes].
+
+The blob is untrusted at init: ``parse`` checks the header, the CRC, every field's type,
+every count, id, dtype, rank and byte range before anything is built; the engine checks
+ids, strides and reaches again in C++.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from typing import Any
+
+from opforge.errors import BackendError
+
+MAGIC = b"OFCPUBLB"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQII")
+MAX_PLAN = 64 << 20
+MAX_TENSORS = 1 << 20
+MAX_RANK = 8
+DTYPES = {0, 1, 2, 3, 4, 6, 7, 11}
+ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 6: 4, 7: 8, 11: 1}
+ROLES = ("input", "output", "const", "temp", "alias", "dead")
+OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
+            "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package")
+
+
+def _align(n: int) -> int:
+    return (n + 63) // 64 * 64
+
+
+def encode(plan) -> bytes:
+    """A lowering ``Plan`` → blob bytes."""
+    data = bytearray()
+    tensors = []
+    for t in plan.tensors:
+        offset = None
+        if t.data is not None:
+            data += bytes(_align(len(data)) - len(data))
+            offset = len(data)
+            data += t.data
+        tensors.append(t.as_json(offset))
+    doc = {"tensors": tensors, "ops": plan.ops, "inputs": plan.inputs, "outputs": plan.outputs,
+           "impls": plan.impls}
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
+    head_len = HEADER.size + len(text)
+    pad = bytes(_align(head_len) - head_len)
+    crc = zlib.crc32(text + bytes(data))
+    return HEADER.pack(MAGIC, VERSION, len(text), len(data), crc, 0) + text + pad + bytes(data)
+
+
+def _refuse(what: str) -> BackendError:
+    return BackendError(f"cpu backend blob: {what} — valid: a blob written by this opforge's "
+                        "cpu backend — fix: re-export the program; this one was altered, "
+                        "corrupted, or written by an incompatible version")
+
+
+def _int(v: Any, lo: int, hi: int, what: str) -> int:
+    if type(v) is not int or not lo <= v <= hi:
+        raise _refuse(f"{what} is {str(v)[:40]!r}, not an int in [{lo}, {hi}]")
+    return v
+
+
+def _ints(v: Any, n_max: int, lo: int, hi: int, what: str) -> list[int]:
+    if type(v) is not list or len(v) > n_max:
+        raise _refuse(f"{what} is not a list of at most {n_max} ints")
+    return [_int(x, lo, hi, f"{what} item") for x in v]
+
+
+def parse(blob: memoryview) -> tuple[dict, memoryview]:
+    """Check ``blob`` and return (plan, data); ``BackendError`` for anything malformed."""
+    blob = memoryview(blob).cast("B")
+    if blob.nbytes < HEADER.size:
+        raise _refuse(f"{blob.nbytes} bytes, shorter than its {HEADER.size}-byte header")
+    magic, version, plan_len, data_len, crc, _ = HEADER.unpack_from(blob, 0)
+    if magic != MAGIC:
+        raise _refuse(f"magic {bytes(magic)!r}")
+    if version != VERSION:
+        raise _refuse(f"format version {version}; this opforge reads version {VERSION}")
+    if plan_len > MAX_PLAN:
+        raise _refuse(f"plan of {plan_len} bytes")
+    data_start = _align(HEADER.size + plan_len)
+    if data_start + data_len != blob.nbytes:
+        raise _refuse(f"sizes (plan {plan_len}, data {data_len}) that do not add up to the "
+                      f"blob's {blob.nbytes} bytes")
+    text = blob[HEADER.size:HEADER.size + plan_len]
+    data = blob[data_start:]
+    if zlib.crc32(data, zlib.crc32(text)) != crc:
+        raise _refuse("a CRC-32 that does not match its contents")
+    try:
+        doc = json.loads(bytes(text).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _refuse(f"a plan that is not JSON ({type(e).__name__})") from None
+    if type(doc) is not dict:
+        raise _refuse("a plan that is not an object")
+    tensors = doc.get("tensors")
+    if type(tensors) is not list or len(tensors) > MAX_TENSORS:
+        raise _refuse("no tensor table")
+    n = len(tensors)
+    for i, t in enumerate(tensors):
+        if type(t) is not dict:
+            raise _refuse(f"tensors[{i}] is not an object")
+        _int(t.get("dtype"), 0, 11, f"tensors[{i}].dtype")
+        if t["dtype"] not in DTYPES:
+            raise _refuse(f"tensors[{i}].dtype {t['dtype']}")
+        dims = _ints(t.get("dims"), MAX_RANK, 0, 1 << 40, f"tensors[{i}].dims")
+        strides = _ints(t.get("strides"), MAX_RANK, 0, 1 << 40, f"tensors[{i}].strides")
+        if len(dims) != len(strides):
+            raise _refuse(f"tensors[{i}]: {len(dims)} dims but {len(strides)} strides")
+        if t.get("role") not in ROLES:
+            raise _refuse(f"tensors[{i}].role {str(t.get('role'))[:20]!r}")
+        if t["role"] == "alias":
+            base = _int(t.get("base"), 0, n - 1, f"tensors[{i}].base")
+            if base >= i:
+                raise _refuse(f"tensors[{i}] aliases a later tensor")
+            _int(t.get("offset"), 0, 1 << 40, f"tensors[{i}].offset")
+        if "data" in t:
+            offset, nbytes = _ints(t["data"], 2, 0, data.nbytes, f"tensors[{i}].data")
+            if t["role"] != "const" or offset + nbytes > data.nbytes or offset % 64:
+                raise _refuse(f"tensors[{i}].data [{offset}, {offset + nbytes}) outside the "
+                              f"{data.nbytes} data bytes, unaligned, or not a constant")
+        elif t["role"] == "const":
+            raise _refuse(f"tensors[{i}] is a constant without data")
+    ops = doc.get("ops")
+    if type(ops) is not list or len(ops) > MAX_TENSORS:
+        raise _refuse("no op list")
+    for i, op in enumerate(ops):
+        if type(op) is not dict or op.get("kind") not in OP_KINDS:
+            raise _refuse(f"ops[{i}] is not an op of a known kind")
+        _ints(op.get("in"), 64, 0, n - 1, f"ops[{i}].in")
+        _ints(op.get("out"), 64, 0, n - 1, f"ops[{i}].out")
+        _ints(op.get("ia"), 4096, -(1 << 62), 1 << 62, f"ops[{i}].ia")
+        fa = op.get("fa")
+        if type(fa) is not list or len(fa) > 64 or not all(type(x) in (int, float) for x in fa):
+            raise _refuse(f"ops[{i}].fa")
+        post = op.get("post")
+        if type(post) is not list or len(post) > 32:
+            raise _refuse(f"ops[{i}].post")
+        for p in post:
+            if type(p) is not list or len(p) != 5 or p[0] not in (0, 1) or type(p[1]) is not int \
+                    or type(p[2]) not in (int, float) or type(p[3]) not in (int, float):
+                raise _refuse(f"ops[{i}].post item")
+            if p[0] == 1:
+                _int(p[4], 0, n - 1, f"ops[{i}].post tensor")
+        if type(op.get("name", "")) is not str:
+            raise _refuse(f"ops[{i}].name")
+        if op["kind"] == "kernel" and (type(op.get("args")) is not list or len(op["args"]) > 256):
+            raise _refuse(f"ops[{i}].args")
+        if op["kind"] == "package" and type(op.get("node")) is not str:
+            raise _refuse(f"ops[{i}].node")
+    _ints(doc.get("inputs"), 1 << 16, 0, n - 1, "inputs")
+    _ints(doc.get("outputs"), 1 << 16, 0, n - 1, "outputs")
+    for role, ids in (("input", doc["inputs"]), ("output", doc["outputs"])):
+        for tid in ids:
+            if tensors[tid]["role"] != role:
+                raise _refuse(f"{role}s list tensor {tid}, which is a {tensors[tid]['role']}")
+    if type(doc.get("impls", [])) is not list:
+        raise _refuse("impls")
+    return doc, data

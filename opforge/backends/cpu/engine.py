@@ -1,0 +1,320 @@
+"""The cpu backend's run-time side: builds (once, cached) and loads ``libopforge_cpu.so``
+and turns a parsed blob into an engine handle. NumPy and ctypes only: no torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from opforge.errors import BackendError
+
+ABI_VERSION = 1
+_ERR = 1024
+_lib = None
+_lib_lock = threading.Lock()
+
+KERNEL_TAGS = {"none": 0, "tensor": 1, "int": 4, "double": 5, "bool": 6, "int_list": 9,
+               "double_list": 10}
+
+
+def onednn_prefix() -> Path | None:
+    """Where the oneDNN wheels put ``lib/libdnnl.so.3`` and ``include/oneapi/dnnl``."""
+    import importlib.metadata as md
+
+    candidates = []
+    for dist in ("onednn-devel-cpu-gomp", "onednn-cpu-gomp"):
+        try:
+            files = md.distribution(dist).files or []
+        except md.PackageNotFoundError:
+            continue
+        for f in files:
+            if str(f).endswith("libdnnl.so.3") or str(f).endswith("oneapi/dnnl/dnnl.hpp"):
+                path = Path(f.locate()).resolve()
+                candidates.append(path.parents[1] if path.name == "libdnnl.so.3" else path.parents[3])
+    candidates += [Path(sys.prefix)]
+    for prefix in candidates:
+        if (prefix / "lib" / "libdnnl.so.3").exists() and (prefix / "include" / "oneapi" / "dnnl" / "dnnl.hpp").exists():
+            return prefix
+    return None
+
+
+def missing() -> str | None:
+    """None when the engine can be built and loaded here; else what to install."""
+    if os.environ.get("OPFORGE_CPU_BACKEND_DISABLE") == "1":
+        return ("disabled by OPFORGE_CPU_BACKEND_DISABLE=1 — fix: unset it")
+    if onednn_prefix() is None:
+        return ("oneDNN is not installed (libdnnl.so.3 and its headers) — fix: pip install "
+                "'opforge[cpu]' (the wheels onednn-cpu-gomp==2023.2.0 and "
+                "onednn-devel-cpu-gomp==2023.2.0; not the 'onednn' 2026 wheel, a SYCL build "
+                "that cannot create a CPU engine)")
+    from opforge.native.toolchain import find_toolchain
+    try:
+        find_toolchain()
+    except Exception as e:  # noqa: BLE001 - the toolchain says what is missing
+        return f"no C++ compiler to build the engine: {e}"
+    return None
+
+
+def _source_dir() -> Path:
+    return Path(__file__).resolve().parent / "native"
+
+
+def library() -> ctypes.CDLL:
+    """The engine library, built on first use into opforge's build cache (then cached)."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        problem = missing()
+        if problem:
+            raise BackendError(f"cpu backend: {problem}")
+        from opforge.native.shared_library import compile_shared
+
+        prefix = onednn_prefix()
+        here = Path(__file__).resolve().parent
+        native_include = here.parents[1] / "native" / "include"
+        path = compile_shared(
+            sorted(_source_dir().glob("*.cpp")), "opforge_cpu",
+            flags=["-std=c++17", "-shared", "-fPIC", "-O3", "-fopenmp", f"-I{prefix / 'include'}",
+                   f"-L{prefix / 'lib'}", "-ldnnl", f"-Wl,-rpath,{prefix / 'lib'}",
+                   "-Wl,--no-undefined"],
+            include_dirs=[here / "include", native_include], kind="cpu-backend-engine",
+            api="opforge cpu backend", extra={"onednn": str(prefix)})
+        lib = ctypes.CDLL(str(path))
+        _declare(lib)
+        if lib.ofc_abi_version() != ABI_VERSION:
+            raise BackendError(f"cpu backend: engine ABI {lib.ofc_abi_version()}, expected "
+                               f"{ABI_VERSION} — fix: clear the build cache entry for it")
+        _lib = lib
+        return lib
+
+
+def _declare(lib) -> None:
+    P, I32, I64, D = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
+    I32P, I64P, DP, S = (ctypes.POINTER(I32), ctypes.POINTER(I64), ctypes.POINTER(D), ctypes.c_char_p)
+    lib.ofc_abi_version.restype = I32
+    lib.ofc_new.argtypes = [I32, I64, S, I32]
+    lib.ofc_new.restype = P
+    lib.ofc_destroy.argtypes = [P]
+    lib.ofc_add_tensor.argtypes = [P, I32, I32, I64P, I64P, P, I64, I32, I64, I32, S, I32]
+    lib.ofc_add_tensor.restype = I32
+    lib.ofc_post_op.argtypes = [P, I32, I32, D, D, I32, S, I32]
+    lib.ofc_post_op.restype = I32
+    lib.ofc_add_op.argtypes = [P, S, I32P, I32, I32P, I32, I64P, I32, DP, I32, S, I32]
+    lib.ofc_add_op.restype = I32
+    lib.ofc_add_external.argtypes = [P, P, P, S, I32P, I32, I32P, I32, S, I32]
+    lib.ofc_add_external.restype = I32
+    lib.ofc_add_kernel.argtypes = [P, P, S, I32P, I32, I32P, I32, I32, I32P, I64P, I64P, DP,
+                                   I64P, I64, DP, I64, S, I32]
+    lib.ofc_add_kernel.restype = I32
+    lib.ofc_finalize.argtypes = [P, I32P, I32, I32P, I32, S, I32]
+    lib.ofc_finalize.restype = I32
+    lib.ofc_execute.argtypes = [P, ctypes.POINTER(P), ctypes.POINTER(P), S, I32]
+    lib.ofc_execute.restype = I32
+    lib.ofc_describe.argtypes = [P, S, I32]
+    lib.ofc_describe.restype = I32
+
+
+def _arr(ctype, values):
+    values = list(values)
+    return (ctype * max(len(values), 1))(*values)
+
+
+class EngineHandle:
+    """One initialised delegate: the engine pointer and what must outlive it."""
+
+    def __init__(self, plan: dict, data: memoryview, threads: int, max_memory: int,
+                 registry: Any, specs: dict) -> None:
+        self.lib = lib = library()
+        self.keep: list[Any] = []
+        err = ctypes.create_string_buffer(_ERR)
+        self.ptr = lib.ofc_new(threads, max_memory, err, _ERR)
+        if not self.ptr:
+            raise BackendError(f"cpu backend: {err.value.decode(errors='replace')}")
+        self.closed = False
+        try:
+            self._build(plan, data, registry, specs, err)
+        except BaseException:
+            self.close()
+            raise
+        tensors = plan["tensors"]
+        self.inputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["inputs"]]
+        self.outputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["outputs"]]
+
+    def _check(self, rc: int, err, what: str) -> None:
+        if rc != 0:
+            raise BackendError(f"cpu backend: {what}: {err.value.decode(errors='replace')}")
+
+    def _build(self, plan, data, registry, specs, err) -> None:
+        lib = self.lib
+        base = ctypes.addressof(ctypes.c_char.from_buffer(bytearray(0))) if False else None
+        raw = bytes(data)
+        self._tensors = plan["tensors"]
+        for i, t in enumerate(plan["tensors"]):
+            dims, strides = t["dims"], t["strides"]
+            ptr, nbytes = None, 0
+            if "data" in t:
+                offset, nbytes = t["data"]
+                buf = ctypes.create_string_buffer(raw[offset:offset + nbytes], max(nbytes, 1))
+                ptr = ctypes.cast(buf, ctypes.c_void_p)
+            storage = 1 if t["role"] == "temp" else 0
+            rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
+                                     _arr(ctypes.c_int64, strides), ptr, nbytes,
+                                     t.get("base", -1) if t["role"] == "alias" else -1,
+                                     t.get("offset", 0), storage, err, _ERR)
+            if rid != i:
+                raise BackendError(f"cpu backend: tensors[{i}]: {err.value.decode(errors='replace')}")
+        for i, op in enumerate(plan["ops"]):
+            for p in op["post"]:
+                self._check(lib.ofc_post_op(self.ptr, p[0], p[1], float(p[2]), float(p[3]),
+                                            p[4] if p[0] == 1 else -1, err, _ERR), err, f"ops[{i}] post-op")
+            ins, outs = op["in"], op["out"]
+            if op["kind"] == "kernel":
+                self._add_kernel(op, registry, err)
+            elif op["kind"] == "package":
+                self._add_package(op, specs, err)
+            else:
+                self._check(lib.ofc_add_op(self.ptr, op["kind"].encode(), _arr(ctypes.c_int32, ins), len(ins),
+                                           _arr(ctypes.c_int32, outs), len(outs), _arr(ctypes.c_int64, op["ia"]),
+                                           len(op["ia"]), _arr(ctypes.c_double, op["fa"]), len(op["fa"]),
+                                           err, _ERR), err, f"ops[{i}] ({op['name'] or op['kind']})")
+        self._check(lib.ofc_finalize(self.ptr, _arr(ctypes.c_int32, plan["inputs"]), len(plan["inputs"]),
+                                     _arr(ctypes.c_int32, plan["outputs"]), len(plan["outputs"]), err, _ERR),
+                    err, "finalize")
+
+    def _add_kernel(self, op, registry, err) -> None:
+        key = op["name"]
+        kernel = None
+        if registry is not None:
+            kernel = registry.lookup(key, _dtype_key(op, plan_tensors=self._tensors))
+        entry_fn = _native_entry(kernel, op, self._tensors)
+        if entry_fn is None:
+            raise BackendError(
+                f"cpu backend: the delegate calls custom op {key} through its native kernel, and "
+                f"this runtime has none — fix: load the program with the kernel library built "
+                f"for it (opforge run --kernels LIB.so, or load(..., kernels=['LIB.so']))")
+        tags, values, lengths, doubles, ints, dbls = [], [], [], [], [], []
+        for item in op["args"]:
+            if type(item) is not list or len(item) != 2 or item[0] not in KERNEL_TAGS:
+                raise BackendError(f"cpu backend blob: kernel argument {str(item)[:40]} — fix: re-export")
+            tag, value = item
+            tags.append(KERNEL_TAGS[tag])
+            if tag in ("int_list", "double_list"):
+                pool = ints if tag == "int_list" else dbls
+                if type(value) is not list or len(value) > 4096:
+                    raise BackendError("cpu backend blob: kernel list argument — fix: re-export")
+                values.append(len(pool)); lengths.append(len(value)); doubles.append(0.0)
+                pool.extend(int(v) if tag == "int_list" else float(v) for v in value)
+            elif tag == "double":
+                values.append(0); lengths.append(0); doubles.append(float(value))
+            else:
+                if type(value) is not int:
+                    raise BackendError("cpu backend blob: kernel int argument — fix: re-export")
+                values.append(value); lengths.append(0); doubles.append(0.0)
+        ins, outs = op["in"], op["out"]
+        self._check(self.lib.ofc_add_kernel(
+            self.ptr, entry_fn, key.encode(), _arr(ctypes.c_int32, ins), len(ins),
+            _arr(ctypes.c_int32, outs), len(outs), len(tags), _arr(ctypes.c_int32, tags),
+            _arr(ctypes.c_int64, values), _arr(ctypes.c_int64, lengths),
+            _arr(ctypes.c_double, doubles), _arr(ctypes.c_int64, ints), len(ints),
+            _arr(ctypes.c_double, dbls), len(dbls), err, _ERR), err, f"kernel {key}")
+
+    def _add_package(self, op, specs, err) -> None:
+        try:
+            from opforge.backends.oppackage import runtime as packages
+        except ImportError as e:
+            raise BackendError(f"cpu backend: op packages are not available here ({e})") from None
+        try:
+            node = bytes.fromhex(op["node"])
+        except ValueError:
+            raise BackendError("cpu backend blob: a package node that is not hex — fix: re-export") from None
+        fn, state, keep = packages.prepare(node, specs.get("op_packages") or [])
+        self.keep.append(keep)
+        ins, outs = op["in"], op["out"]
+        self._check(self.lib.ofc_add_external(self.ptr, fn, state, op["name"].encode(),
+                                              _arr(ctypes.c_int32, ins), len(ins),
+                                              _arr(ctypes.c_int32, outs), len(outs), err, _ERR),
+                    err, f"package op {op['name']}")
+
+    def describe(self) -> list[str]:
+        buf = ctypes.create_string_buffer(65536)
+        self.lib.ofc_describe(self.ptr, buf, 65536)
+        return [s for s in buf.value.decode().split(",") if s]
+
+    def close(self) -> None:
+        if not self.closed and self.ptr:
+            self.lib.ofc_destroy(self.ptr)
+            for k in self.keep:
+                close = getattr(k, "close", None)
+                if close:
+                    close()
+        self.closed = True
+
+
+NUMPY = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 6: np.float32,
+         7: np.float64, 11: np.bool_}
+NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 6: "float32", 7: "float64",
+         11: "bool"}
+
+
+def _dtype_key(op, plan_tensors) -> str:
+    """The runtime's dtype key for a kernel call: its first tensor argument's dtype."""
+    first = next((v for tag, v in op["args"] if tag == "tensor"), None)
+    ids = op["in"] + op["out"]
+    if first is None or not 0 <= first < len(ids):
+        return "default"
+    return NAMES.get(plan_tensors[ids[first]]["dtype"], "default")
+
+
+def _native_entry(kernel, op, plan_tensors):
+    """The kernel-ABI function address of a registry kernel that is native, else None."""
+    fn = getattr(kernel, "fn", None) if kernel is not None else None
+    select = getattr(fn, "select", None)
+    if select is None:
+        return None
+    ids = op["in"] + op["out"]
+    args = []
+    for tag, value in op["args"]:
+        if tag == "tensor" and 0 <= value < len(ids):
+            t = plan_tensors[ids[value]]
+            args.append(np.zeros([0] * len(t["dims"]), NUMPY[t["dtype"]]))
+        else:
+            args.append(value)
+    try:
+        return select(args).fn or None
+    except Exception:  # noqa: BLE001 - no binding for these dtypes: reported by the caller
+        return None
+
+
+class Binding:
+    """A handle bound to fixed input/output arrays: one native call per execution."""
+
+    def __init__(self, handle: EngineHandle, inputs, outputs) -> None:
+        for kind, arrays, want in (("input", inputs, handle.inputs), ("output", outputs, handle.outputs)):
+            if len(arrays) != len(want):
+                raise BackendError(f"cpu backend: {len(arrays)} {kind}(s), the delegate has {len(want)}")
+            for k, (a, (dims, dtype)) in enumerate(zip(arrays, want)):
+                if not isinstance(a, np.ndarray) or tuple(a.shape) != dims or not a.flags.c_contiguous \
+                        or (kind == "output" and not a.flags.writeable):
+                    raise BackendError(f"cpu backend: {kind} {k} is {getattr(a, 'dtype', type(a))}"
+                                       f"{list(getattr(a, 'shape', ()))}, the delegate was compiled "
+                                       f"for {list(dims)} (C-contiguous{', writable' if kind == 'output' else ''})")
+        self.handle = handle
+        self.keep = (inputs, outputs)
+        P = ctypes.c_void_p
+        self.ins = (P * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
+        self.outs = (P * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
+        self.err = ctypes.create_string_buffer(_ERR)
+        self.execute = handle.lib.ofc_execute
+        self.ptr = handle.ptr
+
+    def __call__(self) -> None:
+        if self.execute(self.ptr, self.ins, self.outs, self.err, _ERR):
+            raise BackendError(f"cpu backend: {self.err.value.decode(errors='replace')}")
