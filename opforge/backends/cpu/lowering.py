@@ -63,6 +63,18 @@ class TensorSpec:
         return out
 
 
+def _tidy_strides(dims, strides) -> tuple[int, ...]:
+    """Strides of size-1 dims do not address anything; give them the value a dense layout
+    would (oneDNN recognises dense layouts only then and otherwise falls back to its slow
+    reference kernels)."""
+    out = list(strides)
+    for k in range(len(dims) - 1, -1, -1):
+        if dims[k] == 1:
+            inner = [j for j in range(k + 1, len(dims)) if dims[j] != 1]
+            out[k] = max((out[j] * dims[j] for j in inner), default=1)
+    return tuple(out)
+
+
 def row_major(dims) -> tuple[int, ...]:
     strides, step = [], 1
     for d in reversed(dims):
@@ -112,7 +124,8 @@ class Lowering:
     # --- tensors ---------------------------------------------------------------------
     def new_tensor(self, dtype, dims, role="temp", strides=None, **kw) -> int:
         dims = tuple(int(d) for d in dims)
-        self.plan.tensors.append(TensorSpec(dtype, dims, tuple(strides or row_major(dims)), role, **kw))
+        strides = _tidy_strides(dims, tuple(strides or row_major(dims)))
+        self.plan.tensors.append(TensorSpec(dtype, dims, strides, role, **kw))
         return len(self.plan.tensors) - 1
 
     def spec(self, tid: int) -> TensorSpec:
@@ -394,11 +407,27 @@ ELTWISE["aten::clamp"] = _clamp
 ELTWISE["aten::softplus"] = _softplus
 
 
+def _dense(spec: TensorSpec) -> bool:
+    """Strides that pack the tensor without gaps in some dim order (what oneDNN's fast
+    kernels take); zero strides (broadcasts) and gaps are not."""
+    pairs = sorted((s, d) for s, d in zip(spec.strides, spec.dims) if d != 1)
+    step = 1
+    for s, d in pairs:
+        if s != step:
+            return False
+        step *= d
+    return True
+
+
+def _dense_operand(L: Lowering, tid: int) -> int:
+    return tid if _dense(L.spec(tid)) else L.contiguous(tid)
+
+
 def lower_eltwise(L: Lowering, node, args, kwargs):
     _need_f32(node)
     base = op_name(node).split(".")[0]
     alg, alpha, beta = ELTWISE[base](node, args)
-    src = L.materialize(args[0])
+    src = _dense_operand(L, L.materialize(args[0]))
     out = _out(L, node, strides=L.spec(src).strides)
     L.op("eltwise", [src], [out], [alg], [alpha, beta], name=base.split("::")[1])
     return ("t", out)
@@ -462,6 +491,14 @@ def lower_binary(L: Lowering, node, args, kwargs):
                         "aten::add", "aten::mul", "aten::maximum", "aten::minimum"):
                     ta, tb, sa, sb = tb, ta, sb, sa
                 if tuple(sa.dims) == out_dims:
+                    if not _dense(sa):
+                        ta = L.contiguous(ta)
+                        sa = L.spec(ta)
+                    if tuple(sb.dims) == out_dims and sb.strides != sa.strides:
+                        # oneDNN's fast binary kernels want both operands in one layout
+                        like = L.new_tensor(sb.dtype, sb.dims, strides=sa.strides)
+                        L.copy(tb, like)
+                        tb, sb = like, L.spec(like)
                     if len(sb.dims) < len(out_dims):  # oneDNN wants equal ranks
                         tb = L.alias(tb, (1,) * (len(out_dims) - len(sb.dims)) + tuple(sb.dims),
                                      (0,) * (len(out_dims) - len(sb.dims)) + tuple(sb.strides))
@@ -694,7 +731,7 @@ def lower_mm(L: Lowering, node, args, kwargs):
     else:
         a, b = args[:2]
         bias = None
-    ta, tb = L.materialize(a), L.materialize(b)
+    ta, tb = _matmul_operand(L, L.materialize(a)), _matmul_operand(L, L.materialize(b))
     sa, sb = L.spec(ta), L.spec(tb)
     if len(sa.dims) != len(sb.dims):
         if len(sb.dims) == 2 and len(sa.dims) > 2:  # linear on a batch: broadcast weights
@@ -712,6 +749,24 @@ def lower_mm(L: Lowering, node, args, kwargs):
     out = L.new_tensor(fake.dtype, fake.shape)
     L.op("matmul", ins, [out], name=name.split("::")[1])
     return ("t", out)
+
+
+def _matmul_operand(L: Lowering, tid: int) -> int:
+    """``tid`` when oneDNN's matmul takes its layout fast (rows or columns contiguous, batch
+    dims outermost and dense), else a row-major copy (oneDNN would run a reference kernel)."""
+    t = L.spec(tid)
+    if len(t.dims) < 2 or t.role == "const":
+        return tid if t.role != "const" or t.strides == row_major(t.dims) else L.contiguous(tid)
+    m, k = t.dims[-2:]
+    sm, sk = t.strides[-2:]
+    inner_ok = (sk == 1 and sm >= k) or (sm == 1 and sk >= m)
+    span = m * k
+    batch_ok = True
+    for d, s in zip(reversed(t.dims[:-2]), reversed(t.strides[:-2])):
+        if d != 1 and s != span:
+            batch_ok = False
+        span *= d
+    return tid if inner_ok and batch_ok else L.contiguous(tid)
 
 
 def lower_pool(L: Lowering, node, args, kwargs):
@@ -840,7 +895,7 @@ def lower_group_norm(L: Lowering, node, args, kwargs):
 
 def lower_softmax(L, node, args, kwargs):
     _need_f32(node)
-    src = L.materialize(args[0])
+    src = _dense_operand(L, L.materialize(args[0]))
     spec = L.spec(src)
     dim = args[1] % max(len(spec.dims), 1)
     out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
@@ -868,7 +923,17 @@ def lower_reduce(L: Lowering, node, args, kwargs):
         raise Unsupported("dtype", f"{name} with a dtype argument; stays on the kernels")
     kept = tuple(1 if k in dims else d for k, d in enumerate(spec.dims))
     count = math.prod(spec.dims[k] for k in dims) if dims else 1
-    if spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in ("aten::sum", "aten::mean", "aten::amax", "aten::amin") and count > 0:
+    if (spec.dtype == torch.float32 and fake.dtype == torch.float32 and name == "aten::mean"
+            and rank in (3, 4, 5) and dims == list(range(2, rank)) and _dense(spec)):
+        # a global average pool: oneDNN's pooling runs it fast in any layout
+        out = L.new_tensor(torch.float32, kept, strides=channels_last(kept)
+                           if spec.strides == channels_last(spec.dims) else None)
+        nsp = rank - 2
+        window = list(spec.dims[2:])
+        L.op("pool", [src], [out], [1, nsp, *window, *window, *([0] * nsp), *([0] * nsp), *([1] * nsp)],
+             name="mean")
+    elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in ("aten::sum", "aten::mean", "aten::amax", "aten::amin") and count > 0:
+        src = _dense_operand(L, src)
         out = L.new_tensor(torch.float32, kept)
         L.op("reduction", [src], [out], [REDUCE[name]], name=name.split("::")[1])
     else:

@@ -83,6 +83,15 @@ struct Engine {
   int threads = 1;
   bool finalized = false;
   size_t max_bytes = 0, used_bytes = 0;
+  bool profile = false;               // OPFORGE_CPU_PROFILE=1: per-op times on stderr at destroy
+  std::vector<double> op_seconds;
+  int64_t runs = 0;
+  ~Engine() {
+    if (!profile || runs == 0) return;
+    for (size_t i = 0; i < ops.size(); ++i)
+      std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us\n", i, ops[i]->name.c_str(),
+                   op_seconds[i] / (double)runs * 1e6);
+  }
 
   void* ptr(int id) {
     Tensor& t = tensors[id];
@@ -307,6 +316,13 @@ void add_pool(Handle& h, const std::vector<int>& ins, const std::vector<int>& ou
   auto op = std::make_unique<DnnlOp>();
   op->name = "pooling";
   memory::desc src = e.tensors[ins[0]].md(), dst = e.tensors[outs[0]].md();
+  const Tensor& ts = e.tensors[ins[0]];
+  if (ts.dims.size() >= 3 && ts.strides[1] == 1 && ts.dims[1] > 1) {
+    // channels-last source: say so for the destination too (a 1×1 output's strides fit
+    // either layout, and oneDNN would pick plain and a slow mixed-layout kernel)
+    static const tag cl[] = {tag::undef, tag::undef, tag::undef, tag::nwc, tag::nhwc, tag::ndhwc};
+    dst = memory::desc(e.tensors[outs[0]].dims, memory::data_type::f32, cl[ts.dims.size()]);
+  }
   std::vector<memory::desc> mds = {src, dst};
   op->tensor_args = {{DNNL_ARG_SRC, ins[0]}, {DNNL_ARG_DST, outs[0]}};
   auto attr = make_attr(e, h.pending_post, op.get(), mds);
@@ -456,6 +472,16 @@ void for_each_index(const dims_t& dims, F&& f) {
   }
 }
 
+// f(idx of the outer dims, n = the innermost extent): one call per row
+template <typename F>
+void for_each_row(const dims_t& dims, F&& f) {
+  if (dims.empty()) { int64_t none[1] = {0}; f(none, (int64_t)1); return; }
+  dims_t outer(dims.begin(), dims.end() - 1);
+  int64_t n = dims.back();
+  if (n == 0) return;
+  for_each_index(outer, [&](const int64_t* idx) { f(idx, n); });
+}
+
 inline int64_t dot(const int64_t* idx, const dims_t& strides) {
   int64_t off = 0;
   for (size_t k = 0; k < strides.size(); ++k) off += idx[k] * strides[k];
@@ -495,7 +521,42 @@ inline void store_as(void* base, int32_t dt, int64_t i, T v) {
 struct CopyOp : Op {
   dims_t dims, in_strides, out_strides;
   int64_t in_off = 0, out_off = 0;
+  bool use_reorder = false;
+  dnnl::reorder reorder;
+  memory src_mem, dst_mem;
+  void prepare(Engine& e) {
+    const Tensor& ti = e.tensors[ins[0]];
+    const Tensor& to = e.tensors[outs[0]];
+    bool dnnl_type_ok = (ti.dtype == F32 || ti.dtype == I32 || ti.dtype == I8 || ti.dtype == U8) &&
+                        (to.dtype == F32 || to.dtype == I32 || to.dtype == I8 || to.dtype == U8);
+    int64_t total = 1;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      total *= dims[k];
+      if (in_strides[k] == 0 && dims[k] > 1) dnnl_type_ok = false;  // broadcast: the loop
+    }
+    if (!dnnl_type_ok || total < 4096 || dims.empty()) return;
+    try {
+      dims_t is = in_strides, os = out_strides;
+      for (size_t k = 0; k < dims.size(); ++k) if (dims[k] == 1) { is[k] = 1; os[k] = 1; }
+      memory::desc smd(dims, dnnl_type(ti.dtype), is), dmd(dims, dnnl_type(to.dtype), os);
+      src_mem = memory(smd, e.eng, DNNL_MEMORY_NONE);
+      dst_mem = memory(dmd, e.eng, DNNL_MEMORY_NONE);
+      reorder = dnnl::reorder(dnnl::reorder::primitive_desc(e.eng, smd, e.eng, dmd));
+      use_reorder = true;
+    } catch (const dnnl::error&) {
+      use_reorder = false;  // a layout oneDNN's reorder does not take: the loop
+    }
+  }
   void run(Engine& e) override {
+    if (use_reorder) {
+      const Tensor& ti = e.tensors[ins[0]];
+      const Tensor& to = e.tensors[outs[0]];
+      src_mem.set_data_handle(static_cast<char*>(e.ptr(ins[0])) + in_off * (int64_t)itemsize(ti.dtype));
+      dst_mem.set_data_handle(static_cast<char*>(e.ptr(outs[0])) + out_off * (int64_t)itemsize(to.dtype));
+      reorder.execute(e.strm, src_mem, dst_mem);
+      e.strm.wait();
+      return;
+    }
     const Tensor& ti = e.tensors[ins[0]];
     const Tensor& to = e.tensors[outs[0]];
     const char* src = static_cast<const char*>(e.ptr(ins[0]));
@@ -513,8 +574,18 @@ struct CopyOp : Op {
         });
         return;
       }
-      for_each_index(dims, [&](const int64_t* idx) {
-        std::memcpy(dst + (out_off + dot(idx, out_strides)) * is, src + (in_off + dot(idx, in_strides)) * is, is);
+      int r = (int)dims.size();
+      dims_t oi(in_strides.begin(), in_strides.end() - (r ? 1 : 0)), oo(out_strides.begin(), out_strides.end() - (r ? 1 : 0));
+      int64_t si = r ? in_strides[r - 1] : 0, so = r ? out_strides[r - 1] : 0;
+      for_each_row(dims, [&](const int64_t* idx, int64_t n) {
+        const char* a = src + (in_off + dot(idx, oi)) * (int64_t)is;
+        char* b = dst + (out_off + dot(idx, oo)) * (int64_t)is;
+        switch (is) {
+          case 4: for (int64_t j = 0; j < n; ++j) reinterpret_cast<uint32_t*>(b)[j * so] = reinterpret_cast<const uint32_t*>(a)[j * si]; break;
+          case 8: for (int64_t j = 0; j < n; ++j) reinterpret_cast<uint64_t*>(b)[j * so] = reinterpret_cast<const uint64_t*>(a)[j * si]; break;
+          case 1: for (int64_t j = 0; j < n; ++j) b[j * so] = a[j * si]; break;
+          default: for (int64_t j = 0; j < n; ++j) std::memcpy(b + j * so * (int64_t)is, a + j * si * (int64_t)is, is);
+        }
       });
       return;
     }
@@ -576,15 +647,62 @@ struct EwOp : Op {
     for (int k = 0; k < n_in; ++k) { src[k] = e.ptr(ins[k]); dts[k] = e.tensors[ins[k]].dtype; }
     void* dst = e.ptr(outs[0]);
     int32_t odt = e.tensors[outs[0]].dtype;
-    for_each_index(dims, [&](const int64_t* idx) {
-      C v[3] = {C(0), C(0), C(0)};
-      for (int k = 0; k < n_in; ++k) v[k] = load_as<C>(src[k], dts[k], dot(idx, in_strides[k]));
-      if (has_scalar) v[n_in] = (C)scalar;
-      store_as<C>(dst, odt, dot(idx, out_strides), apply<C>(v[0], v[1], v[2]));
+    int r = (int)dims.size();
+    dims_t outer_out(out_strides.begin(), out_strides.end() - (r ? 1 : 0));
+    std::vector<dims_t> outer_in;
+    int64_t inner_in[3] = {0, 0, 0};
+    for (int k = 0; k < n_in; ++k) {
+      outer_in.emplace_back(in_strides[k].begin(), in_strides[k].end() - (r ? 1 : 0));
+      inner_in[k] = r ? in_strides[k][r - 1] : 0;
+    }
+    int64_t inner_out = r ? out_strides[r - 1] : 0;
+    for_each_row(dims, [&](const int64_t* idx, int64_t n) {
+      int64_t base_in[3] = {0, 0, 0};
+      for (int k = 0; k < n_in; ++k) base_in[k] = dot(idx, outer_in[k]);
+      int64_t base_out = dot(idx, outer_out);
+      for (int64_t j = 0; j < n; ++j) {
+        C v[3] = {C(0), C(0), C(0)};
+        for (int k = 0; k < n_in; ++k) v[k] = load_as<C>(src[k], dts[k], base_in[k] + j * inner_in[k]);
+        if (has_scalar) v[n_in] = (C)scalar;
+        store_as<C>(dst, odt, base_out + j * inner_out, apply<C>(v[0], v[1], v[2]));
+      }
     });
   }
   bool integral = false;
+  // where / masked_fill on a bool mask and float32 values: the common attention-mask case,
+  // typed loops instead of the generic dtype switch
+  bool fast_select(Engine& e) {
+    if (code != EW_WHERE && code != EW_MASKED_FILL) return false;
+    int n_in = (int)ins.size();
+    if (e.tensors[outs[0]].dtype != F32 || e.tensors[ins[0]].dtype != BOOL) return false;
+    for (int k = 1; k < n_in; ++k) if (e.tensors[ins[k]].dtype != F32) return false;
+    const uint8_t* m = static_cast<const uint8_t*>(e.ptr(ins[0]));
+    const float* a = static_cast<const float*>(e.ptr(ins[1]));
+    const float* b = n_in > 2 ? static_cast<const float*>(e.ptr(ins[2])) : nullptr;
+    float sv = (float)scalar;
+    float* o = static_cast<float*>(e.ptr(outs[0]));
+    int r = (int)dims.size();
+    if (r == 0) return false;
+    dims_t oo(out_strides.begin(), out_strides.end() - 1), om(in_strides[0].begin(), in_strides[0].end() - 1),
+        oa(in_strides[1].begin(), in_strides[1].end() - 1);
+    dims_t ob = n_in > 2 ? dims_t(in_strides[2].begin(), in_strides[2].end() - 1) : dims_t(oo.size(), 0);
+    int64_t so = out_strides[r - 1], sm = in_strides[0][r - 1], sa = in_strides[1][r - 1],
+            sb = n_in > 2 ? in_strides[2][r - 1] : 0;
+    bool masked = code == EW_MASKED_FILL;
+    for_each_row(dims, [&](const int64_t* idx, int64_t n) {
+      const uint8_t* mm = m + dot(idx, om);
+      const float* aa = a + dot(idx, oa);
+      const float* bb = b ? b + dot(idx, ob) : nullptr;
+      float* out = o + dot(idx, oo);
+      if (masked)  // mask ? scalar : a
+        for (int64_t j = 0; j < n; ++j) out[j * so] = mm[j * sm] ? sv : aa[j * sa];
+      else         // mask ? a : b (b a tensor, or the scalar)
+        for (int64_t j = 0; j < n; ++j) out[j * so] = mm[j * sm] ? aa[j * sa] : (bb ? bb[j * sb] : sv);
+    });
+    return true;
+  }
   void run(Engine& e) override {
+    if (fast_select(e)) return;
     if (integral) loop<int64_t>(e); else loop<double>(e);
   }
 };
@@ -859,6 +977,7 @@ int32_t ofc_add_op(void* handle, const char* kind, const int32_t* ins, int32_t n
       check_reach(op->dims, op->in_strides, op->in_off, e.tensors[in[0]].span, "copy source");
       check_reach(op->dims, op->out_strides, op->out_off, e.tensors[out[0]].span, "copy target");
       op->name = "copy"; op->ins = in; op->outs = out;
+      op->prepare(e);
       e.ops.push_back(std::move(op));
     } else if (k == "ew") {
       if (in.size() > 3 || out.size() != 1 || ia.size() < 3) fail("ew: bad arity");
@@ -1040,6 +1159,9 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
     e.inputs = ids(e, inputs, n_in, "inputs");
     e.outputs = ids(e, outputs, n_out, "outputs");
     e.finalized = true;
+    const char* profile = std::getenv("OPFORGE_CPU_PROFILE");
+    e.profile = profile && profile[0] == '1';
+    e.op_seconds.assign(e.ops.size(), 0.0);
     return 0;
   } catch (const std::exception& ex) {
     set_error(error, size, ex.what());
@@ -1056,7 +1178,16 @@ int32_t ofc_execute(void* handle, void* const* inputs, void* const* outputs, cha
     for (size_t k = 0; k < e.outputs.size(); ++k) e.tensors[e.outputs[k]].data = outputs[k];
     int saved = omp_get_max_threads();
     if (saved != e.threads) omp_set_num_threads(e.threads);
-    for (auto& op : e.ops) op->run(e);
+    if (e.profile) {
+      for (size_t i = 0; i < e.ops.size(); ++i) {
+        double t0 = omp_get_wtime();
+        e.ops[i]->run(e);
+        e.op_seconds[i] += omp_get_wtime() - t0;
+      }
+      ++e.runs;
+    } else {
+      for (auto& op : e.ops) op->run(e);
+    }
     if (saved != e.threads) omp_set_num_threads(saved);
     return 0;
   } catch (const std::exception& ex) {
