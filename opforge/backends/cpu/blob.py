@@ -80,6 +80,14 @@ def _ints(v: Any, n_max: int, lo: int, hi: int, what: str) -> list[int]:
     return [_int(x, lo, hi, f"{what} item") for x in v]
 
 
+def _row_major(dims: list[int]) -> list[int]:
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= max(d, 1)
+    return list(reversed(strides))
+
+
 def parse(blob: memoryview) -> tuple[dict, memoryview]:
     """Check ``blob`` and return (plan, data); ``BackendError`` for anything malformed."""
     blob = memoryview(blob).cast("B")
@@ -167,6 +175,15 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
         for tid in ids:
             if tensors[tid]["role"] != role:
                 raise _refuse(f"{role}s list tensor {tid}, which is a {tensors[tid]['role']}")
+            if tensors[tid]["strides"] != _row_major(tensors[tid]["dims"]):
+                raise _refuse(f"{role} tensor {tid} is not row-major contiguous (the runtime "
+                              "passes C-contiguous arrays)")
+    if len(set(doc["inputs"]) | set(doc["outputs"])) != len(doc["inputs"]) + len(doc["outputs"]):
+        raise _refuse("a tensor listed twice among the inputs and outputs")
+    io = set(doc["inputs"]) | set(doc["outputs"])
+    for i, t in enumerate(tensors):
+        if t["role"] in ("input", "output") and i not in io:
+            raise _refuse(f"tensors[{i}] is an {t['role']} the delegate does not list")
     if type(doc.get("impls", [])) is not list:
         raise _refuse("impls")
     return doc, data

@@ -302,10 +302,11 @@ class Binding:
                 raise BackendError(f"cpu backend: {len(arrays)} {kind}(s), the delegate has {len(want)}")
             for k, (a, (dims, dtype)) in enumerate(zip(arrays, want)):
                 if not isinstance(a, np.ndarray) or tuple(a.shape) != dims or not a.flags.c_contiguous \
-                        or (kind == "output" and not a.flags.writeable):
+                        or a.dtype != NUMPY[dtype] or (kind == "output" and not a.flags.writeable):
                     raise BackendError(f"cpu backend: {kind} {k} is {getattr(a, 'dtype', type(a))}"
                                        f"{list(getattr(a, 'shape', ()))}, the delegate was compiled "
-                                       f"for {list(dims)} (C-contiguous{', writable' if kind == 'output' else ''})")
+                                       f"for {NAMES[dtype]}{list(dims)} (C-contiguous"
+                                       f"{', writable' if kind == 'output' else ''})")
         self.handle = handle
         self.keep = (inputs, outputs)
         P = ctypes.c_void_p

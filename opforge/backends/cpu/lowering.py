@@ -201,18 +201,19 @@ class Lowering:
         return self.plan
 
     def redirect_or_copy(self, src: int, out: int) -> None:
-        """Make the op that wrote ``src`` write ``out`` directly when it can, else copy."""
+        """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads or
+        aliases ``src`` and the layouts agree; else copy it into ``out``."""
         s, o = self.spec(src), self.spec(out)
-        writer = next((op for op in reversed(self.plan.ops) if src in op["out"]), None)
-        reads_later = any(src in op["in"] or any(p[4] == src for p in op["post"])
-                          for op in self.plan.ops[self.plan.ops.index(writer) + 1:]) if writer else True
+        writers = [op for op in self.plan.ops if src in op["out"]]
+        last = max((self.plan.ops.index(w) for w in writers), default=-1)
+        first = min((self.plan.ops.index(w) for w in writers), default=-1)
+        read = any(src in op["in"] or any(p[0] == 1 and p[4] == src for p in op["post"])
+                   for op in self.plan.ops[first:])
         aliased = any(t.role == "alias" and t.base == src for t in self.plan.tensors)
-        if (writer is not None and s.role == "temp" and s.strides == o.strides and s.dims == o.dims
-                and s.dtype == o.dtype and not reads_later and not aliased
-                and writer["kind"] != "copy" or (writer is not None and writer["kind"] == "copy"
-                                                 and s.role == "temp" and not reads_later and not aliased
-                                                 and s.strides == o.strides)):
-            writer["out"] = [out if t == src else t for t in writer["out"]]
+        if (writers and s.role == "temp" and not read and not aliased and s.dims == o.dims
+                and s.strides == o.strides and s.dtype == o.dtype):
+            for w in writers:
+                w["out"] = [out if t == src else t for t in w["out"]]
             s.role = "dead"
             return
         self.copy(src, out)

@@ -836,6 +836,15 @@ struct KernelCallOp : Op {
   }
 };
 
+bool row_major(const Tensor& t) {
+  int64_t step = 1;
+  for (int k = (int)t.dims.size() - 1; k >= 0; --k) {
+    if (t.dims[(size_t)k] != 1 && t.strides[(size_t)k] != step) return false;
+    step *= std::max<int64_t>(t.dims[(size_t)k], 1);
+  }
+  return true;
+}
+
 std::vector<int> ids(Engine& e, const int32_t* p, int32_t n, const char* what) {
   if (n < 0 || n > 64) fail(std::string(what) + ": bad count");
   std::vector<int> out;
@@ -1014,6 +1023,7 @@ int32_t ofc_add_op(void* handle, const char* kind, const int32_t* ins, int32_t n
       check_reach(op->dims, op->in_strides, 0, e.tensors[in[0]].span, "reduce input");
       check_reach(op->dims, op->out_strides, 0, e.tensors[out[0]].span, "reduce output");
       if (op->count < 1) fail("reduce: count");
+      if (!row_major(e.tensors[out[0]])) fail("reduce: the output must be contiguous");
       op->name = "reduce"; op->ins = in; op->outs = out;
       e.ops.push_back(std::move(op));
     } else if (k == "embedding") {
@@ -1023,8 +1033,10 @@ int32_t ofc_add_op(void* handle, const char* kind, const int32_t* ins, int32_t n
       int64_t n = 1;
       for (auto d : e.tensors[in[1]].dims) n *= d;
       if (e.tensors[out[0]].span != n * w.dims[1] || w.span != w.dims[0] * w.dims[1] ||
-          e.tensors[in[1]].span != n)
-        fail("embedding: shapes");
+          e.tensors[in[1]].span != n || !row_major(w) || !row_major(e.tensors[in[1]]) ||
+          !row_major(e.tensors[out[0]]) || e.tensors[out[0]].dtype != F32 ||
+          (e.tensors[in[1]].dtype != I64 && e.tensors[in[1]].dtype != I32))
+        fail("embedding: shapes, dtypes or layouts");
       auto op = std::make_unique<EmbeddingOp>();
       op->name = "embedding"; op->ins = in; op->outs = out;
       e.ops.push_back(std::move(op));
@@ -1035,6 +1047,12 @@ int32_t ofc_add_op(void* handle, const char* kind, const int32_t* ins, int32_t n
       if (in.size() != 1 + (size_t)op->has_w + (size_t)op->has_b) fail("group_norm: inputs");
       const Tensor& x = e.tensors[in[0]];
       if (x.dims.size() < 2 || op->groups < 1 || x.dims[1] % op->groups) fail("group_norm: groups");
+      if (!row_major(x) || !row_major(e.tensors[out[0]]) || e.tensors[out[0]].dims != x.dims ||
+          x.dtype != F32 || e.tensors[out[0]].dtype != F32)
+        fail("group_norm: input and output must be float32, contiguous and of one shape");
+      for (size_t j = 1; j < in.size(); ++j)
+        if (e.tensors[in[j]].span != x.dims[1] || e.tensors[in[j]].dtype != F32 || !row_major(e.tensors[in[j]]))
+          fail("group_norm: weight and bias must have one float32 per channel");
       op->name = "group_norm"; op->ins = in; op->outs = out;
       e.ops.push_back(std::move(op));
     } else {
@@ -1158,6 +1176,23 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
     Engine& e = h->e;
     e.inputs = ids(e, inputs, n_in, "inputs");
     e.outputs = ids(e, outputs, n_out, "outputs");
+    // every tensor an op touches must have memory: its own, its base's, or a bound input or
+    // output (a hostile blob could name a tensor it gave no storage)
+    std::vector<char> io(e.tensors.size(), 0);
+    for (int id : e.inputs) io[(size_t)id] = 1;
+    for (int id : e.outputs) io[(size_t)id] = 1;
+    auto backed = [&](int id) {
+      while (e.tensors[(size_t)id].base >= 0) id = e.tensors[(size_t)id].base;
+      return io[(size_t)id] || e.tensors[(size_t)id].data != nullptr;
+    };
+    for (auto& op : e.ops) {
+      for (int id : op->ins) if (!backed(id)) fail(op->name + ": reads tensor " + std::to_string(id) + ", which has no memory");
+      for (int id : op->outs) if (!backed(id)) fail(op->name + ": writes tensor " + std::to_string(id) + ", which has no memory");
+    }
+    for (auto& op : e.ops) {
+      auto* d = dynamic_cast<DnnlOp*>(op.get());
+      if (d) for (auto& a : d->tensor_args) if (!backed(a.second)) fail(op->name + ": uses a tensor without memory");
+    }
     e.finalized = true;
     const char* profile = std::getenv("OPFORGE_CPU_PROFILE");
     e.profile = profile && profile[0] == '1';
