@@ -163,7 +163,7 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
                 raise _refuse(f"ops[{i}].post item")
             if p[0] == 1:
                 _int(p[4], 0, n - 1, f"ops[{i}].post tensor")
-        if type(op.get("name", "")) is not str:
+        if type(op.setdefault("name", "")) is not str:
             raise _refuse(f"ops[{i}].name")
         if op["kind"] == "kernel" and (type(op.get("args")) is not list or len(op["args"]) > 256):
             raise _refuse(f"ops[{i}].args")

@@ -141,6 +141,10 @@ class EngineHandle:
         self.closed = False
         try:
             self._build(plan, data, registry, specs, err)
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
+            self.close()  # a field parse() let through that the builder cannot use
+            raise BackendError(f"cpu backend blob: {type(e).__name__}: {e} — fix: re-export the "
+                               "program; this one was altered or corrupted") from None
         except BaseException:
             self.close()
             raise
