@@ -408,6 +408,35 @@ ELTWISE["aten::clamp"] = _clamp
 ELTWISE["aten::softplus"] = _softplus
 
 
+def _clamp_tensors(L: Lowering, node, args, kwargs):
+    """clamp with tensor bounds: max(x, min) then min(·, max), as binary ops."""
+    lo = args[1] if len(args) > 1 else kwargs.get("min")
+    hi = args[2] if len(args) > 2 else kwargs.get("max")
+    fake = _val(node)
+    value = args[0]
+    for bound, alg, name in ((lo, B_MAX, "clamp_min"), (hi, B_MIN, "clamp_max")):
+        if bound is None:
+            continue
+        src = L.materialize(value)
+        b = L.materialize(bound) if isinstance(bound, tuple) else L.materialize(("c", torch.tensor(float(bound))))
+        sa, sb = L.spec(src), L.spec(b)
+        if tuple(sa.dims) != tuple(fake.shape) or sb.dtype != torch.float32:
+            raise Unsupported("shape", "clamp whose bounds broadcast the input; stays on the kernels")
+        if not _dense(sa):
+            src, sa = L.contiguous(src), L.spec(L.contiguous(src))
+        if tuple(sb.dims) == tuple(sa.dims) and sb.strides != sa.strides:
+            like = L.new_tensor(sb.dtype, sb.dims, strides=sa.strides)
+            L.copy(b, like)
+            b, sb = like, L.spec(like)
+        if len(sb.dims) < len(sa.dims):
+            b = L.alias(b, (1,) * (len(sa.dims) - len(sb.dims)) + tuple(sb.dims),
+                        (0,) * (len(sa.dims) - len(sb.dims)) + tuple(sb.strides))
+        out = L.new_tensor(torch.float32, sa.dims, strides=sa.strides)
+        L.op("binary", [src, b], [out], [alg], name=name)
+        value = ("t", out)
+    return value
+
+
 def _dense(spec: TensorSpec) -> bool:
     """Strides that pack the tensor without gaps in some dim order (what oneDNN's fast
     kernels take); zero strides (broadcasts) and gaps are not."""
@@ -427,6 +456,9 @@ def _dense_operand(L: Lowering, tid: int) -> int:
 def lower_eltwise(L: Lowering, node, args, kwargs):
     _need_f32(node)
     base = op_name(node).split(".")[0]
+    if base == "aten::clamp" and any(isinstance(v, tuple) and len(v) == 2 and v[0] in "tc"
+                                     for v in list(args[1:3]) + [kwargs.get("min"), kwargs.get("max")]):
+        return _clamp_tensors(L, node, args, kwargs)
     alg, alpha, beta = ELTWISE[base](node, args)
     src = _dense_operand(L, L.materialize(args[0]))
     out = _out(L, node, strides=L.spec(src).strides)
@@ -512,8 +544,8 @@ def lower_binary(L: Lowering, node, args, kwargs):
 def lower_generic_ew(L: Lowering, node, args, kwargs, code_name, alpha=1):
     fake = _val(node)
     if fake.dtype not in GENERIC_DTYPES:
-        raise Unsupported("dtype", f"{op_name(node)} on {fake.dtype}: not a dtype the cpu backend's "
-                          "elementwise loops run; stays on the kernels")
+        raise Unsupported("dtype", f"{op_name(node)} on {fake.dtype}: the cpu backend runs float32 "
+                          "(and int/bool masks); stays on the kernels")
     if code_name not in EW:
         raise Unsupported("op", f"{op_name(node)}: no cpu-backend implementation")
     tensors, scalar = [], None

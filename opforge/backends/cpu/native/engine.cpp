@@ -62,7 +62,10 @@ struct Tensor {
   std::vector<char> storage; // owned (intermediates, constants)
   void* data = nullptr;      // current pointer (set per execute for inputs/outputs)
   bool is_const = false;
-  memory::desc md() const { return memory::desc(dims, dnnl_type(dtype), strides); }
+  memory::desc md() const {  // a 0-d tensor is one element to oneDNN
+    if (dims.empty()) return memory::desc({1}, dnnl_type(dtype), memory::dims{1});
+    return memory::desc(dims, dnnl_type(dtype), strides);
+  }
 };
 
 struct Engine;
@@ -430,7 +433,10 @@ void add_layer_norm(Handle& h, const std::vector<int>& ins, const std::vector<in
   e.ops.push_back(std::move(op));
 }
 
-// --- reduction (f32): ia [alg: 0 sum, 1 mean, 2 max, 3 min]; dst dims 1 on reduced axes
+void add_generic_reduce(Engine& e, int code, const std::vector<int>& ins, const std::vector<int>& outs);
+
+// --- reduction (f32): ia [alg: 0 sum, 1 mean, 2 max, 3 min]; dst dims 1 on reduced axes.
+// Shapes oneDNN has no reduction kernel for run on the generic loop.
 void add_reduction(Handle& h, const std::vector<int>& ins, const std::vector<int>& outs,
                    const std::vector<int64_t>& ia) {
   Engine& e = h.e;
@@ -444,7 +450,14 @@ void add_reduction(Handle& h, const std::vector<int>& ins, const std::vector<int
   std::vector<memory::desc> mds = {src, dst};
   op->tensor_args = {{DNNL_ARG_SRC, ins[0]}, {DNNL_ARG_DST, outs[0]}};
   auto attr = make_attr(e, h.pending_post, op.get(), mds);
-  auto pd = dnnl::reduction::primitive_desc(e.eng, algs[ia[0]], src, dst, 0.f, 0.f, attr);
+  dnnl::reduction::primitive_desc pd;
+  try {
+    pd = dnnl::reduction::primitive_desc(e.eng, algs[ia[0]], src, dst, 0.f, 0.f, attr);
+  } catch (const dnnl::error&) {
+    if (!h.pending_post.empty()) throw;
+    add_generic_reduce(e, (int)ia[0], ins, outs);
+    return;
+  }
   op->prim = dnnl::reduction(pd);
   op->fixed_args.emplace_back(DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), e.eng));
   op->bind(e, mds);
@@ -743,6 +756,32 @@ struct ReduceOp : Op {
     }
   }
 };
+
+bool row_major(const Tensor& t);
+
+void add_generic_reduce(Engine& e, int code, const std::vector<int>& ins, const std::vector<int>& outs) {
+  const Tensor& ti = e.tensors[ins[0]];
+  const Tensor& to = e.tensors[outs[0]];
+  if (ti.dims.size() != to.dims.size()) fail("reduction: ranks differ");
+  if (!row_major(to)) fail("reduction: the output must be contiguous");
+  auto op = std::make_unique<ReduceOp>();
+  op->code = code;
+  op->dims = ti.dims;
+  op->in_strides = ti.strides;
+  dims_t row(to.dims.size(), 0);
+  int64_t step = 1, count = 1;
+  for (int k = (int)to.dims.size() - 1; k >= 0; --k) {
+    if (to.dims[(size_t)k] != 1 && to.dims[(size_t)k] != ti.dims[(size_t)k]) fail("reduction: shapes");
+    bool reduced = to.dims[(size_t)k] == 1 && ti.dims[(size_t)k] != 1;
+    row[(size_t)k] = reduced ? 0 : step;
+    if (reduced) count *= ti.dims[(size_t)k];
+    step *= to.dims[(size_t)k];
+  }
+  op->out_strides = row;
+  op->count = std::max<int64_t>(count, 1);
+  op->name = "reduce"; op->ins = ins; op->outs = outs;
+  e.ops.push_back(std::move(op));
+}
 
 // embedding: ins [weight (V, D) contiguous, indices (int64/int32, any shape, contiguous)]
 struct EmbeddingOp : Op {
