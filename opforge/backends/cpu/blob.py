@@ -35,7 +35,8 @@ DTYPES = {0, 1, 2, 3, 4, 6, 7, 11}
 ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 6: 4, 7: 8, 11: 1}
 ROLES = ("input", "output", "const", "temp", "alias", "dead")
 OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
-            "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package")
+            "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
+            "qconv", "qmatmul", "quant")
 
 
 def _align(n: int) -> int:

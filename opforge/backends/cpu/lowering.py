@@ -119,6 +119,7 @@ class Lowering:
         self.const_keep: list[torch.Tensor] = []
         self.users: dict[str, int] = {}
         self.custom_ops = set(specs.get("custom_ops") or [])
+        self.int8 = find_int8_patterns(subgraph) if specs.get("int8", True) else {}
         self.packages = specs.get("_package_nodes") or {}
 
     # --- tensors ---------------------------------------------------------------------
@@ -226,12 +227,14 @@ class Lowering:
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
         if node.name in self.packages:
             return self.lower_package(node, args)
-        if _all_constant(args, kwargs) and name.startswith("aten::"):
+        if node.name in self.int8:
+            return self.lower_int8(node)
+        if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES:
             return _fold(node, args, kwargs)
         if False:
             return self.lower_package(node, args)
         base = name.split(".")[0]
-        if name.split("::")[0] != "aten":
+        if name.split("::")[0] not in ("aten", "quantized_decomposed"):
             return self.lower_custom(node, args, kwargs)
         fn = LOWERINGS.get(name) or LOWERINGS.get(base)
         if fn is None:
@@ -243,6 +246,44 @@ class Lowering:
             ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
             or ("view (no copy)" if not _all_constant(args, kwargs) else "folded at export")})
         return result
+
+    # --- 8a8w convolution / linear on oneDNN int8 ---------------------------------------------
+    def lower_int8(self, node):
+        """A node of an int8 pattern: the convolution/matmul emits the int8 op (reading the
+        dequantize's integer input, writing the quantize's integer output); the relu between
+        them is its post-op; the quantize returns that output."""
+        pattern = self.int8[node.name]
+        if node is not pattern.compute:
+            return ("t", pattern.output) if node is pattern.quant else ("q8", node.name)
+        x = self.materialize(self.env[pattern.dequant.args[0].name])
+        if self.spec(x).dtype != torch.uint8:
+            raise Unsupported("dtype", "an int8 pattern whose activation is not uint8")
+        x = self.contiguous(x) if not pattern.conv else x
+        fake = _val(pattern.quant)
+        ins = [x]
+        if pattern.conv:
+            sx = self.spec(x)
+            if sx.strides != channels_last(sx.dims):
+                cl = self.new_tensor(sx.dtype, sx.dims, strides=channels_last(sx.dims))
+                self.copy(x, cl)
+                ins = [cl]
+            out = self.new_tensor(torch.uint8, fake.shape, strides=channels_last(fake.shape))
+        else:
+            out = self.new_tensor(torch.uint8, fake.shape)
+        ins += [self.materialize(("c", pattern.weight)), self.materialize(("c", pattern.scales))]
+        if pattern.bias is not None:
+            bias = pattern.bias
+            if not pattern.conv:
+                bias = bias.reshape(1, -1)
+            ins.append(self.materialize(("c", bias.float().contiguous())))
+        ia = [pattern.x_zp, pattern.y_zp, pattern.mask, int(pattern.bias is not None), *pattern.conv_ia]
+        post = [[0, RELU, 0.0, 0.0, -1]] if pattern.relu is not None else []
+        self.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [pattern.x_scale, pattern.y_scale],
+                name="int8 " + ("convolution" if pattern.conv else "matmul"), post=post)
+        pattern.output = out
+        self.plan.impls.append({"node": node.name, "op": op_name(node),
+                                "impl": "oneDNN int8 " + ("convolution" if pattern.conv else "matmul")})
+        return ("q8", node.name)
 
     # --- custom ops (kernel ABI) and packages ----------------------------------------------
     def lower_custom(self, node, args, kwargs):
@@ -303,6 +344,9 @@ class Lowering:
         self.plan.impls.append({"node": node.name, "op": op_name(node), "impl": plan_node.describe()})
         results = tuple(("t", o) for o in outs)
         return results if isinstance(_val(node), (tuple, list)) else results[0]
+
+
+FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
 
 
 def _all_constant(args, kwargs) -> bool:
@@ -1087,11 +1131,25 @@ LOWERINGS["aten::masked_fill"] = lower_masked_fill
 
 FUSABLE = ("conv", "deconv", "matmul", "binary")
 DNNL_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
-              "reduction")
+              "reduction", "qconv", "qmatmul")
 
 
 def prune(plan: Plan) -> None:
-    """Temporaries no op reads or writes any more (fused away) take no memory."""
+    """Ops whose results nobody reads are dropped (a dequantize an int8 op made redundant),
+    and temporaries no op reads or writes any more take no memory."""
+    keep = set(plan.outputs)
+    changed = True
+    while changed:
+        changed = False
+        read = {t for op in plan.ops for t in op["in"]} | {p[4] for op in plan.ops for p in op["post"] if p[0] == 1}
+        read |= {t.base for t in plan.tensors if t.role == "alias"} | keep
+        for i, op in enumerate(plan.ops):
+            if op["kind"] in ("kernel", "package"):
+                continue  # foreign code: kept as written
+            if all(plan.tensors[t].role == "temp" and t not in read for t in op["out"]):
+                del plan.ops[i]
+                changed = True
+                break
     used = {t for op in plan.ops for t in (*op["in"], *op["out"])}
     used |= {p[4] for op in plan.ops for p in op["post"] if p[0] == 1}
     used |= {t.base for t in plan.tensors if t.role == "alias"}
@@ -1148,3 +1206,166 @@ def fuse(plan: Plan) -> None:
             del plan.ops[j]
             changed = True
             break
+
+
+
+# =========================================================================================
+# quantize / dequantize, and the 8a8w int8 patterns
+
+_qd = getattr(torch.ops, "quantized_decomposed", None)
+
+
+def _qop(name):
+    try:
+        return getattr(getattr(torch.ops.quantized_decomposed, name), "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+QUANT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32)
+
+
+def lower_quant(L: Lowering, node, args, kwargs):
+    """Per-tensor quantize/dequantize with scalar parameters, as quantized_decomposed
+    computes them (exact: the same float32 operations)."""
+    name = op_name(node)
+    quantize = name.startswith("quantized_decomposed::quantize_per_tensor")
+    x, scale, zp, qmin, qmax, dtype = (list(args) + [None] * 6)[:6]
+    if not all(isinstance(v, (int, float)) for v in (scale, zp, qmin, qmax)):
+        raise Unsupported("op", f"{name} with tensor parameters; stays on the kernels")
+    if dtype not in QUANT_DTYPES or kwargs.get("out_dtype") not in (None, torch.float32):
+        raise Unsupported("dtype", f"{name} with {dtype}; stays on the kernels")
+    src = _dense_operand(L, L.materialize(x))
+    fake = _val(node)
+    out = L.new_tensor(fake.dtype, fake.shape, strides=L.spec(src).strides)  # same layout
+    L.op("quant", [src], [out], [0 if quantize else 1, int(qmin), int(qmax)], [float(scale), float(zp)],
+         name="quantize" if quantize else "dequantize")
+    return ("t", out)
+
+
+LOWERINGS["quantized_decomposed::quantize_per_tensor"] = lower_quant
+LOWERINGS["quantized_decomposed::dequantize_per_tensor"] = lower_quant
+
+
+@dataclass
+class Int8Pattern:
+    dequant: Any
+    compute: Any
+    relu: Any
+    quant: Any
+    conv: bool
+    weight: torch.Tensor      # int8, oneDNN's layout (conv: O,I,k..; matmul: K,N)
+    scales: torch.Tensor      # float32 per output channel
+    bias: torch.Tensor | None
+    x_scale: float
+    x_zp: int
+    y_scale: float
+    y_zp: int
+    mask: int
+    conv_ia: list
+    output: int = -1
+
+
+def _is(node, op) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and op is not None \
+        and node.target == op
+
+
+def _const(sub, node):
+    if isinstance(node, torch.fx.Node) and node.op == "placeholder":
+        return sub.constants.get(node.name)
+    return None
+
+
+def _per_tensor_u8(node, quantize: bool) -> tuple[float, int] | None:
+    op = _qop("quantize_per_tensor" if quantize else "dequantize_per_tensor")
+    if not _is(node, op) or node.kwargs.get("out_dtype") not in (None, torch.float32):
+        return None
+    _, scale, zp, qmin, qmax, dtype = (list(node.args) + [None] * 6)[:6]
+    if dtype != torch.uint8 or qmin != 0 or qmax != 255 or not isinstance(scale, float) \
+            or not isinstance(zp, int):
+        return None
+    return scale, zp
+
+
+def _int8_weight(sub, node):
+    """(int8 weight, float32 scales) of a per-channel dequantize of a constant along axis 0
+    with zero zero-points, else None."""
+    if not _is(node, _qop("dequantize_per_channel")):
+        return None
+    w, scales, zps, axis, qmin, qmax, dtype = (list(node.args) + [None] * 7)[:7]
+    w, scales, zps = _const(sub, w), _const(sub, scales), _const(sub, zps)
+    if w is None or scales is None or w.dtype != torch.int8 or dtype != torch.int8 or axis != 0:
+        return None
+    if zps is not None and bool((zps != 0).any()):
+        return None
+    return w, scales.float().contiguous()
+
+
+def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
+    """``dequantize_per_tensor(u8) → convolution/addmm/mm [→ relu] → quantize_per_tensor(u8)``
+    with per-channel int8 weights: the 8a8w patterns oneDNN runs in int8. Keyed by the name
+    of every node in each pattern."""
+    found: dict[str, Int8Pattern] = {}
+    if _qop("dequantize_per_channel") is None:
+        return found
+    for node in sub.graph_module.graph.nodes:
+        q = _per_tensor_u8(node, quantize=True)
+        if q is None:
+            continue
+        src = node.args[0]
+        relu = None
+        if _is(src, aten.relu.default) and len(src.users) == 1:
+            relu, src = src, src.args[0]
+        if not isinstance(src, torch.fx.Node) or len(src.users) != 1:
+            continue
+        pattern = _match_compute(sub, src)
+        if pattern is None:
+            continue
+        dq, conv, weight, scales, bias, mask, conv_ia = pattern
+        x = _per_tensor_u8(dq, quantize=False)
+        if x is None:
+            continue
+        p = Int8Pattern(dq, src, relu, node, conv, weight, scales, bias, x[0], x[1], q[0], q[1],
+                        mask, conv_ia)
+        for n in (src, relu, node):
+            if n is not None:
+                found[n.name] = p
+    return found
+
+
+def _match_compute(sub, node):
+    if _is(node, aten.convolution.default):
+        x, w, b, stride, padding, dilation, transposed, output_padding, groups = node.args[:9]
+        wq = _int8_weight(sub, w)
+        if wq is None or transposed or groups != 1 or (b is not None and _const(sub, b) is None):
+            return None
+        weight, scales = wq
+        nsp = weight.dim() - 2
+        fake_in, fake_out = _val(x), _val(node)
+        if fake_in is None or fake_out is None or fake_in.dim() != nsp + 2:
+            return None
+        pads_r = []
+        for k in range(nsp):
+            kernel = (weight.shape[2 + k] - 1) * dilation[k] + 1
+            pads_r.append((fake_out.shape[2 + k] - 1) * stride[k] + kernel - fake_in.shape[2 + k] - padding[k])
+        ia = [nsp, *stride, *padding, *pads_r, *dilation]
+        bias = _const(sub, b) if b is not None else None
+        return x, True, weight.contiguous(), scales, bias, 1, ia
+    if _is(node, aten.addmm.default) or _is(node, aten.mm.default):
+        if _is(node, aten.addmm.default):
+            b, x, wt = node.args[:3]
+            if len(node.args) > 3 or node.kwargs or _const(sub, b) is None:
+                return None
+            bias = _const(sub, b)
+        else:
+            x, wt = node.args[:2]
+            bias = None
+        if not (_is(wt, aten.permute.default) and list(wt.args[1]) == [1, 0]) and not _is(wt, aten.t.default):
+            return None
+        wq = _int8_weight(sub, wt.args[0])
+        if wq is None or _val(x) is None or _val(x).dim() != 2:
+            return None
+        weight, scales = wq
+        return x, False, weight.t().contiguous(), scales, bias, 1 << 1, []
+    return None

@@ -275,6 +275,78 @@ void add_conv(Handle& h, bool transposed, const std::vector<int>& ins, const std
   e.ops.push_back(std::move(op));
 }
 
+// --- int8 convolution / matmul (8a8w): u8 activations with a per-tensor scale and zero
+// point, s8 weights with per-output-channel scales (zero points 0), an f32 bias, u8 output.
+// ins [x_u8, w_s8, w_scales f32, (bias f32)]; fa [x_scale, y_scale]; ia [x_zp, y_zp, mask,
+// has_bias, (conv: nsp, strides, pad_l, pad_r, dilation)]
+memory scalar_memory(Engine& e, memory::data_type dt, double value) {
+  memory m(memory::desc({1}, dt, tag::x), e.eng);
+  if (dt == memory::data_type::f32) *static_cast<float*>(m.get_data_handle()) = (float)value;
+  else *static_cast<int32_t*>(m.get_data_handle()) = (int32_t)value;
+  return m;
+}
+
+void add_int8(Handle& h, bool conv, const std::vector<int>& ins, const std::vector<int>& outs,
+              const std::vector<int64_t>& ia, const std::vector<double>& fa) {
+  Engine& e = h.e;
+  if (ins.size() < 3 || ins.size() > 4 || outs.size() != 1 || fa.size() != 2 || ia.size() < 4)
+    fail("int8 op: bad arity");
+  const Tensor& x = e.tensors[ins[0]];
+  const Tensor& w = e.tensors[ins[1]];
+  const Tensor& ws = e.tensors[ins[2]];
+  const Tensor& y = e.tensors[outs[0]];
+  bool has_bias = ia[3] != 0;
+  if (has_bias != (ins.size() == 4)) fail("int8 op: bias count");
+  if (x.dtype != U8 || w.dtype != I8 || !w.is_const || ws.dtype != F32 || !ws.is_const || y.dtype != U8)
+    fail("int8 op: dtypes (u8 activations, constant s8 weights, f32 scales)");
+  if (!(fa[0] > 0) || !(fa[1] > 0) || !std::isfinite(fa[0]) || !std::isfinite(fa[1])) fail("int8 op: scales");
+  int mask = (int)ia[2];
+  auto op = std::make_unique<DnnlOp>();
+  op->name = conv ? "int8 convolution" : "int8 matmul";
+  memory::desc src = x.md(), dst = y.md();
+  memory::desc wany(w.dims, memory::data_type::s8, tag::any);
+  memory::desc bias = has_bias ? e.tensors[ins[3]].md() : memory::desc();
+  std::vector<memory::desc> mds = {src, dst};
+  op->tensor_args = {{DNNL_ARG_SRC, ins[0]}, {DNNL_ARG_DST, outs[0]}};
+  auto attr = make_attr(e, h.pending_post, op.get(), mds);
+  attr.set_scales_mask(DNNL_ARG_SRC, 0);
+  attr.set_scales_mask(DNNL_ARG_WEIGHTS, mask);
+  attr.set_scales_mask(DNNL_ARG_DST, 0);
+  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+  attr.set_zero_points_mask(DNNL_ARG_DST, 0);
+  memory::desc wmd;
+  if (conv) {
+    int64_t nsp = ia.size() > 4 ? ia[4] : 0;
+    if (nsp < 1 || nsp > 3 || (int64_t)ia.size() != 5 + 4 * nsp) fail("int8 conv: attributes");
+    auto at = [&](int k) { return memory::dims(ia.begin() + 5 + k * nsp, ia.begin() + 5 + (k + 1) * nsp); };
+    memory::dims strides = at(0), pl = at(1), pr = at(2), dil = at(3);
+    for (auto& d : dil) d -= 1;
+    auto pd = dnnl::convolution_forward::primitive_desc(
+        e.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wany,
+        bias, dst, strides, dil, pl, pr, attr);
+    op->prim = dnnl::convolution_forward(pd);
+    wmd = pd.weights_desc();
+    op->fixed_args.emplace_back(DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), e.eng));
+  } else {
+    auto pd = dnnl::matmul::primitive_desc(e.eng, src, wany, bias, dst, attr);
+    op->prim = dnnl::matmul(pd);
+    wmd = pd.weights_desc();
+    op->fixed_args.emplace_back(DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), e.eng));
+  }
+  op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, ins[1], wmd));
+  if (has_bias) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, ins[3], bias));
+  memory wscale(memory::desc({ws.span}, memory::data_type::f32, tag::x), e.eng);
+  std::memcpy(wscale.get_data_handle(), e.ptr(ins[2]), (size_t)ws.span * sizeof(float));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, wscale);
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, scalar_memory(e, memory::data_type::f32, fa[0]));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scalar_memory(e, memory::data_type::f32, fa[1]));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, scalar_memory(e, memory::data_type::s32, (double)ia[0]));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, scalar_memory(e, memory::data_type::s32, (double)ia[1]));
+  op->bind(e, mds);
+  op->ins = ins; op->outs = outs;
+  e.ops.push_back(std::move(op));
+}
+
 // --- matmul: a [.., M, K] x b [.., K, N] (+ bias broadcast) -------------------------------
 void add_matmul(Handle& h, const std::vector<int>& ins, const std::vector<int>& outs) {
   Engine& e = h.e;
@@ -783,6 +855,50 @@ void add_generic_reduce(Engine& e, int code, const std::vector<int>& ins, const 
   e.ops.push_back(std::move(op));
 }
 
+// per-tensor quantize (f32 → int: clamp(round_half_even(x * (float)(1/scale)) + zp)) or
+// dequantize (int → f32: ((float)q - (float)zp) * (float)scale), as quantized_decomposed
+// computes them; ia [mode 0 quantize / 1 dequantize, qmin, qmax]; fa [scale, zp]
+struct QuantOp : Op {
+  int mode = 0;
+  int64_t qmin = 0, qmax = 255;
+  double scale = 1, zp = 0;
+  void run(Engine& e) override {
+    const Tensor& ti = e.tensors[ins[0]];
+    const Tensor& to = e.tensors[outs[0]];
+    int64_t n = ti.span;
+    const void* src = e.ptr(ins[0]);
+    void* dst = e.ptr(outs[0]);
+    if (mode == 0) {
+      const float* x = static_cast<const float*>(src);
+      float inv = (float)(1.0 / scale), z = (float)zp, lo = (float)qmin, hi = (float)qmax;
+      // round half to even without libm: adding and removing 1.5·2^23 rounds in the FPU's
+      // default mode (nearest-even) for |v| < 2^22; larger floats are already integers
+      auto quant = [&](float xi) {
+        float v = xi * inv;
+        float r = std::fabs(v) < 4194304.f ? (v + 12582912.f) - 12582912.f : v;
+        r += z;
+        r = r < lo ? lo : (r > hi ? hi : r);
+        return xi != xi ? lo : r;  // NaN: torch's clamp keeps NaN, whose integer cast is undefined
+      };
+      switch (to.dtype) {
+        case U8: { auto* y = static_cast<uint8_t*>(dst); for (int64_t i = 0; i < n; ++i) y[i] = (uint8_t)quant(x[i]); break; }
+        case I8: { auto* y = static_cast<int8_t*>(dst); for (int64_t i = 0; i < n; ++i) y[i] = (int8_t)quant(x[i]); break; }
+        case I32: { auto* y = static_cast<int32_t*>(dst); for (int64_t i = 0; i < n; ++i) y[i] = (int32_t)quant(x[i]); break; }
+        default: for (int64_t i = 0; i < n; ++i) store_as<int64_t>(dst, to.dtype, i, (int64_t)quant(x[i]));
+      }
+    } else {
+      float* y = static_cast<float*>(dst);
+      float z = (float)zp, sc = (float)scale;
+      switch (ti.dtype) {
+        case U8: { auto* q = static_cast<const uint8_t*>(src); for (int64_t i = 0; i < n; ++i) y[i] = ((float)q[i] - z) * sc; break; }
+        case I8: { auto* q = static_cast<const int8_t*>(src); for (int64_t i = 0; i < n; ++i) y[i] = ((float)q[i] - z) * sc; break; }
+        case I32: { auto* q = static_cast<const int32_t*>(src); for (int64_t i = 0; i < n; ++i) y[i] = ((float)q[i] - z) * sc; break; }
+        default: for (int64_t i = 0; i < n; ++i) y[i] = ((float)load_as<int64_t>(src, ti.dtype, i) - z) * sc;
+      }
+    }
+  }
+};
+
 // embedding: ins [weight (V, D) contiguous, indices (int64/int32, any shape, contiguous)]
 struct EmbeddingOp : Op {
   void run(Engine& e) override {
@@ -874,6 +990,13 @@ struct KernelCallOp : Op {
     if (ctx.status != 0) fail(name + ": " + std::string(ctx.message, strnlen(ctx.message, sizeof(ctx.message))));
   }
 };
+
+// the elements fill [0, span) exactly (any dim order): a flat loop covers them
+bool dense(const Tensor& t) {
+  int64_t n = 1;
+  for (auto d : t.dims) n *= d;
+  return t.span == n;
+}
 
 bool row_major(const Tensor& t) {
   int64_t step = 1;
@@ -1014,6 +1137,21 @@ int32_t ofc_add_op(void* handle, const char* kind, const int32_t* ins, int32_t n
     else if (k == "softmax") add_softmax(*h, in, out, ia);
     else if (k == "layer_norm") add_layer_norm(*h, in, out, ia, fa);
     else if (k == "reduction") add_reduction(*h, in, out, ia);
+    else if (k == "qconv" || k == "qmatmul") add_int8(*h, k == "qconv", in, out, ia, fa);
+    else if (k == "quant") {
+      if (in.size() != 1 || out.size() != 1 || ia.size() != 3 || fa.size() != 2) fail("quant: bad arity");
+      auto op = std::make_unique<QuantOp>();
+      op->mode = (int)ia[0]; op->qmin = ia[1]; op->qmax = ia[2]; op->scale = fa[0]; op->zp = fa[1];
+      const Tensor& ti = e.tensors[in[0]];
+      const Tensor& to = e.tensors[out[0]];
+      bool int_ok = (op->mode == 0 ? to.dtype : ti.dtype) != F32 && (op->mode == 0 ? to.dtype : ti.dtype) != F64;
+      if ((op->mode != 0 && op->mode != 1) || !int_ok || (op->mode == 0 ? ti.dtype : to.dtype) != F32 ||
+          ti.dims != to.dims || ti.strides != to.strides || !dense(ti) || op->qmin > op->qmax ||
+          !(op->scale > 0) || !std::isfinite(op->scale) || !std::isfinite(op->zp))
+        fail("quant: dtypes, layouts or parameters");
+      op->name = op->mode == 0 ? "quantize" : "dequantize"; op->ins = in; op->outs = out;
+      e.ops.push_back(std::move(op));
+    }
     else if (k == "copy") {
       if (in.size() != 1 || out.size() != 1 || ia.empty()) fail("copy: bad arity");
       size_t p = 0;
