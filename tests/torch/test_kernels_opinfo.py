@@ -859,6 +859,13 @@ COVERED_ELSEWHERE = {
     "aten::clamp_max.out": "tests/torch/test_kernels_unary.py",
     "aten::clamp_min.out": "tests/torch/test_kernels_unary.py",
     "aten::pow.Scalar_out": "tests/torch/test_kernels_arithmetic.py",
+    # the quantization reference kernels: bit-exact against torch's own, in tests/quantize
+    **{key: "tests/quantize/test_kernels.py" for key in (
+        "quantized_decomposed::quantize_per_tensor.out",
+        "quantized_decomposed::dequantize_per_tensor.out",
+        "quantized_decomposed::quantize_per_channel.out",
+        "quantized_decomposed::dequantize_per_channel.out",
+        "torchao::quantize_affine.out", "torchao::dequantize_affine.out")},
     **{f"aten::{name}": "tests/torch/test_kernels_resample.py" for name in (
         "_upsample_nearest_exact1d.out", "_upsample_nearest_exact2d.out",
         "_upsample_nearest_exact3d.out", "upsample_nearest1d.out", "upsample_nearest2d.out",
