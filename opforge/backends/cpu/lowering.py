@@ -1163,13 +1163,41 @@ def _readers(plan: Plan, tid: int) -> list[int]:
             if tid in op["in"] or any(p[0] == 1 and p[4] == tid for p in op["post"])]
 
 
+MAX_POST_OPS = 16
+
+
 def fuse(plan: Plan) -> None:
+    """Post-op fusion. A chain of elementwise ops that no convolution/matmul/binary absorbs
+    starts as ``binary add`` of a broadcast zero with the first op as a post-op: oneDNN runs
+    a binary with an eltwise chain as one fast pass, while an eltwise primitive with
+    post-ops falls back to its reference kernel."""
+    _fuse(plan)
+    while True:
+        first = next((op for op in plan.ops if op["kind"] == "eltwise" and not op["post"]), None)
+        if first is None:
+            return
+        src = plan.tensors[first["in"][0]]
+        zero = _zero_constant(plan, src.dtype, len(src.dims))
+        first.update(kind="binary", post=[[0, first["ia"][0], first["fa"][0], first["fa"][1], -1]],
+                     ia=[B_ADD], fa=[])
+        first["in"] = [first["in"][0], zero]
+        _fuse(plan)
+
+
+def _zero_constant(plan: Plan, dtype, rank: int) -> int:
+    dims = (1,) * max(rank, 1)
+    plan.tensors.append(TensorSpec(dtype, dims, (1,) * len(dims), "const",
+                                   data=torch.zeros(dims, dtype=dtype).numpy().tobytes()))
+    return len(plan.tensors) - 1
+
+
+def _fuse(plan: Plan) -> None:
     aliased = {t.base for t in plan.tensors if t.role == "alias"}
     changed = True
     while changed:
         changed = False
         for i, op in enumerate(plan.ops):
-            if op["kind"] not in FUSABLE or len(op["out"]) != 1:
+            if op["kind"] not in FUSABLE or len(op["out"]) != 1 or len(op["post"]) >= MAX_POST_OPS:
                 continue
             t = op["out"][0]
             spec = plan.tensors[t]
