@@ -117,6 +117,7 @@ class Lowering:
         self.env: dict[str, Any] = {}       # node name → ("t", id) | ("c", tensor) | python value | tuple
         self.const_ids: dict[int, int] = {}  # id(torch tensor) → engine tensor id
         self.const_keep: list[torch.Tensor] = []
+        self.channels_last_copies: dict[int, int] = {}
         self.users: dict[str, int] = {}
         self.custom_ops = set(specs.get("custom_ops") or [])
         self.int8 = find_int8_patterns(subgraph) if specs.get("int8", True) else {}
@@ -765,11 +766,13 @@ def lower_convolution(L: Lowering, node, args, kwargs):
     src_spec = L.spec(src)
     if len(src_spec.dims) != nsp + 2:
         raise Unsupported("shape", "aten::convolution of an unbatched input")
-    # activations of convolution chains are channels-last
+    # activations of convolution chains are channels-last (one copy per source)
     if src_spec.strides != channels_last(src_spec.dims):
-        cl = L.new_tensor(src_spec.dtype, src_spec.dims, strides=channels_last(src_spec.dims))
-        L.copy(src, cl)
-        src = cl
+        if src not in L.channels_last_copies:
+            cl = L.new_tensor(src_spec.dtype, src_spec.dims, strides=channels_last(src_spec.dims))
+            L.copy(src, cl)
+            L.channels_last_copies[src] = cl
+        src = L.channels_last_copies[src]
     wid = L.materialize(("c", weight))
     ins = [src, wid]
     if b is not None:
@@ -1173,7 +1176,8 @@ def fuse(plan: Plan) -> None:
     post-ops falls back to its reference kernel."""
     _fuse(plan)
     while True:
-        first = next((op for op in plan.ops if op["kind"] == "eltwise" and not op["post"]), None)
+        first = next((op for op in plan.ops if op["kind"] == "eltwise" and not op["post"]
+                      and _starts_chain(plan, op)), None)
         if first is None:
             return
         src = plan.tensors[first["in"][0]]
@@ -1182,6 +1186,21 @@ def fuse(plan: Plan) -> None:
                      ia=[B_ADD], fa=[])
         first["in"] = [first["in"][0], zero]
         _fuse(plan)
+
+
+def _starts_chain(plan: Plan, op: dict) -> bool:
+    """An eltwise op whose result only another same-layout eltwise op reads (a lone eltwise
+    stays an eltwise primitive, which is as fast)."""
+    t = op["out"][0]
+    spec = plan.tensors[t]
+    readers = _readers(plan, t)
+    if len(readers) != 1 or spec.role != "temp" or any(
+            x.role == "alias" and x.base == t for x in plan.tensors):
+        return False
+    nxt = plan.ops[readers[0]]
+    src = plan.tensors[op["in"][0]]
+    return (nxt["kind"] == "eltwise" and src.strides == spec.strides
+            and plan.tensors[nxt["out"][0]].strides == spec.strides)
 
 
 def _zero_constant(plan: Plan, dtype, rank: int) -> int:
@@ -1211,7 +1230,7 @@ def _fuse(plan: Plan) -> None:
             out_spec = plan.tensors[nxt["out"][0]] if nxt["out"] else None
             if out_spec is None or out_spec.dims != spec.dims or out_spec.strides != spec.strides \
                     or out_spec.dtype != spec.dtype:
-                continue
+                continue  # oneDNN's fast kernels write the layout they read
             if nxt["kind"] == "eltwise" and not nxt["post"]:
                 op["post"].append([0, nxt["ia"][0], nxt["fa"][0], nxt["fa"][1], -1])
             elif nxt["kind"] == "binary" and not nxt["post"] and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV):
