@@ -158,16 +158,15 @@ class EngineHandle:
 
     def _build(self, plan, data, registry, specs, err) -> None:
         lib = self.lib
-        base = ctypes.addressof(ctypes.c_char.from_buffer(bytearray(0))) if False else None
-        raw = bytes(data)
+        raw = np.frombuffer(data, np.uint8)  # a view of the (memory-mapped) blob: no copy
+        base = raw.ctypes.data
         self._tensors = plan["tensors"]
         for i, t in enumerate(plan["tensors"]):
             dims, strides = t["dims"], t["strides"]
             ptr, nbytes = None, 0
             if "data" in t:
-                offset, nbytes = t["data"]
-                buf = ctypes.create_string_buffer(raw[offset:offset + nbytes], max(nbytes, 1))
-                ptr = ctypes.cast(buf, ctypes.c_void_p)
+                offset, nbytes = t["data"]  # checked against the data size by blob.parse
+                ptr = ctypes.c_void_p(base + offset)  # the engine copies it
             storage = 1 if t["role"] == "temp" else 0
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
                                      _arr(ctypes.c_int64, strides), ptr, nbytes,

@@ -1370,6 +1370,23 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
       auto* d = dynamic_cast<DnnlOp*>(op.get());
       if (d) for (auto& a : d->tensor_args) if (!backed(a.second)) fail(op->name + ": uses a tensor without memory");
     }
+    // constants read only through their reordered copies (weights of convolutions and
+    // matmuls) are not needed any more: free them (halves the memory of weight-heavy models)
+    std::vector<char> read(e.tensors.size(), 0);
+    for (auto& op : e.ops) {
+      auto* d = dynamic_cast<DnnlOp*>(op.get());
+      if (d) { for (auto& a : d->tensor_args) read[(size_t)a.second] = 1; }
+      else { for (int id : op->ins) read[(size_t)id] = 1; for (int id : op->outs) read[(size_t)id] = 1; }
+    }
+    for (size_t i = 0; i < e.tensors.size(); ++i)
+      if (e.tensors[i].base >= 0 && read[i]) read[(size_t)e.tensors[i].base] = 1;
+    for (size_t i = 0; i < e.tensors.size(); ++i) {
+      Tensor& t = e.tensors[i];
+      if (t.is_const && t.base < 0 && !read[i] && !t.storage.empty()) {
+        std::vector<char>().swap(t.storage);
+        t.data = nullptr;
+      }
+    }
     e.finalized = true;
     const char* profile = std::getenv("OPFORGE_CPU_PROFILE");
     e.profile = profile && profile[0] == '1';
