@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from opforge.errors import BuildError
 from opforge.native.cache import RECORD, BuildCache, hash_key, record_files
@@ -24,8 +24,11 @@ __all__ = ["compile_shared"]
 
 def compile_shared(sources: Sequence[str | os.PathLike], name: str, *, flags: Sequence[str],
                    include_dirs: Sequence[Path] = (), kind: str, api: str,
-                   extra: dict | None = None, cache_root: Path | None = None) -> Path:
-    """Compile ``sources`` with ``flags`` into ``lib<name>.so`` in the build cache; its path."""
+                   extra: dict | None = None, cache_root: Path | None = None,
+                   key_path: Callable[[Path], str] = str, library_name: str | None = None) -> Path:
+    """Compile ``sources`` with ``flags`` into ``lib<name>.so`` (or ``library_name``) in the
+    build cache; its path. ``key_path`` names a source or include folder in the cache key
+    (e.g. relative to a project root, so a build from a temporary folder still hits)."""
     from opforge import __version__
     from opforge.native.toolchain import find_toolchain
 
@@ -33,16 +36,17 @@ def compile_shared(sources: Sequence[str | os.PathLike], name: str, *, flags: Se
     digests = []
     for p in paths:
         try:
-            digests.append((str(p), hashlib.sha256(p.read_bytes()).hexdigest()))
+            digests.append((key_path(p), hashlib.sha256(p.read_bytes()).hexdigest()))
         except OSError as e:
             raise BuildError(f"`{api}`: source {str(p)!r} — cannot be read ({e.strerror or e}) "
                              "— valid: an existing .cc/.cpp file — fix: check the path") from None
     toolchain = find_toolchain()
     command_flags = [*flags, *(f"-I{d}" for d in include_dirs)]
-    key = hash_key({"sources": digests, "flags": command_flags, "toolchain": toolchain.identity(),
+    key_flags = [*flags, *(f"-I{key_path(Path(d).resolve())}" for d in include_dirs)]
+    key = hash_key({"sources": digests, "flags": key_flags, "toolchain": toolchain.identity(),
                     "opforge": __version__, "kind": kind, "name": name, "extra": extra or {}})
     cache = BuildCache(cache_root)
-    library_name = f"lib{name}.so"
+    library_name = library_name or f"lib{name}.so"
     found = cache.lookup(key)
     if found is not None:
         return found.library

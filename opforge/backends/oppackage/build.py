@@ -16,8 +16,6 @@ compile where the op source no longer matches); the project folder is only read.
 from __future__ import annotations
 
 import hashlib
-import json
-import subprocess
 from pathlib import Path
 
 from opforge.backends.oppackage.model import OpPackage
@@ -148,9 +146,7 @@ def compile_package(sources: list[Path], name: str, *, include_dirs: list[Path],
     The key names each source and header by its path relative to the first of ``roots``
     (or of the include dirs) that holds it, so a build from a temporary folder hits the
     cache like one from a fixed place."""
-    from opforge import __version__
-    from opforge.native.cache import RECORD, BuildCache, hash_key, record_files
-    from opforge.native.toolchain import find_toolchain
+    from opforge.native.shared_library import compile_shared
 
     bases = [Path(r).resolve() for r in (*roots, *include_dirs)]
 
@@ -161,47 +157,14 @@ def compile_package(sources: list[Path], name: str, *, include_dirs: list[Path],
         return str(path)
 
     paths = [Path(s).resolve() for s in sources]
-    digests = []
-    for path in paths:
-        try:
-            digests.append((stable(path), hashlib.sha256(path.read_bytes()).hexdigest()))
-        except OSError as e:
-            raise BuildError(f"`{_API}`: source {str(path)!r} — cannot be read ({e.strerror or e}) "
-                             "— fix: check the file") from None
     headers = []
     for folder in include_dirs:
         for h in sorted(Path(folder).rglob("*")):
             if h.is_file() and h.suffix in (".h", ".hpp", ".hh", ".inc"):
                 headers.append((stable(h.resolve()), hashlib.sha256(h.read_bytes()).hexdigest()))
-    toolchain = find_toolchain()
-    flags = [*FLAGS, *(f"-I{Path(d).resolve()}" for d in include_dirs),
-             *(f'-D{k}="{v}"' for k, v in sorted((defines or {}).items()))]
-    key_flags = [*FLAGS, *(f"-I{stable(Path(d).resolve())}" for d in include_dirs), *flags[len(FLAGS) + len(include_dirs):]]
-    key = hash_key({"sources": digests, "headers": headers, "flags": key_flags,
-                    "toolchain": toolchain.identity(), "opforge": __version__,
-                    "kind": "oppackage", "name": name, "platform": platform or host_platform()})
-    cache = BuildCache(cache_root)
-    library_name = f"libQnn{name}.so"
-    found = cache.lookup(key)
-    if found is not None:
-        return found.library
-    with cache.locked(key):
-        found = cache.lookup(key, evict_invalid=True)
-        if found is not None:
-            return found.library
-        cache.sweep_stale(key)
-        work = cache.temp_dir(key)
-        command = [toolchain.cxx, *flags, "-o", str(work / library_name), *map(str, paths)]
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace")
-        if proc.returncode != 0:
-            errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
-            shown_errors = "\n".join(errors[:20] or proc.stdout.splitlines()[-20:])
-            raise BuildError(f"`{_API}`: compiling package {name} — the compiler failed (exit "
-                             f"{proc.returncode}):\n{shown_errors}\n— command: {' '.join(command)} "
-                             "— fix: correct the errors above")
-        (work / "build.log").write_text(proc.stdout)
-        record = {"library_file": library_name, "files": record_files(work), "kernels": [],
-                  "command": command, "headers": {}}
-        (work / RECORD).write_text(json.dumps(record))
-        return cache.commit(key, work) / library_name
+    defines_flags = [f'-D{k}="{v}"' for k, v in sorted((defines or {}).items())]
+    return compile_shared(
+        paths, name, flags=[*FLAGS, *defines_flags], include_dirs=[Path(d).resolve() for d in include_dirs],
+        kind="oppackage", api=_API, cache_root=cache_root, key_path=stable,
+        library_name=f"libQnn{name}.so",
+        extra={"headers": headers, "platform": platform or host_platform()})
