@@ -146,3 +146,35 @@ def test_other_float_dtypes_stay_on_the_kernels_with_the_reason(dtype):
     assert not report["delegates"]
     assert {r["kind"] for r in report["rejected"]} == {"dtype"}
     assert all(str(dtype) in r["reason"] and "float32" in r["reason"] for r in report["rejected"])
+
+
+class PadSelectRoll(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("idx", torch.tensor([3, 0, 2, 2, 1]))
+
+    def forward(self, x, t):
+        padded = torch.nn.functional.pad(x, (1, 2, -1, 3), value=0.5)   # negative pad crops
+        rows = torch.index_select(t, 0, self.idx)                         # a row gather
+        rolled = torch.roll(x, shifts=(2, -1), dims=(2, 3))               # constant index runs
+        return padded * 2, rows + 1, rolled * 3
+
+
+def test_pad_index_select_and_roll_are_delegated_and_exact():
+    gen = torch.Generator().manual_seed(0)
+    x, t = torch.randn(2, 3, 4, 5, generator=gen), torch.randn(4, 6, generator=gen)
+    module = PadSelectRoll()
+    program = export(module, (x, t), backends=["cpu"])
+    report = delegation_report(program)["forward"]
+    assert not report["rejected"] and len(report["delegates"]) == 1
+    got = load(program).method("forward")(x.numpy(), t.numpy())
+    for g, w in zip(got, module(x, t)):
+        np.testing.assert_array_equal(g, w.numpy())  # copies and one exact op each
+    # a row index past the table: refused at run time, never read out of bounds
+    class Gather(torch.nn.Module):
+        def forward(self, table, index):
+            return torch.index_select(table, 0, index)
+
+    forward = load(export(Gather(), (t, torch.tensor([1, 2])), backends=["cpu"])).method("forward")
+    with pytest.raises(Exception, match="index 9 out of range for 4 rows"):
+        forward(t.numpy(), np.array([0, 9]))

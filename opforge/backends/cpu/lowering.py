@@ -1416,3 +1416,93 @@ def _match_compute(sub, node):
         weight, scales = wq
         return x, False, weight.t().contiguous(), scales, bias, 1 << 1, []
     return None
+
+
+
+def lower_constant_pad(L: Lowering, node, args, kwargs):
+    """constant_pad_nd: fill the output with the value, then copy the input's overlap into
+    it (negative padding crops)."""
+    x, pad = args[0], list(args[1])
+    value = args[2] if len(args) > 2 else kwargs.get("value", 0)
+    fake = _val(node)
+    if fake.dtype not in GENERIC_DTYPES or not isinstance(value, (int, float, bool)):
+        raise Unsupported("dtype", f"aten::constant_pad_nd on {fake.dtype}; stays on the kernels")
+    src = L.materialize(x)
+    s = L.spec(src)
+    out = L.new_tensor(fake.dtype, fake.shape)
+    o = L.spec(out)
+    dims = tuple(fake.shape)
+    L.op("ew", [], [out], [EW["fill"], 0, len(dims), *dims, *o.strides], [1.0, float(value)], name="fill")
+    lengths, src_off, dst_off = [], 0, 0
+    for k in range(len(s.dims)):
+        j = len(s.dims) - 1 - k  # pad pairs run from the last dim backwards
+        before, after = (pad[2 * j], pad[2 * j + 1]) if 2 * j + 1 < len(pad) else (0, 0)
+        start_src, start_dst = max(0, -before), max(0, before)
+        length = s.dims[k] - start_src - max(0, -after)
+        if length <= 0:
+            return ("t", out)
+        lengths.append(length)
+        src_off += start_src * s.strides[k]
+        dst_off += start_dst * o.strides[k]
+    L.op("copy", [src], [out], [len(lengths), *lengths, *s.strides, src_off, *o.strides, dst_off],
+         name="pad")
+    return ("t", out)
+
+
+def lower_index_select(L: Lowering, node, args, kwargs):
+    """index_select along dim 0: a row gather (the engine's embedding loop, indices checked
+    at run time)."""
+    x, dim, index = args[:3]
+    fake = _val(node)
+    if isinstance(index, tuple) and index[0] == "c" and index[1].dim() <= 1:
+        runs = _runs(index[1].reshape(-1).tolist())
+        if runs is not None and len(runs) <= 16:  # e.g. torch.roll: two runs
+            return _select_runs(L, node, L.materialize(x), dim, runs)
+    src = L.contiguous(L.materialize(x))
+    s = L.spec(src)
+    if dim % max(len(s.dims), 1) != 0 or s.dtype != torch.float32 or len(s.dims) < 1:
+        raise Unsupported("op", "aten::index_select other than float32 rows (dim 0); stays on the kernels")
+    ix = L.contiguous(L.materialize(index))
+    if L.spec(ix).dtype not in (torch.int64, torch.int32):
+        raise Unsupported("dtype", "aten::index_select with non-integer indices")
+    inner = math.prod(s.dims[1:]) if len(s.dims) > 1 else 1
+    rows = L.alias(src, (s.dims[0], inner), (inner, 1))
+    out = L.new_tensor(fake.dtype, fake.shape)
+    n = math.prod(L.spec(ix).dims) if L.spec(ix).dims else 1
+    flat_out = L.alias(out, (n, inner), (inner, 1))
+    L.op("embedding", [rows, ix], [flat_out], name="index_select")
+    return ("t", out)
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]] | None:
+    """Constant indices as (start, length) runs of consecutive values."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][0] + runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([i, 1])
+    return [tuple(r) for r in runs]
+
+
+def _select_runs(L: Lowering, node, src: int, dim: int, runs) -> Any:
+    """index_select with constant indices in a few runs: one strided copy per run."""
+    fake = _val(node)
+    s = L.spec(src)
+    dim %= max(len(s.dims), 1)
+    if any(start < 0 or start + n > s.dims[dim] for start, n in runs):
+        raise Unsupported("shape", "aten::index_select with an index out of range")
+    out = L.new_tensor(fake.dtype, fake.shape)
+    o = L.spec(out)
+    position = 0
+    for start, n in runs:
+        dims = list(s.dims)
+        dims[dim] = n
+        L.op("copy", [src], [out], [len(dims), *dims, *s.strides, start * s.strides[dim],
+                                    *o.strides, position * o.strides[dim]], name="index_select")
+        position += n
+    return ("t", out)
+
+
+LOWERINGS["aten::constant_pad_nd"] = lower_constant_pad
+LOWERINGS["aten::index_select"] = lower_index_select
