@@ -931,10 +931,11 @@ def lower_batch_norm(L: Lowering, node, args, kwargs):
             writer["in"].append(L.materialize(("c", bias.float().contiguous())))
             writer["ia"][-1] = 1
         return (("t", src), None, None)
-    shape = [1, -1] + [1] * (len(spec.dims) - 2)
-    ts = L.alias(L.materialize(("c", scale.float().contiguous())), tuple(1 if s == 1 else spec.dims[1] for s in [abs(v) for v in shape]),
-                 tuple(0 if i != 1 else 1 for i in range(len(spec.dims))))
-    tb = L.alias(L.materialize(("c", shift.float().contiguous())), L.spec(ts).dims, L.spec(ts).strides)
+    # per-channel scale and shift broadcast along dim 1: dims (1, C, 1, ...), strides (0, 1, 0, ...)
+    channel_dims = tuple(spec.dims[1] if i == 1 else 1 for i in range(len(spec.dims)))
+    channel_strides = tuple(1 if i == 1 else 0 for i in range(len(spec.dims)))
+    ts = L.alias(L.materialize(("c", scale.float().contiguous())), channel_dims, channel_strides)
+    tb = L.alias(L.materialize(("c", shift.float().contiguous())), channel_dims, channel_strides)
     out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
     L.op("binary", [src, ts], [out], [B_MUL], post=[[1, B_ADD, 0.0, 0.0, tb]], name="batch_norm")
     return (("t", out), None, None)
@@ -1161,6 +1162,21 @@ def prune(plan: Plan) -> None:
             t.role = "dead"
 
 
+def _root(plan: Plan, tid: int) -> int:
+    seen = 0
+    while plan.tensors[tid].role == "alias" and seen < len(plan.tensors):
+        tid, seen = plan.tensors[tid].base, seen + 1
+    return tid
+
+
+def _last_write(plan: Plan, tid: int) -> int:
+    """The index of the last op that writes any part of ``tid``'s storage (a tensor, its
+    base, or another alias of the same base: a concatenation is written by several copies)."""
+    root = _root(plan, tid)
+    return max((k for k, op in enumerate(plan.ops) if any(_root(plan, t) == root for t in op["out"])),
+               default=-1)
+
+
 def _readers(plan: Plan, tid: int) -> list[int]:
     return [i for i, op in enumerate(plan.ops)
             if tid in op["in"] or any(p[0] == 1 and p[4] == tid for p in op["post"])]
@@ -1239,8 +1255,7 @@ def _fuse(plan: Plan) -> None:
                     continue  # other - t: not expressible as a post-op on t
                 if other == t:
                     continue
-                writer = next((k for k, o in enumerate(plan.ops) if other in o["out"]), -1)
-                if writer > i:
+                if _last_write(plan, other) > i:
                     continue  # computed after op: not available to it
                 if any(p[0] == 1 for p in op["post"]) and op["kind"] == "binary":
                     continue

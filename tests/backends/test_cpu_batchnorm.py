@@ -1,0 +1,200 @@
+"""BatchNorm on the cpu backend in every position that changes its lowering: alone, after a
+concatenation, after a convolution with a second reader (not folded), RepVGG's three
+branches, BatchNorm1d over tokens, a DenseNet block, 1-d/2-d/3-d, with and without affine
+parameters, and folded into a convolution only when that convolution has no other reader.
+
+Running statistics and affine parameters are drawn away from their defaults (a default
+BatchNorm is the identity and hides a wrong broadcast). The reference is eager float64; the
+criterion is the one of test_cpu_models (8× eager float32's own error + 2 ulp of the scale).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from opforge.backends.cpu import blob
+from opforge.export import delegation_report, export
+from opforge.runtime import load
+
+
+def spread(model: nn.Module, seed: int = 1) -> nn.Module:
+    """Every BatchNorm's running statistics, affine weight and bias, and eps away from their
+    defaults; eval mode."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 2)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) * 3 + 0.2)
+                m.eps = 1e-3
+                if m.weight is not None:
+                    m.weight.copy_(torch.randn(m.weight.shape, generator=g))
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=g))
+            elif isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)) and m.bias is not None:
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g))
+    return model.eval()
+
+
+class Lone(nn.Module):
+    def __init__(self, dim=2, affine=True):
+        super().__init__()
+        self.bn = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}[dim](4, affine=affine)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+class AfterCat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(torch.cat([x, self.conv(x)], 1))
+
+
+class TwoReaders(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.bn(y) + y
+
+
+class ConvOutputAlsoReturned(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.bn(y), y
+
+
+class Folded(nn.Module):
+    def __init__(self, groups=1):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1, groups=groups)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class RepVGG(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c3 = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.c1 = nn.Conv2d(4, 4, 1, bias=False)
+        self.b3, self.b1, self.bi = nn.BatchNorm2d(4), nn.BatchNorm2d(4), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.b3(self.c3(x)) + self.b1(self.c1(x)) + self.bi(x))
+
+
+class Tokens(nn.Module):
+    """LeViT: BatchNorm1d over flattened tokens after a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.bn = nn.Linear(8, 16, bias=False), nn.BatchNorm1d(16)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return self.bn(y.flatten(0, 1)).reshape_as(y)
+
+
+class DenseBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.BatchNorm2d(4 + 2 * i), nn.ReLU(), nn.Conv2d(4 + 2 * i, 2, 3, padding=1))
+            for i in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.cat([x, layer(x)], 1)
+        return x
+
+
+class AfterPermute(nn.Module):
+    """A channels-last view read by BatchNorm (the strided-input path)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(x.permute(0, 3, 1, 2))
+
+
+CASES = {
+    "lone_1d_ncl": (lambda: Lone(1), (2, 4, 7)),
+    "lone_1d_nc": (lambda: Lone(1), (5, 4)),
+    "lone_2d": (lambda: Lone(2), (2, 4, 5, 5)),
+    "lone_3d": (lambda: Lone(3), (2, 4, 3, 4, 5)),
+    "lone_2d_no_affine": (lambda: Lone(2, affine=False), (2, 4, 5, 5)),
+    "after_cat": (AfterCat, (2, 4, 5, 5)),
+    "two_readers": (TwoReaders, (2, 4, 5, 5)),
+    "conv_output_also_returned": (ConvOutputAlsoReturned, (2, 4, 5, 5)),
+    "folded": (Folded, (2, 4, 6, 6)),
+    "folded_grouped": (lambda: Folded(groups=2), (2, 4, 6, 6)),
+    "repvgg": (RepVGG, (2, 4, 6, 6)),
+    "tokens": (Tokens, (2, 7, 8)),
+    "dense_block": (DenseBlock, (2, 4, 5, 5)),
+    "after_permute": (AfterPermute, (2, 5, 6, 4)),
+}
+
+
+def _reference(model, x):
+    with torch.no_grad():
+        want32 = model(x)
+        want64 = copy.deepcopy(model).double()(x.double())
+    as_tuple = lambda v: v if isinstance(v, tuple) else (v,)  # noqa: E731
+    return as_tuple(want32), as_tuple(want64)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("mode", ["lean", "aten"])
+def test_batch_norm_matches_float64_in_every_position(name, mode):
+    factory, shape = CASES[name]
+    torch.manual_seed(0)
+    model = spread(factory())
+    x = torch.randn(shape)
+    program = export(model, (x,), kernels="portable", backends=["cpu"])
+    assert not delegation_report(program)["forward"]["rejected"]
+    got = load(program, mode=mode).method("forward")(x.numpy())
+    want32, want64 = _reference(model, x)
+    for g, w32, w64 in zip(got, want32, want64):
+        w32, w64 = w32.numpy(), w64.numpy()
+        eager_err = float(np.max(np.abs(w32 - w64)))
+        scale = float(np.max(np.abs(w64)))
+        err = float(np.max(np.abs(np.asarray(g) - w64)))
+        assert err <= 8 * eager_err + 2 * np.finfo(np.float32).eps * scale, (err, eager_err, scale)
+
+
+def _op_names(program):
+    names = []
+    for d in program.delegates:
+        plan, _ = blob.parse(program.segments[d.segment].data)
+        names += [op["name"] for op in plan["ops"]]
+    return names
+
+
+@pytest.mark.parametrize("name, folded", [("folded", True), ("folded_grouped", True),
+                                          ("two_readers", False), ("conv_output_also_returned", False),
+                                          ("after_cat", False)])
+def test_batch_norm_is_folded_only_into_a_convolution_it_alone_reads(name, folded):
+    factory, shape = CASES[name]
+    torch.manual_seed(0)
+    program = export(spread(factory()), (torch.randn(shape),), kernels="portable", backends=["cpu"])
+    names = _op_names(program)
+    assert any("convolution" in n for n in names), names
+    assert any("batch_norm" in n for n in names) is not folded, names
