@@ -10,9 +10,6 @@ criterion is the one of test_cpu_models (8× eager float32's own error + 2 ulp o
 
 from __future__ import annotations
 
-import copy
-
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -21,23 +18,7 @@ from opforge.backends.cpu import blob
 from opforge.export import delegation_report, export
 from opforge.runtime import load
 
-
-def spread(model: nn.Module, seed: int = 1) -> nn.Module:
-    """Every BatchNorm's running statistics, affine weight and bias, and eps away from their
-    defaults; eval mode."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 2)
-                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) * 3 + 0.2)
-                m.eps = 1e-3
-                if m.weight is not None:
-                    m.weight.copy_(torch.randn(m.weight.shape, generator=g))
-                    m.bias.copy_(torch.randn(m.bias.shape, generator=g))
-            elif isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)) and m.bias is not None:
-                m.bias.copy_(torch.randn(m.bias.shape, generator=g))
-    return model.eval()
+from cpu_reference import check_against_float64, spread
 
 
 class Lone(nn.Module):
@@ -153,14 +134,6 @@ CASES = {
 }
 
 
-def _reference(model, x):
-    with torch.no_grad():
-        want32 = model(x)
-        want64 = copy.deepcopy(model).double()(x.double())
-    as_tuple = lambda v: v if isinstance(v, tuple) else (v,)  # noqa: E731
-    return as_tuple(want32), as_tuple(want64)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("mode", ["lean", "aten"])
 def test_batch_norm_matches_float64_in_every_position(name, mode):
@@ -171,13 +144,7 @@ def test_batch_norm_matches_float64_in_every_position(name, mode):
     program = export(model, (x,), kernels="portable", backends=["cpu"])
     assert not delegation_report(program)["forward"]["rejected"]
     got = load(program, mode=mode).method("forward")(x.numpy())
-    want32, want64 = _reference(model, x)
-    for g, w32, w64 in zip(got, want32, want64):
-        w32, w64 = w32.numpy(), w64.numpy()
-        eager_err = float(np.max(np.abs(w32 - w64)))
-        scale = float(np.max(np.abs(w64)))
-        err = float(np.max(np.abs(np.asarray(g) - w64)))
-        assert err <= 8 * eager_err + 2 * np.finfo(np.float32).eps * scale, (err, eager_err, scale)
+    check_against_float64(model, (x,), got)
 
 
 def _op_names(program):
