@@ -1,0 +1,405 @@
+"""Structure-aware fuzzer for the cpu backend's delegate blobs and its native engine.
+
+    python fuzz/cpu_blob_fuzz.py --count 20000 --seed 0 --jobs 1 --timeout 10
+    python fuzz/cpu_blob_fuzz.py --replay CRASH_DIR/crash-....json   # one saved case again
+
+Seeds are real programs exported with ``backends=["cpu"]`` (``cpu_blob_seeds.py``; every op
+kind the engine has, a kernel-ABI custom op, an op-package op, 8a8w-quantized models),
+cached on disk. Each case mutates fields of one delegate's parsed plan
+(``cpu_blob_mutate.py``), writes the blob and the program again (checksums recomputed),
+and a worker process loads it with ``opforge.runtime.load`` and calls every method twice
+with inputs of the right shapes and dtypes.
+
+Outcome classes:
+
+    ok        loaded and ran
+    refused   an OpforgeError (BackendError, ProgramError, ...): the clean way to say no
+    crash     the worker died from a signal (which one is recorded)
+    hang      no answer within --timeout seconds (the worker is killed and restarted)
+    raw       any other exception type (InternalError included)
+    memory    a MemoryError that no opforge error wraps (the worker's address space is
+              capped with RLIMIT_AS, so a memory bomb fails instead of swapping)
+    opened    the case made opforge open a file (an audit hook watches "open" events while
+              a case loads and runs; what loading the unmutated seeds opens is allowed)
+
+Everything but ok/refused is a finding: written to --crash-dir as ``<name>.program`` (the
+program bytes) and ``<name>.json`` (seed, case number, mutations, outcome, the kernel
+libraries it loads with), deduplicated in the report by (class, op kind, mutated field),
+and the exit status is 1. A case is reproducible from (--seed, case number) alone: its
+random generator is seeded with both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import os
+import random
+import re
+import resource
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE))
+try:  # an opforge on PYTHONPATH (a branch under test) wins over this checkout
+    import opforge  # noqa: F401
+except ImportError:
+    sys.path.append(str(_HERE.parent))
+
+CLASSES = ("ok", "refused", "crash", "hang", "raw", "memory", "opened")
+FINDINGS = ("crash", "hang", "raw", "memory", "opened")
+MAX_WORKER_BYTES = 4 << 30
+
+
+# --- the worker ---------------------------------------------------------------------------
+
+def _inputs(method, rng):
+    import numpy as np
+
+    out = []
+    for spec in method.inputs:
+        if not spec.is_tensor:
+            out.append(spec.dtype(rng.integers(-3, 4)))
+        elif np.dtype(spec.dtype).kind == "f":
+            out.append(rng.standard_normal(spec.shape).astype(spec.dtype))
+        elif np.dtype(spec.dtype).kind == "b":
+            out.append(rng.random(spec.shape) < 0.5)
+        else:  # small non-negative ints: valid embedding ids and indices of the seeds
+            out.append(rng.integers(0, 4, spec.shape).astype(spec.dtype))
+    return out
+
+
+def run_case(data: bytes, kernels: list[str], watch: dict) -> tuple[str, str]:
+    """(class, detail) of one program: loaded, then each method called twice."""
+    import numpy as np
+
+    from opforge.errors import OpforgeError
+    from opforge.runtime import load
+
+    watch["opened"] = []
+    watch["active"] = True
+    try:
+        loaded = load(data, kernels=kernels)
+        rng = np.random.default_rng(0)
+        for name in loaded.method_names:
+            method = loaded.method(name)
+            inputs = _inputs(method, rng)
+            method(*inputs)
+            method(*inputs)
+        del loaded
+    except MemoryError as e:
+        return "memory", f"MemoryError: {e}"[:300]
+    except OpforgeError as e:
+        return "refused", f"{type(e).__name__}: {e}"[:600]
+    except Exception as e:  # noqa: BLE001 - anything else is a finding
+        return "raw", f"{type(e).__name__}: {e}"[:600]
+    finally:
+        watch["active"] = False
+    if watch["opened"]:
+        return "opened", f"opened {watch['opened'][:3]}"
+    return "ok", ""
+
+
+def _audit_hook(watch: dict, allowed: set[str]):
+    import opforge
+
+    # Python's own reads are not the program's doing: lazy imports and the source lines a
+    # traceback quotes, under the installation, the venv or opforge itself.
+    roots = tuple({str(Path(p).resolve()) + os.sep for p in
+                   (sys.prefix, sys.base_prefix, Path(opforge.__file__).parents[1])})
+    imports = {os.path.realpath(p) for p in sys.path if p}  # zipimport probing sys.path
+
+    def audit(event, args):
+        if not watch["active"] or event != "open" or not args or args[0] is None:
+            return
+        path = args[0]
+        if isinstance(path, int):  # os.fdopen of a descriptor the process already has
+            return
+        resolved = os.path.realpath(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+        if isinstance(resolved, bytes):
+            resolved = resolved.decode(errors="replace")
+        if resolved in allowed or resolved in imports or (
+                resolved.startswith(roots) and resolved.endswith((".py", ".pyc", ".so"))):
+            return
+        watch["opened"].append(str(path))
+
+    return audit
+
+
+def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str]) -> None:
+    """Runs cases sent as (data, kernels, plant) until None; answers (class, detail)."""
+    resource.setrlimit(resource.RLIMIT_AS, (MAX_WORKER_BYTES, MAX_WORKER_BYTES))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # oneDNN and libgomp warnings would drown the progress line
+    from opforge.backends.oppackage.runtime import trust_packages
+
+    trust_packages(trusted)
+    watch = {"active": False, "opened": []}
+    allowed = {os.path.realpath(p) for s in seeds for p in s[1]} | \
+        {os.path.realpath(p) for p in trusted}
+    # warm-up, watched but not judged: what an unmutated seed opens (the engine library,
+    # importlib metadata of the oneDNN wheels) is opforge's own doing, allowed from then on
+    sys.addaudithook(_audit_hook(watch, allowed))
+    for data, kernels in seeds:
+        run_case(data, kernels, watch)
+        allowed.update(os.path.realpath(p) for p in watch["opened"])
+    while True:
+        case = conn.recv()
+        if case is None:
+            return
+        data, kernels, plant = case
+        if plant == "crash":  # the oracle's own test: a worker that dies on this case
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif plant == "hang":
+            time.sleep(3600)
+        conn.send(run_case(data, kernels, watch))
+
+
+# --- the supervisor -----------------------------------------------------------------------
+
+class Worker:
+    """One spawned worker process; restarted after it dies or hangs."""
+
+    def __init__(self, seeds, trusted) -> None:
+        self.seeds, self.trusted = seeds, trusted
+        self.job = None  # (case number, started)
+        self._start()
+
+    def _start(self) -> None:
+        # spawn, not fork: a parent that ran torch has OpenMP threads a forked child waits for
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=worker, args=(child, self.seeds, self.trusted),
+                                   daemon=True)
+        self.process.start()
+        child.close()
+
+    def send(self, n: int, data: bytes, kernels: list[str], plant: str | None) -> None:
+        self.job = (n, time.monotonic())
+        self.conn.send((data, kernels, plant))
+
+    def answer(self) -> tuple[str, str]:
+        """The answer to the job, or the death that replaced it (restarting the worker)."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join()
+            code = self.process.exitcode
+            self._start()
+            if code is not None and code < 0:
+                return "crash", f"signal {signal.Signals(-code).name}"
+            return "crash", f"worker exited with status {code}"
+
+    def kill(self, timeout: float) -> tuple[str, str]:
+        self.process.kill()
+        self.process.join()
+        self._start()
+        return "hang", f"no answer in {timeout:g} s"
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+@dataclass
+class Result:
+    n: int
+    seed: str
+    mutations: list
+    outcome: str
+    detail: str
+
+
+@dataclass
+class Report:
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    reasons: collections.Counter = field(default_factory=collections.Counter)
+    findings: dict = field(default_factory=dict)  # dedupe key -> (count, first Result, path)
+    elapsed: float = 0.0
+
+    def add(self, r: Result, crash_dir: Path | None, campaign_seed: int, data: bytes,
+            kernels: list[str]) -> None:
+        self.counts[r.outcome] += 1
+        if r.outcome == "refused":
+            self.reasons[reason(r.detail)] += 1
+        if r.outcome not in FINDINGS:
+            return
+        m = r.mutations[0] if r.mutations else None
+        key = (r.outcome, m.op_kind if m else "-", m.field if m else "-")
+        path = None
+        if crash_dir is not None:
+            path = save_case(crash_dir, campaign_seed, r, data, kernels)
+        count, first, first_path = self.findings.get(key, (0, r, path))
+        self.findings[key] = (count + 1, first, first_path)
+
+
+def reason(detail: str) -> str:
+    """A refusal's subject with numbers and quoted names blanked (for the top-reasons table):
+    the innermost message, without the load call, the delegate and the op it names."""
+    body = detail.split(": ", 1)[-1]
+    body = body.split(" refused: ", 1)[-1].split("`: ", 1)[-1].split(" — ")[0]
+    body = re.sub(r"^(cpu backend( blob)?: )?((ops|tensors)\[\d+\]( \([^)]*\))?:? ?)?", "", body)
+    return re.sub(r"'[^']*'|\"[^\"]*\"|-?\d+(\.\d+)?", "#", body)[:70]
+
+
+def save_case(crash_dir: Path, campaign_seed: int, r: Result, data: bytes,
+              kernels: list[str]) -> Path:
+    crash_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{r.outcome}-{r.seed}-s{campaign_seed}-n{r.n}"
+    (crash_dir / f"{name}.program").write_bytes(data)
+    (crash_dir / f"{name}.json").write_text(json.dumps({
+        "outcome": r.outcome, "detail": r.detail, "seed_program": r.seed,
+        "campaign_seed": campaign_seed, "case": r.n, "program": f"{name}.program",
+        "kernels": kernels, "mutations": [vars(m) for m in r.mutations]}, indent=1))
+    return crash_dir / f"{name}.json"
+
+
+def case_rng(campaign_seed: int, n: int) -> random.Random:
+    return random.Random(f"cpu-blob-{campaign_seed}-{n}")
+
+
+def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path | None,
+             plant: dict[int, str] | None = None, progress=None, log=print,
+             cache_root: Path | None = None) -> Report:
+    """Run ``count`` mutated programs; ``plant`` maps case numbers to "crash"/"hang" (the
+    oracle's self-test: the worker kills itself or sleeps on those cases)."""
+    from cpu_blob_mutate import ParsedSeed, mutate
+    from cpu_blob_seeds import CACHE_ROOT, load_seeds
+
+    seeds, trusted = load_seeds(cache_root or CACHE_ROOT, log=log)
+    if os.environ.get("OPFORGE_OP_PACKAGES") is None:
+        os.environ["OPFORGE_OP_PACKAGES"] = os.pathsep.join(trusted)  # the worker inherits it
+    parsed = [ParsedSeed.of(s.name, s.data) for s in seeds]
+    kernels = {s.name: list(s.kernels) for s in seeds}
+    warm = [(s.data, list(s.kernels)) for s in seeds]
+    workers = [Worker(warm, trusted) for _ in range(max(1, jobs))]
+    report = Report()
+    pending: dict[int, tuple[bytes, Result]] = {}
+    start = time.monotonic()
+    n_next = 0
+    try:
+        while n_next < count or pending:
+            for w in workers:
+                if w.job is None and n_next < count:
+                    rng = case_rng(seed, n_next)
+                    s = parsed[rng.randrange(len(parsed))]
+                    data, mutations = mutate(rng, s)
+                    pending[n_next] = (data, Result(n_next, s.name, mutations, "", ""))
+                    w.send(n_next, data, kernels[s.name], (plant or {}).get(n_next))
+                    n_next += 1
+            busy = [w for w in workers if w.job is not None]
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+                         timeout=0.5)
+            now = time.monotonic()
+            for w in busy:
+                n, started = w.job
+                if w.conn in ready or w.process.sentinel in ready:
+                    outcome, detail = w.answer()
+                elif now - started > timeout:
+                    outcome, detail = w.kill(timeout)
+                else:
+                    continue
+                w.job = None
+                data, r = pending.pop(n)
+                r.outcome, r.detail = outcome, detail
+                report.add(r, crash_dir, seed, data, kernels[r.seed])
+                if outcome in FINDINGS:
+                    log(f"\nFINDING case {n} ({r.seed}): {outcome}: {detail[:160]}\n"
+                        f"  mutations: {'; '.join(map(str, r.mutations))[:300]}")
+            done = sum(report.counts.values())
+            if progress and (done % 50 == 0 or done == count):
+                progress(done, count, report, time.monotonic() - start)
+    finally:
+        for w in workers:
+            w.close()
+    report.elapsed = time.monotonic() - start
+    return report
+
+
+# --- output -------------------------------------------------------------------------------
+
+def progress_line(done: int, count: int, report: Report, elapsed: float) -> None:
+    rate = done / elapsed if elapsed else 0.0
+    c = report.counts
+    sys.stderr.write(f"\r{done}/{count} cases, {rate:.1f}/s — ok {c['ok']} refused {c['refused']} "
+                     f"findings {sum(c[k] for k in FINDINGS)}   ")
+    sys.stderr.flush()
+
+
+def print_report(report: Report, count: int, seed: int, out=print) -> None:
+    total = sum(report.counts.values())
+    rate = total / report.elapsed if report.elapsed else 0.0
+    out(f"\ncases: {total} (seed {seed}, {report.elapsed:.1f} s, {rate:.1f} cases/s)")
+    out(f"{'class':<10}{'cases':>8}")
+    for k in CLASSES:
+        out(f"{k:<10}{report.counts[k]:>8}")
+    if report.findings:
+        out("\nfindings, deduplicated by (class, op kind, mutated field):")
+        out(f"{'class':<8}{'op kind':<22}{'field':<20}{'cases':>6}  first case / detail")
+        for (cls, kind, fld), (k, r, path) in sorted(report.findings.items()):
+            out(f"{cls:<8}{kind[:21]:<22}{fld[:19]:<20}{k:>6}  #{r.n} {r.seed}: {r.detail[:90]}")
+            if path:
+                out(f"{'':<56}{path}")
+    out("\ntop rejection reasons:")
+    for text, k in report.reasons.most_common(15):
+        out(f"{k:8d}  {text}")
+
+
+def replay(path: Path, timeout: float) -> int:
+    """Run one saved case (its .json or .program) in a fresh worker and print the outcome."""
+    from cpu_blob_seeds import load_seeds
+
+    meta = json.loads(path.with_suffix(".json").read_text())
+    data = path.with_name(meta["program"]).read_bytes()
+    _, trusted = load_seeds()
+    os.environ.setdefault("OPFORGE_OP_PACKAGES", os.pathsep.join(trusted))
+    w = Worker([], trusted)
+    try:
+        w.send(0, data, meta["kernels"], None)
+        ready = wait([w.conn, w.process.sentinel], timeout=timeout)
+        outcome, detail = w.answer() if ready else w.kill(timeout)
+    finally:
+        w.close()
+    print(f"{outcome}: {detail}")
+    print("mutations: " + "; ".join(f"{m['field']} [{m['op_kind']}] {m['detail']}"
+                                    for m in meta["mutations"]))
+    return 1 if outcome in FINDINGS else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=1000, help="cases to run")
+    parser.add_argument("--seed", type=int, default=0, help="campaign seed")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per case (a hang)")
+    parser.add_argument("--crash-dir", type=Path,
+                        default=Path(tempfile.gettempdir()) / "opforge-cpu-blob-fuzz")
+    parser.add_argument("--replay", type=Path, help="run one saved case again")
+    parser.add_argument("--plant", action="append", default=[], metavar="N:crash|hang",
+                        help="(oracle self-test) make the worker crash or hang on case N")
+    args = parser.parse_args(argv)
+    if args.replay:
+        return replay(args.replay, args.timeout)
+    plant = {int(n): what for n, what in (p.split(":") for p in args.plant)}
+    report = campaign(args.count, args.seed, args.jobs, args.timeout, args.crash_dir, plant,
+                      progress=progress_line, log=lambda s: print(s, file=sys.stderr))
+    print_report(report, args.count, args.seed)
+    return 1 if any(report.counts[k] for k in FINDINGS) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,511 @@
+"""Field-level mutations of cpu backend blobs, for ``cpu_blob_fuzz.py``.
+
+A case is one seed program with one of its delegate blobs parsed (``blob.parse``: the
+seeds are valid), one to three fields of the plan changed, the blob written again with
+this module's writer (the format of ``blob.encode``: header, JSON plan, padding, data,
+CRC-32 recomputed) and put back into the program, whose own header and CRC ``to_bytes``
+writes afresh. So every mutation reaches ``blob.parse`` and, when it gets past it, the
+engine — nothing stops at a checksum.
+
+What changes (each mutator returns a ``Mutation`` naming the field and the op kind it
+touched; the report dedupes findings by them):
+
+* tensor ids of ops: dangling, negative, 2**31, swapped, another tensor of the plan;
+* tensor dims (0, 1, huge, 2**40, negative, rank changes) and strides (0, negative,
+  2**62, overlapping, swapped);
+* aliases: base (chains, to itself, to a later tensor, to a constant), offset past the end;
+* dtypes (valid and not), roles (input/output/const/temp/alias/dead), constants' data
+  ranges and bytes (int constants get out-of-range values: gather indices);
+* op kinds swapped keeping the operands; operands dropped, added, duplicated; ops swapped
+  or duplicated (order);
+* ``ia``/``fa`` attributes (interesting ints, NaN/inf), post-ops (kinds, algs, tensors);
+* kernel-ABI args (tags, tensor slots, ints, lists) and op-package nodes (shapes, dtypes,
+  slots, params, bytes);
+* the plan's inputs/outputs lists, the blob header's version/reserved word, and the
+  delegate's compile specs (num_threads).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import random
+import zlib
+
+from opforge.backends.cpu import blob as B
+from opforge.errors import OpforgeError
+from opforge.program import DelegateBlob, Program, Segment, from_bytes, to_bytes
+from opforge.program._sample import unverified_bytes
+
+INTS = [0, 1, 2, 3, -1, -2, 7, 8, 64, 255, 4096, 2**16, 2**20, 2**31 - 1, 2**31, 2**32,
+        2**40, 2**40 + 1, 2**48, 2**62, -(2**31), -(2**40), -(2**62)]
+SMALL = [0, 1, 2, 3, -1, 5, 9]
+FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-45, 1e30, -1e30, 3.4e38, 1e300, math.inf, -math.inf,
+          math.nan]
+DIMS = [0, 1, 2, 3, 7, 64, 4096, 2**20, 2**31, 2**40, 2**40 + 1, -1, -(2**40)]
+STRIDES = [0, 1, 2, -1, -8, 2**31, 2**40, 2**40 + 1, 2**62, -(2**62)]
+DTYPES = sorted(B.DTYPES) + [5, 8, 12, -1]
+ROLES = list(B.ROLES)
+KERNEL_TAGS = ["none", "tensor", "int", "double", "bool", "int_list", "double_list", "string",
+               "scalar_type", 3]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    field: str      # what was changed, e.g. "tensor.strides", "op.ia", "post.alg"
+    op_kind: str    # the kind of the op it touched ("-" for plan-level fields)
+    detail: str     # what exactly, for the crash file
+
+    def __str__(self) -> str:
+        return f"{self.field} [{self.op_kind}] {self.detail}"
+
+
+@dataclasses.dataclass
+class Case:
+    """A plan being mutated: the parsed JSON, its data bytes and the delegate's specs."""
+    plan: dict
+    data: bytearray
+    specs: list[tuple[str, bytes]]
+    header: dict = dataclasses.field(default_factory=dict)  # version / reserved overrides
+
+
+def _pick(rng: random.Random, values: list):
+    return values[rng.randrange(len(values))]
+
+
+def _tensor_users(plan: dict, tid: int) -> str:
+    kinds = {op["kind"] for op in plan["ops"] if tid in op["in"] + op["out"]}
+    return ",".join(sorted(kinds)) or "-"
+
+
+def _any_id(rng, plan) -> int:
+    n = len(plan["tensors"])
+    return _pick(rng, [rng.randrange(n)] * 6 + [n, n + 7, -1, -(2**31), 2**31 - 1, 2**31])
+
+
+# --- mutators: each changes one field of case.plan and says which -------------------------
+
+def op_tensor_id(rng, c: Case):
+    op = _pick(rng, c.plan["ops"])
+    side = _pick(rng, [s for s in ("in", "out") if op[s]] or ["in"])
+    if not op[side]:
+        return None
+    k = rng.randrange(len(op[side]))
+    old = op[side][k]
+    mode = rng.randrange(3)
+    if mode == 0 and len(op["in"] + op["out"]) > 1:  # swapped with another operand of the op
+        both = [(s, j) for s in ("in", "out") for j in range(len(op[s])) if (s, j) != (side, k)]
+        s2, j2 = _pick(rng, both)
+        op[side][k], op[s2][j2] = op[s2][j2], op[side][k]
+        return Mutation(f"op.{side}", op["kind"], f"{side}[{k}] swapped with {s2}[{j2}]")
+    op[side][k] = _any_id(rng, c.plan)
+    return Mutation(f"op.{side}", op["kind"], f"{side}[{k}] {old} -> {op[side][k]}")
+
+
+def op_operand_count(rng, c: Case):
+    op = _pick(rng, c.plan["ops"])
+    side = _pick(rng, ["in", "out"])
+    mode = rng.randrange(3)
+    if mode == 0 and op[side]:
+        del op[side][rng.randrange(len(op[side]))]
+        what = "dropped one"
+    elif mode == 1 and op[side]:
+        op[side].append(_pick(rng, op[side]))
+        what = "duplicated one"
+    else:
+        op[side].insert(rng.randrange(len(op[side]) + 1), rng.randrange(len(c.plan["tensors"])))
+        what = "added one"
+    return Mutation(f"op.{side}.count", op["kind"], f"{what}: {op[side]}")
+
+
+def op_kind(rng, c: Case):
+    op = _pick(rng, c.plan["ops"])
+    old = op["kind"]
+    op["kind"] = _pick(rng, [k for k in B.OP_KINDS if k != old])
+    if op["kind"] == "kernel":
+        op.setdefault("args", [["tensor", 0], ["tensor", 1]])
+    if op["kind"] == "package":
+        op.setdefault("node", "")
+    return Mutation("op.kind", old, f"{old} -> {op['kind']}")
+
+
+def op_order(rng, c: Case):
+    ops = c.plan["ops"]
+    i, j = rng.randrange(len(ops)), rng.randrange(len(ops))
+    if rng.random() < 0.5:
+        ops[i], ops[j] = ops[j], ops[i]
+        return Mutation("op.order", ops[j]["kind"], f"ops {i} and {j} swapped")
+    ops.insert(j, copy.deepcopy(ops[i]))
+    return Mutation("op.order", ops[i]["kind"], f"ops[{i}] run again at {j}")
+
+
+def op_ia(rng, c: Case):
+    op = _pick(rng, c.plan["ops"])
+    ia = op["ia"]
+    mode = rng.randrange(5)
+    if mode <= 1 and ia:
+        k = rng.randrange(len(ia))
+        ia[k] = _pick(rng, INTS if mode == 0 else [ia[k] + 1, ia[k] - 1, ia[k] * 2, -ia[k]] + SMALL)
+        what = f"ia[{k}] = {ia[k]}"
+    elif mode == 2 and ia:
+        del ia[rng.randrange(len(ia)):]
+        what = f"truncated to {len(ia)}"
+    elif mode == 3:
+        ia.extend(_pick(rng, INTS) for _ in range(rng.randint(1, 8)))
+        what = f"extended to {len(ia)}"
+    else:
+        op["ia"] = [_pick(rng, INTS + SMALL) for _ in range(rng.randint(0, 16))]
+        what = f"replaced by {op['ia']}"
+    return Mutation("op.ia", op["kind"], what)
+
+
+def op_fa(rng, c: Case):
+    op = _pick(rng, c.plan["ops"])
+    fa = op["fa"]
+    if fa and rng.random() < 0.7:
+        k = rng.randrange(len(fa))
+        fa[k] = _pick(rng, FLOATS)
+        return Mutation("op.fa", op["kind"], f"fa[{k}] = {fa[k]}")
+    op["fa"] = [_pick(rng, FLOATS) for _ in range(rng.randint(0, 4))]
+    return Mutation("op.fa", op["kind"], f"replaced by {op['fa']}")
+
+
+def op_post(rng, c: Case):
+    op = _pick(rng, c.plan["ops"])
+    post = op["post"]
+    n = len(c.plan["tensors"])
+    mode = rng.randrange(5)
+    if mode == 0 or not post:
+        kind = rng.randrange(2)
+        item = [kind, _pick(rng, [0, 1, 2, 6, 100, 101, 102, 103, 104, 105, 999, -1]),
+                _pick(rng, FLOATS), _pick(rng, FLOATS),
+                (_pick(rng, [rng.randrange(n), rng.randrange(n), 0]) if kind else -1)]
+        post.insert(rng.randrange(len(post) + 1), item)
+        return Mutation("post.add", op["kind"], f"added {item}")
+    k = rng.randrange(len(post))
+    p = post[k]
+    if mode == 1:
+        p[1] = _pick(rng, INTS[:12] + [100, 105, 110, 200])
+        field = "post.alg"
+    elif mode == 2:
+        p[2 + rng.randrange(2)] = _pick(rng, FLOATS)
+        field = "post.scale"
+    elif mode == 3:
+        p[0] = 1 - p[0]
+        p[4] = rng.randrange(n) if p[0] == 1 else -1
+        field = "post.kind"
+    else:
+        p[4] = rng.randrange(n) if rng.random() < 0.8 else n
+        p[0] = 1
+        field = "post.tensor"
+    return Mutation(field, op["kind"], f"post[{k}] = {p}")
+
+
+def tensor_dims(rng, c: Case):
+    tid = rng.randrange(len(c.plan["tensors"]))
+    t = c.plan["tensors"][tid]
+    mode = rng.randrange(4)
+    if mode <= 1 and t["dims"]:
+        k = rng.randrange(len(t["dims"]))
+        t["dims"][k] = _pick(rng, DIMS)
+        if mode == 1 and t["dims"][k] >= 0:  # keep the strides row-major: past the io check
+            t["strides"] = _row_major(t["dims"])
+        what = f"dims[{k}] = {t['dims'][k]}"
+    elif mode == 2 and t["dims"]:
+        k = rng.randrange(len(t["dims"]))
+        del t["dims"][k]
+        del t["strides"][k]
+        what = f"rank {len(t['dims'])}"
+    else:
+        t["dims"].insert(0, _pick(rng, [1, 2, 3, 0]))
+        t["strides"] = _row_major(t["dims"]) if rng.random() < 0.7 else [1] + t["strides"]
+        what = f"rank {len(t['dims'])}"
+    return Mutation("tensor.dims", _tensor_users(c.plan, tid), f"tensors[{tid}] {what}: {t['dims']}")
+
+
+def _row_major(dims):
+    out, step = [], 1
+    for d in reversed(dims):
+        out.append(step)
+        step *= max(d, 1)
+    return list(reversed(out))
+
+
+def tensor_strides(rng, c: Case):
+    tid = rng.randrange(len(c.plan["tensors"]))
+    t = c.plan["tensors"][tid]
+    if not t["strides"]:
+        return None
+    mode = rng.randrange(3)
+    if mode == 0:
+        k = rng.randrange(len(t["strides"]))
+        t["strides"][k] = _pick(rng, STRIDES)
+    elif mode == 1:  # overlapping: every stride smaller than the inner extent
+        t["strides"] = [max(1, s // 2) for s in t["strides"]]
+    else:
+        t["strides"] = list(reversed(t["strides"]))
+    return Mutation("tensor.strides", _tensor_users(c.plan, tid),
+                    f"tensors[{tid}] strides {t['strides']} dims {t['dims']}")
+
+
+def tensor_alias(rng, c: Case):
+    ts = c.plan["tensors"]
+    tid = rng.randrange(len(ts))
+    t = ts[tid]
+    mode = rng.randrange(4)
+    if t["role"] != "alias" or mode == 0:  # make it an alias of an earlier tensor
+        t.pop("data", None)
+        t["role"] = "alias"
+        t["base"] = rng.randrange(max(tid, 1))
+        t["offset"] = _pick(rng, [0, 0, 1, 64])
+        what = f"now an alias of {t['base']}"
+    elif mode == 1:
+        aliases = [i for i, u in enumerate(ts[:tid]) if u["role"] == "alias"]
+        t["base"] = _pick(rng, aliases + [tid, tid + 1, len(ts), -1, 0])
+        what = f"base {t['base']}"
+    else:
+        t["offset"] = _pick(rng, [1, 63, 64, 4096, 2**31, 2**40, 2**40 + 1, -1, -(2**40)])
+        what = f"offset {t['offset']}"
+    return Mutation("tensor.alias", _tensor_users(c.plan, tid), f"tensors[{tid}] {what}")
+
+
+def tensor_dtype(rng, c: Case):
+    tid = rng.randrange(len(c.plan["tensors"]))
+    t = c.plan["tensors"][tid]
+    old = t["dtype"]
+    t["dtype"] = _pick(rng, DTYPES)
+    return Mutation("tensor.dtype", _tensor_users(c.plan, tid), f"tensors[{tid}] {old} -> {t['dtype']}")
+
+
+def tensor_role(rng, c: Case):
+    tid = rng.randrange(len(c.plan["tensors"]))
+    t = c.plan["tensors"][tid]
+    old = t["role"]
+    t["role"] = _pick(rng, [r for r in ROLES if r != old])
+    if t["role"] == "const" and "data" not in t:
+        t["data"] = [_pick(rng, [0, len(c.data) // 64 * 64]), 0]
+        t["data"][1] = min(len(c.data) - t["data"][0], _nbytes(t))
+    if t["role"] != "const" and rng.random() < 0.8:
+        t.pop("data", None)
+    if t["role"] == "alias":
+        t["base"], t["offset"] = rng.randrange(max(tid, 1)), 0
+    return Mutation("tensor.role", _tensor_users(c.plan, tid), f"tensors[{tid}] {old} -> {t['role']}")
+
+
+def _nbytes(t) -> int:
+    span = 1
+    for d, s in zip(t["dims"], t["strides"]):
+        if d == 0:
+            return 0
+        span += (d - 1) * s
+    return span * B.ITEMSIZE.get(t["dtype"], 1)
+
+
+def const_data(rng, c: Case):
+    consts = [i for i, t in enumerate(c.plan["tensors"]) if "data" in t]
+    if not consts:
+        return None
+    tid = _pick(rng, consts)
+    t = c.plan["tensors"][tid]
+    off, nbytes = t["data"]
+    mode = rng.randrange(4)
+    if mode == 0:
+        t["data"] = [_pick(rng, [off + 64, 0, len(c.data) // 64 * 64, off - 64]), nbytes]
+        what = f"data {t['data']}"
+    elif mode == 1:
+        t["data"] = [off, _pick(rng, [0, 1, nbytes - 1, nbytes + 1, nbytes * 2, len(c.data)])]
+        what = f"data {t['data']}"
+    else:  # the bytes: int constants (gather indices, zero points) out of range
+        size = B.ITEMSIZE.get(t["dtype"], 1)
+        if nbytes < size:
+            return None
+        k = rng.randrange(nbytes // size)
+        value = _pick(rng, INTS + [-9, 100]) & ((1 << (8 * size)) - 1)
+        if t["dtype"] in (6, 7) and rng.random() < 0.6:
+            value = _pick(rng, [0x7FC00000, 0x7F800000, 0xFF800000]) if size == 4 else \
+                _pick(rng, [0x7FF8000000000000, 0x7FF0000000000000])
+        c.data[off + k * size:off + (k + 1) * size] = value.to_bytes(size, "little")
+        what = f"element {k} bytes = {value:#x}"
+    return Mutation("const.data", _tensor_users(c.plan, tid), f"tensors[{tid}] {what}")
+
+
+def kernel_args(rng, c: Case):
+    ops = [op for op in c.plan["ops"] if op["kind"] == "kernel"]
+    if not ops:
+        return None
+    op = _pick(rng, ops)
+    args = op["args"]
+    mode = rng.randrange(5)
+    if mode == 0 and args:
+        k = rng.randrange(len(args))
+        args[k] = [args[k][0], _pick(rng, [-1, 0, 1, 2, 3, 7, 2**31, 2**40])]
+        if args[k][0] in ("int_list", "double_list"):
+            args[k][1] = [_pick(rng, INTS) for _ in range(rng.randint(0, 5))]
+    elif mode == 1 and args:
+        k = rng.randrange(len(args))
+        args[k] = [_pick(rng, KERNEL_TAGS), args[k][1]]
+    elif mode == 2 and args:
+        del args[rng.randrange(len(args))]
+    elif mode == 3:
+        args.insert(rng.randrange(len(args) + 1), _pick(rng, [
+            ["tensor", rng.randrange(4)], ["int", _pick(rng, INTS)], ["double", _pick(rng, FLOATS)],
+            ["int_list", [_pick(rng, INTS)] * rng.randint(0, 3)], ["bool", 1], ["none", None]]))
+    else:
+        op["name"] = _pick(rng, ["my_ops::mul4.out", "my_ops::minmax.out", "my_ops::scaled_sum.out",
+                                 "aten::relu.out", "nope::x.out", ""])
+    return Mutation("kernel.args", "kernel", f"{op['name']}: {str(args)[:120]}")
+
+
+def package_node(rng, c: Case):
+    ops = [op for op in c.plan["ops"] if op["kind"] == "package"]
+    if not ops:
+        return None
+    op = _pick(rng, ops)
+    from opforge.backends.oppackage.node import PackageNode, TensorSpec
+
+    if rng.random() < 0.2:
+        raw = bytearray(bytes.fromhex(op["node"]))
+        if raw:
+            raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+        op["node"] = raw.hex()
+        return Mutation("package.node.bytes", "package", "one bit flipped")
+    node = PackageNode.from_bytes(bytes.fromhex(op["node"]))
+    mode = rng.randrange(4)
+    try:
+        if mode == 0 and node.inputs:
+            specs = list(node.inputs)
+            k = rng.randrange(len(specs))
+            specs[k] = TensorSpec(specs[k].dtype, tuple(_pick(rng, [0, 1, 2, 1000, 2**20]) for _ in
+                                                        range(rng.randint(0, 3))))
+            node = dataclasses.replace(node, inputs=tuple(specs))
+            what = f"inputs[{k}] shape {specs[k].shape}"
+        elif mode == 1 and node.outputs:
+            specs = list(node.outputs)
+            k = rng.randrange(len(specs))
+            specs[k] = TensorSpec(_pick(rng, ["float32", "int64", "uint8", "float64"]),
+                                  specs[k].shape[::-1] + (2,) * rng.randint(0, 1))
+            node = dataclasses.replace(node, outputs=tuple(specs))
+            what = f"outputs[{k}] {specs[k]}"
+        elif mode == 2:
+            slots = tuple(_pick(rng, [0, 1, 2, -1, 7, 2**31 - 1]) for _ in
+                          range(rng.randint(0, len(node.input_slots) + 1)))
+            node = dataclasses.replace(node, input_slots=slots)
+            what = f"input_slots {slots}"
+        else:
+            node = dataclasses.replace(node, params=(), inputs=node.inputs[:-1] or node.inputs)
+            what = "params dropped, last input dropped"
+        op["node"] = node.to_bytes().hex()
+    except Exception as e:  # noqa: BLE001 - the node's own checks refuse the edit
+        return Mutation("package.node", "package", f"refused by PackageNode: {type(e).__name__}")
+    return Mutation("package.node", "package", what)
+
+
+def plan_io(rng, c: Case):
+    side = _pick(rng, ["inputs", "outputs"])
+    ids = c.plan[side]
+    mode = rng.randrange(3)
+    if mode == 0 and ids:
+        del ids[rng.randrange(len(ids))]
+    elif mode == 1 and len(ids) > 1:
+        ids.reverse()
+    else:
+        ids.append(rng.randrange(len(c.plan["tensors"])))
+    return Mutation(f"plan.{side}", "-", f"{side} = {ids}")
+
+
+def plan_header(rng, c: Case):
+    mode = rng.randrange(4)
+    if mode == 0:
+        c.header["version"] = _pick(rng, [0, 2, 2**32 - 1])
+        return Mutation("blob.version", "-", f"version {c.header['version']}")
+    if mode == 1:
+        c.header["reserved"] = _pick(rng, [1, 2**32 - 1])
+        return Mutation("blob.reserved", "-", f"reserved {c.header['reserved']}")
+    if mode == 2:
+        c.plan["impls"] = _pick(rng, [None, 7, "x", [[1, 2]], {"a": 1}])
+        return Mutation("plan.impls", "-", f"impls {c.plan['impls']!r}")
+    key = _pick(rng, ["tensors", "ops", "inputs", "outputs"])
+    c.plan[key] = _pick(rng, [None, {}, 3, "x"])
+    return Mutation("plan.table", "-", f"{key} = {c.plan[key]!r}")
+
+
+def compile_spec(rng, c: Case):
+    specs = dict(c.specs)
+    key = _pick(rng, ["num_threads"] * 4 + ["fuse", "custom_ops", "op_packages", "min_ops"])
+    if key == "num_threads":
+        value = f"i:{_pick(rng, [0, 1, 2, 3, 16, 64, 1024, 2**31 - 1, -1])}".encode()
+    else:
+        value = _pick(rng, [b"i:0", b"b:0", b"j:[]", b"j:{}", b"s:x", b"i:-5"])
+    specs[key] = value
+    c.specs = sorted(specs.items())
+    return Mutation("spec." + key, "-", f"{key} = {value!r}")
+
+
+MUTATORS = [
+    (op_tensor_id, 10), (op_operand_count, 5), (op_kind, 6), (op_order, 3), (op_ia, 12),
+    (op_fa, 5), (op_post, 6), (tensor_dims, 10), (tensor_strides, 8), (tensor_alias, 6),
+    (tensor_dtype, 6), (tensor_role, 5), (const_data, 6), (kernel_args, 4), (package_node, 4),
+    (plan_io, 3), (plan_header, 1), (compile_spec, 3),
+]
+_FUNCS = [f for f, _ in MUTATORS]
+_WEIGHTS = [w for _, w in MUTATORS]
+
+
+# --- writing ------------------------------------------------------------------------------
+
+def write_blob(plan: dict, data: bytes, *, version: int = B.VERSION, reserved: int = 0) -> bytes:
+    """``plan`` and ``data`` as blob bytes, laid out as ``blob.encode`` writes them."""
+    text = json.dumps(plan, separators=(",", ":"), allow_nan=True).encode()
+    head_len = B.HEADER.size + len(text)
+    pad = bytes(B._align(head_len) - head_len)
+    crc = zlib.crc32(text + bytes(data))
+    return B.HEADER.pack(B.MAGIC, version, len(text), len(data), crc, reserved) + text + pad + \
+        bytes(data)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedSeed:
+    """A seed program decoded once: the program and each delegate's parsed plan."""
+    name: str
+    program: Program
+    plans: tuple[tuple[int, dict, bytes], ...]  # (delegate index, plan, data)
+
+    @classmethod
+    def of(cls, name: str, data: bytes) -> "ParsedSeed":
+        program = from_bytes(data)
+        plans = []
+        for i, d in enumerate(program.delegates):
+            if d.id == "cpu":
+                plan, raw = B.parse(program.segments[d.segment].data)
+                plans.append((i, plan, bytes(raw)))
+        return cls(name, program, tuple(plans))
+
+
+def mutate(rng: random.Random, seed: ParsedSeed) -> tuple[bytes, list[Mutation]]:
+    """One mutated program from ``seed`` and what was changed."""
+    index, plan, data = _pick(rng, list(seed.plans))
+    delegate = seed.program.delegates[index]
+    case = Case(copy.deepcopy(plan), bytearray(data), list(delegate.compile_specs))
+    done: list[Mutation] = []
+    for _ in range(_pick(rng, [1, 1, 1, 1, 2, 3])):
+        for _attempt in range(8):
+            m = rng.choices(_FUNCS, _WEIGHTS)[0](rng, case)
+            if m is not None:
+                done.append(m)
+                break
+        if any(m.field == "plan.table" for m in done):
+            break  # the tables are gone: nothing left to mutate
+    blob_bytes = write_blob(case.plan, case.data, version=case.header.get("version", B.VERSION),
+                            reserved=case.header.get("reserved", 0))
+    segments = list(seed.program.segments)
+    segments[delegate.segment] = Segment(blob_bytes)
+    delegates = list(seed.program.delegates)
+    delegates[index] = DelegateBlob(delegate.id, delegate.segment, tuple(case.specs))
+    program = dataclasses.replace(seed.program, segments=tuple(segments),
+                                  delegates=tuple(delegates))
+    try:
+        return to_bytes(program), done
+    except OpforgeError:  # a compile spec the program verifier refuses: written unverified
+        return unverified_bytes(program), done
