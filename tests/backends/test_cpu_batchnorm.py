@@ -69,6 +69,36 @@ class Folded(nn.Module):
         return torch.relu(self.bn(self.conv(x)))
 
 
+class SharedConv(nn.Module):
+    """One convolution applied twice, only one application followed by a BatchNorm: folding
+    must not change the other's weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(self.conv(x)) + self.conv(x * 0.5)
+
+
+class AfterTransposedConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1), nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+class AfterRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(torch.relu(self.conv(x)))
+
+
 class RepVGG(nn.Module):
     def __init__(self):
         super().__init__()
@@ -128,6 +158,9 @@ CASES = {
     "folded": (Folded, (2, 4, 6, 6)),
     "folded_grouped": (lambda: Folded(groups=2), (2, 4, 6, 6)),
     "repvgg": (RepVGG, (2, 4, 6, 6)),
+    "shared_conv": (SharedConv, (2, 4, 5, 5)),
+    "after_transposed_conv": (AfterTransposedConv, (2, 4, 5, 5)),
+    "after_relu": (AfterRelu, (2, 4, 5, 5)),
     "tokens": (Tokens, (2, 7, 8)),
     "dense_block": (DenseBlock, (2, 4, 5, 5)),
     "after_permute": (AfterPermute, (2, 5, 6, 4)),
@@ -157,7 +190,8 @@ def _op_names(program):
 
 @pytest.mark.parametrize("name, folded", [("folded", True), ("folded_grouped", True),
                                           ("two_readers", False), ("conv_output_also_returned", False),
-                                          ("after_cat", False)])
+                                          ("after_cat", False), ("after_relu", False),
+                                          ("after_transposed_conv", False), ("shared_conv", True)])
 def test_batch_norm_is_folded_only_into_a_convolution_it_alone_reads(name, folded):
     factory, shape = CASES[name]
     torch.manual_seed(0)
