@@ -1,0 +1,239 @@
+"""Check one model written elsewhere on opforge's lean runtime and on the cpu backend.
+
+Run by bench/external_models.py as ``python bench/external_check.py MODEL`` in a process of
+its own; prints one JSON line (the model's row) on stdout.
+
+Steps:
+
+1. Build the model (bench/external_catalog.py) and its input; seed 0; eval mode.
+2. Move its parameters and buffers away from their defaults (``spread_parameters``), so a
+   kernel that reads a BatchNorm statistic, a norm's affine or a bias at the wrong place
+   changes the output, while the model stays numerically sane.
+3. Reference: eager float64 (``copy.deepcopy(model).double()``); eager float32 gives the
+   error a correct float32 computation makes.
+4. For each runtime, ``lean`` (exported without backends) and ``cpu`` (``backends=["cpu"]``,
+   the delegates run on the compiled oneDNN engine, the rest on portable kernels): export,
+   load, call once. The verdict:
+
+   - ``right``: max |got - float64| ≤ 8 × max |eager float32 - float64| + 2 ulp of the
+     output's scale (2 · eps(float32) · max |float64|), for every output: the criterion of
+     tests/backends/test_cpu_models.py;
+   - ``wrong``: above it (or a shape/dtype mismatch, or a non-finite value where the
+     reference has none);
+   - ``refused``: export, load or the call raised; the reason's first line is kept.
+
+   For ``cpu`` the row also says how much was delegated: the fraction of the program's
+   compute nodes that run inside delegates (delegate nodes from
+   ``opforge.export.delegation_report`` over those plus the kernel calls left outside).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from external_catalog import CATALOG, build  # noqa: E402
+
+# The spread: a design note.
+#
+# Default initialisations hide bugs: BatchNorm's running mean 0 / variance 1 / weight 1 /
+# bias 0 make it the identity (up to eps), LayerNorm's affine is 1 / 0, many biases start
+# at 0 and layer scales at 1e-5 or 1e-6 (so a residual branch contributes nothing). Random
+# values are not enough either: with eval-mode statistics that do not match the data, a
+# deep network's activations grow or vanish layer after layer and the comparison loses its
+# meaning. So, seeded (torch.manual_seed(0)):
+#
+# - BatchNorm (every torch.nn.modules.batchnorm._BatchNorm, timm's BatchNormAct included):
+#   the statistics are set from the data the layer sees, then moved: a forward pre-hook on
+#   the first call measures the input's per-channel mean m and variance v (over batch and
+#   space) and sets running_mean = m + 0.2·sqrt(v)·N(0, 1) and running_var = v · U(0.5, 2)
+#   (at least 1e-3); affine weight U(0.5, 1.5), bias U(-0.3, 0.3). Every BatchNorm output is
+#   then of order 1, as in a trained network, with per-channel scale and shift far from 1/0.
+#   The hooks run in one float32 forward, in model order, so each layer sees its input as
+#   it is with the layers before it already moved; they are removed afterwards.
+# - Norms with an affine weight (LayerNorm, GroupNorm, RMSNorm, timm's LayerNorm2d, the
+#   transformers norms: every module whose class name has "Norm" and a 1-D weight): weight
+#   U(0.5, 1.5), bias (if any) U(-0.3, 0.3).
+# - Every other 1-D parameter named like a bias (conv, linear, attention): + U(-0.1, 0.1).
+# - Every other 1-D parameter that is constant (a layer scale, a gain: the default's
+#   sign): |c| → U(0.1, 1.0) with c's sign.
+# - Weights (conv, linear, embeddings) keep the library's own initialisation: it is made
+#   to keep activations of order 1.
+
+_BIAS_NAMES = ("bias", "b")
+
+
+def spread_parameters(model: torch.nn.Module, inputs: tuple) -> None:
+    """Move ``model``'s parameters and buffers away from their defaults (see the note above);
+    ``inputs`` is one example input, used to set BatchNorm statistics from the data."""
+    touched: set[int] = set()
+    hooks = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            hooks.append(module.register_forward_pre_hook(_set_statistics_once()))
+            _spread_affine(module, touched)
+        elif "Norm" in type(module).__name__ and getattr(module, "weight", None) is not None \
+                and isinstance(module.weight, torch.nn.Parameter) and module.weight.dim() == 1:
+            _spread_affine(module, touched)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if id(param) in touched or param.dim() != 1 or not param.is_floating_point():
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf in _BIAS_NAMES or leaf.endswith("_bias") or leaf.startswith("bias"):
+                param.add_(torch.empty_like(param).uniform_(-0.1, 0.1))
+            elif param.numel() > 1 and bool((param == param.flatten()[0]).all()):
+                sign = -1.0 if float(param.flatten()[0]) < 0 else 1.0
+                param.copy_(sign * torch.empty_like(param).uniform_(0.1, 1.0))
+        model(*inputs)
+    for hook in hooks:
+        hook.remove()
+
+
+def _spread_affine(module: torch.nn.Module, touched: set[int]) -> None:
+    with torch.no_grad():
+        weight = getattr(module, "weight", None)
+        bias = getattr(module, "bias", None)
+        if isinstance(weight, torch.nn.Parameter):
+            weight.copy_(torch.empty_like(weight).uniform_(0.5, 1.5))
+            touched.add(id(weight))
+        if isinstance(bias, torch.nn.Parameter):
+            bias.copy_(torch.empty_like(bias).uniform_(-0.3, 0.3))
+            touched.add(id(bias))
+
+
+def _set_statistics_once():
+    done = []
+
+    def hook(module, args):
+        if done or module.running_mean is None:
+            return
+        x = args[0].detach().float()
+        dims = [d for d in range(x.dim()) if d != 1]
+        mean = x.mean(dim=dims)
+        var = x.var(dim=dims, unbiased=False) if x.numel() // x.shape[1] > 1 else torch.ones_like(mean)
+        module.running_mean.copy_(mean + 0.2 * var.sqrt() * torch.randn_like(mean))
+        module.running_var.copy_((var * torch.empty_like(var).uniform_(0.5, 2.0)).clamp_min(1e-3))
+        done.append(True)
+
+    return hook
+
+
+def _outputs(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [t for item in value for t in _outputs(item)]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _judge(got: list[np.ndarray], want32: list[np.ndarray], want64: list[np.ndarray]) -> dict:
+    if len(got) != len(want64):
+        return {"verdict": "wrong", "why": f"{len(got)} outputs, eager has {len(want64)}"}
+    worst = {"error": 0.0, "bound": 0.0, "eager_error": 0.0, "scale": 0.0}
+    for i, (g, w32, w64) in enumerate(zip(got, want32, want64)):
+        if g.shape != w32.shape or g.dtype != w32.dtype:
+            return {"verdict": "wrong", "why": f"output {i}: {g.dtype}{list(g.shape)}, eager "
+                                               f"{w32.dtype}{list(w32.shape)}"}
+        if g.size == 0:
+            continue
+        diff = np.abs(g.astype(np.float64) - w64)
+        if not np.isfinite(diff).all() and np.isfinite(w64).all():
+            return {"verdict": "wrong", "why": f"output {i}: non-finite values"}
+        eager_err = float(np.max(np.abs(w32.astype(np.float64) - w64)))
+        scale = float(np.max(np.abs(w64)))
+        err = float(np.nanmax(diff))
+        bound = 8 * eager_err + 2 * float(np.finfo(np.float32).eps) * scale
+        if err - bound > worst["error"] - worst["bound"] or i == 0:
+            worst = {"error": err, "bound": bound, "eager_error": eager_err, "scale": scale}
+    verdict = "right" if worst["error"] <= worst["bound"] else "wrong"
+    return {"verdict": verdict, **worst}
+
+
+def _delegated_fraction(program) -> float:
+    from opforge.export import delegation_report
+    from opforge.program import KernelCall
+
+    report = delegation_report(program).get("forward", {})
+    inside = sum(d["nodes"] for d in report.get("delegates", []))
+    outside = sum(type(i) is KernelCall for i in program.method("forward").instructions)
+    return inside / (inside + outside) if inside + outside else 0.0
+
+
+def _run_runtime(model, inputs, backends, want32, want64) -> dict:
+    from opforge.export import export
+    from opforge.runtime import load
+
+    row: dict = {}
+    start = time.perf_counter()
+    try:
+        program = export(model, inputs, kernels="portable", backends=backends)
+    except Exception as error:  # a refusal is a result, not a crash of the bench
+        return {"verdict": "refused", "why": "export: " + _first_line(error),
+                "export_s": round(time.perf_counter() - start, 2)}
+    row["export_s"] = round(time.perf_counter() - start, 2)
+    if backends:
+        row["delegated"] = round(_delegated_fraction(program), 4)
+    start = time.perf_counter()
+    try:
+        forward = load(program).method("forward")
+        got = forward(*[t.numpy() for t in inputs])
+    except Exception as error:
+        return {**row, "verdict": "refused", "why": "load/run: " + _first_line(error)}
+    row["run_s"] = round(time.perf_counter() - start, 2)
+    return {**row, **_judge([np.asarray(g) for g in got], want32, want64)}
+
+
+def check(name: str) -> dict:
+    """The row for model ``name``: its verdict, errors and timings per runtime."""
+    entry = CATALOG[name]
+    torch.manual_seed(0)
+    row: dict = {"model": name, "source": entry.source,
+                 "input": f"tokens {entry.tokens}" if entry.tokens else f"{entry.image}x{entry.image}"}
+    try:
+        model, inputs = build(entry)
+        spread_parameters(model, inputs)
+        with torch.no_grad():
+            want32 = [t.detach().numpy() for t in _outputs(model(*inputs))]
+            model64 = copy.deepcopy(model).double()
+            inputs64 = tuple(t.double() if t.is_floating_point() else t for t in inputs)
+            want64 = [t.detach().numpy() for t in _outputs(model64(*inputs64))]
+        del model64
+    except Exception as error:
+        row["skipped"] = "build/eager: " + _first_line(error)
+        return row
+    row["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+    row["output_scale"] = float(max(np.max(np.abs(w)) for w in want64 if w.size))
+    for runtime, backends in (("lean", None), ("cpu", ["cpu"])):
+        row[runtime] = _run_runtime(model, inputs, backends, want32, want64)
+    return row
+
+
+def main(argv: list[str]) -> int:
+    torch.set_num_threads(1)
+    name = argv[0]
+    try:
+        row = check(name)
+    except Exception as error:  # print a row whatever happened
+        row = {"model": name, "skipped": "check: " + _first_line(error),
+               "traceback": traceback.format_exc()[-2000:]}
+    print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

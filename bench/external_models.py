@@ -1,0 +1,203 @@
+"""Models written elsewhere (torchvision, timm, transformers), exported by opforge and run on
+the lean runtime and on the cpu backend, each checked against eager float64.
+
+    bench/.venv-external/bin/python bench/external_models.py               # every model
+    bench/.venv-external/bin/python bench/external_models.py --models tv/resnet18,timm/levit_128s
+    bench/.venv-external/bin/python bench/external_models.py --list
+
+Set up the environment once with ``bash bench/setup_external.sh``. Each model runs in its
+own process (bench/external_check.py: how parameters are spread, the verdicts and the
+criterion are in its docstring) with ``--timeout`` seconds, OMP_NUM_THREADS=1 and nice 10;
+``--jobs`` processes at a time. Writes ``bench/results/external_models.md`` (the table,
+machine, versions, date, command) and ``external_models.json`` beside it. Rows of models not
+run this time are kept from the previous JSON (with their own date and commit) unless
+``--fresh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from external_catalog import CATALOG  # noqa: E402
+from machine import describe_machine  # noqa: E402
+
+RESULTS = HERE / "results"
+RUNTIMES = ("lean", "cpu")
+VERSIONED = ("opforge", "torch", "torchvision", "timm", "transformers", "numpy",
+             "onednn-cpu-gomp")
+
+
+def _run_one(name: str, timeout: float) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "OPFORGE_NUM_THREADS": "1"}
+    start = time.monotonic()
+    try:
+        done = subprocess.run(["nice", "-n", "10", sys.executable, str(HERE / "external_check.py"), name],
+                              capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"model": name, "skipped": f"timeout after {timeout:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"model": name, "skipped": f"worker exited {done.returncode}: {tail[:300]}"}
+    row = json.loads(lines[-1])
+    row["wall_s"] = round(time.monotonic() - start, 1)
+    return row
+
+
+def _cell(result: dict | None) -> str:
+    if not result:
+        return "—"
+    verdict = result["verdict"]
+    if verdict == "refused":
+        return f"refused: {result['why']}"
+    if "error" not in result:
+        return f"{verdict}: {result['why']}"
+    return f"{verdict} ({result['error']:.1e} ≤ {result['bound']:.1e})" if verdict == "right" \
+        else f"**{verdict}** ({result['error']:.2g} > {result['bound']:.1e})"
+
+
+def _delegated(row: dict) -> str:
+    cpu = row.get("cpu") or {}
+    return f"{100 * cpu['delegated']:.0f}%" if "delegated" in cpu else "—"
+
+
+def totals(rows: list[dict]) -> dict:
+    counts = {rt: {"right": 0, "wrong": 0, "refused": 0} for rt in RUNTIMES}
+    for row in rows:
+        for rt in RUNTIMES:
+            if rt in row:
+                counts[rt][row[rt]["verdict"]] += 1
+    counts["skipped"] = sum("skipped" in row for row in rows)
+    counts["cpu wrong, lean right"] = [
+        row["model"] for row in rows
+        if row.get("lean", {}).get("verdict") == "right" and row.get("cpu", {}).get("verdict") == "wrong"]
+    return counts
+
+
+def markdown(rows: list[dict], setup: dict) -> str:
+    count = totals(rows)
+    lines = [
+        "# Models written elsewhere: lean runtime and cpu backend against eager float64",
+        "",
+        f"- Date: {setup['date']}; command: `{setup['command']}`.",
+        f"- Machine: {setup['machine']['cpu']}, {setup['machine']['cores']} cores, "
+        f"{setup['machine']['memory_gib']} GiB, Linux {setup['machine']['kernel']}, Python "
+        f"{setup['machine']['python']}; opforge commit {setup['machine']['opforge_commit']}; "
+        "shared with other jobs. One thread per model (OMP_NUM_THREADS=1), nice 10.",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in setup["versions"].items()) + ".",
+        "- Criterion (tests/backends/test_cpu_models.py): right when max |got − float64| ≤ "
+        "8 × max |eager float32 − float64| + 2 · eps(float32) · max |float64|; refused when "
+        "export, load or the call raised. Parameters and BatchNorm statistics are moved away "
+        "from their defaults first (bench/external_check.py says how). Cells: error ≤ bound.",
+        "- delegated: the fraction of compute nodes that run inside cpu-backend delegates.",
+        "",
+        "| runtime | right | wrong | refused |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for rt in RUNTIMES:
+        lines.append(f"| {rt} | {count[rt]['right']} | {count[rt]['wrong']} | {count[rt]['refused']} |")
+    lines += ["", f"{len(rows)} models; {count['skipped']} not checked (see the table). Wrong on the "
+              "cpu backend while right on lean: " + (", ".join(count["cpu wrong, lean right"]) or "none") + ".",
+              "", "| model | input | params (M) | lean | cpu | delegated |",
+              "| --- | --- | ---: | --- | --- | ---: |"]
+    for row in sorted(rows, key=lambda r: r["model"]):
+        if "skipped" in row:
+            lines.append(f"| {row['model']} | — | — | not checked: {row['skipped']} | | |")
+            continue
+        lines.append(f"| {row['model']} | {row['input']} | {row['params_m']} | {_cell(row.get('lean'))} "
+                     f"| {_cell(row.get('cpu'))} | {_delegated(row)} |")
+    return "\n".join(line.replace("\n", " ") for line in lines) + "\n"
+
+
+def _print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("model", "input", "lean", "cpu", "delegated", title="external models")
+    for row in sorted(rows, key=lambda r: r["model"]):
+        if "skipped" in row:
+            table.add_row(row["model"], "—", f"not checked: {row['skipped']}", "", "")
+        else:
+            table.add_row(row["model"], row["input"], _cell(row.get("lean")), _cell(row.get("cpu")),
+                          _delegated(row))
+    console = Console(width=200)
+    console.print(table)
+    count = totals(rows)
+    for rt in RUNTIMES:
+        console.print(f"{rt}: {count[rt]}")
+    console.print(f"cpu wrong, lean right: {count['cpu wrong, lean right']}")
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    versions = {}
+    for name in VERSIONED:
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", help="comma-separated names from --list (default: all)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
+    parser.add_argument("--jobs", type=int, default=1, help="models checked at a time")
+    parser.add_argument("--fresh", action="store_true", help="drop rows from earlier runs")
+    parser.add_argument("--list", action="store_true", help="print the model names and exit")
+    parser.add_argument("--out", type=Path, default=RESULTS / "external_models")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(CATALOG))
+        return 0
+    names = args.models.split(",") if args.models else list(CATALOG)
+    unknown = [n for n in names if n not in CATALOG]
+    if unknown:
+        parser.error(f"unknown models {unknown}; --list shows the names")
+
+    json_path = args.out.with_suffix(".json")
+    previous = {}
+    if json_path.exists() and not args.fresh:
+        previous = {row["model"]: row for row in json.loads(json_path.read_text())["rows"]}
+    machine = describe_machine(HERE.parent)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    rows = dict(previous)
+
+    def save() -> None:
+        setup = {"date": stamp, "command": " ".join(["bench/external_models.py", *(argv or sys.argv[1:])]),
+                 "machine": machine, "versions": _versions()}
+        ordered = [rows[n] for n in CATALOG if n in rows]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"setup": setup, "totals": totals(ordered), "rows": ordered},
+                                        indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(ordered, setup))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(_run_one, name, args.timeout): name for name in names}
+        for future in concurrent.futures.as_completed(futures):
+            row = future.result()
+            row.update(date=stamp, commit=machine["opforge_commit"])
+            rows[row["model"]] = row
+            verdicts = "  ".join(f"{rt}={row[rt]['verdict']}" for rt in RUNTIMES if rt in row)
+            print(f"{row['model']:40s} {verdicts or 'skipped: ' + row.get('skipped', '')}", flush=True)
+            save()
+    _print_table([rows[n] for n in CATALOG if n in rows])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
