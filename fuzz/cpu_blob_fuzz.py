@@ -77,8 +77,11 @@ def _inputs(method, rng):
     return out
 
 
-def run_case(data: bytes, kernels: list[str], watch: dict) -> tuple[str, str]:
-    """(class, detail) of one program: loaded, then each method called twice."""
+def run_case(data: bytes, kernels: list[str], watch: dict,
+             plant: str | None = None) -> tuple[str, str]:
+    """(class, detail) of one program: loaded, then each method called twice. ``plant``
+    (the oracle's self-test) makes the case misbehave after loading: "raw" raises a
+    ValueError, "memory" allocates 64 GiB, "open" opens a file."""
     import numpy as np
 
     from opforge.errors import OpforgeError
@@ -88,6 +91,12 @@ def run_case(data: bytes, kernels: list[str], watch: dict) -> tuple[str, str]:
     watch["active"] = True
     try:
         loaded = load(data, kernels=kernels)
+        if plant == "raw":
+            raise ValueError("planted")
+        if plant == "memory":
+            bytearray(64 << 30)
+        if plant == "open":
+            open(os.devnull, "rb").close()
         rng = np.random.default_rng(0)
         for name in loaded.method_names:
             method = loaded.method(name)
@@ -160,7 +169,7 @@ def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str]) -> No
             os.kill(os.getpid(), signal.SIGSEGV)
         elif plant == "hang":
             time.sleep(3600)
-        conn.send(run_case(data, kernels, watch))
+        conn.send(run_case(data, kernels, watch, plant))
 
 
 # --- the supervisor -----------------------------------------------------------------------
@@ -229,6 +238,7 @@ class Report:
     counts: collections.Counter = field(default_factory=collections.Counter)
     reasons: collections.Counter = field(default_factory=collections.Counter)
     findings: dict = field(default_factory=dict)  # dedupe key -> (count, first Result, path)
+    finding_cases: dict = field(default_factory=dict)  # case number -> (class, detail)
     elapsed: float = 0.0
 
     def add(self, r: Result, crash_dir: Path | None, campaign_seed: int, data: bytes,
@@ -238,6 +248,7 @@ class Report:
             self.reasons[reason(r.detail)] += 1
         if r.outcome not in FINDINGS:
             return
+        self.finding_cases[r.n] = (r.outcome, r.detail)
         m = r.mutations[0] if r.mutations else None
         key = (r.outcome, m.op_kind if m else "-", m.field if m else "-")
         path = None
@@ -275,9 +286,10 @@ def case_rng(campaign_seed: int, n: int) -> random.Random:
 def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path | None,
              plant: dict[int, str] | None = None, progress=None, log=print,
              cache_root: Path | None = None) -> Report:
-    """Run ``count`` mutated programs; ``plant`` maps case numbers to "crash"/"hang" (the
-    oracle's self-test: the worker kills itself or sleeps on those cases)."""
-    from cpu_blob_mutate import ParsedSeed, mutate
+    """Run ``count`` mutated programs; ``plant`` maps case numbers to "crash", "hang",
+    "raw", "memory" or "open" (the oracle's self-test: the worker kills itself with
+    SIGSEGV, sleeps, or misbehaves in ``run_case`` on those cases)."""
+    from cpu_blob_mutate import Mutation, ParsedSeed, mutate
     from cpu_blob_seeds import CACHE_ROOT, load_seeds
 
     seeds, trusted = load_seeds(cache_root or CACHE_ROOT, log=log)
@@ -285,6 +297,7 @@ def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path |
         os.environ["OPFORGE_OP_PACKAGES"] = os.pathsep.join(trusted)  # the worker inherits it
     parsed = [ParsedSeed.of(s.name, s.data) for s in seeds]
     kernels = {s.name: list(s.kernels) for s in seeds}
+    raw = {s.name: s.data for s in seeds}
     warm = [(s.data, list(s.kernels)) for s in seeds]
     workers = [Worker(warm, trusted) for _ in range(max(1, jobs))]
     report = Report()
@@ -298,6 +311,9 @@ def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path |
                     rng = case_rng(seed, n_next)
                     s = parsed[rng.randrange(len(parsed))]
                     data, mutations = mutate(rng, s)
+                    if (plant or {}).get(n_next):  # an unmutated seed: it loads, then misbehaves
+                        data = raw[s.name]
+                        mutations = [Mutation("planted", "-", plant[n_next])]
                     pending[n_next] = (data, Result(n_next, s.name, mutations, "", ""))
                     w.send(n_next, data, kernels[s.name], (plant or {}).get(n_next))
                     n_next += 1
@@ -389,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "opforge-cpu-blob-fuzz")
     parser.add_argument("--replay", type=Path, help="run one saved case again")
-    parser.add_argument("--plant", action="append", default=[], metavar="N:crash|hang",
-                        help="(oracle self-test) make the worker crash or hang on case N")
+    parser.add_argument("--plant", action="append", default=[], metavar="N:WHAT",
+                        help="(oracle self-test) make the worker crash, hang, raise (raw), "
+                             "exhaust memory or open a file on case N")
     args = parser.parse_args(argv)
     if args.replay:
         return replay(args.replay, args.timeout)

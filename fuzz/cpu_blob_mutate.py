@@ -491,7 +491,10 @@ def mutate(rng: random.Random, seed: ParsedSeed) -> tuple[bytes, list[Mutation]]
     done: list[Mutation] = []
     for _ in range(_pick(rng, [1, 1, 1, 1, 2, 3])):
         for _attempt in range(8):
-            m = rng.choices(_FUNCS, _WEIGHTS)[0](rng, case)
+            try:
+                m = rng.choices(_FUNCS, _WEIGHTS)[0](rng, case)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError, OpforgeError):
+                m = None  # a field an earlier mutation of this case already broke
             if m is not None:
                 done.append(m)
                 break
