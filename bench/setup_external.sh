@@ -30,10 +30,16 @@ PIP=("$VENV/bin/python" -m pip install --quiet)
 # timm and transformers: name torch beside them so pip keeps the one above.
 "${PIP[@]}" timm transformers "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
 
-# opforge's own dependencies (pyproject's list plus the `cpu` extra), then opforge itself
-# without them, so its `torch` extra's pin never replaces the torch above.
-"${PIP[@]}" numpy PyYAML Jinja2 click rich cmake ninja defusedxml \
-    onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
+# opforge's own dependencies, read from pyproject.toml (its `dependencies` and the `cpu`
+# extra), then opforge itself without them, so its `torch` extra's pin never replaces the
+# torch above (tomllib: the venv needs Python 3.11 or newer).
+mapfile -t OPFORGE_DEPS < <("$VENV/bin/python" - "$ROOT/pyproject.toml" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["cpu"]))
+PY
+)
+"${PIP[@]}" "${OPFORGE_DEPS[@]}"
 "${PIP[@]}" --no-deps -e "$ROOT"
 
 # Check that everything imports, that the cpu backend is usable, and that export works.
