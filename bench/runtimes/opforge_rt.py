@@ -4,9 +4,11 @@
 on the portable kernels; ``lean`` runs the portable NumPy kernels (the worker proves torch never gets imported);
 ``aten`` runs the same file with PyTorch's own out kernels. Calls go through the public
 API a user calls, ``forward(*arrays)``, which copies inputs into the arena and returns
-fresh output arrays (``views=False``), like ONNX Runtime's ``run`` does. Threads: NumPy's
-BLAS obeys OMP/OPENBLAS/MKL_NUM_THREADS and the portable kernels' large elementwise steps
-OPFORGE_NUM_THREADS (all set by the harness); ATen mode also gets ``torch.set_num_threads``.
+fresh output arrays (``views=False``), like ONNX Runtime's ``run`` does. Threads:
+``load(num_threads=threads)`` holds every pool a call reaches (NumPy's BLAS, OpenMP,
+torch's intra-op pool in ATen mode) at the suite's count for the call; the portable
+kernels' large elementwise steps and the cpu backend's engine follow OPFORGE_NUM_THREADS,
+which the harness sets to the same count.
 """
 
 from __future__ import annotations
@@ -38,10 +40,7 @@ def export(model, inputs, path: pathlib.Path, variant: str) -> None:
 class Session:
     def __init__(self, path: pathlib.Path, threads: int, mode: str) -> None:
         from opforge.runtime import load
-        if mode == "aten":
-            import torch
-            torch.set_num_threads(threads)
-        self.program = load(path, mode="lean" if mode == "cpu" else mode)
+        self.program = load(path, mode="lean" if mode == "cpu" else mode, num_threads=threads)
         self.forward = self.program.method("forward")
 
     def feed(self, arrays: list[np.ndarray]):

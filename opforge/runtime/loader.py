@@ -28,6 +28,7 @@ from opforge.runtime.limits import max_memory as memory_limit_of
 from opforge.runtime.method import Method
 from opforge.runtime.missing import MissingOp, missing_kernel_error
 from opforge.runtime.registry import DEFAULT_DTYPE, Kernel, KernelRegistry
+from opforge.runtime.threads import resolve_thread_count
 
 __all__ = ["load", "LoadedProgram", "MODES", "dtype_key", "load_kernel_library"]
 
@@ -48,8 +49,9 @@ class LoadedProgram:
 
     def __init__(self, program: Program, registry: KernelRegistry, mode: str,
                  kernels: dict[str, tuple[Kernel | None, ...]], source: str, *,
-                 max_memory: int | None = None, delegates=None) -> None:
+                 max_memory: int | None = None, delegates=None, num_threads: int = 1) -> None:
         self.program = program
+        self.num_threads = num_threads
         self.registry = registry
         self.mode = mode
         self.source = source
@@ -72,7 +74,8 @@ class LoadedProgram:
         with memory_limit(self.max_memory):  # arenas and the kernels' bound workspaces
             return Method(self.program, self.program.method(name), self._kernels[name],
                           api=f"opforge.runtime.load({self.source}).method",
-                          delegates=self.delegates)
+                          delegates=self.delegates, num_threads=self.num_threads,
+                          mode=self.mode)
 
     def kernel_for(self, method: str, instruction: int) -> Kernel | None:
         """The kernel resolved for ``instruction`` of ``method`` (None for Move/Free)."""
@@ -85,7 +88,7 @@ class LoadedProgram:
 def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *,
          mode: str = "lean", registry: KernelRegistry | None = None,
          kernels: Iterable[str | os.PathLike] = (), allow_ops: Iterable[str] = (),
-         max_memory: int | None = None) -> LoadedProgram:
+         max_memory: int | None = None, num_threads: int | None = None) -> LoadedProgram:
     """Load, verify and resolve a program for running.
 
     ``source`` is a path (memory-mapped; constants are never copied), the file's bytes, or
@@ -110,6 +113,11 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     or ``"16G"``-style) or else 8 GiB (``opforge.runtime.limits``). Over it:
     ``ProgramError``, before anything is allocated.
 
+    ``num_threads`` is how many threads a call may use, in every pool it can reach (NumPy's
+    BLAS, OpenMP in native kernels, torch's intra-op pool in ATen mode; each set for the
+    call and restored after). Default: ``OPFORGE_NUM_THREADS`` (a count or ``auto``), else 1
+    (``opforge.runtime.threads``).
+
     >>> from opforge.program import (Program, Method, TensorValue, ArenaStorage, ScalarType,
     ...                              KernelCall, Operator, MemoryPlan)
     >>> import numpy as np
@@ -125,6 +133,7 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     if mode not in MODES:
         raise ProgramError(f"`{api}`: mode {mode!r} — valid: " + ", ".join(map(repr, MODES))
                            + " — fix: mode='lean' (NumPy kernels) or mode='aten' (PyTorch)")
+    threads = resolve_thread_count(num_threads, api=api)
     limit = memory_limit_of(max_memory, api=api)
     for method in program.methods:
         check_memory(api, f"method {method.name!r} memory plan "
@@ -159,7 +168,7 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
                 if type(instruction) is DelegateCall:
                     delegates.check_call(method, i, instruction)
     return LoadedProgram(program, registry, mode, resolved, label, max_memory=limit,
-                         delegates=delegates)
+                         delegates=delegates, num_threads=threads)
 
 
 def _read(source: object, mode: str) -> tuple[str, str, Program]:

@@ -43,6 +43,7 @@ from opforge.program import (
 from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
+from opforge.runtime.threads import ThreadGovernor, resolve_thread_count
 
 __all__ = ["Method", "IOSpec"]
 
@@ -91,7 +92,8 @@ class Method:
     """
 
     def __init__(self, program: Program, method: MethodDef, kernels: Sequence[Kernel | None],
-                 *, api: str = "opforge.runtime.Method", delegates=None) -> None:
+                 *, api: str = "opforge.runtime.Method", delegates=None,
+                 num_threads: int | None = None, mode: str = "lean") -> None:
         self.name = method.name
         self._api = api
         self._busy = threading.Lock()
@@ -131,6 +133,12 @@ class Method:
                                    "opforge.runtime.load")
             self._instruction_index.append(i)
         self._bound = bound
+        # every thread pool a call can reach, held at the program's thread count per call
+        self.num_threads = resolve_thread_count(num_threads, api=api)
+        pools = any(k is not None and _reaches_pools(k) for k in self._kernels)
+        self._threads = (ThreadGovernor(self.num_threads, pools=pools or mode == "aten",
+                                        torch_intraop=mode == "aten")
+                         if pools or mode == "aten" else None)
 
         # --- inputs: (arena slot, dtype, shape) for the fast check; scalars rebind
         self.inputs = tuple(self._io_spec(i) for i in method.inputs)
@@ -177,11 +185,16 @@ class Method:
                 _copyto(slot, a)
         else:
             self._load_inputs_slow(inputs)
+        threads = self._threads
+        saved = threads.enter() if threads is not None else None
         try:
             for fn, args in self._bound:
                 fn(*args)
         except Exception as e:
             raise self._kernel_error(fn, args, e) from e  # noqa: F821 (bound in the loop)
+        finally:
+            if saved:
+                threads.exit(saved)
         if views:
             return self._output_views
         return tuple([copy() for copy in self._output_copies])
@@ -195,7 +208,13 @@ class Method:
             raise self._concurrent()
         try:
             self._load_inputs_slow(tuple(inputs))
-            self._execute_traced(tracer)
+            threads = self._threads
+            saved = threads.enter() if threads is not None else None
+            try:
+                self._execute_traced(tracer)
+            finally:
+                if saved:
+                    threads.exit(saved)
             if views:
                 return self._output_views
             return tuple([copy() for copy in self._output_copies])
@@ -366,3 +385,16 @@ def _describe_arg(arg: object) -> str:
     if type(arg) is list:
         return "[" + ", ".join(_describe_arg(a) for a in arg) + "]"
     return repr(arg)
+
+
+# portable kernels that call BLAS (matmul, einsum, tensordot): their thread pool is NumPy's
+_BLAS_MODULES = frozenset({"opforge.kernels.portable.linalg", "opforge.kernels.portable.convolution",
+                           "opforge.kernels.portable.normalization", "opforge.kernels.portable.pooling"})
+
+
+def _reaches_pools(kernel: Kernel) -> bool:
+    """Whether a kernel may run on a BLAS or OpenMP pool: native code and delegates may;
+    portable kernels only where they call BLAS."""
+    if kernel.target != "portable":
+        return True
+    return getattr(kernel.fn, "__module__", None) in _BLAS_MODULES
