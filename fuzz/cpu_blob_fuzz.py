@@ -239,6 +239,8 @@ class Report:
     reasons: collections.Counter = field(default_factory=collections.Counter)
     findings: dict = field(default_factory=dict)  # dedupe key -> (count, first Result, path)
     finding_cases: dict = field(default_factory=dict)  # case number -> (class, detail)
+    first_data: dict = field(default_factory=dict)  # dedupe key -> the first case's bytes
+    minimized: list = field(default_factory=list)  # (culprit key, dedupe keys, lines, path)
     elapsed: float = 0.0
 
     def add(self, r: Result, crash_dir: Path | None, campaign_seed: int, data: bytes,
@@ -254,6 +256,7 @@ class Report:
         path = None
         if crash_dir is not None:
             path = save_case(crash_dir, campaign_seed, r, data, kernels)
+        self.first_data.setdefault(key, data)
         count, first, first_path = self.findings.get(key, (0, r, path))
         self.findings[key] = (count + 1, first, first_path)
 
@@ -346,6 +349,60 @@ def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path |
     return report
 
 
+def run_once(w: Worker, data: bytes, kernels: list[str], timeout: float) -> tuple[str, str]:
+    w.send(0, data, kernels, None)
+    ready = wait([w.conn, w.process.sentinel], timeout=timeout)
+    w.job = None
+    return w.answer() if ready else w.kill(timeout)
+
+
+def minimize_findings(report: Report, timeout: float, crash_dir: Path | None, log=print,
+                      cache_root: Path | None = None) -> None:
+    """Shrink the first case of every finding class to its culprit fields (see
+    ``cpu_blob_minimize``) and group the classes by culprit in ``report.minimized``."""
+    from cpu_blob_minimize import minimize, same_failure
+    from cpu_blob_mutate import ParsedSeed
+    from cpu_blob_seeds import CACHE_ROOT, load_seeds
+
+    seeds, trusted = load_seeds(cache_root or CACHE_ROOT, log=log)
+    by_name = {s.name: s for s in seeds}
+    w = Worker([(s.data, list(s.kernels)) for s in seeds], trusted)
+    groups: dict = {}
+    try:
+        for key, (count, r, path) in sorted(report.findings.items()):
+            seed = by_name[r.seed]
+            kernels = list(seed.kernels)
+            target = (r.outcome, r.detail)
+            data = report.first_data[key]
+            if r.mutations and r.mutations[0].field == "planted":
+                continue
+            if not same_failure(run_once(w, data, kernels, timeout), target):
+                groups.setdefault(("flaky", r.outcome), ([], [], None))[0].append(key)
+                continue
+            small, units, lines = minimize(ParsedSeed.of(seed.name, seed.data), data, target,
+                                           lambda b: run_once(w, b, kernels, timeout))
+            culprit = (r.outcome + (" " + r.detail.split(":")[0] if r.outcome in ("crash", "raw")
+                                    else ""),
+                       ",".join(sorted({k for u in units for k in u.kinds})) or "-",
+                       ",".join(sorted({f for u in units for f in u.fields})))
+            saved = None
+            if crash_dir is not None:
+                crash_dir.mkdir(parents=True, exist_ok=True)
+                name = f"min-{r.outcome}-{r.seed}-n{r.n}"
+                (crash_dir / f"{name}.program").write_bytes(small)
+                saved = crash_dir / f"{name}.json"
+                saved.write_text(json.dumps({
+                    "outcome": r.outcome, "detail": r.detail, "seed_program": r.seed,
+                    "case": r.n, "program": f"{name}.program", "kernels": kernels,
+                    "mutations": [vars(m) for m in r.mutations], "culprit": lines}, indent=1))
+            keys, _, first = groups.setdefault(culprit, ([], lines, saved))
+            keys.append(key)
+            log(f"minimized {key}: {culprit} ({len(small)} bytes)")
+    finally:
+        w.close()
+    report.minimized = [(k, keys, lines, path) for k, (keys, lines, path) in sorted(groups.items())]
+
+
 # --- output -------------------------------------------------------------------------------
 
 def progress_line(done: int, count: int, report: Report, elapsed: float) -> None:
@@ -370,6 +427,15 @@ def print_report(report: Report, count: int, seed: int, out=print) -> None:
             out(f"{cls:<8}{kind[:21]:<22}{fld[:19]:<20}{k:>6}  #{r.n} {r.seed}: {r.detail[:90]}")
             if path:
                 out(f"{'':<56}{path}")
+    if report.minimized:
+        out("\nminimized findings, deduplicated by culprit (class, op kinds, fields that must "
+            "stay mutated):")
+        for (cls, kinds, fields), keys, lines, path in report.minimized:
+            out(f"- {cls} | {kinds} | {fields}  ({len(keys)} raw classes)")
+            for line in lines[:6]:
+                out(f"    {line}")
+            if path:
+                out(f"    reproduce: python fuzz/cpu_blob_fuzz.py --replay {path}")
     out("\ntop rejection reasons:")
     for text, k in report.reasons.most_common(15):
         out(f"{k:8d}  {text}")
@@ -385,14 +451,14 @@ def replay(path: Path, timeout: float) -> int:
     os.environ.setdefault("OPFORGE_OP_PACKAGES", os.pathsep.join(trusted))
     w = Worker([], trusted)
     try:
-        w.send(0, data, meta["kernels"], None)
-        ready = wait([w.conn, w.process.sentinel], timeout=timeout)
-        outcome, detail = w.answer() if ready else w.kill(timeout)
+        outcome, detail = run_once(w, data, meta["kernels"], timeout)
     finally:
         w.close()
     print(f"{outcome}: {detail}")
     print("mutations: " + "; ".join(f"{m['field']} [{m['op_kind']}] {m['detail']}"
                                     for m in meta["mutations"]))
+    for line in meta.get("culprit", []):
+        print(f"  culprit: {line}")
     return 1 if outcome in FINDINGS else 0
 
 
@@ -405,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "opforge-cpu-blob-fuzz")
     parser.add_argument("--replay", type=Path, help="run one saved case again")
+    parser.add_argument("--no-minimize", action="store_true",
+                        help="skip shrinking each finding class to its culprit fields")
     parser.add_argument("--plant", action="append", default=[], metavar="N:WHAT",
                         help="(oracle self-test) make the worker crash, hang, raise (raw), "
                              "exhaust memory or open a file on case N")
@@ -414,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     plant = {int(n): what for n, what in (p.split(":") for p in args.plant)}
     report = campaign(args.count, args.seed, args.jobs, args.timeout, args.crash_dir, plant,
                       progress=progress_line, log=lambda s: print(s, file=sys.stderr))
+    if report.findings and not args.no_minimize:
+        minimize_findings(report, args.timeout, args.crash_dir,
+                          log=lambda s: print(s, file=sys.stderr))
     print_report(report, args.count, args.seed)
     return 1 if any(report.counts[k] for k in FINDINGS) else 0
 

@@ -147,7 +147,8 @@ def op_ia(rng, c: Case):
     mode = rng.randrange(5)
     if mode <= 1 and ia:
         k = rng.randrange(len(ia))
-        ia[k] = _pick(rng, INTS if mode == 0 else [ia[k] + 1, ia[k] - 1, ia[k] * 2, -ia[k]] + SMALL)
+        ia[k] = _pick(rng, INTS if mode == 0 else [ia[k] + 1, ia[k] - 1, ia[k] * 2, -ia[k],
+                                                   rng.randrange(-2, 40)] + SMALL)
         what = f"ia[{k}] = {ia[k]}"
     elif mode == 2 and ia:
         del ia[rng.randrange(len(ia)):]
@@ -222,7 +223,18 @@ def tensor_dims(rng, c: Case):
         t["dims"].insert(0, _pick(rng, [1, 2, 3, 0]))
         t["strides"] = _row_major(t["dims"]) if rng.random() < 0.7 else [1] + t["strides"]
         what = f"rank {len(t['dims'])}"
+    if "data" in t and rng.random() < 0.7:  # a constant keeps a byte count that matches
+        t["data"][1] = _fit(t, c)
     return Mutation("tensor.dims", _tensor_users(c.plan, tid), f"tensors[{tid}] {what}: {t['dims']}")
+
+
+def _fit(t: dict, c: Case) -> int:
+    """The byte count of constant ``t``'s new shape, when its data has room for it."""
+    try:
+        want = _nbytes(t)
+    except (TypeError, KeyError):
+        return t["data"][1]
+    return want if 0 <= want <= len(c.data) - t["data"][0] else t["data"][1]
 
 
 def _row_major(dims):
@@ -276,6 +288,8 @@ def tensor_dtype(rng, c: Case):
     t = c.plan["tensors"][tid]
     old = t["dtype"]
     t["dtype"] = _pick(rng, DTYPES)
+    if "data" in t and rng.random() < 0.7:
+        t["data"][1] = _fit(t, c)
     return Mutation("tensor.dtype", _tensor_users(c.plan, tid), f"tensors[{tid}] {old} -> {t['dtype']}")
 
 
@@ -502,13 +516,20 @@ def mutate(rng: random.Random, seed: ParsedSeed) -> tuple[bytes, list[Mutation]]
             break  # the tables are gone: nothing left to mutate
     blob_bytes = write_blob(case.plan, case.data, version=case.header.get("version", B.VERSION),
                             reserved=case.header.get("reserved", 0))
-    segments = list(seed.program.segments)
+    return program_with_blob(seed.program, index, blob_bytes, case.specs), done
+
+
+def program_with_blob(program: Program, index: int, blob_bytes: bytes,
+                      specs: list[tuple[str, bytes]]) -> bytes:
+    """``program``'s bytes with delegate ``index``'s blob and compile specs replaced (the
+    file's header and CRC written afresh)."""
+    delegate = program.delegates[index]
+    segments = list(program.segments)
     segments[delegate.segment] = Segment(blob_bytes)
-    delegates = list(seed.program.delegates)
-    delegates[index] = DelegateBlob(delegate.id, delegate.segment, tuple(case.specs))
-    program = dataclasses.replace(seed.program, segments=tuple(segments),
-                                  delegates=tuple(delegates))
+    delegates = list(program.delegates)
+    delegates[index] = DelegateBlob(delegate.id, delegate.segment, tuple(specs))
+    program = dataclasses.replace(program, segments=tuple(segments), delegates=tuple(delegates))
     try:
-        return to_bytes(program), done
+        return to_bytes(program)
     except OpforgeError:  # a compile spec the program verifier refuses: written unverified
-        return unverified_bytes(program), done
+        return unverified_bytes(program)
