@@ -762,6 +762,12 @@ def lower_convolution(L: Lowering, node, args, kwargs):
         weight = weight.reshape(groups, o // groups, *weight.shape[1:]).contiguous()
     if any(p for p in (output_padding or [])) and not transposed:
         raise Unsupported("shape", "output_padding without transposed")
+    if transposed and any(o - p >= s for o, p, s in zip(output_padding, padding, stride)):
+        # torch allows output_padding < max(stride, dilation); oneDNN's deconvolution takes no
+        # right padding (padding - output_padding) of -stride or less and refuses at load
+        raise Unsupported("shape", "a transposed convolution whose output_padding exceeds its "
+                          "padding by a stride or more (oneDNN's deconvolution refuses it); "
+                          "stays on the kernels")
     src = L.materialize(x)
     src_spec = L.spec(src)
     if len(src_spec.dims) != nsp + 2:
