@@ -1,0 +1,164 @@
+"""Differential tester for the cpu backend: random small graphs, run everywhere, compared.
+
+    python fuzz/cpu_differential.py --seed 0 --count 1000 --jobs 2
+    python fuzz/cpu_differential.py --seed 0 --only 417           # rerun (and shrink) one graph
+
+Graph i is built from seed S+i alone (fuzz/cpu_diff/generate.py) out of the ops the
+backend claims (fuzz/cpu_diff/ops.py), with parameters and buffers drawn away from their
+defaults. Each graph runs in eager float64 (the reference), eager float32, the lean
+runtime on portable kernels, and the cpu backend in lean and ATen mode; the tolerance and
+its reasoning are in fuzz/cpu_diff/oracle.py. Outcomes:
+
+- agreed: every runtime within tolerance (integer and bool outputs exactly equal);
+- refused: the same, but the cpu backend took no node (partition rejections are fine);
+- disagreement: a runtime's outputs are off (shape, dtype, values);
+- error: export, load or run raised on a graph eager runs;
+- unstable: eager float32 and float64 disagree on an integer output (not judged).
+
+A disagreement or error is shrunk (fuzz/cpu_diff/shrink.py) and printed as runnable
+Python with its seed; the exit status is 1 when there is any. The summary gives the
+counts, the op families covered and how often, the commonest rejection reasons and the
+time. Two process-stable parts of every export are cached per worker
+(fuzz/cpu_diff/speed.py): about half of an export's time for a small graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch loads: one core per worker
+
+from fuzz.cpu_diff.generate import generate  # noqa: E402
+from fuzz.cpu_diff.ops import include_known  # noqa: E402
+from fuzz.cpu_diff.oracle import check  # noqa: E402
+from fuzz.cpu_diff.repro import repro_source  # noqa: E402
+from fuzz.cpu_diff.shrink import shrink  # noqa: E402
+from fuzz.cpu_diff.speed import cache_export_setup  # noqa: E402
+
+FINDINGS = ("disagree", "error")
+
+
+def _worker_init() -> None:
+    import warnings
+
+    import opforge.backends.cpu  # noqa: F401 - the backend's import cost, once per worker
+
+    warnings.filterwarnings("ignore")
+    cache_export_setup()
+
+
+def run_one(task) -> dict:
+    """One graph: generate, check, shrink a finding. Plain data back to the parent."""
+    seed, max_nodes, do_shrink, max_checks = task
+    graph = generate(seed, max_nodes)
+    outcome = check(graph)
+    result = {"seed": seed, "status": outcome.status, "where": outcome.where,
+              "detail": outcome.detail, "ops": [n.op for n in graph.nodes],
+              "nodes": len(graph.nodes), "delegated": outcome.delegated,
+              "rejected": [kind + ": " + reason for kind, reason in outcome.rejected],
+              "seconds": outcome.seconds}
+    if outcome.status in FINDINGS:
+        small, small_outcome, checks = (shrink(graph, outcome, max_checks=max_checks)
+                                        if do_shrink else (graph, outcome, 0))
+        result["repro"] = repro_source(small, small_outcome, seed,
+                                       f"python fuzz/cpu_differential.py --only {seed} --seed 0")
+        result["shrunk_nodes"] = len(small.nodes)
+        result["shrink_checks"] = checks
+    return result
+
+
+def _summary(results: list[dict], elapsed: float, console) -> None:
+    status = collections.Counter(r["status"] for r in results)
+    ops = collections.Counter(op for r in results for op in r["ops"])
+    families = collections.Counter(op.split(".")[0] for r in results for op in r["ops"])
+    rejected = collections.Counter(reason[:110] for r in results for reason in r["rejected"])
+    partial = sum(1 for r in results if r["status"] == "agreed" and r["rejected"])
+    where = collections.Counter((r["status"], r["where"]) for r in results if r["status"] in FINDINGS)
+    n = len(results)
+    lines = [
+        f"graphs {n}  agreed {status['agreed']} (of them partly delegated {partial})  "
+        f"refused {status['refused']}  disagreements {status['disagree']}  errors {status['error']}  "
+        f"unstable {status['unstable']}",
+        f"time {elapsed:.1f} s  ({n / elapsed if elapsed else 0:.2f} graphs/s; "
+        f"mean {sum(r['seconds'] for r in results) / max(n, 1):.3f} s per graph in a worker)",
+        f"nodes {sum(r['nodes'] for r in results)}  (mean {sum(r['nodes'] for r in results) / max(n, 1):.1f} per graph)",
+        "op families: " + ", ".join(f"{k} {v}" for k, v in sorted(families.items(), key=lambda kv: -kv[1])),
+        "ops: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])),
+    ]
+    if where:
+        lines.append("findings by place: " + ", ".join(f"{s} at {w}: {c}" for (s, w), c in where.most_common()))
+    if rejected:
+        lines.append("commonest rejections:")
+        lines += [f"  {c:6d}  {reason}" for reason, c in rejected.most_common(8)]
+    console("\n".join(lines))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0, help="graph i is built from seed SEED+i")
+    ap.add_argument("--count", type=int, default=100, help="graphs to run")
+    ap.add_argument("--only", type=int, default=None, help="run graph I alone (seed SEED+I)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--max-nodes", type=int, default=10, help="ops per graph, at most")
+    ap.add_argument("--no-shrink", action="store_true", help="print findings unshrunk")
+    ap.add_argument("--max-shrink-checks", type=int, default=300)
+    ap.add_argument("--repro-dir", type=Path, default=None, help="also write each finding's repro here")
+    ap.add_argument("--plain", action="store_true", help="plain-text summary (no rich)")
+    ap.add_argument("--known", action="store_true",
+                    help="also generate the ops with known differences (fuzz/cpu_diff/ops.py KNOWN)")
+    args = ap.parse_args(argv)
+    if args.known:
+        include_known()  # before the pool forks: the workers inherit it
+
+    indices = [args.only] if args.only is not None else range(args.count)
+    tasks = [(args.seed + i, args.max_nodes, not args.no_shrink, args.max_shrink_checks) for i in indices]
+    console = _console(args.plain)
+    start = time.monotonic()
+    results = []
+    if args.jobs > 1:
+        pool = multiprocessing.get_context("fork").Pool(args.jobs, initializer=_worker_init)
+        stream = pool.imap_unordered(run_one, tasks, chunksize=4)
+    else:
+        _worker_init()
+        stream = map(run_one, tasks)
+    for result in stream:
+        results.append(result)
+        if result["status"] in FINDINGS:
+            console(f"\n=== seed {result['seed']}: {result['status']} at {result['where']}: "
+                    f"{result['detail']}\n    shrunk from {result['nodes']} to {result['shrunk_nodes']} "
+                    f"nodes in {result['shrink_checks']} checks\n\n{result['repro']}")
+            if args.repro_dir is not None:
+                args.repro_dir.mkdir(parents=True, exist_ok=True)
+                (args.repro_dir / f"seed_{result['seed']}.py").write_text(result["repro"])
+        if len(results) % 100 == 0:
+            status = collections.Counter(r["status"] for r in results)
+            print(f"[{len(results)}/{len(tasks)}] {time.monotonic() - start:.0f} s {dict(status)}",
+                  file=sys.stderr, flush=True)
+    if args.jobs > 1:
+        pool.close()
+        pool.join()
+    _summary(results, time.monotonic() - start, console)
+    return 1 if any(r["status"] in FINDINGS for r in results) else 0
+
+
+def _console(plain: bool):
+    if not plain:
+        try:
+            from rich.console import Console
+
+            rich_console = Console(highlight=False, soft_wrap=True)
+            return lambda text: rich_console.print(text, markup=False)
+        except ImportError:
+            pass
+    return lambda text: print(text, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
