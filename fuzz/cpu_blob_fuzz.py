@@ -239,8 +239,10 @@ class Report:
     reasons: collections.Counter = field(default_factory=collections.Counter)
     findings: dict = field(default_factory=dict)  # dedupe key -> (count, first Result, path)
     finding_cases: dict = field(default_factory=dict)  # case number -> (class, detail)
-    first_data: dict = field(default_factory=dict)  # dedupe key -> the first case's bytes
+    first_data: dict = field(default_factory=dict)  # dedupe key -> its smallest case's bytes
     minimized: list = field(default_factory=list)  # (culprit key, dedupe keys, lines, path)
+    seeds: list = field(default_factory=list)  # the campaign's seeds and trusted packages
+    trusted: list = field(default_factory=list)
     elapsed: float = 0.0
 
     def add(self, r: Result, crash_dir: Path | None, campaign_seed: int, data: bytes,
@@ -256,8 +258,10 @@ class Report:
         path = None
         if crash_dir is not None:
             path = save_case(crash_dir, campaign_seed, r, data, kernels)
-        self.first_data.setdefault(key, data)
         count, first, first_path = self.findings.get(key, (0, r, path))
+        if key not in self.first_data or len(data) < len(self.first_data[key]):
+            first, first_path = r, path  # the smallest program of the class: shrunk, kept
+            self.first_data[key] = data
         self.findings[key] = (count + 1, first, first_path)
 
 
@@ -303,7 +307,7 @@ def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path |
     raw = {s.name: s.data for s in seeds}
     warm = [(s.data, list(s.kernels)) for s in seeds]
     workers = [Worker(warm, trusted) for _ in range(max(1, jobs))]
-    report = Report()
+    report = Report(seeds=seeds, trusted=trusted)
     pending: dict[int, tuple[bytes, Result]] = {}
     start = time.monotonic()
     n_next = 0
@@ -356,15 +360,13 @@ def run_once(w: Worker, data: bytes, kernels: list[str], timeout: float) -> tupl
     return w.answer() if ready else w.kill(timeout)
 
 
-def minimize_findings(report: Report, timeout: float, crash_dir: Path | None, log=print,
-                      cache_root: Path | None = None) -> None:
+def minimize_findings(report: Report, timeout: float, crash_dir: Path | None,
+                      log=print) -> None:
     """Shrink the first case of every finding class to its culprit fields (see
     ``cpu_blob_minimize``) and group the classes by culprit in ``report.minimized``."""
     from cpu_blob_minimize import minimize, same_failure
     from cpu_blob_mutate import ParsedSeed
-    from cpu_blob_seeds import CACHE_ROOT, load_seeds
-
-    seeds, trusted = load_seeds(cache_root or CACHE_ROOT, log=log)
+    seeds, trusted = report.seeds, report.trusted
     by_name = {s.name: s for s in seeds}
     w = Worker([(s.data, list(s.kernels)) for s in seeds], trusted)
     groups: dict = {}
@@ -377,7 +379,10 @@ def minimize_findings(report: Report, timeout: float, crash_dir: Path | None, lo
             if r.mutations and r.mutations[0].field == "planted":
                 continue
             if not same_failure(run_once(w, data, kernels, timeout), target):
-                groups.setdefault(("flaky", r.outcome), ([], [], None))[0].append(key)
+                keys, lines, _ = groups.setdefault((f"{r.outcome} (did not reproduce)", "-", "-"),
+                                                   ([], [], None))
+                keys.append(key)
+                lines.append(f"{key}: case #{r.n} {r.seed}: {r.detail[:60]} ({path})")
                 continue
             small, units, lines = minimize(ParsedSeed.of(seed.name, seed.data), data, target,
                                            lambda b: run_once(w, b, kernels, timeout))
@@ -422,7 +427,7 @@ def print_report(report: Report, count: int, seed: int, out=print) -> None:
         out(f"{k:<10}{report.counts[k]:>8}")
     if report.findings:
         out("\nfindings, deduplicated by (class, op kind, mutated field):")
-        out(f"{'class':<8}{'op kind':<22}{'field':<20}{'cases':>6}  first case / detail")
+        out(f"{'class':<8}{'op kind':<22}{'field':<20}{'cases':>6}  smallest case / detail")
         for (cls, kind, fld), (k, r, path) in sorted(report.findings.items()):
             out(f"{cls:<8}{kind[:21]:<22}{fld[:19]:<20}{k:>6}  #{r.n} {r.seed}: {r.detail[:90]}")
             if path:
@@ -432,7 +437,7 @@ def print_report(report: Report, count: int, seed: int, out=print) -> None:
             "stay mutated):")
         for (cls, kinds, fields), keys, lines, path in report.minimized:
             out(f"- {cls} | {kinds} | {fields}  ({len(keys)} raw classes)")
-            for line in lines[:6]:
+            for line in lines[:8]:
                 out(f"    {line}")
             if path:
                 out(f"    reproduce: python fuzz/cpu_blob_fuzz.py --replay {path}")
@@ -441,13 +446,37 @@ def print_report(report: Report, count: int, seed: int, out=print) -> None:
         out(f"{k:8d}  {text}")
 
 
+def report_from_dir(crash_dir: Path) -> Report:
+    """The findings a campaign saved in ``crash_dir``, as a report (to shrink them later)."""
+    from cpu_blob_mutate import Mutation
+    from cpu_blob_seeds import load_seeds
+
+    seeds, trusted = load_seeds()
+    report = Report(seeds=seeds, trusted=trusted)
+    for path in sorted(crash_dir.glob("*.json")):
+        if path.name.startswith("min-"):
+            continue
+        meta = json.loads(path.read_text())
+        r = Result(meta["case"], meta["seed_program"], [Mutation(**m) for m in meta["mutations"]],
+                   meta["outcome"], meta["detail"])
+        report.add(r, None, meta["campaign_seed"], path.with_name(meta["program"]).read_bytes(),
+                   meta["kernels"])
+        key = next(k for k, v in report.findings.items() if v[1] is r) \
+            if any(v[1] is r for v in report.findings.values()) else None
+        if key is not None:
+            report.findings[key] = (report.findings[key][0], r, path)
+    return report
+
+
 def replay(path: Path, timeout: float) -> int:
     """Run one saved case (its .json or .program) in a fresh worker and print the outcome."""
     from cpu_blob_seeds import load_seeds
 
     meta = json.loads(path.with_suffix(".json").read_text())
     data = path.with_name(meta["program"]).read_bytes()
-    _, trusted = load_seeds()
+    seeds, trusted = load_seeds()
+    if not all(Path(k).exists() for k in meta["kernels"]):  # saved elsewhere: this cache's
+        meta["kernels"] = next((list(s.kernels) for s in seeds if s.name == meta["seed_program"]), [])
     os.environ.setdefault("OPFORGE_OP_PACKAGES", os.pathsep.join(trusted))
     w = Worker([], trusted)
     try:
@@ -471,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "opforge-cpu-blob-fuzz")
     parser.add_argument("--replay", type=Path, help="run one saved case again")
+    parser.add_argument("--minimize-dir", type=Path,
+                        help="shrink the findings a campaign saved in this folder (into it)")
     parser.add_argument("--no-minimize", action="store_true",
                         help="skip shrinking each finding class to its culprit fields")
     parser.add_argument("--plant", action="append", default=[], metavar="N:WHAT",
@@ -479,6 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.replay:
         return replay(args.replay, args.timeout)
+    if args.minimize_dir:
+        report = report_from_dir(args.minimize_dir)
+        minimize_findings(report, args.timeout, args.minimize_dir,
+                          log=lambda s: print(s, file=sys.stderr))
+        print_report(report, 0, -1)
+        return 1 if report.findings else 0
     plant = {int(n): what for n, what in (p.split(":") for p in args.plant)}
     report = campaign(args.count, args.seed, args.jobs, args.timeout, args.crash_dir, plant,
                       progress=progress_line, log=lambda s: print(s, file=sys.stderr))
