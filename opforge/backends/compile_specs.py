@@ -75,13 +75,17 @@ def _convert(backend: str, spec: SpecDef, value: Any) -> Any:
             value = value.encode() if isinstance(value, str) else bytes(value)
     except (ValueError, TypeError) as e:
         raise BackendError(
-            f"{where}: value {shown(value)} — not a {kind} — valid: {spec.help} — fix: pass a "
-            f"{kind} (e.g. --compile-spec {spec.name}=...)") from e
+            f"{where}: value {shown(value)} — not {_article(kind)} {kind} — valid: {spec.help} — "
+            f"fix: pass {_article(kind)} {kind} (e.g. --compile-spec {spec.name}=...)") from e
     problem = spec.check(value) if spec.check is not None else None
     if problem:
         raise BackendError(f"{where}: value {shown(value)} — {problem} — valid: {spec.help} — "
                            f"fix: pass a valid value, or leave it out for the default {spec.default!r}")
     return value
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def resolve_specs(backend: str, defs: Iterable[SpecDef], given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -93,10 +97,15 @@ def resolve_specs(backend: str, defs: Iterable[SpecDef], given: Mapping[str, Any
     given = dict(given or {})
     unknown = sorted(set(given) - set(table))
     if unknown:
+        import difflib
+
         valid = ", ".join(f"{d.name} ({d.type}: {d.help})" for d in table.values()) or "(none)"
+        near = [f"{u!r} → did you mean {m[0]!r}?" for u in unknown
+                for m in [difflib.get_close_matches(str(u), list(table), n=1, cutoff=0.6)] if m]
+        fix = "; ".join(near) if near else "check the spelling, or drop them"
         raise BackendError(
             f"backend {backend!r}: unknown compile spec(s) {', '.join(map(repr, unknown))} — "
-            f"valid: {valid} — fix: check the spelling, or drop them")
+            f"valid: {valid} — fix: {fix}")
     return {name: (_convert(backend, d, given[name]) if name in given else d.default)
             for name, d in table.items()}
 

@@ -134,5 +134,6 @@ def partition_by_support(backend: str, graph: ExportGraph, check: Check, *,
             continue
         partitions.append(nodes)
     partitions.sort(key=lambda nodes: order[nodes[0]])
-    rejected.sort(key=lambda r: r.node)
+    by_name = {node.name: i for node, i in order.items()}
+    rejected.sort(key=lambda r: by_name.get(r.node, len(by_name)))  # graph order
     return PartitionResult(partitions, rejected)

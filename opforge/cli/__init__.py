@@ -54,6 +54,17 @@ class _LazyGroup(click.Group):
         module, attr, _ = _VERBS[name]
         return getattr(importlib.import_module(module), attr)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in _VERBS:
+            import difflib
+
+            near = difflib.get_close_matches(name, list(_VERBS), n=2, cutoff=0.6)
+            hint = f"did you mean {' or '.join(repr(n) for n in near)}?" if near else \
+                "see `opforge --help`"
+            ctx.fail(f"no verb {name!r} — valid: {', '.join(sorted(_VERBS))} — fix: {hint}")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, _VERBS[name][2]) for name in sorted(_VERBS)]
         with formatter.section("Commands"):

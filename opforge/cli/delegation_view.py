@@ -47,9 +47,18 @@ def print_delegation(console: Any, report: dict, *, explain: bool = True,
                                  escape(str(row.get("impl", ""))))
                 console.print(impl)
         if explain and rejected:
-            why = Table("node", "op", "backend", "kind", "reason", "source",
-                        title=f"left out of delegation in {escape(method)}")
+            # three columns in graph order, the reason taking what is left of the width:
+            # readable in 100 columns (the source line under the node, the backend named
+            # only when several backends were asked)
+            backends = {r["backend"] for r in rejected}
+            why = Table("node · op", "kind", "why", title=f"left out of delegation in {escape(method)}",
+                        show_lines=False)
+            why.columns[0].overflow = why.columns[2].overflow = "fold"
+            why.columns[0].ratio, why.columns[2].ratio = 2, 5
             for r in rejected:
-                why.add_row(escape(r["node"]), escape(r["op"]), escape(r["backend"]), r["kind"],
-                            escape(r["reason"]), escape(r.get("source", "")))
+                where = f"\n[dim]{escape(r['source'])}[/dim]" if r.get("source") else ""
+                who = f" ({escape(r['backend'])})" if len(backends) > 1 else ""
+                why.add_row(f"{escape(r['node'])} · {escape(r['op'])}{where}",
+                            r["kind"] + who, escape(r["reason"]))
             console.print(why)
+

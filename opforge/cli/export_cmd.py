@@ -120,10 +120,13 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
               help="JSON/YAML list of op packages (OpPackageInfo) for the backend.")
 @click.option("--explain", is_flag=True, help="Print every node left out of delegation, with why.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the written program's summary and delegation report as JSON on stdout "
+                   "(as `opforge inspect --json`); progress and warnings stay on stderr.")
 def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],
            kernels: tuple[str, ...], allow_missing: bool, backends: tuple[str, ...],
            compile_specs: tuple[str, ...], op_packages: str | None, explain: bool,
-           quiet: bool) -> None:
+           quiet: bool, as_json: bool) -> None:
     """Export FACTORY (MODULE:FUNCTION returning (model, example_inputs)) to a program file."""
     import warnings
 
@@ -153,6 +156,15 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
     for warning in caught:
         if issubclass(warning.category, UserWarning):
             console.print(f"[yellow]warning:[/yellow] {warning.message}", soft_wrap=True, markup=False)
+    if as_json:
+        import json
+
+        from opforge.cli.inspect_cmd import summary
+
+        data = summary(program)
+        data["file"] = {"path": output, "bytes": os.path.getsize(output)}
+        click.echo(json.dumps(data, indent=2))
+        return
     _summary(console, program, output)
     if backends:
         from opforge.cli.delegation_view import print_delegation

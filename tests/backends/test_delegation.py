@@ -128,7 +128,7 @@ def test_compile_specs_resolve_encode_decode_and_refuse():
     assert decode_specs("b", defs, encode_specs(specs, defs)) == specs
     with pytest.raises(BackendError, match="unknown compile spec.*'m'.*valid: n \\(int"):
         resolve_specs("b", defs, {"m": 1})
-    with pytest.raises(BackendError, match="not a int"):
+    with pytest.raises(BackendError, match="not an int"):
         resolve_specs("b", defs, {"n": "three"})
     with pytest.raises(BackendError, match="negative"):
         resolve_specs("b", defs, {"n": -1})
