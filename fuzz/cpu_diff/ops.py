@@ -101,25 +101,6 @@ def _unary_render(attrs):
 for _fn in UNARY:
     op(f"unary.{_fn}", _unary_render, weight=0.3)(_unary_gen(_fn))
 
-# Known differences the generator leaves out (each reported with a minimal reproduction);
-# ``--known`` puts them back.
-KNOWN = {
-    # oneDNN's eltwise log (the cpu backend lowers aten::log to it) is ~15 ulp off at
-    # x = 0.13 and absolutely ~1e-6 off near x = 1 (where log x → 0): torch.log(x) on one
-    # element x≈0.33 is 2.7e-6 off (eager float32: 6e-8).
-    "unary.log": "oneDNN eltwise log accuracy",
-    # the same log inside oneDNN's softmax_log: log_softmax over two values of size ~1 is
-    # 2.4e-6 off (20 ulp of the output's scale; eager float32: 3e-8)
-    "log_softmax": "oneDNN softmax_log accuracy",
-}
-for _name in KNOWN:
-    OPS[_name].weight = 0.0
-
-
-def include_known() -> None:
-    """Put the known differences back into the generator (``--known``)."""
-    for name in KNOWN:
-        OPS[name].weight = 0.3
 
 
 # --- elementwise binary with broadcasting ----------------------------------------------------
@@ -572,3 +553,24 @@ def _to_copy(b):
 def _full_like(b):
     x = b.pick(dtype="float32" if b.rng.random() < 0.8 else "int64")
     return (x,), {"fn": b.rng.choice(["full", "zeros", "ones"]), "c": 2 if b.dtype(x) == "int64" else -1.5}
+
+
+# Known differences the generator leaves out (each reported with a minimal reproduction);
+# ``--known`` puts them back.
+KNOWN = {
+    # oneDNN's eltwise log (the cpu backend lowers aten::log to it) is ~15 ulp off at
+    # x = 0.13 and absolutely ~1e-6 off near x = 1 (where log x → 0): torch.log(x) on one
+    # element x≈0.33 is 2.7e-6 off (eager float32: 6e-8).
+    "unary.log": "oneDNN eltwise log accuracy",
+    # the same log inside oneDNN's softmax_log: log_softmax over two values of size ~1 is
+    # 2.4e-6 off (20 ulp of the output's scale; eager float32: 3e-8)
+    "log_softmax": "oneDNN softmax_log accuracy",
+}
+for _name in KNOWN:
+    OPS[_name].weight = 0.0
+
+
+def include_known() -> None:
+    """Put the known differences back into the generator (``--known``)."""
+    for name in KNOWN:
+        OPS[name].weight = 0.3
