@@ -42,7 +42,10 @@ __all__ = ["OpReport", "check_op", "NO_REFERENCE"]
 
 NO_REFERENCE = ("no reference: only consistency checked (kernel vs fake shapes, eager vs "
                 "lean, outputs fully written)")
-_MAX_MESSAGES = 8  # per op, in full; the counts say how many more
+_MAX_MESSAGES = 8  # notes per op, in full
+# failure messages kept per kind of failure (crash, fake, native, eager, memory, ...): 32
+# crashes must not hide the one wrong output dtype behind them; None keeps every message
+MAX_PER_KIND = 4
 
 
 @dataclass
@@ -65,6 +68,10 @@ class OpReport:
     # eager (vs lean), memory (guards, inputs, unwritten outputs), crash, kernel (refused a
     # user sample), reference/samples (a user sample or hook that does not work)
     failures: dict = field(default_factory=dict)
+    # check → how many samples failed it; message_checks[i] is the check of messages[i]
+    counts: dict = field(default_factory=dict)
+    message_checks: list = field(default_factory=list)
+    max_per_kind: int | None = MAX_PER_KIND
 
     @property
     def key(self) -> str:
@@ -79,10 +86,25 @@ class OpReport:
     def ok(self) -> bool:
         return not self.failed and not self.crashed and self.passed > 0
 
-    def fail(self, check: str, message: str) -> None:
+    def fail(self, check: str, message: str, also: tuple[str, ...] = ()) -> None:
+        """Record a failing sample under ``check`` (and count it under ``also``)."""
         self.failures.setdefault(check, message)
-        if len(self.messages) < _MAX_MESSAGES:
+        for other in also:
+            self.failures.setdefault(other, message)
+            if other != check:
+                self.counts[other] = self.counts.get(other, 0) + 1
+        seen = self.counts.get(check, 0)
+        self.counts[check] = seen + 1
+        if self.max_per_kind is None or seen < self.max_per_kind:
             self.messages.append(message)
+            self.message_checks.append(check)
+
+    def grouped(self) -> dict[str, tuple[int, list[str]]]:
+        """check → (failing samples, the messages kept), checks in name order."""
+        out = {check: (n, []) for check, n in sorted(self.counts.items())}
+        for check, message in zip(self.message_checks, self.messages):
+            out[check][1].append(message)
+        return out
 
     def to_json(self) -> dict:
         return {"op": self.op, "ok": self.ok, "verified": self.verified,
@@ -90,6 +112,8 @@ class OpReport:
                 "passed": self.passed, "failed": self.failed, "crashed": self.crashed,
                 "refused": self.refused, "dtypes": list(self.dtypes),
                 "checks_failed": sorted(self.failures), "messages": list(self.messages),
+                "failures_by_check": {check: {"samples": n, "messages": kept}
+                                      for check, (n, kept) in self.grouped().items()},
                 "notes": list(self.notes), "warnings": list(self.warnings)}
 
 
@@ -161,13 +185,15 @@ class _Prepared:
 
 def check_op(opdef: OpDef, kernel: Callable, *, eager: bool = True,
              reference: Callable | None = None, samples: Callable | None = None,
-             seed: int = 0, timeout: float = 10.0, isolate: bool = True) -> OpReport:
+             seed: int = 0, timeout: float = 10.0, isolate: bool = True,
+             max_per_kind: int | None = MAX_PER_KIND) -> OpReport:
     """Check ``kernel`` (the out overload's callable, portable convention) against the op.
 
     A custom op not yet registered with PyTorch is registered (``torch_bridge.register``).
     ``eager`` also runs the op through ``torch.ops`` (with a native library in use,
     its kernel: "eager vs lean"); ``reference`` replaces the manifest's ``python:``;
     ``samples`` adds a hook like the manifest's ``samples:``; ``timeout`` is per sample.
+    ``max_per_kind`` failure messages are kept per kind of failure (None: all of them).
     """
     if not opdef.is_aten:
         from opforge.torch_bridge import is_registered, register
@@ -175,7 +201,7 @@ def check_op(opdef: OpDef, kernel: Callable, *, eager: bool = True,
         if not is_registered(opdef.name):
             register(opdef)
     fn, label = _reference(opdef, reference)
-    report = OpReport(opdef.out_key, label)
+    report = OpReport(opdef.out_key, label, max_per_kind=max_per_kind)
     if fn is None:
         report.warnings.append(
             f"{NO_REFERENCE} — the values were compared with nothing, so a kernel computing "
@@ -325,7 +351,5 @@ def _judge(report: OpReport, p: _Prepared, run, kernel) -> None:
         return
     report.failed += 1
     text = "\n    ".join(t for _, t in problems)
-    for check, _ in problems:
-        report.failures.setdefault(check, f"{p.where}\n    {text}")
-    if len(report.messages) < _MAX_MESSAGES:
-        report.messages.append(f"{p.where}\n    {text}")
+    checks = tuple(dict.fromkeys(check for check, _ in problems))
+    report.fail(checks[0], f"{p.where}\n    {text}", also=checks[1:])

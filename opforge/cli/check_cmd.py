@@ -16,6 +16,7 @@ import sys
 import click
 
 EXIT_FAILED, EXIT_UNVERIFIED = 1, 3
+MAX_SHOWN = 4  # failing samples shown per kind of failure, without --show-all
 
 
 def _references(pairs: tuple[str, ...]) -> dict:
@@ -44,8 +45,10 @@ def _references(pairs: tuple[str, ...]) -> dict:
               help="Seconds a kernel may take on one sample before it counts as hung.")
 @click.option("--allow-no-reference", is_flag=True,
               help="Exit 0 (not 3) when ops without a reference pass the consistency checks.")
+@click.option("--show-all", is_flag=True,
+              help="Print every failing sample (default: the first 4 of each kind of failure).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def check(manifest, library, ops, references, seed, timeout, allow_no_reference,
+def check(manifest, library, ops, references, seed, timeout, allow_no_reference, show_all,
           as_json) -> None:
     """Check compiled kernels: against a reference, fake vs real shapes, eager vs lean;
     each kernel runs in a child process, so a crash is reported, not fatal."""
@@ -60,7 +63,19 @@ def check(manifest, library, ops, references, seed, timeout, allow_no_reference,
                        command="opforge check")
     native = NativeLibrary(library)
     served = set(native.keys())
-    selected = [d for d in defs if d.out_key in served and (not ops or d.name in ops)]
+    candidates = [d for d in defs if d.out_key in served]
+    unknown_ops = sorted(set(ops) - {d.name for d in candidates})
+    if unknown_ops:
+        import difflib
+
+        names = [d.name for d in candidates]
+        hints = [f"{op!r} → did you mean {near[0]!r}?" for op in unknown_ops
+                 for near in [difflib.get_close_matches(op, names, n=1, cutoff=0.6)] if near]
+        raise click.BadParameter(
+            f"{', '.join(map(repr, unknown_ops))} — not an op of {manifest} that {library} serves — "
+            f"valid: {', '.join(names) or '(none)'} — fix: "
+            + ("; ".join(hints) if hints else "pass one of those names"), param_hint="--op")
+    selected = [d for d in candidates if not ops or d.name in ops]
     if not selected:
         raise click.ClickException(f"no op of {manifest} is served by {library}")
     unknown = sorted(set(given) - {d.name for d in selected})
@@ -69,7 +84,8 @@ def check(manifest, library, ops, references, seed, timeout, allow_no_reference,
                                  f"{', '.join(d.name for d in selected)}",
                                  param_hint="--reference")
     reports = [check_one(d, native.kernel(d.out_key), reference=given.get(d.name), seed=seed,
-                         timeout=timeout) for d in selected]
+                         timeout=timeout, max_per_kind=None if show_all else MAX_SHOWN)
+               for d in selected]
     failed = sum(not r.ok for r in reports)
     unverified = [r for r in reports if r.ok and not r.verified]
     code = EXIT_FAILED if failed else EXIT_UNVERIFIED if unverified and \
@@ -107,11 +123,16 @@ def _print(reports, library) -> None:
                       str(r.refused), str(r.skipped), result)
     console.print(table)
     for r in reports:
-        lines = [f"FAIL {check}" for check in sorted(r.failures)] if not r.ok else []
-        lines += r.messages
-        if r.failed + r.crashed > len(r.messages):
-            lines.append(f"... and {r.failed + r.crashed - len(r.messages)} more failing "
-                         "sample(s)")
+        lines = []
+        for check, (count, kept) in (r.grouped().items() if not r.ok else ()):
+            lines.append(f"FAIL {check}: {count} sample(s)")
+            lines += [f"  {m}" for m in kept]
+            if count > len(kept):
+                lines.append(f"  ... and {count - len(kept)} more {check} failure(s) "
+                             "(--show-all prints them)")
+        for check in sorted(set(r.failures) - set(r.counts)) if not r.ok else ():
+            lines.append(f"FAIL {check}")
+            lines.append(f"  {r.failures[check]}")
         lines += [f"note: {n}" for n in r.notes[:3]] if not r.ok or r.refused else []
         lines += [f"WARNING: {w}" for w in r.warnings]
         if lines:
