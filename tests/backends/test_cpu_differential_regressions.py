@@ -54,3 +54,34 @@ def test_transposed_convolution_whose_output_padding_reaches_past_a_stride(dim, 
                                                output_padding=output_padding, dilation=dilation)
     torch.manual_seed(0)
     _run_on_cpu_backend(conv, (torch.randn(1, 2, *([4] * dim)),))
+
+
+class _ScaleShift(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.register_buffer("scale", torch.randn(shape))
+        self.register_buffer("shift", torch.randn(shape))
+
+    def forward(self, x):
+        return x * self.scale + self.shift
+
+
+def _spread_batch_norm(bn):
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.randn(bn.running_mean.shape) * 2)
+        bn.running_var.copy_(torch.rand(bn.running_var.shape) * 2 + 0.1)
+    return bn
+
+
+@pytest.mark.parametrize("model, shape", [
+    (lambda: _spread_batch_norm(nn.BatchNorm1d(2, eps=0.1, affine=False)), (2, 2, 1)),
+    (lambda: _spread_batch_norm(nn.BatchNorm2d(3)), (2, 3, 1, 1)),
+    (lambda: _spread_batch_norm(nn.BatchNorm3d(3)), (3, 3, 1, 1, 1)),
+    (lambda: _ScaleShift((1, 2, 1)), (2, 2, 1)),
+    (lambda: _ScaleShift((1, 3, 1, 1)), (4, 3, 1, 1)),
+])
+def test_a_per_channel_post_op_over_a_batch_whose_other_dims_are_all_one(model, shape):
+    # oneDNN reads a binary post-op operand of dims (1, C, 1, …) wrongly when the destination
+    # is (N > 1, C, 1, …): BatchNorm1d over (2, 2, 1) was off by the size of its output
+    torch.manual_seed(0)
+    _run_on_cpu_backend(model(), (torch.randn(*shape),))

@@ -943,8 +943,23 @@ def lower_batch_norm(L: Lowering, node, args, kwargs):
     ts = L.alias(L.materialize(("c", scale.float().contiguous())), channel_dims, channel_strides)
     tb = L.alias(L.materialize(("c", shift.float().contiguous())), channel_dims, channel_strides)
     out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
+    if _post_operand_misread(spec.dims, channel_dims):
+        scaled = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
+        L.op("binary", [src, ts], [scaled], [B_MUL], name="batch_norm")
+        L.op("binary", [scaled, tb], [out], [B_ADD], name="batch_norm shift")
+        return (("t", out), None, None)
     L.op("binary", [src, ts], [out], [B_MUL], post=[[1, B_ADD, 0.0, 0.0, tb]], name="batch_norm")
     return (("t", out), None, None)
+
+
+def _post_operand_misread(dst_dims, operand_dims) -> bool:
+    """oneDNN (2023.2) applies a binary post-op whose operand is (1, C, 1, ...) to a
+    destination (N > 1, C, 1, ...) of rank >= 3 with the wrong values (BatchNorm1d over
+    (2, 2, 1) was off by the size of its output); the plain binary primitive broadcasts it
+    right, so such an operand stays a separate op."""
+    return (len(dst_dims) >= 3 and dst_dims[0] > 1 and all(d == 1 for d in dst_dims[2:])
+            and len(operand_dims) == len(dst_dims) and operand_dims[0] == 1
+            and any(d > 1 for d in operand_dims[1:]))
 
 
 def lower_layer_norm(L: Lowering, node, args, kwargs):
@@ -1264,6 +1279,8 @@ def _fuse(plan: Plan) -> None:
                 if _last_write(plan, other) > i:
                     continue  # computed after op: not available to it
                 if any(p[0] == 1 for p in op["post"]) and op["kind"] == "binary":
+                    continue
+                if _post_operand_misread(spec.dims, plan.tensors[other].dims):
                     continue
                 op["post"].append([1, nxt["ia"][0], 0.0, 0.0, other])
             else:
