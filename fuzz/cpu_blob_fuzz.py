@@ -143,9 +143,14 @@ def _audit_hook(watch: dict, allowed: set[str]):
     return audit
 
 
-def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str]) -> None:
+def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str], asan: bool) -> None:
     """Runs cases sent as (data, kernels, plant) until None; answers (class, detail)."""
-    resource.setrlimit(resource.RLIMIT_AS, (MAX_WORKER_BYTES, MAX_WORKER_BYTES))
+    if asan:
+        import cpu_blob_asan
+
+        cpu_blob_asan.instrument()  # ASan's limits replace RLIMIT_AS (see cpu_blob_asan)
+    else:
+        resource.setrlimit(resource.RLIMIT_AS, (MAX_WORKER_BYTES, MAX_WORKER_BYTES))
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)  # oneDNN and libgomp warnings would drown the progress line
     from opforge.backends.oppackage.runtime import trust_packages
@@ -160,6 +165,7 @@ def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str]) -> No
     for data, kernels in seeds:
         run_case(data, kernels, watch)
         allowed.update(os.path.realpath(p) for p in watch["opened"])
+    conn.send(("ready", ""))
     while True:
         case = conn.recv()
         if case is None:
@@ -175,7 +181,10 @@ def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str]) -> No
 # --- the supervisor -----------------------------------------------------------------------
 
 class Worker:
-    """One spawned worker process; restarted after it dies or hangs."""
+    """One spawned worker process; restarted after it dies or hangs. ``asan_dir``: run it
+    under AddressSanitizer, its reports written there (see ``cpu_blob_asan``)."""
+
+    asan_dir: Path | None = None  # set by --asan for every worker
 
     def __init__(self, seeds, trusted) -> None:
         self.seeds, self.trusted = seeds, trusted
@@ -186,10 +195,23 @@ class Worker:
         # spawn, not fork: a parent that ran torch has OpenMP threads a forked child waits for
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker, args=(child, self.seeds, self.trusted),
-                                   daemon=True)
-        self.process.start()
+        self.process = ctx.Process(target=worker, daemon=True, args=(
+            child, self.seeds, self.trusted, self.asan_dir is not None))
+        saved = dict(os.environ)
+        if self.asan_dir is not None:
+            import cpu_blob_asan
+
+            os.environ.update(cpu_blob_asan.environment(self.asan_dir))
+        try:
+            self.process.start()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
         child.close()
+        # the warm-up (the first builds the engine) is not the first case's time
+        if not self.conn.poll(900) or self.conn.recv() != ("ready", ""):
+            raise RuntimeError("a fuzz worker did not start (see its stderr: run a case with "
+                               "--replay)")
 
     def send(self, n: int, data: bytes, kernels: list[str], plant: str | None) -> None:
         self.job = (n, time.monotonic())
@@ -201,11 +223,18 @@ class Worker:
             return self.conn.recv()
         except (EOFError, OSError):
             self.process.join()
-            code = self.process.exitcode
+            code, pid = self.process.exitcode, self.process.pid
             self._start()
             if code is not None and code < 0:
-                return "crash", f"signal {signal.Signals(-code).name}"
-            return "crash", f"worker exited with status {code}"
+                what = f"signal {signal.Signals(-code).name}"
+            else:
+                what = f"worker exited with status {code}"
+            if self.asan_dir is not None:
+                import cpu_blob_asan
+
+                found = cpu_blob_asan.verdict(self.asan_dir, pid)
+                what += f"; {found}" if found else ""
+            return "crash", what
 
     def kill(self, timeout: float) -> tuple[str, str]:
         self.process.kill()
@@ -470,15 +499,16 @@ def report_from_dir(crash_dir: Path) -> Report:
 
 def replay(path: Path, timeout: float) -> int:
     """Run one saved case (its .json or .program) in a fresh worker and print the outcome."""
-    from cpu_blob_seeds import load_seeds
+    from cpu_blob_seeds import CACHE_ROOT, load_seeds
 
     meta = json.loads(path.with_suffix(".json").read_text())
     data = path.with_name(meta["program"]).read_bytes()
     seeds, trusted = load_seeds()
     if not all(Path(k).exists() for k in meta["kernels"]):  # saved elsewhere: this cache's
         meta["kernels"] = next((list(s.kernels) for s in seeds if s.name == meta["seed_program"]), [])
+    trusted = trusted + [str(CACHE_ROOT)]  # a case saved from another cache entry
     os.environ.setdefault("OPFORGE_OP_PACKAGES", os.pathsep.join(trusted))
-    w = Worker([], trusted)
+    w = Worker([(s.data, list(s.kernels)) for s in seeds], trusted)  # warm-up: see worker()
     try:
         outcome, detail = run_once(w, data, meta["kernels"], timeout)
     finally:
@@ -500,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "opforge-cpu-blob-fuzz")
     parser.add_argument("--replay", type=Path, help="run one saved case again")
+    parser.add_argument("--asan", type=Path, metavar="DIR",
+                        help="run the workers under AddressSanitizer (reports into DIR)")
     parser.add_argument("--minimize-dir", type=Path,
                         help="shrink the findings a campaign saved in this folder (into it)")
     parser.add_argument("--no-minimize", action="store_true",
@@ -508,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="(oracle self-test) make the worker crash, hang, raise (raw), "
                              "exhaust memory or open a file on case N")
     args = parser.parse_args(argv)
+    if args.asan:
+        Worker.asan_dir = args.asan.resolve()
     if args.replay:
         return replay(args.replay, args.timeout)
     if args.minimize_dir:
