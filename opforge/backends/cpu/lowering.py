@@ -889,10 +889,19 @@ def lower_pool(L: Lowering, node, args, kwargs):
         if kind == 1 and pads_r[-1] > padding[k]:
             raise Unsupported("shape", f"{name} with ceil_mode windows past the padding "
                               "(counted differently by oneDNN); stays on the kernels")
-    out = L.new_tensor(fakes[0].dtype, out_dims, strides=channels_last(out_dims)
-                       if spec.strides == channels_last(spec.dims) else None)
+    out = L.new_tensor(fakes[0].dtype, out_dims, strides=_pool_dst_strides(spec, out_dims))
     L.op("pool", [x], [out], [kind, nsp, *kernel, *stride, *padding, *pads_r, *dilation], name="pooling")
     return (("t", out), None) if isinstance(fake, (tuple, list)) else ("t", out)
+
+
+def _pool_dst_strides(spec: TensorSpec, dst_dims) -> tuple[int, ...] | None:
+    """The layout the engine gives a pooling's destination: channels-last whenever the
+    source's channel stride is 1 (with more than one channel), whatever its other strides
+    (native/engine.cpp add_pool), e.g. a channel slice of a channels-last activation
+    (timm's Res2Net pools one). The plan must say the same or the next op misreads it."""
+    if len(spec.dims) >= 3 and spec.strides[1] == 1 and spec.dims[1] > 1:
+        return channels_last(dst_dims)
+    return None
 
 
 def _expand(v, n):
@@ -1028,8 +1037,7 @@ def lower_reduce(L: Lowering, node, args, kwargs):
     if (spec.dtype == torch.float32 and fake.dtype == torch.float32 and name == "aten::mean"
             and rank in (3, 4, 5) and dims == list(range(2, rank)) and _dense(spec)):
         # a global average pool: oneDNN's pooling runs it fast in any layout
-        out = L.new_tensor(torch.float32, kept, strides=channels_last(kept)
-                           if spec.strides == channels_last(spec.dims) else None)
+        out = L.new_tensor(torch.float32, kept, strides=_pool_dst_strides(spec, kept))
         nsp = rank - 2
         window = list(spec.dims[2:])
         L.op("pool", [src], [out], [1, nsp, *window, *window, *([0] * nsp), *([0] * nsp), *([1] * nsp)],
@@ -1074,8 +1082,7 @@ def lower_adaptive_avg(L, node, args, kwargs):
         raise Unsupported("shape", "adaptive average pooling whose output does not divide the input")
     kernel = [i // o for i, o in zip(in_sp, out_size)]
     fake = _val(node)
-    out = L.new_tensor(torch.float32, fake.shape, strides=channels_last(fake.shape)
-                       if spec.strides == channels_last(spec.dims) else None)
+    out = L.new_tensor(torch.float32, fake.shape, strides=_pool_dst_strides(spec, fake.shape))
     L.op("pool", [src], [out], [1, nsp, *kernel, *kernel, *([0] * nsp), *([0] * nsp), *([1] * nsp)],
          name="pooling")
     return ("t", out)
