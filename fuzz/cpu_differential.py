@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -110,6 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-shrink", action="store_true", help="print findings unshrunk")
     ap.add_argument("--max-shrink-checks", type=int, default=300)
     ap.add_argument("--repro-dir", type=Path, default=None, help="also write each finding's repro here")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="append one JSON line per graph here as it finishes (a long run can be read midway)")
     ap.add_argument("--plain", action="store_true", help="plain-text summary (no rich)")
     ap.add_argument("--known", action="store_true",
                     help="also generate the ops with known differences (fuzz/cpu_diff/ops.py KNOWN)")
@@ -128,24 +132,43 @@ def main(argv=None) -> int:
     else:
         _worker_init()
         stream = map(run_one, tasks)
-    for result in stream:
-        results.append(result)
-        if result["status"] in FINDINGS:
-            console(f"\n=== seed {result['seed']}: {result['status']} at {result['where']}: "
-                    f"{result['detail']}\n    shrunk from {result['nodes']} to {result['shrunk_nodes']} "
-                    f"nodes in {result['shrink_checks']} checks\n\n{result['repro']}")
-            if args.repro_dir is not None:
-                args.repro_dir.mkdir(parents=True, exist_ok=True)
-                (args.repro_dir / f"seed_{result['seed']}.py").write_text(result["repro"])
-        if len(results) % 100 == 0:
-            status = collections.Counter(r["status"] for r in results)
-            print(f"[{len(results)}/{len(tasks)}] {time.monotonic() - start:.0f} s {dict(status)}",
-                  file=sys.stderr, flush=True)
-    if args.jobs > 1:
-        pool.close()
-        pool.join()
+    signal.signal(signal.SIGTERM, _interrupt)  # a killed run still prints its summary
+    log = args.results.open("a") if args.results is not None else None
+    try:
+        for result in stream:
+            _record(result, results, log, args, console, start, len(tasks))
+    except KeyboardInterrupt:
+        console(f"\ninterrupted after {len(results)} of {len(tasks)} graphs")
+        if args.jobs > 1:
+            pool.terminate()
+    else:
+        if args.jobs > 1:
+            pool.close()
+            pool.join()
     _summary(results, time.monotonic() - start, console)
     return 1 if any(r["status"] in FINDINGS for r in results) else 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _record(result, results, log, args, console, start, total) -> None:
+    results.append(result)
+    if log is not None:
+        log.write(json.dumps({k: v for k, v in result.items() if k != "repro"}) + "\n")
+        log.flush()
+    if result["status"] in FINDINGS:
+        console(f"\n=== seed {result['seed']}: {result['status']} at {result['where']}: "
+                f"{result['detail']}\n    shrunk from {result['nodes']} to {result['shrunk_nodes']} "
+                f"nodes in {result['shrink_checks']} checks\n\n{result['repro']}")
+        if args.repro_dir is not None:
+            args.repro_dir.mkdir(parents=True, exist_ok=True)
+            (args.repro_dir / f"seed_{result['seed']}.py").write_text(result["repro"])
+    if len(results) % 100 == 0:
+        status = collections.Counter(r["status"] for r in results)
+        print(f"[{len(results)}/{total}] {time.monotonic() - start:.0f} s {dict(status)}",
+              file=sys.stderr, flush=True)
 
 
 def _console(plain: bool):
