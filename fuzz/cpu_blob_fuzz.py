@@ -2,6 +2,9 @@
 
     python fuzz/cpu_blob_fuzz.py --count 20000 --seed 0 --jobs 1 --timeout 10
     python fuzz/cpu_blob_fuzz.py --replay CRASH_DIR/crash-....json   # one saved case again
+    python fuzz/cpu_blob_fuzz.py --minimize-dir CRASH_DIR            # shrink saved findings
+    python fuzz/cpu_blob_fuzz.py --count 5000 --asan ASAN_DIR        # engine under ASan
+    PYTHONPATH=../branch python fuzz/cpu_blob_fuzz.py ...             # another opforge
 
 Seeds are real programs exported with ``backends=["cpu"]`` (``cpu_blob_seeds.py``; every op
 kind the engine has, a kernel-ABI custom op, an op-package op, 8a8w-quantized models),
@@ -26,7 +29,10 @@ Everything but ok/refused is a finding: written to --crash-dir as ``<name>.progr
 program bytes) and ``<name>.json`` (seed, case number, mutations, outcome, the kernel
 libraries it loads with), deduplicated in the report by (class, op kind, mutated field),
 and the exit status is 1. A case is reproducible from (--seed, case number) alone: its
-random generator is seeded with both.
+random generator is seeded with both. After the campaign the smallest case of each class
+is shrunk to the plan fields it needs (``cpu_blob_minimize``; ``min-*`` files) and the
+report groups the classes by that culprit. A crash that does not happen again in a fresh
+worker was set up by an earlier case (memory it corrupted): ``--asan`` finds that case.
 """
 
 from __future__ import annotations
@@ -321,7 +327,7 @@ def case_rng(campaign_seed: int, n: int) -> random.Random:
 
 def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path | None,
              plant: dict[int, str] | None = None, progress=None, log=print,
-             cache_root: Path | None = None) -> Report:
+             cache_root: Path | None = None, only: list[str] | None = None) -> Report:
     """Run ``count`` mutated programs; ``plant`` maps case numbers to "crash", "hang",
     "raw", "memory" or "open" (the oracle's self-test: the worker kills itself with
     SIGSEGV, sleeps, or misbehaves in ``run_case`` on those cases)."""
@@ -329,6 +335,8 @@ def campaign(count: int, seed: int, jobs: int, timeout: float, crash_dir: Path |
     from cpu_blob_seeds import CACHE_ROOT, load_seeds
 
     seeds, trusted = load_seeds(cache_root or CACHE_ROOT, log=log)
+    if only:
+        seeds = [s for s in seeds if s.name in only]
     if os.environ.get("OPFORGE_OP_PACKAGES") is None:
         os.environ["OPFORGE_OP_PACKAGES"] = os.pathsep.join(trusted)  # the worker inherits it
     parsed = [ParsedSeed.of(s.name, s.data) for s in seeds]
@@ -529,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per case (a hang)")
     parser.add_argument("--crash-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "opforge-cpu-blob-fuzz")
+    parser.add_argument("--seeds", help="comma-separated seed names to use (default: all)")
     parser.add_argument("--replay", type=Path, help="run one saved case again")
     parser.add_argument("--asan", type=Path, metavar="DIR",
                         help="run the workers under AddressSanitizer (reports into DIR)")
@@ -552,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if report.findings else 0
     plant = {int(n): what for n, what in (p.split(":") for p in args.plant)}
     report = campaign(args.count, args.seed, args.jobs, args.timeout, args.crash_dir, plant,
-                      progress=progress_line, log=lambda s: print(s, file=sys.stderr))
+                      progress=progress_line, log=lambda s: print(s, file=sys.stderr),
+                      only=args.seeds.split(",") if args.seeds else None)
     if report.findings and not args.no_minimize:
         minimize_findings(report, args.timeout, args.crash_dir,
                           log=lambda s: print(s, file=sys.stderr))

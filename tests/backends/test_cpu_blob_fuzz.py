@@ -42,7 +42,7 @@ def test_a_fixed_seed_campaign_finds_no_crash_hang_raw_exception_or_file_open(tm
 def test_the_oracle_classifies_planted_misbehaviour(tmp_path):
     plant = {1: "crash", 3: "hang", 4: "raw", 5: "memory", 6: "open"}
     report = cpu_blob_fuzz.campaign(8, seed=7, jobs=1, timeout=4, crash_dir=tmp_path,
-                                    plant=plant, log=lambda s: None)
+                                    plant=plant, log=lambda s: None, only=["custom-kernel"])
     got = report.finding_cases
     assert got[1] == ("crash", "signal SIGSEGV"), got
     assert got[3][0] == "hang", got
@@ -52,3 +52,28 @@ def test_the_oracle_classifies_planted_misbehaviour(tmp_path):
     assert sum(report.counts.values()) == 8  # the worker came back after the crash and hang
     saved = sorted(p.name for p in tmp_path.glob("crash-*.json"))
     assert saved and all((tmp_path / n).with_suffix(".program").exists() for n in saved)
+
+
+def test_the_fuzzer_writes_an_unmutated_plan_back_byte_for_byte():
+    """Its blob writer is blob.encode's format: an unchanged plan gives the seed's bytes, so
+    every difference a case has is a mutation's."""
+    from cpu_blob_minimize import Pair
+    from cpu_blob_mutate import ParsedSeed, program_with_blob, write_blob
+    from cpu_blob_seeds import load_seeds
+
+    seeds, _ = load_seeds(log=lambda s: None)
+    assert {"zoo-mlp", "conv", "8a8w-cnn", "custom-kernel", "oppackage"} <= {s.name for s in seeds}
+    for seed in seeds:
+        parsed = ParsedSeed.of(seed.name, seed.data)
+        for index, plan, data in parsed.plans:
+            delegate = parsed.program.delegates[index]
+            original = bytes(parsed.program.segments[delegate.segment].data)
+            assert write_blob(plan, data) == original, seed.name
+            again = program_with_blob(parsed.program, index, original,
+                                      list(delegate.compile_specs))
+            assert again == seed.data, seed.name
+        if parsed.plans:  # the shrinker finds nothing to shrink in an unmutated program
+            index, plan, data = parsed.plans[0]
+            changed = program_with_blob(parsed.program, index, write_blob(plan, data, reserved=1),
+                                        list(parsed.program.delegates[index].compile_specs))
+            assert [u.where for u in Pair.of(parsed, changed).units()] == [("header",)]
