@@ -1,4 +1,4 @@
-"""Throughput: two pure, process-stable computations of every export cached for the run.
+"""Throughput: what every export recomputes although nothing it depends on changed.
 
 Most of an export of a small graph is spent before the graph is looked at:
 ``torch.export`` walks every registered operator to list the CompositeImplicitAutograd
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["cache_export_setup"]
+__all__ = ["cache_export_setup", "share_capture_between_exports"]
 
 _done = False
 
@@ -45,3 +45,36 @@ def cache_export_setup() -> None:
     decompose.decomposition_table = decomposition_table
     api.decomposition_table = decomposition_table
     _done = True
+
+
+# The two exports of one graph (portable kernels, then the cpu backend) capture the same
+# model on the same inputs, and decompose with the same table whenever the backend
+# preserves no op that portable kernels do not: torch.export's capture and decomposition
+# then run once, and each export gets its own deep copy of the decomposed method (the
+# later passes rewrite it in place). Different preserve sets are simply decomposed anew.
+_shared: dict = {}
+
+
+def share_capture_between_exports() -> None:
+    import copy
+
+    import opforge.export.api as api
+    from opforge.export.passes import decompose
+
+    capture, run = api.capture, decompose.DecomposeToCoreAten.run
+
+    def shared_capture(spec, *, strict=False):
+        key = (id(spec.module), tuple(id(x) for x in spec.example_inputs), strict)
+        if _shared.get("capture_key") != key:
+            _shared.clear()
+            _shared.update(capture_key=key, captured=capture(spec, strict=strict), keep=(spec,))
+        return _shared["captured"]
+
+    def shared_decompose(self, method):
+        key = (id(method), self.preserve)
+        if _shared.get("decompose_key") != key:
+            _shared.update(decompose_key=key, decomposed=run(self, method))
+        return copy.deepcopy(_shared["decomposed"])
+
+    api.capture = shared_capture
+    decompose.DecomposeToCoreAten.run = shared_decompose
