@@ -1,9 +1,10 @@
 """``opforge quantize MODULE:FACTORY --scheme S [--calibration LIST] -o model.opf``.
 
-    load the factory → calibration samples (LIST: one sample per line, its input .npy paths
-    separated by spaces, as ``opforge run --input-list``; without it the example inputs,
-    with a warning) → quantize (PT2E) → report (per node; SQNR and max abs error against
-    the float model) → export → write
+    check the options (compile specs, kernel sets) → load the factory → calibration samples
+    (LIST: one sample per line, its input .npy paths separated by spaces, as ``opforge run
+    --input-list``; without it the example inputs, with a warning) → quantize (PT2E) →
+    report (per node; SQNR and max abs error against the float model, on the calibration
+    samples and on ``--eval``'s held-out ones) → export (with ``--backend``) → write
 """
 
 from __future__ import annotations
@@ -18,16 +19,36 @@ from opforge.cli.run_cmd import _read_input_list, _read_npy
 __all__ = ["quantize"]
 
 _API = "`opforge quantize`"
+_API_NAME = "opforge quantize"
 _SCHEMES = ("8a8w", "16a16w", "16a8w", "16a4w", "16a4w_block", "8a4w")  # opforge.quantize.SCHEMES
 
 
-def _calibration(path: str, example_inputs: tuple) -> list[tuple]:
+def _samples(path: str, option: str) -> list[tuple]:
     import torch
 
-    samples = []
-    for line in _read_input_list(path):
-        samples.append(tuple(torch.from_numpy(_read_npy(p).copy()) for p in line))
-    return samples
+    return [tuple(torch.from_numpy(_read_npy(p, _API_NAME, option).copy()) for p in line)
+            for line in _read_input_list(path, _API_NAME, option)]
+
+
+def _kernel_sets(kernels: tuple[str, ...]) -> list[str] | None:
+    """The kernel sets to check the program against, checked now (before calibrating) and
+    completed: a quantized program needs quantize/dequantize kernels, which the portable
+    set has, so a native library given alone is joined with it."""
+    if not kernels:
+        return None
+    from opforge.errors import ExportError
+    from opforge.export.kernel_sets import resolve_kernels
+
+    sets = list(kernels)
+    if not {"portable", "aten"} & set(sets):
+        sets.append("portable")
+        click.echo(f"note: --kernels {' '.join(kernels)}: the portable set is added for the "
+                   "quantize/dequantize ops and the ATen ops your library does not serve", err=True)
+    try:
+        resolve_kernels(sets)
+    except ExportError as exc:
+        raise click.ClickException(str(exc).replace("opforge.export.export", "opforge quantize")) from None
+    return sets
 
 
 @click.command("quantize")
@@ -36,6 +57,8 @@ def _calibration(path: str, example_inputs: tuple) -> list[tuple]:
               help="Activation/weight bits (docs/quantization.md).")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False), metavar="LIST",
               help="Calibration samples: one per line, its input .npy paths separated by spaces.")
+@click.option("--eval", "eval_list", type=click.Path(exists=True, dir_okay=False), metavar="LIST",
+              help="Held-out samples (same format) to report accuracy on, besides calibration's.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Program file to write.")
 @click.option("--per-tensor", is_flag=True, help="Per-tensor weights (default: per channel).")
@@ -45,48 +68,81 @@ def _calibration(path: str, example_inputs: tuple) -> list[tuple]:
 @click.option("--discard-op", "discard_ops", multiple=True, metavar="OP",
               help="Leave this op in floating point (e.g. aten::softmax). Repeatable.")
 @click.option("--kernels", "kernels", multiple=True, metavar="SET",
-              help="Kernel set(s) to check the program against, as `opforge export --kernels`.")
+              help="Kernel set(s) to check the program against, as `opforge export --kernels` "
+                   "(a native library alone is joined with the portable set).")
+@click.option("--backend", "backends", multiple=True, metavar="NAME",
+              help="Delegate to this backend (e.g. cpu: 8a8w runs on oneDNN int8). Repeatable.")
+@click.option("--compile-spec", "compile_specs", multiple=True, metavar="KEY=VALUE",
+              help="A compile spec for the backend(s), e.g. num_threads=2. Repeatable.")
+@click.option("--op-packages", "op_packages", type=click.Path(dir_okay=False), metavar="FILE",
+              help="JSON/YAML list of op packages (OpPackageInfo) for the backend.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress, only errors and the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def quantize(factory: str, scheme: str, calibration: str | None, output: str, per_tensor: bool,
-             symmetric: bool, observer: str, discard_ops: tuple[str, ...],
-             kernels: tuple[str, ...], as_json: bool) -> None:
+def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str | None,
+             output: str, per_tensor: bool, symmetric: bool, observer: str,
+             discard_ops: tuple[str, ...], kernels: tuple[str, ...], backends: tuple[str, ...],
+             compile_specs: tuple[str, ...], op_packages: str | None, quiet: bool,
+             as_json: bool) -> None:
     """Quantize FACTORY (MODULE:FUNCTION returning (model, example_inputs)) and write a program."""
-    import logging
     import warnings
 
-    # torchao logs a warning per CUDA extension it cannot load on a CPU-only machine
-    logging.getLogger("torchao").setLevel(logging.ERROR)
+    from rich.console import Console
 
+    from opforge.cli.export_cmd import _compile_specs
     from opforge.cli.tables import table_console
-    from opforge.program import save
-    from opforge.quantize import Quantizer, QuantizeError
-    from opforge.quantize import quantize as quantize_model
 
-    console = table_console()
-    ((method, (model, inputs)),) = methods_from_factory(factory, load_factory(factory)(), ()).items()
-    inputs = tuple(inputs)
-    samples = _calibration(calibration, inputs) if calibration else None
-    quantizer = Quantizer(scheme, per_channel_conv=not per_tensor,
-                          per_channel_linear=not per_tensor, act_symmetric=symmetric,
-                          act_observer=observer)
-    if discard_ops:
-        quantizer.add_discard_ops(discard_ops)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UserWarning)
-        try:
-            result = quantize_model(model, inputs, quantizer=quantizer, calibration=samples)
-        except QuantizeError as exc:
-            raise click.ClickException(str(exc)) from None
+    status_console = Console(stderr=True, quiet=quiet or as_json)
+    # everything that can be wrong with the command is found before calibrating
+    specs = _compile_specs(compile_specs, op_packages, backends)
+    kernel_sets = _kernel_sets(kernels)
+    with status_console.status("importing torch and torchao") as status:
+        from opforge.program import save
+        from opforge.quantize import Quantizer, QuantizeError
+        from opforge.quantize import quantize as quantize_model
+
+        status.update(f"importing {factory}")
+        ((method, (model, inputs)),) = methods_from_factory(factory, load_factory(factory)(), ()).items()
+        inputs = tuple(inputs)
+        status.update("reading samples")
+        samples = _samples(calibration, "--calibration") if calibration else None
+        held_out = _samples(eval_list, "--eval") if eval_list else None
+        quantizer = Quantizer(scheme, per_channel_conv=not per_tensor,
+                              per_channel_linear=not per_tensor, act_symmetric=symmetric,
+                              act_observer=observer)
+        if discard_ops:
+            quantizer.add_discard_ops(discard_ops)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            try:
+                result = quantize_model(model, inputs, quantizer=quantizer, calibration=samples,
+                                        on_step=status.update)
+                if held_out is not None:
+                    status.update(f"evaluating on {len(held_out)} held-out sample(s)")
+                    result.evaluate(held_out)
+            except QuantizeError as exc:
+                raise click.ClickException(str(exc)) from None
+        status.update("exporting" + (f" (backends: {', '.join(backends)})" if backends else ""))
+        program = result.export(kernels=kernel_sets, backends=list(backends), compile_specs=specs)
+        status.update(f"writing {output}")
+        save(program, output)
     for warning in caught:
         if "calibration" in str(warning.message):
             click.echo(f"warning: {warning.message}", err=True)
-    program = result.export(kernels=list(kernels) or None)
-    save(program, output)
     if as_json:
         data = result.report.to_dict()
         data["output"] = output
+        if backends:
+            from opforge.export import delegation_report
+
+            data["delegation"] = delegation_report(program)
         click.echo(json.dumps(data, indent=2))
         return
+    console = table_console()
     result.report.print_table(console)
     size = sum(s.nbytes for s in program.segments)
     console.print(f"wrote {output} ({scheme}, constants {size:,} bytes)")
+    if backends:
+        from opforge.cli.delegation_view import print_delegation
+        from opforge.export import delegation_report
+
+        print_delegation(console, delegation_report(program), explain=False)

@@ -109,33 +109,35 @@ def _write_error(option: str, e: OSError, path: str) -> click.ClickException:
     return click.ClickException(f"`opforge run {option}`: {os_error_text(e, path, 'write')}")
 
 
-def _refuse_special(option: str, path: str) -> None:
+def _refuse_special(option: str, path: str, command: str = "opforge run") -> None:
     """A FIFO or device given as an input file would block (or act) when opened."""
     problem = regular_file_problem(path, "a regular file", "save the data to a file first")
     if problem is not None:
-        raise click.ClickException(f"`opforge run {option}`: input {problem}")
+        raise click.ClickException(f"`{command} {option}`: input {problem}")
 
 
-def _read_npy(path: str) -> np.ndarray:
-    _refuse_special("--input", path)
+def _read_npy(path: str, command: str = "opforge run", option: str = "--input") -> np.ndarray:
+    _refuse_special(option, path, command)
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise click.ClickException(
-            f"`opforge run`: input {path!r} — cannot read it as .npy ({e}) — valid: a NumPy "
+            f"`{command}`: input {path!r} — cannot read it as .npy ({e}) — valid: a NumPy "
             ".npy file without pickled objects — fix: save it with numpy.save(path, array)"
         ) from None
 
 
-def _read_input_list(path: str) -> list[list[str]]:
+def _read_input_list(path: str, command: str = "opforge run",
+                     option: str = "--input-list") -> list[list[str]]:
     """One inference per non-empty line; a relative path is tried from the current
-    directory first, then from the list file's directory ('#' starts a comment)."""
+    directory first, then from the list file's directory ('#' starts a comment).
+    ``command``/``option`` name the caller in errors (``opforge quantize --calibration``)."""
     base = Path(path).parent
-    _refuse_special("--input-list", path)
+    _refuse_special(option, path, command)
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
-        raise click.ClickException(f"`opforge run --input-list`: {path!r} — cannot read it as "
+        raise click.ClickException(f"`{command} {option}`: {path!r} — cannot read it as "
                                    f"text ({e}) — valid: a text file of .npy paths — fix: check "
                                    "the path") from None
     inferences = []
@@ -149,14 +151,14 @@ def _read_input_list(path: str) -> list[list[str]]:
                 item = str(base / item)
             if not os.path.exists(item):
                 raise click.ClickException(
-                    f"`opforge run --input-list {path}`: line {number} — input {item!r} does "
+                    f"`{command} {option} {path}`: line {number} — input {item!r} does "
                     "not exist — valid: .npy paths, relative to the current directory or the "
                     "list file — fix: correct the path"
                 )
             paths.append(item)
         inferences.append(paths)
     if not inferences:
-        raise click.ClickException(f"`opforge run --input-list {path}`: the file lists no "
+        raise click.ClickException(f"`{command} {option} {path}`: the file lists no "
                                    "inferences — valid: one line of .npy paths per inference")
     return inferences
 

@@ -20,7 +20,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, 
 
 from opforge.quantize.integer_ops import run_on_integers
 from opforge.quantize.quantizer import Quantizer
-from opforge.quantize.report import QuantReport, accuracy, build_report
+from opforge.quantize.report import Accuracy, QuantReport, accuracy, build_report
 from opforge.quantize.schemes import QuantConfig, QuantizeError
 
 __all__ = ["quantize", "prepare", "prepare_qat", "convert", "QuantizedModel", "capture"]
@@ -31,11 +31,12 @@ def capture(model: torch.nn.Module, example_inputs: tuple) -> torch.fx.GraphModu
     return torch.export.export(model, tuple(example_inputs)).module()
 
 
-def _check_sample(sample: Sequence, example_inputs: tuple, index: int) -> tuple:
+def _check_sample(sample: Sequence, example_inputs: tuple, index: int,
+                  what: str = "calibration") -> tuple:
     sample = tuple(sample)
     if len(sample) != len(example_inputs):
         raise QuantizeError(
-            f"`opforge.quantize.quantize(calibration=...)`: sample {index} — {len(sample)} "
+            f"`opforge.quantize.quantize({what}=...)`: sample {index} — {len(sample)} "
             f"inputs — valid: {len(example_inputs)}, like the example inputs — fix: give every "
             "sample all the model's inputs, in order")
     for i, (got, want) in enumerate(zip(sample, example_inputs)):
@@ -44,7 +45,7 @@ def _check_sample(sample: Sequence, example_inputs: tuple, index: int) -> tuple:
                 got = torch.as_tensor(got)
             if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
                 raise QuantizeError(
-                    f"`opforge.quantize.quantize(calibration=...)`: sample {index}, input {i} — "
+                    f"`opforge.quantize.quantize({what}=...)`: sample {index}, input {i} — "
                     f"shape {tuple(got.shape)} {got.dtype} — valid: {tuple(want.shape)} "
                     f"{want.dtype} (the example input's; the graph is captured with static "
                     "shapes) — fix: reshape or cast the calibration data")
@@ -143,6 +144,24 @@ class QuantizedModel:
     example_inputs: tuple
     report: QuantReport
     quantizer: Quantizer
+    float_model: torch.nn.Module | None = None  # what evaluate() compares with
+
+    def evaluate(self, samples: Iterable[Sequence]) -> Accuracy:
+        """SQNR and max abs error against the float model on ``samples`` (inputs the
+        calibration did not see); also stored as ``report.held_out``."""
+        if self.float_model is None:
+            raise QuantizeError("`QuantizedModel.evaluate()`: no float model kept — fix: "
+                                "make the QuantizedModel with opforge.quantize.quantize")
+        samples = [_check_sample(s, self.example_inputs, i, what="evaluation")
+                   for i, s in enumerate(samples)]
+        if not samples:
+            raise QuantizeError("`QuantizedModel.evaluate([])`: no samples — valid: at least "
+                                "one — fix: pass held-out inputs")
+        with torch.no_grad():
+            reference = [self.float_model(*s) for s in samples]
+            outputs = [self.model(*s) for s in samples]
+        self.report.held_out = accuracy(reference, outputs)
+        return self.report.held_out
 
     def export(self, *, pack_4bit: bool = True, **kwargs: Any):
         """``opforge.export.export`` of the converted model (Q/DQ ops and integer constants
@@ -169,6 +188,7 @@ def quantize(
     calibration: Iterable[Sequence] | None = None,
     quantizer: Quantizer | None = None,
     train: Callable[[torch.fx.GraphModule], Any] | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> QuantizedModel:
     """Quantize ``model`` with ``scheme`` (or a configured ``quantizer``) and report.
 
@@ -177,8 +197,11 @@ def quantize(
     warning (one sample rarely covers the real ranges). QAT: pass ``train`` (a function
     that trains the fake-quantized graph module in place) and a quantizer whose config has
     ``is_qat=True``. The report compares the converted model with the float model on the
-    calibration samples (SQNR in dB, max abs error).
+    calibration samples (SQNR in dB, max abs error); ``QuantizedModel.evaluate`` measures
+    held-out inputs. ``on_step(text)`` is told each stage (calibration sample i of n,
+    conversion, measurement) for a progress display.
     """
+    step = on_step or (lambda text: None)
     example_inputs = tuple(example_inputs)
     quantizer = quantizer or Quantizer(scheme)
     if calibration is None:
@@ -198,18 +221,23 @@ def quantize(
         model.eval()
         with torch.no_grad():
             reference = [model(*s) for s in samples]
+        step("capturing and annotating the graph")
         prepared = prepare(model, example_inputs, quantizer)
         with torch.no_grad():
-            for s in samples:
+            for i, s in enumerate(samples):
+                step(f"calibrating: sample {i + 1} of {len(samples)}")
                 prepared(*s)
+    step("converting to quantize/dequantize ops")
     converted = convert(prepared)
     for name in run_on_integers(converted):
         decision = quantizer.decisions.get(name)
         if decision is not None:
             quantizer.decisions[name] = dataclasses.replace(
                 decision, detail=decision.detail + "; its kernel runs on the integers")
+    step("measuring against the float model")
     with torch.no_grad():
         outputs = [converted(*s) for s in samples]
     report = build_report(quantizer, converted, accuracy(reference, outputs),
                           calibrated=len(samples), scheme=quantizer.default.scheme)
-    return QuantizedModel(converted, example_inputs, report, quantizer)
+    return QuantizedModel(converted, example_inputs, report, quantizer,
+                          float_model=model if train is None else None)

@@ -69,6 +69,8 @@ class QuantReport:
     calibration_samples: int
     notes: list[str] = field(default_factory=list)
     qdq_ops: dict[str, int] = field(default_factory=dict)
+    # the same measure on samples the calibration did not see (QuantizedModel.evaluate)
+    held_out: Accuracy | None = None
 
     @property
     def sqnr_db(self) -> float:
@@ -90,6 +92,9 @@ class QuantReport:
             "nodes": [d.__dict__ for d in self.decisions],
             "notes": list(self.notes),
             "qdq_ops": dict(self.qdq_ops),
+            "held_out": None if self.held_out is None else {
+                "sqnr_db": self.held_out.sqnr_db, "max_abs_error": self.held_out.max_abs_error,
+                "samples": self.held_out.samples},
         }
 
     def print_table(self, console=None) -> None:
@@ -106,9 +111,13 @@ class QuantReport:
             table.add_row(d.node, d.op, d.scheme, d.detail, style=style)
         console.print(table)
         acc = Table(title="accuracy against the float model")
-        for column in ("samples", "SQNR (dB)", "max abs error"):
+        for column in ("inputs", "samples", "SQNR (dB)", "max abs error"):
             acc.add_column(column, justify="right")
-        acc.add_row(str(self.accuracy.samples), f"{self.sqnr_db:.2f}", f"{self.max_abs_error:.6g}")
+        acc.add_row("calibration", str(self.accuracy.samples), f"{self.sqnr_db:.2f}",
+                    f"{self.max_abs_error:.6g}")
+        if self.held_out is not None:
+            acc.add_row("held out", str(self.held_out.samples), f"{self.held_out.sqnr_db:.2f}",
+                        f"{self.held_out.max_abs_error:.6g}")
         console.print(acc)
         for note in self.notes:
             console.print(f"note: {note}")

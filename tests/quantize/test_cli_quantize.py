@@ -85,3 +85,73 @@ def test_the_documented_api_is_what_is_exported():
     api = doc.split("## API", 1)[1]
     documented = set(re.findall(r"^- `(\w+)` —", api, re.M))
     assert documented == set(Q.__all__)
+
+
+def test_backend_eval_and_progress(tmp_path, calibration):
+    """--backend delegates the quantized program (8a8w on the cpu backend's int8 ops),
+    --eval reports held-out accuracy beside calibration's, and the stages are named."""
+    rng = np.random.default_rng(7)
+    for i in range(2):
+        np.save(tmp_path / f"h{i}.npy", 3 * rng.standard_normal((4, 64)).astype(np.float32))
+    (tmp_path / "held.txt").write_text("h0.npy\nh1.npy\n")
+    out = tmp_path / "m.opf"
+    result = CliRunner().invoke(cli, [
+        "quantize", "opforge.examples.zoo:mlp", "--calibration", str(calibration), "--eval",
+        str(tmp_path / "held.txt"), "--backend", "cpu", "--compile-spec", "num_threads=1",
+        "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    held = report["held_out"]
+    assert held["samples"] == 2 and held["sqnr_db"] != report["sqnr_db"]  # other inputs
+    assert report["delegation"]["forward"]["delegates"][0]["backend"] == "cpu"
+    assert any(type(i).__name__ == "DelegateCall" for i in load(out).method("forward").instructions)
+    table = CliRunner().invoke(cli, [
+        "quantize", "opforge.examples.zoo:mlp", "--calibration", str(calibration), "--eval",
+        str(tmp_path / "held.txt"), "-o", str(out)])
+    assert table.exit_code == 0 and "held out" in table.output and "calibration" in table.output
+
+
+def test_bad_options_fail_before_calibrating_and_name_quantize(tmp_path, calibration):
+    result = CliRunner().invoke(cli, ["quantize", "opforge.examples.zoo:mlp", "--calibration",
+                                      str(calibration), "--compile-spec", "num_threads=1",
+                                      "-o", str(tmp_path / "m.opf")])
+    assert result.exit_code != 0 and "without --backend" in str(result.exception)
+    result = CliRunner().invoke(cli, ["quantize", "opforge.examples.zoo:mlp", "--kernels",
+                                      str(tmp_path / "missing.so"), "-o", str(tmp_path / "m.opf")])
+    assert result.exit_code != 0 and "opforge quantize" in result.output and "no such file" in result.output
+    (tmp_path / "list.txt").write_text("nothere.npy\n")
+    result = CliRunner().invoke(cli, ["quantize", "opforge.examples.zoo:mlp", "--calibration",
+                                      str(tmp_path / "list.txt"), "-o", str(tmp_path / "m.opf")])
+    assert result.exit_code != 0
+    assert "`opforge quantize --calibration" in result.output and "opforge run" not in result.output
+
+
+def test_a_native_library_alone_is_joined_with_the_portable_set(tmp_path, calibration):
+    """`--kernels libmy_ops.so` alone used to fail after the whole calibration, asking for a
+    manifest of quantized_decomposed::* — which the portable set has."""
+    import shutil
+
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("needs a C++ compiler")
+    from opforge.examples.my_ops import manifest_path
+    from opforge.native import build_library
+
+    sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
+    lib = build_library(manifest_path(), sources, tmp_path / "libmy_ops.so",
+                        cache_root=tmp_path / "cache").path
+    result = CliRunner().invoke(cli, ["quantize", "opforge.examples.zoo:mlp", "--calibration",
+                                      str(calibration), "--kernels", str(lib), "-o",
+                                      str(tmp_path / "m.opf")])
+    assert result.exit_code == 0, result.output
+    assert "the portable set is added" in result.output
+
+
+def test_importing_quantize_prints_no_torchao_noise():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import opforge.quantize"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Failed to load" not in proc.stderr + proc.stdout
+    assert "KernelPreference" not in proc.stderr + proc.stdout
