@@ -140,3 +140,18 @@ def test_build_refuses_missing_pieces(sources, cache):
     (host / "add_custom.yaml").unlink()
     with pytest.raises(ManifestError, match="holds no prototype"):
         build_vendor_package(host, kernel, cache_root=cache)
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_an_install_path_that_is_a_file_is_a_build_error(sources, cache, search_path, below):
+    host, kernel = sources
+    blocker = search_path / "opp-file"
+    blocker.write_text("not a folder\n")
+    install_path = blocker / below if below else blocker
+    with pytest.raises(BuildError, match=r"--install_path .* is a file, not a folder — valid: a "
+                                         r"folder \(created if missing\) — fix: pass a folder"):
+        build_vendor_package(host, kernel, vendor_name="acme", install=True,
+                             install_path=install_path, cache_root=cache)
+    result = CliRunner().invoke(cli, ["msop", "build", "-o", str(host), "-k", str(kernel),
+                                      "--install_path", str(install_path), "-i"])
+    assert isinstance(result.exception, BuildError) and "is a file" in str(result.exception)
