@@ -92,10 +92,18 @@ def mangled_prefix(name: str) -> str:
 
 def register(handle: Any, plan: dict, registry: Any) -> None:
     """Label every kernel and package entry ``handle``'s engine calls (see the module
-    docstring); ``handle.crash_names`` keeps the labels for ``frame_label``."""
+    docstring); ``handle.crash_names`` keeps the labels for ``frame_label``. Best effort:
+    naming a crash never stops a program from loading."""
     handle.crash_names = []
     if os.environ.get("OPFORGE_FAULTHANDLER", "1") == "0" or not _declare(handle.lib):
         return
+    try:
+        _register(handle, plan, registry)
+    except Exception:  # noqa: BLE001 - a label we cannot make is a report we do without
+        handle.crash_names = []
+
+
+def _register(handle: Any, plan: dict, registry: Any) -> None:
     from opforge.runtime.native import enable_crash_reports
 
     labels: dict[int, list[str]] = {}
