@@ -15,7 +15,9 @@ library paths from ``op_info.json`` on a search path).
 # given ``/proc/self/fd/N``: the same file, not a name looked up again. The descriptor stays
 # open for as long as the library is loaded (for the process: opforge never unloads one), so
 # its number is never reused for another library: the dynamic loader matches an already
-# loaded object by the name it was opened with.
+# loaded object by the name it was opened with. The cost: the loader takes /proc/self/fd as
+# the library's $ORIGIN, so a dependency found through an rpath of $ORIGIN is not found
+# (the op-package loader says so, with the fix: an absolute rpath or LD_LIBRARY_PATH).
 #
 # Why refuse world-writable folders (not warn)
 #

@@ -146,3 +146,19 @@ def test_names_too_long_for_a_file_are_refused_where_they_are_read(tmp_path, pac
     with pytest.raises(ManifestError, match=f"at most {C_NAME_MAX} characters"):
         parse_manifest_packages(yaml, "m.yaml")
     assert C_NAME_MAX == 128  # the documented limit
+
+
+def test_a_dependency_beside_the_package_through_origin_is_explained(tmp_path):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    (tmp_path / "dep.cpp").write_text('extern "C" int dep() { return 7; }\n')
+    (tmp_path / "pkg.cpp").write_text('extern "C" int dep(); extern "C" int use() { return dep(); }\n')
+    import subprocess
+
+    subprocess.run([cxx, "-shared", "-fPIC", "-o", str(tmp_path / "libdep.so"),
+                    str(tmp_path / "dep.cpp")], check=True)
+    subprocess.run([cxx, "-shared", "-fPIC", "-o", str(tmp_path / "libPkg.so"),
+                    str(tmp_path / "pkg.cpp"), f"-L{tmp_path}", "-ldep", "-Wl,-rpath,$ORIGIN"],
+                   check=True)
+    with pytest.raises(BackendError, match=r"a library it depends on was not found \(libdep.so: "
+                                           r".* an rpath of \$ORIGIN does not point beside"):
+        load_package(tmp_path / "libPkg.so", package_name="Pkg")

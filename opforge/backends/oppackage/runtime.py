@@ -223,6 +223,13 @@ def _open(opened: OpenedLibrary, package_name: str, provider_name: str, where: s
         lib = ctypes.CDLL(opened.load_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
         message = str(e).replace(opened.load_path, opened.real)
+        if "cannot open shared object file" in message and opened.real not in message:
+            raise BackendError(  # a dependency: $ORIGIN is /proc/self/fd for the descriptor
+                f"{where}: a library it depends on was not found ({message}) — valid: "
+                "dependencies on the loader's path or an absolute rpath (opforge loads a "
+                "package from the descriptor it checked, so an rpath of $ORIGIN does not "
+                "point beside the package) — fix: link the dependency with -Wl,-rpath,<its "
+                "folder>, or add the folder to LD_LIBRARY_PATH") from None
         raise BackendError(f"{where}: cannot be loaded ({message}) — valid: a shared library "
                            f"built by `opforge oppackage build` for {host_platform()} — fix: "
                            "rebuild it on this machine") from None
