@@ -39,7 +39,6 @@ import ctypes
 import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Sequence
 
 from opforge._library_paths import OpenedLibrary, open_library, world_writable_problem
