@@ -62,7 +62,8 @@ def _node_names(plan: dict) -> list[str | None]:
 
 
 def _kernel_entry(op: dict, plan: dict, registry: Any):
-    """``(fn, "native kernel <symbol> for <key> [<manifest entry>]", library)`` or None."""
+    """``(fn, "native kernel <symbol> for <key> [<manifest entry>]", library, symbol
+    prefix)`` for a kernel op, or None when it has no native kernel here."""
     from opforge.backends.cpu import engine
 
     if registry is None:
