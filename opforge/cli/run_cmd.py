@@ -119,12 +119,36 @@ def _refuse_special(option: str, path: str, command: str = "opforge run") -> Non
 def _read_npy(path: str, command: str = "opforge run", option: str = "--input") -> np.ndarray:
     _refuse_special(option, path, command)
     try:
+        _check_npy_size(path)
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, MemoryError) as e:
         raise click.ClickException(
             f"`{command}`: input {path!r} — cannot read it as .npy ({e}) — valid: a NumPy "
             ".npy file without pickled objects — fix: save it with numpy.save(path, array)"
         ) from None
+
+
+def _check_npy_size(path: str) -> None:
+    """``ValueError`` unless the header's shape and dtype describe exactly the bytes that
+    follow it: a header declaring terabytes made ``np.load`` allocate them first."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        version = fmt.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = fmt.read_array_header_2_0(f)
+        else:
+            return  # (3, 0) and later: np.load's own checks
+        if dtype.hasobject:
+            return  # refused by np.load (allow_pickle=False)
+        have = os.fstat(f.fileno()).st_size - f.tell()
+    need = dtype.itemsize
+    for d in shape:
+        need *= d
+    if need > have:
+        raise ValueError(f"its header declares {dtype}{list(shape)}, {need} bytes, and only "
+                         f"{have} bytes follow it")
 
 
 def _read_input_list(path: str, command: str = "opforge run",

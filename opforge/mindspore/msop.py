@@ -60,6 +60,9 @@ def build_vendor_package(op_host_path, op_kernel_path, *, vendor_name: str = "cu
     if not _VENDOR.match(vendor_name or ""):
         raise BuildError(f"`{API}`: --vendor_name {vendor_name!r} — valid: letters, digits, "
                          "'_', '-', '.' (a folder name) — fix: e.g. --vendor_name customize")
+    root = Path(install_path) if install_path else default_install_path()
+    if install:
+        _check_install_root(root)  # before compiling: a bad path should not cost a build
     prototypes = _prototypes(host)
     sources = sorted(p for d in (host, kernel) for p in d.iterdir() if p.suffix in _SOURCES)
     if not any(p.parent == kernel for p in sources):
@@ -81,8 +84,7 @@ def build_vendor_package(op_host_path, op_kernel_path, *, vendor_name: str = "cu
     package = write_package(ops, out / "vendors" / vendor_name, vendor_name=vendor_name)
     installed = None
     if install:
-        installed = _install(package, Path(install_path) if install_path else
-                             default_install_path(), vendor_name)
+        installed = _install(package, root, vendor_name)
     if clean:
         shutil.rmtree(work, ignore_errors=True)
         (out / "build.log").unlink(missing_ok=True)
@@ -175,9 +177,33 @@ def _ops(prototypes, library: Path) -> list[AotOp]:
     return ops
 
 
+def _check_install_root(root: Path) -> None:
+    """``--install_path`` and ``<it>/vendors`` must be folders, or not exist yet."""
+    for path in (root, root / "vendors"):
+        for parent in (path, *path.parents):
+            if parent.exists() or parent.is_symlink():
+                if not parent.is_dir():
+                    raise BuildError(
+                        f"`{API}`: --install_path {str(root)!r} — {str(parent)!r} is a file, not "
+                        "a folder — valid: a folder (created if missing) — fix: pass a folder "
+                        "path, or move the file away")
+                break
+
+
 def _install(package: Path, root: Path, vendor_name: str) -> Path:
+    _check_install_root(root)
     target = root / "vendors" / vendor_name
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return _replace_folder(package, target, vendor_name)
+    except OSError as e:
+        from opforge._user_files import os_error_text
+
+        raise BuildError(f"`{API} -i`: --install_path: "
+                         f"{os_error_text(e, e.filename or target, 'write')}") from None
+
+
+def _replace_folder(package: Path, target: Path, vendor_name: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{vendor_name}.", dir=target.parent))
     try:
         shutil.copytree(package, staging, dirs_exist_ok=True)

@@ -26,7 +26,8 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from opforge.errors import ManifestError, RegistrationError
+from opforge._library_paths import inside, world_writable_problem
+from opforge.errors import ManifestError, RegistrationError, shown
 from opforge.mindspore.op import AotKernel, AotOp
 
 __all__ = ["SEARCH_PATH_ENV", "MINDSPORE_SEARCH_PATH_ENV", "PACKAGE_FORMAT", "search_path",
@@ -56,9 +57,13 @@ def search_path() -> list[Path]:
 
 
 def packages() -> list[Path]:
-    """Every vendor package folder on the search path, in precedence order."""
+    """Every vendor package folder on the search path, in precedence order. An entry
+    that others can write (see ``read_package``) is a ``ManifestError``."""
     found: list[Path] = []
     for entry in search_path():
+        for folder in (entry, entry / "vendors"):
+            if folder.is_dir():
+                _refuse_world_writable(folder, folder, f"search-path entry {entry}")
         if (entry / OP_INFO).is_file():
             candidates = [entry]
         elif (entry / "vendors").is_dir():
@@ -70,10 +75,19 @@ def packages() -> list[Path]:
 
 
 def read_package(folder: str | os.PathLike) -> list[AotOp]:
-    """The ops of the vendor package in ``folder`` (``ManifestError`` if malformed)."""
+    """The ops of the vendor package in ``folder`` (``ManifestError`` if malformed).
+
+    A package is code found by location, so it is refused (``ManifestError``) when its
+    libraries are not inside ``folder`` (``op_info.json`` naming ``../../x.so`` or an
+    absolute path, or a symlink leading out), and when ``folder``, a folder between it and a
+    library, ``op_info.json`` or a library is world-writable, or a folder above is
+    world-writable without the sticky bit: anyone could have put their code there
+    (``opforge._library_paths`` says why refusing, not warning).
+    """
     folder = Path(folder).resolve()
     path = folder / OP_INFO
     api = f"opforge.mindspore.read_package({str(folder)!r})"
+    _refuse_world_writable(path, folder, f"`{api}`: {OP_INFO}")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -85,10 +99,31 @@ def read_package(folder: str | os.PathLike) -> list[AotOp]:
         raise ManifestError(f"`{api}`: {path} — format {found!r} — valid: {PACKAGE_FORMAT} — "
                             "fix: rebuild the package with this opforge (`opforge msop build`)")
     try:
-        return [AotOp.from_json(op, base=str(folder)) for op in data["ops"]]
+        ops = [AotOp.from_json(op, base=str(folder)) for op in data["ops"]]
     except (KeyError, TypeError) as e:
         raise ManifestError(f"`{api}`: {path} — an op entry lacks {e} — fix: rebuild the "
                             "package") from None
+    for op in ops:
+        if op.library and not inside(op.library, folder):
+            raise ManifestError(
+                f"`{api}`: {path} — op {shown(op.name)} names the library "
+                f"{shown(op.library)}, which resolves to {shown(os.path.realpath(op.library))}, "
+                f"outside the package — valid: a library inside {folder} (lib/, as `opforge "
+                "msop build` writes it) — fix: rebuild the package, or copy the library into "
+                "its lib/ folder and name it relative to the package")
+        if op.library:
+            _refuse_world_writable(op.library, folder, f"`{api}`: op {shown(op.name)}'s library")
+    return ops
+
+
+def _refuse_world_writable(path, root, what: str) -> None:
+    problem = world_writable_problem(path, root)
+    if problem:
+        raise ManifestError(
+            f"{what} — {problem}: anyone on this machine could put code there, and a vendor "
+            "package's libraries run in this process — valid: folders and files only their "
+            "owners can write — fix: chmod o-w it, or install the package into a folder of "
+            "your own (`opforge msop build -i --install_path DIR`)")
 
 
 def find_op(name: str) -> tuple[AotOp, Path] | None:

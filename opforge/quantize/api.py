@@ -49,6 +49,13 @@ def _check_sample(sample: Sequence, example_inputs: tuple, index: int,
                     f"shape {tuple(got.shape)} {got.dtype} — valid: {tuple(want.shape)} "
                     f"{want.dtype} (the example input's; the graph is captured with static "
                     "shapes) — fix: reshape or cast the calibration data")
+            if got.is_floating_point() and not bool(torch.isfinite(got).all()):
+                bad = "NaN" if bool(torch.isnan(got).any()) else "an infinity"
+                raise QuantizeError(
+                    f"`opforge.quantize.quantize(calibration=...)`: sample {index}, input {i} — "
+                    f"holds {bad} — valid: finite values (an observer's range cannot hold NaN "
+                    "or inf) — fix: clean the calibration data (e.g. torch.nan_to_num), or "
+                    "leave this sample out")
     return tuple(torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x for x in sample)
 
 
@@ -90,6 +97,7 @@ def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
         move_exported_model_to_eval(prepared)
     except Exception:  # noqa: BLE001 - a PTQ graph has nothing to switch
         pass
+    _check_observed_ranges(prepared)
     converted = convert_pt2e(prepared)
     _drop_unused_tensors(converted)
     _narrow_zero_points(converted)
@@ -104,6 +112,27 @@ def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for module in converted.modules():
         module.training = False
     return converted
+
+
+def _check_observed_ranges(prepared: torch.fx.GraphModule) -> None:
+    """``QuantizeError`` for an observer whose range is not finite (a NaN or inf reached it:
+    from the data, or made by the model); torchao's own check is an ``assert``."""
+    users = {str(n.target): n for n in prepared.graph.nodes if n.op == "call_module"}
+    for name, module in prepared.named_modules():
+        low, high = getattr(module, "min_val", None), getattr(module, "max_val", None)
+        if not (isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor)):
+            continue
+        if low.numel() == 0 or bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
+            continue
+        node = users.get(name) or users.get(name.rsplit(".", 1)[0])
+        observed = node.args[0] if node is not None and node.args else None
+        where = f"the output of node {observed.name!r}" if hasattr(observed, "name") else name
+        raise QuantizeError(
+            f"`opforge.quantize.convert`: observer {name!r} on {where} — saw the range "
+            f"[{float(low.min())}, {float(high.max())}] — valid: finite values on every "
+            "calibration sample — fix: 1. clean the calibration data of NaN and inf; 2. if "
+            "the model itself makes them (log of 0, 0/0), fix it there, or leave that op in "
+            "floating point (Quantizer.add_discard_ops)")
 
 
 def _drop_unused_tensors(gm: torch.fx.GraphModule) -> None:

@@ -146,6 +146,14 @@ class DelegateSet:
             with lock:
                 run()
         call.delegate_run = run  # the unlocked call, for a backend's own benchmarks
+        label = getattr(run, "crash_label", None)
+        if label is not None:  # native code inside: name this frame for a crash report
+            from opforge.runtime.native import _named
+
+            blob_id = self._program.delegates[index].id
+            name = f"delegate {index} (backend {blob_id!r}) calling {label}"
+            call = _named(call, name, f"<{blob_id} delegate {index}>")
+            call.crash_label = name
         return call
 
     def kernel(self, index: int) -> DelegateKernel:

@@ -263,10 +263,16 @@ class Method:
 
     def _bind_delegate(self, i: int, delegates, instruction) -> object:
         try:
-            return delegates.bind(instruction, self._values.get)
+            call = delegates.bind(instruction, self._values.get)
         except BackendError as e:
             raise BackendError(f"`{self._api}({self.name!r})`: instruction {i} (DelegateCall "
                                f"{instruction.delegate}) — {e}") from None
+        label = getattr(call, "crash_label", None)
+        if label is not None:  # native code inside the delegate: name the frame for a crash
+            from opforge.runtime.native import _named
+
+            call = _named(call, f"instruction {i} of method {self.name!r}, {label}")
+        return call
 
     def _scalar_input_users(self, method: MethodDef) -> dict[int, list[int]]:
         """Scalar inputs → positions in ``_bound`` of the instructions that read them."""

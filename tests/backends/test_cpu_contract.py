@@ -202,6 +202,10 @@ def test_valid_json_with_hostile_fields_is_refused():
         (lambda d: d["ops"].append({"kind": "copy", "in": [d["inputs"][0]], "out": [temps[0]],
                                     "ia": [1, 10 ** 9, 1, 0, 1, 0], "fa": [], "post": [], "name": "x"}),
          "outside its tensor"),
+        (lambda d: next(t for t in d["tensors"] if "data" in t).update({"data": []}),
+         "has 0 items, not \\[offset, nbytes\\]"),
+        (lambda d: next(t for t in d["tensors"] if "data" in t).update({"data": [0]}),
+         "has 1 items, not \\[offset, nbytes\\]"),
     ]
     for mutate, why in cases:
         with pytest.raises(BackendError, match=why):

@@ -140,3 +140,64 @@ def test_build_refuses_missing_pieces(sources, cache):
     (host / "add_custom.yaml").unlink()
     with pytest.raises(ManifestError, match="holds no prototype"):
         build_vendor_package(host, kernel, cache_root=cache)
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_an_install_path_that_is_a_file_is_a_build_error(sources, cache, search_path, below):
+    host, kernel = sources
+    blocker = search_path / "opp-file"
+    blocker.write_text("not a folder\n")
+    install_path = blocker / below if below else blocker
+    with pytest.raises(BuildError, match=r"--install_path .* is a file, not a folder — valid: a "
+                                         r"folder \(created if missing\) — fix: pass a folder"):
+        build_vendor_package(host, kernel, vendor_name="acme", install=True,
+                             install_path=install_path, cache_root=cache)
+    result = CliRunner().invoke(cli, ["msop", "build", "-o", str(host), "-k", str(kernel),
+                                      "--install_path", str(install_path), "-i"])
+    assert isinstance(result.exception, BuildError) and "is a file" in str(result.exception)
+
+
+def _installed(sources, cache, search_path, monkeypatch):
+    host, kernel = sources
+    build_vendor_package(host, kernel, vendor_name="acme", install=True,
+                         install_path=search_path / "opp", cache_root=cache)
+    monkeypatch.setenv("OPFORGE_CUSTOM_OPP_PATH", str(search_path / "opp"))
+    return search_path / "opp" / "vendors" / "acme"
+
+
+def test_a_library_outside_its_vendor_package_is_refused(sources, cache, search_path, monkeypatch):
+    package = _installed(sources, cache, search_path, monkeypatch)
+    elsewhere = search_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(package / "lib" / "libacme_ops.so", elsewhere / "lib.so")
+    info_path = package / "op_info.json"
+    info = json.loads(info_path.read_text())
+    for library in ("../../../elsewhere/lib.so", str(elsewhere / "lib.so")):
+        info["ops"][0]["library"] = library
+        info_path.write_text(json.dumps(info))
+        with pytest.raises(ManifestError, match=r"names the library .* outside the package — "
+                                                r"valid: a library inside .*acme"):
+            register_vendor_ops(KernelRegistry.portable())
+    # a symlink inside the package that leads out is outside too
+    (package / "lib" / "libacme_ops.so").unlink()
+    (package / "lib" / "libacme_ops.so").symlink_to(elsewhere / "lib.so")
+    info["ops"][0]["library"] = "lib/libacme_ops.so"
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(ManifestError, match="outside the package"):
+        find_op("AddCustom")
+
+
+@pytest.mark.parametrize("where", ["entry", "vendors", "package", "lib"])
+def test_a_vendor_package_others_can_write_is_refused(sources, cache, search_path, monkeypatch,
+                                                      where):
+    package = _installed(sources, cache, search_path, monkeypatch)
+    folder = {"entry": search_path / "opp", "vendors": search_path / "opp" / "vendors",
+              "package": package, "lib": package / "lib"}[where]
+    folder.chmod(0o1777 if where != "lib" else 0o777)
+    try:
+        with pytest.raises(ManifestError, match=r"is world-writable .* — fix: chmod o-w it, or "
+                                                r"install the package into a folder of your own"):
+            register_vendor_ops(KernelRegistry.portable())
+    finally:
+        folder.chmod(0o755)
+    assert register_vendor_ops(KernelRegistry.portable()) == ["mindspore::AddCustom.out"]

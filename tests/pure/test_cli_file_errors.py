@@ -88,3 +88,22 @@ def test_a_trace_in_a_missing_directory_is_a_clean_error(relu, tmp_path):
     assert (f"`opforge run --trace`: {trace} — cannot write it (No such file or directory, "
             "ENOENT)") in err
     assert f"mkdir -p {trace.parent}" in err
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0)])
+@pytest.mark.parametrize("option", ["--input", "--input-list"])
+def test_an_npy_header_declaring_terabytes_is_refused_before_allocating(relu, tmp_path, version,
+                                                                        option):
+    huge = tmp_path / "huge.npy"
+    with open(huge, "wb") as f:
+        header = {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)}
+        write = (np.lib.format.write_array_header_1_0 if version == (1, 0)
+                 else np.lib.format.write_array_header_2_0)
+        write(f, header)
+        f.write(bytes(12))
+    (tmp_path / "list.txt").write_text(f"{huge}\n")
+    given = huge if option == "--input" else tmp_path / "list.txt"
+    err = _clean_failure(_opforge("run", relu, option, given))
+    assert (f"input {str(huge)!r} — cannot read it as .npy (its header declares "
+            f"float32[{1 << 40}], {4 << 40} bytes, and only 12 bytes follow it)") in err
+    assert "MemoryError" not in err

@@ -124,6 +124,32 @@ def test_calibration_data_of_the_wrong_shape():
         quantize(model, inputs, "8a8w", calibration=[(inputs[0], inputs[0])])
 
 
+class _LogLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(torch.log(x))
+
+
+@pytest.mark.parametrize("value, found", [(float("nan"), "NaN"), (float("inf"), "an infinity")])
+def test_a_non_finite_calibration_sample_is_a_quantize_error(value, found):
+    inputs = (torch.rand(2, 4) + 0.5,)
+    bad = inputs[0].clone()
+    bad[1, 2] = value
+    with pytest.raises(QuantizeError, match=rf"sample 1, input 0 — holds {found} — valid: finite "
+                                            r"values .* — fix: clean the calibration data"):
+        quantize(_LogLinear(), inputs, "8a8w", calibration=[inputs, (bad,)])
+
+
+def test_a_nan_the_model_makes_names_the_observed_node():
+    inputs = (torch.rand(2, 4) + 0.5,)
+    with pytest.raises(QuantizeError, match=r"observer '.*' on the output of node 'log' — saw the "
+                                            r"range \[nan, nan\] — valid: finite values"):
+        quantize(_LogLinear(), inputs, "8a8w", calibration=[(-torch.ones(2, 4),)])
+
+
 def test_no_calibration_warns_and_uses_the_example_inputs():
     model, inputs = ZOO["mlp"]()
     with pytest.warns(UserWarning, match="no calibration data; the example inputs calibrate"):

@@ -109,17 +109,29 @@ class CpuBackend(Backend):
 
         plan, data = blob.parse(blob_bytes)
         threads = thread_count(specs["num_threads"])
-        return EngineHandle(plan, data, threads, context.max_memory, context.registry, specs)
+        handle = EngineHandle(plan, data, threads, context.max_memory, context.registry, specs)
+        from opforge.backends.cpu import crash_report
+
+        crash_report.register(handle, plan, context.registry)  # names a crashing kernel
+        return handle
 
     def bind(self, handle, inputs, outputs):
+        from opforge.backends.cpu.crash_report import frame_label
         from opforge.backends.cpu.engine import Binding
 
-        return Binding(handle, inputs, outputs)
+        binding = Binding(handle, inputs, outputs)
+        label = frame_label(handle)
+        if label is not None:
+            binding.crash_label = label  # the runtime names its frame with it
+        return binding
 
     def execute(self, handle, inputs, outputs) -> None:
         self.bind(handle, inputs, outputs)()
 
     def destroy(self, handle) -> None:
+        from opforge.backends.cpu.crash_report import forget
+
+        forget(handle)
         handle.close()
 
     def describe_blob(self, blob_bytes, specs) -> dict:

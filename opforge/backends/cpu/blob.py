@@ -137,7 +137,10 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
                 raise _refuse(f"tensors[{i}] aliases a later tensor")
             _int(t.get("offset"), 0, 1 << 40, f"tensors[{i}].offset")
         if "data" in t:
-            offset, nbytes = _ints(t["data"], 2, 0, data.nbytes, f"tensors[{i}].data")
+            span = _ints(t["data"], 2, 0, data.nbytes, f"tensors[{i}].data")
+            if len(span) != 2:
+                raise _refuse(f"tensors[{i}].data has {len(span)} items, not [offset, nbytes]")
+            offset, nbytes = span
             if t["role"] != "const" or offset + nbytes > data.nbytes or offset % 64:
                 raise _refuse(f"tensors[{i}].data [{offset}, {offset + nbytes}) outside the "
                               f"{data.nbytes} data bytes, unaligned, or not a constant")

@@ -1,18 +1,20 @@
-"""The cpu backend's run-time side: builds (once, cached) and loads ``libopforge_cpu.so``
-and turns a parsed blob into an engine handle. NumPy and ctypes only: no torch.
+"""The cpu backend's run-time side: loads the engine library (installed with opforge, or
+built on first use in a development checkout: ``engine_build``) and turns a parsed blob
+into an engine handle. NumPy and ctypes only: no torch.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from opforge.backends.cpu import engine_build
 from opforge.errors import BackendError
 
 ABI_VERSION = 1
@@ -25,28 +27,14 @@ KERNEL_TAGS = {"none": 0, "tensor": 1, "int": 4, "double": 5, "bool": 6, "int_li
 
 
 def onednn_prefix() -> Path | None:
-    """Where the oneDNN wheels put ``lib/libdnnl.so.3`` and ``include/oneapi/dnnl``."""
-    import importlib.metadata as md
-
-    candidates = []
-    for dist in ("onednn-devel-cpu-gomp", "onednn-cpu-gomp"):
-        try:
-            files = md.distribution(dist).files or []
-        except md.PackageNotFoundError:
-            continue
-        for f in files:
-            if str(f).endswith("libdnnl.so.3") or str(f).endswith("oneapi/dnnl/dnnl.hpp"):
-                path = Path(f.locate()).resolve()
-                candidates.append(path.parents[1] if path.name == "libdnnl.so.3" else path.parents[3])
-    candidates += [Path(sys.prefix)]
-    for prefix in candidates:
-        if (prefix / "lib" / "libdnnl.so.3").exists() and (prefix / "include" / "oneapi" / "dnnl" / "dnnl.hpp").exists():
-            return prefix
-    return None
+    """Where the oneDNN wheels put ``lib/libdnnl.so.3`` (all the engine needs at run time;
+    building it also needs ``include/oneapi/dnnl``, see ``engine_build.find_onednn``)."""
+    return engine_build.find_onednn(headers=False)
 
 
 def missing() -> str | None:
-    """None when the engine can be built and loaded here; else what to install."""
+    """None when the engine can be loaded here (installed, or built on first use); else
+    what to install."""
     if os.environ.get("OPFORGE_CPU_BACKEND_DISABLE") == "1":
         return ("disabled by OPFORGE_CPU_BACKEND_DISABLE=1 — fix: unset it")
     if onednn_prefix() is None:
@@ -54,20 +42,63 @@ def missing() -> str | None:
                 "'opforge[cpu]' (the wheels onednn-cpu-gomp==2023.2.0 and "
                 "onednn-devel-cpu-gomp==2023.2.0; not the 'onednn' 2026 wheel, a SYCL build "
                 "that cannot create a CPU engine)")
+    if installed_library() is not None:
+        return None
+    if engine_build.find_onednn(headers=True) is None:
+        return ("the engine is not installed, and oneDNN's headers to build it are missing — "
+                "fix: 1. reinstall opforge with the cpu extra (pip install 'opforge[cpu]'), "
+                "which builds the engine; or 2. pip install onednn-devel-cpu-gomp==2023.2.0")
     from opforge.native.toolchain import find_toolchain
     try:
         find_toolchain()
     except Exception as e:  # noqa: BLE001 - the toolchain says what is missing
-        return f"no C++ compiler to build the engine: {e}"
+        stale = _stale_libraries()
+        what = (f"the installed engine {stale[0]} was built from other sources than the ones "
+                "beside it" if stale else
+                f"the engine is not installed ({INSTALL_DIR / engine_build.installed_name()})")
+        return (f"{what}, and there is no C++ compiler to build it: {e} — or reinstall opforge "
+                "(pip install -e . in a checkout, else pip install 'opforge[cpu]'), which "
+                "builds it")
     return None
 
 
-def _source_dir() -> Path:
-    return Path(__file__).resolve().parent / "native"
+INSTALL_DIR = Path(__file__).resolve().parent / engine_build.INSTALL_FOLDER
+_warned_stale = False
+
+
+def installed_library() -> Path | None:
+    """The engine the package build installed for the sources beside this file, if any."""
+    path = INSTALL_DIR / engine_build.installed_name()
+    return path if path.is_file() else None
+
+
+def _stale_libraries() -> list[Path]:
+    return sorted(INSTALL_DIR.glob(f"{engine_build.ENGINE_NAME}.*.so"))
+
+
+def _compile_on_first_use(prefix: Path) -> Path:
+    """The development fallback: the engine built into opforge's build cache (once)."""
+    global _warned_stale
+    stale = _stale_libraries()
+    if stale and not _warned_stale:
+        _warned_stale = True
+        warnings.warn(
+            f"opforge cpu backend: the installed engine {stale[0]} was built from other sources "
+            f"than the ones in {engine_build.source_files()[0].parent} (they changed since "
+            "opforge was installed); it is not used, the engine is compiled into the build "
+            "cache instead — fix: pip install -e . again (or pip install opforge) to rebuild "
+            "the installed engine", RuntimeWarning, stacklevel=3)
+    from opforge.native.shared_library import compile_shared
+
+    return compile_shared(
+        [p for p in engine_build.source_files() if p.suffix == ".cpp"], "opforge_cpu",
+        flags=engine_build.compile_flags(prefix), include_dirs=engine_build.include_dirs(),
+        kind="cpu-backend-engine", api="opforge cpu backend", extra={"onednn": str(prefix)})
 
 
 def library() -> ctypes.CDLL:
-    """The engine library, built on first use into opforge's build cache (then cached)."""
+    """The engine library: the installed one built from these sources, else (development)
+    built on first use into opforge's build cache; loaded once per process."""
     global _lib
     with _lib_lock:
         if _lib is not None:
@@ -75,23 +106,22 @@ def library() -> ctypes.CDLL:
         problem = missing()
         if problem:
             raise BackendError(f"cpu backend: {problem}")
-        from opforge.native.shared_library import compile_shared
-
         prefix = onednn_prefix()
-        here = Path(__file__).resolve().parent
-        native_include = here.parents[1] / "native" / "include"
-        path = compile_shared(
-            sorted(_source_dir().glob("*.cpp")), "opforge_cpu",
-            flags=["-std=c++17", "-shared", "-fPIC", "-O3", "-fopenmp", f"-I{prefix / 'include'}",
-                   f"-L{prefix / 'lib'}", "-ldnnl", f"-Wl,-rpath,{prefix / 'lib'}",
-                   "-Wl,--no-undefined"],
-            include_dirs=[here / "include", native_include], kind="cpu-backend-engine",
-            api="opforge cpu backend", extra={"onednn": str(prefix)})
+        # the installed engine's rpath covers a standard layout; loading oneDNN first, by
+        # its soname, covers any other (an editable checkout, a relocated environment)
+        ctypes.CDLL(str(prefix / "lib" / "libdnnl.so.3"), mode=ctypes.RTLD_GLOBAL)
+        path = installed_library()
+        if path is None:
+            path = _compile_on_first_use(engine_build.find_onednn(headers=True))
         lib = ctypes.CDLL(str(path))
-        _declare(lib)
+        lib.ofc_abi_version.restype = ctypes.c_int32
         if lib.ofc_abi_version() != ABI_VERSION:
-            raise BackendError(f"cpu backend: engine ABI {lib.ofc_abi_version()}, expected "
-                               f"{ABI_VERSION} — fix: clear the build cache entry for it")
+            fix = ("reinstall opforge (pip install 'opforge[cpu]', or pip install -e . in a "
+                   "checkout)" if path.parent == INSTALL_DIR else
+                   "clear the build cache entry for it")
+            raise BackendError(f"cpu backend: engine {path} has ABI {lib.ofc_abi_version()}, "
+                               f"expected {ABI_VERSION} — fix: {fix}")
+        _declare(lib)
         _lib = lib
         return lib
 

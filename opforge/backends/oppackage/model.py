@@ -28,6 +28,17 @@ DATATYPES = (
     "QNN_DATATYPE_UFIXED_POINT_16", "QNN_DATATYPE_UFIXED_POINT_32", "QNN_DATATYPE_BOOL_8",
     "QNN_DATATYPE_STRING", "BACKEND_SPECIFIC",
 )
+# Package and op type names become C identifiers, file names (src/ops/<Op>.cpp,
+# libQnn<Package>.so) and symbols: a name the file system cannot hold (255 bytes) must be
+# refused where it is read, not by an OSError from the skeleton writer.
+C_NAME_MAX = 128
+
+
+def is_c_name(name: str) -> bool:
+    """A C identifier of at most ``C_NAME_MAX`` characters."""
+    return len(name) <= C_NAME_MAX and name.isidentifier() and name.isascii()
+
+
 RANKS = ("SCALAR", "1D", "2D", "3D", "4D", "5D", "ND")
 LAYOUTS = ("NHWC", "NHCW", "UNDEFINED", "BACKEND_SPECIFIC")
 CONSTRAINT_TYPES = ("Number", "Shape", "Value", "Datatype", "Description")

@@ -39,9 +39,9 @@ import ctypes
 import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Sequence
 
+from opforge._library_paths import OpenedLibrary, open_library, world_writable_problem
 from opforge.backends.oppackage.info import OpPackageInfo, parse_op_package_infos
 from opforge.backends.oppackage.node import PackageNode
 from opforge.backends.oppackage.platforms import host_platform
@@ -114,6 +114,7 @@ class LoadedPackage:
     ops: dict[str, PackageOp]
     opdef_xml: str
     library: ctypes.CDLL = field(repr=False)
+    file: OpenedLibrary | None = field(default=None, repr=False)  # open while loaded
 
     def opdef(self):
         """The OpDef the package was built from (``OpPackage``, its CPU supplements applied)."""
@@ -136,10 +137,15 @@ def trust_packages(paths: Iterable[str | os.PathLike]) -> None:
 
 def is_trusted(path: str | os.PathLike) -> bool:
     """Whether ``prepare`` may load the library at ``path`` (see the module docstring)."""
-    real = os.path.realpath(path)
+    return _trust_entry(os.path.realpath(path)) is not None
+
+
+def _trust_entry(real: str) -> str | None:
+    """The (real) trusted library or folder that allows ``real``, the innermost one."""
     entries = set(_trusted)
     entries.update(os.path.realpath(e) for e in os.environ.get(TRUST_ENV, "").split(os.pathsep) if e)
-    return any(real == e or real.startswith(e.rstrip(os.sep) + os.sep) for e in entries)
+    allowing = [e for e in entries if real == e or real.startswith(e.rstrip(os.sep) + os.sep)]
+    return max(allowing, key=len) if allowing else None
 
 
 def _text(value: bytes | None) -> str:
@@ -148,7 +154,7 @@ def _text(value: bytes | None) -> str:
 
 def load_package(path: str | os.PathLike, *, package_name: str,
                  interface_provider: str | None = None, target: str = "cpu",
-                 platform: str | None = None) -> LoadedPackage:
+                 platform: str | None = None, _gate=None) -> LoadedPackage:
     """Load the package library at ``path`` (once per process) and check it was built for
     ``package_name``, this opforge's ABI, ``target`` and ``platform`` (default: this
     machine's); ``BackendError`` saying what differs and how to fix it."""
@@ -163,12 +169,7 @@ def load_package(path: str | os.PathLike, *, package_name: str,
                            f"{host_platform()} — fix: register the package built for "
                            f"{host_platform()} (packages for other platforms are skipped by "
                            "load_packages)")
-    real = os.path.realpath(path)
-    with _lock:
-        pkg = _loaded.get(real)
-        if pkg is None:
-            pkg = _open(real, package_name, provider_name, where)
-            _loaded[real] = pkg
+    pkg = _load_once(path, package_name, provider_name, where, gate=_gate)
     if pkg.name != package_name:
         raise BackendError(f"{where}: the library is package {pkg.name!r}, registered as "
                            f"{package_name!r} — fix: set op_package_name to {pkg.name!r}")
@@ -191,16 +192,50 @@ def _provider(lib: ctypes.CDLL, name: str, package_name: str, where: str):
                            "leave it out") from None
 
 
-def _open(real: str, package_name: str, provider_name: str, where: str) -> LoadedPackage:
-    if not Path(real).is_file():
-        raise BackendError(f"{where}: no such file — fix: build it with `opforge oppackage build`"
-                           " and register the path of the library it writes")
+def _load_once(path, package_name: str, provider_name: str, where: str, gate) -> LoadedPackage:
+    """Open ``path`` once, let ``gate(real_path)`` refuse it, and load that open file (see
+    ``opforge._library_paths``: no second lookup of the name between check and load)."""
     try:
-        lib = ctypes.CDLL(real, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        opened = open_library(path)
+    except FileNotFoundError:
+        raise BackendError(f"{where}: no such file — fix: build it with `opforge oppackage build`"
+                           " and register the path of the library it writes") from None
     except OSError as e:
-        raise BackendError(f"{where}: cannot be loaded ({e}) — valid: a shared library built by "
-                           f"`opforge oppackage build` for {host_platform()} — fix: rebuild it "
-                           "on this machine") from None
+        raise BackendError(f"{where}: cannot be opened ({e.strerror or e}) — valid: a regular "
+                           "file, the library `opforge oppackage build` writes — fix: register "
+                           "the path of that library") from None
+    try:
+        if gate is not None:
+            gate(opened.real)
+        with _lock:
+            pkg = _loaded.get(opened.real)
+            if pkg is None:
+                pkg = _open(opened, package_name, provider_name, where)
+                _loaded[opened.real] = pkg
+        return pkg
+    finally:
+        opened.close()  # unless dlopen took it: refused by the gate, or a cache hit
+
+
+def _open(opened: OpenedLibrary, package_name: str, provider_name: str, where: str) -> LoadedPackage:
+    try:
+        lib = ctypes.CDLL(opened.load_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as e:
+        message = str(e).replace(opened.load_path, opened.real)
+        if "cannot open shared object file" in message and opened.real not in message:
+            raise BackendError(  # a dependency: $ORIGIN is /proc/self/fd for the descriptor
+                f"{where}: a library it depends on was not found ({message}) — valid: "
+                "dependencies on the loader's path or an absolute rpath (opforge loads a "
+                "package from the descriptor it checked, so an rpath of $ORIGIN does not "
+                "point beside the package) — fix: link the dependency with -Wl,-rpath,<its "
+                "folder>, or add the folder to LD_LIBRARY_PATH") from None
+        raise BackendError(f"{where}: cannot be loaded ({message}) — valid: a shared library "
+                           f"built by `opforge oppackage build` for {host_platform()} — fix: "
+                           "rebuild it on this machine") from None
+    real = opened.real
+    if not opened.loaded():
+        raise BackendError(f"{where}: the dynamic loader returned another library than the "
+                           f"file opened ({real}) — fix: load it in a fresh process")
     provider = _provider(lib, provider_name, package_name, where)
     iface_ptr = ctypes.POINTER(_Interface)()
     rc = provider(ABI_VERSION, ctypes.byref(iface_ptr))
@@ -221,6 +256,11 @@ def _open(real: str, package_name: str, provider_name: str, where: str) -> Loade
                            f"{host_platform()} — fix: build it here (`opforge oppackage build`)")
     if not 0 <= iface.n_ops <= MAX_OPS:
         raise BackendError(f"{where}: reports {iface.n_ops} ops — valid: 0..{MAX_OPS}")
+    if iface.n_ops and not iface.ops:
+        raise BackendError(f"{where}: {provider_name} reports {iface.n_ops} ops and a NULL op "
+                           "table — valid: an ops pointer to n_ops opforge_pkg_op entries — "
+                           "fix: rebuild the package with `opforge oppackage build` (the "
+                           "generated interface fills the table)")
     ops: dict[str, PackageOp] = {}
     for i in range(iface.n_ops):
         op = iface.ops[i]
@@ -231,7 +271,7 @@ def _open(real: str, package_name: str, provider_name: str, where: str) -> Loade
             raise BackendError(f"{where}: op type {type_name!r} listed twice by the package")
         ops[type_name] = PackageOp(type_name, op.create, op.execute, op.destroy)
     return LoadedPackage(real, name, _text(iface.package_version), target, plat, provider_name,
-                         ops, _text(iface.opdef), lib)
+                         ops, _text(iface.opdef), lib, opened)
 
 
 def load_packages(infos: Iterable[OpPackageInfo]) -> dict[str, LoadedPackage]:
@@ -373,17 +413,27 @@ def prepare(node_info: bytes | bytearray | memoryview | PackageNode,
                                "build of it")
         if here:
             path, provider = here[0].op_package_path, here[0].interface_provider
-    if not is_trusted(path):
-        raise BackendError(
-            f"{where}: the program names the package library {shown(path)}, and opforge loads "
-            "a library a program names (its code runs) only when you allow it — fix: 1. set "
-            f"{TRUST_ENV}={path} (libraries or folders, separated by '{os.pathsep}'), or 2. call "
-            "opforge.backends.oppackage.runtime.trust_packages([...]) before loading the program")
+    def gate(real: str) -> None:  # on the opened file's real path, before it is loaded
+        if not is_trusted(real):
+            raise BackendError(
+                f"{where}: the program names the package library {shown(path)}, and opforge "
+                "loads a library a program names (its code runs) only when you allow it — fix: "
+                f"1. set {TRUST_ENV}={path} (libraries or folders, separated by '{os.pathsep}'), "
+                "or 2. call opforge.backends.oppackage.runtime.trust_packages([...]) before "
+                "loading the program")
+        problem = world_writable_problem(real, _trust_entry(real))
+        if problem:
+            raise BackendError(
+                f"{where}: the library {shown(real)} is trusted, but {problem}: anyone on this "
+                "machine could have put their code there — valid: a library in folders only "
+                "its owners can write — fix: chmod o-w the folder (or the file), or move the "
+                "package to a folder of your own and trust that")
+
     if node.platform != host_platform():
         raise BackendError(f"{where}: exported for platform {node.platform!r}; this machine is "
                            f"{host_platform()} — fix: export with a package built for it")
     pkg = load_package(path, package_name=node.package, interface_provider=provider,
-                       target=node.target, platform=node.platform)
+                       target=node.target, platform=node.platform, _gate=gate)
     op = pkg.ops.get(node.op_type)
     if op is None:
         raise BackendError(f"{where}: the package ({pkg.path}) has no op type {node.op_type!r} — "

@@ -31,8 +31,8 @@ import defusedxml
 from defusedxml.expatreader import DefusedExpatParser
 
 from opforge.backends.oppackage.model import (
-    CONSTRAINT_TYPES, DATATYPES, LAYOUTS, RANKS, Constraint, OpDefinition, OpPackage,
-    Supplement, TensorDef,
+    C_NAME_MAX, CONSTRAINT_TYPES, DATATYPES, LAYOUTS, RANKS, Constraint, OpDefinition,
+    OpPackage, Supplement, TensorDef, is_c_name,
 )
 from opforge.errors import ManifestError, shown
 
@@ -219,9 +219,10 @@ class _Reader:
             raise self.fail(root, f"unknown attribute {unknown[0]!r}", "PackageName, Domain, Version",
                             "remove it or check the spelling")
         name = self.attr(root, "PackageName")
-        if not name.isidentifier():
-            raise self.fail(root, f"PackageName {shown(name)} is not a C identifier",
-                            "letters, digits and '_', not starting with a digit",
+        if not is_c_name(name):
+            raise self.fail(root, f"PackageName {shown(name)} is not a C identifier of at most "
+                            f"{C_NAME_MAX} characters",
+                            "ASCII letters, digits and '_', not starting with a digit",
                             "rename the package (it names the library libQnn<PackageName>.so "
                             "and the symbol <PackageName>InterfaceProvider)")
         self.check_children(root, ("OpDefList", "SupplementalOpDefList"))
@@ -249,9 +250,11 @@ class _Reader:
         self.check_children(el, ("Name", "Description", "Reference", "Input", "Output",
                                  "Parameter", "SupportedBackend", "UseDefaultTranslation"))
         name = self.text_of(el, "Name")
-        if not name.isidentifier():
-            raise self.fail(self.one(el, "Name"), f"op type {shown(name)} is not a C identifier",
-                            "letters, digits and '_'", "rename the op (it names a C++ function)")
+        if not is_c_name(name):
+            raise self.fail(self.one(el, "Name"), f"op type {shown(name)} is not a C "
+                            f"identifier of at most {C_NAME_MAX} characters",
+                            "ASCII letters, digits and '_'",
+                            "rename the op (it names a C++ function and a source file)")
         description = self.one(el, "Description", required=False)
         refs = tuple((r.attrs.get("Source", ""), r.attrs.get("Url", ""))
                      for r in el.children if r.tag == "Reference")

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from opforge.backends.oppackage.model import (
-    CONSTRAINT_TYPES, DATATYPES, LAYOUTS, RANKS, Constraint, OpDefinition, OpPackage,
-    Supplement, TensorDef,
+    C_NAME_MAX, CONSTRAINT_TYPES, DATATYPES, LAYOUTS, RANKS, Constraint, OpDefinition,
+    OpPackage, Supplement, TensorDef, is_c_name,
 )
 from opforge.errors import ManifestError, shown
 
@@ -173,9 +173,9 @@ def _tensor(at: _At, role: str) -> TensorDef:
 def _op(at: _At) -> OpDefinition:
     _mapping(at, _OP_KEYS, "op")
     name = _str(at, "name", required=True)
-    if not name.isidentifier():
-        raise at.fail("name", f"op type {shown(name)} is not a C identifier",
-                      "letters, digits and '_'", "rename it")
+    if not is_c_name(name):
+        raise at.fail("name", f"op type {shown(name)} is not a C identifier of at most "
+                      f"{C_NAME_MAX} characters", "ASCII letters, digits and '_'", "rename it")
     refs = []
     for r in _list(at, "references"):
         rat = _At(at.filename, r, at, "references")
@@ -233,9 +233,10 @@ def parse_package_entry(entry: Any, filename: str = "<manifest>") -> OpPackage:
     at = _At(filename, entry)
     _mapping(at, _PKG_KEYS, "op_package entry")
     name = _str(at, "op_package", required=True)
-    if not name.isidentifier():
-        raise at.fail("op_package", f"package name {shown(name)} is not a C identifier",
-                      "letters, digits and '_'", "rename it (it names libQnn<name>.so)")
+    if not is_c_name(name):
+        raise at.fail("op_package", f"package name {shown(name)} is not a C identifier of "
+                      f"at most {C_NAME_MAX} characters", "ASCII letters, digits and '_'",
+                      "rename it (it names libQnn<name>.so)")
     ops = [_op(_At(filename, o, at, "ops")) for o in _list(at, "ops")]
     if not ops:
         raise at.fail("ops", "no ops", "at least one op", "add ops: [...]")

@@ -1,0 +1,163 @@
+"""How the cpu backend's engine library is built: its sources, its flags, the name that
+says which sources it was built from, and one compiler call. Standard library only:
+``setup.py`` loads this file by path to build the engine when opforge is installed (the
+build environment has no numpy), and ``engine.library()`` uses the same sources and flags
+for its development fallback (a build on first use, in opforge's build cache).
+
+# Installed, then fallback
+#
+# A deploy machine has no compiler, so the engine is compiled by the package build
+# (``setup.py``'s ``build_ext``, for a wheel, ``pip install .`` and ``pip install -e .``)
+# into ``opforge/backends/cpu/_engine/libopforge_cpu.<hash>.so``. ``<hash>`` is
+# ``source_hash()``: the SHA-256 of every source and header the engine is compiled from and
+# of the flags. ``library()`` computes it from the sources beside it and loads the installed
+# library of that name: in an editable checkout whose engine sources changed since the
+# last ``pip install -e .``, the installed library has another name, so it is not used
+# (a warning says so) and the engine is compiled on first use, as before. The library is
+# linked against oneDNN's ``libdnnl.so.3`` with an rpath to the wheel's lib folder of a
+# standard environment layout; ``library()`` also loads libdnnl.so.3 from the
+# ``onednn-cpu-gomp`` wheel before the engine, so other layouts work too.
+#
+# We chose a setuptools ``build_ext`` over scikit-build-core: the engine is one compiler
+# call with no configure step, the project already builds with setuptools, and the call
+# is the same one the development fallback makes (scikit-build-core would add CMake to
+# the build requirements and a second description of the same flags).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["ENGINE_NAME", "INSTALL_FOLDER", "EngineBuildError", "source_files", "source_hash",
+           "installed_name", "compile_flags", "find_onednn", "build"]
+
+ENGINE_NAME = "libopforge_cpu"
+INSTALL_FOLDER = "_engine"  # beside this file: opforge/backends/cpu/_engine/
+# The flags that decide the result (paths are added by compile_flags and left out of the hash)
+FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fopenmp", "-Wl,--no-undefined")
+# lib/pythonX.Y/site-packages/opforge/backends/cpu/_engine → lib/ (where the oneDNN wheel
+# puts libdnnl.so.3)
+RPATH = "$ORIGIN/../../../../../.."
+
+_CPU = Path(__file__).resolve().parent
+_OPFORGE = _CPU.parents[1]
+
+
+class EngineBuildError(Exception):
+    """The engine could not be built here (no compiler, no oneDNN headers, a failed compile)."""
+
+
+def source_files(cpu_dir: Path = _CPU) -> list[Path]:
+    """The engine's sources and every header it may include, in a fixed order."""
+    opforge_dir = cpu_dir.parents[1]
+    files = sorted((cpu_dir / "native").glob("*.cpp"))
+    files += sorted((cpu_dir / "include").rglob("*.h"))
+    files += sorted((opforge_dir / "native" / "include").rglob("*.h"))
+    return files
+
+
+_hash_cache: dict[Path, str] = {}
+
+
+def source_hash(cpu_dir: Path = _CPU) -> str:
+    """SHA-256 (hex, first 16 characters) of the engine's sources, headers and flags."""
+    cached = _hash_cache.get(cpu_dir)
+    if cached is not None:
+        return cached
+    opforge_dir = cpu_dir.parents[1]
+    digest = hashlib.sha256()
+    digest.update(" ".join(FLAGS).encode() + b"\0")
+    for path in source_files(cpu_dir):
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(opforge_dir).as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    _hash_cache[cpu_dir] = value = digest.hexdigest()[:16]
+    return value
+
+
+def installed_name(cpu_dir: Path = _CPU) -> str:
+    """The installed engine's file name for the sources in ``cpu_dir``."""
+    return f"{ENGINE_NAME}.{source_hash(cpu_dir)}.so"
+
+
+def find_onednn(*, headers: bool) -> Path | None:
+    """The prefix holding ``lib/libdnnl.so.3`` (and ``include/oneapi/dnnl/dnnl.hpp`` when
+    ``headers``): from the oneDNN wheels' file lists, else ``sys.prefix``."""
+    import importlib.metadata as md
+
+    candidates = []
+    for dist in ("onednn-devel-cpu-gomp", "onednn-cpu-gomp"):
+        try:
+            files = md.distribution(dist).files or []
+        except md.PackageNotFoundError:
+            continue
+        for f in files:
+            if str(f).endswith("libdnnl.so.3") or str(f).endswith("oneapi/dnnl/dnnl.hpp"):
+                path = Path(f.locate()).resolve()
+                candidates.append(path.parents[1] if path.name == "libdnnl.so.3" else path.parents[3])
+    candidates.append(Path(sys.prefix))
+    for prefix in candidates:
+        if (prefix / "lib" / "libdnnl.so.3").exists() and (
+                not headers or (prefix / "include" / "oneapi" / "dnnl" / "dnnl.hpp").exists()):
+            return prefix
+    return None
+
+
+def compile_flags(prefix: Path, *, installed: bool = False) -> list[str]:
+    """``FLAGS`` with oneDNN's include and lib folders, the library and the rpath (an
+    installed engine's is relative only: the build environment's prefix is temporary)."""
+    rpath = RPATH if installed else f"{RPATH}:{prefix / 'lib'}"
+    return [*FLAGS, f"-I{prefix / 'include'}", f"-L{prefix / 'lib'}", "-ldnnl",
+            f"-Wl,-rpath,{rpath}"]
+
+
+def include_dirs(cpu_dir: Path = _CPU) -> list[Path]:
+    return [cpu_dir / "include", cpu_dir.parents[1] / "native" / "include"]
+
+
+def build(out_dir: Path, *, cpu_dir: Path = _CPU, cxx: str | None = None) -> Path:
+    """Compile the engine into ``out_dir/installed_name()`` (written whole, then renamed);
+    remove older engines there. ``EngineBuildError`` says what is missing."""
+    import shutil
+
+    prefix = find_onednn(headers=True)
+    if prefix is None:
+        raise EngineBuildError("oneDNN's headers and libdnnl.so.3 were not found (the wheels "
+                               "onednn-devel-cpu-gomp==2023.2.0 and onednn-cpu-gomp==2023.2.0)")
+    compiler = cxx or os.environ.get("CXX") or next(
+        (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    if compiler is None or shutil.which(compiler) is None:
+        raise EngineBuildError(f"no C++ compiler ({compiler or 'c++, g++, clang++'} not on PATH)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / installed_name(cpu_dir)
+    if target.is_file():  # built from these very sources and flags already
+        return target
+    sources = [p for p in source_files(cpu_dir) if p.suffix == ".cpp"]
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=out_dir)
+    os.close(fd)
+    flags = compile_flags(prefix, installed=True)
+    link = [f for f in flags if f.startswith(("-l", "-L", "-Wl,"))]
+    command = [compiler, *[f for f in flags if f not in link],
+               *(f"-I{d}" for d in include_dirs(cpu_dir)), "-o", tmp, *map(str, sources), *link]
+    try:
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace")
+        if proc.returncode != 0:
+            raise EngineBuildError(f"the compiler failed (exit {proc.returncode}):\n"
+                                   + "\n".join(proc.stdout.splitlines()[-20:])
+                                   + f"\ncommand: {' '.join(command)}")
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    for old in out_dir.glob(f"{ENGINE_NAME}.*.so"):
+        if old != target:
+            old.unlink()
+    return target

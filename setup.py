@@ -1,0 +1,83 @@
+"""The package build's one native step: the cpu backend's engine, compiled when opforge is
+installed (a wheel, ``pip install .``, ``pip install -e .``), so a deploy machine needs no
+compiler. Everything else is in pyproject.toml; why setuptools' build_ext, and how the
+installed engine is found and checked, is in opforge/backends/cpu/engine_build.py.
+
+Without oneDNN's headers or a C++ compiler the step is skipped with a message (the lean
+runtime needs neither; the engine is then compiled on first use); set
+OPFORGE_BUILD_ENGINE=1 to make that an error instead.
+"""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+# The Extension that stands for the engine library: opforge/backends/cpu/_engine/
+# libopforge_cpu.<source hash>.so (setuptools asks for its file name with the whole dotted
+# name and with its last part; both get the hashed name)
+ENGINE = "opforge.backends.cpu._engine.libopforge_cpu"
+
+
+def _engine_build():
+    """opforge/backends/cpu/engine_build.py, loaded by path (opforge's dependencies are not
+    installed in the build environment)."""
+    path = HERE / "opforge" / "backends" / "cpu" / "engine_build.py"
+    spec = importlib.util.spec_from_file_location("_opforge_engine_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildEngine(build_ext):
+    """build_ext whose one extension is the engine, compiled by engine_build.build."""
+
+    def get_ext_filename(self, fullname):
+        if fullname in (ENGINE, ENGINE.rpartition(".")[2]):
+            return os.path.join(*fullname.split(".")[:-1], _engine_build().installed_name())
+        return super().get_ext_filename(fullname)
+
+    def build_extension(self, ext):
+        if ext.name != ENGINE:
+            return super().build_extension(ext)
+        eb = _engine_build()
+        out = Path(self.get_ext_fullpath(ext.name)).parent
+        try:
+            built = eb.build(out)
+        except eb.EngineBuildError as e:
+            if os.environ.get("OPFORGE_BUILD_ENGINE") == "1":
+                raise SystemExit(f"opforge: building the cpu backend's engine failed: {e}")
+            print(f"opforge: the cpu backend's engine was not built ({e}); it will be compiled "
+                  "on first use, which needs a C++ compiler and onednn-devel-cpu-gomp then",
+                  file=sys.stderr)
+            self._skipped = True
+            return
+        print(f"opforge: built the cpu backend's engine {built}", file=sys.stderr)
+
+    def copy_extensions_to_source(self):
+        """In place (``pip install -e .``): into the checkout's _engine/, replacing engines
+        built from older sources."""
+        eb = _engine_build()
+        folder = HERE / "opforge" / "backends" / "cpu" / eb.INSTALL_FOLDER
+        folder.mkdir(exist_ok=True)
+        if not getattr(self, "_skipped", False):
+            for old in folder.glob(f"{eb.ENGINE_NAME}.*.so"):
+                if old.name != eb.installed_name():
+                    old.unlink()
+        super().copy_extensions_to_source()
+
+    def get_outputs(self):
+        if getattr(self, "_skipped", False):
+            return [o for o in super().get_outputs() if Path(o).parent.name != "_engine"]
+        return super().get_outputs()
+
+
+setup(
+    ext_modules=[Extension(ENGINE, optional=True, sources=sorted(
+        str(p.relative_to(HERE)) for p in (HERE / "opforge/backends/cpu/native").glob("*.cpp")))],
+    cmdclass={"build_ext": BuildEngine},
+)
