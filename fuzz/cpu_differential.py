@@ -123,7 +123,11 @@ def main(argv=None) -> int:
     ap.add_argument("--plain", action="store_true", help="plain-text summary (no rich)")
     ap.add_argument("--known", action="store_true",
                     help="also generate the ops with known differences (fuzz/cpu_diff/ops.py KNOWN)")
+    ap.add_argument("--summarize", type=Path, nargs="+", default=None, metavar="RESULTS",
+                    help="print the summary of earlier --results files (several runs merged) and exit")
     args = ap.parse_args(argv)
+    if args.summarize:
+        return _summarize_files(args.summarize, _console(args.plain))
     if args.known:
         include_known()  # before the pool forks: the workers inherit it
 
@@ -156,6 +160,20 @@ def main(argv=None) -> int:
     return 1 if any(r["status"] in FINDINGS for r in results) else 0
 
 
+def _summarize_files(paths, console) -> int:
+    results = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                results[r["seed"]] = r  # a seed run twice counts once
+    rows = list(results.values())
+    ends = [r["end"] for r in rows if "end" in r]
+    elapsed = max(ends) - min(r["end"] - r["seconds"] for r in rows if "end" in r) if ends else 0.0
+    _summary(rows, elapsed, console)
+    return 1 if any(r["status"] in FINDINGS for r in rows) else 0
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -163,7 +181,7 @@ def _interrupt(signum, frame):
 def _record(result, results, log, args, console, start, total) -> None:
     results.append(result)
     if log is not None:
-        log.write(json.dumps({k: v for k, v in result.items() if k != "repro"}) + "\n")
+        log.write(json.dumps({**{k: v for k, v in result.items() if k != "repro"}, "end": time.time()}) + "\n")
         log.flush()
     if result["status"] in FINDINGS:
         console(f"\n=== seed {result['seed']}: {result['status']} at {result['where']}: "
