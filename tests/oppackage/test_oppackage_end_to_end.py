@@ -152,3 +152,15 @@ def test_cli_export_with_op_packages(example_library, inputs, tmp_path):
         result = runner.invoke(cli, ["inspect", "m.pte"])
         assert "ExampleOpPackage::ExampleCustomOp" in result.output
         assert "ExampleOpPackage::ElementWiseAdd" in result.output
+
+
+def test_a_registration_that_matches_no_node_warns_with_a_did_you_mean(example_library, inputs):
+    """custom_op_name 'my_ops.mul3.defualt' used to be ignored in silence (the op then ran on
+    the backend's own implementation, or the kernels)."""
+    infos = [i.as_dict() for i in example_infos(example_library)]
+    typo = dict(next(i for i in infos if i["custom_op_name"] == "my_ops.mul3.default"))
+    typo["custom_op_name"] = "my_ops.mul3.defualt"
+    specs = {"op_packages": [typo] + [i for i in infos if i["custom_op_name"] != "my_ops.mul3.default"]}
+    with pytest.warns(UserWarning, match="'my_ops.mul3.defualt' matches no node of method "
+                                         "'forward'.*did you mean 'my_ops.mul3.default'"):
+        export(Model(), inputs, backends=[("cpu", specs)])

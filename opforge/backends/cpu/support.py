@@ -61,7 +61,8 @@ def support_check(graph, specs):
         from opforge.backends.oppackage.planner import claimed_ops, plan_package_nodes, torch_op_name
         from opforge.backends.oppackage.info import parse_op_package_infos
 
-        planned, package_rejected = plan_package_nodes(graph, specs["op_packages"])
+        planned, package_rejected = plan_package_nodes(graph, specs["op_packages"],
+                                                       warn_unmatched=True)
         claimed = claimed_ops(parse_op_package_infos(specs["op_packages"]))
     scratch_specs = dict(specs)
     scratch_specs["_package_nodes"] = planned

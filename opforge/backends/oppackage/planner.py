@@ -79,12 +79,14 @@ def _as_infos(infos: Any) -> list[OpPackageInfo]:
     return parse_op_package_infos(infos)
 
 
-def plan_package_nodes(graph: Any, infos: Iterable[OpPackageInfo], *, backend: str = "cpu"
+def plan_package_nodes(graph: Any, infos: Iterable[OpPackageInfo], *, backend: str = "cpu",
+                       warn_unmatched: bool = False
                        ) -> tuple[dict[str, PackageNode], list[Rejection]]:
     """``({node name: PackageNode}, [Rejection])`` for the nodes of ``graph``
     (``opforge.backends.partition.ExportGraph``, or a ``Subgraph`` at preprocess time) whose
     op a registration in ``infos`` names (``OpPackageInfo``s, or the ``op_packages``
-    compile spec's list of dicts).
+    compile spec's list of dicts). ``warn_unmatched`` (at partition time, on the whole
+    graph): a registration no node calls is a UserWarning with a did-you-mean.
 
     >>> nodes, rejected = plan_package_nodes(graph, infos)   # doctest: +SKIP
     >>> nodes["mul3"].describe()                             # doctest: +SKIP
@@ -131,7 +133,30 @@ def plan_package_nodes(graph: Any, infos: Iterable[OpPackageInfo], *, backend: s
                 backend, node.name, op_name(node), e.kind,
                 f"{name} → package op {info.op_package_name}::{info.op_type_name}: {e.reason}",
                 node_location(node) or ""))
+    if warn_unmatched:
+        _warn_unmatched(graph, by_op)
     return planned, rejected
+
+
+def _warn_unmatched(graph, by_op) -> None:
+    """A registration whose ``custom_op_name`` no node of the graph calls does nothing: a
+    typo (``my_ops.mul3.defualt``) would silently leave the op to the backend's own
+    implementation. Warn, with the close names among the graph's ops."""
+    import difflib
+    import warnings
+
+    present = {torch_op_name(n) for n in graph.call_nodes()} - {None}
+    for name, info in by_op.items():
+        if name in present or info.platform != host_platform():
+            continue
+        near = difflib.get_close_matches(name, sorted(present), n=2, cutoff=0.6)
+        hint = (f"did you mean {' or '.join(repr(n) for n in near)}?" if near
+                else f"the graph calls {', '.join(sorted(present)[:8]) or 'no op'}")
+        warnings.warn(
+            f"op_packages: the registration of {info.op_package_name}::{info.op_type_name} "
+            f"for {name!r} matches no node of method {getattr(graph, 'method', '?')!r} and is "
+            f"ignored — {hint}",
+            UserWarning, stacklevel=2)
 
 
 def package_input_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:

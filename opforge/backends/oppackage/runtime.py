@@ -418,9 +418,10 @@ def prepare(node_info: bytes | bytearray | memoryview | PackageNode,
             raise BackendError(
                 f"{where}: the program names the package library {shown(path)}, and opforge "
                 "loads a library a program names (its code runs) only when you allow it — fix: "
-                f"1. set {TRUST_ENV}={path} (libraries or folders, separated by '{os.pathsep}'), "
-                "or 2. call opforge.backends.oppackage.runtime.trust_packages([...]) before "
-                "loading the program")
+                "1. `opforge run PROGRAM --op-packages FILE` with the registration file you "
+                f"exported with, or 2. set {TRUST_ENV}={path} (libraries or folders, separated "
+                f"by '{os.pathsep}'), or 3. call opforge.backends.oppackage.runtime."
+                "trust_packages([...]) before loading the program")
         problem = world_writable_problem(real, _trust_entry(real))
         if problem:
             raise BackendError(
