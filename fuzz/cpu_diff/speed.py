@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["cache_export_setup", "share_capture_between_exports"]
+__all__ = ["cache_export_setup", "share_capture_between_exports", "restore"]
 
-_done = False
+_undo: list = []
 
 
-def cache_export_setup() -> None:
-    global _done
-    if _done:
-        return
+def cache_export_setup():
+    """Install the caches; returns a function that takes them out again (a test session
+    registers new operators after this, and they must be seen)."""
+    if _undo:
+        return restore
     import torch._export.utils as export_utils
     import torch.export.decomp_utils as decomp_utils
     import torch.export.exported_program as exported_program
@@ -30,9 +31,6 @@ def cache_export_setup() -> None:
     import opforge.export.passes.decompose as decompose
 
     cia_ops = functools.lru_cache(maxsize=None)(export_utils._collect_all_valid_cia_ops)
-    exported_program._collect_all_valid_cia_ops = cia_ops  # callers copy it (set(...)) or read it
-    decomp_utils._collect_all_valid_cia_ops = cia_ops
-
     build_table = decompose.decomposition_table
     tables: dict = {}
 
@@ -42,9 +40,25 @@ def cache_export_setup() -> None:
             tables[key] = build_table(key)
         return tables[key].copy()  # run_decompositions and its callers may edit their table
 
-    decompose.decomposition_table = decomposition_table
-    api.decomposition_table = decomposition_table
-    _done = True
+    # callers of _collect_all_valid_cia_ops copy its set (set(...)) or only read it
+    _patch(exported_program, "_collect_all_valid_cia_ops", cia_ops)
+    _patch(decomp_utils, "_collect_all_valid_cia_ops", cia_ops)
+    _patch(decompose, "decomposition_table", decomposition_table)
+    _patch(api, "decomposition_table", decomposition_table)
+    return restore
+
+
+def _patch(owner, name, value) -> None:
+    _undo.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+def restore() -> None:
+    """Every patch of this module undone."""
+    while _undo:
+        owner, name, value = _undo.pop()
+        setattr(owner, name, value)
+    _shared.clear()
 
 
 # The two exports of one graph (portable kernels, then the cpu backend) capture the same
@@ -76,5 +90,5 @@ def share_capture_between_exports() -> None:
             _shared.update(decompose_key=key, decomposed=run(self, method))
         return copy.deepcopy(_shared["decomposed"])
 
-    api.capture = shared_capture
-    decompose.DecomposeToCoreAten.run = shared_decompose
+    _patch(api, "capture", shared_capture)
+    _patch(decompose.DecomposeToCoreAten, "run", shared_decompose)

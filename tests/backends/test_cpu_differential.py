@@ -26,7 +26,9 @@ CI_SEEDS = range(0, 60)  # ~0.35 s of CPU each
 def _backend():
     problem = get_backend("cpu").unavailable()
     assert problem is None, f"the cpu backend must be usable in this environment: {problem}"
-    cache_export_setup()
+    restore = cache_export_setup()
+    yield
+    restore()  # later tests may register operators the caches would not know
 
 
 def test_graphs_are_a_function_of_their_seed_and_render_to_runnable_python():
