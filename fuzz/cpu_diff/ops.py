@@ -67,6 +67,8 @@ UNARY = {
     "pow": "torch.pow({0}, {exponent})", "square": "{0} * {0}",
 }
 POSITIVE = {"log", "sqrt", "rsqrt"}
+LOG1P_LIKE = {"mish", "softplus"}
+_known = {"on": False}
 
 
 def _unary_gen(fn):
@@ -75,6 +77,8 @@ def _unary_gen(fn):
             x = b.pick(pred=lambda t: bool((t > 0.05).all()), kind="pos")
         elif fn == "exp":
             x = b.pick(pred=lambda t: float(t.max()) < 4)
+        elif fn in LOG1P_LIKE and not _known["on"]:  # see KNOWN
+            x = b.pick(pred=lambda t: float(t.min()) > -1.0, kind="pos")
         else:
             x = b.pick()
         attrs = {"fn": fn}
@@ -565,12 +569,20 @@ KNOWN = {
     # the same log inside oneDNN's softmax_log: log_softmax over two values of size ~1 is
     # 2.4e-6 off (20 ulp of the output's scale; eager float32: 3e-8)
     "log_softmax": "oneDNN softmax_log accuracy",
+    # softplus(x) = log(1 + exp(x)) and mish(x) = x·tanh(softplus(x)) lose all relative
+    # accuracy for negative x in oneDNN (soft_relu, mish): log(1 + e^x) is taken without a
+    # log1p, so its ~1e-6 absolute error swamps a value of 1e-4 (softplus(-8.9): 56,000
+    # ulp; mish over (1, 1) at x ≈ -4: 5.5e-7 off a value of 0.06). Not left out: they
+    # only read values > -1 (softplus ≥ 0.31) unless --known.
+    "unary.mish": "oneDNN mish accuracy for x < -1",
+    "unary.softplus": "oneDNN soft_relu accuracy for x < -1",
 }
-for _name in KNOWN:
+for _name in ("unary.log", "log_softmax"):
     OPS[_name].weight = 0.0
 
 
 def include_known() -> None:
     """Put the known differences back into the generator (``--known``)."""
-    for name in KNOWN:
-        OPS[name].weight = 0.3
+    _known["on"] = True
+    for name in ("unary.log", "log_softmax"):
+        OPS[name].weight = OPS["unary.relu"].weight if name.startswith("unary.") else 1.0
