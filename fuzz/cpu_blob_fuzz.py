@@ -505,28 +505,43 @@ def report_from_dir(crash_dir: Path) -> Report:
     return report
 
 
-def replay(path: Path, timeout: float) -> int:
-    """Run one saved case (its .json or .program) in a fresh worker and print the outcome."""
+def replay_cases(paths: list[Path], timeout: float) -> dict[str, tuple[str, str]]:
+    """Each saved case (its .json) run in one worker (restarted after a crash): name ->
+    (class, detail). Kernel libraries a case names that are not here (saved on another
+    machine, or from another cache entry) are taken from this cache's seed of that name."""
     from cpu_blob_seeds import CACHE_ROOT, load_seeds
 
-    meta = json.loads(path.with_suffix(".json").read_text())
-    data = path.with_name(meta["program"]).read_bytes()
     seeds, trusted = load_seeds()
-    if not all(Path(k).exists() for k in meta["kernels"]):  # saved elsewhere: this cache's
-        meta["kernels"] = next((list(s.kernels) for s in seeds if s.name == meta["seed_program"]), [])
-    trusted = trusted + [str(CACHE_ROOT)]  # a case saved from another cache entry
+    trusted = trusted + [str(CACHE_ROOT)]  # op packages of a case saved from another entry
     os.environ.setdefault("OPFORGE_OP_PACKAGES", os.pathsep.join(trusted))
     w = Worker([(s.data, list(s.kernels)) for s in seeds], trusted)  # warm-up: see worker()
+    out = {}
     try:
-        outcome, detail = run_once(w, data, meta["kernels"], timeout)
+        for path in paths:
+            meta = json.loads(path.with_suffix(".json").read_text())
+            data = path.with_name(meta["program"]).read_bytes()
+            kernels = meta["kernels"]
+            if not all(Path(k).exists() for k in kernels):
+                kernels = next((list(s.kernels) for s in seeds if s.name == meta["seed_program"]), [])
+            out[path.stem] = run_once(w, data, kernels, timeout)
     finally:
         w.close()
-    print(f"{outcome}: {detail}")
-    print("mutations: " + "; ".join(f"{m['field']} [{m['op_kind']}] {m['detail']}"
-                                    for m in meta["mutations"]))
-    for line in meta.get("culprit", []):
-        print(f"  culprit: {line}")
-    return 1 if outcome in FINDINGS else 0
+    return out
+
+
+def replay(path: Path, timeout: float) -> int:
+    """Run one saved case (its .json), or every case in a folder, and print the outcomes."""
+    paths = sorted(path.glob("*.json")) if path.is_dir() else [path.with_suffix(".json")]
+    failed = 0
+    for p, (outcome, detail) in zip(paths, replay_cases(paths, timeout).values()):
+        meta = json.loads(p.read_text())
+        print(f"{p.stem}: {outcome}: {detail}")
+        print("  mutations: " + "; ".join(f"{m['field']} [{m['op_kind']}] {m['detail']}"
+                                          for m in meta["mutations"]))
+        for line in meta.get("culprit", []):
+            print(f"  culprit: {line}")
+        failed += outcome in FINDINGS
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -538,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "opforge-cpu-blob-fuzz")
     parser.add_argument("--seeds", help="comma-separated seed names to use (default: all)")
-    parser.add_argument("--replay", type=Path, help="run one saved case again")
+    parser.add_argument("--replay", type=Path, help="run one saved case (or every case in a folder) again")
     parser.add_argument("--asan", type=Path, metavar="DIR",
                         help="run the workers under AddressSanitizer (reports into DIR)")
     parser.add_argument("--minimize-dir", type=Path,

@@ -77,3 +77,13 @@ def test_the_fuzzer_writes_an_unmutated_plan_back_byte_for_byte():
             changed = program_with_blob(parsed.program, index, write_blob(plan, data, reserved=1),
                                         list(parsed.program.delegates[index].compile_specs))
             assert [u.where for u in Pair.of(parsed, changed).units()] == [("header",)]
+
+
+def test_the_saved_reproductions_are_refused_cleanly():
+    """fuzz/corpus/cpu_blob: programs that crashed the engine before it was hardened."""
+    corpus = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "cpu_blob"
+    paths = sorted(corpus.glob("*.json"))
+    assert len(paths) >= 10
+    outcomes = cpu_blob_fuzz.replay_cases(paths, timeout=30)
+    bad = {name: o for name, o in outcomes.items() if o[0] not in ("ok", "refused")}
+    assert not bad, bad
