@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+from concurrent import futures
+from concurrent.futures.process import BrokenProcessPool
 import json
 import multiprocessing
 import os
@@ -137,9 +139,7 @@ def main(argv=None) -> int:
     start = time.monotonic()
     results = []
     if args.jobs > 1:
-        pool = multiprocessing.get_context("fork").Pool(args.jobs, initializer=_worker_init,
-                                                           initargs=(not args.no_share,))
-        stream = pool.imap_unordered(run_one, tasks, chunksize=4)
+        stream = _pooled(tasks, args.jobs, not args.no_share)
     else:
         _worker_init(not args.no_share)
         stream = map(run_one, tasks)
@@ -150,14 +150,56 @@ def main(argv=None) -> int:
             _record(result, results, log, args, console, start, len(tasks))
     except KeyboardInterrupt:
         console(f"\ninterrupted after {len(results)} of {len(tasks)} graphs")
-        if args.jobs > 1:
-            pool.terminate()
-    else:
-        if args.jobs > 1:
-            pool.close()
-            pool.join()
+        stream.close() if hasattr(stream, "close") else None
     _summary(results, time.monotonic() - start, console)
     return 1 if any(r["status"] in FINDINGS for r in results) else 0
+
+
+def _pooled(tasks, jobs: int, share: bool):
+    """``run_one`` over ``tasks`` in ``jobs`` forked workers, results as they finish. A
+    worker that dies (a crash in native code) loses no graph: the graphs it may have held
+    run again one by one in a fresh worker, and the one that kills it again is an error."""
+    pending = list(reversed(tasks))
+    while pending:
+        pool = _executor(jobs, share)
+        running = {}
+        try:
+            while pending or running:
+                while pending and len(running) < jobs * 2:
+                    task = pending.pop()
+                    running[pool.submit(run_one, task)] = task
+                done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                for future in done:
+                    result = future.result()  # raises while the task is still counted running
+                    del running[future]
+                    yield result
+        except BrokenProcessPool:
+            suspects = list(running.values())
+            pool.shutdown(cancel_futures=True)
+            for task in suspects:
+                yield _alone(task, share)
+            continue
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _executor(jobs: int, share: bool):
+    return futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
+                                       initializer=_worker_init, initargs=(share,))
+
+
+def _alone(task, share: bool) -> dict:
+    with _executor(1, share) as pool:
+        try:
+            return pool.submit(run_one, task).result()
+        except BrokenProcessPool:
+            seed = task[0]
+            return {"seed": seed, "status": "error", "where": "crash",
+                    "detail": "the worker process died running this graph (a crash in native code?)",
+                    "ops": [n.op for n in generate(seed, task[1]).nodes], "nodes": len(generate(seed, task[1]).nodes),
+                    "delegated": 0, "rejected": [], "seconds": 0.0,
+                    "repro": f"# seed {seed}: the process died; rerun: python fuzz/cpu_differential.py "
+                             f"--only {seed} --seed 0 --no-shrink", "shrunk_nodes": 0, "shrink_checks": 0}
 
 
 def _summarize_files(paths, console) -> int:
