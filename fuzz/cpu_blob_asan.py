@@ -24,10 +24,14 @@ FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
 
 
 def runtime() -> str:
-    """The path of the compiler's libasan (to preload: Python itself is not instrumented)."""
-    out = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    return str(Path(out).resolve())
+    """The compiler's libasan and libstdc++, to preload (Python itself is not instrumented;
+    libstdc++ must be there before ASan looks for the __cxa_throw it intercepts)."""
+    paths = []
+    for lib in ("libasan.so", "libstdc++.so"):
+        out = subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        paths.append(str(Path(out).resolve()))
+    return " ".join(paths)
 
 
 def environment(log_dir: Path) -> dict[str, str]:
@@ -52,6 +56,10 @@ def instrument() -> None:
         return original(sources, name, flags=flags, extra=extra, **kwargs)
 
     shared.compile_shared = compile_shared
+    import opforge.backends.cpu.engine as engine
+
+    if hasattr(engine, "installed_library"):  # an engine installed with the package: not it
+        engine.installed_library = lambda: None
 
 
 def verdict(log_dir: Path, pid: int) -> str | None:
