@@ -65,7 +65,7 @@ _ENTRIES = [
     _tv("vit_b_16", 64, image_size=64), _tv("swin_t", 224), _tv("swin_v2_t", 256),
     _tv("maxvit_t", 224),
     _tv("densenet121", 224),
-    _tv("inception_v3", 96, aux_logits=False, init_weights=True),
+    _tv("inception_v3", 299, aux_logits=False, init_weights=True),
     _tv("googlenet", 96, aux_logits=False, init_weights=True),
     _tv("squeezenet1_0"), _tv("squeezenet1_1"),
     _tv("shufflenet_v2_x0_5"), _tv("shufflenet_v2_x1_0"),

@@ -55,9 +55,14 @@ from external_catalog import CATALOG, build  # noqa: E402
 # - BatchNorm (every torch.nn.modules.batchnorm._BatchNorm, timm's BatchNormAct included):
 #   the statistics are set from the data the layer sees, then moved: a forward pre-hook on
 #   the first call measures the input's per-channel mean m and variance v (over batch and
-#   space) and sets running_mean = m + 0.2·sqrt(v)·N(0, 1) and running_var = v · U(0.5, 2)
-#   (at least 1e-3); affine weight U(0.5, 1.5), bias U(-0.3, 0.3). Every BatchNorm output is
-#   then of order 1, as in a trained network, with per-channel scale and shift far from 1/0.
+#   space), takes w = max(v, m²/4, s/4, 1e-3), s the layer's mean of m² + v over channels,
+#   and sets running_mean = m + 0.5·sqrt(w)·N(0, 1) and running_var = w · U(0.5, 2); affine
+#   weight U(0.5, 1.5), bias U(-0.3, 0.3). Every BatchNorm output is then of order 1, as in
+#   a trained network, with per-channel scale and shift far from 1/0. The floors matter
+#   where a channel barely varies (few pixels left, or one): statistics fitted exactly to
+#   it would make x - running_mean a cancellation that amplifies float32 rounding layer
+#   after layer, eager float32 would drift from float64, and the criterion would accept
+#   almost anything (torchvision's inception_v3 at 96×96 did: 1×1 pixels in Mixed_7).
 #   The hooks run in one float32 forward, in model order, so each layer sees its input as
 #   it is with the layers before it already moved; they are removed afterwards.
 # - Norms with an affine weight (LayerNorm, GroupNorm, RMSNorm, timm's LayerNorm2d, the
@@ -66,8 +71,11 @@ from external_catalog import CATALOG, build  # noqa: E402
 # - Every other 1-D parameter named like a bias (conv, linear, attention): + U(-0.1, 0.1).
 # - Every other 1-D parameter that is constant (a layer scale, a gain: the default's
 #   sign): |c| → U(0.1, 1.0) with c's sign.
-# - Weights (conv, linear, embeddings) keep the library's own initialisation: it is made
-#   to keep activations of order 1.
+# - Weights (conv, linear, embeddings) keep the library's own initialisation, made to keep
+#   activations of order 1, unless it is constant: a zero-initialised classifier head
+#   (torchvision's ViT, timm's MLP-Mixers) would make the output its bias alone, and zero
+#   attention-bias tables hide what indexes them. Those get U(-a, a), a = sqrt(3 / fan_in)
+#   (fan_in: the elements per leading index), the variance of a fan-in-scaled init.
 
 _BIAS_NAMES = ("bias", "b")
 
@@ -94,6 +102,12 @@ def spread_parameters(model: torch.nn.Module, inputs: tuple) -> None:
             elif param.numel() > 1 and bool((param == param.flatten()[0]).all()):
                 sign = -1.0 if float(param.flatten()[0]) < 0 else 1.0
                 param.copy_(sign * torch.empty_like(param).uniform_(0.1, 1.0))
+        for param in model.parameters():
+            if id(param) in touched or param.dim() < 2 or not param.is_floating_point():
+                continue
+            if param.numel() > 1 and bool((param == param.flatten()[0]).all()):
+                bound = (3.0 / max(1, param.numel() // param.shape[0])) ** 0.5
+                param.uniform_(-bound, bound)
         model(*inputs)
     for hook in hooks:
         hook.remove()
@@ -120,9 +134,11 @@ def _set_statistics_once():
         x = args[0].detach().float()
         dims = [d for d in range(x.dim()) if d != 1]
         mean = x.mean(dim=dims)
-        var = x.var(dim=dims, unbiased=False) if x.numel() // x.shape[1] > 1 else torch.ones_like(mean)
-        module.running_mean.copy_(mean + 0.2 * var.sqrt() * torch.randn_like(mean))
-        module.running_var.copy_((var * torch.empty_like(var).uniform_(0.5, 2.0)).clamp_min(1e-3))
+        var = x.var(dim=dims, unbiased=False)
+        layer = float((mean * mean + var).mean())
+        var = torch.maximum(var, 0.25 * mean * mean).clamp_min(max(0.25 * layer, 1e-3))
+        module.running_mean.copy_(mean + 0.5 * var.sqrt() * torch.randn_like(mean))
+        module.running_var.copy_(var * torch.empty_like(var).uniform_(0.5, 2.0))
         done.append(True)
 
     return hook

@@ -73,6 +73,14 @@ def _delegated(row: dict) -> str:
     return f"{100 * cpu['delegated']:.0f}%" if "delegated" in cpu else "—"
 
 
+def _eager(row: dict) -> str:
+    """Eager float32's own error relative to the output's scale: how tight the bound is."""
+    lean = row.get("lean") or {}
+    if "eager_error" not in lean or not lean["scale"]:
+        return "—"
+    return f"{lean['eager_error'] / lean['scale']:.1e}"
+
+
 def totals(rows: list[dict]) -> dict:
     counts = {rt: {"right": 0, "wrong": 0, "refused": 0} for rt in RUNTIMES}
     for row in rows:
@@ -101,7 +109,9 @@ def markdown(rows: list[dict], setup: dict) -> str:
         "8 × max |eager float32 − float64| + 2 · eps(float32) · max |float64|; refused when "
         "export, load or the call raised. Parameters and BatchNorm statistics are moved away "
         "from their defaults first (bench/external_check.py says how). Cells: error ≤ bound.",
-        "- delegated: the fraction of compute nodes that run inside cpu-backend delegates.",
+        "- delegated: the fraction of compute nodes that run inside cpu-backend delegates. "
+        "eager f32 error / scale: how far float32 eager itself is from float64, relative to "
+        "the output (the bound is 8× that plus 2 ulp; above ~1e-3 the check is loose).",
         "",
         "| runtime | right | wrong | refused |",
         "| --- | ---: | ---: | ---: |",
@@ -110,14 +120,14 @@ def markdown(rows: list[dict], setup: dict) -> str:
         lines.append(f"| {rt} | {count[rt]['right']} | {count[rt]['wrong']} | {count[rt]['refused']} |")
     lines += ["", f"{len(rows)} models; {count['skipped']} not checked (see the table). Wrong on the "
               "cpu backend while right on lean: " + (", ".join(count["cpu wrong, lean right"]) or "none") + ".",
-              "", "| model | input | params (M) | lean | cpu | delegated |",
-              "| --- | --- | ---: | --- | --- | ---: |"]
+              "", "| model | input | params (M) | eager f32 error / scale | lean | cpu | delegated |",
+              "| --- | --- | ---: | ---: | --- | --- | ---: |"]
     for row in sorted(rows, key=lambda r: r["model"]):
         if "skipped" in row:
-            lines.append(f"| {row['model']} | — | — | not checked: {row['skipped']} | | |")
+            lines.append(f"| {row['model']} | — | — | — | not checked: {row['skipped']} | | |")
             continue
-        lines.append(f"| {row['model']} | {row['input']} | {row['params_m']} | {_cell(row.get('lean'))} "
-                     f"| {_cell(row.get('cpu'))} | {_delegated(row)} |")
+        lines.append(f"| {row['model']} | {row['input']} | {row['params_m']} | {_eager(row)} "
+                     f"| {_cell(row.get('lean'))} | {_cell(row.get('cpu'))} | {_delegated(row)} |")
     return "\n".join(line.replace("\n", " ") for line in lines) + "\n"
 
 
