@@ -159,6 +159,10 @@ def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str], asan:
         resource.setrlimit(resource.RLIMIT_AS, (MAX_WORKER_BYTES, MAX_WORKER_BYTES))
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)  # oneDNN and libgomp warnings would drown the progress line
+    import faulthandler
+
+    # where a fatal signal struck (loading or running), for the supervisor: see _stage()
+    faulthandler.enable(open(_fault_file(os.getpid()), "w"))
     from opforge.backends.oppackage.runtime import trust_packages
 
     trust_packages(trusted)
@@ -182,6 +186,24 @@ def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str], asan:
         elif plant == "hang":
             time.sleep(3600)
         conn.send(run_case(data, kernels, watch, plant))
+
+
+def _fault_file(pid: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"opforge-cpu-blob-fuzz-fault-{pid}.txt"
+
+
+def _stage(pid: int) -> str:
+    """" while loading" / " while running" from a dead worker's faulthandler dump."""
+    path = _fault_file(pid)
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        path.unlink(missing_ok=True)
+    if "runtime/method.py" in text:
+        return " while running"
+    return " while loading" if "runtime/loader.py" in text else ""
 
 
 # --- the supervisor -----------------------------------------------------------------------
@@ -232,9 +254,9 @@ class Worker:
             code, pid = self.process.exitcode, self.process.pid
             self._start()
             if code is not None and code < 0:
-                what = f"signal {signal.Signals(-code).name}"
+                what = f"signal {signal.Signals(-code).name}{_stage(pid)}"
             else:
-                what = f"worker exited with status {code}"
+                what = f"worker exited with status {code}{_stage(pid)}"
             if self.asan_dir is not None:
                 import cpu_blob_asan
 
@@ -245,6 +267,7 @@ class Worker:
     def kill(self, timeout: float) -> tuple[str, str]:
         self.process.kill()
         self.process.join()
+        _fault_file(self.process.pid).unlink(missing_ok=True)
         self._start()
         return "hang", f"no answer in {timeout:g} s"
 
@@ -257,6 +280,7 @@ class Worker:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+        _fault_file(self.process.pid).unlink(missing_ok=True)
 
 
 @dataclass

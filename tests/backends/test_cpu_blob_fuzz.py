@@ -44,7 +44,7 @@ def test_the_oracle_classifies_planted_misbehaviour(tmp_path):
     report = cpu_blob_fuzz.campaign(8, seed=7, jobs=1, timeout=4, crash_dir=tmp_path,
                                     plant=plant, log=lambda s: None, only=["custom-kernel"])
     got = report.finding_cases
-    assert got[1] == ("crash", "signal SIGSEGV"), got
+    assert got[1][0] == "crash" and got[1][1].startswith("signal SIGSEGV"), got
     assert got[3][0] == "hang", got
     assert got[4][0] == "raw" and "ValueError: planted" in got[4][1], got
     assert got[5][0] == "memory", got
