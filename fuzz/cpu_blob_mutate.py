@@ -250,14 +250,22 @@ def tensor_strides(rng, c: Case):
     t = c.plan["tensors"][tid]
     if not t["strides"]:
         return None
-    mode = rng.randrange(3)
+    mode = rng.randrange(4)
     if mode == 0:
         k = rng.randrange(len(t["strides"]))
         t["strides"][k] = _pick(rng, STRIDES)
     elif mode == 1:  # overlapping: every stride smaller than the inner extent
         t["strides"] = [max(1, s // 2) for s in t["strides"]]
-    else:
+    elif mode == 2:
         t["strides"] = list(reversed(t["strides"]))
+    else:  # another dense layout of the same dims (the order of the dims in memory permuted)
+        order = list(range(len(t["dims"])))
+        rng.shuffle(order)
+        step, strides = 1, [0] * len(order)
+        for k in reversed(order):
+            strides[k] = step
+            step *= max(t["dims"][k], 1) if type(t["dims"][k]) is int else 1
+        t["strides"] = strides
     return Mutation("tensor.strides", _tensor_users(c.plan, tid),
                     f"tensors[{tid}] strides {t['strides']} dims {t['dims']}")
 
