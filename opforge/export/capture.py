@@ -162,7 +162,12 @@ def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:
         raise _capture_error(spec, strict, exc) from exc
     finally:
         module.train(was_training)
-    return _with_dim_names(method_graph_from_exported(spec.name, exported), spec.dynamic_shapes)
+    method = method_graph_from_exported(spec.name, exported)
+    if isinstance(module, _BoundMethod):  # model.decode's buffers are model's: 'cache', not 'owner.cache'
+        method.notes["buffer_prefix"] = "owner."
+        method.notes["buffer_names"] = {p: name.removeprefix("owner.")
+                                        for p, name in method.notes["buffer_names"].items()}
+    return _with_dim_names(method, spec.dynamic_shapes)
 
 
 def _with_dim_names(method: MethodGraph, dynamic_shapes: Any) -> MethodGraph:
@@ -219,6 +224,7 @@ def method_graph_from_exported(name: str, exported: Any) -> MethodGraph:
 
     kinds: dict[str, str] = {}
     constants: dict[str, torch.Tensor] = {}
+    buffers: dict[str, str] = {}  # placeholder → buffer name (state is shared by it)
     state = exported.state_dict
     for spec in exported.graph_signature.input_specs:
         node_name = spec.arg.name
@@ -229,6 +235,7 @@ def method_graph_from_exported(name: str, exported: Any) -> MethodGraph:
             kinds[node_name], tensor = InputKind.PARAMETER, state[spec.target]
         elif spec.kind == TorchInputKind.BUFFER:
             kinds[node_name] = InputKind.BUFFER
+            buffers[node_name] = spec.target
             tensor = state[spec.target] if spec.target in state else exported.constants[spec.target]
         elif spec.kind == TorchInputKind.CONSTANT_TENSOR:
             kinds[node_name], tensor = InputKind.CONSTANT, exported.constants[spec.target]
@@ -245,4 +252,5 @@ def method_graph_from_exported(name: str, exported: Any) -> MethodGraph:
         input_kinds=kinds,
         constants=constants,
         exported=exported,
+        notes={"buffer_names": buffers},
     )

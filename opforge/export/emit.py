@@ -77,8 +77,10 @@ class _Delegates:
 
 
 class _MethodEmitter:
-    def __init__(self, method: MethodGraph, pool: ConstantPool, delegates: _Delegates) -> None:
+    def __init__(self, method: MethodGraph, pool: ConstantPool, delegates: _Delegates,
+                 state_names: frozenset[str] = frozenset()) -> None:
         self.method = method
+        self.state_names = state_names
         self.pool = pool
         self.delegates = delegates
         self.values: list[Value] = []
@@ -179,8 +181,11 @@ class _MethodEmitter:
                 instructions.append(Move(self.tensor_index(v), dst))
             else:
                 outputs.append(self._output(v))
+        written = self.method.notes.get("state", {})
+        read = {p: name for p, name in self.method.notes.get("buffer_names", {}).items()
+                if name in self.state_names and p not in written and p in self.node_index}
         state = tuple(StateSlot(name, self.node_index[placeholder])
-                      for placeholder, name in self.method.notes.get("state", {}).items())
+                      for placeholder, name in {**written, **read}.items())
         table = self.method.notes.get("symbols")
         return Method(
             name=self.method.name,
@@ -213,7 +218,10 @@ def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str
     """Emit planned methods as one Program (not yet verified; ``export`` verifies it)."""
     pool = ConstantPool()
     delegates = _Delegates()
-    emitted = tuple(_MethodEmitter(method, pool, delegates).emit() for method in methods)
+    # a buffer one method updates is state in every method that reads it (shared by name)
+    state_names = frozenset(name for m in methods for name in m.notes.get("state", {}).values())
+    emitted = tuple(_MethodEmitter(method, pool, delegates, state_names).emit()
+                    for method in methods)
     constants = pool.segments()
     blob_segments, blobs = delegates.finish(len(constants))
     metadata = dict(user_metadata or {})

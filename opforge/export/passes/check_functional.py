@@ -103,8 +103,8 @@ class CheckFunctional(ExportPass):
         for position, spec in enumerate(signature.output_specs):
             if spec.kind != OutputKind.BUFFER_MUTATION:
                 continue
-            buffer = spec.target
-            placeholder = placeholders.get(buffer)
+            placeholder = placeholders.get(spec.target)
+            buffer = method.notes.get("buffer_names", {}).get(placeholder, spec.target)
             if placeholder is None or placeholder in state:
                 problems.append(
                     f"{describe_node(nodes[spec.arg.name])} — updates the buffer `{buffer}`, "

@@ -56,5 +56,8 @@ class DecomposeToCoreAten(ExportPass):
                 "the module with strict=True") from exc
         result = method_graph_from_exported(method.name, exported)
         result.preserved_ops = self.preserve
-        result.notes.update(method.notes)
+        result.notes = {**method.notes, **result.notes}
+        prefix = result.notes.get("buffer_prefix", "")
+        result.notes["buffer_names"] = {p: name.removeprefix(prefix)
+                                        for p, name in result.notes["buffer_names"].items()}
         return result
