@@ -108,11 +108,19 @@ class Method:
         self._kernel_table = kernels
         self._dynamic = bool(method.symbols)
         self._binder = ShapeBinder(api, method) if self._dynamic else None
-        self._values = self._value_table(program, method)
+        self._values = self._base_values = self._value_table(program, method)
         self._program = program
         # a dynamic method binds per input shape (``_select``); a static one once, here
         self._instruction_index, self._op_names, self._kernels = [], [], []
         self._bound = [] if self._dynamic else self._bind_all(method)
+        if self._dynamic:  # names until the first call binds (``instructions``, __repr__)
+            for i, ins in enumerate(method.instructions):
+                if type(ins) is KernelCall:
+                    self._instruction_index.append(i)
+                    self._op_names.append(method.operators[ins.op].key)
+                elif type(ins) is Move:
+                    self._instruction_index.append(i)
+                    self._op_names.append("move")
         get = self._values.get
         # every thread pool a call can reach, held at the program's thread count per call
         self.num_threads = resolve_thread_count(num_threads, api=api)
@@ -233,18 +241,21 @@ class Method:
                 shape = getattr(given, "shape", None)
                 shapes[position] = tuple(shape) if shape is not None else \
                     _as_array(api, position, given, spec).shape
-        env = binder.bind(shapes)
-        concrete = binder.concrete(env)
+        sizes = binder.sizes(binder.bind(shapes))
         saved = (self._values, self._instruction_index, self._op_names, self._kernels)
         try:
             with memory_limit(self._max_memory):
-                self._values = self._value_table(self._program, concrete)
+                self._values = values = ValueTable(
+                    self._api, self._program, self._def, self._arenas, base=self._base_values,
+                    dependent=binder.dependent)
+                for index, size in sizes.items():
+                    values.set_sizes(index, size)
                 for spec, given in zip(self.inputs, inputs):
                     if not spec.is_tensor:  # the key holds the scalar: bind it in
-                        self._values.set(spec.index, spec.dtype(given))
-                bound = self._bind_all(concrete)
-            get = self._values.get
-            views = tuple(get(i) for i in concrete.outputs)
+                        values.set(spec.index, spec.dtype(given))
+                bound = self._bind_all(self._def)
+            get = values.get
+            views = tuple(get(i) for i in self._def.outputs)
             binding = _ShapeBinding(
                 self._values, bound, self._instruction_index, self._op_names, self._kernels,
                 tuple((get(s.index), s.dtype, shapes[p]) for p, s in enumerate(self.inputs)

@@ -10,9 +10,12 @@
 # symbol's range, every other symbolic input dimension, every static dimension and every
 # guard, then evaluates each symbolic value and returns a copy of the method definition whose
 # values have those sizes (tensors keep their storage: the planner gave each its worst-case
-# slot, so every smaller size fits). The ``Method`` binds that copy exactly as it binds a
-# static method, and caches the result per shape (``runtime/method.py``): a repeated shape
-# costs one dict lookup more than a static call.
+# slot, so every smaller size fits). ``sizes`` gives the same numbers without building
+# dataclasses: the ``Method`` makes a value table in which the symbolic values are views (or
+# ints) of those sizes and everything else is shared with its load-time table, binds its
+# instructions against it exactly as it binds a static method, and caches the result per
+# shape (``runtime/method.py``): a repeated shape costs one dict lookup more than a static
+# call.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from __future__ import annotations
 import dataclasses
 
 from opforge.errors import ProgramError
-from opforge.program import IntListValue, IntValue, Method as MethodDef, TensorValue
+from opforge.program import (
+    IntListValue, IntValue, Method as MethodDef, OptionalTensorListValue, TensorListValue,
+    TensorValue,
+)
 from opforge.program.symbolic import binding_plan
 
 __all__ = ["ShapeBinder"]
@@ -46,6 +52,13 @@ class ShapeBinder:
                         self.static_dims.append((position, dim, size))
         self.ranks = {p: len(method.values[i].sizes) for p, i in enumerate(method.inputs)
                       if type(method.values[i]) is TensorValue}
+        # values whose run-time object depends on the symbols: symbolic values and the
+        # tensor lists holding one; every other object is made once and shared by shapes
+        symbolic_indices = set(symbolic)
+        lists = {i for i, v in enumerate(method.values)
+                 if type(v) in (TensorListValue, OptionalTensorListValue)
+                 and symbolic_indices.intersection(x for x in v.items if x is not None)}
+        self.dependent = frozenset(symbolic_indices | lists)
 
     def describe_input(self, position: int) -> str:
         """``(s0, 4)`` with the symbols' ranges, for error messages and IOSpec."""
@@ -114,19 +127,25 @@ class ShapeBinder:
                     "pass such sizes, or re-export with example inputs of these sizes")
         return env
 
+    def sizes(self, env: dict[str, int]) -> dict[int, tuple[int, ...]]:
+        """Each symbolic value's sizes (or ints) under ``env``, by value index."""
+        api = self.api
+        return {sv.value: tuple([_evaluate(api, e, env) for e in sv.exprs])
+                for sv in self.method.symbolic_values}
+
     def concrete(self, env: dict[str, int]) -> MethodDef:
-        """The method definition with every symbolic value at its size under ``env``."""
+        """The method definition with every symbolic value at its size under ``env``
+        (checked dataclasses: for tools and the fuzzer; calls use ``sizes``)."""
         values = list(self.method.values)
-        for sv in self.method.symbolic_values:
-            sizes = tuple(_evaluate(self.api, e, env) for e in sv.exprs)
-            value = values[sv.value]
+        for index, sizes in self.sizes(env).items():
+            value = values[index]
             kind = type(value)
             if kind is TensorValue:
-                values[sv.value] = TensorValue(value.dtype, sizes, value.dim_order, value.storage)
+                values[index] = TensorValue(value.dtype, sizes, value.dim_order, value.storage)
             elif kind is IntValue:
-                values[sv.value] = IntValue(sizes[0])
+                values[index] = IntValue(sizes[0])
             else:
-                values[sv.value] = IntListValue(sizes)
+                values[index] = IntListValue(sizes)
         return dataclasses.replace(self.method, values=tuple(values))
 
 
