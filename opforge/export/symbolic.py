@@ -64,9 +64,17 @@ class SymbolTable:
         self.guards: list[Guard] = []
         self.hints: dict[str, int] = {}
         derived = []
+        sizing = set()  # the symbols the user inputs' sizes read: the method's symbols
+        for fake in user_inputs.values():
+            for size in getattr(fake, "shape", ()):
+                if isinstance(size, torch.SymInt):
+                    sizing |= {str(s) for s in size.node.expr.free_symbols}
         for key, bound in exported.range_constraints.items():
             if not isinstance(key, sympy.Symbol):
-                derived.append((key, bound))
+                if {str(s) for s in key.free_symbols} <= sizing:
+                    derived.append((key, bound))
+                continue
+            if str(key) not in sizing:  # an internal symbol; refused if a size reads it
                 continue
             name = str(key)
             low, high = bound.lower, bound.upper

@@ -203,12 +203,12 @@ class Method:
 
     def _call_dynamic(self, inputs: tuple, views: bool) -> tuple:
         try:
-            key = tuple([getattr(a, "shape", a) for a in inputs])
+            key = self._shape_key(inputs)
             binding = self._shapes.get(key)
         except TypeError:  # an unhashable input (a nested list): convert, then key it
             inputs = tuple(_as_array(self._api, p, a, s) if s.is_tensor else a
                            for p, (a, s) in enumerate(zip(inputs, self.inputs)))
-            key = tuple([getattr(a, "shape", a) for a in inputs])
+            key = self._shape_key(inputs)
             binding = self._shapes.get(key)
         if binding is None:
             binding = self._bind_shape(key, inputs)
@@ -217,9 +217,17 @@ class Method:
             self._shapes.move_to_end(key)
         return Method._call(self, inputs, views)
 
+    def _shape_key(self, inputs: tuple) -> tuple:
+        """The input shapes (the cache key). Scalar inputs are not part of it: they are
+        written into the current binding and rebind their users, as in a static method."""
+        if self._fast_count >= 0:
+            return tuple([getattr(a, "shape", a) for a in inputs])
+        return tuple([getattr(a, "shape", a) if s.is_tensor else None
+                      for a, s in zip(inputs, self.inputs)])
+
     def _select(self, inputs: tuple) -> None:
         """Make the binding for ``inputs``' shapes current (the traced path)."""
-        key = tuple([getattr(a, "shape", a) for a in inputs])
+        key = self._shape_key(inputs)
         binding = self._shapes.get(key) or self._bind_shape(key, inputs)
         self._use(binding)
 
@@ -251,8 +259,8 @@ class Method:
                 for index, size in sizes.items():
                     values.set_sizes(index, size)
                 for spec, given in zip(self.inputs, inputs):
-                    if not spec.is_tensor:  # the key holds the scalar: bind it in
-                        values.set(spec.index, spec.dtype(given))
+                    if not spec.is_tensor and type(given) in (int, float, bool):
+                        values.set(spec.index, spec.dtype(given))  # checked by the call
                 bound = self._bind_all(self._def)
             get = values.get
             views = tuple(get(i) for i in self._def.outputs)
@@ -450,8 +458,6 @@ class Method:
             self._rebind_scalar_users_within_limit()
 
     def _rebind_scalar_users_within_limit(self) -> None:
-        if self._dynamic:
-            return  # a dynamic binding is keyed by its scalar inputs: already bound
         for positions in self._scalar_users.values():
             for position in positions:
                 i = self._instruction_index[position]

@@ -146,3 +146,4 @@ def test_static_programs_stay_version_1_and_static():
     assert not method._dynamic
     with pytest.raises(ProgramError, match="static shapes"):
         method(np.zeros((5, 4), np.float32))
+

@@ -41,8 +41,8 @@ class SymbolicSizes(ExportPass):
         users = {n.name: n.meta.get("val") for n in method.user_inputs()}
         table = SymbolTable(method.name, method.exported, users, method.notes.get("dim_names"))
         method.notes["symbols"] = table
-        if not table:
-            return method
+        if not table and not any(is_size_node(n) for n in method.call_nodes()):
+            return method  # static: nothing to fold (a data-dependent size is refused below)
         graph = method.graph
         asserts = [n for n in method.call_nodes() if _ASSERT_SCALAR is not None
                    and n.target == _ASSERT_SCALAR.default]
