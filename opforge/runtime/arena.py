@@ -108,7 +108,14 @@ class ValueTable:
         ``int`` (one size) or an ``int[]``."""
         value = self._method.values[index]
         if type(value) is TensorValue:
-            self._objects[index] = self._view(index, value, sizes)
+            storage = value.storage
+            if type(storage) is ArenaStorage and value.dim_order == _CONTIGUOUS[len(sizes)]:
+                # the common case, per shape and per tensor: one ndarray, no checks redone
+                self._objects[index] = np.ndarray(
+                    sizes, _numpy_dtype(value.dtype), self._arenas[storage.mem_id],
+                    storage.offset)
+            else:
+                self._objects[index] = self._view(index, value, sizes)
         elif type(value) is IntValue:
             self._objects[index] = sizes[0]
         else:
@@ -172,3 +179,12 @@ class ValueTable:
 
 
 _MISSING = object()
+_CONTIGUOUS = tuple(tuple(range(rank)) for rank in range(65))
+_DTYPES: dict = {}
+
+
+def _numpy_dtype(scalar_type) -> np.dtype:
+    dtype = _DTYPES.get(scalar_type)
+    if dtype is None:
+        dtype = _DTYPES[scalar_type] = scalar_type.numpy_dtype()
+    return dtype

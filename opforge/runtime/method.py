@@ -149,6 +149,14 @@ class Method:
             self._shapes: OrderedDict = OrderedDict()
             self._current = None
             self._call = self._call_dynamic
+            # kernel calls none of whose arguments depend on the symbols (weights' permutes,
+            # constant folding leftovers): bound at the first shape, shared by all shapes;
+            # calls that read a scalar input are rebound per call and never shared
+            dependent = self._binder.dependent | set(self._scalar_users)
+            self._shape_free = frozenset(
+                i for i, ins in enumerate(method.instructions)
+                if type(ins) is KernelCall and not dependent.intersection(ins.args))
+            self._shape_free_pairs: dict[int, tuple] = {}
 
     # --- values and binding ---------------------------------------------------------------
 
@@ -158,8 +166,10 @@ class Method:
             values.set(slot.value, self._state[slot.name])
         return values
 
-    def _bind_all(self, method: MethodDef) -> list[tuple]:
-        """Bind every instruction of ``method`` against ``self._values``."""
+    def _bind_all(self, method: MethodDef, reuse: dict[int, tuple] | None = None) -> list[tuple]:
+        """Bind every instruction of ``method`` against ``self._values``; ``reuse`` holds
+        pairs already bound for instructions whose arguments do not depend on the symbols
+        (a dynamic method binds those once, for all shapes)."""
         kernels, delegates, api = self._kernel_table, self._delegates, self._api
         get = self._values.get
         bound: list[tuple] = []
@@ -176,7 +186,12 @@ class Method:
                 self._kernels.append(None)
             elif kind is KernelCall:
                 kernel = kernels[i]
-                bound.append(self._bind(i, kernel, instruction))
+                pair = reuse.get(i) if reuse is not None else None
+                if pair is None:
+                    pair = self._bind(i, kernel, instruction)
+                    if reuse is not None and i in self._shape_free:
+                        reuse[i] = pair
+                bound.append(pair)
                 self._op_names.append(kernel.key)
                 self._kernels.append(kernel)
             elif delegates is not None:  # DelegateCall: one call into its backend
@@ -261,7 +276,7 @@ class Method:
                 for spec, given in zip(self.inputs, inputs):
                     if not spec.is_tensor and type(given) in (int, float, bool):
                         values.set(spec.index, spec.dtype(given))  # checked by the call
-                bound = self._bind_all(self._def)
+                bound = self._bind_all(self._def, self._shape_free_pairs)
             get = values.get
             views = tuple(get(i) for i in self._def.outputs)
             binding = _ShapeBinding(
