@@ -162,3 +162,44 @@ def test_state_must_be_a_constant_and_moves_into_other_constants_are_refused():
     no_state = Method(**fields, instructions=program.methods[0].instructions)
     with pytest.raises(ProgramError, match="a constant tensor"):
         verify(Program(methods=(no_state,), segments=program.segments))
+
+
+def _file_with(text_from: bytes, text_to: bytes) -> bytes:
+    from opforge.program._sample import reseal, symbolic_program
+
+    data = to_bytes(symbolic_program())
+    assert text_from in data and len(text_from) == len(text_to)
+    return reseal(data.replace(text_from, text_to, 1))
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    (b"(2 * s)", b"(2 / s)", "expected + - or *"),
+    (b"(2 * s)", b"(2 * t)", "undeclared symbol"),
+    (b"(2 * s)", b"(2  *s)", "canonical form"),
+    (b"mod(s, 16)", b"mod(s, 00)", "canonical form"),
+    (b"mod(s, 16)", b"mod(s, -1)", "can be zero"),
+])
+def test_loader_refuses_hostile_expression_text(old, new, needle):
+    with pytest.raises(ProgramError) as info:
+        from_bytes(_file_with(old, new))
+    assert needle in str(info.value)
+
+
+def test_a_version_3_table_in_an_older_file_is_refused():
+    from opforge.program._sample import reseal, symbolic_program
+
+    data = bytearray(to_bytes(symbolic_program()))
+    data[8:12] = (2).to_bytes(4, "little")
+    with pytest.raises(ProgramError):
+        from_bytes(reseal(bytes(data)))
+
+
+def test_sample_symbolic_program_runs_with_state():
+    from opforge.program._sample import symbolic_program
+
+    loaded = load(from_bytes(to_bytes(symbolic_program())))
+    forward = loaded.method("forward")
+    (y,) = forward(-np.arange(3, dtype=np.float32), np.zeros(6, np.float32))
+    assert y.tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(ProgramError, match=r"input 1 dimension 0 — found size 5 — valid: \(2 \* s\) = 6"):
+        forward(np.zeros(3, np.float32), np.zeros(5, np.float32))
