@@ -24,6 +24,12 @@
 # enters meanwhile gets ConcurrentCallError at once, instead of waiting or corrupting:
 # serialising silently would hide a design error (views=True outputs would be overwritten
 # by the other thread right after return). Cost: one uncontended acquire/release per call.
+#
+# Two exceptions to "nothing shared": program state (the buffers a method updates, one live
+# copy per LoadedProgram, shared by every instance by design, as a KV cache must be), and
+# nothing else. A dynamic method (symbolic sizes) keeps one bound list per input shape
+# (``_ShapeBinding``, below) and swaps the current one in before the same call loop; a
+# static method never touches that code.
 """
 
 from __future__ import annotations
