@@ -11,8 +11,11 @@ rejection reasons (so a mutator that only ever trips the checksum is easy to spo
 
 Mutations: truncation, bit flips, random byte-range overwrites, "interesting" integers
 (huge counts, negative sizes, offsets past the end) written over any 1/4/8-byte window,
-inserted and deleted bytes, header-field rewrites, and index rewrites at the dataclass level
-(dangling, self-referencing and out-of-range indices). Half of the byte mutations spare the
+inserted and deleted bytes, header-field rewrites, index rewrites at the dataclass level
+(dangling, self-referencing and out-of-range indices), and version-3 rewrites: random size
+expressions (deep, huge, dividing by zero, reading undeclared symbols), symbol ranges,
+guards and state slots. A program with symbols that loads is also bound at a random input
+shape (``ShapeBinder``): that must succeed or raise ProgramError too. Half of the byte mutations spare the
 header, and 80% are resealed (the header CRC, and mostly file_size, recomputed) so that
 they reach the parser and the verifier rather than stopping at the header checks.
 """
@@ -36,7 +39,10 @@ import opforge.program as P  # noqa: E402
 from opforge.errors import ProgramError  # noqa: E402
 from opforge.program import _format as F  # noqa: E402
 from opforge.program._sample import (  # noqa: E402
-    chain_program, reseal, sample_program, unverified_bytes,
+    chain_program, reseal, sample_program, symbolic_program, unverified_bytes,
+)
+from opforge.program.symbolic import (  # noqa: E402
+    Guard, SizeExpr, StateSlot, Symbol, SymbolicValue,
 )
 
 INTERESTING = [0, 1, 7, 63, 64, 65, 255, 256, 4095, 2**16, 2**31 - 1, 2**31, 2**32 - 1,
@@ -133,9 +139,53 @@ def _index_mutation(rng: random.Random) -> bytes:
                                  program.delegates, program.user_metadata))
 
 
+_EXPR_OPS = ("+", "-", "*", "floordiv", "mod", "min", "max")
+
+
+def _random_expr(rng: random.Random, depth: int) -> SizeExpr:
+    if depth <= 0 or rng.random() < 0.3:
+        if rng.random() < 0.5:
+            return SizeExpr.sym(rng.choice(["s", "s", "t", "s_1"]))
+        return SizeExpr.const(rng.choice(INTERESTING + [2, 3, 16, 32]))
+    return SizeExpr(rng.choice(_EXPR_OPS), (_random_expr(rng, depth - 1),
+                                             _random_expr(rng, depth - 1)))
+
+
+def _symbolic_mutation(rng: random.Random) -> bytes:
+    """A dataclass-level rewrite of one version-3 field of ``symbolic_program``."""
+    program = symbolic_program()
+    m = program.methods[0]
+    symbols, symbolic, guards, state = list(m.symbols), list(m.symbolic_values), list(m.guards), list(m.state)
+    choice = rng.randrange(5)
+    try:
+        if choice == 0:
+            i = rng.randrange(len(symbolic))
+            exprs = list(symbolic[i].exprs)
+            exprs[0] = _random_expr(rng, rng.randrange(1, 6))
+            symbolic[i] = SymbolicValue(symbolic[i].value, tuple(exprs))
+        elif choice == 1:
+            low = rng.choice(INTERESTING[:13])
+            symbols = [Symbol(rng.choice(["s", "t"]), low, max(low, rng.choice(INTERESTING[:14])))]
+        elif choice == 2:
+            guards.append(Guard(_random_expr(rng, 3), rng.choice(["==", "!=", "<=", "<"]),
+                                _random_expr(rng, 3)))
+        elif choice == 3:
+            symbolic.append(SymbolicValue(rng.choice([0, 3, 4, 5, 40, 2**31]),
+                                          (_random_expr(rng, 2),)))
+        else:
+            state.append(StateSlot(rng.choice(["count", "other"]), rng.choice([0, 4, 5, 40])))
+        method = P.Method(m.name, m.values, m.inputs, m.outputs, m.instructions, m.operators,
+                          m.memory_plan, symbols, symbolic, guards, state)
+    except ProgramError:
+        return P.to_bytes(program)  # the dataclasses refused it themselves: fine
+    return unverified_bytes(P.Program((method,), program.segments))
+
+
 def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
     if rng.random() < 0.1:
         return _index_mutation(rng)
+    if rng.random() < 0.1:
+        return _symbolic_mutation(rng)
     seed = rng.choice(seeds)
     head, buf = b"", bytearray(seed)
     if rng.random() < 0.5:  # mutate the metadata and segments only: more inputs get past
@@ -158,7 +208,29 @@ def run_one(data: bytes) -> str:
     again = P.to_bytes(program)
     if P.to_bytes(P.from_bytes(again)) != again:
         raise AssertionError("a loaded program does not re-encode stably")
+    for method in program.methods:
+        if method.symbols:
+            _bind_somewhere(method, len(data))
     return "loaded"
+
+
+def _bind_somewhere(method, salt: int) -> None:
+    """Bind the symbols at one pseudo-random input shape: a ProgramError or a method whose
+    every symbolic tensor fits its upper-bound sizes."""
+    from opforge.runtime.shapes import ShapeBinder
+
+    rng = random.Random(salt)
+    binder = ShapeBinder("fuzz", method)
+    shapes = {p: tuple(rng.choice([0, 1, 2, 3, 16, 17, 32]) for _ in method.values[i].sizes)
+              for p, i in enumerate(method.inputs) if type(method.values[i]) is P.TensorValue}
+    try:
+        concrete = binder.concrete(binder.bind(shapes))
+    except ProgramError:
+        return
+    for sv in method.symbolic_values:
+        value, actual = method.values[sv.value], concrete.values[sv.value]
+        if type(value) is P.TensorValue and any(a > b for a, b in zip(actual.sizes, value.sizes)):
+            raise AssertionError(f"bound sizes {actual.sizes} exceed the slot {value.sizes}")
 
 
 def _reason(message: str) -> str:
@@ -169,7 +241,7 @@ def _reason(message: str) -> str:
 
 def seeds() -> list[bytes]:
     return [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
-            P.to_bytes(P.Program(methods=()))]
+            P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program())]
 
 
 def builtin(count: int, seed: int, crash_dir: Path) -> int:

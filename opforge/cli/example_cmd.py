@@ -26,6 +26,8 @@ import click
 @click.option("--seed", default=0, show_default=True, help="Seed of the example inputs.")
 def example(workdir: Path, iterations: int, seed: int) -> None:
     """Define → build → export → run the bundled my_ops example, checking every stage."""
+    import time
+
     import numpy as np
     import torch
     from rich.markup import escape
@@ -132,6 +134,31 @@ def example(workdir: Path, iterations: int, seed: int) -> None:
     for _ in range(iterations):
         method.run([inputs[0].numpy()], tracer=tracer)
     console.print(profile_table(tracer, top=10))
+
+    console.rule("[bold]8. a decoder with a KV cache: dynamic sequence, state, greedy decoding")
+    from opforge.examples.decoder import TinyDecoder, export_decoder, greedy_decode
+
+    decoder = TinyDecoder(seed=seed).eval()
+    decoder_program = export_decoder(TinyDecoder(seed=seed).eval(), kernels="portable")
+    decoder_path = workdir / "decoder.opf"
+    save(decoder_program, decoder_path)
+    decoder_runtime = load(decoder_path)
+    step = decoder_runtime.method("forward")
+    symbol = decoder_program.method("forward").symbols[0]
+    console.print(f"  {decoder_path}: sequence {symbol.name} in [{symbol.min}, {symbol.max}], "
+                  f"state: {', '.join(decoder_runtime.state_names)}", soft_wrap=True)
+    prompt = [5, 9, 1, 3]
+    with torch.inference_mode():
+        want_tokens = greedy_decode(lambda t, p: decoder(t, p), prompt, 32)
+    start = time.perf_counter()
+    got_tokens = greedy_decode(lambda t, p: step(t.numpy(), p.numpy(), views=True)[0], prompt, 32)
+    seconds = time.perf_counter() - start
+    ok = got_tokens == want_tokens
+    if not ok:
+        failures.append("decoder tokens")
+    console.print(f"  prefill {len(prompt)} tokens, decode 32: {'[green]' if ok else '[red]'}"
+                  f"{'same tokens as eager' if ok else 'tokens differ from eager'}[/] "
+                  f"({32 / seconds:.0f} tokens/s on the lean runtime)")
 
     if failures:
         raise click.ClickException(f"{len(failures)} check(s) failed: {', '.join(failures)}")

@@ -86,7 +86,7 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
                 f"{', '.join(map(str, result))} — fix: pick from those"
             )
         return {name: result[name] for name in (selected or tuple(result))}
-    if isinstance(result, (tuple, list)) and len(result) == 2:
+    if isinstance(result, (tuple, list)) and len(result) in (2, 3):
         if len(selected) > 1:
             raise ExportError(
                 f"{_API}: --method given {len(selected)} times — {spec!r} returns one (model, inputs) "
@@ -95,8 +95,9 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
             )
         return {selected[0] if selected else "forward": tuple(result)}
     raise ExportError(
-        f"{_API}: {spec!r} returned {type(result).__name__} — valid: (model, example_inputs) or "
-        "{method_name: (module, example_inputs)} — fix: return one of those"
+        f"{_API}: {spec!r} returned {type(result).__name__} — valid: (model, example_inputs), "
+        "(model, example_inputs, dynamic_shapes) or {method_name: (module, example_inputs[, "
+        "dynamic_shapes])} — fix: return one of those"
     )
 
 
@@ -118,6 +119,10 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
               help="A compile spec for the backend(s), e.g. num_threads=2. Repeatable.")
 @click.option("--op-packages", "op_packages", type=click.Path(dir_okay=False), metavar="FILE",
               help="JSON/YAML list of op packages (OpPackageInfo) for the backend.")
+@click.option("--dim", "dims", multiple=True, metavar="INPUT:DIM:NAME:MIN:MAX",
+              help="Make dimension DIM of input number INPUT dynamic, named NAME, in [MIN, MAX] "
+              "(the same NAME on several inputs shares the size). Repeatable; applies to every "
+              "method. Derived dims (2*s): return dynamic_shapes from the factory.")
 @click.option("--explain", is_flag=True, help="Print every node left out of delegation, with why.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors.")
 @click.option("--json", "as_json", is_flag=True,
@@ -125,8 +130,8 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
                    "(as `opforge inspect --json`); progress and warnings stay on stderr.")
 def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],
            kernels: tuple[str, ...], allow_missing: bool, backends: tuple[str, ...],
-           compile_specs: tuple[str, ...], op_packages: str | None, explain: bool,
-           quiet: bool, as_json: bool) -> None:
+           compile_specs: tuple[str, ...], op_packages: str | None, dims: tuple[str, ...],
+           explain: bool, quiet: bool, as_json: bool) -> None:
     """Export FACTORY (MODULE:FUNCTION returning (model, example_inputs)) to a program file."""
     import warnings
 
@@ -140,6 +145,8 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
 
         result = load_factory(factory)()
         wanted = methods_from_factory(factory, result, methods)
+        if dims:
+            wanted = {name: with_dims(name, entry, dims) for name, entry in wanted.items()}
 
         def on_step(step: str, method: str) -> None:
             status.update(f"[bold]{step}[/bold] ({method})")
@@ -173,6 +180,31 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
 
         print_delegation(table_console(stderr=True, quiet=quiet) if not explain else table_console(),
                          delegation_report(program), explain=explain)
+
+
+def with_dims(method: str, entry: tuple, dims: tuple[str, ...]) -> tuple:
+    """``(module, inputs, dynamic_shapes)`` with the ``--dim`` options applied."""
+    import torch
+
+    module, inputs = entry[0], entry[1]
+    inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    shapes: list[dict] = [{} for _ in inputs]
+    made: dict[str, Any] = {}
+    for text in dims:
+        parts = text.split(":")
+        try:
+            position, dim, name, low, high = int(parts[0]), int(parts[1]), parts[2], int(parts[3]), int(parts[4])
+            if len(parts) != 5 or not name.isidentifier() or not 0 <= position < len(inputs):
+                raise ValueError(text)
+        except (ValueError, IndexError):
+            raise ExportError(
+                f"{_API}: --dim {text!r} (method {method!r}) — valid: INPUT:DIM:NAME:MIN:MAX with "
+                f"INPUT in 0..{len(inputs) - 1} and NAME an identifier — fix: e.g. --dim 0:0:batch:1:64"
+            ) from None
+        if name not in made:
+            made[name] = torch.export.Dim(name, min=low, max=high)
+        shapes[position][dim] = made[name]
+    return (module, inputs, tuple(s or None for s in shapes))
 
 
 def _compile_specs(items: tuple[str, ...], op_packages: str | None,

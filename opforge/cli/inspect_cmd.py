@@ -83,6 +83,17 @@ def _print(data: dict, path: str, show_values: bool) -> None:
         for op in method["operators"]:
             ops.add_row(str(op["index"]), escape(op["key"]), str(op["calls"]))
         console.print(ops)
+        dynamic = method.get("dynamic")
+        if dynamic and dynamic["symbols"]:
+            symbols = Table("symbol", "min", "max", title="symbols (arenas at max)")
+            for sym in dynamic["symbols"]:
+                symbols.add_row(escape(sym["name"]), str(sym["min"]), str(sym["max"]))
+            console.print(symbols)
+            for guard in dynamic["guards"]:
+                console.print(f"guard: {escape(guard)}")
+        if method.get("state"):
+            console.print("state: " + ", ".join(f"{escape(s['name'])} (%{s['value']})"
+                                                for s in method["state"]))
         memory = Table("arena sizes", "planned bytes", "naive bytes", "reuse", title="memory plan")
         memory.add_row(str(plan["arena_sizes"]), str(plan["total_bytes"]),
                        str(plan["naive_bytes"] if plan["naive_bytes"] is not None else "?"),

@@ -17,8 +17,10 @@ import torch.fx
 from opforge.errors import InternalError
 from opforge.program import (
     BoolListValue, BoolValue, DoubleListValue, DoubleValue, IntListValue, IntValue, NoneValue,
-    OptionalTensorListValue, ScalarType, ScalarTypeValue, StringValue, TensorListValue, Value,
+    OptionalTensorListValue, ScalarType, ScalarTypeValue, SizeExpr, StringValue, TensorListValue,
+    Value,
 )
+from opforge.export.symbolic import SymSize
 
 __all__ = ["scalar_type_of", "argument_value", "python_value"]
 
@@ -69,6 +71,12 @@ def python_value(value: Any) -> Value:
     raise InternalError(f"cannot emit the Python value {value!r} ({type(value).__name__})")
 
 
+def _has_sym(value: Any) -> bool:
+    if isinstance(value, SymSize):
+        return True
+    return isinstance(value, (list, tuple)) and any(isinstance(v, SymSize) for v in value)
+
+
 def _element(schema_type: Any) -> Any:
     return schema_type.getElementType()
 
@@ -78,9 +86,21 @@ def argument_value(
     value: Any,
     tensor_index: Callable[[torch.fx.Node], int],
     add_value: Callable[[Value], int],
+    add_symbolic: Callable[[Value, tuple], int] | None = None,
 ) -> int:
-    """The value index of ``value`` passed for schema argument ``arg``."""
+    """The value index of ``value`` passed for schema argument ``arg``.
+
+    A ``SymSize`` (a size computed per call), alone or in an ``int[]``, becomes an
+    ``IntValue``/``IntListValue`` holding its value at the export example, registered
+    through ``add_symbolic`` with its expression(s)."""
     schema_type = arg.type
+    if add_symbolic is not None and _has_sym(value):
+        if isinstance(value, SymSize):
+            return add_symbolic(IntValue(value.hint), (value.expr,))
+        items = list(value)
+        return add_symbolic(
+            IntListValue(tuple(v.hint if isinstance(v, SymSize) else int(v) for v in items)),
+            tuple(v.expr if isinstance(v, SymSize) else SizeExpr.const(int(v)) for v in items))
     if isinstance(schema_type, torch.OptionalType):
         if value is None:
             return add_value(NoneValue())

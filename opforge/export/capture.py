@@ -29,9 +29,10 @@ class MethodSpec:
     and optional ``torch.export`` dynamic shapes."""
 
     name: str
-    module: nn.Module
+    module: nn.Module | None
     example_inputs: tuple
     dynamic_shapes: Any = None
+    exported: Any = None  # a torch.export.ExportedProgram given instead of a module
 
 
 class _BoundMethod(nn.Module):
@@ -82,7 +83,9 @@ def method_specs(
     ``name: (module_or_bound_method, example_inputs)`` or a :class:`MethodSpec`.
     """
     specs: list[MethodSpec] = []
-    if model is not None:
+    if isinstance(model, torch.export.ExportedProgram):
+        specs.append(MethodSpec("forward", None, (), None, model))
+    elif model is not None:
         if example_inputs is None:
             raise ExportError(
                 "`opforge.export.export(model, example_inputs)`: example_inputs — found None — "
@@ -101,15 +104,20 @@ def method_specs(
                 "already defines 'forward') — fix: pass model=None or choose another name"
             )
         if isinstance(entry, MethodSpec):
-            specs.append(MethodSpec(name, entry.module, entry.example_inputs, entry.dynamic_shapes))
+            specs.append(MethodSpec(name, entry.module, entry.example_inputs, entry.dynamic_shapes,
+                                    entry.exported))
             continue
-        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+        if isinstance(entry, torch.export.ExportedProgram):
+            specs.append(MethodSpec(name, None, (), None, entry))
+            continue
+        if not (isinstance(entry, (tuple, list)) and len(entry) in (2, 3)):
             raise ExportError(
                 f"`opforge.export.export(methods=...)`: method {name!r} — found {type(entry).__name__} — "
-                "valid: (module_or_bound_method, example_inputs) or MethodSpec — "
+                "valid: (module_or_bound_method, example_inputs), an ExportedProgram or MethodSpec — "
                 f"fix: methods={{{name!r}: (model.{name}, (x,))}}"
             )
-        specs.append(MethodSpec(name, _as_module(name, entry[0]), _as_inputs(name, entry[1])))
+        dims = entry[2] if len(entry) == 3 else None
+        specs.append(MethodSpec(name, _as_module(name, entry[0]), _as_inputs(name, entry[1]), dims))
     if not specs:
         raise ExportError(
             "`opforge.export.export()`: methods — found none — valid: a model with example inputs and/or "
@@ -128,7 +136,10 @@ def quiet_torch_internals():
 
 
 def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:
-    """Run ``torch.export.export`` on one method; user errors become ``ExportError``."""
+    """Run ``torch.export.export`` on one method; user errors become ``ExportError``.
+    A method given as an ``ExportedProgram`` is taken as it is."""
+    if spec.exported is not None:
+        return _with_dim_names(method_graph_from_exported(spec.name, spec.exported), None)
     module = spec.module
     was_training = module.training
     try:
@@ -151,7 +162,34 @@ def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:
         raise _capture_error(spec, strict, exc) from exc
     finally:
         module.train(was_training)
-    return method_graph_from_exported(spec.name, exported)
+    method = method_graph_from_exported(spec.name, exported)
+    if isinstance(module, _BoundMethod):  # model.decode's buffers are model's: 'cache', not 'owner.cache'
+        method.notes["buffer_prefix"] = "owner."
+        method.notes["buffer_names"] = {p: name.removeprefix("owner.")
+                                        for p, name in method.notes["buffer_names"].items()}
+    return _with_dim_names(method, spec.dynamic_shapes)
+
+
+def _with_dim_names(method: MethodGraph, dynamic_shapes: Any) -> MethodGraph:
+    """Note the user's ``Dim`` names of the symbols (``{'s31': 'batch'}``) for the program."""
+    names: dict[str, str] = {}
+    entries = (list(dynamic_shapes.values()) if isinstance(dynamic_shapes, dict)
+               else list(dynamic_shapes) if isinstance(dynamic_shapes, (list, tuple)) else [])
+    for node, dims in zip(method.user_inputs(), entries):
+        fake = node.meta.get("val")
+        items = (dims.items() if isinstance(dims, dict) else enumerate(dims)
+                 if isinstance(dims, (list, tuple)) else ())
+        for dim, spec in items:
+            name = getattr(spec, "__name__", None)
+            if (not isinstance(fake, torch.Tensor) or not isinstance(dim, int) or name is None
+                    or not name.isidentifier() or hasattr(spec, "root") or dim >= fake.dim()):
+                continue
+            size = fake.shape[dim]
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                names.setdefault(str(size.node.expr), name)
+    if len(set(names.values())) == len(names):  # only when the names are unambiguous
+        method.notes["dim_names"] = names
+    return method
 
 
 def _capture_error(spec: MethodSpec, strict: bool, exc: Exception) -> ExportError:
@@ -186,6 +224,7 @@ def method_graph_from_exported(name: str, exported: Any) -> MethodGraph:
 
     kinds: dict[str, str] = {}
     constants: dict[str, torch.Tensor] = {}
+    buffers: dict[str, str] = {}  # placeholder → buffer name (state is shared by it)
     state = exported.state_dict
     for spec in exported.graph_signature.input_specs:
         node_name = spec.arg.name
@@ -196,6 +235,7 @@ def method_graph_from_exported(name: str, exported: Any) -> MethodGraph:
             kinds[node_name], tensor = InputKind.PARAMETER, state[spec.target]
         elif spec.kind == TorchInputKind.BUFFER:
             kinds[node_name] = InputKind.BUFFER
+            buffers[node_name] = spec.target
             tensor = state[spec.target] if spec.target in state else exported.constants[spec.target]
         elif spec.kind == TorchInputKind.CONSTANT_TENSOR:
             kinds[node_name], tensor = InputKind.CONSTANT, exported.constants[spec.target]
@@ -212,4 +252,5 @@ def method_graph_from_exported(name: str, exported: Any) -> MethodGraph:
         input_kinds=kinds,
         constants=constants,
         exported=exported,
+        notes={"buffer_names": buffers},
     )

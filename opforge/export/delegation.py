@@ -103,6 +103,15 @@ class Delegate(ExportPass):
         report = method.notes.setdefault("delegation", {"delegates": [], "rejected": []})
         for request in self.requests:
             backend = request.backend
+            if method.notes.get("symbols"):
+                # Backends compile for fixed sizes, and probing a symbolic size (int(s))
+                # would specialise torch's symbol to the example: nothing is offered to them.
+                report["rejected"].extend(
+                    Rejection(backend.name, n.name, op_name(n), "shape",
+                              f"dynamic shapes: a later feature of the {backend.name} backend",
+                              node_location(n) or "").as_dict()
+                    for n in method.call_nodes() if n.target is not operator.getitem)
+                continue
             graph = ExportGraph(method.name, method.graph_module, method.input_kinds, method.constants)
             result = backend.partition(graph, request.specs)
             report["rejected"].extend(r.as_dict() for r in result.rejected)

@@ -25,8 +25,8 @@ from opforge.export.out_variants import bind_arguments
 from opforge.export.delegation import METADATA_KEY
 from opforge.export.lowered import DelegateOut
 from opforge.program import (
-    ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Operator, Program, Segment,
-    TensorValue, Value,
+    ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Move, Operator, Program,
+    Segment, StateSlot, SymbolicValue, TensorValue, Value,
 )
 
 __all__ = ["emit_program", "ConstantPool"]
@@ -77,8 +77,10 @@ class _Delegates:
 
 
 class _MethodEmitter:
-    def __init__(self, method: MethodGraph, pool: ConstantPool, delegates: _Delegates) -> None:
+    def __init__(self, method: MethodGraph, pool: ConstantPool, delegates: _Delegates,
+                 state_names: frozenset[str] = frozenset()) -> None:
         self.method = method
+        self.state_names = state_names
         self.pool = pool
         self.delegates = delegates
         self.values: list[Value] = []
@@ -87,6 +89,7 @@ class _MethodEmitter:
         self.operators: list[Operator] = []
         self.operator_index: dict[str, int] = {}
         self.plan = method.notes["memory_plan"]
+        self.symbolic: list[SymbolicValue] = []
 
     def add_value(self, value: Value) -> int:
         key = (type(value).__name__, repr(value))
@@ -110,10 +113,22 @@ class _MethodEmitter:
         else:
             slot = self.plan.allocations[node.name]
             storage = ArenaStorage(slot.mem_id, slot.offset)
-        value = TensorValue(scalar_type_of(fake.dtype), tuple(int(s) for s in fake.shape), None, storage)
+        table = self.method.notes.get("symbols")
+        symbolic = table and any(not isinstance(s, int) for s in fake.shape)
+        sizes = table.upper_sizes(fake) if symbolic else tuple(int(s) for s in fake.shape)
+        value = TensorValue(scalar_type_of(fake.dtype), sizes, None, storage)
         self.values.append(value)
         self.node_index[node.name] = len(self.values) - 1
+        if symbolic:
+            exprs = tuple(table.expr_of(s) for s in fake.shape)
+            self.symbolic.append(SymbolicValue(len(self.values) - 1, exprs))
         return self.node_index[node.name]
+
+    def add_symbolic(self, value: Value, exprs: tuple) -> int:
+        """A value whose ints are sizes computed per call: never shared with another."""
+        self.values.append(value)
+        self.symbolic.append(SymbolicValue(len(self.values) - 1, exprs))
+        return len(self.values) - 1
 
     def _operator(self, op: Any) -> int:
         name = op._schema.name
@@ -135,7 +150,8 @@ class _MethodEmitter:
                 value = arg.default_value
             else:
                 raise InternalError(f"emit: {node.name} lacks argument {arg.name} of {schema}")
-            args.append(argument_value(arg, value, self.tensor_index, self.add_value))
+            args.append(argument_value(arg, value, self.tensor_index, self.add_value,
+                                       self.add_symbolic))
         return KernelCall(self._operator(node.target), tuple(args))
 
     def emit(self) -> Method:
@@ -157,7 +173,20 @@ class _MethodEmitter:
                 instructions.append(DelegateCall(index, tuple(self.tensor_index(a) for a in node.args)))
             elif node.op == "call_function":
                 instructions.append(self._kernel_call(node))
-        outputs = [self._output(v) for v in self.method.output_args()]
+        state_outputs = self.method.notes.get("state_outputs", {})
+        outputs = []
+        for position, v in enumerate(self.method.output_args()):
+            if position in state_outputs:  # the new value of a state tensor: copied in place
+                dst = self.node_index[state_outputs[position]]
+                instructions.append(Move(self.tensor_index(v), dst))
+            else:
+                outputs.append(self._output(v))
+        written = self.method.notes.get("state", {})
+        read = {p: name for p, name in self.method.notes.get("buffer_names", {}).items()
+                if name in self.state_names and p not in written and p in self.node_index}
+        state = tuple(StateSlot(name, self.node_index[placeholder])
+                      for placeholder, name in {**written, **read}.items())
+        table = self.method.notes.get("symbols")
         return Method(
             name=self.method.name,
             values=tuple(self.values),
@@ -166,6 +195,10 @@ class _MethodEmitter:
             instructions=tuple(instructions),
             operators=tuple(self.operators),
             memory_plan=MemoryPlan(tuple(self.plan.arena_sizes)),
+            symbols=tuple(table.symbols) if table else (),
+            symbolic_values=tuple(self.symbolic),
+            guards=tuple(dict.fromkeys(table.guards)) if table else (),
+            state=state,
         )
 
     def _output(self, value: Any) -> int:
@@ -185,7 +218,10 @@ def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str
     """Emit planned methods as one Program (not yet verified; ``export`` verifies it)."""
     pool = ConstantPool()
     delegates = _Delegates()
-    emitted = tuple(_MethodEmitter(method, pool, delegates).emit() for method in methods)
+    # a buffer one method updates is state in every method that reads it (shared by name)
+    state_names = frozenset(name for m in methods for name in m.notes.get("state", {}).values())
+    emitted = tuple(_MethodEmitter(method, pool, delegates, state_names).emit()
+                    for method in methods)
     constants = pool.segments()
     blob_segments, blobs = delegates.finish(len(constants))
     metadata = dict(user_metadata or {})

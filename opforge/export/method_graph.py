@@ -28,6 +28,7 @@ class InputKind:
     PARAMETER = "parameter"
     BUFFER = "buffer"
     CONSTANT = "constant"  # a lifted tensor constant or a non-persistent buffer
+    STATE = "state"  # a buffer the method updates: program state (initial value = constant)
 
 
 def alloc(sizes: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

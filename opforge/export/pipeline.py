@@ -2,7 +2,8 @@
 
     capture (torch.export)                            capture.py
       → DecomposeToCoreAten   captured → core_aten_or_custom
-      → CheckFunctional       core_aten_or_custom → functional
+      → SymbolicSizes         core_aten_or_custom → sizes_symbolic (symbols, guards)
+      → CheckFunctional       core_aten_or_custom → functional (mutated buffers → state)
       → DropAssertions        functional → assertion_free
       → Delegate              (with backends) partitions → delegate calls   delegation.py
       → ToOutVariant          functional, assertion_free → all_out_variants
@@ -24,7 +25,8 @@ from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
 from opforge.export.method_graph import MethodGraph
 from opforge.export.pass_manager import PassManager
 from opforge.export.passes import (
-    CheckFunctional, DecomposeToCoreAten, DropAssertions, LiftConstants, PlanMemory, ToOutVariant,
+    CheckFunctional, DecomposeToCoreAten, DropAssertions, LiftConstants, PlanMemory, SymbolicSizes,
+    ToOutVariant,
 )
 
 __all__ = ["run_pipeline"]
@@ -46,6 +48,7 @@ def run_pipeline(
     """
     passes = [
         DecomposeToCoreAten(preserve=preserve_ops),
+        SymbolicSizes(),
         CheckFunctional(),
         DropAssertions(),
         *([Delegate(backends)] if backends else []),

@@ -7,6 +7,7 @@ when the property holds), so that the pass manager can say exactly what a pass b
 | --- | --- |
 | ``captured`` | the method still carries its ``ExportedProgram`` (nothing decomposed yet) |
 | ``core_aten_or_custom`` | every call is a core ATen op, a preserved op, an op of another namespace (custom ops stay opaque), ``getitem``, or a higher-order op (rejected by ``functional``) |
+| ``sizes_symbolic`` | no call computes a size (``sym_size``, ``SymInt`` arithmetic): sizes are ``SymSize`` expressions; the method has a symbol table |
 | ``functional`` | no call writes to an argument, no input or buffer is mutated, no higher-order ops |
 | ``assertion_free`` | no call of a run-time assertion op (``_assert_tensor_metadata``, ``_assert_scalar``, …) is left |
 | ``all_out_variants`` | every call is ``alloc`` or an out-variant overload whose out arguments are ``alloc`` nodes; no ``getitem`` |
@@ -37,7 +38,7 @@ def _core_aten_or_custom(method: MethodGraph) -> list[str]:
     for node in method.call_nodes():
         target = node.target
         if target is operator.getitem or isinstance(target, torch._ops.HigherOrderOperator) \
-                or is_delegate(node):
+                or is_delegate(node) or _is_size(node):
             continue
         if not isinstance(target, torch._ops.OpOverload):
             bad.append(f"node {node.name}: target {target!r} is not an operator overload")
@@ -45,6 +46,16 @@ def _core_aten_or_custom(method: MethodGraph) -> list[str]:
             if op_key(target) not in method.preserved_ops and target in _decomposable():
                 bad.append(f"node {node.name}: {op_key(target)} is neither core ATen nor preserved")
     return bad
+
+
+def _is_size(node) -> bool:
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool))
+
+
+def _sizes_symbolic(method: MethodGraph) -> list[str]:
+    bad = [f"node {node.name}: computes a size ({node.target})"
+           for node in method.call_nodes() if _is_size(node)]
+    return bad + ([] if "symbols" in method.notes else ["no symbol table"])
 
 
 def _decomposable() -> frozenset:
@@ -140,6 +151,7 @@ def _assertion_free(method: MethodGraph) -> list[str]:
 PROPERTIES: dict[str, Callable[[MethodGraph], list[str]]] = {
     "captured": _captured,
     "core_aten_or_custom": _core_aten_or_custom,
+    "sizes_symbolic": _sizes_symbolic,
     "functional": _functional,
     "assertion_free": _assertion_free,
     "all_out_variants": _all_out_variants,

@@ -28,6 +28,7 @@ from opforge.program.model import (
     Program, Segment,
 )
 from opforge.program.scalar_type import ScalarType
+from opforge.program.symbolic import Guard, SizeExpr, StateSlot, Symbol, SymbolicValue
 from opforge.program.values import (
     MAX_RANK, MAX_TENSOR_BYTES, PACKING_INT4, PACKING_NONE, ArenaStorage, BoolListValue, BoolValue, ConstantStorage,
     DoubleListValue, DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue,
@@ -43,6 +44,7 @@ __all__ = [
     "IntListValue", "DoubleListValue", "BoolListValue", "TensorListValue",
     "OptionalTensorListValue", "ScalarTypeValue",
     "Storage", "ArenaStorage", "ConstantStorage", "ScalarType",
+    "Symbol", "SizeExpr", "Guard", "SymbolicValue", "StateSlot",
     "MAX_RANK", "MAX_TENSOR_BYTES", "FORMAT_VERSION", "PACKING_NONE", "PACKING_INT4",
     # bytes and files
     "to_bytes", "from_bytes", "save", "load",

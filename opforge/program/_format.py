@@ -1,4 +1,4 @@
-"""Wire constants of the program file, format version 2 (docs/program-format.md is the spec).
+"""Wire constants of the program file, format version 3 (docs/program-format.md is the spec).
 
 Layout::
 
@@ -17,9 +17,9 @@ import struct
 
 MAGIC = b"\x89OPF\r\n\x1a\n"  # PNG's trick: catches 7-bit and newline-translating copies
 # The newest version this library reads and writes. A file is written with the lowest
-# version that can express it (version 1 unless a constant is packed), so readers that
-# only know version 1 keep reading every program without packed constants.
-FORMAT_VERSION = 2
+# version that can express it (version 1 unless a constant is packed (2) or a method has
+# symbolic sizes or state (3)), so older readers keep reading every program they can run.
+FORMAT_VERSION = 3
 MIN_FORMAT_VERSION = 1
 ALIGNMENT = 64
 

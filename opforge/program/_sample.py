@@ -117,3 +117,30 @@ def unverified_bytes(program: Program) -> bytes:
     for offset, chunk in segments:
         out += bytes(offset - len(out)) + bytes(chunk)
     return bytes(out)
+
+
+def symbolic_program() -> Program:
+    """A version-3 program: ``y = abs(x)`` over ``s`` in [1, 16], a derived second input
+    ``(2 * s)``, a guard, a view-like ``int[]`` argument with an expression, and a counter
+    state updated by a Move (every version-3 field in use)."""
+    from opforge.program.symbolic import Guard, SizeExpr, StateSlot, Symbol, SymbolicValue
+
+    values = (
+        TensorValue(F32, (16,), storage=ArenaStorage(0, 0)),  # x: (s,)
+        TensorValue(F32, (32,), storage=ArenaStorage(0, 64)),  # z: (2 * s,)
+        TensorValue(F32, (16,), storage=ArenaStorage(0, 192)),  # y = abs(x): (s,)
+        IntListValue((4,)),  # [s]: a size argument
+        TensorValue(F32, (1,), storage=ConstantStorage(0, 0)),  # state initial value
+        TensorValue(F32, (1,), storage=ArenaStorage(0, 256)),  # new state
+    )
+    s = SizeExpr.sym("s")
+    symbolic = (SymbolicValue(0, (s,)), SymbolicValue(1, (SizeExpr("*", (SizeExpr.const(2), s)),)),
+                SymbolicValue(2, (s,)), SymbolicValue(3, (s,)))
+    method = Method(
+        "forward", values, (0, 1), (2,),
+        (KernelCall(0, (0, 2)), KernelCall(0, (4, 5)), Move(5, 4)),
+        (Operator("aten::abs", "out"),), MemoryPlan((320,)),
+        symbols=(Symbol("s", 1, 16),), symbolic_values=symbolic,
+        guards=(Guard(SizeExpr("mod", (s, SizeExpr.const(16))), "<=", SizeExpr.const(15)),),
+        state=(StateSlot("count", 4),))
+    return Program(methods=(method,), segments=(Segment(np.ones(1, dtype=np.float32)),))

@@ -25,6 +25,7 @@ from opforge.program.model import (
     Segment,
 )
 from opforge.program.scalar_type import ScalarType
+from opforge.program.symbolic import Guard, SizeExpr, StateSlot, Symbol, SymbolicValue
 from opforge.program.values import (
     MAX_RANK, PACKING_INT4, ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue,
     DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue,
@@ -106,7 +107,7 @@ def _open_regular(path: str | os.PathLike):
 def _decode(buf: memoryview, allow_unplanned: bool) -> Program:
     metadata_offset, metadata_size, data_offset, version = _check_header(buf)
     r = Reader(buf[metadata_offset:metadata_offset + metadata_size], metadata_offset)
-    methods = tuple(_method(r, i) for i in range(_in("methods", r.count, 1)))
+    methods = tuple(_method(r, i, version) for i in range(_in("methods", r.count, 1)))
     segments = _segments(r, buf, data_offset)
     delegates = tuple(_in(f"delegates[{i}]", _delegate, r)
                       for i in range(_in("delegates", r.count, 13)))
@@ -168,7 +169,7 @@ def _check_header(buf: memoryview) -> tuple[int, int, int, int]:
             "upgrade opforge to load this file" if newer else _REEXPORT)
     checks = [
         ("header.header_size", header_size, header_size == F.HEADER_SIZE, str(F.HEADER_SIZE)),
-        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 and 2)"),
+        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 to 3)"),
         ("header.reserved", reserved, reserved == 0, "0"),
         ("header.file_size", f"{file_size} but the file has {size} bytes "
          + ("(truncated)" if size < file_size else "(trailing bytes)"), file_size == size,
@@ -213,7 +214,7 @@ def _segments(r: Reader, buf: memoryview, data_offset: int) -> tuple[Segment, ..
 _SEGMENT = struct.Struct("<qq")
 
 
-def _method(r: Reader, index: int) -> Method:
+def _method(r: Reader, index: int, version: int) -> Method:
     name = _in(f"methods[{index}].name", r.string)
     where = f"method {name!r}"
     values = []
@@ -235,8 +236,29 @@ def _method(r: Reader, index: int) -> Method:
             append(_instruction(r))
         except ProgramError as e:
             raise ProgramError(f"{where} instructions[{i}]: {e}") from None
+    extra = _in(f"{where} symbolic sizes", _symbolic, r) if version >= 3 else ((), (), (), ())
     return _in(where, Method, name, tuple(values), inputs, outputs, tuple(instructions),
-               operators, plan)
+               operators, plan, *extra)
+
+
+def _symbolic(r: Reader) -> tuple:
+    """Version 3: symbols, symbolic values, guards and state slots (see encode._symbolic)."""
+    symbols = tuple(Symbol(r.string(), *r.unpack(_PAIR)) for _ in range(r.count(20)))
+    symbolic = []
+    for _ in range(r.count(8)):
+        value, count = r.unpack(_PAIR32)
+        if count > MAX_RANK:
+            raise program_error("symbolic value", f"{count} expressions", f"at most {MAX_RANK}")
+        symbolic.append(SymbolicValue(value, tuple(SizeExpr.parse(r.string())
+                                                   for _ in range(count))))
+    guards = tuple(Guard(SizeExpr.parse(r.string()), r.string(), SizeExpr.parse(r.string()))
+                   for _ in range(r.count(12)))
+    state = tuple(StateSlot(r.string(), r.u32()) for _ in range(r.count(8)))
+    return symbols, tuple(symbolic), guards, state
+
+
+_PAIR = struct.Struct("<qq")
+_PAIR32 = struct.Struct("<II")
 
 
 def _operator(r: Reader) -> Operator:

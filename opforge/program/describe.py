@@ -49,11 +49,23 @@ def _method(program: Program, method: Method) -> dict:
         for i, v in enumerate(method.values)
         if type(v) is TensorValue and type(v.storage) is ConstantStorage
     ]
+    symbolic = {sv.value: sv.exprs for sv in method.symbolic_values}
+    extra = {}
+    if method.symbols or method.state:
+        extra["dynamic"] = {
+            "symbols": [{"name": s.name, "min": s.min, "max": s.max} for s in method.symbols],
+            "guards": [str(g) for g in method.guards],
+            "planned_at": "upper bound" if method.symbols else "static sizes",
+        }
+        extra["state"] = [{"name": slot.name, "value": slot.value} for slot in method.state]
     return {
         "name": method.name,
         "inputs": list(method.inputs),
         "outputs": list(method.outputs),
-        "values": [f"%{i}: {_value_text(v)}" for i, v in enumerate(method.values)],
+        "values": [f"%{i}: {_value_text(v)}" + (
+            f" sizes=({', '.join(str(e) for e in symbolic[i])})" if i in symbolic else "")
+            for i, v in enumerate(method.values)],
+        **extra,
         "operators": [{"index": i, "key": op.key, "calls": calls.get(i, 0)}
                       for i, op in enumerate(method.operators)],
         "instructions": [_instruction(program, method, ins) for ins in method.instructions],

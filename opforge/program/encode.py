@@ -82,7 +82,7 @@ _VALUE_WRITERS = {
 }
 
 
-def _method(w: _Writer, m: Method) -> None:
+def _method(w: _Writer, m: Method, version: int) -> None:
     w.string(m.name)
     w.fmt("<I", len(m.values))
     for value in m.values:
@@ -108,6 +108,30 @@ def _method(w: _Writer, m: Method) -> None:
             w.fmt("<BI", F.INSTR_FREE, ins.value)
         else:
             raise TypeError(f"not an instruction: {ins!r}")
+    if version >= 3:
+        _symbolic(w, m)
+
+
+def _symbolic(w: _Writer, m: Method) -> None:
+    """Version 3: symbols, symbolic values, guards and state slots of one method."""
+    w.fmt("<I", len(m.symbols))
+    for symbol in m.symbols:
+        w.string(symbol.name)
+        w.fmt("<qq", symbol.min, symbol.max)
+    w.fmt("<I", len(m.symbolic_values))
+    for sv in m.symbolic_values:
+        w.fmt("<II", sv.value, len(sv.exprs))
+        for expr in sv.exprs:
+            w.string(str(expr))
+    w.fmt("<I", len(m.guards))
+    for guard in m.guards:
+        w.string(str(guard.lhs))
+        w.string(guard.relation)
+        w.string(str(guard.rhs))
+    w.fmt("<I", len(m.state))
+    for slot in m.state:
+        w.string(slot.name)
+        w.fmt("<I", slot.value)
 
 
 def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
@@ -117,9 +141,10 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
     """
     w = _Writer()
     try:
+        version = format_version_of(program)
         w.fmt("<I", len(program.methods))
         for method in program.methods:
-            _method(w, method)
+            _method(w, method, version)
         offsets, cursor = [], 0
         for segment in program.segments:
             offsets.append(cursor)
@@ -147,7 +172,7 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
     data_offset = F.align(F.HEADER_SIZE + len(metadata))
     last = offsets[-1] + program.segments[-1].nbytes if program.segments else 0
     header = F.HEADER.pack(
-        F.MAGIC, format_version_of(program), F.HEADER_SIZE, data_offset + last, F.HEADER_SIZE,
+        F.MAGIC, version, F.HEADER_SIZE, data_offset + last, F.HEADER_SIZE,
         len(metadata), zlib.crc32(metadata), 0, data_offset, 0,
     )
     head = header + metadata + bytes(data_offset - F.HEADER_SIZE - len(metadata))
@@ -155,7 +180,10 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
 
 
 def format_version_of(program: Program) -> int:
-    """The lowest format version that expresses ``program``: 2 with packed constants, else 1."""
+    """The lowest format version that expresses ``program``: 3 with symbolic sizes or state,
+    2 with packed constants, else 1."""
+    if any(m.symbols or m.symbolic_values or m.guards or m.state for m in program.methods):
+        return 3
     for method in program.methods:
         for v in method.values:
             if type(v) is TensorValue and type(v.storage) is ConstantStorage and v.storage.packing:

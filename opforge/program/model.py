@@ -4,7 +4,9 @@
             │                   ├ inputs/outputs (value indices)
             │                   ├ instructions   (KernelCall / DelegateCall / Move / Free)
             │                   ├ operators      (the operator table KernelCall.op indexes)
-            │                   └ memory_plan    (arena sizes; placements live on TensorValue)
+            │                   ├ memory_plan    (arena sizes; placements live on TensorValue)
+            │                   ├ symbols, symbolic_values, guards  (dynamic shapes, version 3)
+            │                   └ state          (state tensors by name, version 3)
             ├ segments ──► Segment (raw bytes: constant weights, delegate blobs)
             ├ delegates ─► DelegateBlob (backend id, segment index, compile specs)
             └ user_metadata (str → str pairs)
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from opforge.program._errors import program_error
+from opforge.program.symbolic import MAX_SYMBOLS, Guard, StateSlot, Symbol, SymbolicValue
 from opforge.program.values import MAX_TENSOR_BYTES, Value, _as_tuple, _check_int
 
 __all__ = [
@@ -120,7 +123,13 @@ class MemoryPlan:
 
 @dataclass(frozen=True, slots=True)
 class Method:
-    """One entry point of a program (e.g. "forward"): a flat, index-based instruction list."""
+    """One entry point of a program (e.g. "forward"): a flat, index-based instruction list.
+
+    A method with dynamic shapes declares ``symbols``, the sizes of the values that depend on
+    them (``symbolic_values``; the values themselves hold their sizes at the upper bound) and
+    the ``guards`` every call must meet. ``state`` names the constants that are program state
+    (``opforge.program.symbolic``).
+    """
 
     name: str
     values: tuple[Value, ...]
@@ -129,12 +138,26 @@ class Method:
     instructions: tuple[Instruction, ...]
     operators: tuple[Operator, ...] = ()
     memory_plan: MemoryPlan = field(default_factory=MemoryPlan)
+    symbols: tuple[Symbol, ...] = ()
+    symbolic_values: tuple[SymbolicValue, ...] = ()
+    guards: tuple[Guard, ...] = ()
+    state: tuple[StateSlot, ...] = ()
 
     def __post_init__(self) -> None:
         if type(self.name) is not str or not self.name:
             raise program_error("`Method`: name", repr(self.name), "a non-empty str")
-        for name in ("values", "inputs", "outputs", "instructions", "operators"):
+        for name in ("values", "inputs", "outputs", "instructions", "operators", "symbols",
+                     "symbolic_values", "guards", "state"):
             object.__setattr__(self, name, _as_tuple("Method", name, getattr(self, name)))
+        for name, kind in (("symbols", Symbol), ("symbolic_values", SymbolicValue),
+                           ("guards", Guard), ("state", StateSlot)):
+            for i, item in enumerate(getattr(self, name)):
+                if type(item) is not kind:
+                    raise program_error(f"`Method`: {name}[{i}]", type(item).__name__,
+                                        f"a {kind.__name__}")
+        if len(self.symbols) > MAX_SYMBOLS:
+            raise program_error("`Method`: symbols", str(len(self.symbols)),
+                                f"at most {MAX_SYMBOLS}")
         if not isinstance(self.memory_plan, MemoryPlan):
             raise program_error(
                 "`Method`: memory_plan", type(self.memory_plan).__name__, "a MemoryPlan",

@@ -19,7 +19,9 @@ The dataclasses check their own fields on construction (types, non-negative size
   bounded by the runtime's memory limit (``opforge.runtime.limits``), checked at load;
 * a tensor without storage has no bytes, unless the caller allows unplanned tensors;
 * inputs and outputs are tensors or scalars, inputs are not constants (they are written),
-  and no Move writes into a constant (constants are read-only mapped memory).
+  and no Move writes into a constant (constants are read-only mapped memory) unless the
+  constant is a state tensor's initial value (the runtime writes the live copy);
+* symbolic sizes and state: ``verify_symbolic.py``.
 
 Cost is linear in the size of the tables; a program with thousands of instructions takes
 milliseconds.
@@ -33,6 +35,7 @@ from opforge.program.model import (
     INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, Operator, Program, Segment,
     DelegateBlob,
 )
+from opforge.program.verify_symbolic import state_values, verify_shared_state, verify_symbolic
 from opforge.program.values import (
     VALUE_TYPES, ArenaStorage, BoolValue, ConstantStorage, DoubleValue, IntValue,
     OptionalTensorListValue, TensorListValue, TensorValue,
@@ -93,6 +96,7 @@ def check_program(program: Program, allow_unplanned: bool) -> None:
             )
         names[method.name] = i
         _verify_method(program, method, f"method {method.name!r}", allow_unplanned)
+    verify_shared_state(program)
 
 
 ARENA_ALIGNMENT = 64  # the memory planner's default alignment (opforge.export)
@@ -161,6 +165,8 @@ def _verify_method(program: Program, method: Method, where: str, allow_unplanned
         keys[op.key] = j
     _verify_instructions(program, method, where)
     _verify_arena_sizes(arenas, ends, offsets, where)
+    if method.symbols or method.symbolic_values or method.guards or method.state:
+        verify_symbolic(method, where)
 
 
 def _verify_arena_sizes(arenas: tuple[int, ...], ends: list[int], offsets: list[int],
@@ -226,7 +232,8 @@ def _verify_instructions(program: Program, method: Method, where: str) -> None:
             _index(f"{at} (Move).src", ins.src, n, "value")
             _index(f"{at} (Move).dst", ins.dst, n, "value")
             dst = values[ins.dst]
-            if type(dst) is TensorValue and type(dst.storage) is ConstantStorage:
+            if type(dst) is TensorValue and type(dst.storage) is ConstantStorage and (
+                    ins.dst not in state_values(method)):
                 raise program_error(f"{at} (Move).dst", f"value {ins.dst}, a constant tensor",
                                     "a writable value", _DANGLING)
             continue

@@ -82,18 +82,44 @@ class ValueTable:
     """
 
     def __init__(self, api: str, program: Program, method: Method,
-                 arenas: list[np.ndarray]) -> None:
+                 arenas: list[np.ndarray], *, base: "ValueTable | None" = None,
+                 dependent: frozenset[int] = frozenset()) -> None:
         self._api = api
         self._program = program
         self._method = method
         self._arenas = arenas
         self._objects: dict[int, object] = {}
+        # a per-shape table of a dynamic method: what does not depend on the symbols
+        # (constants, static tensors, scalars) is the base table's object, made once
+        self._base = base
+        self._dependent = dependent
 
     def get(self, index: int) -> object:
         obj = self._objects.get(index, _MISSING)
         if obj is _MISSING:
-            obj = self._objects[index] = self._make(index)
+            if self._base is not None and index not in self._dependent:
+                obj = self._objects[index] = self._base.get(index)
+            else:
+                obj = self._objects[index] = self._make(index)
         return obj
+
+    def set_sizes(self, index: int, sizes: tuple[int, ...]) -> None:
+        """Make value ``index`` at ``sizes``: a tensor's view of that shape in its slot, an
+        ``int`` (one size) or an ``int[]``."""
+        value = self._method.values[index]
+        if type(value) is TensorValue:
+            storage = value.storage
+            if type(storage) is ArenaStorage and value.dim_order == _CONTIGUOUS[len(sizes)]:
+                # the common case, per shape and per tensor: one ndarray, no checks redone
+                self._objects[index] = np.ndarray(
+                    sizes, _numpy_dtype(value.dtype), self._arenas[storage.mem_id],
+                    storage.offset)
+            else:
+                self._objects[index] = self._view(index, value, sizes)
+        elif type(value) is IntValue:
+            self._objects[index] = sizes[0]
+        else:
+            self._objects[index] = tuple(sizes)
 
     def set(self, index: int, obj: object) -> None:
         """Replace a scalar value's object (a scalar method input given at call time)."""
@@ -127,6 +153,9 @@ class ValueTable:
         )
 
     def _tensor(self, index: int, value: TensorValue) -> np.ndarray:
+        return self._view(index, value, value.sizes)
+
+    def _view(self, index: int, value: TensorValue, sizes: tuple[int, ...]) -> np.ndarray:
         where = f"method {self._method.name!r} values[{index}]"
         dtype = tensor_dtype(self._api, where, value)
         storage = value.storage
@@ -134,14 +163,14 @@ class ValueTable:
             return constant_array(self._program, value)
         if type(storage) is ArenaStorage:
             order = value.dim_order
-            physical = tuple(value.sizes[d] for d in order)
+            physical = tuple(sizes[d] for d in order)
             view = np.ndarray(physical, dtype=dtype, buffer=self._arenas[storage.mem_id],
                               offset=storage.offset)
             if order != tuple(range(len(order))):
                 view = view.transpose(np.argsort(order))
             return view
         if value.nbytes == 0:  # the verifier lets zero-byte tensors go unplanned
-            return np.empty(value.sizes, dtype=dtype)
+            return np.empty(sizes, dtype=dtype)
         raise ProgramError(
             f"`{self._api}`: {where} — a tensor of {value.nbytes} bytes without storage — "
             "valid: every tensor with bytes planned into an arena or stored as a constant — "
@@ -150,3 +179,12 @@ class ValueTable:
 
 
 _MISSING = object()
+_CONTIGUOUS = tuple(tuple(range(rank)) for rank in range(65))
+_DTYPES: dict = {}
+
+
+def _numpy_dtype(scalar_type) -> np.dtype:
+    dtype = _DTYPES.get(scalar_type)
+    if dtype is None:
+        dtype = _DTYPES[scalar_type] = scalar_type.numpy_dtype()
+    return dtype

@@ -17,9 +17,11 @@ import os
 import re
 from typing import Iterable
 
+import numpy as np
+
 from opforge.errors import ProgramError, RegistrationError
 from opforge.program import (
-    ConstantStorage, DelegateCall, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
+    ConstantStorage, DelegateCall, constant_array, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
     TensorListValue, TensorValue, from_bytes, load as load_file, verify,
 )
 from opforge.runtime.arena import arena_bytes
@@ -29,6 +31,25 @@ from opforge.runtime.method import Method
 from opforge.runtime.missing import MissingOp, missing_kernel_error
 from opforge.runtime.registry import DEFAULT_DTYPE, Kernel, KernelRegistry
 from opforge.runtime.threads import resolve_thread_count
+
+def initial_value(program: Program, name: str) -> "np.ndarray":
+    """The initial value of state ``name`` (read-only, from the program's constants)."""
+    for method in program.methods:
+        for slot in method.state:
+            if slot.name == name:
+                return constant_array(program, method.values[slot.value])
+    raise KeyError(name)
+
+
+def initial_state(program: Program) -> dict[str, "np.ndarray"]:
+    """A fresh, writable copy of every state tensor of ``program``, by name."""
+    state: dict[str, np.ndarray] = {}
+    for method in program.methods:
+        for slot in method.state:
+            if slot.name not in state:
+                state[slot.name] = np.array(constant_array(program, method.values[slot.value]))
+    return state
+
 
 __all__ = ["load", "LoadedProgram", "MODES", "dtype_key", "load_kernel_library"]
 
@@ -58,6 +79,7 @@ class LoadedProgram:
         self.max_memory = memory_limit_of(max_memory, api="LoadedProgram(max_memory=...)")
         self._kernels = kernels
         self.delegates = delegates  # opforge.runtime.delegates.DelegateSet, or None
+        self._state = initial_state(program)  # one live copy per loaded program, by name
 
     @property
     def method_names(self) -> tuple[str, ...]:
@@ -75,7 +97,44 @@ class LoadedProgram:
             return Method(self.program, self.program.method(name), self._kernels[name],
                           api=f"opforge.runtime.load({self.source}).method",
                           delegates=self.delegates, num_threads=self.num_threads,
-                          mode=self.mode)
+                          mode=self.mode, state=self._state)
+
+    # --- state: the buffers the program's methods update in place, shared by name ------------
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        """The names of the program's state tensors (e.g. ``('cache', 'count')``)."""
+        return tuple(self._state)
+
+    def read_state(self, name: str) -> "np.ndarray":
+        """A copy of the live state tensor ``name``."""
+        return self._state_array(name, "read_state").copy()
+
+    def write_state(self, name: str, value: object) -> None:
+        """Overwrite the live state tensor ``name`` with ``value`` (same shape and dtype)."""
+        live = self._state_array(name, "write_state")
+        array = np.asarray(value)
+        if array.shape != live.shape or array.dtype != live.dtype:
+            raise ProgramError(
+                f"`LoadedProgram.write_state({name!r})`: value — found {array.dtype} of shape "
+                f"{array.shape} — valid: {live.dtype} of shape {live.shape} — fix: convert "
+                f"it, e.g. numpy.asarray(v, numpy.{live.dtype}).reshape({live.shape})")
+        np.copyto(live, array)
+
+    def reset_state(self, name: str | None = None) -> None:
+        """Restore state ``name`` (all state without a name) to its initial value."""
+        for key in ([name] if name is not None else list(self._state)):
+            live = self._state_array(key, "reset_state")
+            np.copyto(live, initial_value(self.program, key))
+
+    def _state_array(self, name: str, api: str) -> "np.ndarray":
+        live = self._state.get(name)
+        if live is None:
+            names = ", ".join(repr(n) for n in self._state) or "(the program has no state)"
+            raise ProgramError(
+                f"`LoadedProgram.{api}({name!r})`: state {name!r} — not in {self.source} — "
+                f"valid: {names} — fix: pass one of those names")
+        return live
 
     def kernel_for(self, method: str, instruction: int) -> Kernel | None:
         """The kernel resolved for ``instruction`` of ``method`` (None for Move/Free)."""

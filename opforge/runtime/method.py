@@ -24,14 +24,21 @@
 # enters meanwhile gets ConcurrentCallError at once, instead of waiting or corrupting:
 # serialising silently would hide a design error (views=True outputs would be overwritten
 # by the other thread right after return). Cost: one uncontended acquire/release per call.
+#
+# Two exceptions to "nothing shared": program state (the buffers a method updates, one live
+# copy per LoadedProgram, shared by every instance by design, as a KV cache must be), and
+# nothing else. A dynamic method (symbolic sizes) keeps one bound list per input shape
+# (``_ShapeBinding``, below) and swaps the current one in before the same call loop; a
+# static method never touches that code.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -43,6 +50,7 @@ from opforge.program import (
 from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
+from opforge.runtime.shapes import ShapeBinder
 from opforge.runtime.threads import ThreadGovernor, resolve_thread_count
 
 __all__ = ["Method", "IOSpec"]
@@ -93,7 +101,8 @@ class Method:
 
     def __init__(self, program: Program, method: MethodDef, kernels: Sequence[Kernel | None],
                  *, api: str = "opforge.runtime.Method", delegates=None,
-                 num_threads: int | None = None, mode: str = "lean") -> None:
+                 num_threads: int | None = None, mode: str = "lean",
+                 state: dict[str, np.ndarray] | None = None) -> None:
         self.name = method.name
         self._api = api
         self._busy = threading.Lock()
@@ -101,14 +110,78 @@ class Method:
         self._delegates = delegates  # keeps the delegate handles alive as long as this method
         self._def = method
         self._arenas = allocate_arenas(method)
-        self._values = ValueTable(api, program, method, self._arenas)
+        self._state = state or {}
+        self._kernel_table = kernels
+        self._dynamic = bool(method.symbols)
+        self._binder = ShapeBinder(api, method) if self._dynamic else None
+        self._values = self._base_values = self._value_table(program, method)
+        self._program = program
+        # a dynamic method binds per input shape (``_select``); a static one once, here
+        self._instruction_index, self._op_names, self._kernels = [], [], []
+        self._bound = [] if self._dynamic else self._bind_all(method)
+        if self._dynamic:  # names until the first call binds (``instructions``, __repr__)
+            for i, ins in enumerate(method.instructions):
+                if type(ins) is KernelCall:
+                    self._instruction_index.append(i)
+                    self._op_names.append(method.operators[ins.op].key)
+                elif type(ins) is Move:
+                    self._instruction_index.append(i)
+                    self._op_names.append("move")
         get = self._values.get
+        # every thread pool a call can reach, held at the program's thread count per call
+        self.num_threads = resolve_thread_count(num_threads, api=api)
+        pools = any(k is not None and _reaches_pools(k)
+                    for k in (self._kernels if not self._dynamic else kernels))
+        self._threads = (ThreadGovernor(self.num_threads, pools=pools or mode == "aten",
+                                        torch_intraop=mode == "aten")
+                         if pools or mode == "aten" else None)
 
-        # --- instructions: (fn, args) pairs, with what errors and traces need beside them
+        # --- inputs: (arena slot, dtype, shape) for the fast check; scalars rebind
+        self.inputs = tuple(self._io_spec(i) for i in method.inputs)
+        self.outputs = tuple(self._io_spec(i) for i in method.outputs)
+        self._input_shapes = tuple(s.shape for s in self.inputs)
+        self._fast_inputs = () if self._dynamic else tuple(
+            (get(s.index), s.dtype, s.shape) for s in self.inputs if s.is_tensor)
+        # the fast path takes calls with this many inputs; -1 (never) with scalar inputs
+        self._fast_count = len(self.inputs) if all(s.is_tensor for s in self.inputs) else -1
+        self._scalar_users = self._scalar_input_users(method)
+
+        # --- outputs: views (valid until the next call) and how to copy each
+        self._output_views = self._output_copies = ()
+        if not self._dynamic:
+            self._output_views = tuple(get(i) for i in method.outputs)
+            self._output_copies = _copiers(self._output_views)
+        else:  # the per-shape bindings, most recently used last
+            self._shapes: OrderedDict = OrderedDict()
+            self._current = None
+            self._call = self._call_dynamic
+            # kernel calls none of whose arguments depend on the symbols (weights' permutes,
+            # constant folding leftovers): bound at the first shape, shared by all shapes;
+            # calls that read a scalar input are rebound per call and never shared
+            dependent = self._binder.dependent | set(self._scalar_users)
+            self._shape_free = frozenset(
+                i for i, ins in enumerate(method.instructions)
+                if type(ins) is KernelCall and not dependent.intersection(ins.args))
+            self._shape_free_pairs: dict[int, tuple] = {}
+
+    # --- values and binding ---------------------------------------------------------------
+
+    def _value_table(self, program: Program, method: MethodDef) -> ValueTable:
+        values = ValueTable(self._api, program, method, self._arenas)
+        for slot in method.state:  # every method of a loaded program shares its live state
+            values.set(slot.value, self._state[slot.name])
+        return values
+
+    def _bind_all(self, method: MethodDef, reuse: dict[int, tuple] | None = None) -> list[tuple]:
+        """Bind every instruction of ``method`` against ``self._values``; ``reuse`` holds
+        pairs already bound for instructions whose arguments do not depend on the symbols
+        (a dynamic method binds those once, for all shapes)."""
+        kernels, delegates, api = self._kernel_table, self._delegates, self._api
+        get = self._values.get
         bound: list[tuple] = []
-        self._instruction_index: list[int] = []
-        self._op_names: list[str] = []
-        self._kernels: list[Kernel | None] = []
+        self._instruction_index = []
+        self._op_names = []
+        self._kernels = []
         for i, instruction in enumerate(method.instructions):
             kind = type(instruction)
             if kind is Free:
@@ -119,7 +192,12 @@ class Method:
                 self._kernels.append(None)
             elif kind is KernelCall:
                 kernel = kernels[i]
-                bound.append(self._bind(i, kernel, instruction))
+                pair = reuse.get(i) if reuse is not None else None
+                if pair is None:
+                    pair = self._bind(i, kernel, instruction)
+                    if reuse is not None and i in self._shape_free:
+                        reuse[i] = pair
+                bound.append(pair)
                 self._op_names.append(kernel.key)
                 self._kernels.append(kernel)
             elif delegates is not None:  # DelegateCall: one call into its backend
@@ -132,27 +210,95 @@ class Method:
                                    "program's delegates — fix: load the program with "
                                    "opforge.runtime.load")
             self._instruction_index.append(i)
-        self._bound = bound
-        # every thread pool a call can reach, held at the program's thread count per call
-        self.num_threads = resolve_thread_count(num_threads, api=api)
-        pools = any(k is not None and _reaches_pools(k) for k in self._kernels)
-        self._threads = (ThreadGovernor(self.num_threads, pools=pools or mode == "aten",
-                                        torch_intraop=mode == "aten")
-                         if pools or mode == "aten" else None)
+        return bound
 
-        # --- inputs: (arena slot, dtype, shape) for the fast check; scalars rebind
-        self.inputs = tuple(self._io_spec(i) for i in method.inputs)
-        self.outputs = tuple(self._io_spec(i) for i in method.outputs)
-        self._fast_inputs = tuple((get(s.index), s.dtype, s.shape) for s in self.inputs
-                                  if s.is_tensor)
-        # the fast path takes calls with this many inputs; -1 (never) with scalar inputs
-        self._fast_count = len(self.inputs) if len(self._fast_inputs) == len(self.inputs) else -1
-        self._scalar_users = self._scalar_input_users(method)
+    # --- dynamic shapes -------------------------------------------------------------------
+    #
+    # One binding per input shape (``_ShapeBinding``): the value table at the actual sizes,
+    # the bound instruction list, the inputs' fast-check triples and the output views. A
+    # call looks its shape up; a hit that is not the current binding swaps it in (a few
+    # attribute stores), a miss binds (``ShapeBinder``) and evicts the least recently used
+    # binding beyond ``SHAPE_CACHE_SIZE``. Then the static call path runs unchanged.
 
-        # --- outputs: views (valid until the next call) and how to copy each
-        self._output_views = tuple(get(i) for i in method.outputs)
-        self._output_copies = tuple(
-            o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in self._output_views)
+    SHAPE_CACHE_SIZE = 16
+
+    def _call_dynamic(self, inputs: tuple, views: bool) -> tuple:
+        try:
+            key = self._shape_key(inputs)
+            binding = self._shapes.get(key)
+        except TypeError:  # an unhashable input (a nested list): convert, then key it
+            inputs = tuple(_as_array(self._api, p, a, s) if s.is_tensor else a
+                           for p, (a, s) in enumerate(zip(inputs, self.inputs)))
+            key = self._shape_key(inputs)
+            binding = self._shapes.get(key)
+        if binding is None:
+            binding = self._bind_shape(key, inputs)
+        if binding is not self._current:
+            self._use(binding)
+            self._shapes.move_to_end(key)
+        return Method._call(self, inputs, views)
+
+    def _shape_key(self, inputs: tuple) -> tuple:
+        """The input shapes (the cache key). Scalar inputs are not part of it: they are
+        written into the current binding and rebind their users, as in a static method."""
+        if self._fast_count >= 0:
+            return tuple([getattr(a, "shape", a) for a in inputs])
+        return tuple([getattr(a, "shape", a) if s.is_tensor else None
+                      for a, s in zip(inputs, self.inputs)])
+
+    def _select(self, inputs: tuple) -> None:
+        """Make the binding for ``inputs``' shapes current (the traced path)."""
+        key = self._shape_key(inputs)
+        binding = self._shapes.get(key) or self._bind_shape(key, inputs)
+        self._use(binding)
+
+    def _use(self, binding: "_ShapeBinding") -> None:
+        self._current = binding
+        (self._values, self._bound, self._instruction_index, self._op_names, self._kernels,
+         self._fast_inputs, self._input_shapes, self._output_views,
+         self._output_copies) = binding
+
+    def _bind_shape(self, key: tuple, inputs: tuple) -> "_ShapeBinding":
+        api = f"{self._api}({self.name!r})(...)"
+        if len(inputs) != len(self.inputs):
+            self._load_inputs_slow(inputs)  # raises the count error
+        binder = self._binder
+        binder.api = api
+        shapes = {}
+        for position, (spec, given) in enumerate(zip(self.inputs, inputs)):
+            if spec.is_tensor:
+                shape = getattr(given, "shape", None)
+                shapes[position] = tuple(shape) if shape is not None else \
+                    _as_array(api, position, given, spec).shape
+        sizes = binder.sizes(binder.bind(shapes))
+        saved = (self._values, self._instruction_index, self._op_names, self._kernels)
+        try:
+            with memory_limit(self._max_memory):
+                self._values = values = ValueTable(
+                    self._api, self._program, self._def, self._arenas, base=self._base_values,
+                    dependent=binder.dependent)
+                for index, size in sizes.items():
+                    values.set_sizes(index, size)
+                for spec, given in zip(self.inputs, inputs):
+                    if not spec.is_tensor and type(given) in (int, float, bool):
+                        values.set(spec.index, spec.dtype(given))  # checked by the call
+                bound = self._bind_all(self._def, self._shape_free_pairs)
+            get = values.get
+            views = tuple(get(i) for i in self._def.outputs)
+            binding = _ShapeBinding(
+                self._values, bound, self._instruction_index, self._op_names, self._kernels,
+                tuple((get(s.index), s.dtype, shapes[p]) for p, s in enumerate(self.inputs)
+                      if s.is_tensor),
+                tuple(shapes.get(p) for p in range(len(self.inputs))),
+                views, _copiers(views))
+        finally:
+            self._values, self._instruction_index, self._op_names, self._kernels = saved
+        if len(self._shapes) >= self.SHAPE_CACHE_SIZE:
+            evicted = self._shapes.popitem(last=False)[1]
+            if evicted is self._current:
+                self._current = None
+        self._shapes[key] = binding
+        return binding
 
     # --- public API -------------------------------------------------------------------------
 
@@ -207,6 +353,8 @@ class Method:
         if not self._busy.acquire(False):
             raise self._concurrent()
         try:
+            if self._dynamic:
+                self._select(tuple(inputs))
             self._load_inputs_slow(tuple(inputs))
             threads = self._threads
             saved = threads.enter() if threads is not None else None
@@ -322,7 +470,7 @@ class Method:
                     f"`{api}`: input {position} — found dtype {array.dtype} — valid: "
                     f"{spec.describe()} — fix: convert it, e.g. a.astype(numpy.{spec.dtype})"
                 )
-            if array.shape != spec.shape:
+            if array.shape != self._input_shapes[position]:
                 raise ProgramError(
                     f"`{api}`: input {position} — found shape {array.shape} — valid: "
                     f"{spec.describe()} (the program was exported with static shapes) — fix: "
@@ -373,6 +521,24 @@ class Method:
             "fix: check the inputs' values; if they are valid, the kernel has a bug (compare "
             "with --mode aten)"
         )
+
+
+class _ShapeBinding(NamedTuple):
+    """What a call at one input shape runs on (see ``Method._call_dynamic``)."""
+
+    values: ValueTable
+    bound: list
+    instruction_index: list
+    op_names: list
+    kernels: list
+    fast_inputs: tuple
+    input_shapes: tuple
+    output_views: tuple
+    output_copies: tuple
+
+
+def _copiers(views: tuple) -> tuple:
+    return tuple(o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in views)
 
 
 def _as_array(api: str, position: int, given: object, spec: IOSpec) -> np.ndarray:

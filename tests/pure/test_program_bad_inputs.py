@@ -77,13 +77,13 @@ def test_header_shorter_than_64_bytes():
 
 
 def test_newer_format_version():
-    message = rejected(GOOD[:8] + struct.pack("<I", 3) + GOOD[12:])
-    assert "header.format_version — found version 3 (newer)" in message
-    assert "valid: versions 1..2" in message and "upgrade opforge" in message
+    message = rejected(GOOD[:8] + struct.pack("<I", 4) + GOOD[12:])
+    assert "header.format_version — found version 4 (newer)" in message
+    assert "valid: versions 1..3" in message and "upgrade opforge" in message
 
 
 def test_older_format_version():
-    assert "found version 0 — valid: versions 1..2" in rejected(
+    assert "found version 0 — valid: versions 1..3" in rejected(
         GOOD[:8] + struct.pack("<I", 0) + GOOD[12:])
 
 

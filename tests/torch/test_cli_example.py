@@ -12,7 +12,7 @@ def test_example_runs_every_stage(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "all stages passed" in out
-    for stage in ("1. define", "2. build", "3. register", "4. export", "5. run", "6. export and run on the cpu backend", "cpu backend vs eager PyTorch", "7. profile"):
+    for stage in ("1. define", "2. build", "3. register", "4. export", "5. run", "6. export and run on the cpu backend", "cpu backend vs eager PyTorch", "7. profile", "8. a decoder", "same tokens as eager"):
         assert stage in out
     assert "lean runtime vs eager PyTorch" in out and "NO" not in out
     assert (tmp_path / "libmy_ops.so").is_file() and (tmp_path / "model.opf").is_file()

@@ -164,7 +164,7 @@ def test_no_methods_at_all():
         export(None, None)
 
 
-def test_buffer_update_in_training_mode_batch_norm_is_rejected():
+def test_buffer_update_becomes_program_state():
     class Train(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -174,5 +174,5 @@ def test_buffer_update_in_training_mode_batch_norm_is_rejected():
             self.count.add_(1)
             return x * 2
 
-    with pytest.raises(ExportError, match="updates the buffer `count`"):
-        export(Train(), X)
+    program = export(Train(), X)
+    assert [slot.name for slot in program.method("forward").state] == ["count"]

@@ -1,9 +1,15 @@
-"""Reject what the program format cannot express: mutation and control-flow operators.
+"""Reject what the program format cannot express: mutation and control-flow operators;
+turn buffer updates into program state.
 
 After decomposition torch has functionalized the graph: ``x.add_(1)`` on an input is an
 ``add`` plus a *user-input mutation* output, a custom op with a ``Tensor(a!)`` argument
 is wrapped in ``auto_functionalized``. A program has no way to write back into a
-caller's tensor or a buffer, so each of these is an ``ExportError``, all reported at once.
+caller's tensor, so each of these is an ``ExportError``, all reported at once.
+
+A buffer update (``self.cache.index_copy_(...)``, ``self.count.add_(1)``) is a *buffer
+mutation* output: the buffer becomes program state (its placeholder kind ``STATE``; notes
+``state``: placeholder → buffer name, ``state_outputs``: output position → placeholder),
+and the emitter copies the new value into the state at the end of each call.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import torch
 
 from opforge.errors import ExportError
 from opforge.export.diagnostics import describe_node
-from opforge.export.method_graph import MethodGraph
+from opforge.export.method_graph import InputKind, MethodGraph
 from opforge.export.out_variants import (
     is_mutating_schema, op_key, suggest_functional_schema, suggest_out_schema,
 )
@@ -58,11 +64,7 @@ class CheckFunctional(ExportPass):
                 "valid: methods that leave their inputs unchanged — fix: use the out-of-place op "
                 "(x = x.add(1) instead of x.add_(1)) and return the new value"
             )
-        for produced, buffer in signature.buffers_to_mutate.items():
-            problems.append(
-                f"{describe_node(nodes[produced])} — updates the buffer `{buffer}` — valid: read-only "
-                "buffers — fix: call model.eval() (BatchNorm running stats) or return the new value"
-            )
+        self._state(method, signature, nodes, problems)
         for node in method.call_nodes():
             target = node.target
             if isinstance(target, torch._ops.HigherOrderOperator):
@@ -85,7 +87,33 @@ class CheckFunctional(ExportPass):
                 f"{_API}: method {method.name!r} — {len(problems)} mutation(s) the program format cannot "
                 f"express:\n{listed}"
             )
-        # Mutation outputs are gone, so the graph outputs are the user outputs; the
-        # ExportedProgram is not needed any more.
+        # User-input mutation outputs are refused and buffer mutation outputs are noted as
+        # state; the ExportedProgram is not needed any more.
         method.exported = None
         return method
+
+    @staticmethod
+    def _state(method: MethodGraph, signature, nodes, problems: list[str]) -> None:
+        from torch.export.graph_signature import InputKind as TorchInputKind, OutputKind
+
+        placeholders = {spec.target: spec.arg.name for spec in signature.input_specs
+                        if spec.kind == TorchInputKind.BUFFER}
+        state: dict[str, str] = {}
+        outputs: dict[int, str] = {}
+        for position, spec in enumerate(signature.output_specs):
+            if spec.kind != OutputKind.BUFFER_MUTATION:
+                continue
+            placeholder = placeholders.get(spec.target)
+            buffer = method.notes.get("buffer_names", {}).get(placeholder, spec.target)
+            if placeholder is None or placeholder in state:
+                problems.append(
+                    f"{describe_node(nodes[spec.arg.name])} — updates the buffer `{buffer}`, "
+                    "which is not a plain registered buffer of the module (or is updated twice)"
+                    " — valid: buffers registered with register_buffer, each updated once per "
+                    "call — fix: register the buffer, and keep one update per call")
+                continue
+            state[placeholder] = buffer
+            outputs[position] = placeholder
+            method.input_kinds[placeholder] = InputKind.STATE
+        method.notes["state"] = state
+        method.notes["state_outputs"] = outputs

@@ -6,6 +6,8 @@ from typing import Iterable
 
 import torch
 
+from opforge.errors import ExportError
+
 from opforge.export.capture import method_graph_from_exported, quiet_torch_internals
 from opforge.export.method_graph import MethodGraph
 from opforge.export.out_variants import op_key
@@ -40,8 +42,22 @@ class DecomposeToCoreAten(ExportPass):
         self.preserve = frozenset(preserve)
 
     def run(self, method: MethodGraph) -> MethodGraph:
-        with quiet_torch_internals():
-            exported = method.exported.run_decompositions(decomposition_table(self.preserve))
+        try:
+            with quiet_torch_internals():
+                exported = method.exported.run_decompositions(decomposition_table(self.preserve))
+        except AssertionError as exc:  # torch's own invariant, e.g. a hand-exported HF cache module
+            raise ExportError(
+                f"`opforge.export.export()`: method {method.name!r} — torch's "
+                f"run_decompositions() failed: AssertionError: {exc} — valid: an ExportedProgram "
+                "torch can decompose — fix:\n  1. for a transformers decoder, export it with "
+                "transformers.integrations.executorch.TorchExportableModuleForDecoderOnlyLM("
+                "model, ...).export(input_ids=..., cache_position=..., dynamic_shapes=...) and "
+                "pass the ExportedProgram it returns to opforge.export.export\n  2. or export "
+                "the module with strict=True") from exc
         result = method_graph_from_exported(method.name, exported)
         result.preserved_ops = self.preserve
+        result.notes = {**method.notes, **result.notes}
+        prefix = result.notes.get("buffer_prefix", "")
+        result.notes["buffer_names"] = {p: name.removeprefix(prefix)
+                                        for p, name in result.notes["buffer_names"].items()}
         return result

@@ -3,7 +3,8 @@
 torch.export has already lifted every constant to a placeholder; this pass makes each
 one contiguous, gives it a segment key (a hash of dtype, sizes and bytes) and merges
 placeholders whose tensors are equal (tied weights, repeated masks), so each distinct
-tensor is stored once. The emitter deduplicates again across methods by the same key.
+tensor is stored once; a state tensor's initial value is never merged (each state has its
+own live copy at run time), nor is a buffer (another method may update it). The emitter deduplicates again across methods by the same key.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class LiftConstants(ExportPass):
                 continue
             tensor = method.constants[node.name].detach().cpu().contiguous()
             key = constant_key(tensor)
+            kind = method.input_kinds[node.name]
+            if kind == InputKind.STATE:  # its own live copy: no merging
+                key = f"state:{method.notes['state'][node.name]}:{key}"
+            elif kind == InputKind.BUFFER:  # may be another method's state: no merging
+                key = f"buffer:{method.notes.get('buffer_names', {}).get(node.name)}:{key}"
             kept = first_with_key.get(key)
             if kept is not None:
                 node.replace_all_uses_with(kept)

@@ -1,6 +1,8 @@
 """Memory planning, the last pass: every activation gets an offset in an arena.
 
-Planned tensors are the ``alloc`` nodes and the user inputs. Graph inputs are planned
+Planned tensors are the ``alloc`` nodes and the user inputs. A tensor with symbolic sizes
+is planned at its upper bound (``SymbolTable.upper_sizes``): every call's actual sizes fit
+its slot, and lifetimes are reused as for static tensors. Graph inputs are planned
 like activations: the runtime copies (or lets the caller write) each input into its slot
 before the first instruction, so an input's slot becomes free after its last use.
 Outputs are read from their slots after the last instruction, so an output lives to the
@@ -14,6 +16,7 @@ instruction are both live at that step, so kernels never see aliased arguments.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -26,8 +29,12 @@ from opforge.export.pass_manager import ExportPass
 __all__ = ["PlanMemory", "tensor_lifetimes"]
 
 
-def _nbytes(node: torch.fx.Node) -> int:
+def _nbytes(method: MethodGraph, node: torch.fx.Node) -> int:
+    """Bytes of the tensor at its upper bound (its worst-case slot) for symbolic sizes."""
     fake = node.meta["val"]
+    table = method.notes.get("symbols")
+    if table and any(not isinstance(s, int) for s in fake.shape):
+        return math.prod(table.upper_sizes(fake)) * fake.element_size()
     return int(fake.numel()) * fake.element_size()
 
 
@@ -61,7 +68,7 @@ def tensor_lifetimes(method: MethodGraph) -> list[TensorLifetime]:
         if not isinstance(node.meta.get("val"), torch.Tensor):
             continue  # a non-tensor user input (an int): a scalar value, not memory
         start = first.get(node.name, 0)
-        lifetimes.append(TensorLifetime(node.name, _nbytes(node), start, max(start, last.get(node.name, start))))
+        lifetimes.append(TensorLifetime(node.name, _nbytes(method, node), start, max(start, last.get(node.name, start))))
     return lifetimes
 
 

@@ -45,17 +45,17 @@ def _new_alloc(graph: torch.fx.Graph, source: torch.fx.Node, fake: Any, name: st
             "not a tensor — valid: operators returning tensors — fix: keep Python scalars out of the "
             "exported computation (no .item(), no tensor-valued shapes)"
         )
-    sizes = tuple(fake.shape)
-    if not all(isinstance(s, int) for s in sizes):
-        raise ExportError(
-            f"`opforge.export.export(dynamic_shapes=...)`: {describe_node(source)} — symbolic sizes "
-            f"{sizes} — valid: static shapes (upper-bounded dynamic shapes are a later feature) — "
-            "fix: export without dynamic_shapes"
-        )
+    # symbolic sizes: the alloc node carries the sizes at the export example (the graph stays
+    # runnable by torch there); the fake value keeps the SymInts the emitter expresses
+    sizes = tuple(s if isinstance(s, int) else _hint(s) for s in fake.shape)
     node = graph.create_node("call_function", alloc, (sizes, fake.dtype), {}, name=name)
     node.meta["val"] = fake
     node.meta["stack_trace"] = source.meta.get("stack_trace")
     return node
+
+
+def _hint(size: Any) -> int:
+    return int(size.node.hint) if getattr(size.node, "hint", None) is not None else int(size)
 
 
 def _out_call(graph: torch.fx.Graph, node: torch.fx.Node, variant: OutVariant) -> list[Any]:

@@ -1,0 +1,143 @@
+"""A small decoder-only language model with a static KV cache, for dynamic shapes and state.
+
+RMSNorm, rotary position embeddings, grouped-query attention and a SwiGLU MLP; the key
+and value caches are buffers updated in place with ``index_copy_`` at the positions the
+caller passes, so one exported method serves both the prompt (``seq`` tokens at positions
+``0..seq-1``) and each decoding step (one token at its position). ``greedy_decode`` runs
+any ``step(tokens, positions) -> logits`` callable: the eager module or an exported
+program's method.
+
+>>> import torch
+>>> model = TinyDecoder().eval()
+>>> tokens = greedy_decode(lambda t, p: model(t, p), [1, 2, 3], 4)
+>>> len(tokens)
+4
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["TinyDecoder", "greedy_decode", "export_decoder"]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int, max_len: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, heads * self.head_dim, bias=False)
+        self.k = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(heads * self.head_dim, dim, bias=False)
+        self.register_buffer("k_cache", torch.zeros(max_len, kv_heads, self.head_dim))
+        self.register_buffer("v_cache", torch.zeros(max_len, kv_heads, self.head_dim))
+
+    def forward(self, x, positions, cos, sin, mask):
+        seq = x.shape[0]
+        q = self.q(x).view(seq, self.heads, self.head_dim)
+        k = self.k(x).view(seq, self.kv_heads, self.head_dim)
+        v = self.v(x).view(seq, self.kv_heads, self.head_dim)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        self.k_cache.index_copy_(0, positions, k)
+        self.v_cache.index_copy_(0, positions, v)
+        group = self.heads // self.kv_heads
+        keys = self.k_cache.repeat_interleave(group, dim=1).transpose(0, 1)  # (heads, L, d)
+        values = self.v_cache.repeat_interleave(group, dim=1).transpose(0, 1)
+        scores = q.transpose(0, 1) @ keys.transpose(1, 2) / self.head_dim ** 0.5
+        scores = scores.masked_fill(mask, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ values  # (heads, seq, d)
+        return self.o(out.transpose(0, 1).reshape(seq, -1))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, max_len: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+        self.attn = Attention(dim, heads, kv_heads, max_len)
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, positions, cos, sin, mask):
+        x = x + self.attn(self.norm1(x), positions, cos, sin, mask)
+        h = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class TinyDecoder(nn.Module):
+    """``forward(tokens[seq] int64, positions[seq] int64) -> logits[seq, vocab]``; the
+    caches hold ``max_len`` positions."""
+
+    def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4, kv_heads: int = 2,
+                 hidden: int = 64, layers: int = 2, max_len: int = 48, seed: int = 0) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, hidden, max_len)
+                                    for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        head_dim = dim // heads
+        inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        angles = torch.arange(max_len, dtype=torch.float32)[:, None] * inv[None, :]
+        angles = torch.cat([angles, angles], dim=-1)
+        self.register_buffer("cos_table", angles.cos()[:, None, :], persistent=False)
+        self.register_buffer("sin_table", angles.sin()[:, None, :], persistent=False)
+        self.register_buffer("slots", torch.arange(max_len), persistent=False)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        cos, sin = self.cos_table[positions], self.sin_table[positions]
+        mask = self.slots[None, :] > positions[:, None]  # causal over the whole cache
+        for block in self.blocks:
+            x = block(x, positions, cos, sin, mask)
+        return self.head(self.norm(x))
+
+
+def greedy_decode(step: Callable, prompt: Sequence[int], new_tokens: int) -> list[int]:
+    """Prefill ``prompt`` in one call, then feed back the argmax ``new_tokens - 1`` times;
+    returns the ``new_tokens`` generated tokens. ``step(tokens, positions)`` gets int64
+    arrays (torch tensors for the eager module) and returns logits."""
+    def call(tokens, positions):
+        logits = step(tokens, positions)
+        return int(torch.as_tensor(logits)[-1].argmax())
+
+    tokens = [call(torch.tensor(list(prompt)), torch.arange(len(prompt)))]
+    position = len(prompt)
+    while len(tokens) < new_tokens:
+        tokens.append(call(torch.tensor([tokens[-1]]), torch.tensor([position])))
+        position += 1
+    return tokens
+
+
+def export_decoder(model: TinyDecoder, **kwargs):
+    """Export ``model`` with a dynamic sequence (1..max_len tokens): one method for the
+    prompt and for every decoding step."""
+    from opforge.export import export
+
+    seq = torch.export.Dim("seq", min=1, max=model.max_len)
+    example = (torch.tensor([1, 2, 3]), torch.arange(3))
+    return export(model, example, dynamic_shapes=({0: seq}, {0: seq}), **kwargs)
