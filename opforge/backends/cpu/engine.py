@@ -15,10 +15,17 @@ import numpy as np
 
 from opforge.errors import BackendError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()
+
+# OPFORGE_CPU_SANITIZE=1: build (a separate cache entry) and load the engine with
+# AddressSanitizer and UndefinedBehaviorSanitizer; the process must preload libasan
+# (tests/backends/test_cpu_sanitized.py shows how)
+SANITIZE_ENV = "OPFORGE_CPU_SANITIZE"
+SANITIZE_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+                  "-fno-sanitize-recover=undefined"]
 
 KERNEL_TAGS = {"none": 0, "tensor": 1, "int": 4, "double": 5, "bool": 6, "int_list": 9,
                "double_list": 10}
@@ -80,12 +87,15 @@ def library() -> ctypes.CDLL:
         prefix = onednn_prefix()
         here = Path(__file__).resolve().parent
         native_include = here.parents[1] / "native" / "include"
+        sanitize = os.environ.get(SANITIZE_ENV) == "1"
         path = compile_shared(
             sorted(_source_dir().glob("*.cpp")), "opforge_cpu",
-            flags=["-std=c++17", "-shared", "-fPIC", "-O3", "-fopenmp", f"-I{prefix / 'include'}",
+            flags=["-std=c++17", "-shared", "-fPIC", *(SANITIZE_FLAGS if sanitize else ["-O3"]),
+                   "-fopenmp", f"-I{prefix / 'include'}",
                    f"-L{prefix / 'lib'}", "-ldnnl", f"-Wl,-rpath,{prefix / 'lib'}",
                    "-Wl,--no-undefined"],
-            include_dirs=[here / "include", native_include], kind="cpu-backend-engine",
+            include_dirs=[here / "include", native_include],
+            kind="cpu-backend-engine-sanitized" if sanitize else "cpu-backend-engine",
             api="opforge cpu backend", extra={"onednn": str(prefix)})
         lib = ctypes.CDLL(str(path))
         _declare(lib)
@@ -120,6 +130,8 @@ def _declare(lib) -> None:
     lib.ofc_execute.restype = I32
     lib.ofc_describe.argtypes = [P, S, I32]
     lib.ofc_describe.restype = I32
+    lib.ofc_threads.argtypes = [P]
+    lib.ofc_threads.restype = I32
 
 
 def _arr(ctype, values):
@@ -167,7 +179,9 @@ class EngineHandle:
             if "data" in t:
                 offset, nbytes = t["data"]  # checked against the data size by blob.parse
                 ptr = ctypes.c_void_p(base + offset)  # the engine copies it
-            storage = 1 if t["role"] == "temp" else 0
+            # 1: the engine owns it; 2: a delegate input (read-only: it may be a program
+            # constant in a read-only mapping); 0: an output or unbacked, bound per call
+            storage = {"temp": 1, "input": 2}.get(t["role"], 0)
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
                                      _arr(ctypes.c_int64, strides), ptr, nbytes,
                                      t.get("base", -1) if t["role"] == "alias" else -1,
@@ -246,7 +260,13 @@ class EngineHandle:
                                               _arr(ctypes.c_int32, outs), len(outs), err, _ERR),
                     err, f"package op {op['name']}")
 
+    def _live(self, api: str) -> None:
+        if self.closed or not self.ptr:
+            raise BackendError(f"cpu backend: {api} on a delegate that was closed — valid: a call "
+                               "before LoadedProgram.delegates.close() — fix: load the program again")
+
     def describe(self) -> list[str]:
+        self._live("describe()")
         buf = ctypes.create_string_buffer(65536)
         self.lib.ofc_describe(self.ptr, buf, 65536)
         return [s for s in buf.value.decode().split(",") if s]
@@ -259,6 +279,7 @@ class EngineHandle:
                 if close:
                     close()
         self.closed = True
+        self.ptr = None  # the engine is freed: every later call is refused (_live)
 
 
 NUMPY = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 6: np.float32,
@@ -310,6 +331,7 @@ class Binding:
                                        f"{list(getattr(a, 'shape', ()))}, the delegate was compiled "
                                        f"for {NAMES[dtype]}{list(dims)} (C-contiguous"
                                        f"{', writable' if kind == 'output' else ''})")
+        handle._live("bind()")
         self.handle = handle
         self.keep = (inputs, outputs)
         P = ctypes.c_void_p
@@ -320,5 +342,7 @@ class Binding:
         self.ptr = handle.ptr
 
     def __call__(self) -> None:
+        if self.handle.closed:
+            self.handle._live("a call")
         if self.execute(self.ptr, self.ins, self.outs, self.err, _ERR):
             raise BackendError(f"cpu backend: {self.err.value.decode(errors='replace')}")
