@@ -461,7 +461,110 @@ def long_alias_chain():
     return f"ran {run(p.handle(), np.arange(4, dtype=np.float32))[0].tolist()}"
 
 
+# --- normal plans: every op family once, checked against NumPy (the sanitized run's
+# baseline: a sanitizer report here is a bug in the engine, not in a hostile blob) --------
+
+def _close(got, want, tol=1e-4):
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def normal_conv_pool_relu():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    wt = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    p = Plan()
+    xi = p.tensor(F32, x.shape, role="input")
+    w = p.const(wt)
+    b = p.const(bias)
+    t = p.tensor(F32, [1, 4, 4, 4])
+    y = p.tensor(F32, [1, 4, 2, 2], role="output")
+    p.op("conv", [xi, w, b], [t], [2, 1, 1, 0, 0, 0, 0, 1, 1, 1], post=[[0, RELU, 0.0, 0.0, -1]])
+    p.op("pool", [t], [y], [0, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1])
+    got = run(p.handle(), x)[0]
+    conv = np.zeros((1, 4, 4, 4), np.float32)
+    for i in range(4):
+        for j in range(4):
+            conv[0, :, i, j] = np.tensordot(wt, x[0, :, i:i + 3, j:j + 3], 3) + bias
+    want = np.maximum(conv, 0).reshape(1, 4, 2, 2, 2, 2).max((3, 5))
+    _close(got, want)
+    return "ran ok"
+
+
+def normal_matmul_binary_softmax():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    wt = rng.standard_normal((5, 4)).astype(np.float32)
+    bias = rng.standard_normal((1, 4)).astype(np.float32)
+    p = Plan()
+    ai = p.tensor(F32, a.shape, role="input")
+    w = p.const(wt)
+    b = p.const(bias)
+    t = p.tensor(F32, [3, 4])
+    u = p.tensor(F32, [3, 4])
+    y = p.tensor(F32, [3, 4], role="output")
+    p.op("matmul", [ai, w, b], [t])
+    p.op("binary", [t, b], [u], [B_ADD])
+    p.op("softmax", [u], [y], [1, 0])
+    got = run(p.handle(), a)[0]
+    z = a @ wt + 2 * bias
+    e = np.exp(z - z.max(1, keepdims=True))
+    _close(got, e / e.sum(1, keepdims=True))
+    return "ran ok"
+
+
+def normal_loops():
+    # copy (transpose), ew (where with a broadcast scalar), reduce, embedding, group norm
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    idx = np.array([3, 0, 2], np.int64)
+    p = Plan()
+    xi = p.tensor(F32, x.shape, role="input")
+    ii = p.tensor(I64, idx.shape, role="input")
+    tr = p.tensor(F32, [6, 4], role="output")
+    mask = p.tensor(BOOL, [4, 6])
+    sel = p.tensor(F32, [4, 6], role="output")
+    red = p.tensor(F32, [4, 1], role="output")
+    emb = p.tensor(F32, [3, 6], role="output")
+    gn = p.tensor(F32, [4, 6], role="output")
+    p.op("copy", [xi], [tr], copy_ia([6, 4], [1, 6], 0, [4, 1], 0))
+    p.op("ew", [xi, xi], [mask], [8, 0, 2, 4, 6, 6, 1, 6, 1, 0, 0], [1.0])  # x > x[0, 0]
+    p.op("ew", [mask, xi], [sel], [EW["where"], 0, 2, 4, 6, 6, 1, 6, 1, 6, 1], [1.0, -1.0])
+    p.op("reduce", [xi], [red], [0, 2, 4, 6, 6, 1, 1, 0, 6])
+    p.op("embedding", [xi, ii], [emb])
+    p.op("group_norm", [xi], [gn], [2, 0, 0], [1e-5])
+    tr_, sel_, red_, emb_, gn_ = run(p.handle(), x, idx)
+    _close(tr_, x.T)
+    _close(sel_, np.where(x > x[0, 0], x, -1.0))
+    _close(red_, x.sum(1, keepdims=True))
+    _close(emb_, x[idx])
+    g = x.reshape(4, 2, 3)
+    _close(gn_, ((g - g.mean(2, keepdims=True)) / np.sqrt(g.var(2, keepdims=True) + 1e-5)).reshape(4, 6))
+    return "ran ok"
+
+
+def normal_int8():
+    x = np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.uint8)
+    wt = np.arange(-16, 16, dtype=np.int8).reshape(4, 8)
+    scales = np.full(8, 0.5, np.float32)
+    p = Plan()
+    xi = p.tensor(U8, x.shape, role="input")
+    w = p.const(wt)
+    s = p.const(scales)
+    q = p.tensor(U8, [2, 8])
+    y = p.tensor(F32, [2, 8], role="output")
+    p.op("qmatmul", [xi, w, s], [q], [0, 128, 2, 0], [1.0, 1.0])
+    p.op("quant", [q], [y], [1, 0, 255], [1.0, 128.0])
+    got = run(p.handle(), x)[0]
+    want = np.clip(np.round(x.astype(np.float32) @ wt.astype(np.float32) * 0.5) + 128, 0, 255) - 128
+    _close(got, want)
+    return "ran ok"
+
+
+NORMAL = ["normal_conv_pool_relu", "normal_matmul_binary_softmax", "normal_loops", "normal_int8"]
+
 CASES = {f.__name__: f for f in [
+    normal_conv_pool_relu, normal_matmul_binary_softmax, normal_loops, normal_int8,
     reach_overflow, tensor_span_overflow, copy_at_end, copy_one_past_end, ew_at_end,
     ew_one_past_end, package_op_span, overlapping_activation, pool_rank1,
     write_read_only_input, write_constant_through_aliases, alias_of_alias_constant,
@@ -501,7 +604,8 @@ EXPECT = {
     "post_op_on_copy": "refused: .*copy: takes no post-ops",
     "long_alias_chain": r"ran \[0\.0, 1\.0, 2\.0, 3\.0\]",
 }
-HOSTILE = sorted(EXPECT)
+EXPECT.update({name: "ran ok$" for name in NORMAL})
+HOSTILE = sorted(set(EXPECT) - set(NORMAL))
 
 
 def outcome(name: str) -> str:
@@ -529,6 +633,10 @@ def check_output(names, proc) -> None:
 @pytest.mark.parametrize("name", HOSTILE)
 def test_hostile_plan_is_refused_or_runs_correctly(name):
     check_output([name], run_cases([name]))
+
+
+def test_normal_plans_of_every_family_match_numpy():
+    check_output(NORMAL, run_cases(NORMAL))
 
 
 def test_a_stride0_weight_does_not_grow_memory_past_the_limit():
