@@ -209,14 +209,16 @@ def package_op_span():
 
 
 def overlapping_activation():
-    # item 3: a stride-0 eltwise output passed every check, then oneDNN wrote it densely
+    # item 3: a stride-0 binary output (4 bytes of storage) passed every check, then
+    # oneDNN wrote its 256 KiB densely over the heap
     p = Plan()
-    x = p.tensor(F32, [1 << 16], role="input")
-    t = p.tensor(F32, [1 << 16], [0])
+    x = p.tensor(F32, [256, 256], role="input")
+    z = p.const(np.zeros((1, 1), np.float32))
+    t = p.tensor(F32, [256, 256], [0, 0])
     y = p.tensor(F32, [1], role="output")
-    p.op("eltwise", [x], [t], [RELU], [0.0, 0.0])
+    p.op("binary", [x, z], [t], [B_ADD])
     p.op("copy", [t], [y], copy_ia([1], [1], 0, [1], 0))
-    run(p.handle(), np.ones(1 << 16, np.float32))
+    run(p.handle(), np.ones((256, 256), np.float32))
     return "ran"
 
 
@@ -561,10 +563,41 @@ def normal_int8():
     return "ran ok"
 
 
-NORMAL = ["normal_conv_pool_relu", "normal_matmul_binary_softmax", "normal_loops", "normal_int8"]
+def normal_nan_paths():
+    # the engine's own NaN-exact paths: a post-op epilogue (clip, max with a broadcast
+    # operand, then a oneDNN in-place linear), max pooling, a max reduction, softmax
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4) - 10
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 2, 3] = np.inf
+    p = Plan()
+    xi = p.tensor(F32, x.shape, role="input")
+    zero = p.const(np.zeros((1, 1, 1, 1), np.float32))
+    b = p.const(np.array([1.0, np.nan, -1.0, 2.0], np.float32).reshape(1, 1, 1, 4))
+    ep = p.tensor(F32, x.shape, role="output")
+    pool = p.tensor(F32, [1, 2, 2, 2], role="output")
+    red = p.tensor(F32, [1, 2, 4, 1], role="output")
+    soft = p.tensor(F32, x.shape, role="output")
+    p.op("binary", [xi, zero], [ep], [B_ADD],
+         post=[[0, 13, -5.0, 5.0, -1], [1, 104, 0.0, 0.0, b], [0, 6, 2.0, 1.0, -1]])
+    p.op("pool", [xi], [pool], [0, 2, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1])
+    p.op("reduction", [xi], [red], [2])
+    p.op("softmax", [xi], [soft], [3, 0])
+    ep_, pool_, red_, soft_ = run(p.handle(), x)
+    _close(ep_, 2 * np.maximum(np.clip(x, -5, 5), np.array([1, np.nan, -1, 2], np.float32)) + 1)
+    _close(pool_, x.reshape(1, 2, 2, 2, 2, 2).max((3, 5)))
+    _close(red_, x.max(3, keepdims=True))
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(3, keepdims=True))
+    _close(soft_, e / e.sum(3, keepdims=True))
+    return "ran ok"
+
+
+NORMAL = ["normal_conv_pool_relu", "normal_matmul_binary_softmax", "normal_loops", "normal_int8",
+          "normal_nan_paths"]
 
 CASES = {f.__name__: f for f in [
     normal_conv_pool_relu, normal_matmul_binary_softmax, normal_loops, normal_int8,
+    normal_nan_paths,
     reach_overflow, tensor_span_overflow, copy_at_end, copy_one_past_end, ew_at_end,
     ew_one_past_end, package_op_span, overlapping_activation, pool_rank1,
     write_read_only_input, write_constant_through_aliases, alias_of_alias_constant,

@@ -153,6 +153,7 @@ void DnnlOp::run(Engine& e) {
   for (auto& f : fixed_args) args.emplace(f.first, f.second);
   prim.execute(e.strm, args);
   e.strm.wait();
+  if (!epilogue.steps.empty()) epilogue.run(e, outs[0]);
 }
 
 namespace {
@@ -185,12 +186,17 @@ dnnl::algorithm alg_of(int code) {
   fail("unknown algorithm code " + std::to_string(code));
 }
 
-dnnl::primitive_attr make_attr(Engine& e, const std::vector<PostOp>& post, DnnlOp* op) {
+dnnl::primitive_attr make_attr(Engine& e, const std::vector<PostOp>& post, DnnlOp* op, bool nan_exact) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::library);
   dnnl::post_ops po;
   int index = 0;
-  for (const auto& p : post) {
+  size_t first_unsafe = post.size();
+  for (size_t i = 0; nan_exact && i < post.size(); ++i)
+    if (nan_unsafe(post[i])) { first_unsafe = i; break; }
+  op->epilogue.pending.assign(post.begin() + (long)first_unsafe, post.end());
+  for (size_t i = 0; i < first_unsafe; ++i) {
+    const PostOp& p = post[i];
     if (p.binary) {
       memory::desc md = e.tensors[(size_t)p.tensor].md();
       po.append_binary(p.alg, md);
@@ -233,6 +239,7 @@ memory reorder_const(Engine& e, int id, const memory::desc& want) {
 void push_op(Engine& e, std::unique_ptr<Op> op, const OpCall& c) {
   op->ins = c.ins;
   op->outs = c.outs;
+  if (auto* d = dynamic_cast<DnnlOp*>(op.get())) d->epilogue.prepare(e, c.outs[0]);
   e.ops.push_back(std::move(op));
 }
 
@@ -404,6 +411,9 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
       for (int id : op->outs) if (!backed(id)) fail(op->name + ": writes tensor " + std::to_string(id) + ", which has no memory");
       auto* d = dynamic_cast<DnnlOp*>(op.get());
       if (d) for (auto& a : d->tensor_args) if (!backed(a.second)) fail(op->name + ": uses a tensor without memory");
+      std::vector<int> extra;
+      if (d) d->epilogue.reads(extra);
+      for (int id : extra) if (!backed(id)) fail(op->name + ": uses a tensor without memory");
     }
     // constants read only through their reordered copies (weights of convolutions and
     // matmuls) are not needed any more: free them (halves the memory of weight-heavy
@@ -411,7 +421,12 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
     std::vector<char> read(e.tensors.size(), 0);
     for (auto& op : e.ops) {
       auto* d = dynamic_cast<DnnlOp*>(op.get());
-      if (d) { for (auto& a : d->tensor_args) read[(size_t)e.root(a.second)] = 1; }
+      if (d) {
+        for (auto& a : d->tensor_args) read[(size_t)e.root(a.second)] = 1;
+        std::vector<int> extra;
+        d->epilogue.reads(extra);
+        for (int id : extra) read[(size_t)e.root(id)] = 1;
+      }
       else { for (int id : op->ins) read[(size_t)e.root(id)] = 1; for (int id : op->outs) read[(size_t)e.root(id)] = 1; }
     }
     for (size_t i = 0; i < e.tensors.size(); ++i) {

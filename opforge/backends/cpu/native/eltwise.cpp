@@ -6,8 +6,57 @@
 //   a, b, dst: f32, one rank, no overlapping strides; dst has a's dims; each of b's dims is
 //   a's or 1.
 #include "engine.h"
+#include "loops.h"
 
 namespace ofc {
+
+// NaN-exact standalone ops (nan.cpp): out = f(a) or f(a, b broadcast), then the post-ops.
+// Their operands are listed in tensor_args (never bound) so finalize sees them read.
+struct ExactOp : DnnlOp {
+  int code = 0;
+  float alpha = 0, beta = 0;
+  bool binary = false;
+  void run(Engine& e) override {
+    const Tensor& d = e.tensors[(size_t)outs[0]];
+    dims_t dims = dnnl_dims(d), os = d.dims.empty() ? dims_t{1} : d.strides;
+    auto strides_of = [&](int id) {
+      const Tensor& t = e.tensors[(size_t)id];
+      dims_t td = dnnl_dims(t), ts = t.dims.empty() ? dims_t{1} : t.strides;
+      for (size_t k = 0; k < td.size(); ++k) if (td[k] == 1) ts[k] = 0;  // broadcast
+      return ts;
+    };
+    dims_t as = strides_of(ins[0]), bs = binary ? strides_of(ins[1]) : as;
+    const float* a = static_cast<const float*>(e.ptr(ins[0]));
+    const float* b = binary ? static_cast<const float*>(e.ptr(ins[1])) : a;
+    float* o = static_cast<float*>(e.ptr(outs[0]));
+    size_t r = dims.size();
+    dims_t ao(as.begin(), as.end() - 1), bo(bs.begin(), bs.end() - 1), oo(os.begin(), os.end() - 1);
+    int64_t ai = as[r - 1], bi = bs[r - 1], oi = os[r - 1];
+    bool relu = !binary && code == 0;
+    for_each_row(dims, [&](const int64_t* idx, int64_t n) {  // rows: the inner loop vectorizes
+      const float* x = a + dot(idx, ao);
+      const float* y = b + dot(idx, bo);
+      float* z = o + dot(idx, oo);
+      if (relu && ai == 1 && oi == 1)
+        for (int64_t j = 0; j < n; ++j) z[j] = x[j] < 0.f ? 0.f : x[j];
+      else if (binary)
+        for (int64_t j = 0; j < n; ++j) z[j * oi] = binary_exact(code, x[j * ai], y[j * bi]);
+      else
+        for (int64_t j = 0; j < n; ++j) z[j * oi] = eltwise_exact(code, alpha, beta, x[j * ai]);
+    });
+    if (!epilogue.steps.empty()) epilogue.run(e, outs[0]);
+  }
+};
+
+namespace {
+std::unique_ptr<ExactOp> exact_op(Engine& e, const OpCall& c, int code, float alpha, float beta) {
+  auto op = std::make_unique<ExactOp>();
+  op->code = code; op->alpha = alpha; op->beta = beta; op->binary = c.ins.size() == 2;
+  for (int id : c.ins) op->arg(DNNL_ARG_SRC, id, e.tensors[(size_t)id].md());
+  op->epilogue.pending = c.post;
+  return op;
+}
+}  // namespace
 
 namespace {
 void same_f32_operands(const Engine& e, const OpCall& c) {
@@ -31,6 +80,12 @@ void contract_eltwise(const Engine& e, const OpCall& c) {
 
 void build_eltwise(Handle& h, const OpCall& c) {
   Engine& e = h.e;
+  if (nan_unsafe_eltwise((int)c.ia[0], (float)c.fa[0])) {
+    auto op = exact_op(e, c, (int)c.ia[0], (float)c.fa[0], (float)c.fa[1]);
+    op->name = "eltwise";
+    push_op(e, std::move(op), c);
+    return;
+  }
   auto op = std::make_unique<DnnlOp>();
   op->name = "eltwise";
   memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
@@ -63,6 +118,15 @@ void contract_binary(const Engine& e, const OpCall& c) {
 
 void build_binary(Handle& h, const OpCall& c) {
   Engine& e = h.e;
+  PostOp self;
+  self.binary = true;
+  self.code = (int)c.ia[0];
+  if (nan_unsafe(self)) {
+    auto op = exact_op(e, c, self.code, 0.f, 0.f);
+    op->name = "binary";
+    push_op(e, std::move(op), c);
+    return;
+  }
   auto op = std::make_unique<DnnlOp>();
   op->name = "binary";
   memory::desc a = e.tensors[(size_t)c.ins[0]].md(), b = e.tensors[(size_t)c.ins[1]].md(),

@@ -159,8 +159,35 @@ void need_post_ops_allowed(const OpCall& c, bool allowed);
 dims_t take(const std::vector<int64_t>& ia, size_t& k, size_t n);
 
 // --- oneDNN glue (core.cpp) ----------------------------------------------------------------
+// PyTorch's NaN semantics where oneDNN's kernels lose a NaN (nan.cpp): relu, clamp,
+// hardsigmoid and exp eltwise, binary max/min. A post-op chain runs in oneDNN up to its
+// first such post-op; that one and the rest run after the primitive, in place on the
+// output (own NaN-exact loops, or oneDNN in-place primitives for the others).
+bool nan_unsafe(const PostOp& p);
+bool nan_unsafe_eltwise(int code, float alpha);
+float eltwise_exact(int code, float alpha, float beta, float x);
+float binary_exact(int code, float a, float b);
+bool has_nan(Engine& e, int id);  // any NaN in tensor id's elements (a strided walk)
+bool has_special(Engine& e, int id, bool nonfinite);  // NaN, or (nonfinite) also ±inf
+
+struct Epilogue {
+  struct Step {
+    PostOp p;
+    bool own = false;              // a NaN-exact loop, else an in-place oneDNN primitive
+    dnnl::primitive prim;
+    memory dst_mem, src1_mem;
+    dims_t b_strides;              // own binary: the operand's strides over dst dims (0: broadcast)
+  };
+  std::vector<Step> steps;
+  std::vector<PostOp> pending;     // set by make_attr, prepared by push_op
+  void prepare(Engine& e, int dst);
+  void run(Engine& e, int dst);
+  void reads(std::vector<int>& ids) const { for (auto& s : steps) if (s.p.binary) ids.push_back(s.p.tensor); }
+};
+
 struct DnnlOp : Op {
   dnnl::primitive prim;
+  Epilogue epilogue;
   std::vector<std::pair<int, int>> tensor_args;        // (DNNL_ARG_*, tensor id)
   std::vector<std::pair<int, memory>> fixed_args;      // weights, scratchpad
   std::vector<std::pair<int, memory>> bound;           // memories bound to tensors
@@ -179,7 +206,10 @@ int64_t md_reach_bytes(const memory::desc& md, int64_t item);
 dnnl::algorithm alg_of(int code);
 bool is_eltwise_code(int code);
 bool is_binary_code(int code);
-dnnl::primitive_attr make_attr(Engine& e, const std::vector<PostOp>& post, DnnlOp* op);
+// the post-ops up to the first NaN-unsafe one (all of them when !nan_exact: integer
+// outputs hold no NaN); the rest go to op->epilogue
+dnnl::primitive_attr make_attr(Engine& e, const std::vector<PostOp>& post, DnnlOp* op,
+                               bool nan_exact = true);
 memory new_memory(Engine& e, const memory::desc& md, const char* what);  // counted
 memory reorder_const(Engine& e, int id, const memory::desc& want);
 void add_scratchpad(Engine& e, DnnlOp* op, const memory::desc& md);

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "engine.h"
+#include "loops.h"
 
 namespace ofc {
 
@@ -40,6 +41,7 @@ void per_channel(const Engine& e, int id, int64_t n, const std::string& kind, co
 
 void contract_softmax(const Engine& e, const OpCall& c) {
   need_count(c, 1, 1);
+  need_post_ops_allowed(c, false);
   need(c.ia.size() == 2 && (c.ia[1] == 0 || c.ia[1] == 1), c.kind, "attributes: ia [axis, log]");
   same_shape_f32(e, c, true);
   const Tensor& src = e.tensors[(size_t)c.ins[0]];
@@ -47,9 +49,46 @@ void contract_softmax(const Engine& e, const OpCall& c) {
   need(c.ia[0] >= 0 && c.ia[0] < (int64_t)src.dims.size(), c.kind, "axis out of range");
 }
 
+// oneDNN's softmax maps a row holding NaN or +inf to numbers; torch's is NaN there. When
+// the source holds a NaN or an inf (checked after each call), the rows are recomputed
+// here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m - log(sum))
+struct SoftmaxOp : DnnlOp {
+  int axis = 0;
+  bool log = false;
+  void run(Engine& e) override {
+    DnnlOp::run(e);
+    if (has_special(e, ins[0], true)) exact(e);
+  }
+  void exact(Engine& e) {
+    const Tensor& ts = e.tensors[(size_t)ins[0]];
+    const Tensor& td = e.tensors[(size_t)outs[0]];
+    const float* src = static_cast<const float*>(e.ptr(ins[0]));
+    float* dst = static_cast<float*>(e.ptr(outs[0]));
+    dims_t outer = ts.dims;
+    int64_t n = outer[(size_t)axis], ss = ts.strides[(size_t)axis], ds = td.strides[(size_t)axis];
+    outer[(size_t)axis] = 1;
+    for_each_index(outer, [&](const int64_t* idx) {
+      const float* x = src + dot(idx, ts.strides);
+      float* y = dst + dot(idx, td.strides);
+      float m = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        float v = x[j * ss];
+        if (v != v) { m = v; break; }
+        if (v > m) m = v;
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * ss] - m);
+      for (int64_t j = 0; j < n; ++j)
+        y[j * ds] = log ? x[j * ss] - m - std::log(sum) : std::exp(x[j * ss] - m) / sum;
+    });
+  }
+};
+
 void build_softmax(Handle& h, const OpCall& c) {
   Engine& e = h.e;
-  auto op = std::make_unique<DnnlOp>();
+  auto op = std::make_unique<SoftmaxOp>();
+  op->axis = (int)c.ia[0];
+  op->log = c.ia[1] != 0;
   op->name = "softmax";
   memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
   op->arg(DNNL_ARG_SRC, c.ins[0], src);

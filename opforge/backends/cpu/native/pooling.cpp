@@ -5,7 +5,10 @@
 //   src, dst: f32, rank nsp+2 (N, C, spatial...), no overlapping strides, N and C equal;
 //   kernel, strides, dilation >= 1, left paddings >= 0, each |value| at most 2^20.
 // oneDNN checks that the spatial sizes agree.
+#include <cmath>
+
 #include "engine.h"
+#include "loops.h"
 
 namespace ofc {
 
@@ -13,9 +16,48 @@ namespace {
 constexpr int64_t kMaxWindow = (int64_t)1 << 20;
 }
 
+// max pooling that keeps NaN as torch does: oneDNN's kernel skips a NaN, so when the
+// source holds one (checked after each call), the output is recomputed here
+struct MaxPoolOp : DnnlOp {
+  dims_t kernel, stride, pad_l, dilation;  // dilation as torch's (1 = none)
+  void run(Engine& e) override {
+    DnnlOp::run(e);
+    if (!kernel.empty() && has_nan(e, ins[0])) exact(e);
+  }
+  void exact(Engine& e) {
+    const Tensor& ts = e.tensors[(size_t)ins[0]];
+    const Tensor& td = e.tensors[(size_t)outs[0]];
+    const float* src = static_cast<const float*>(e.ptr(ins[0]));
+    float* dst = static_cast<float*>(e.ptr(outs[0]));
+    size_t nsp = kernel.size();
+    int64_t window = 1;
+    for (auto k : kernel) window *= k;
+    for_each_index(td.dims, [&](const int64_t* idx) {
+      float m = -INFINITY;
+      for (int64_t w = 0; w < window; ++w) {
+        int64_t rest = w, off = idx[0] * ts.strides[0] + idx[1] * ts.strides[1];
+        bool inside = true;
+        for (size_t d = nsp; d-- > 0;) {
+          int64_t k = rest % kernel[d];
+          rest /= kernel[d];
+          int64_t i = idx[2 + d] * stride[d] - pad_l[d] + k * dilation[d];
+          if (i < 0 || i >= ts.dims[2 + d]) { inside = false; break; }
+          off += i * ts.strides[2 + d];
+        }
+        if (!inside) continue;
+        float v = src[off];
+        if (v != v) { m = v; break; }
+        if (v > m) m = v;
+      }
+      dst[dot(idx, td.strides)] = m;
+    });
+  }
+};
+
 void contract_pool(const Engine& e, const OpCall& c) {
   const std::string& k = c.kind;
   need_count(c, 1, 1);
+  need_post_ops_allowed(c, false);
   need(c.ia.size() >= 2, k, "attributes too short");
   need(c.ia[0] >= 0 && c.ia[0] <= 2, k, "pooling kind " + std::to_string(c.ia[0]) + ", valid: 0..2");
   int64_t nsp = c.ia[1];
@@ -54,7 +96,12 @@ void build_pool(Handle& h, const OpCall& c) {
   dnnl::algorithm alg = ia[0] == 0 ? dnnl::algorithm::pooling_max
                        : ia[0] == 1 ? dnnl::algorithm::pooling_avg_include_padding
                                     : dnnl::algorithm::pooling_avg_exclude_padding;
-  auto op = std::make_unique<DnnlOp>();
+  auto op = std::make_unique<MaxPoolOp>();  // its NaN check runs for max pooling only
+  if (ia[0] == 0) {
+    op->kernel = kernel; op->stride = s; op->pad_l = pl;
+    op->dilation = dil;
+    for (auto& d : op->dilation) d += 1;
+  }
   op->name = "pooling";
   const Tensor& ts = e.tensors[(size_t)c.ins[0]];
   memory::desc src = ts.md(), dst = e.tensors[(size_t)c.outs[0]].md();

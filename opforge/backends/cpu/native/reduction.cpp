@@ -25,6 +25,7 @@ void check_reduced_shape(const Tensor& ti, const Tensor& to, const std::string& 
 
 void contract_reduction(const Engine& e, const OpCall& c) {
   need_count(c, 1, 1);
+  need_post_ops_allowed(c, false);
   need(c.ia.size() == 1 && c.ia[0] >= 0 && c.ia[0] <= 3, c.kind, "attributes: ia [alg 0..3]");
   const Tensor& ti = e.tensors[(size_t)c.ins[0]];
   const Tensor& to = e.tensors[(size_t)c.outs[0]];
@@ -78,7 +79,18 @@ void push_reduce(Engine& e, std::unique_ptr<ReduceOp> op, const OpCall& c) {
 }
 }  // namespace
 
-void add_generic_reduce(Engine& e, int code, const OpCall& c) {
+// max/min on oneDNN skip a NaN: when the source holds one (checked after each call), the
+// generic loop (NaN-exact, as torch's amax/amin) recomputes the output
+struct ReductionOp : DnnlOp {
+  std::unique_ptr<ReduceOp> exact;
+  void run(Engine& e) override {
+    DnnlOp::run(e);
+    if (exact && has_nan(e, ins[0])) exact->run(e);
+  }
+};
+
+namespace {
+std::unique_ptr<ReduceOp> generic_reduce(Engine& e, int code, const OpCall& c) {
   const Tensor& ti = e.tensors[(size_t)c.ins[0]];
   const Tensor& to = e.tensors[(size_t)c.outs[0]];
   need(row_major(to) && dense(to), "reduction", "the output must be contiguous");
@@ -96,14 +108,19 @@ void add_generic_reduce(Engine& e, int code, const OpCall& c) {
   }
   op->out_strides = row;
   op->count = std::max<int64_t>(count, 1);
-  push_reduce(e, std::move(op), c);
+  e.reserve(mul_c(to.numel, 8, "reduce"), "a reduction's accumulators");
+  op->acc.assign((size_t)to.numel, 0.0);
+  op->ins = c.ins; op->outs = c.outs;
+  op->name = "reduce";
+  return op;
 }
+}  // namespace
 
 void build_reduction(Handle& h, const OpCall& c) {
   Engine& e = h.e;
   static const dnnl::algorithm algs[] = {dnnl::algorithm::reduction_sum, dnnl::algorithm::reduction_mean,
                                          dnnl::algorithm::reduction_max, dnnl::algorithm::reduction_min};
-  auto op = std::make_unique<DnnlOp>();
+  auto op = std::make_unique<ReductionOp>();
   op->name = "reduction";
   memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
   op->arg(DNNL_ARG_SRC, c.ins[0], src);
@@ -113,12 +130,14 @@ void build_reduction(Handle& h, const OpCall& c) {
   dnnl::reduction::primitive_desc pd;
   try {
     pd = dnnl::reduction::primitive_desc(e.eng, algs[c.ia[0]], src, dst, 0.f, 0.f, attr);
-  } catch (const dnnl::error&) {
-    if (!c.post.empty()) throw;
-    add_generic_reduce(e, (int)c.ia[0], c);
+  } catch (const dnnl::error&) {  // a shape oneDNN has no kernel for: the loop
+    e.ops.push_back(generic_reduce(e, (int)c.ia[0], c));
     return;
   }
   op->prim = dnnl::reduction(pd);
+  const Tensor& to = e.tensors[(size_t)c.outs[0]];
+  if ((c.ia[0] == 2 || c.ia[0] == 3) && row_major(to) && dense(to))
+    op->exact = generic_reduce(e, (int)c.ia[0], c);
   add_scratchpad(e, op.get(), pd.scratchpad_desc());
   op->bind(e);
   push_op(e, std::move(op), c);
