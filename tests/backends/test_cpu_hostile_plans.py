@@ -555,10 +555,11 @@ def normal_int8():
     s = p.const(scales)
     q = p.tensor(U8, [2, 8])
     y = p.tensor(F32, [2, 8], role="output")
-    p.op("qmatmul", [xi, w, s], [q], [0, 128, 2, 0], [1.0, 1.0])
+    p.op("qmatmul", [xi, w, s], [q], [0, 128, 2, 0], [1.0, 1.0], post=[[0, RELU, 0.0, 0.0, -1]])
     p.op("quant", [q], [y], [1, 0, 255], [1.0, 128.0])
     got = run(p.handle(), x)[0]
-    want = np.clip(np.round(x.astype(np.float32) @ wt.astype(np.float32) * 0.5) + 128, 0, 255) - 128
+    acc = np.maximum(x.astype(np.float32) @ wt.astype(np.float32) * 0.5, 0)  # relu post-op
+    want = np.clip(np.round(acc) + 128, 0, 255) - 128
     _close(got, want)
     return "ran ok"
 

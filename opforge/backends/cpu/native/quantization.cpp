@@ -164,7 +164,9 @@ void build_int8(Handle& h, const OpCall& c) {
   memory::desc bias = has_bias ? e.tensors[(size_t)ins[3]].md() : memory::desc();
   op->arg(DNNL_ARG_SRC, ins[0], src);
   op->arg(DNNL_ARG_DST, c.outs[0], dst);
-  auto attr = make_attr(e, c.post, op.get());
+  // post-ops act on the f32 accumulator of integer inputs, which holds no NaN: all of
+  // them stay in oneDNN (an epilogue would see the u8 output)
+  auto attr = make_attr(e, c.post, op.get(), /*nan_exact=*/false);
   attr.set_scales_mask(DNNL_ARG_SRC, 0);
   attr.set_scales_mask(DNNL_ARG_WEIGHTS, mask);
   attr.set_scales_mask(DNNL_ARG_DST, 0);
