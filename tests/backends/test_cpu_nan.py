@@ -111,3 +111,19 @@ def test_post_op_chains_keep_nan(chain):
     got = run(p.handle(), x.reshape(1, n), b)[0]
     assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
     np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5)
+
+
+@pytest.mark.parametrize("where", [0, 4095, 4096, 70000 - 1])
+def test_one_nan_anywhere_in_a_large_input_reaches_max_pooling_and_softmax(where):
+    # the NaN check scans the input in blocks: a NaN at a block's edge or the last element
+    x = np.random.default_rng(3).standard_normal(70000).astype(np.float32)
+    x[where] = np.nan
+    p = Plan()
+    xi = p.tensor(F32, [1, 1, 70000], role="input")
+    pool = p.tensor(F32, [1, 1, 35000], role="output")
+    soft = p.tensor(F32, [1, 1, 70000], role="output")
+    p.op("pool", [xi], [pool], [0, 1, 2, 2, 0, 0, 1])
+    p.op("softmax", [xi], [soft], [2, 0])
+    got_pool, got_soft = run(p.handle(), x.reshape(1, 1, -1))
+    assert np.flatnonzero(np.isnan(got_pool)).tolist() == [where // 2]
+    assert np.isnan(got_soft).all()

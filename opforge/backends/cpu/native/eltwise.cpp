@@ -29,6 +29,16 @@ struct ExactOp : DnnlOp {
     const float* a = static_cast<const float*>(e.ptr(ins[0]));
     const float* b = binary ? static_cast<const float*>(e.ptr(ins[1])) : a;
     float* o = static_cast<float*>(e.ptr(outs[0]));
+    const Tensor& ta = e.tensors[(size_t)ins[0]];
+    if (!binary && ta.strides == d.strides && ta.span == ta.numel && d.span == d.numel && ta.dims == d.dims) {
+      // one dense layout on both sides: one flat pass, in any order
+      if (code == 0)
+        for (int64_t j = 0; j < d.span; ++j) o[j] = a[j] < 0.f ? 0.f : a[j];
+      else
+        for (int64_t j = 0; j < d.span; ++j) o[j] = eltwise_exact(code, alpha, beta, a[j]);
+      if (!epilogue.steps.empty()) epilogue.run(e, outs[0]);
+      return;
+    }
     size_t r = dims.size();
     dims_t ao(as.begin(), as.end() - 1), bo(bs.begin(), bs.end() - 1), oo(os.begin(), os.end() - 1);
     int64_t ai = as[r - 1], bi = bs[r - 1], oi = os[r - 1];

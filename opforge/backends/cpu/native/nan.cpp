@@ -52,10 +52,28 @@ float binary_exact(int code, float a, float b) {
 
 bool has_nan(Engine& e, int id) { return has_special(e, id, false); }
 
+namespace {
+// a flat run of n floats, as their bits: a magnitude above the infinity pattern is a NaN,
+// at it an infinity. A count of those is a loop the compiler vectorizes with SSE2 (about
+// 0.1 ns an element here); a max of the magnitudes is not (no unsigned max before SSE4.1)
+bool special_run(const float* p, int64_t n, bool nonfinite) {
+  const int32_t* bits = reinterpret_cast<const int32_t*>(p);
+  const int32_t limit = nonfinite ? 0x7f7fffff : 0x7f800000;
+  for (int64_t i = 0; i < n; i += 4096) {
+    int64_t m = n - i < 4096 ? n - i : 4096;
+    int32_t count = 0;
+    for (int64_t j = 0; j < m; ++j) count += (bits[i + j] & 0x7fffffff) > limit;
+    if (count) return true;
+  }
+  return false;
+}
+}  // namespace
+
 bool has_special(Engine& e, int id, bool nonfinite) {
   const Tensor& t = e.tensors[(size_t)id];
   if (t.dtype != F32) return false;
   const float* p = static_cast<const float*>(e.ptr(id));
+  if (t.span == t.numel) return special_run(p, t.span, nonfinite);  // dense: any order
   dims_t dims = walk_dims(t), strides = walk_strides(t);
   int r = (int)dims.size();
   dims_t outer(strides.begin(), strides.end() - 1);
@@ -64,8 +82,8 @@ bool has_special(Engine& e, int id, bool nonfinite) {
   for_each_row(dims, [&](const int64_t* idx, int64_t n) {
     const float* row = p + dot(idx, outer);
     int nan = 0;
-    if (nonfinite)
-      for (int64_t j = 0; j < n; ++j) nan |= !std::isfinite(row[j * inner]);
+    if (nonfinite)  // x - x is NaN exactly for NaN and ±inf
+      for (int64_t j = 0; j < n; ++j) nan |= (row[j * inner] - row[j * inner]) != 0.f || row[j * inner] != row[j * inner];
     else
       for (int64_t j = 0; j < n; ++j) nan |= row[j * inner] != row[j * inner];
     found = found || nan;
@@ -130,7 +148,9 @@ void Epilogue::run(Engine& e, int dst) {
         const float* brow = b + dot(idx, b_outer);
         for (int64_t j = 0; j < n; ++j) row[j * inner] = binary_exact(s.p.code, row[j * inner], brow[j * b_inner]);
       });
-    } else if (s.p.code == kRelu) {  // the common case, a loop the compiler vectorizes
+    } else if (s.p.code == kRelu && d.span == d.numel) {  // the common case: one flat pass
+      for (int64_t j = 0; j < d.span; ++j) out[j] = out[j] < 0.f ? 0.f : out[j];
+    } else if (s.p.code == kRelu) {
       for_each_row(dims, [&](const int64_t* idx, int64_t n) {
         float* row = out + dot(idx, outer);
         if (inner == 1)
@@ -138,6 +158,8 @@ void Epilogue::run(Engine& e, int dst) {
         else
           for (int64_t j = 0; j < n; ++j) row[j * inner] = row[j * inner] < 0.f ? 0.f : row[j * inner];
       });
+    } else if (d.span == d.numel) {
+      for (int64_t j = 0; j < d.span; ++j) out[j] = eltwise_exact(s.p.code, s.p.alpha, s.p.beta, out[j]);
     } else {
       for_each_row(dims, [&](const int64_t* idx, int64_t n) {
         float* row = out + dot(idx, outer);
