@@ -21,11 +21,11 @@ from opforge.export.argument_values import scalar_type_of
 
 aten = torch.ops.aten
 
-# oneDNN eltwise algorithm codes (native/core.cpp alg_of) and binary codes
+# oneDNN eltwise algorithm codes (engine.cpp alg_of) and binary codes
 RELU, TANH, ELU, SQUARE, ABS, SQRT, LINEAR, SOFT_RELU, LOGISTIC, EXP, GELU_TANH, SWISH, LOG, \
     CLIP, POW, GELU_ERF, ROUND, MISH, HARDSWISH, HARDSIGMOID = range(20)
 B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN = range(100, 106)
-# generic elementwise codes (native/copy.cpp EwCode)
+# generic elementwise codes (engine.cpp EwCode)
 EW = {name: i for i, name in enumerate(
     ["add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where", "logical_not",
      "bitwise_not", "neg", "logical_and", "logical_or", "maximum", "minimum", "fill",
