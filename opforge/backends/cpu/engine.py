@@ -17,10 +17,17 @@ import numpy as np
 from opforge.backends.cpu import engine_build
 from opforge.errors import BackendError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()
+
+# OPFORGE_CPU_SANITIZE=1: build (a separate cache entry) and load the engine with
+# AddressSanitizer and UndefinedBehaviorSanitizer; the process must preload libasan
+# (tests/backends/test_cpu_sanitized.py shows how)
+SANITIZE_ENV = "OPFORGE_CPU_SANITIZE"
+SANITIZE_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+                  "-fno-sanitize-recover=undefined"]
 
 KERNEL_TAGS = {"none": 0, "tensor": 1, "int": 4, "double": 5, "bool": 6, "int_list": 9,
                "double_list": 10}
@@ -76,11 +83,12 @@ def _stale_libraries() -> list[Path]:
     return sorted(INSTALL_DIR.glob(f"{engine_build.ENGINE_NAME}.*.so"))
 
 
-def _compile_on_first_use(prefix: Path) -> Path:
-    """The development fallback: the engine built into opforge's build cache (once)."""
+def _compile_on_first_use(prefix: Path, *, sanitize: bool = False) -> Path:
+    """The development fallback: the engine built into opforge's build cache (once); with
+    ``sanitize``, the AddressSanitizer/UBSan build (its own cache entry)."""
     global _warned_stale
     stale = _stale_libraries()
-    if stale and not _warned_stale:
+    if stale and not _warned_stale and not sanitize:
         _warned_stale = True
         warnings.warn(
             f"opforge cpu backend: the installed engine {stale[0]} was built from other sources "
@@ -90,10 +98,14 @@ def _compile_on_first_use(prefix: Path) -> Path:
             "the installed engine", RuntimeWarning, stacklevel=3)
     from opforge.native.shared_library import compile_shared
 
+    flags = engine_build.compile_flags(prefix)
+    if sanitize:
+        flags = [f for f in flags if f != "-O3"] + SANITIZE_FLAGS
     return compile_shared(
         [p for p in engine_build.source_files() if p.suffix == ".cpp"], "opforge_cpu",
-        flags=engine_build.compile_flags(prefix), include_dirs=engine_build.include_dirs(),
-        kind="cpu-backend-engine", api="opforge cpu backend", extra={"onednn": str(prefix)})
+        flags=flags, include_dirs=engine_build.include_dirs(),
+        kind="cpu-backend-engine-sanitized" if sanitize else "cpu-backend-engine",
+        api="opforge cpu backend", extra={"onednn": str(prefix)})
 
 
 def library() -> ctypes.CDLL:
@@ -110,9 +122,10 @@ def library() -> ctypes.CDLL:
         # the installed engine's rpath covers a standard layout; loading oneDNN first, by
         # its soname, covers any other (an editable checkout, a relocated environment)
         ctypes.CDLL(str(prefix / "lib" / "libdnnl.so.3"), mode=ctypes.RTLD_GLOBAL)
-        path = installed_library()
+        sanitize = os.environ.get(SANITIZE_ENV) == "1"
+        path = None if sanitize else installed_library()
         if path is None:
-            path = _compile_on_first_use(engine_build.find_onednn(headers=True))
+            path = _compile_on_first_use(engine_build.find_onednn(headers=True), sanitize=sanitize)
         lib = ctypes.CDLL(str(path))
         lib.ofc_abi_version.restype = ctypes.c_int32
         if lib.ofc_abi_version() != ABI_VERSION:
@@ -150,6 +163,8 @@ def _declare(lib) -> None:
     lib.ofc_execute.restype = I32
     lib.ofc_describe.argtypes = [P, S, I32]
     lib.ofc_describe.restype = I32
+    lib.ofc_threads.argtypes = [P]
+    lib.ofc_threads.restype = I32
 
 
 def _arr(ctype, values):
@@ -197,7 +212,9 @@ class EngineHandle:
             if "data" in t:
                 offset, nbytes = t["data"]  # checked against the data size by blob.parse
                 ptr = ctypes.c_void_p(base + offset)  # the engine copies it
-            storage = 1 if t["role"] == "temp" else 0
+            # 1: the engine owns it; 2: a delegate input (read-only: it may be a program
+            # constant in a read-only mapping); 0: an output or unbacked, bound per call
+            storage = {"temp": 1, "input": 2}.get(t["role"], 0)
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
                                      _arr(ctypes.c_int64, strides), ptr, nbytes,
                                      t.get("base", -1) if t["role"] == "alias" else -1,
@@ -276,7 +293,13 @@ class EngineHandle:
                                               _arr(ctypes.c_int32, outs), len(outs), err, _ERR),
                     err, f"package op {op['name']}")
 
+    def _live(self, api: str) -> None:
+        if self.closed or not self.ptr:
+            raise BackendError(f"cpu backend: {api} on a delegate that was closed — valid: a call "
+                               "before LoadedProgram.delegates.close() — fix: load the program again")
+
     def describe(self) -> list[str]:
+        self._live("describe()")
         buf = ctypes.create_string_buffer(65536)
         self.lib.ofc_describe(self.ptr, buf, 65536)
         return [s for s in buf.value.decode().split(",") if s]
@@ -289,6 +312,7 @@ class EngineHandle:
                 if close:
                     close()
         self.closed = True
+        self.ptr = None  # the engine is freed: every later call is refused (_live)
 
 
 NUMPY = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 6: np.float32,
@@ -340,6 +364,7 @@ class Binding:
                                        f"{list(getattr(a, 'shape', ()))}, the delegate was compiled "
                                        f"for {NAMES[dtype]}{list(dims)} (C-contiguous"
                                        f"{', writable' if kind == 'output' else ''})")
+        handle._live("bind()")
         self.handle = handle
         self.keep = (inputs, outputs)
         P = ctypes.c_void_p
@@ -350,5 +375,7 @@ class Binding:
         self.ptr = handle.ptr
 
     def __call__(self) -> None:
+        if self.handle.closed:
+            self.handle._live("a call")
         if self.execute(self.ptr, self.ins, self.outs, self.err, _ERR):
             raise BackendError(f"cpu backend: {self.err.value.decode(errors='replace')}")

@@ -56,6 +56,7 @@ def source_files(cpu_dir: Path = _CPU) -> list[Path]:
     """The engine's sources and every header it may include, in a fixed order."""
     opforge_dir = cpu_dir.parents[1]
     files = sorted((cpu_dir / "native").glob("*.cpp"))
+    files += sorted((cpu_dir / "native").glob("*.h"))  # the engine's own headers, beside it
     files += sorted((cpu_dir / "include").rglob("*.h"))
     files += sorted((opforge_dir / "native" / "include").rglob("*.h"))
     return files

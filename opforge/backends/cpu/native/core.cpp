@@ -1,0 +1,488 @@
+// opforge cpu backend engine: the C API (ofc_*), tensors, the memory limit, threads, and
+// the oneDNN glue every primitive family shares. Op kinds live one family per file
+// (convolution.cpp, matmul.cpp, ...), each with its contract; validate.cpp checks every op
+// against its contract before its family's builder runs.
+//
+// Every tensor has explicit dims and strides (elements), chosen by the lowering in Python:
+// channels-last for convolution chains, row-major elsewhere, aliases for free views.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "engine.h"
+#include "opforge/cpu_external.h"
+#include "opforge/kernel_abi.h"
+
+namespace ofc {
+
+size_t itemsize(int32_t dt) {
+  switch (dt) {
+    case U8: case I8: case BOOL: return 1;
+    case I16: return 2;
+    case I32: case F32: return 4;
+    case I64: case F64: return 8;
+    default: fail("unsupported dtype code " + std::to_string(dt));
+  }
+}
+
+memory::data_type dnnl_type(int32_t dt) {
+  switch (dt) {
+    case F32: return memory::data_type::f32;
+    case I32: return memory::data_type::s32;
+    case I8: return memory::data_type::s8;
+    case U8: return memory::data_type::u8;
+    default: fail("dtype code " + std::to_string(dt) + " has no oneDNN type");
+  }
+}
+
+Engine::~Engine() {
+  if (!profile || runs == 0) return;
+  for (size_t i = 0; i < ops.size(); ++i)
+    std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us\n", i, ops[i]->name.c_str(),
+                 op_seconds[i] / (double)runs * 1e6);
+}
+
+void Engine::reserve(int64_t bytes, const std::string& what) {
+  if (bytes < 0) fail(what + ": negative size");
+  int64_t total = add_c(used_bytes, bytes, what.c_str());
+  if (total > max_bytes)
+    fail(what + " needs " + std::to_string(bytes) + " bytes, over the delegate's memory limit (" +
+         std::to_string(used_bytes) + " of " + std::to_string(max_bytes) + " bytes in use)");
+  used_bytes = total;
+}
+
+namespace {
+
+void* aligned_alloc64(Engine& e, std::vector<char>& store, int64_t bytes, const std::string& what) {
+  e.reserve(add_c(bytes, 64, what.c_str()), what);
+  store.assign((size_t)bytes + 64, 0);
+  uintptr_t p = reinterpret_cast<uintptr_t>(store.data());
+  return reinterpret_cast<void*>((p + 63) & ~uintptr_t(63));
+}
+
+// the thread count the engine was given, for the calling thread, for the span of one call
+// (oneDNN sizes its kernels' thread teams from omp_get_max_threads() when a primitive is
+// made and runs them with that many; OpenMP's default is one per core)
+struct ThreadScope {
+  int saved;
+  explicit ThreadScope(int threads) : saved(omp_get_max_threads()) {
+    if (saved != threads) omp_set_num_threads(threads);
+  }
+  ~ThreadScope() {
+    if (omp_get_max_threads() != saved) omp_set_num_threads(saved);
+  }
+};
+
+void set_error(char* error, int32_t size, const std::string& text) {
+  if (error && size > 0) std::snprintf(error, (size_t)size, "%s", text.c_str());
+}
+
+int check_id(const Engine& e, int64_t id, const char* what) {
+  if (id < 0 || id >= (int64_t)e.tensors.size())
+    fail(std::string(what) + ": tensor id " + std::to_string(id) + " out of range");
+  return (int)id;
+}
+
+std::vector<int> ids(const Engine& e, const int32_t* p, int32_t n, const char* what) {
+  if (n < 0 || n > 64 || (n > 0 && p == nullptr)) fail(std::string(what) + ": bad count");
+  std::vector<int> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(check_id(e, p[i], what));
+  return out;
+}
+
+using Builder = void (*)(Handle&, const OpCall&);
+
+const std::unordered_map<std::string, Builder>& builders() {
+  static const std::unordered_map<std::string, Builder> table = {
+      {"conv", build_conv},           {"deconv", build_conv},       {"matmul", build_matmul},
+      {"pool", build_pool},           {"eltwise", build_eltwise},   {"binary", build_binary},
+      {"softmax", build_softmax},     {"layer_norm", build_layer_norm},
+      {"group_norm", build_group_norm}, {"reduction", build_reduction}, {"reduce", build_reduce},
+      {"copy", build_copy},           {"ew", build_ew},             {"qconv", build_int8},
+      {"qmatmul", build_int8},        {"quant", build_quant},       {"embedding", build_embedding},
+  };
+  return table;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// oneDNN glue
+// the bytes a memory descriptor addresses from its start: for a plain strided layout, one
+// past its farthest element (get_size() rounds a slice's strides up to whole rows); for a
+// blocked layout, get_size()
+int64_t md_reach_bytes(const memory::desc& md, int64_t item) {
+  if (md.get_format_kind() != memory::format_kind::blocked || md.get_inner_nblks() != 0)
+    return (int64_t)md.get_size();
+  memory::dims dims = md.get_padded_dims(), strides = md.get_strides();
+  int64_t reach = 1;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k] == 0) return 0;
+    reach = add_c(reach, mul_c(dims[k] - 1, strides[k], "memory descriptor"), "memory descriptor");
+  }
+  return mul_c(reach, item, "memory descriptor");
+}
+
+void DnnlOp::check_fits(const Engine& e) const {
+  for (size_t i = 0; i < tensor_args.size(); ++i) {
+    int id = tensor_args[i].second;
+    int64_t item = (int64_t)itemsize(e.tensors[(size_t)id].dtype);
+    int64_t have = mul_c(e.avail(id), item, "storage");
+    int64_t want = md_reach_bytes(mds[i], item);
+    if (want > have || (int64_t)mds[i].get_size() < 0)
+      fail(name + ": oneDNN would address " + std::to_string(want) + " bytes of tensor " +
+           std::to_string(id) + ", which has " + std::to_string(have));
+  }
+}
+
+void DnnlOp::bind(Engine& e) {
+  for (size_t i = 0; i < tensor_args.size(); ++i)
+    bound.emplace_back(tensor_args[i].first, memory(mds[i], e.eng, DNNL_MEMORY_NONE));
+}
+
+void DnnlOp::run(Engine& e) {
+  std::unordered_map<int, memory> args;
+  for (size_t i = 0; i < bound.size(); ++i) {
+    bound[i].second.set_data_handle(e.ptr(tensor_args[i].second));
+    args.emplace(bound[i].first, bound[i].second);
+  }
+  for (auto& f : fixed_args) args.emplace(f.first, f.second);
+  prim.execute(e.strm, args);
+  e.strm.wait();
+  if (!epilogue.steps.empty()) epilogue.run(e, outs[0]);
+}
+
+namespace {
+const dnnl::algorithm kEltwise[] = {
+    dnnl::algorithm::eltwise_relu, dnnl::algorithm::eltwise_tanh, dnnl::algorithm::eltwise_elu,
+    dnnl::algorithm::eltwise_square, dnnl::algorithm::eltwise_abs, dnnl::algorithm::eltwise_sqrt,
+    dnnl::algorithm::eltwise_linear, dnnl::algorithm::eltwise_soft_relu,
+    dnnl::algorithm::eltwise_logistic, dnnl::algorithm::eltwise_exp,
+    dnnl::algorithm::eltwise_gelu_tanh, dnnl::algorithm::eltwise_swish,
+    dnnl::algorithm::eltwise_log, dnnl::algorithm::eltwise_clip_v2,
+    dnnl::algorithm::eltwise_pow, dnnl::algorithm::eltwise_gelu_erf,
+    dnnl::algorithm::eltwise_round, dnnl::algorithm::eltwise_mish,
+    dnnl::algorithm::eltwise_hardswish, dnnl::algorithm::eltwise_hardsigmoid,
+};
+// binary algorithms from code 100
+const dnnl::algorithm kBinary[] = {
+    dnnl::algorithm::binary_add, dnnl::algorithm::binary_sub, dnnl::algorithm::binary_mul,
+    dnnl::algorithm::binary_div, dnnl::algorithm::binary_max, dnnl::algorithm::binary_min,
+};
+constexpr int kNumEltwise = (int)(sizeof(kEltwise) / sizeof(kEltwise[0]));
+constexpr int kNumBinary = (int)(sizeof(kBinary) / sizeof(kBinary[0]));
+}  // namespace
+
+bool is_eltwise_code(int code) { return code >= 0 && code < kNumEltwise; }
+bool is_binary_code(int code) { return code >= 100 && code < 100 + kNumBinary; }
+
+dnnl::algorithm alg_of(int code) {
+  if (is_eltwise_code(code)) return kEltwise[code];
+  if (is_binary_code(code)) return kBinary[code - 100];
+  fail("unknown algorithm code " + std::to_string(code));
+}
+
+dnnl::primitive_attr make_attr(Engine& e, const std::vector<PostOp>& post, DnnlOp* op, bool nan_exact) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::library);
+  dnnl::post_ops po;
+  int index = 0;
+  size_t first_unsafe = post.size();
+  for (size_t i = 0; nan_exact && i < post.size(); ++i)
+    if (nan_unsafe(post[i])) { first_unsafe = i; break; }
+  op->epilogue.pending.assign(post.begin() + (long)first_unsafe, post.end());
+  for (size_t i = 0; i < first_unsafe; ++i) {
+    const PostOp& p = post[i];
+    if (p.binary) {
+      memory::desc md = e.tensors[(size_t)p.tensor].md();
+      po.append_binary(p.alg, md);
+      op->arg(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, p.tensor, md);
+    } else {
+      po.append_eltwise(p.alg, p.alpha, p.beta);
+    }
+    ++index;
+  }
+  attr.set_post_ops(po);
+  return attr;
+}
+
+memory new_memory(Engine& e, const memory::desc& md, const char* what) {
+  e.reserve((int64_t)md.get_size(), what);
+  return memory(md, e.eng);
+}
+
+void add_scratchpad(Engine& e, DnnlOp* op, const memory::desc& md) {
+  op->fixed_args.emplace_back(DNNL_ARG_SCRATCHPAD, new_memory(e, md, "a scratchpad"));
+}
+
+// a constant in the layout a primitive wants (weights, biases), made once at init
+memory reorder_const(Engine& e, int id, const memory::desc& want) {
+  const Tensor& t = e.tensors[(size_t)id];
+  if (!e.tensors[(size_t)e.root(id)].is_const || e.ptr(id) == nullptr)
+    fail("tensor " + std::to_string(id) + " is reordered at init but is not a constant");
+  memory::desc have = t.md();
+  int64_t item = (int64_t)itemsize(t.dtype);
+  int64_t bytes = mul_c(e.avail(id), item, "storage");
+  if (!injective(t.dims, t.strides) || md_reach_bytes(have, item) > bytes)
+    fail("constant " + std::to_string(id) + ": its layout overlaps or leaves its storage");
+  memory src(have, e.eng, e.ptr(id));
+  memory dst = new_memory(e, want, "a reordered constant");
+  dnnl::reorder(src, dst).execute(e.strm, src, dst);
+  e.strm.wait();
+  return dst;
+}
+
+void push_op(Engine& e, std::unique_ptr<Op> op, const OpCall& c) {
+  op->ins = c.ins;
+  op->outs = c.outs;
+  if (auto* d = dynamic_cast<DnnlOp*>(op.get())) d->epilogue.prepare(e, c.outs[0]);
+  e.ops.push_back(std::move(op));
+}
+
+}  // namespace ofc
+
+using namespace ofc;
+
+extern "C" {
+
+int32_t ofc_abi_version() { return kAbiVersion; }
+
+void* ofc_new(int32_t threads, int64_t max_bytes, char* error, int32_t size) {
+  try {
+    auto h = new Handle();
+    // more threads than this machine's processors only oversubscribe it (and a hostile
+    // count would exhaust the process): at most omp_get_num_procs(), at least 1
+    h->e.threads = std::max(1, std::min<int>(threads, omp_get_num_procs()));
+    h->e.max_bytes = max_bytes > 0 ? max_bytes : (int64_t)1 << 33;
+    return h;
+  } catch (const std::exception& ex) {
+    set_error(error, size, ex.what());
+    return nullptr;
+  }
+}
+
+void ofc_destroy(void* handle) { delete static_cast<Handle*>(handle); }
+
+// a tensor: dims/strides in elements; data: constant bytes (copied) or null; base >= 0:
+// alias; storage: 1 owned intermediate, 0 an output and 2 an input bound per execute
+int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t* dims,
+                       const int64_t* strides, const void* data, int64_t nbytes, int32_t base,
+                       int64_t offset, int32_t storage, char* error, int32_t size) {
+  auto* h = static_cast<Handle*>(handle);
+  try {
+    Engine& e = h->e;
+    if (e.finalized) fail("tensor added after finalize");
+    if (ndim < 0 || ndim > kMaxRank) fail("rank out of range");
+    if (storage != BOUND_OUTPUT && storage != OWNED && storage != BOUND_INPUT) fail("storage kind");
+    Tensor t;
+    t.dtype = dtype;
+    t.storage = storage;
+    int64_t is = (int64_t)itemsize(dtype);
+    t.dims.assign(dims, dims + ndim);
+    t.strides.assign(strides, strides + ndim);
+    int64_t span = 1;
+    for (int k = 0; k < ndim; ++k)
+      if (t.dims[(size_t)k] < 0 || t.dims[(size_t)k] > kMaxElements || t.strides[(size_t)k] < 0 ||
+          t.strides[(size_t)k] > kMaxElements)
+        fail("bad dims or strides");
+    t.numel = count_of(t.dims, "tensor");
+    if (t.numel == 0) span = 0;
+    for (int k = 0; k < ndim && span > 0; ++k)
+      span = add_c(span, mul_c(t.dims[(size_t)k] - 1, t.strides[(size_t)k], "tensor"), "tensor");
+    if (span > kMaxElements) fail("tensor too large");
+    t.span = span;
+    if (base >= 0) {
+      check_id(e, base, "alias base");
+      const Tensor& b = e.tensors[(size_t)base];
+      if (b.dtype != dtype || offset < 0 || offset > kMaxElements ||
+          (span > 0 && add_c(offset, span, "alias") > b.span))
+        fail("alias outside its base");
+      // name the root directly: one level to follow at run time, whatever the chain
+      t.base = b.base >= 0 ? b.base : base;
+      t.offset = add_c(offset, b.base >= 0 ? b.offset : 0, "alias");
+      t.is_const = b.is_const;
+      t.storage = b.storage;
+    } else if (data != nullptr) {
+      if (nbytes != mul_c(span, is, "constant")) fail("constant byte count does not match its shape");
+      t.data = aligned_alloc64(e, t.store, nbytes, "a constant");
+      std::memcpy(t.data, data, (size_t)nbytes);
+      t.is_const = true;
+    } else if (storage == OWNED) {
+      t.data = aligned_alloc64(e, t.store, mul_c(span, is, "intermediate"), "an intermediate");
+    }  // an input or output, bound per execute
+    e.tensors.push_back(std::move(t));
+    return (int32_t)e.tensors.size() - 1;
+  } catch (const std::exception& ex) {
+    set_error(error, size, ex.what());
+    return -1;
+  }
+}
+
+// post-ops for the next op: kind 0 eltwise (alg, alpha, beta), 1 binary (alg, tensor)
+int32_t ofc_post_op(void* handle, int32_t kind, int32_t alg, double alpha, double beta, int32_t tensor,
+                    char* error, int32_t size) {
+  auto* h = static_cast<Handle*>(handle);
+  try {
+    PostOp p;
+    p.binary = kind == 1;
+    if (kind != 0 && kind != 1) fail("post-op kind");
+    if (p.binary ? !is_binary_code(alg) : !is_eltwise_code(alg))
+      fail("post-op algorithm code " + std::to_string(alg));
+    p.code = alg;
+    p.alg = alg_of(alg);
+    p.alpha = (float)alpha; p.beta = (float)beta;
+    if (p.binary) p.tensor = check_id(h->e, tensor, "post-op");
+    if (h->pending_post.size() >= 32) fail("too many post-ops");
+    h->pending_post.push_back(p);
+    return 0;
+  } catch (const std::exception& ex) {
+    set_error(error, size, ex.what());
+    return 1;
+  }
+}
+
+int32_t ofc_add_op(void* handle, const char* kind, const int32_t* ins, int32_t n_in,
+                   const int32_t* outs, int32_t n_out, const int64_t* iattr, int32_t n_iattr,
+                   const double* fattr, int32_t n_fattr, char* error, int32_t size) {
+  auto* h = static_cast<Handle*>(handle);
+  try {
+    Engine& e = h->e;
+    if (e.finalized) fail("op added after finalize");
+    if (kind == nullptr) fail("no op kind");
+    if (n_iattr < 0 || n_iattr > 4096 || n_fattr < 0 || n_fattr > 64) fail("bad attribute count");
+    OpCall c;
+    c.kind = kind;
+    c.ins = ids(e, ins, n_in, kind);
+    c.outs = ids(e, outs, n_out, kind);
+    c.ia.assign(iattr, iattr + n_iattr);
+    c.fa.assign(fattr, fattr + n_fattr);
+    c.post = std::move(h->pending_post);
+    h->pending_post.clear();
+    validate(e, c);
+    ThreadScope threads(e.threads);  // primitives size their thread teams now
+    builders().at(c.kind)(*h, c);
+    return 0;
+  } catch (const dnnl::error& ex) {
+    h->pending_post.clear();
+    set_error(error, size, std::string(kind ? kind : "?") + ": oneDNN: " + ex.what() +
+                               " (status " + std::to_string((int)ex.status) + ")");
+    return 1;
+  } catch (const std::exception& ex) {
+    h->pending_post.clear();
+    set_error(error, size, ex.what());  // the validation layer names the kind
+    return 1;
+  }
+}
+
+int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const int32_t* outputs,
+                     int32_t n_out, char* error, int32_t size) {
+  auto* h = static_cast<Handle*>(handle);
+  try {
+    Engine& e = h->e;
+    if (e.finalized) fail("finalized twice");
+    if (!h->pending_post.empty()) fail("post-ops without an op");
+    e.inputs = ids(e, inputs, n_in, "inputs");
+    e.outputs = ids(e, outputs, n_out, "outputs");
+    // every tensor an op touches must have memory: its own, its root's, or a bound input or
+    // output (a hostile blob could name a tensor it gave no storage)
+    std::vector<char> io(e.tensors.size(), 0);
+    for (int id : e.inputs) {
+      const Tensor& t = e.tensors[(size_t)id];
+      if (t.base >= 0 || t.storage != BOUND_INPUT || io[(size_t)id] || t.span != t.numel)
+        fail("input tensor " + std::to_string(id) + " is not a dense, unaliased input");
+      io[(size_t)id] = 1;
+    }
+    for (int id : e.outputs) {
+      const Tensor& t = e.tensors[(size_t)id];
+      if (t.base >= 0 || t.storage != BOUND_OUTPUT || t.data != nullptr || io[(size_t)id] || t.span != t.numel)
+        fail("output tensor " + std::to_string(id) + " is not a dense, unaliased output");
+      io[(size_t)id] = 1;
+    }
+    auto backed = [&](int id) {
+      int r = e.root(id);
+      return io[(size_t)r] || e.tensors[(size_t)r].data != nullptr;
+    };
+    for (auto& op : e.ops) {
+      for (int id : op->ins) if (!backed(id)) fail(op->name + ": reads tensor " + std::to_string(id) + ", which has no memory");
+      for (int id : op->outs) if (!backed(id)) fail(op->name + ": writes tensor " + std::to_string(id) + ", which has no memory");
+      auto* d = dynamic_cast<DnnlOp*>(op.get());
+      if (d) for (auto& a : d->tensor_args) if (!backed(a.second)) fail(op->name + ": uses a tensor without memory");
+      std::vector<int> extra;
+      if (d) d->epilogue.reads(extra);
+      for (int id : extra) if (!backed(id)) fail(op->name + ": uses a tensor without memory");
+    }
+    // constants read only through their reordered copies (weights of convolutions and
+    // matmuls) are not needed any more: free them (halves the memory of weight-heavy
+    // models). A read through an alias keeps the alias's root (aliases name their root).
+    std::vector<char> read(e.tensors.size(), 0);
+    for (auto& op : e.ops) {
+      auto* d = dynamic_cast<DnnlOp*>(op.get());
+      if (d) {
+        for (auto& a : d->tensor_args) read[(size_t)e.root(a.second)] = 1;
+        std::vector<int> extra;
+        d->epilogue.reads(extra);
+        for (int id : extra) read[(size_t)e.root(id)] = 1;
+      }
+      else { for (int id : op->ins) read[(size_t)e.root(id)] = 1; for (int id : op->outs) read[(size_t)e.root(id)] = 1; }
+    }
+    for (size_t i = 0; i < e.tensors.size(); ++i) {
+      Tensor& t = e.tensors[i];
+      if (t.is_const && t.base < 0 && !read[i] && !t.store.empty()) {
+        e.used_bytes -= (int64_t)t.store.size();
+        std::vector<char>().swap(t.store);
+        t.data = nullptr;
+      }
+    }
+    e.finalized = true;
+    const char* profile = std::getenv("OPFORGE_CPU_PROFILE");
+    e.profile = profile && profile[0] == '1';
+    e.op_seconds.assign(e.ops.size(), 0.0);
+    return 0;
+  } catch (const std::exception& ex) {
+    set_error(error, size, ex.what());
+    return 1;
+  }
+}
+
+int32_t ofc_execute(void* handle, void* const* inputs, void* const* outputs, char* error, int32_t size) {
+  auto* h = static_cast<Handle*>(handle);
+  try {
+    Engine& e = h->e;
+    if (!e.finalized) fail("execute before finalize");
+    for (size_t k = 0; k < e.inputs.size(); ++k) e.tensors[(size_t)e.inputs[k]].data = inputs[k];
+    for (size_t k = 0; k < e.outputs.size(); ++k) e.tensors[(size_t)e.outputs[k]].data = outputs[k];
+    ThreadScope threads(e.threads);
+    if (e.profile) {
+      for (size_t i = 0; i < e.ops.size(); ++i) {
+        double t0 = omp_get_wtime();
+        e.ops[i]->run(e);
+        e.op_seconds[i] += omp_get_wtime() - t0;
+      }
+      ++e.runs;
+    } else {
+      for (auto& op : e.ops) op->run(e);
+    }
+    return 0;
+  } catch (const std::exception& ex) {
+    set_error(error, size, ex.what());
+    return 1;
+  }
+}
+
+// what the engine made of the graph, for inspect and tests: op names, comma-separated
+int32_t ofc_describe(void* handle, char* out, int32_t size) {
+  auto* h = static_cast<Handle*>(handle);
+  std::string text;
+  for (auto& op : h->e.ops) { if (!text.empty()) text += ","; text += op->name; }
+  set_error(out, size, text);
+  return (int32_t)text.size();
+}
+
+// the number of threads the engine runs with (after clamping to this machine)
+int32_t ofc_threads(void* handle) { return static_cast<Handle*>(handle)->e.threads; }
+
+}  // extern "C"

@@ -1,0 +1,238 @@
+// opforge cpu backend engine: the types every op family shares.
+//
+// A delegate's graph is built once at init from calls that carry a hostile blob's numbers,
+// and run with one call per execution. The build of every op goes through two steps, in
+// this order and never the other:
+//
+//   1. validate (validate.cpp): the checks common to all ops (ids, operand counts, which
+//      tensors may be written), then the op kind's contract (in the op family's file:
+//      ranks, dtypes, shapes, layouts, storage spans with checked arithmetic, a work bound);
+//   2. build (the same family file): primitives, reordered weights, loop plans.
+//
+// Nothing in step 2 may rely on a property step 1 did not check. Sizes, strides, offsets
+// and element counts are combined only through the checked helpers below (add_c, mul_c).
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ofc {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dims_t = std::vector<int64_t>;
+
+constexpr int32_t kAbiVersion = 2;
+constexpr int kMaxRank = 8;
+constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
+
+// opforge ScalarType codes
+enum Dtype : int32_t { U8 = 0, I8 = 1, I16 = 2, I32 = 3, I64 = 4, F32 = 6, F64 = 7, BOOL = 11 };
+
+// how a tensor gets its memory (ofc_add_tensor's `storage`)
+enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2 };
+
+[[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
+
+// checked int64 arithmetic: a hostile size never wraps
+inline int64_t add_c(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) fail(std::string(what) + ": size arithmetic overflows");
+  return r;
+}
+inline int64_t mul_c(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) fail(std::string(what) + ": size arithmetic overflows");
+  return r;
+}
+
+size_t itemsize(int32_t dt);
+memory::data_type dnnl_type(int32_t dt);
+
+struct Tensor {
+  int32_t dtype = F32;
+  dims_t dims, strides;      // elements
+  int64_t span = 0;          // elements from the first to one past the last reachable
+  int64_t numel = 0;         // product of dims (checked)
+  int base = -1;             // an alias of root tensor `base` at `offset` elements
+  int64_t offset = 0;
+  int32_t storage = BOUND_OUTPUT;
+  std::vector<char> store;   // owned (intermediates, constants)
+  void* data = nullptr;      // current pointer (set per execute for inputs/outputs)
+  bool is_const = false;
+  memory::desc md() const {  // a 0-d tensor is one element to oneDNN
+    if (dims.empty()) return memory::desc({1}, dnnl_type(dtype), memory::dims{1});
+    return memory::desc(dims, dnnl_type(dtype), strides);
+  }
+};
+
+struct Engine;
+
+struct Op {
+  std::vector<int> ins, outs;
+  std::string name;
+  virtual ~Op() = default;
+  virtual void run(Engine& e) = 0;
+};
+
+struct Engine {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  std::vector<Tensor> tensors;
+  std::vector<std::unique_ptr<Op>> ops;
+  std::vector<int> inputs, outputs;
+  int threads = 1;
+  bool finalized = false;
+  int64_t max_bytes = 0, used_bytes = 0;
+  bool profile = false;               // OPFORGE_CPU_PROFILE=1: per-op times on stderr at destroy
+  std::vector<double> op_seconds;
+  int64_t runs = 0;
+  ~Engine();
+
+  void* ptr(int id) {                 // aliases name their root directly (ofc_add_tensor)
+    Tensor& t = tensors[(size_t)id];
+    if (t.base >= 0)
+      return static_cast<char*>(tensors[(size_t)t.base].data) + t.offset * (int64_t)itemsize(t.dtype);
+    return t.data;
+  }
+  int root(int id) const { return tensors[(size_t)id].base >= 0 ? tensors[(size_t)id].base : id; }
+  // elements from tensor id's first element to the end of its root's storage
+  int64_t avail(int id) const {
+    const Tensor& t = tensors[(size_t)id];
+    return t.base >= 0 ? tensors[(size_t)t.base].span - t.offset : t.span;
+  }
+  // every allocation the engine makes at init is counted here before it happens
+  void reserve(int64_t bytes, const std::string& what);
+};
+
+// post-ops: eltwise (alg, alpha, beta) or binary (alg, tensor id)
+struct PostOp {
+  bool binary = false;
+  int code = 0;
+  dnnl::algorithm alg = dnnl::algorithm::undef;
+  float alpha = 0, beta = 0;
+  int tensor = -1;
+};
+
+// one op as the blob states it; what validate() checks and a builder builds
+struct OpCall {
+  std::string kind;
+  std::vector<int> ins, outs;
+  std::vector<int64_t> ia;
+  std::vector<double> fa;
+  std::vector<PostOp> post;
+};
+
+struct Handle {
+  Engine e;
+  std::vector<PostOp> pending_post;   // post-ops for the next op added
+};
+
+// --- the validation layer (validate.cpp) --------------------------------------------------
+void validate(const Engine& e, const OpCall& call);
+// the common checks of a call-out (external/kernel) op: contiguous, within storage, not
+// writing anything read-only
+void validate_callout(const Engine& e, const std::vector<int>& ins, const std::vector<int>& outs,
+                      const char* what);
+
+// helpers the contracts share
+bool read_only(const Engine& e, int id);            // a constant or a delegate input
+bool row_major(const Tensor& t);
+bool dense(const Tensor& t);                        // elements fill [0, span) exactly
+dims_t dnnl_dims(const Tensor& t);                  // as oneDNN sees it: 0-d is {1}
+bool injective(const dims_t& dims, const dims_t& strides);  // no element reached twice
+void check_reach(const dims_t& dims, const dims_t& strides, int64_t off, int64_t span,
+                 const char* what);
+int64_t count_of(const dims_t& dims, const char* what);
+void need(bool ok, const std::string& kind, const std::string& what);
+void need_rank(const Tensor& t, size_t lo, size_t hi, const std::string& kind, const char* what);
+void need_dtype(const Tensor& t, int32_t dt, const std::string& kind, const char* what);
+void need_count(const OpCall& c, size_t n_in, size_t n_out);
+void need_dnnl_operand(const Engine& e, int id, const std::string& kind, const char* what);
+void need_post_ops_allowed(const OpCall& c, bool allowed);
+dims_t take(const std::vector<int64_t>& ia, size_t& k, size_t n);
+
+// --- oneDNN glue (core.cpp) ----------------------------------------------------------------
+// PyTorch's NaN semantics where oneDNN's kernels lose a NaN (nan.cpp): relu, clamp,
+// hardsigmoid and exp eltwise, binary max/min. A post-op chain runs in oneDNN up to its
+// first such post-op; that one and the rest run after the primitive, in place on the
+// output (own NaN-exact loops, or oneDNN in-place primitives for the others).
+bool nan_unsafe(const PostOp& p);
+bool nan_unsafe_eltwise(int code, float alpha);
+float eltwise_exact(int code, float alpha, float beta, float x);
+float binary_exact(int code, float a, float b);
+bool has_nan(Engine& e, int id);  // any NaN in tensor id's elements (a strided walk)
+bool has_special(Engine& e, int id, bool nonfinite);  // NaN, or (nonfinite) also ±inf
+
+struct Epilogue {
+  struct Step {
+    PostOp p;
+    bool own = false;              // a NaN-exact loop, else an in-place oneDNN primitive
+    dnnl::primitive prim;
+    memory dst_mem, src1_mem;
+    dims_t b_strides;              // own binary: the operand's strides over dst dims (0: broadcast)
+  };
+  std::vector<Step> steps;
+  std::vector<PostOp> pending;     // set by make_attr, prepared by push_op
+  void prepare(Engine& e, int dst);
+  void run(Engine& e, int dst);
+  void reads(std::vector<int>& ids) const { for (auto& s : steps) if (s.p.binary) ids.push_back(s.p.tensor); }
+};
+
+struct DnnlOp : Op {
+  dnnl::primitive prim;
+  Epilogue epilogue;
+  std::vector<std::pair<int, int>> tensor_args;        // (DNNL_ARG_*, tensor id)
+  std::vector<std::pair<int, memory>> fixed_args;      // weights, scratchpad
+  std::vector<std::pair<int, memory>> bound;           // memories bound to tensors
+  std::vector<memory::desc> mds;                       // one per tensor_args entry
+  void arg(int dnnl_arg, int id, const memory::desc& md) {
+    tensor_args.emplace_back(dnnl_arg, id);
+    mds.push_back(md);
+  }
+  // every memory descriptor's bytes fit its tensor's storage: called before any primitive
+  void check_fits(const Engine& e) const;
+  void bind(Engine& e);
+  void run(Engine& e) override;
+};
+
+int64_t md_reach_bytes(const memory::desc& md, int64_t item);
+dnnl::algorithm alg_of(int code);
+bool is_eltwise_code(int code);
+bool is_binary_code(int code);
+// the post-ops up to the first NaN-unsafe one (all of them when !nan_exact: integer
+// outputs hold no NaN); the rest go to op->epilogue
+dnnl::primitive_attr make_attr(Engine& e, const std::vector<PostOp>& post, DnnlOp* op,
+                               bool nan_exact = true);
+memory new_memory(Engine& e, const memory::desc& md, const char* what);  // counted
+memory reorder_const(Engine& e, int id, const memory::desc& want);
+void add_scratchpad(Engine& e, DnnlOp* op, const memory::desc& md);
+void push_op(Engine& e, std::unique_ptr<Op> op, const OpCall& c);
+
+// --- op families: each a contract and a builder ------------------------------------------
+#define OFC_FAMILY(name)                                 \
+  void contract_##name(const Engine& e, const OpCall& c); \
+  void build_##name(Handle& h, const OpCall& c);
+OFC_FAMILY(conv)        // convolution.cpp: conv, deconv
+OFC_FAMILY(matmul)      // matmul.cpp
+OFC_FAMILY(pool)        // pooling.cpp
+OFC_FAMILY(eltwise)     // eltwise.cpp: eltwise, binary
+OFC_FAMILY(binary)
+OFC_FAMILY(softmax)     // normalization.cpp: softmax, layer_norm, group_norm
+OFC_FAMILY(layer_norm)
+OFC_FAMILY(group_norm)
+OFC_FAMILY(reduction)   // reduction.cpp: reduction (oneDNN), reduce (loop)
+OFC_FAMILY(reduce)
+OFC_FAMILY(copy)        // copy.cpp: copy, ew (generic elementwise)
+OFC_FAMILY(ew)
+OFC_FAMILY(int8)        // quantization.cpp: qconv, qmatmul, quant
+OFC_FAMILY(quant)
+OFC_FAMILY(embedding)   // embedding.cpp
+#undef OFC_FAMILY
+}  // namespace ofc

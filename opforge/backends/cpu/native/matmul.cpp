@@ -1,0 +1,61 @@
+// Matmul (f32, oneDNN): a [.., M, K] x b [.., K, N] (+ bias broadcast); a constant b or
+// bias is reordered once at init, a computed one is read per call.
+//
+// Contract: ins [a, b, (bias)], outs [dst]; no attributes.
+//   a, b, dst (and bias): f32, one rank in 2..8, no overlapping strides;
+//   bias: broadcasts to dst (each dim equal or 1).
+// oneDNN checks M, K, N and the batch broadcast; every memory descriptor is checked against
+// its tensor's storage before the primitive is made.
+#include "engine.h"
+
+namespace ofc {
+
+void contract_matmul(const Engine& e, const OpCall& c) {
+  const std::string& k = c.kind;
+  need(c.ins.size() == 2 || c.ins.size() == 3, k, "2 or 3 inputs (a, b, bias)");
+  need_count(c, c.ins.size(), 1);
+  need(c.ia.empty() && c.fa.empty(), k, "takes no attributes");
+  const Tensor& dst = e.tensors[(size_t)c.outs[0]];
+  need_rank(dst, 2, kMaxRank, k, "the destination");
+  std::vector<int> all = c.ins;
+  all.push_back(c.outs[0]);
+  for (int id : all) {
+    need_dtype(e.tensors[(size_t)id], F32, k, "an operand");
+    need_dnnl_operand(e, id, k, "an operand");
+    need(e.tensors[(size_t)id].dims.size() == dst.dims.size(), k, "operands of different ranks");
+  }
+  if (c.ins.size() == 3) {
+    const Tensor& b = e.tensors[(size_t)c.ins[2]];
+    for (size_t d = 0; d < b.dims.size(); ++d)
+      need(b.dims[d] == 1 || b.dims[d] == dst.dims[d], k, "a bias that does not broadcast to the output");
+  }
+}
+
+void build_matmul(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  auto op = std::make_unique<DnnlOp>();
+  op->name = "matmul";
+  const auto& ins = c.ins;
+  const Tensor& b = e.tensors[(size_t)ins[1]];
+  bool b_const = e.tensors[(size_t)e.root(ins[1])].is_const;
+  bool has_bias = ins.size() == 3;
+  bool bias_const = has_bias && e.tensors[(size_t)e.root(ins[2])].is_const;
+  memory::desc src = e.tensors[(size_t)ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
+  memory::desc wmd = b_const ? memory::desc(b.dims, memory::data_type::f32, tag::any) : b.md();
+  memory::desc bias = has_bias ? e.tensors[(size_t)ins[2]].md() : memory::desc();
+  op->arg(DNNL_ARG_SRC, ins[0], src);
+  op->arg(DNNL_ARG_DST, c.outs[0], dst);
+  if (!b_const) op->arg(DNNL_ARG_WEIGHTS, ins[1], wmd);
+  if (has_bias && !bias_const) op->arg(DNNL_ARG_BIAS, ins[2], bias);
+  auto attr = make_attr(e, c.post, op.get());
+  op->check_fits(e);
+  auto pd = dnnl::matmul::primitive_desc(e.eng, src, wmd, bias, dst, attr);
+  op->prim = dnnl::matmul(pd);
+  if (b_const) op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, ins[1], pd.weights_desc()));
+  if (bias_const) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, ins[2], bias));
+  add_scratchpad(e, op.get(), pd.scratchpad_desc());
+  op->bind(e);
+  push_op(e, std::move(op), c);
+}
+
+}  // namespace ofc

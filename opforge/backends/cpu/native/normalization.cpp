@@ -1,0 +1,204 @@
+// Normalisations: softmax and layer norm (f32, oneDNN), group norm (f32, a loop).
+//
+// softmax contract: ins [src], outs [dst]; ia [axis, log (0/1)].
+//   src, dst: f32, one shape, rank >= 1, no overlapping strides; 0 <= axis < rank.
+// layer_norm contract (over the last dim): ins [src, (scale), (shift)], outs [dst];
+//   ia [has_scale, has_shift]; fa [eps].
+//   src, dst: f32, one shape, rank 1..8, no overlapping strides; scale and shift: f32,
+//   dense, rank 1, one value per element of the last dim.
+// group_norm contract: ins [x, (w), (b)], outs [y]; ia [groups, has_w, has_b]; fa [eps].
+//   x, y: f32, row-major (N, C, *), one shape; groups >= 1 divides C; w and b: f32, dense,
+//   one per channel. Work: three passes over x.
+#include <omp.h>
+
+#include <cmath>
+
+#include "engine.h"
+#include "loops.h"
+
+namespace ofc {
+
+namespace {
+void same_shape_f32(const Engine& e, const OpCall& c, bool dnnl_operands) {
+  const Tensor& src = e.tensors[(size_t)c.ins[0]];
+  const Tensor& dst = e.tensors[(size_t)c.outs[0]];
+  need_dtype(src, F32, c.kind, "the source");
+  need_dtype(dst, F32, c.kind, "the destination");
+  need(src.dims == dst.dims, c.kind, "source and destination shapes differ");
+  if (dnnl_operands) {
+    need_dnnl_operand(e, c.ins[0], c.kind, "the source");
+    need_dnnl_operand(e, c.outs[0], c.kind, "the destination");
+  }
+}
+
+void per_channel(const Engine& e, int id, int64_t n, const std::string& kind, const char* what) {
+  const Tensor& t = e.tensors[(size_t)id];
+  need_dtype(t, F32, kind, what);
+  need(t.dims.size() == 1 && t.dims[0] == n && dense(t), kind,
+       std::string(what) + " must be dense, rank 1, " + std::to_string(n) + " values");
+}
+}  // namespace
+
+void contract_softmax(const Engine& e, const OpCall& c) {
+  need_count(c, 1, 1);
+  need_post_ops_allowed(c, false);
+  need(c.ia.size() == 2 && (c.ia[1] == 0 || c.ia[1] == 1), c.kind, "attributes: ia [axis, log]");
+  same_shape_f32(e, c, true);
+  const Tensor& src = e.tensors[(size_t)c.ins[0]];
+  need_rank(src, 1, kMaxRank, c.kind, "the source");
+  need(c.ia[0] >= 0 && c.ia[0] < (int64_t)src.dims.size(), c.kind, "axis out of range");
+}
+
+// oneDNN's softmax maps a row holding NaN or +inf to numbers; torch's is NaN there. When
+// the source holds a NaN or an inf (checked after each call), the rows are recomputed
+// here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m - log(sum))
+struct SoftmaxOp : DnnlOp {
+  int axis = 0;
+  bool log = false;
+  void run(Engine& e) override {
+    DnnlOp::run(e);
+    if (has_special(e, ins[0], true)) exact(e);
+  }
+  void exact(Engine& e) {
+    const Tensor& ts = e.tensors[(size_t)ins[0]];
+    const Tensor& td = e.tensors[(size_t)outs[0]];
+    const float* src = static_cast<const float*>(e.ptr(ins[0]));
+    float* dst = static_cast<float*>(e.ptr(outs[0]));
+    dims_t outer = ts.dims;
+    int64_t n = outer[(size_t)axis], ss = ts.strides[(size_t)axis], ds = td.strides[(size_t)axis];
+    outer[(size_t)axis] = 1;
+    for_each_index(outer, [&](const int64_t* idx) {
+      const float* x = src + dot(idx, ts.strides);
+      float* y = dst + dot(idx, td.strides);
+      float m = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        float v = x[j * ss];
+        if (v != v) { m = v; break; }
+        if (v > m) m = v;
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * ss] - m);
+      for (int64_t j = 0; j < n; ++j)
+        y[j * ds] = log ? x[j * ss] - m - std::log(sum) : std::exp(x[j * ss] - m) / sum;
+    });
+  }
+};
+
+void build_softmax(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  auto op = std::make_unique<SoftmaxOp>();
+  op->axis = (int)c.ia[0];
+  op->log = c.ia[1] != 0;
+  op->name = "softmax";
+  memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
+  op->arg(DNNL_ARG_SRC, c.ins[0], src);
+  op->arg(DNNL_ARG_DST, c.outs[0], dst);
+  auto attr = make_attr(e, c.post, op.get());
+  op->check_fits(e);
+  auto pd = dnnl::softmax_forward::primitive_desc(
+      e.eng, dnnl::prop_kind::forward_inference,
+      c.ia[1] ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src, dst,
+      (int)c.ia[0], attr);
+  op->prim = dnnl::softmax_forward(pd);
+  add_scratchpad(e, op.get(), pd.scratchpad_desc());
+  op->bind(e);
+  push_op(e, std::move(op), c);
+}
+
+void contract_layer_norm(const Engine& e, const OpCall& c) {
+  need(c.ia.size() == 2 && c.fa.size() == 1, c.kind, "attributes: ia [has_scale, has_shift], fa [eps]");
+  need_post_ops_allowed(c, false);
+  size_t n_in = 1 + (size_t)(c.ia[0] != 0) + (size_t)(c.ia[1] != 0);
+  need_count(c, n_in, 1);
+  same_shape_f32(e, c, true);
+  const Tensor& src = e.tensors[(size_t)c.ins[0]];
+  need_rank(src, 1, kMaxRank, c.kind, "the source");
+  for (size_t k = 1; k < n_in; ++k) per_channel(e, c.ins[k], src.dims.back(), c.kind, "scale or shift");
+}
+
+void build_layer_norm(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  auto op = std::make_unique<DnnlOp>();
+  op->name = "layer_norm";
+  memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
+  op->arg(DNNL_ARG_SRC, c.ins[0], src);
+  op->arg(DNNL_ARG_DST, c.outs[0], dst);
+  dnnl::normalization_flags flags = dnnl::normalization_flags::none;
+  if (c.ia[0]) flags = flags | dnnl::normalization_flags::use_scale;
+  if (c.ia[1]) flags = flags | dnnl::normalization_flags::use_shift;
+  size_t k = 1;
+  if (c.ia[0]) { op->arg(DNNL_ARG_SCALE, c.ins[k], e.tensors[(size_t)c.ins[k]].md()); ++k; }
+  if (c.ia[1]) { op->arg(DNNL_ARG_SHIFT, c.ins[k], e.tensors[(size_t)c.ins[k]].md()); ++k; }
+  op->check_fits(e);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::library);
+  auto pd = dnnl::layer_normalization_forward::primitive_desc(
+      e.eng, dnnl::prop_kind::forward_inference, src, dst, (float)c.fa[0], flags, attr);
+  op->prim = dnnl::layer_normalization_forward(pd);
+  if (pd.mean_desc().get_size() > 0) {
+    op->fixed_args.emplace_back(DNNL_ARG_MEAN, new_memory(e, pd.mean_desc(), "layer norm statistics"));
+    op->fixed_args.emplace_back(DNNL_ARG_VARIANCE, new_memory(e, pd.variance_desc(), "layer norm statistics"));
+  }
+  add_scratchpad(e, op.get(), pd.scratchpad_desc());
+  op->bind(e);
+  push_op(e, std::move(op), c);
+}
+
+// group norm on contiguous (N, C, *)
+struct GroupNormOp : Op {
+  int64_t groups = 1;
+  bool has_w = false, has_b = false;
+  double eps = 1e-5;
+  void run(Engine& e) override {
+    const Tensor& x = e.tensors[(size_t)ins[0]];
+    int64_t N = x.dims[0], C = x.dims[1], HW = 1;
+    for (size_t k = 2; k < x.dims.size(); ++k) HW *= x.dims[k];
+    const float* xp = static_cast<const float*>(e.ptr(ins[0]));
+    const float* wp = has_w ? static_cast<const float*>(e.ptr(ins[1])) : nullptr;
+    const float* bp = has_b ? static_cast<const float*>(e.ptr(ins[1 + (has_w ? 1 : 0)])) : nullptr;
+    float* out = static_cast<float*>(e.ptr(outs[0]));
+    int64_t cg = C / groups;
+#pragma omp parallel for collapse(2)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* base = xp + (n * C + g * cg) * HW;
+        int64_t m = cg * HW;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < m; ++i) mean += base[i];
+        mean /= (double)m;
+        for (int64_t i = 0; i < m; ++i) { double d = base[i] - mean; var += d * d; }
+        var /= (double)m;
+        double rstd = 1.0 / std::sqrt(var + eps);
+        for (int64_t c = 0; c < cg; ++c) {
+          int64_t ch = g * cg + c;
+          double scale = rstd * (wp ? wp[ch] : 1.0), shift = bp ? bp[ch] : 0.0;
+          const float* xi = base + c * HW;
+          float* oi = out + (n * C + ch) * HW;
+          for (int64_t i = 0; i < HW; ++i) oi[i] = (float)((xi[i] - mean) * scale + shift);
+        }
+      }
+  }
+};
+
+void contract_group_norm(const Engine& e, const OpCall& c) {
+  need(c.ia.size() == 3 && c.fa.size() == 1, c.kind, "attributes: ia [groups, has_w, has_b], fa [eps]");
+  need_post_ops_allowed(c, false);
+  size_t n_in = 1 + (size_t)(c.ia[1] != 0) + (size_t)(c.ia[2] != 0);
+  need_count(c, n_in, 1);
+  same_shape_f32(e, c, false);
+  const Tensor& x = e.tensors[(size_t)c.ins[0]];
+  need_rank(x, 2, kMaxRank, c.kind, "the input");
+  need(c.ia[0] >= 1 && x.dims[1] % c.ia[0] == 0, c.kind, "groups must be >= 1 and divide the channels");
+  need(row_major(x) && dense(x) && row_major(e.tensors[(size_t)c.outs[0]]) && dense(e.tensors[(size_t)c.outs[0]]),
+       c.kind, "input and output must be contiguous");
+  for (size_t k = 1; k < n_in; ++k) per_channel(e, c.ins[k], x.dims[1], c.kind, "weight or bias");
+}
+
+void build_group_norm(Handle& h, const OpCall& c) {
+  auto op = std::make_unique<GroupNormOp>();
+  op->groups = c.ia[0]; op->has_w = c.ia[1] != 0; op->has_b = c.ia[2] != 0; op->eps = c.fa[0];
+  op->name = "group_norm";
+  push_op(h.e, std::move(op), c);
+}
+
+}  // namespace ofc

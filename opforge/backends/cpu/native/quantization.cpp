@@ -1,0 +1,204 @@
+// Quantization: per-tensor quantize/dequantize loops ("quant") and int8 convolution and
+// matmul on oneDNN ("qconv", "qmatmul", 8a8w).
+//
+// quant contract: ins [x], outs [y]; ia [mode 0 quantize / 1 dequantize, qmin, qmax];
+//   fa [scale, zero point]. quantize: f32 → an integer dtype, dequantize: the reverse; x and
+//   y of one shape and one dense layout; qmin <= qmax; scale > 0 and finite, zp finite.
+// qconv/qmatmul contract: ins [x u8, w s8 constant, w_scales f32 constant, (bias f32
+//   constant)], outs [y u8]; fa [x_scale, y_scale] (> 0, finite); ia [x_zp, y_zp, mask,
+//   has_bias, (qconv: nsp, strides, pad_l, pad_r, dilation)].
+//   mask selects the weight dims the scales vary over (oneDNN's mask); w_scales is dense,
+//   rank 1, with exactly the product of those dims' sizes values; bias is dense, rank 1,
+//   one value per output channel; zero points in [0, 255]. qconv: x, y rank nsp+2 and w
+//   rank nsp+2 (no groups); qmatmul: x, w, y of one rank 2..8.
+#include <cmath>
+#include <cstring>
+
+#include "engine.h"
+#include "loops.h"
+
+namespace ofc {
+
+void check_conv_attrs(const std::string& kind, const std::vector<int64_t>& ia, size_t first, size_t total);
+void conv_window(const std::vector<int64_t>& ia, size_t first, memory::dims& strides,
+                 memory::dims& dil, memory::dims& pl, memory::dims& pr);
+
+// quantize (f32 → int: clamp(round_half_even(x * (float)(1/scale)) + zp)) or dequantize
+// (int → f32: ((float)q - (float)zp) * (float)scale), as quantized_decomposed computes them
+struct QuantOp : Op {
+  int mode = 0;
+  int64_t qmin = 0, qmax = 255;
+  double scale = 1, zp = 0;
+  void run(Engine& e) override {
+    const Tensor& ti = e.tensors[(size_t)ins[0]];
+    const Tensor& to = e.tensors[(size_t)outs[0]];
+    int64_t n = ti.span;
+    const void* src = e.ptr(ins[0]);
+    void* dst = e.ptr(outs[0]);
+    if (mode == 0) {
+      const float* x = static_cast<const float*>(src);
+      float inv = (float)(1.0 / scale), z = (float)zp, lo = (float)qmin, hi = (float)qmax;
+      // round half to even without libm: adding and removing 1.5·2^23 rounds in the FPU's
+      // default mode (nearest-even) for |v| < 2^22; larger floats are already integers
+      auto quant = [&](float xi) {
+        float v = xi * inv;
+        float r = std::fabs(v) < 4194304.f ? (v + 12582912.f) - 12582912.f : v;
+        r += z;
+        r = r < lo ? lo : (r > hi ? hi : r);
+        return xi != xi ? lo : r;  // NaN: torch's clamp keeps NaN, whose integer cast is undefined
+      };
+      switch (to.dtype) {
+        case U8: { auto* y = static_cast<uint8_t*>(dst); for (int64_t i = 0; i < n; ++i) y[i] = (uint8_t)quant(x[i]); break; }
+        case I8: { auto* y = static_cast<int8_t*>(dst); for (int64_t i = 0; i < n; ++i) y[i] = (int8_t)quant(x[i]); break; }
+        case I32: { auto* y = static_cast<int32_t*>(dst); for (int64_t i = 0; i < n; ++i) y[i] = (int32_t)quant(x[i]); break; }
+        default: for (int64_t i = 0; i < n; ++i) store_as<int64_t>(dst, to.dtype, i, (int64_t)quant(x[i]));
+      }
+    } else {
+      float* y = static_cast<float*>(dst);
+      float z = (float)zp, sc = (float)scale;
+      switch (ti.dtype) {
+        case U8: { auto* q = static_cast<const uint8_t*>(src); for (int64_t i = 0; i < n; ++i) y[i] = ((float)q[i] - z) * sc; break; }
+        case I8: { auto* q = static_cast<const int8_t*>(src); for (int64_t i = 0; i < n; ++i) y[i] = ((float)q[i] - z) * sc; break; }
+        case I32: { auto* q = static_cast<const int32_t*>(src); for (int64_t i = 0; i < n; ++i) y[i] = ((float)q[i] - z) * sc; break; }
+        default: for (int64_t i = 0; i < n; ++i) y[i] = ((float)load_as<int64_t>(src, ti.dtype, i) - z) * sc;
+      }
+    }
+  }
+};
+
+void contract_quant(const Engine& e, const OpCall& c) {
+  need_count(c, 1, 1);
+  need_post_ops_allowed(c, false);
+  need(c.ia.size() == 3 && c.fa.size() == 2, c.kind, "attributes: ia [mode, qmin, qmax], fa [scale, zp]");
+  int64_t mode = c.ia[0];
+  const Tensor& ti = e.tensors[(size_t)c.ins[0]];
+  const Tensor& to = e.tensors[(size_t)c.outs[0]];
+  need(mode == 0 || mode == 1, c.kind, "mode must be 0 (quantize) or 1 (dequantize)");
+  int32_t q = mode == 0 ? to.dtype : ti.dtype, f = mode == 0 ? ti.dtype : to.dtype;
+  // quantized values fit qmin..qmax, which fit int32 and a float exactly enough
+  need(q != F32 && q != F64 && f == F32, c.kind, "dtypes (f32 and an integer dtype)");
+  need(ti.dims == to.dims && ti.strides == to.strides && dense(ti), c.kind, "x and y: one dense layout");
+  need(c.ia[1] <= c.ia[2] && c.ia[1] >= -((int64_t)1 << 31) && c.ia[2] < ((int64_t)1 << 31), c.kind,
+       "qmin..qmax");
+  need(c.fa[0] > 0 && std::isfinite(c.fa[0]) && std::isfinite(1.0 / c.fa[0]) && std::isfinite(c.fa[1]) &&
+       std::fabs(c.fa[1]) < 2147483648.0, c.kind, "scale and zero point");
+}
+
+void build_quant(Handle& h, const OpCall& c) {
+  auto op = std::make_unique<QuantOp>();
+  op->mode = (int)c.ia[0]; op->qmin = c.ia[1]; op->qmax = c.ia[2]; op->scale = c.fa[0]; op->zp = c.fa[1];
+  op->name = op->mode == 0 ? "quantize" : "dequantize";
+  push_op(h.e, std::move(op), c);
+}
+
+namespace {
+memory scalar_memory(Engine& e, memory::data_type dt, double value) {
+  memory m = new_memory(e, memory::desc({1}, dt, tag::x), "a scale");
+  if (dt == memory::data_type::f32) *static_cast<float*>(m.get_data_handle()) = (float)value;
+  else *static_cast<int32_t*>(m.get_data_handle()) = (int32_t)value;
+  return m;
+}
+}  // namespace
+
+void contract_int8(const Engine& e, const OpCall& c) {
+  const std::string& k = c.kind;
+  bool conv = k == "qconv";
+  need(c.ia.size() >= 4 && c.fa.size() == 2, k, "attributes too short");
+  bool has_bias = c.ia[3] != 0;
+  need_count(c, has_bias ? 4 : 3, 1);
+  const Tensor& x = e.tensors[(size_t)c.ins[0]];
+  const Tensor& w = e.tensors[(size_t)c.ins[1]];
+  const Tensor& ws = e.tensors[(size_t)c.ins[2]];
+  const Tensor& y = e.tensors[(size_t)c.outs[0]];
+  need(x.dtype == U8 && w.dtype == I8 && ws.dtype == F32 && y.dtype == U8, k,
+       "dtypes (u8 activations, s8 weights, f32 scales)");
+  need(w.is_const && ws.is_const, k, "weights and their scales must be constants");
+  for (int id : {c.ins[0], c.ins[1], c.outs[0]}) need_dnnl_operand(e, id, k, "an operand");
+  need(c.fa[0] > 0 && c.fa[1] > 0 && std::isfinite(c.fa[0]) && std::isfinite(c.fa[1]), k, "scales");
+  need(c.ia[0] >= 0 && c.ia[0] <= 255 && c.ia[1] >= 0 && c.ia[1] <= 255, k, "zero points out of range");
+  if (conv) {
+    need(c.ia.size() > 4, k, "attributes too short");
+    check_conv_attrs(k, c.ia, 4, 5);
+    size_t rank = (size_t)c.ia[4] + 2;
+    need_rank(x, rank, rank, k, "the source");
+    need_rank(y, rank, rank, k, "the destination");
+    need_rank(w, rank, rank, k, "the weights");
+  } else {
+    need(c.ia.size() == 4, k, "attribute count");
+    need_rank(y, 2, kMaxRank, k, "the destination");
+    need(x.dims.size() == y.dims.size() && w.dims.size() == y.dims.size(), k, "operands of different ranks");
+  }
+  // the scales: one per weight element along the dims the mask selects
+  int64_t mask = c.ia[2];
+  need(mask >= 0 && mask < ((int64_t)1 << w.dims.size()), k, "scale mask selects dims the weights lack");
+  int64_t want = 1;
+  for (size_t d = 0; d < w.dims.size(); ++d)
+    if (mask & ((int64_t)1 << d)) want = mul_c(want, w.dims[d], "scales");
+  need(ws.dims.size() == 1 && ws.dims[0] == want && dense(ws), k,
+       "weight scales: dense, rank 1, " + std::to_string(want) + " values (the mask's channels)");
+  if (has_bias) {
+    const Tensor& b = e.tensors[(size_t)c.ins[3]];
+    need(b.is_const && b.dtype == F32, k, "the bias must be an f32 constant (it is reordered at init)");
+    need_dnnl_operand(e, c.ins[3], k, "the bias");
+    int64_t channels = conv ? y.dims[1] : y.dims.back();
+    need(b.numel == channels && dense(b), k, "the bias must be dense, one value per output channel");
+    if (!conv) need(b.dims.size() == y.dims.size(), k, "the bias must have the output's rank");
+    else need(b.dims.size() == 1, k, "the bias must have rank 1");
+  }
+}
+
+void build_int8(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  bool conv = c.kind == "qconv";
+  const auto& ins = c.ins;
+  const auto& ia = c.ia;
+  const auto& fa = c.fa;
+  const Tensor& w = e.tensors[(size_t)ins[1]];
+  const Tensor& ws = e.tensors[(size_t)ins[2]];
+  bool has_bias = ia[3] != 0;
+  int mask = (int)ia[2];
+  auto op = std::make_unique<DnnlOp>();
+  op->name = conv ? "int8 convolution" : "int8 matmul";
+  memory::desc src = e.tensors[(size_t)ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
+  memory::desc wany(w.dims, memory::data_type::s8, tag::any);
+  memory::desc bias = has_bias ? e.tensors[(size_t)ins[3]].md() : memory::desc();
+  op->arg(DNNL_ARG_SRC, ins[0], src);
+  op->arg(DNNL_ARG_DST, c.outs[0], dst);
+  // post-ops act on the f32 accumulator of integer inputs, which holds no NaN: all of
+  // them stay in oneDNN (an epilogue would see the u8 output)
+  auto attr = make_attr(e, c.post, op.get(), /*nan_exact=*/false);
+  attr.set_scales_mask(DNNL_ARG_SRC, 0);
+  attr.set_scales_mask(DNNL_ARG_WEIGHTS, mask);
+  attr.set_scales_mask(DNNL_ARG_DST, 0);
+  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+  attr.set_zero_points_mask(DNNL_ARG_DST, 0);
+  op->check_fits(e);
+  memory::desc wmd, scratch;
+  if (conv) {
+    memory::dims strides, dil, pl, pr;
+    conv_window(ia, 4, strides, dil, pl, pr);
+    auto pd = dnnl::convolution_forward::primitive_desc(
+        e.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wany,
+        bias, dst, strides, dil, pl, pr, attr);
+    op->prim = dnnl::convolution_forward(pd);
+    wmd = pd.weights_desc(); scratch = pd.scratchpad_desc();
+  } else {
+    auto pd = dnnl::matmul::primitive_desc(e.eng, src, wany, bias, dst, attr);
+    op->prim = dnnl::matmul(pd);
+    wmd = pd.weights_desc(); scratch = pd.scratchpad_desc();
+  }
+  add_scratchpad(e, op.get(), scratch);
+  op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, ins[1], wmd));
+  if (has_bias) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, ins[3], bias));
+  memory wscale = new_memory(e, memory::desc({ws.span}, memory::data_type::f32, tag::x), "weight scales");
+  std::memcpy(wscale.get_data_handle(), e.ptr(ins[2]), (size_t)ws.span * sizeof(float));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, wscale);
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, scalar_memory(e, memory::data_type::f32, fa[0]));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scalar_memory(e, memory::data_type::f32, fa[1]));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, scalar_memory(e, memory::data_type::s32, (double)ia[0]));
+  op->fixed_args.emplace_back(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, scalar_memory(e, memory::data_type::s32, (double)ia[1]));
+  op->bind(e);
+  push_op(e, std::move(op), c);
+}
+
+}  // namespace ofc

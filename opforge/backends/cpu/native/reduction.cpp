@@ -1,0 +1,180 @@
+// Reductions: "reduction" (f32 on oneDNN; shapes oneDNN has no kernel for fall back to the
+// loop) and "reduce" (any dtype, a stride-generic loop).
+//
+// reduction contract: ins [src], outs [dst]; ia [alg: 0 sum, 1 mean, 2 max, 3 min].
+//   src, dst: f32, one rank, no overlapping strides; each dst dim is src's or 1.
+// reduce contract: ins [src], outs [dst]; ia [code: 0 sum 1 mean 2 max 3 min 4 any 5 all,
+//   n, dims[n], in_strides[n], out_strides[n], count].
+//   The walk (dims, in_strides) stays inside src and reaches no element twice (its work is
+//   bounded by src's storage); (dims, out_strides) stays inside dst, which is row-major;
+//   1 <= count <= the walk's elements.
+#include <cmath>
+
+#include "engine.h"
+#include "loops.h"
+
+namespace ofc {
+
+namespace {
+void check_reduced_shape(const Tensor& ti, const Tensor& to, const std::string& kind) {
+  need(ti.dims.size() == to.dims.size(), kind, "source and destination ranks differ");
+  for (size_t k = 0; k < ti.dims.size(); ++k)
+    need(to.dims[k] == ti.dims[k] || to.dims[k] == 1, kind, "destination dims must be the source's or 1");
+}
+}  // namespace
+
+void contract_reduction(const Engine& e, const OpCall& c) {
+  need_count(c, 1, 1);
+  need_post_ops_allowed(c, false);
+  need(c.ia.size() == 1 && c.ia[0] >= 0 && c.ia[0] <= 3, c.kind, "attributes: ia [alg 0..3]");
+  const Tensor& ti = e.tensors[(size_t)c.ins[0]];
+  const Tensor& to = e.tensors[(size_t)c.outs[0]];
+  need_dtype(ti, F32, c.kind, "the source");
+  need_dtype(to, F32, c.kind, "the destination");
+  need_dnnl_operand(e, c.ins[0], c.kind, "the source");
+  need_dnnl_operand(e, c.outs[0], c.kind, "the destination");
+  check_reduced_shape(ti, to, c.kind);
+}
+
+// reduce over axes (generic dtype); out strides 0 on reduced axes
+struct ReduceOp : Op {
+  int code = 0;
+  dims_t dims, in_strides, out_strides;  // dims: the input's
+  int64_t count = 1;                     // elements reduced into each output
+  std::vector<double> acc;               // one per output element, allocated at init
+  void run(Engine& e) override {
+    const Tensor& to = e.tensors[(size_t)outs[0]];
+    double init = code == 2 ? -INFINITY : code == 3 ? INFINITY : code == 5 ? 1.0 : 0.0;
+    std::fill(acc.begin(), acc.end(), init);
+    const void* src = e.ptr(ins[0]);
+    int32_t dt = e.tensors[(size_t)ins[0]].dtype;
+    for_each_index(dims, [&](const int64_t* idx) {
+      double v = load_as<double>(src, dt, dot(idx, in_strides));
+      double& a = acc[(size_t)dot(idx, out_strides)];
+      switch (code) {
+        case 0: case 1: a += v; break;
+        case 2: a = (v > a || std::isnan(v)) ? v : a; break;
+        case 3: a = (v < a || std::isnan(v)) ? v : a; break;
+        case 4: a = (a != 0 || v != 0) ? 1 : 0; break;
+        case 5: a = (a != 0 && v != 0) ? 1 : 0; break;
+      }
+    });
+    void* dst = e.ptr(outs[0]);
+    // the output is row-major contiguous (the contract)
+    for (size_t i = 0; i < acc.size(); ++i) {
+      double v = acc[i];
+      if (code == 1) v /= (double)count;
+      store_as<double>(dst, to.dtype, (int64_t)i, v);
+    }
+  }
+};
+
+namespace {
+void push_reduce(Engine& e, std::unique_ptr<ReduceOp> op, const OpCall& c) {
+  const Tensor& to = e.tensors[(size_t)c.outs[0]];
+  e.reserve(mul_c(to.numel, 8, "reduce"), "a reduction's accumulators");
+  op->acc.assign((size_t)to.numel, 0.0);
+  op->name = "reduce";
+  push_op(e, std::move(op), c);
+}
+}  // namespace
+
+// max/min on oneDNN skip a NaN: when the source holds one (checked after each call), the
+// generic loop (NaN-exact, as torch's amax/amin) recomputes the output
+struct ReductionOp : DnnlOp {
+  std::unique_ptr<ReduceOp> exact;
+  void run(Engine& e) override {
+    DnnlOp::run(e);
+    if (exact && has_nan(e, ins[0])) exact->run(e);
+  }
+};
+
+namespace {
+std::unique_ptr<ReduceOp> generic_reduce(Engine& e, int code, const OpCall& c) {
+  const Tensor& ti = e.tensors[(size_t)c.ins[0]];
+  const Tensor& to = e.tensors[(size_t)c.outs[0]];
+  need(row_major(to) && dense(to), "reduction", "the output must be contiguous");
+  auto op = std::make_unique<ReduceOp>();
+  op->code = code;
+  op->dims = ti.dims;
+  op->in_strides = ti.strides;
+  dims_t row(to.dims.size(), 0);
+  int64_t step = 1, count = 1;
+  for (int k = (int)to.dims.size() - 1; k >= 0; --k) {
+    bool reduced = to.dims[(size_t)k] == 1 && ti.dims[(size_t)k] != 1;
+    row[(size_t)k] = reduced ? 0 : step;
+    if (reduced) count = mul_c(count, ti.dims[(size_t)k], "reduction");
+    step = mul_c(step, to.dims[(size_t)k], "reduction");
+  }
+  op->out_strides = row;
+  op->count = std::max<int64_t>(count, 1);
+  e.reserve(mul_c(to.numel, 8, "reduce"), "a reduction's accumulators");
+  op->acc.assign((size_t)to.numel, 0.0);
+  op->ins = c.ins; op->outs = c.outs;
+  op->name = "reduce";
+  return op;
+}
+}  // namespace
+
+void build_reduction(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  static const dnnl::algorithm algs[] = {dnnl::algorithm::reduction_sum, dnnl::algorithm::reduction_mean,
+                                         dnnl::algorithm::reduction_max, dnnl::algorithm::reduction_min};
+  auto op = std::make_unique<ReductionOp>();
+  op->name = "reduction";
+  memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
+  op->arg(DNNL_ARG_SRC, c.ins[0], src);
+  op->arg(DNNL_ARG_DST, c.outs[0], dst);
+  auto attr = make_attr(e, c.post, op.get());
+  op->check_fits(e);
+  dnnl::reduction::primitive_desc pd;
+  try {
+    pd = dnnl::reduction::primitive_desc(e.eng, algs[c.ia[0]], src, dst, 0.f, 0.f, attr);
+  } catch (const dnnl::error&) {  // a shape oneDNN has no kernel for: the loop
+    e.ops.push_back(generic_reduce(e, (int)c.ia[0], c));
+    return;
+  }
+  op->prim = dnnl::reduction(pd);
+  const Tensor& to = e.tensors[(size_t)c.outs[0]];
+  if ((c.ia[0] == 2 || c.ia[0] == 3) && row_major(to) && dense(to))
+    op->exact = generic_reduce(e, (int)c.ia[0], c);
+  add_scratchpad(e, op.get(), pd.scratchpad_desc());
+  op->bind(e);
+  push_op(e, std::move(op), c);
+}
+
+void contract_reduce(const Engine& e, const OpCall& c) {
+  const std::string& k = c.kind;
+  need_count(c, 1, 1);
+  need_post_ops_allowed(c, false);
+  size_t p = 0;
+  int64_t code = take(c.ia, p, 1)[0];
+  need(code >= 0 && code <= 5, k, "code out of range");
+  int64_t n = take(c.ia, p, 1)[0];
+  need(n >= 0 && n <= kMaxRank, k, "rank out of range");
+  dims_t dims = take(c.ia, p, (size_t)n), in_s = take(c.ia, p, (size_t)n), out_s = take(c.ia, p, (size_t)n);
+  int64_t count = take(c.ia, p, 1)[0];
+  need(p == c.ia.size(), k, "attribute count");
+  const Tensor& ti = e.tensors[(size_t)c.ins[0]];
+  const Tensor& to = e.tensors[(size_t)c.outs[0]];
+  check_reach(dims, in_s, 0, ti.span, "reduce input");
+  check_reach(dims, out_s, 0, to.span, "reduce output");
+  need(injective(dims, in_s), k, "the input walk reaches an element twice (work not bounded by storage)");
+  int64_t total = count_of(dims, "reduce");
+  need(count >= 1 && count <= std::max<int64_t>(total, 1), k, "count out of range");
+  need(row_major(to) && dense(to), k, "the output must be contiguous");
+}
+
+void build_reduce(Handle& h, const OpCall& c) {
+  size_t p = 0;
+  auto op = std::make_unique<ReduceOp>();
+  op->code = (int)take(c.ia, p, 1)[0];
+  int64_t n = take(c.ia, p, 1)[0];
+  op->dims = take(c.ia, p, (size_t)n);
+  op->in_strides = take(c.ia, p, (size_t)n);
+  op->out_strides = take(c.ia, p, (size_t)n);
+  op->count = take(c.ia, p, 1)[0];
+  push_reduce(h.e, std::move(op), c);
+}
+
+}  // namespace ofc

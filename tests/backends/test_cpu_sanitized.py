@@ -1,0 +1,69 @@
+"""The cpu engine built with AddressSanitizer and UndefinedBehaviorSanitizer
+(OPFORGE_CPU_SANITIZE=1, a separate build-cache entry), running the hostile plans of
+test_cpu_hostile_plans.py and normal plans of every op family in a child process.
+
+Python is not built with ASan, so the child preloads the compiler's libasan (ASan must be
+the first library loaded). A sanitizer report aborts the child, which fails the test with
+the report. Skipped only when the compiler has no sanitizer runtime.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from opforge.backends.cpu import engine as cpu_engine
+
+HERE = Path(__file__).resolve().parent
+
+
+def runtime_library(name: str) -> str | None:
+    """The path of one of the compiler's runtime libraries, or None when it has none."""
+    if cpu_engine.missing() is not None:
+        return None
+    from opforge.native.toolchain import find_toolchain
+
+    try:
+        out = subprocess.run([find_toolchain().cxx, f"-print-file-name={name}"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return str(Path(out).resolve()) if os.path.isabs(out) and os.path.exists(out) else None
+
+
+LIBASAN = runtime_library("libasan.so")
+# preloaded after libasan: ASan intercepts C++ exceptions (__cxa_throw), and finds the real
+# one only if libstdc++ is loaded when ASan starts (CPython does not link it)
+LIBSTDCXX = runtime_library("libstdc++.so")
+pytestmark = pytest.mark.skipif(LIBASAN is None, reason="no ASan runtime (libasan.so) for the "
+                                "compiler, or no cpu backend")
+
+
+def sanitized_env() -> dict:
+    env = dict(os.environ)
+    env.update({
+        cpu_engine.SANITIZE_ENV: "1",
+        "LD_PRELOAD": ":".join(lib for lib in (LIBASAN, LIBSTDCXX) if lib),
+        # CPython and NumPy keep allocations alive at exit: leaks are not what this checks
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1",
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+    })
+    return env
+
+
+def test_hostile_and_normal_plans_run_clean_under_asan_and_ubsan():
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    import test_cpu_hostile_plans as cases
+
+    # the torch export (call_after_close) and RSS measurement stay in the plain run
+    names = [n for n in cases.NORMAL + cases.HOSTILE
+             if n not in ("call_after_close", "stride0_weight_memory")]
+    proc = cases.run_cases(names, env=sanitized_env(), timeout=900)
+    for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
+        assert report not in proc.stderr, proc.stderr[-6000:]
+    cases.check_output(names, proc)

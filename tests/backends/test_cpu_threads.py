@@ -1,0 +1,87 @@
+"""The cpu engine runs a delegate call on exactly the threads it was given (num_threads, 1 by
+default), however many processors the machine has: counted as the threads of the process
+that gained CPU time during long calls (/proc/self/task/*/stat), not by timing, and with
+one thread no OpenMP pool is ever started (init's weight reorders used to start one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from opforge.backends.cpu import engine as cpu_engine
+
+pytestmark = [
+    pytest.mark.skipif(cpu_engine.missing() is not None, reason=f"cpu backend: {cpu_engine.missing()}"),
+    pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc"),
+]
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path.insert(0, {here!r})
+    from test_cpu_hostile_plans import Plan, run, F32
+
+    def cpu_ticks():
+        ticks = {{}}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                fields = open(f"/proc/self/task/{{tid}}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # a thread that ended
+            ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+        return ticks
+
+    # a convolution (oneDNN sizes its thread team when the primitive is made) and a matmul
+    n, c, s = 512, 64, 56
+    threads_before = set(os.listdir("/proc/self/task"))
+    p = Plan()
+    x = p.tensor(F32, [1, c, s, s], role="input")
+    w = p.const(np.ones((c, c, 3, 3), np.float32))
+    y = p.tensor(F32, [1, c, s, s], role="output")
+    p.op("conv", [x, w], [y], [2, 1, 1, 1, 1, 1, 1, 1, 1, 0])
+    a = p.tensor(F32, [n, n], role="input")
+    m = p.const(np.ones((n, n), np.float32))
+    b = p.tensor(F32, [n, n], role="output")
+    p.op("matmul", [a, m], [b])
+    handle = p.handle(threads={threads})
+    inputs = [np.ones((1, c, s, s), np.float32), np.ones((n, n), np.float32)]
+    run(handle, *inputs)  # warm: oneDNN's kernels and OpenMP's pool exist before counting
+    before = cpu_ticks()
+    for _ in range(40):
+        run(handle, *inputs)
+    after = cpu_ticks()
+    busy = [t for t in after if after[t] - before.get(t, 0) >= 5]  # >= 50 ms of CPU
+    print("BUSY", len(busy), sorted(after[t] - before.get(t, 0) for t in after))
+    print("NEW", len(set(after) - threads_before))  # threads started by init and the calls
+""")
+
+
+def thread_counts(threads: int) -> tuple[int, int]:
+    """(threads that gained CPU time during the calls, threads started since before init)"""
+    here = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, OMP_NUM_THREADS="", OMP_WAIT_POLICY="passive")
+    env.pop("OMP_NUM_THREADS")
+    proc = subprocess.run([sys.executable, "-c", CHILD.format(here=here, threads=threads)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = {s.split()[0]: int(s.split()[1]) for s in proc.stdout.splitlines()
+             if s.startswith(("BUSY", "NEW"))}
+    return lines["BUSY"], lines["NEW"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 processors")
+def test_one_thread_by_default_even_on_a_multicore_machine():
+    # one thread runs the calls, and neither init (weight reorders) nor the calls start an
+    # OpenMP pool
+    assert thread_counts(1) == (1, 0)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 processors")
+def test_two_threads_when_asked():
+    busy, _ = thread_counts(2)
+    assert busy == 2
