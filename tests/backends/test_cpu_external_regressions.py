@@ -80,3 +80,46 @@ def test_res2net_first_block_layout():
 
     torch.manual_seed(0)
     _check_delegated_and_matching(Block(), (torch.randn(1, 8, 7, 7),))
+
+
+class _ResizeBicubic(torch.nn.Module):
+    """timm's CrossViT resizes its 240×240 input to 224×224 for one branch (bicubic)."""
+
+    def forward(self, x):
+        return F.interpolate(x, size=(5, 5), mode="bicubic", align_corners=False)
+
+
+class _WeightsFromIndexMath(torch.nn.Module):
+    """The same pattern, small: weights 1 - t computed from constants, around a gather that
+    stays on the kernels."""
+
+    def forward(self, x):
+        i = torch.arange(4, dtype=torch.float32) * 0.6
+        f = torch.floor(i)
+        t = torch.clamp(i - f, 0, 1)
+        y = x[:, :, f.long()]
+        return y * t + y * (1 - t)
+
+
+@pytest.mark.parametrize("model", [_ResizeBicubic, _WeightsFromIndexMath])
+def test_rsub_of_a_scalar_runs_in_a_delegate(model):
+    # The support check folds `1 - t` (aten::rsub.Scalar) when t comes from constants, but
+    # the partitioner can put t's producer in another partition (a rejected gather sits
+    # between them); t is then a runtime input of the delegate and preprocess raised
+    # Unsupported, failing the whole export. rsub of a scalar now lowers at run time too.
+    torch.manual_seed(0)
+    _check_delegated_and_matching(model(), (torch.randn(1, 2, 4, 4),))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_stack_of_computed_tensors(dim):
+    # aten::stack had no run-time lowering (only folding on constants), so bicubic
+    # interpolation's stacked weights failed the export as rsub did (timm's CrossViT).
+    class Stack(torch.nn.Module):
+        def forward(self, x):
+            return torch.stack([torch.relu(x), x * 2, x + 1], dim)
+
+    x = torch.randn(2, 3, 4)
+    _check_delegated_and_matching(Stack(), (x,))
+    report = delegation_report(export(Stack(), (x,), kernels="portable", backends=["cpu"]))
+    assert not report["forward"]["rejected"], report["forward"]["rejected"]

@@ -448,9 +448,20 @@ def _softplus(node, a):
     return (SOFT_RELU, 1.0, 0.0)
 
 
+def _rsub(node, a):
+    # other - alpha * x. Not only folded: the support check folds it on constant inputs,
+    # but a partition can receive those as runtime inputs (bicubic interpolation's weights)
+    other = a[1] if len(a) > 1 else None
+    alpha = node.kwargs.get("alpha", a[2] if len(a) > 2 else 1)
+    if not isinstance(other, (int, float)) or not isinstance(alpha, (int, float)):
+        raise Unsupported("op", "aten::rsub of two tensors; stays on the kernels")
+    return (LINEAR, -float(alpha), float(other))
+
+
 ELTWISE["aten::elu"] = _elu
 ELTWISE["aten::clamp"] = _clamp
 ELTWISE["aten::softplus"] = _softplus
+ELTWISE["aten::rsub"] = _rsub
 
 
 def _clamp_tensors(L: Lowering, node, args, kwargs):
@@ -723,6 +734,22 @@ def lower_cat(L: Lowering, node, args, kwargs):
             continue
         L.copy(t, out, start * strides[dim], strides)
         start += s.dims[dim]
+    return ("t", out)
+
+
+def lower_stack(L: Lowering, node, args, kwargs):
+    """One copy per input into its slot of the new dim (torch's bicubic interpolation
+    stacks its weights; the support check folds that on constants, but a partition can
+    receive them at run time)."""
+    tensors = [L.materialize(t) for t in args[0]]
+    fake = _val(node)
+    dim = (args[1] if len(args) > 1 else kwargs.get("dim", 0)) % fake.dim()
+    out = L.new_tensor(fake.dtype, fake.shape)
+    strides = list(L.spec(out).strides)
+    for i, t in enumerate(tensors):
+        if L.spec(t).dtype != fake.dtype:
+            raise Unsupported("dtype", "aten::stack of mixed dtypes; stays on the kernels")
+        L.copy(t, out, i * strides[dim], strides[:dim] + strides[dim + 1:])
     return ("t", out)
 
 
@@ -1116,7 +1143,7 @@ LOWERINGS.update({
     "aten::sum": lower_reduce, "aten::mean": lower_reduce, "aten::amax": lower_reduce,
     "aten::amin": lower_reduce, "aten::any": lower_reduce, "aten::all": lower_reduce,
     "aten::embedding": lower_embedding,
-    "aten::cat": lower_cat,
+    "aten::cat": lower_cat, "aten::stack": lower_stack,
     "aten::_to_copy": lower_to_copy,
     "aten::where": lower_where,
     "aten::eq": lower_named_ew("eq"), "aten::ne": lower_named_ew("ne"), "aten::lt": lower_named_ew("lt"),
