@@ -7,7 +7,7 @@ attribute values the shrinker tries, e.g. ``bias=False``) and an optional ``vali
 out, attrs)`` run on the float64 values (e.g. a comparison's operands must not be nearly
 equal, or float32 rounding could flip it: a difference there is not a backend bug).
 
-The families follow the cpu backend's LOWERINGS (opforge/backends/cpu/lowering.py):
+The families follow the cpu backend's LOWERINGS (opforge/backends/cpu/lowering/):
 convolution (1/2/3-d, transposed, groups, stride, dilation, padding), linear/mm/bmm/addmm/
 matmul, pooling, batch/layer/group norm, softmax, reductions, elementwise unary/binary with
 broadcasting, clamp, pow, comparisons and logic, where, masked_fill, cat, views,

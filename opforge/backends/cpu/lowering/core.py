@@ -1,0 +1,462 @@
+"""The lowering's core: the plan (tensors with dtype, dims, strides and role; ops), the
+``Lowering`` walk over a subgraph, constants, aliases, custom ops through the kernel ABI and
+op-package nodes, and the registry every op family adds its lowerings to (``LOWERINGS``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from opforge.backends.partition import op_name
+from opforge.export.argument_values import scalar_type_of
+
+
+aten = torch.ops.aten
+
+# oneDNN eltwise algorithm codes (native/core.cpp alg_of) and binary codes
+RELU, TANH, ELU, SQUARE, ABS, SQRT, LINEAR, SOFT_RELU, LOGISTIC, EXP, GELU_TANH, SWISH, LOG, \
+    CLIP, POW, GELU_ERF, ROUND, MISH, HARDSWISH, HARDSIGMOID = range(20)
+B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN = range(100, 106)
+# generic elementwise codes (native/copy.cpp EwCode)
+EW = {name: i for i, name in enumerate(
+    ["add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where", "logical_not",
+     "bitwise_not", "neg", "logical_and", "logical_or", "maximum", "minimum", "fill",
+     "masked_fill"])}
+
+GENERIC_DTYPES = (torch.float32, torch.int64, torch.int32, torch.bool, torch.uint8, torch.int8)
+
+
+class Unsupported(Exception):
+    """A node the backend does not take: ``kind`` and a reason a user can act on."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass
+class TensorSpec:
+    dtype: torch.dtype
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    role: str                      # input, output, const, temp, alias
+    base: int = -1
+    offset: int = 0
+    data: bytes | None = None
+
+    def as_json(self, data_offset: int | None) -> dict:
+        out = {"dtype": int(scalar_type_of(self.dtype)), "dims": list(self.dims),
+               "strides": list(self.strides), "role": self.role}
+        if self.role == "alias":
+            out["base"], out["offset"] = self.base, self.offset
+        if self.data is not None:
+            out["data"] = [data_offset, len(self.data)]
+        return out
+
+
+def _tidy_strides(dims, strides) -> tuple[int, ...]:
+    """Strides of size-1 dims do not address anything; give them the value a dense layout
+    would (oneDNN recognises dense layouts only then and otherwise falls back to its slow
+    reference kernels)."""
+    out = list(strides)
+    for k in range(len(dims) - 1, -1, -1):
+        if dims[k] == 1:
+            inner = [j for j in range(k + 1, len(dims)) if dims[j] != 1]
+            out[k] = max((out[j] * dims[j] for j in inner), default=1)
+    return tuple(out)
+
+
+def row_major(dims) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def channels_last(dims) -> tuple[int, ...]:
+    n, c, *sp = dims
+    inner = math.prod(sp) if sp else 1
+    strides = [0] * len(dims)
+    strides[1] = 1
+    step = max(c, 1)
+    for k in range(len(dims) - 1, 1, -1):
+        strides[k] = step
+        step *= max(dims[k], 1)
+    strides[0] = step
+    return tuple(strides)
+
+
+@dataclass
+class Plan:
+    tensors: list[TensorSpec] = field(default_factory=list)
+    ops: list[dict] = field(default_factory=list)
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    impls: list[dict] = field(default_factory=list)   # per lowered node: what runs it
+
+
+def _val(node: Any):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+class Lowering:
+    def __init__(self, subgraph, specs: dict) -> None:
+        self.sub = subgraph
+        self.specs = specs
+        self.plan = Plan()
+        self.env: dict[str, Any] = {}       # node name → ("t", id) | ("c", tensor) | python value | tuple
+        self.const_ids: dict[int, int] = {}  # id(torch tensor) → engine tensor id
+        self.const_keep: list[torch.Tensor] = []
+        self.channels_last_copies: dict[int, int] = {}
+        self.users: dict[str, int] = {}
+        self.custom_ops = set(specs.get("custom_ops") or [])
+        from opforge.backends.cpu.lowering.quantized import find_int8_patterns  # (a family)
+
+        self.int8 = find_int8_patterns(subgraph) if specs.get("int8", True) else {}
+        self.packages = specs.get("_package_nodes") or {}
+
+    # --- tensors ---------------------------------------------------------------------
+    def new_tensor(self, dtype, dims, role="temp", strides=None, **kw) -> int:
+        dims = tuple(int(d) for d in dims)
+        strides = _tidy_strides(dims, tuple(strides or row_major(dims)))
+        self.plan.tensors.append(TensorSpec(dtype, dims, strides, role, **kw))
+        return len(self.plan.tensors) - 1
+
+    def spec(self, tid: int) -> TensorSpec:
+        return self.plan.tensors[tid]
+
+    def materialize(self, value) -> int:
+        """An engine tensor id for an env entry (constants become const tensors once)."""
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "t":
+            return value[1]
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "c":
+            tensor = value[1].detach().contiguous()
+            key = id(value[1])
+            self.const_keep.append(value[1])  # ids stay unique while the tensor lives
+            if key not in self.const_ids:
+                data = tensor.view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+                self.const_ids[key] = self.new_tensor(tensor.dtype, tensor.shape, "const", data=data)
+            return self.const_ids[key]
+        raise Unsupported("op", f"expected a tensor, found {type(value).__name__}")
+
+    def arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a.name]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.arg(x) for x in a)
+        return a
+
+    def op(self, kind, ins, outs, ia=(), fa=(), name="", post=None) -> dict:
+        entry = {"kind": kind, "in": list(ins), "out": list(outs), "ia": [int(x) for x in ia],
+                 "fa": [float(x) for x in fa], "post": post or [], "name": name}
+        self.plan.ops.append(entry)
+        return entry
+
+    def contiguous(self, tid: int) -> int:
+        """``tid`` itself if row-major contiguous, else a row-major copy of it."""
+        t = self.spec(tid)
+        if t.strides == row_major(t.dims) or math.prod(t.dims) <= 1:
+            return tid
+        out = self.new_tensor(t.dtype, t.dims)
+        self.copy(tid, out)
+        return out
+
+    def copy(self, src: int, dst: int, dst_offset: int = 0, dst_strides=None) -> None:
+        s, d = self.spec(src), self.spec(dst)
+        dims = s.dims
+        ia = [len(dims), *dims, *s.strides, 0, *(dst_strides or d.strides), dst_offset]
+        self.op("copy", [src], [dst], ia, name="copy")
+
+    # --- the walk ------------------------------------------------------------------------
+    def run(self) -> Plan:
+        g = self.sub.graph_module.graph
+        for node in g.nodes:
+            for a in node.all_input_nodes:
+                self.users[a.name] = self.users.get(a.name, 0) + 1
+        for name in self.sub.inputs:
+            node = next(n for n in g.nodes if n.name == name)
+            fake = _val(node)
+            tid = self.new_tensor(fake.dtype, fake.shape, "input")
+            self.plan.inputs.append(tid)
+            self.env[name] = ("t", tid)
+        for name, tensor in self.sub.constants.items():
+            self.env[name] = ("c", tensor)
+        for node in g.nodes:
+            if node.op == "call_function":
+                self.env[node.name] = self.lower(node)
+        outputs = self.sub.output_nodes()
+        for out in outputs:
+            value = self.env[out.name]
+            fake = _val(out)
+            tid = self.new_tensor(fake.dtype, fake.shape, "output")
+            src = self.materialize(value)
+            self.redirect_or_copy(src, tid)
+            self.plan.outputs.append(tid)
+        return self.plan
+
+    def redirect_or_copy(self, src: int, out: int) -> None:
+        """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads or
+        aliases ``src`` and the layouts agree; else copy it into ``out``."""
+        s, o = self.spec(src), self.spec(out)
+        writers = [op for op in self.plan.ops if src in op["out"]]
+        last = max((self.plan.ops.index(w) for w in writers), default=-1)
+        first = min((self.plan.ops.index(w) for w in writers), default=-1)
+        read = any(src in op["in"] or any(p[0] == 1 and p[4] == src for p in op["post"])
+                   for op in self.plan.ops[first:])
+        aliased = any(t.role == "alias" and t.base == src for t in self.plan.tensors)
+        if (writers and s.role == "temp" and not read and not aliased and s.dims == o.dims
+                and s.strides == o.strides and s.dtype == o.dtype):
+            for w in writers:
+                w["out"] = [out if t == src else t for t in w["out"]]
+            s.role = "dead"
+            return
+        self.copy(src, out)
+
+    def lower(self, node: torch.fx.Node):
+        if node.target is operator.getitem:
+            return self.env[node.args[0].name][node.args[1]]
+        name = op_name(node)
+        args = self.arg(node.args)
+        kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
+        if node.name in self.packages:
+            return self.lower_package(node, args)
+        if node.name in self.int8:
+            return self.lower_int8(node)
+        if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES:
+            return _fold(node, args, kwargs)
+        if False:
+            return self.lower_package(node, args)
+        base = name.split(".")[0]
+        if name.split("::")[0] not in ("aten", "quantized_decomposed"):
+            return self.lower_custom(node, args, kwargs)
+        fn = LOWERINGS.get(name) or LOWERINGS.get(base)
+        if fn is None:
+            raise Unsupported("op", f"{name}: no cpu-backend implementation; stays on the kernels")
+        first = len(self.plan.ops)
+        result = fn(self, node, args, kwargs)
+        kinds = sorted({op["kind"] for op in self.plan.ops[first:]})
+        self.plan.impls.append({"node": node.name, "op": name, "impl": ", ".join(
+            ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
+            or ("view (no copy)" if not _all_constant(args, kwargs) else "folded at export")})
+        return result
+
+    # --- 8a8w convolution / linear on oneDNN int8 ---------------------------------------------
+    def lower_int8(self, node):
+        """A node of an int8 pattern: the convolution/matmul emits the int8 op (reading the
+        dequantize's integer input, writing the quantize's integer output); the relu between
+        them is its post-op; the quantize returns that output."""
+        pattern = self.int8[node.name]
+        if node is not pattern.compute:
+            return ("t", pattern.output) if node is pattern.quant else ("q8", node.name)
+        x = self.materialize(self.env[pattern.dequant.args[0].name])
+        if self.spec(x).dtype != torch.uint8:
+            raise Unsupported("dtype", "an int8 pattern whose activation is not uint8")
+        x = self.contiguous(x) if not pattern.conv else x
+        fake = _val(pattern.quant)
+        ins = [x]
+        if pattern.conv:
+            sx = self.spec(x)
+            if sx.strides != channels_last(sx.dims):
+                cl = self.new_tensor(sx.dtype, sx.dims, strides=channels_last(sx.dims))
+                self.copy(x, cl)
+                ins = [cl]
+            out = self.new_tensor(torch.uint8, fake.shape, strides=channels_last(fake.shape))
+        else:
+            out = self.new_tensor(torch.uint8, fake.shape)
+        ins += [self.materialize(("c", pattern.weight)), self.materialize(("c", pattern.scales))]
+        if pattern.bias is not None:
+            bias = pattern.bias
+            if not pattern.conv:
+                bias = bias.reshape(1, -1)
+            ins.append(self.materialize(("c", bias.float().contiguous())))
+        ia = [pattern.x_zp, pattern.y_zp, pattern.mask, int(pattern.bias is not None), *pattern.conv_ia]
+        post = [[0, RELU, 0.0, 0.0, -1]] if pattern.relu is not None else []
+        self.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [pattern.x_scale, pattern.y_scale],
+                name="int8 " + ("convolution" if pattern.conv else "matmul"), post=post)
+        pattern.output = out
+        self.plan.impls.append({"node": node.name, "op": op_name(node),
+                                "impl": "oneDNN int8 " + ("convolution" if pattern.conv else "matmul")})
+        return ("q8", node.name)
+
+    # --- custom ops (kernel ABI) and packages ----------------------------------------------
+    def lower_custom(self, node, args, kwargs):
+        name = op_name(node)
+        key = name.rsplit(".", 1)[0]
+        if key not in self.custom_ops and name not in self.custom_ops:
+            raise Unsupported("compile_spec", f"{name}: a custom op; list it in compile spec "
+                              f"custom_ops (e.g. custom_ops=[\"{key}\"]) to run its native kernel "
+                              "inside the delegate")
+        schema = node.target._schema
+        fakes = _val(node)
+        fakes = list(fakes) if isinstance(fakes, (tuple, list)) else [fakes]
+        ins, arglist = [], []
+        bound = dict(zip([a.name for a in schema.arguments], node.args))
+        bound.update(node.kwargs)
+        for a in schema.arguments:
+            value = bound.get(a.name, a.default_value if a.has_default_value() else None)
+            if isinstance(value, torch.fx.Node):
+                tid = self.contiguous(self.materialize(self.env[value.name]))
+                ins.append(tid)
+                arglist.append(["tensor", len(ins) - 1])
+            elif isinstance(value, bool):
+                arglist.append(["bool", int(value)])
+            elif isinstance(value, int):
+                arglist.append(["int", value])
+            elif isinstance(value, float):
+                arglist.append(["double", value])
+            elif value is None:
+                arglist.append(["none", 0])
+            elif isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                arglist.append(["int_list", [int(v) for v in value]])
+            elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
+                arglist.append(["double_list", [float(v) for v in value]])
+            else:
+                raise Unsupported("op", f"{name}: argument {a.name} of type {type(value).__name__} "
+                                  "cannot be passed through the kernel ABI from the delegate")
+        outs = []
+        for fake in fakes:
+            if not isinstance(fake, torch.Tensor):
+                raise Unsupported("op", f"{name}: a non-tensor result")
+            outs.append(self.new_tensor(fake.dtype, fake.shape))
+            arglist.append(["tensor", len(ins) + len(outs) - 1])
+        self.op("kernel", ins, outs, name=f"{key}.out")["args"] = arglist
+        self.plan.impls.append({"node": node.name, "op": name, "impl": "native kernel (kernel ABI)"})
+        results = tuple(("t", o) for o in outs)
+        return results if isinstance(_val(node), (tuple, list)) else results[0]
+
+    def lower_package(self, node, args):
+        plan_node = self.packages[node.name]
+        from opforge.backends.oppackage.planner import package_input_nodes
+
+        ins = [self.contiguous(self.materialize(self.env[n.name])) for n in package_input_nodes(node)]
+        fakes = _val(node)
+        fakes = list(fakes) if isinstance(fakes, (tuple, list)) else [fakes]
+        outs = [self.new_tensor(f.dtype, f.shape) for f in fakes]
+        entry = self.op("package", ins, outs, name=plan_node.describe())
+        entry["node"] = plan_node.to_bytes().hex()
+        self.plan.impls.append({"node": node.name, "op": op_name(node), "impl": plan_node.describe()})
+        results = tuple(("t", o) for o in outs)
+        return results if isinstance(_val(node), (tuple, list)) else results[0]
+
+
+FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
+
+
+def _all_constant(args, kwargs) -> bool:
+    found = []
+
+    def walk(v):
+        if isinstance(v, tuple) and len(v) == 2 and v[0] == "t":
+            found.append(False)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(args)
+    walk(list(kwargs.values()))
+    return not found
+
+
+def _unwrap(v):
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "c":
+        return v[1]
+    if isinstance(v, (list, tuple)):
+        return type(v)(_unwrap(x) for x in v)
+    return v
+
+
+def _fold(node, args, kwargs):
+    result = node.target(*_unwrap(args), **_unwrap(kwargs))
+    if isinstance(result, (tuple, list)):
+        return tuple(("c", r) if isinstance(r, torch.Tensor) else r for r in result)
+    return ("c", result) if isinstance(result, torch.Tensor) else result
+
+
+
+def _tensor_args(node):
+    return [a for a in node.all_input_nodes]
+
+
+def _need_f32(node, what=None):
+    for a in [node, *node.all_input_nodes]:
+        v = _val(a)
+        vs = v if isinstance(v, (tuple, list)) else [v]
+        if a is node and isinstance(v, (tuple, list)):
+            vs = vs[:1]  # the main result (max pooling's indices are never computed)
+        for x in vs:
+            if isinstance(x, torch.Tensor) and x.dtype != torch.float32:
+                raise Unsupported("dtype", f"{op_name(node)} on {x.dtype}: the cpu backend runs "
+                                  "this op in float32 only; stays on the kernels")
+
+
+def _out(L: Lowering, node, strides=None):
+    fake = _val(node)
+    return L.new_tensor(fake.dtype, fake.shape, strides=strides)
+
+
+def _dense(spec: TensorSpec) -> bool:
+    """Strides that pack the tensor without gaps in some dim order (what oneDNN's fast
+    kernels take); zero strides (broadcasts) and gaps are not."""
+    pairs = sorted((s, d) for s, d in zip(spec.strides, spec.dims) if d != 1)
+    step = 1
+    for s, d in pairs:
+        if s != step:
+            return False
+        step *= d
+    return True
+
+
+def _dense_operand(L: Lowering, tid: int) -> int:
+    return tid if _dense(L.spec(tid)) else L.contiguous(tid)
+
+
+def _broadcast_strides(spec: TensorSpec, out_dims) -> list[int]:
+    """``spec``'s strides aligned to ``out_dims`` (0 where it broadcasts)."""
+    pad = len(out_dims) - len(spec.dims)
+    strides = [0] * pad
+    for d, s, o in zip(spec.dims, spec.strides, out_dims[pad:]):
+        strides.append(0 if d == 1 and o != 1 else s)
+    return strides
+
+
+def _alias(self: Lowering, tid: int, dims, strides, offset: int = 0) -> int:
+    spec = self.spec(tid)
+    if spec.role == "alias":
+        offset += spec.offset
+        tid = spec.base
+    return self.new_tensor(spec.dtype, dims, "alias", strides=strides, base=tid, offset=offset)
+
+
+Lowering.alias = _alias
+
+
+def _expand(v, n):
+    v = list(v)
+    return v * n if len(v) == 1 else v
+
+
+def _uses_output(node, index) -> bool:
+    return any(u.target is operator.getitem and u.args[1] == index for u in node.users)
+
+
+def _post_operand_misread(dst_dims, operand_dims) -> bool:
+    """oneDNN (2023.2) applies a binary post-op whose operand is (1, C, 1, ...) to a
+    destination (N > 1, C, 1, ...) of rank >= 3 with the wrong values (BatchNorm1d over
+    (2, 2, 1) was off by the size of its output); the plain binary primitive broadcasts it
+    right, so such an operand stays a separate op."""
+    return (len(dst_dims) >= 3 and dst_dims[0] > 1 and all(d == 1 for d in dst_dims[2:])
+            and len(operand_dims) == len(dst_dims) and operand_dims[0] == 1
+            and any(d > 1 for d in operand_dims[1:]))
+DNNL_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
+              "reduction", "qconv", "qmatmul")
+
+
+# op → its lowering (filled in by each op family's module)
+LOWERINGS: dict[str, Callable] = {}

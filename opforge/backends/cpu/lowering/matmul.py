@@ -1,0 +1,72 @@
+"""mm, bmm, addmm, matmul and linear on oneDNN's matmul (constant weights reordered once).
+"""
+
+from __future__ import annotations
+
+from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.core import (
+    LOWERINGS, Lowering, Unsupported, _need_f32, _val, row_major,
+)
+
+
+def lower_mm(L: Lowering, node, args, kwargs):
+    _need_f32(node)
+    name = op_name(node).split(".")[0]
+    fake = _val(node)
+    if name == "aten::addmm":
+        bias, a, b = args[:3]
+        beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+        alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+        if beta != 1 or alpha != 1:
+            raise Unsupported("op", "aten::addmm with alpha/beta != 1; stays on the kernels")
+    elif name == "aten::linear":
+        a, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
+        if not (isinstance(w, tuple) and w[0] == "c"):
+            raise Unsupported("layout", "aten::linear with run-time weights")
+        b = ("c", w[1].t().contiguous())
+    else:
+        a, b = args[:2]
+        bias = None
+    ta, tb = _matmul_operand(L, L.materialize(a)), _matmul_operand(L, L.materialize(b))
+    sa, sb = L.spec(ta), L.spec(tb)
+    if len(sa.dims) != len(sb.dims):
+        if len(sb.dims) == 2 and len(sa.dims) > 2:  # linear on a batch: broadcast weights
+            tb = L.alias(tb, (1,) * (len(sa.dims) - 2) + sb.dims, (0,) * (len(sa.dims) - 2) + sb.strides)
+        else:
+            raise Unsupported("shape", "matmul operands of different ranks")
+    ins = [ta, tb]
+    if bias is not None:
+        tbias = L.materialize(bias)
+        sbias = L.spec(tbias)
+        rank = len(fake.shape)
+        dims = (1,) * (rank - len(sbias.dims)) + tuple(sbias.dims)
+        tbias = L.alias(tbias, dims, (0,) * (rank - len(sbias.dims)) + tuple(sbias.strides))
+        ins.append(tbias)
+    out = L.new_tensor(fake.dtype, fake.shape)
+    L.op("matmul", ins, [out], name=name.split("::")[1])
+    return ("t", out)
+
+
+def _matmul_operand(L: Lowering, tid: int) -> int:
+    """``tid`` when oneDNN's matmul takes its layout fast (rows or columns contiguous, batch
+    dims outermost and dense), else a row-major copy (oneDNN would run a reference kernel)."""
+    t = L.spec(tid)
+    if len(t.dims) < 2 or t.role == "const":
+        return tid if t.role != "const" or t.strides == row_major(t.dims) else L.contiguous(tid)
+    m, k = t.dims[-2:]
+    sm, sk = t.strides[-2:]
+    inner_ok = (sk == 1 and sm >= k) or (sm == 1 and sk >= m)
+    span = m * k
+    batch_ok = True
+    for d, s in zip(reversed(t.dims[:-2]), reversed(t.strides[:-2])):
+        if d != 1 and s != span:
+            batch_ok = False
+        span *= d
+    return tid if inner_ok and batch_ok else L.contiguous(tid)
+
+
+LOWERINGS["aten::addmm"] = lower_mm
+LOWERINGS["aten::mm"] = lower_mm
+LOWERINGS["aten::bmm"] = lower_mm
+LOWERINGS["aten::matmul"] = lower_mm
+LOWERINGS["aten::linear"] = lower_mm

@@ -1,0 +1,115 @@
+"""Batch norm (folded into a convolution only it reads, else a binary with a post-op),
+layer norm, group norm, softmax and log-softmax.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx
+
+from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.core import (
+    B_ADD, B_MUL, LOWERINGS, Lowering, Unsupported, _dense_operand, _need_f32,
+    _post_operand_misread, _uses_output,
+)
+
+
+def lower_batch_norm(L: Lowering, node, args, kwargs):
+    _need_f32(node)
+    x, w, b, mean, var, momentum, eps = args[:7]
+    if not all(v is None or (isinstance(v, tuple) and v[0] == "c") for v in (w, b, mean, var)):
+        raise Unsupported("layout", "batch norm with run-time statistics")
+    if _uses_output(node, 1) or _uses_output(node, 2):
+        raise Unsupported("op", "batch norm whose saved statistics are used")
+    mean, var = mean[1].double(), var[1].double()
+    scale = 1.0 / torch.sqrt(var + eps)
+    if w is not None:
+        scale = scale * w[1].double()
+    shift = -mean * scale + (b[1].double() if b is not None else 0)
+    src = L.materialize(x)
+    spec = L.spec(src)
+    # fold into the convolution that produced x, when nothing else reads it
+    writer = next((op for op in reversed(L.plan.ops) if src in op["out"]), None)
+    if (writer is not None and writer["kind"] == "conv" and not writer["post"]
+            and L.users.get(node.args[0].name, 0) == 1 and spec.role == "temp"):
+        wt = L.plan.tensors[writer["in"][1]]
+        weight = torch.frombuffer(bytearray(wt.data), dtype=torch.float32).reshape(wt.dims).double()
+        weight = weight * scale.reshape(-1, *([1] * (weight.dim() - 1))) if weight.dim() == len(spec.dims) \
+            else weight * scale.reshape(weight.shape[0], -1, *([1] * (weight.dim() - 2)))
+        bias = shift.clone()
+        if len(writer["in"]) == 3:
+            bt = L.plan.tensors[writer["in"][2]]
+            bias = torch.frombuffer(bytearray(bt.data), dtype=torch.float32).double() * scale + shift
+        writer["in"][1] = L.materialize(("c", weight.float().contiguous()))
+        if len(writer["in"]) == 3:
+            writer["in"][2] = L.materialize(("c", bias.float().contiguous()))
+        else:
+            writer["in"].append(L.materialize(("c", bias.float().contiguous())))
+            writer["ia"][-1] = 1
+        return (("t", src), None, None)
+    # per-channel scale and shift broadcast along dim 1: dims (1, C, 1, ...), strides (0, 1, 0, ...)
+    channel_dims = tuple(spec.dims[1] if i == 1 else 1 for i in range(len(spec.dims)))
+    channel_strides = tuple(1 if i == 1 else 0 for i in range(len(spec.dims)))
+    ts = L.alias(L.materialize(("c", scale.float().contiguous())), channel_dims, channel_strides)
+    tb = L.alias(L.materialize(("c", shift.float().contiguous())), channel_dims, channel_strides)
+    out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
+    if _post_operand_misread(spec.dims, channel_dims):
+        scaled = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
+        L.op("binary", [src, ts], [scaled], [B_MUL], name="batch_norm")
+        L.op("binary", [scaled, tb], [out], [B_ADD], name="batch_norm shift")
+        return (("t", out), None, None)
+    L.op("binary", [src, ts], [out], [B_MUL], post=[[1, B_ADD, 0.0, 0.0, tb]], name="batch_norm")
+    return (("t", out), None, None)
+
+
+def lower_layer_norm(L: Lowering, node, args, kwargs):
+    _need_f32(node)
+    x, shape, w, b, eps = args[:5]
+    if _uses_output(node, 1) or _uses_output(node, 2):
+        raise Unsupported("op", "layer norm whose mean/rstd outputs are used")
+    src = L.contiguous(L.materialize(x))
+    spec = L.spec(src)
+    inner = math.prod(shape)
+    outer = math.prod(spec.dims) // max(inner, 1)
+    flat = L.alias(src, (outer, inner), (inner, 1))
+    out = L.new_tensor(torch.float32, spec.dims)
+    flat_out = L.alias(out, (outer, inner), (inner, 1))
+    ins = [flat]
+    for v in (w, b):
+        if v is not None:
+            t = L.materialize(v)
+            ins.append(L.alias(t, (inner,), (1,)) if L.spec(t).dims != (inner,) else t)
+    L.op("layer_norm", ins, [flat_out], [w is not None, b is not None], [eps], name="layer_norm")
+    return (("t", out), None, None)
+
+
+def lower_group_norm(L: Lowering, node, args, kwargs):
+    _need_f32(node)
+    x, w, b, n, c, hw, groups, eps = args[:8]
+    if _uses_output(node, 1) or _uses_output(node, 2):
+        raise Unsupported("op", "group norm whose mean/rstd outputs are used")
+    src = L.contiguous(L.materialize(x))
+    ins = [src] + [L.materialize(v) for v in (w, b) if v is not None]
+    out = L.new_tensor(torch.float32, L.spec(src).dims)
+    L.op("group_norm", ins, [out], [groups, w is not None, b is not None], [eps], name="group_norm")
+    return (("t", out), None, None)
+
+
+def lower_softmax(L, node, args, kwargs):
+    _need_f32(node)
+    src = _dense_operand(L, L.materialize(args[0]))
+    spec = L.spec(src)
+    dim = args[1] % max(len(spec.dims), 1)
+    out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
+    log = op_name(node).startswith("aten::_log_softmax")
+    L.op("softmax", [src], [out], [dim, int(log)], name="log_softmax" if log else "softmax")
+    return ("t", out)
+
+
+LOWERINGS["aten::_native_batch_norm_legit_no_training"] = lower_batch_norm
+LOWERINGS["aten::native_layer_norm"] = lower_layer_norm
+LOWERINGS["aten::native_group_norm"] = lower_group_norm
+LOWERINGS["aten::_softmax"] = lower_softmax
+LOWERINGS["aten::_log_softmax"] = lower_softmax

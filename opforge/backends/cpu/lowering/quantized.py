@@ -1,0 +1,175 @@
+"""quantize/dequantize per tensor (quantized_decomposed's float32 arithmetic) and the 8a8w
+patterns (dequantize → convolution/linear [→ relu] → quantize) lowered to oneDNN int8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.core import (
+    LOWERINGS, Lowering, Unsupported, _dense_operand, _val, aten,
+)
+
+
+_qd = getattr(torch.ops, "quantized_decomposed", None)
+
+
+def _qop(name):
+    try:
+        return getattr(getattr(torch.ops.quantized_decomposed, name), "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+QUANT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32)
+
+
+def lower_quant(L: Lowering, node, args, kwargs):
+    """Per-tensor quantize/dequantize with scalar parameters, as quantized_decomposed
+    computes them (exact: the same float32 operations)."""
+    name = op_name(node)
+    quantize = name.startswith("quantized_decomposed::quantize_per_tensor")
+    x, scale, zp, qmin, qmax, dtype = (list(args) + [None] * 6)[:6]
+    if not all(isinstance(v, (int, float)) for v in (scale, zp, qmin, qmax)):
+        raise Unsupported("op", f"{name} with tensor parameters; stays on the kernels")
+    if dtype not in QUANT_DTYPES or kwargs.get("out_dtype") not in (None, torch.float32):
+        raise Unsupported("dtype", f"{name} with {dtype}; stays on the kernels")
+    src = _dense_operand(L, L.materialize(x))
+    fake = _val(node)
+    out = L.new_tensor(fake.dtype, fake.shape, strides=L.spec(src).strides)  # same layout
+    L.op("quant", [src], [out], [0 if quantize else 1, int(qmin), int(qmax)], [float(scale), float(zp)],
+         name="quantize" if quantize else "dequantize")
+    return ("t", out)
+
+
+@dataclass
+class Int8Pattern:
+    dequant: Any
+    compute: Any
+    relu: Any
+    quant: Any
+    conv: bool
+    weight: torch.Tensor      # int8, oneDNN's layout (conv: O,I,k..; matmul: K,N)
+    scales: torch.Tensor      # float32 per output channel
+    bias: torch.Tensor | None
+    x_scale: float
+    x_zp: int
+    y_scale: float
+    y_zp: int
+    mask: int
+    conv_ia: list
+    output: int = -1
+
+
+def _is(node, op) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and op is not None \
+        and node.target == op
+
+
+def _const(sub, node):
+    if isinstance(node, torch.fx.Node) and node.op == "placeholder":
+        return sub.constants.get(node.name)
+    return None
+
+
+def _per_tensor_u8(node, quantize: bool) -> tuple[float, int] | None:
+    op = _qop("quantize_per_tensor" if quantize else "dequantize_per_tensor")
+    if not _is(node, op) or node.kwargs.get("out_dtype") not in (None, torch.float32):
+        return None
+    _, scale, zp, qmin, qmax, dtype = (list(node.args) + [None] * 6)[:6]
+    if dtype != torch.uint8 or qmin != 0 or qmax != 255 or not isinstance(scale, float) \
+            or not isinstance(zp, int):
+        return None
+    return scale, zp
+
+
+def _int8_weight(sub, node):
+    """(int8 weight, float32 scales) of a per-channel dequantize of a constant along axis 0
+    with zero zero-points, else None."""
+    if not _is(node, _qop("dequantize_per_channel")):
+        return None
+    w, scales, zps, axis, qmin, qmax, dtype = (list(node.args) + [None] * 7)[:7]
+    w, scales, zps = _const(sub, w), _const(sub, scales), _const(sub, zps)
+    if w is None or scales is None or w.dtype != torch.int8 or dtype != torch.int8 or axis != 0:
+        return None
+    if zps is not None and bool((zps != 0).any()):
+        return None
+    return w, scales.float().contiguous()
+
+
+def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
+    """``dequantize_per_tensor(u8) → convolution/addmm/mm [→ relu] → quantize_per_tensor(u8)``
+    with per-channel int8 weights: the 8a8w patterns oneDNN runs in int8. Keyed by the name
+    of every node in each pattern."""
+    found: dict[str, Int8Pattern] = {}
+    if _qop("dequantize_per_channel") is None:
+        return found
+    for node in sub.graph_module.graph.nodes:
+        q = _per_tensor_u8(node, quantize=True)
+        if q is None:
+            continue
+        src = node.args[0]
+        relu = None
+        if _is(src, aten.relu.default) and len(src.users) == 1:
+            relu, src = src, src.args[0]
+        if not isinstance(src, torch.fx.Node) or len(src.users) != 1:
+            continue
+        pattern = _match_compute(sub, src)
+        if pattern is None:
+            continue
+        dq, conv, weight, scales, bias, mask, conv_ia = pattern
+        x = _per_tensor_u8(dq, quantize=False)
+        if x is None:
+            continue
+        p = Int8Pattern(dq, src, relu, node, conv, weight, scales, bias, x[0], x[1], q[0], q[1],
+                        mask, conv_ia)
+        for n in (src, relu, node):
+            if n is not None:
+                found[n.name] = p
+    return found
+
+
+def _match_compute(sub, node):
+    if _is(node, aten.convolution.default):
+        x, w, b, stride, padding, dilation, transposed, output_padding, groups = node.args[:9]
+        wq = _int8_weight(sub, w)
+        if wq is None or transposed or groups != 1 or (b is not None and _const(sub, b) is None):
+            return None
+        weight, scales = wq
+        nsp = weight.dim() - 2
+        fake_in, fake_out = _val(x), _val(node)
+        if fake_in is None or fake_out is None or fake_in.dim() != nsp + 2:
+            return None
+        pads_r = []
+        for k in range(nsp):
+            kernel = (weight.shape[2 + k] - 1) * dilation[k] + 1
+            pads_r.append((fake_out.shape[2 + k] - 1) * stride[k] + kernel - fake_in.shape[2 + k] - padding[k])
+        ia = [nsp, *stride, *padding, *pads_r, *dilation]
+        bias = _const(sub, b) if b is not None else None
+        return x, True, weight.contiguous(), scales, bias, 1, ia
+    if _is(node, aten.addmm.default) or _is(node, aten.mm.default):
+        if _is(node, aten.addmm.default):
+            b, x, wt = node.args[:3]
+            if len(node.args) > 3 or node.kwargs or _const(sub, b) is None:
+                return None
+            bias = _const(sub, b)
+        else:
+            x, wt = node.args[:2]
+            bias = None
+        if not (_is(wt, aten.permute.default) and list(wt.args[1]) == [1, 0]) and not _is(wt, aten.t.default):
+            return None
+        wq = _int8_weight(sub, wt.args[0])
+        if wq is None or _val(x) is None or _val(x).dim() != 2:
+            return None
+        weight, scales = wq
+        return x, False, weight.t().contiguous(), scales, bias, 1 << 1, []
+    return None
+
+
+LOWERINGS["quantized_decomposed::quantize_per_tensor"] = lower_quant
+LOWERINGS["quantized_decomposed::dequantize_per_tensor"] = lower_quant

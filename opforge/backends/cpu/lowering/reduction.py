@@ -1,0 +1,67 @@
+"""sum, mean, amax, amin, any, all: oneDNN's reduction in float32, the engine's loop otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx
+
+from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.core import (
+    GENERIC_DTYPES, LOWERINGS, Lowering, Unsupported, _dense, _dense_operand, _val, row_major,
+)
+from opforge.backends.cpu.lowering.pooling import _pool_dst_strides
+
+
+REDUCE = {"aten::sum": 0, "aten::mean": 1, "aten::amax": 2, "aten::amin": 3, "aten::any": 4, "aten::all": 5}
+
+
+def lower_reduce(L: Lowering, node, args, kwargs):
+    name = op_name(node).split(".")[0]
+    fake = _val(node)
+    src = L.materialize(args[0])
+    spec = L.spec(src)
+    rank = len(spec.dims)
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    if isinstance(dims, int):
+        dims = [dims]
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        dims = list(range(rank))
+    dims = sorted({d % max(rank, 1) for d in dims})
+    if kwargs.get("dtype") is not None or (len(args) > 3 and args[3] is not None and name in ("aten::sum", "aten::mean")):
+        raise Unsupported("dtype", f"{name} with a dtype argument; stays on the kernels")
+    kept = tuple(1 if k in dims else d for k, d in enumerate(spec.dims))
+    count = math.prod(spec.dims[k] for k in dims) if dims else 1
+    if (spec.dtype == torch.float32 and fake.dtype == torch.float32 and name == "aten::mean"
+            and rank in (3, 4, 5) and dims == list(range(2, rank)) and _dense(spec)):
+        # a global average pool: oneDNN's pooling runs it fast in any layout
+        out = L.new_tensor(torch.float32, kept, strides=_pool_dst_strides(spec, kept))
+        nsp = rank - 2
+        window = list(spec.dims[2:])
+        L.op("pool", [src], [out], [1, nsp, *window, *window, *([0] * nsp), *([0] * nsp), *([1] * nsp)],
+             name="mean")
+    elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in ("aten::sum", "aten::mean", "aten::amax", "aten::amin") and count > 0:
+        src = _dense_operand(L, src)
+        out = L.new_tensor(torch.float32, kept)
+        L.op("reduction", [src], [out], [REDUCE[name]], name=name.split("::")[1])
+    else:
+        if fake.dtype not in GENERIC_DTYPES or spec.dtype not in GENERIC_DTYPES:
+            raise Unsupported("dtype", f"{name} on {spec.dtype}")
+        out = L.new_tensor(fake.dtype, kept)
+        out_strides = [0 if k in dims else s for k, s in enumerate(row_major(kept))]
+        L.op("reduce", [src], [out], [REDUCE[name], rank, *spec.dims, *spec.strides, *out_strides, max(count, 1)],
+             name=name.split("::")[1])
+    result = tuple(fake.shape)
+    if result != kept:
+        return ("t", L.alias(out, result, row_major(result)))
+    return ("t", out)
+
+
+LOWERINGS["aten::sum"] = lower_reduce
+LOWERINGS["aten::mean"] = lower_reduce
+LOWERINGS["aten::amax"] = lower_reduce
+LOWERINGS["aten::amin"] = lower_reduce
+LOWERINGS["aten::any"] = lower_reduce
+LOWERINGS["aten::all"] = lower_reduce
