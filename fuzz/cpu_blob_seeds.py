@@ -31,14 +31,15 @@ class Seed:
 
 
 def cache_key() -> str:
-    """Hash of what decides the seeds' bytes: the imported opforge's lowering and blob
-    writer, and this file."""
+    """Hash of what decides the seeds' bytes: the imported opforge's cpu backend sources
+    (lowering and blob writer among them, in any subfolder), and this file."""
     import opforge
 
     root = Path(opforge.__file__).resolve().parent / "backends" / "cpu"
     h = hashlib.sha256()
-    for path in sorted(root.glob("*.py")) + [Path(__file__).resolve()]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(root.rglob("*.py")) + [Path(__file__).resolve()]:
+        name = path.relative_to(root) if root in path.parents else path.name
+        h.update(str(name).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 
