@@ -13,13 +13,18 @@ the tensors, no copy for contiguous CPU tensors), so ``torch.export`` keeps it a
 opforge exports it, ATen mode runs it through PyTorch and the lean runtime runs it from a
 vendor package (``write_package`` / ``opforge msop build``).
 
-Defining an op again under the same name replaces its kernel and inference (the schema
-must stay the same): a process holds one ``mindspore::<Name>``.
+Defining an op again from the same ``func`` (the same file and kernel name, the same vendor
+op, the same Python function) replaces its kernel and inference (the schema must stay the
+same). Two ``Custom`` of one kernel name from different files are two operators, as in
+MindSpore: the second is registered as ``mindspore::<Name>_2`` (then ``_3``...), and each
+keeps its own library.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +42,8 @@ __all__ = ["Custom", "check"]
 
 # name -> (AotOp, its runtime kernel, OpDef): the op each registered name runs now.
 _CURRENT: dict[str, tuple[AotOp, AotKernel, OpDef]] = {}
+# name -> where its func came from (see _origin): another origin gets another name.
+_ORIGINS: dict[str, str] = {}
 
 
 class Custom:
@@ -52,8 +59,9 @@ class Custom:
                  cache_root: Path | None = None) -> None:
         api = f"opforge.mindspore.Custom({func!r})" if isinstance(func, str) else \
             "opforge.mindspore.Custom(...)"
-        self.op = define(func, out_shape, out_dtype, func_type, reg_info, api=api,
-                         cache_root=cache_root)
+        op = define(func, out_shape, out_dtype, func_type, reg_info, api=api,
+                    cache_root=cache_root)
+        self.op = replace(op, name=_name_for(op.name, _origin(func)))
         self.kernel = AotKernel(self.op)
         self.opdef = _register(self.op, self.kernel, reference)
         self.name = self.op.name
@@ -68,6 +76,25 @@ class Custom:
 
     def __repr__(self) -> str:
         return f"<opforge.mindspore.Custom {self.op.schema} ({self.op.source})>"
+
+
+def _origin(func) -> str:
+    """What makes two definitions the same op: the file and kernel name of "path:Name"
+    (not the compiled library: editing a .cc keeps the op), a vendor op's name, or a
+    Python function's module and name."""
+    if isinstance(func, str):
+        path, sep, name = func.rpartition(":")
+        return f"{os.path.realpath(path)}:{name}" if sep else f"vendor:{func}"
+    return f"{getattr(func, '__module__', '?')}:{getattr(func, '__qualname__', repr(func))}"
+
+
+def _name_for(name: str, origin: str) -> str:
+    """``name`` if free or held by the same origin, else the first free ``name_2``, ``_3``..."""
+    candidate, k = name, 1
+    while _ORIGINS.setdefault(candidate, origin) != origin:
+        k += 1
+        candidate = f"{name}_{k}"
+    return candidate
 
 
 def _register(op: AotOp, kernel: AotKernel, reference: Callable | None) -> OpDef:
