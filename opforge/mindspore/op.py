@@ -26,7 +26,9 @@ from typing import Callable
 import numpy as np
 
 from opforge.errors import KernelError, ManifestError
-from opforge.mindspore.aot import AotLibrary, make_extra
+from opforge.mindspore.aot import AotLibrary
+from opforge.mindspore.attrs import attr_values
+from opforge.mindspore.extra import ExtraObject
 from opforge.mindspore.dtypes import DTYPES, dtype_name
 from opforge.manifest.references import resolve_reference
 
@@ -85,13 +87,19 @@ class AotOp:
             self._functions.append(AotLibrary.open(self.library).functions(self.symbol))
         return self._functions[0]
 
+    def make_extra(self) -> ExtraObject:
+        """A fresh ``extra`` object holding this op's attribute values."""
+        values = attr_values(self.attrs, f"{self.key} ({self.source})")
+        abi = self.functions().library.string_abi if self.func_type == "aot" else 0
+        return ExtraObject(values, abi, self.key)
+
     # --- inference ------------------------------------------------------------------------
 
     def infer(self, shapes: list[tuple[int, ...]], dtypes: list[str]
               ) -> tuple[list[tuple[int, ...]], list[str]]:
         """Output shapes and dtype names for inputs of ``shapes`` and ``dtypes``."""
         n = len(self.outputs)
-        extra, keep = make_extra(self.attrs)
+        extra = self.make_extra() if "cpp" in (self.out_shape, self.out_dtype) else None
         if self.out_shape == "cpp":
             out_shapes = self.functions().infer_shape(list(shapes), n, extra)
         else:
@@ -286,7 +294,7 @@ class AotKernel:
         op = self.op
         functions = op.functions()
         n_in = len(op.inputs)
-        extra, keep = make_extra(op.attrs)
+        extra = op.make_extra()
         before, after, arrays = [], [], []
         for i, a in enumerate(args):
             if a.flags.c_contiguous:
@@ -304,11 +312,7 @@ class AotKernel:
             if status != 0:
                 raise KernelError(f"{where}: {op.symbol}Init returned {status} — valid: 0 — fix: "
                                   "see the kernel's own log for why it refused these shapes")
-            if extra.num_workspace < 0:
-                raise KernelError(f"{where}: {op.symbol}Init set more than 16 workspaces — "
-                                  "valid: at most 16 — fix: merge workspaces")
-            for i in range(extra.num_workspace):
-                size = int(extra.workspace[i])
+            for size in extra.workspace():
                 workspace = np.zeros(size, np.uint8)
                 arrays.append(workspace)
                 shapes.append((size,))
@@ -320,6 +324,7 @@ class AotKernel:
             for dst, src in before:
                 copy(dst, src)
             status = launch()
+            extra.raise_errors(where)
             if status != 0:
                 raise KernelError(f"{where}: returned {status} — valid: 0 (success) — fix: check "
                                   "the inputs against what the kernel supports; its own log "
@@ -327,5 +332,5 @@ class AotKernel:
             for dst, src in after:
                 copy(dst, src)
 
-        call.keep = (launch, keep, extra)
+        call.keep = (launch, extra)
         return call

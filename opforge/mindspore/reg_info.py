@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 
 from opforge.errors import ManifestError, shown
+from opforge.mindspore.attrs import attr_values
 from opforge.mindspore.dtypes import DTYPES, FORMATS
 
 __all__ = ["CustomRegOp", "DataType", "RegInfo", "parse_reg_info"]
@@ -226,5 +227,7 @@ def parse_reg_info(reg_info: object, api: str) -> RegInfo:
                     f"dtypes: {', '.join(DTYPES)}; formats: {', '.join(f or repr(f) for f in FORMATS)} "
                     "— fix: use a DataType constant such as DataType.F32_Default")
         rows.append(row)
+    attrs = tuple(reg_info.get("attr") or ())
+    attr_values(attrs, api)  # each value parses as its value_type, or is refused here
     return RegInfo(str(reg_info.get("op_name", "")), names["inputs"], names["outputs"],
-                   tuple(rows), tuple(reg_info.get("attr") or ()), "CPU")
+                   tuple(rows), attrs, "CPU")
