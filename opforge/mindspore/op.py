@@ -19,6 +19,7 @@ calling convention: ``kernel(*inputs, *outputs)`` on NumPy arrays.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -295,42 +296,137 @@ class AotKernel:
         functions = op.functions()
         n_in = len(op.inputs)
         extra = op.make_extra()
-        before, after, arrays = [], [], []
+        before, arrays, guarded = [], [], []
         for i, a in enumerate(args):
-            if a.flags.c_contiguous:
+            if i >= n_in:  # every output: a zeroed view between guard zones, copied out
+                zone = _GuardedBuffer(a.shape, a.dtype, f"output {op.outputs[i - n_in]}")
+                arrays.append(zone.view)
+                guarded.append((zone, a))
+            elif a.flags.c_contiguous:
                 arrays.append(a)
-                continue
-            staged = np.empty(a.shape, a.dtype)
-            arrays.append(staged)
-            if i < n_in:
-                before.append((staged, a))
             else:
-                after.append((a, staged))
+                staged = np.empty(a.shape, a.dtype)
+                arrays.append(staged)
+                before.append((staged, a))
         shapes = [a.shape for a in args]
+        workspaces = []
         if functions.init_fn:
             status = functions.init(shapes, dtypes, extra)
             if status != 0:
                 raise KernelError(f"{where}: {op.symbol}Init returned {status} — valid: 0 — fix: "
                                   "see the kernel's own log for why it refused these shapes")
-            for size in extra.workspace():
-                workspace = np.zeros(size, np.uint8)
-                arrays.append(workspace)
+            for k, size in enumerate(extra.workspace()):
+                zone = _GuardedBuffer((size,), np.dtype(np.uint8), f"workspace {k}")
+                workspaces.append(zone)
+                arrays.append(zone.view)
                 shapes.append((size,))
                 dtypes = dtypes + ["uint8"]
         launch = functions.bind_launch(arrays, shapes, dtypes, extra)
         copy = np.copyto
 
+        # per call: zero each output, run, compare the guard zones (memcmp), copy out
+        zero, move, compare = ctypes.memset, ctypes.memmove, _memcmp()
+        pattern = _GuardedBuffer.pattern()
+        zones = [z for z, _ in guarded] + workspaces
+        checks = [c for z in zones for c in z.checks()]
+        zeroed = [(z.body_address, z.nbytes) for z, _ in guarded]
+        fast_out = [(d.ctypes.data, z.body_address, z.nbytes) for z, d in guarded
+                    if d.flags.c_contiguous]
+        slow_out = [(d, z.view) for z, d in guarded if not d.flags.c_contiguous]
+
         def call() -> None:
             for dst, src in before:
                 copy(dst, src)
+            for address, size in zeroed:
+                zero(address, 0, size)
             status = launch()
+            for address, size in checks:
+                if compare(address, pattern, size):
+                    for zone in zones:
+                        zone.check(where)
             extra.raise_errors(where)
             if status != 0:
                 raise KernelError(f"{where}: returned {status} — valid: 0 (success) — fix: check "
                                   "the inputs against what the kernel supports; its own log "
                                   "says why it failed")
-            for dst, src in after:
+            for dst, src, size in fast_out:
+                move(dst, src, size)
+            for dst, src in slow_out:
                 copy(dst, src)
 
         call.keep = (launch, extra)
         return call
+
+
+def _memcmp():
+    libc = ctypes.CDLL(None)
+    memcmp = libc.memcmp
+    memcmp.restype, memcmp.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p,
+                                                     ctypes.c_size_t]
+    return memcmp
+
+
+class _GuardedBuffer:
+    """A C-contiguous array between two guard zones of one byte pattern (``opforge check``
+    does the same in a child process; here it is every call). The zone after the array is
+    as large as the array (at least 256 bytes, at most 1 MiB), so a kernel writing up to
+    twice what the op declares writes into the zone, not into the heap: the call is then a
+    KernelError and the process lives on. Cost per call (measured on an add kernel, see
+    docs/mindspore.md): zeroing and copying each output, and three short memcmp calls."""
+
+    FILL = 0xA5
+    HEAD = 64
+
+    def __init__(self, shape: tuple, dtype: np.dtype, what: str) -> None:
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        self.tail = max(256, min(self.nbytes, 1 << 20))
+        self.tail += -self.tail % 8
+        self.buffer = np.empty(self.HEAD + self.nbytes + self.tail + 8, np.uint8)
+        start = -self.buffer.ctypes.data % 64  # the array 64-byte aligned, like MindSpore's
+        self.buffer = self.buffer[start:start + self.HEAD + self.nbytes + self.tail]
+        body = self.buffer[self.HEAD:self.HEAD + self.nbytes]
+        self.view = body.view(dtype).reshape(shape)
+        self.body = body
+        self.head_zone = self.buffer[:self.HEAD]
+        self.tail_zone = self.buffer[self.HEAD + self.nbytes:]
+        self.what, self.dtype, self.shape = what, dtype, shape
+        self.head_zone.fill(self.FILL)
+        self.tail_zone.fill(self.FILL)
+        self.head_address, self.tail_address = self.head_zone.ctypes.data, self.tail_zone.ctypes.data
+        self.body_address = self.body.ctypes.data
+
+    _pattern: list = []
+
+    @classmethod
+    def pattern(cls) -> int:
+        """The address of 1 MiB + 256 bytes of FILL (what every guard zone holds)."""
+        if not cls._pattern:
+            cls._pattern.append(np.full((1 << 20) + 256, cls.FILL, np.uint8))
+        return cls._pattern[0].ctypes.data
+
+    def checks(self) -> list[tuple[int, int]]:
+        """(address, size) of what each call compares: the zone before, and the first 4 KiB
+        and the last 64 bytes of the zone after. A kernel writing past its end writes the
+        first bytes after it; the whole zone is compared when one of these changed."""
+        first = min(self.tail, 4096)
+        return [(self.head_address, self.HEAD), (self.tail_address, first),
+                (self.tail_address + self.tail - 64, 64)]
+
+    def check(self, where: str) -> None:
+        head, tail = self.head_zone, self.tail_zone
+        if head.min() == head.max() == self.FILL and tail.min() == tail.max() == self.FILL:
+            return
+        after = np.flatnonzero(tail != self.FILL)
+        before = np.flatnonzero(head != self.FILL)
+        head.fill(self.FILL)
+        tail.fill(self.FILL)
+        if after.size:
+            reach = f"wrote at least {int(after[-1]) + 1} byte(s) past its end"
+        else:
+            reach = f"wrote {self.HEAD - int(before[0])} byte(s) before its start"
+        raise KernelError(
+            f"{where}: {reach} of {self.what} ({self.dtype.name}{list(self.shape)}, "
+            f"{self.nbytes} bytes) — the kernel writes more than the op declares; caught in "
+            "a guard zone, its results were discarded — fix: 1. make out_shape / "
+            "NameInferShape give the size the kernel writes; 2. make the kernel compute its "
+            "loop bounds from the output's own shape (shapes[nin + i])")
