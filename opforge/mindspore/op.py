@@ -20,6 +20,7 @@ calling convention: ``kernel(*inputs, *outputs)`` on NumPy arrays.
 from __future__ import annotations
 
 import ctypes
+import keyword
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -77,7 +78,7 @@ class AotOp:
     @property
     def schema(self) -> str:
         """The functional schema: ``mindspore::Name(Tensor x1, Tensor x2) -> Tensor``."""
-        args = ", ".join(f"Tensor {n}" for n in self.inputs)
+        args = ", ".join(f"Tensor {n}" for n in schema_names(self.inputs))
         returns = "Tensor" if len(self.outputs) == 1 else \
             "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
         return f"{NAMESPACE}::{self.name}({args}) -> {returns}"
@@ -96,10 +97,32 @@ class AotOp:
 
     # --- inference ------------------------------------------------------------------------
 
+    def input_dtypes(self, dtypes: list[str]) -> list[str]:
+        """The dtypes the kernel gets for inputs of ``dtypes``: themselves when a reg_info
+        row has them, else the first row they convert to, safely first (float16 → float32)
+        then within their kind (float64 → float32), as MindSpore inserts a Cast."""
+        n = len(self.inputs)
+        rows = list(dict.fromkeys(r[:n] for r in self.dtype_rows))
+        if not rows or tuple(dtypes) in rows:
+            return list(dtypes)
+        for casting in ("safe", "same_kind"):
+            for row in rows:
+                if all(d in DTYPES and DTYPES[d].kind == DTYPES[w].kind
+                       and np.can_cast(DTYPES[d], DTYPES[w], casting)
+                       for d, w in zip(dtypes, row)):
+                    return list(row)
+        valid = "; ".join(", ".join(r) for r in rows)
+        raise KernelError(f"`{self.key}` ({self.source}): input dtypes ({', '.join(dtypes)}) — "
+                          f"valid (reg_info dtype_format): {valid}, or dtypes that convert to "
+                          "one of them within their kind — fix: convert the inputs, or add a "
+                          "dtype_format row the kernel supports")
+
     def infer(self, shapes: list[tuple[int, ...]], dtypes: list[str]
               ) -> tuple[list[tuple[int, ...]], list[str]]:
-        """Output shapes and dtype names for inputs of ``shapes`` and ``dtypes``."""
+        """Output shapes and dtype names for inputs of ``shapes`` and ``dtypes`` (after the
+        conversion ``input_dtypes`` chooses)."""
         n = len(self.outputs)
+        dtypes = self.input_dtypes(list(dtypes))
         extra = self.make_extra() if "cpp" in (self.out_shape, self.out_dtype) else None
         if self.out_shape == "cpp":
             out_shapes = self.functions().infer_shape(list(shapes), n, extra)
@@ -179,6 +202,25 @@ class AotOp:
                    tuple(data.get("attrs", ())), data.get("source", "<op_info.json>"))
 
 
+def schema_names(names) -> list[str]:
+    """Input names as schema argument names: MindSpore allows any string ("x-1"); a
+    schema needs identifiers, distinct ones ("x_1", then "x_1_2"...)."""
+    out: list[str] = []
+    for i, name in enumerate(names):
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)) or f"x{i}"
+        if base[0].isdigit() or keyword.iskeyword(base) or base in _RESERVED:
+            base = f"x_{base}"
+        candidate, k = base, 1
+        while candidate in out:
+            k += 1
+            candidate = f"{base}_{k}"
+        out.append(candidate)
+    return out
+
+
+_RESERVED = {"out", "self", "Tensor", "int", "float", "bool", "str", "None"}
+
+
 def _importable(fn: Callable) -> bool:
     qualname = getattr(fn, "__qualname__", "")
     return bool(getattr(fn, "__module__", None)) and "<" not in qualname and "." not in qualname
@@ -245,11 +287,9 @@ class AotKernel:
                 raise KernelError(f"{where}: argument {name} — dtype {a.dtype} — valid: "
                                   f"{', '.join(DTYPES)} — fix: convert it")
             dtypes.append(d)
-        if op.dtype_rows and tuple(dtypes[:n_in]) not in [r[:n_in] for r in op.dtype_rows]:
-            valid = "; ".join(", ".join(r[:n_in]) for r in op.dtype_rows)
-            raise KernelError(f"{where}: input dtypes ({', '.join(dtypes[:n_in])}) — valid "
-                              f"(reg_info dtype_format): {valid} — fix: convert the inputs, or "
-                              "add a dtype_format row the kernel supports")
+        given = dtypes[:n_in]
+        dtypes = op.input_dtypes(given) + dtypes[n_in:]
+        converted = {i for i in range(n_in) if dtypes[i] != given[i]}
         for name, a in zip(op.outputs, args[n_in:]):
             if not a.flags.writeable:
                 raise KernelError(f"{where}: output {name} is a read-only array (a constant of "
@@ -268,15 +308,16 @@ class AotKernel:
             raise KernelError(f"{where}: dtypes ({', '.join(dtypes)}) — valid (reg_info "
                               f"dtype_format): {valid} — fix: add the row, or fix the inference")
         if op.func_type == "pyfunc":
-            return self._pyfunc_call(args, n_in)
-        return self._aot_call(args, dtypes, where)
+            return self._pyfunc_call(args, n_in, dtypes)
+        return self._aot_call(args, dtypes, where, converted)
 
-    def _pyfunc_call(self, args: tuple, n_in: int) -> Callable[[], None]:
+    def _pyfunc_call(self, args: tuple, n_in: int, dtypes: list[str]) -> Callable[[], None]:
         fn = resolve_reference(self.op.pyfunc, what="pyfunc", source=self.op.source)
         inputs, outputs, where = args[:n_in], args[n_in:], self._where()
+        wanted = [DTYPES[d] for d in dtypes[:n_in]]
 
         def call() -> None:
-            result = fn(*inputs)
+            result = fn(*[a if a.dtype == w else a.astype(w) for a, w in zip(inputs, wanted)])
             results = list(result) if isinstance(result, (tuple, list)) else [result]
             if len(results) != len(outputs):
                 raise KernelError(f"{where}: returned {len(results)} value(s) — valid: "
@@ -291,7 +332,8 @@ class AotKernel:
 
         return call
 
-    def _aot_call(self, args: tuple, dtypes: list[str], where: str) -> Callable[[], None]:
+    def _aot_call(self, args: tuple, dtypes: list[str], where: str,
+                  converted: set[int]) -> Callable[[], None]:
         op = self.op
         functions = op.functions()
         n_in = len(op.inputs)
@@ -302,10 +344,10 @@ class AotKernel:
                 zone = _GuardedBuffer(a.shape, a.dtype, f"output {op.outputs[i - n_in]}")
                 arrays.append(zone.view)
                 guarded.append((zone, a))
-            elif a.flags.c_contiguous:
+            elif a.flags.c_contiguous and i not in converted:
                 arrays.append(a)
-            else:
-                staged = np.empty(a.shape, a.dtype)
+            else:  # strided, or converted to the reg_info row's dtype (copied each call)
+                staged = np.empty(a.shape, DTYPES[dtypes[i]])
                 arrays.append(staged)
                 before.append((staged, a))
         shapes = [a.shape for a in args]

@@ -106,12 +106,13 @@ def test_pyfunc_op(tmp_path):
     assert op.key == "mindspore::numpy_square.out"
 
 
-def test_redefinition_with_another_schema_is_refused(cache):
-    example.add_custom_python(cache_root=cache)  # defined here, whatever ran before (xdist)
-    with pytest.raises(Exception, match="already defined in this process"):
-        Custom(f"{example.SOURCE}:AddCustom", out_shape=lambda x: x, out_dtype=lambda x: x,
-               reg_info={"op_name": "AddCustom", "inputs": ["x"], "outputs": ["z"]},
-               cache_root=cache)
+def test_redefinition_with_another_schema_is_another_op(cache):
+    first = example.add_custom_python(cache_root=cache)  # defined here, whatever ran before
+    other = Custom(f"{example.SOURCE}:AddCustom", out_shape=lambda x: x, out_dtype=lambda x: x,
+                   reg_info={"op_name": "AddCustom", "inputs": ["x"], "outputs": ["z"]},
+                   cache_root=cache)
+    assert other.name != first.name and other.name.startswith("AddCustom_")  # as in MindSpore
+    assert first.op.inputs == ("x", "y") and other.op.inputs == ("x",)
 
 
 def test_msop_check_cli_passes_and_fails(cache, monkeypatch):
