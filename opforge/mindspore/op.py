@@ -65,8 +65,8 @@ class AotOp:
     symbol: str | None = None  # the kernel's exported name
     pyfunc: Callable | str | None = None  # func_type="pyfunc": callable or "module:function"
     dtype_rows: tuple[tuple[str, ...], ...] = ()  # supported dtypes, inputs then outputs
-    out_shape: object = "cpp"  # "cpp", callable, "module:function", or fixed shapes
-    out_dtype: object = "cpp"  # "cpp", callable, "module:function", or fixed dtype names
+    out_shape: object = "cpp"  # "cpp", "program", callable, "module:function", fixed shapes
+    out_dtype: object = "cpp"  # "cpp", "program", callable, "module:function", fixed dtypes
     attrs: tuple[dict, ...] = ()
     source: str = "<python>"
     _functions: list = field(default_factory=list, compare=False, repr=False)
@@ -117,19 +117,31 @@ class AotOp:
                           "one of them within their kind — fix: convert the inputs, or add a "
                           "dtype_format row the kernel supports")
 
-    def infer(self, shapes: list[tuple[int, ...]], dtypes: list[str]
+    def infer(self, shapes: list[tuple[int, ...]], dtypes: list[str],
+              given: tuple[list, list] | None = None
               ) -> tuple[list[tuple[int, ...]], list[str]]:
         """Output shapes and dtype names for inputs of ``shapes`` and ``dtypes`` (after the
-        conversion ``input_dtypes`` chooses)."""
+        conversion ``input_dtypes`` chooses). ``given``: the output buffers' shapes and
+        dtypes, what ``"program"`` inference answers (a packaged Python function)."""
         n = len(self.outputs)
         dtypes = self.input_dtypes(list(dtypes))
+        if "program" in (self.out_shape, self.out_dtype) and given is None:
+            raise KernelError(
+                f"`{self.key}` ({self.source}): its out_shape/out_dtype was a Python function "
+                "its package could not store, so only a program (whose output buffers have "
+                "the shapes) can run it — fix: define it with Custom(..., out_shape=...) to "
+                "trace or call it eagerly, or use an importable function or C++ inference")
         extra = self.make_extra() if "cpp" in (self.out_shape, self.out_dtype) else None
-        if self.out_shape == "cpp":
+        if self.out_shape == "program":
+            out_shapes = [tuple(s) for s in given[0]]
+        elif self.out_shape == "cpp":
             out_shapes = self.functions().infer_shape(list(shapes), n, extra)
         else:
             out_shapes = self._shapes(self._call("out_shape", self.out_shape,
                                                  [list(s) for s in shapes]))
-        if self.out_dtype == "cpp":
+        if self.out_dtype == "program":
+            out_dtypes = list(given[1])
+        elif self.out_dtype == "cpp":
             out_dtypes = self.functions().infer_type(list(dtypes), n, extra)
         else:
             out_dtypes = self._dtypes(self._call("out_dtype", self.out_dtype, list(dtypes)))
@@ -173,21 +185,25 @@ class AotOp:
 
     def to_json(self, base: str | None = None) -> dict:
         """This op as ``op_info.json`` stores it (library relative to ``base`` if given)."""
-        for what, spec in (("out_shape", self.out_shape), ("out_dtype", self.out_dtype),
-                           ("func", self.pyfunc)):
-            if callable(spec) and not _importable(spec):
-                raise ManifestError(
-                    f"`opforge.mindspore` package of {self.name}: {what} {spec!r} — a function "
-                    "a program's runtime cannot import (a lambda or a nested function) — valid: "
-                    "a module-level function, 'cpp' inference, or fixed values — fix: define it "
-                    "at module level, or use NameInferShape/NameInferType in C++")
+        if callable(self.pyfunc) and not _importable(self.pyfunc):
+            raise ManifestError(
+                f"`opforge.mindspore` package of {self.name}: func {self.pyfunc!r} — a function "
+                "a program's runtime cannot import (a lambda or a nested function) — valid: a "
+                "module-level function — fix: define it at module level")
+        # a Python inference a runtime cannot import (a lambda, a nested function) is stored
+        # as "program": a static program's output buffers already have the inferred shapes
+        # and dtypes (torch ran the function at export), and a program runs without it
+        inference = {what: "program" if callable(spec) and not _importable(spec) else spec
+                     for what, spec in (("out_shape", self.out_shape),
+                                        ("out_dtype", self.out_dtype))}
         library = self.library
         if library and base:
             library = os.path.relpath(library, base)
         return {"name": self.name, "inputs": list(self.inputs), "outputs": list(self.outputs),
                 "func_type": self.func_type, "library": library, "symbol": self.symbol,
                 "pyfunc": _reference(self.pyfunc), "dtype_rows": [list(r) for r in self.dtype_rows],
-                "out_shape": _reference(self.out_shape), "out_dtype": _reference(self.out_dtype),
+                "out_shape": _reference(inference["out_shape"]),
+                "out_dtype": _reference(inference["out_dtype"]),
                 "attrs": list(self.attrs), "source": self.source}
 
     @classmethod
@@ -295,7 +311,8 @@ class AotKernel:
                 raise KernelError(f"{where}: output {name} is a read-only array (a constant of "
                                   "the program, or memory the caller owns) — valid: a writable "
                                   "array — fix: re-export the program; it was altered")
-        shapes, out_dtypes = op.infer([a.shape for a in args[:n_in]], dtypes[:n_in])
+        shapes, out_dtypes = op.infer([a.shape for a in args[:n_in]], dtypes[:n_in],
+                                      ([a.shape for a in args[n_in:]], dtypes[n_in:]))
         for name, a, shape, d, got in zip(op.outputs, args[n_in:], shapes, out_dtypes,
                                           dtypes[n_in:]):
             if a.shape != shape or got != d:
