@@ -25,6 +25,11 @@ int main() {
   std::printf("abi %d\n", opforge_ms_string_abi);
   return 0;
 }
+// written against the header of MindSpore's wheel (namespace mindspore)
+mindspore::TypeId NsInferType(std::vector<mindspore::TypeId> ids, mindspore::AotExtra* extra);
+mindspore::TypeId NsInferType(std::vector<mindspore::TypeId> ids, mindspore::AotExtra* extra) {
+  return extra->Attr<bool>("f") ? ids[0] : mindspore::kNumberTypeFloat32;
+}
 """
 
 

@@ -137,6 +137,30 @@ inline std::vector<std::vector<float>> AotExtra::Attr<std::vector<std::vector<fl
   return GetAttrFloat2DVec(name);
 }
 
+// The header in MindSpore's wheel declares these in namespace mindspore: a kernel written
+// against it (mindspore::AotExtra, mindspore::kNumberTypeFloat32) compiles with this one.
+namespace mindspore {
+using ::AotExtra;
+using ::AotKernelData;
+using ::TypeId;
+using ::kTypeUnknown;
+using ::kNumberTypeBool;
+using ::kNumberTypeInt8;
+using ::kNumberTypeInt16;
+using ::kNumberTypeInt32;
+using ::kNumberTypeInt64;
+using ::kNumberTypeUInt8;
+using ::kNumberTypeUInt16;
+using ::kNumberTypeUInt32;
+using ::kNumberTypeUInt64;
+using ::kNumberTypeFloat16;
+using ::kNumberTypeFloat32;
+using ::kNumberTypeFloat64;
+using ::kNumberTypeBFloat16;
+using ::kNumberTypeComplex64;
+using ::kNumberTypeComplex128;
+}  // namespace mindspore
+
 #define OPFORGE_MS_OP_PROTO(Name, json) \
   extern "C" __attribute__((visibility("default"))) const char* Name##OpProto(void) { return json; }
 
