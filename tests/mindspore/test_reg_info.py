@@ -118,31 +118,46 @@ def test_every_builder_chain_gives_mindspores_dictionary(chain, expected):
 # MindSpore's DataType: the dtype of each name prefix and the format of each suffix
 _PREFIX = {"None": "", "BOOL": "bool", "I8": "int8", "U8": "uint8", "I16": "int16",
            "U16": "uint16", "I32": "int32", "U32": "uint32", "I64": "int64", "U64": "uint64",
-           "F16": "float16", "F32": "float32", "F64": "float64", "C64": "complex64",
-           "C128": "complex128"}
-_SUFFIX = {"None": "", "Default": "DefaultFormat", "5HD": "NC1HWC0", "FracZ": "FRACTAL_Z",
-           "FracNZ": "FRACTAL_NZ", "FracZNLSTM": "FRACTAL_ZN_LSTM",
-           "FracZNRNN": "FRACTAL_ZN_RNN", "ND_RNNBIAS": "ND_RNN_BIAS"}
+           "F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64",
+           "C64": "complex64", "C128": "complex128"}
+_SUFFIX = {"None": ("",), "Default": ("DefaultFormat",), "5HD": ("NC1HWC0",),
+           "FracZ": ("FRACTAL_Z",), "FracNZ": ("FRACTAL_NZ",),
+           "FracZNLSTM": ("FRACTAL_ZN_LSTM",), "FracZNRNN": ("FRACTAL_ZN_RNN",),
+           "ND_RNNBIAS": ("ND_RNN_BIAS",), "Default_Tuple": ("DefaultFormat", "tuple"),
+           "Default_List": ("DefaultFormat", "list")}
+_INTS_AND_FLOATS = ("BOOL", "I8", "U8", "I16", "U16", "I32", "U32", "I64", "U64", "F16",
+                    "BF16", "F32", "F64")
 _NAMES = (
-    ["None_None", "None_Default", "C64_Default", "C128_Default"]
-    + [f"{p}_{s}" for p in ("BOOL", "I8", "U8", "I16", "U16", "I32", "U32", "I64", "U64",
-                            "F16", "F32", "F64")
+    ["None_None", "None_Default", "C64_Default", "C128_Default", "C64_Default_Tuple",
+     "C128_Default_Tuple"]
+    + [f"{p}_{s}" for p in _INTS_AND_FLOATS
        for s in ("None", "Default", "5HD", "FracZ", "FracNZ", "C1HWNCoC0", "NCHW", "NHWC",
-                 "HWCN", "NDHWC", "ChannelLast")]
-    + ["I8_NDC1HWC0", "I8_NC1HWC0", "U8_NDC1HWC0", "U8_NC1HWC0", "I32_NDC1HWC0", "I32_NCDHW"]
-    + [f"{p}_{s}" for p in ("F16", "F32") for s in ("NCDHW", "DHWCN", "NDC1HWC0",
-                                                    "FRACTAL_Z_3D", "FracZNLSTM", "FracZNRNN",
-                                                    "ND_RNNBIAS")])
+                 "HWCN", "NDHWC", "ChannelLast", "Default_Tuple", "Default_List")]
+    + ["I8_NCDHW", "I8_NDC1HWC0", "I8_NC1HWC0", "U8_NCDHW", "U8_NDC1HWC0", "U8_NC1HWC0",
+       "I32_NDC1HWC0", "I32_NCDHW"]
+    + [f"{p}_{s}" for p in ("F16", "BF16", "F32")
+       for s in ("NCDHW", "DHWCN", "NDC1HWC0", "FRACTAL_Z_3D", "FracZNLSTM", "FracZNRNN",
+                 "ND_RNNBIAS")])
 
 
 @pytest.mark.parametrize("name", _NAMES)
 def test_data_type_name(name):
     prefix, _, suffix = name.partition("_")
-    assert getattr(DataType, name) == (_PREFIX[prefix], _SUFFIX.get(suffix, suffix))
+    assert getattr(DataType, name) == (_PREFIX[prefix], *_SUFFIX.get(suffix, (suffix,)))
 
 
 def test_data_type_has_mindspores_names_only():
     from opforge.mindspore.data_type import DATA_TYPES
 
-    assert len(_NAMES) == len(set(_NAMES)) == 156
+    assert len(_NAMES) == len(set(_NAMES)) == 204
     assert set(DATA_TYPES) == set(_NAMES)
+
+
+def test_tuple_and_list_rows_are_read_as_their_dtype_and_format():
+    info = (CustomRegOp("A").input(0, "x").output(0, "y")
+            .dtype_format(DataType.F32_Default_Tuple, DataType.F32_Default).get_op_info())
+    assert parse_reg_info(info, "api").dtype_rows() == (("float32", "float32"),)
+    bf16 = (CustomRegOp("A").input(0, "x").output(0, "y")
+            .dtype_format(DataType.BF16_Default, DataType.BF16_Default).get_op_info())
+    with pytest.raises(ManifestError, match="bfloat16"):
+        parse_reg_info(bf16, "api")
