@@ -86,6 +86,7 @@ class AotOp:
     def functions(self):
         """The library's functions of this op (opened once)."""
         if not self._functions:
+            _refuse_format_1_package(self)
             self._functions.append(AotLibrary.open(self.library).functions(self.symbol))
         return self._functions[0]
 
@@ -216,6 +217,27 @@ class AotOp:
                    tuple(tuple(r) for r in data.get("dtype_rows", ())),
                    _fixed(data.get("out_shape", "cpp")), _fixed(data.get("out_dtype", "cpp")),
                    tuple(data.get("attrs", ())), data.get("source", "<op_info.json>"))
+
+
+def _refuse_format_1_package(op: AotOp) -> None:
+    """A vendor package keeps the header it was built with (include/ beside lib/). One
+    built against opforge's first header (a plain struct behind ``extra``, before the
+    MindSpore layout) would misread the object its kernels get: refused, with the fix."""
+    if not op.library:
+        return
+    header = os.path.join(os.path.dirname(os.path.dirname(op.library)), "include",
+                          "custom_aot_extra.h")
+    try:
+        with open(header, "rb") as f:
+            old = b"OPFORGE_MS_EXTRA_VERSION 1" in f.read(65536)
+    except OSError:
+        return
+    if old:
+        raise KernelError(f"`{op.key}` ({op.source}): its library {op.library} was built "
+                          f"against opforge's format-1 custom_aot_extra.h ({header}), whose "
+                          "AotExtra is a plain struct; this opforge passes MindSpore's "
+                          "AotExtra object — fix: rebuild the package (`opforge msop build`, "
+                          "or write_package after Custom(...) recompiles the source)")
 
 
 def schema_names(names) -> list[str]:

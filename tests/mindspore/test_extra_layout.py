@@ -89,3 +89,16 @@ def test_a_missing_attribute_is_a_kernel_error_naming_it(tmp_path, cache):
     got = _run(f"{folder / 'attrs_kernel.cc'}:AttrsKernel", cache,
                [a for a in ATTRS if a[0] != "bias"])
     assert got.startswith("KernelError") and "'bias'" in got and "no attribute" in got
+
+
+@needs_cxx
+def test_a_package_built_against_the_format_1_header_is_refused(add_lib, tmp_path):
+    from opforge.errors import KernelError
+    from opforge.mindspore import define, read_package, write_package
+
+    op = define(f"{add_lib}:AddCustom", lambda x, y: x, lambda x, y: x)
+    folder = write_package([op], tmp_path / "vendors" / "old")
+    (folder / "include" / "custom_aot_extra.h").write_text("#define OPFORGE_MS_EXTRA_VERSION 1\n")
+    (stored,) = read_package(folder)
+    with pytest.raises(KernelError, match="format-1 custom_aot_extra.h.*rebuild the package"):
+        stored.functions()
