@@ -30,7 +30,7 @@ from opforge.errors import BuildError
 __all__ = ["SOC_VERSIONS", "AscendOnlyPackageWarning", "check_options", "install_root",
            "write_install_layout", "vendor_folders", "CONFIG_INI", "SET_ENV"]
 
-SOC_VERSIONS = ("ascend310p", "ascend310b", "ascend910", "ascend910b", "ascend910_93")
+SOC_VERSIONS = ("ascend310p", "ascend310b", "ascend910", "ascend910b", "ascend910_93", "ascend950")
 CONFIG_INI = "config.ini"
 SET_ENV = Path("bin") / "set_env.bash"
 OP_INFO = "op_info.json"

@@ -3,9 +3,8 @@
 MindSpore's ``mindspore.ops.DataType`` names each pair ``<DTYPE>_<FORMAT>``:
 ``F32_Default = ("float32", "DefaultFormat")``, ``F16_5HD = ("float16", "NC1HWC0")``;
 ``<DTYPE>_Default_Tuple`` / ``_List`` are 3-element ``(dtype, "DefaultFormat", "tuple")``.
-The names and values are MindSpore's (its ``op_info_register.py``: 184 names), plus the
-20 ``BF16_*`` names of later versions, which follow the float16 row (the float16 formats,
-Tuple and List): 204 in all. Every dtype has the eleven common formats, some a few more,
+The names and values are MindSpore's: the 204 of MindSpore 2.10's ``op_info_register.py``
+(compared name by name with the wheel's file; ``BF16_*`` follows the float16 row). Every dtype has the eleven common formats, some a few more,
 the complex types DefaultFormat and Tuple only. opforge runs CPU kernels on dense arrays,
 so ``parse_reg_info`` accepts the DefaultFormat/NCHW/NHWC/ND/"" rows and refuses the
 Ascend layouts (NC1HWC0, FRACTAL_Z, ...) and bfloat16 with an error that says so; the names
