@@ -98,34 +98,41 @@ class AotOp:
 
     # --- inference ------------------------------------------------------------------------
 
-    def input_dtypes(self, dtypes: list[str]) -> list[str]:
-        """The dtypes the kernel gets for inputs of ``dtypes``: themselves when a reg_info
-        row has them, else the first row they convert to, safely first (float16 → float32)
-        then within their kind (float64 → float32), as MindSpore inserts a Cast."""
+    def kernel_row(self, dtypes: list[str]) -> tuple[str, ...]:
+        """The dtypes the kernel runs with for tensors of ``dtypes`` (inputs then outputs,
+        the outputs as the inference gives them): themselves when a reg_info row has them;
+        else, as MindSpore inserts Casts, the first row whose inputs they convert to within
+        their kind (safely first: float16 → float32, then float64 → float32) and whose
+        outputs convert back to them within their kind."""
         n = len(self.inputs)
-        rows = list(dict.fromkeys(r[:n] for r in self.dtype_rows))
-        if not rows or tuple(dtypes) in rows:
-            return list(dtypes)
+        if not self.dtype_rows or tuple(dtypes) in self.dtype_rows:
+            return tuple(dtypes)
+
+        def fits(d: str, w: str, casting: str) -> bool:
+            return (d in DTYPES and w in DTYPES and DTYPES[d].kind == DTYPES[w].kind
+                    and np.can_cast(DTYPES[d], DTYPES[w], casting))
+
         for casting in ("safe", "same_kind"):
-            for row in rows:
-                if all(d in DTYPES and DTYPES[d].kind == DTYPES[w].kind
-                       and np.can_cast(DTYPES[d], DTYPES[w], casting)
-                       for d, w in zip(dtypes, row)):
-                    return list(row)
+            for row in self.dtype_rows:
+                if (all(fits(d, w, casting) for d, w in zip(dtypes[:n], row[:n]))
+                        and all(fits(d, w, "same_kind") for d, w in zip(dtypes[n:], row[n:]))):
+                    return tuple(row)
+        rows = list(dict.fromkeys(r[:n] for r in self.dtype_rows))
         valid = "; ".join(", ".join(r) for r in rows)
-        raise KernelError(f"`{self.key}` ({self.source}): input dtypes ({', '.join(dtypes)}) — "
-                          f"valid (reg_info dtype_format): {valid}, or dtypes that convert to "
+        raise KernelError(f"`{self.key}` ({self.source}): input dtypes ({', '.join(dtypes[:n])}) "
+                          f"— valid (reg_info dtype_format): {valid}, or dtypes that convert to "
                           "one of them within their kind — fix: convert the inputs, or add a "
                           "dtype_format row the kernel supports")
 
     def infer(self, shapes: list[tuple[int, ...]], dtypes: list[str],
               given: tuple[list, list] | None = None
               ) -> tuple[list[tuple[int, ...]], list[str]]:
-        """Output shapes and dtype names for inputs of ``shapes`` and ``dtypes`` (after the
-        conversion ``input_dtypes`` chooses). ``given``: the output buffers' shapes and
-        dtypes, what ``"program"`` inference answers (a packaged Python function)."""
+        """Output shapes and dtype names for inputs of ``shapes`` and ``dtypes`` (the
+        inference sees the inputs' own dtypes, as MindSpore's; a kernel row they convert to
+        must exist: ``kernel_row``). ``given``: the output buffers' shapes and dtypes, what
+        ``"program"`` inference answers (a packaged Python function)."""
         n = len(self.outputs)
-        dtypes = self.input_dtypes(list(dtypes))
+        dtypes = list(dtypes)
         if "program" in (self.out_shape, self.out_dtype) and given is None:
             raise KernelError(
                 f"`{self.key}` ({self.source}): its out_shape/out_dtype was a Python function "
@@ -159,10 +166,11 @@ class AotOp:
             if d not in DTYPES:
                 raise KernelError(f"{where}: dtype {d!r} — valid: {', '.join(DTYPES)} — fix: "
                                   "check out_dtype / NameInferType")
+        self.kernel_row(dtypes + list(out_dtypes))  # refused here (at trace) if none fits
         return [tuple(s) for s in out_shapes], list(out_dtypes)
 
     def _call(self, what: str, spec: object, args: list) -> object:
-        if callable(spec) or isinstance(spec, str):
+        if callable(spec) or (isinstance(spec, str) and ":" in spec):  # else a fixed dtype
             fn = resolve_reference(spec, what=what, source=self.source)
             return fn(*args)
         return spec  # fixed value
@@ -325,9 +333,6 @@ class AotKernel:
                 raise KernelError(f"{where}: argument {name} — dtype {a.dtype} — valid: "
                                   f"{', '.join(DTYPES)} — fix: convert it")
             dtypes.append(d)
-        given = dtypes[:n_in]
-        dtypes = op.input_dtypes(given) + dtypes[n_in:]
-        converted = {i for i in range(n_in) if dtypes[i] != given[i]}
         for name, a in zip(op.outputs, args[n_in:]):
             if not a.flags.writeable:
                 raise KernelError(f"{where}: output {name} is a read-only array (a constant of "
@@ -342,13 +347,11 @@ class AotKernel:
                     f"{where}: output {name} — found {got}{list(a.shape)} — valid: {d}{list(shape)} "
                     "(the op's inference on these inputs) — fix: re-export the program; its "
                     "output buffers do not fit the op")
-        if op.dtype_rows and tuple(dtypes) not in op.dtype_rows:
-            valid = "; ".join(", ".join(r) for r in op.dtype_rows)
-            raise KernelError(f"{where}: dtypes ({', '.join(dtypes)}) — valid (reg_info "
-                              f"dtype_format): {valid} — fix: add the row, or fix the inference")
+        row = list(op.kernel_row(dtypes))  # the kernel's dtypes; converted where they differ
         if op.func_type == "pyfunc":
-            return self._pyfunc_call(args, n_in, dtypes)
-        return self._aot_call(args, dtypes, where, converted)
+            return self._pyfunc_call(args, n_in, row)
+        converted = {i for i in range(n_in) if row[i] != dtypes[i]}
+        return self._aot_call(args, row, where, converted)
 
     def _pyfunc_call(self, args: tuple, n_in: int, dtypes: list[str]) -> Callable[[], None]:
         fn = resolve_reference(self.op.pyfunc, what="pyfunc", source=self.op.source)
@@ -380,7 +383,7 @@ class AotKernel:
         before, arrays, guarded = [], [], []
         for i, a in enumerate(args):
             if i >= n_in:  # every output: a zeroed view between guard zones, copied out
-                zone = _GuardedBuffer(a.shape, a.dtype, f"output {op.outputs[i - n_in]}")
+                zone = _GuardedBuffer(a.shape, DTYPES[dtypes[i]], f"output {op.outputs[i - n_in]}")
                 arrays.append(zone.view)
                 guarded.append((zone, a))
             elif a.flags.c_contiguous and i not in converted:
@@ -411,9 +414,10 @@ class AotKernel:
         zones = [z for z, _ in guarded] + workspaces
         checks = [c for z in zones for c in z.checks()]
         zeroed = [(z.body_address, z.nbytes) for z, _ in guarded]
-        fast_out = [(d.ctypes.data, z.body_address, z.nbytes) for z, d in guarded
-                    if d.flags.c_contiguous]
-        slow_out = [(d, z.view) for z, d in guarded if not d.flags.c_contiguous]
+        fast = [d.flags.c_contiguous and d.dtype == z.dtype for z, d in guarded]
+        fast_out = [(d.ctypes.data, z.body_address, z.nbytes)
+                    for (z, d), f in zip(guarded, fast) if f]
+        slow_out = [(d, z.view) for (z, d), f in zip(guarded, fast) if not f]  # or converted
 
         def call() -> None:
             for dst, src in before:

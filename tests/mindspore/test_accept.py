@@ -20,8 +20,9 @@ def _custom(*args, **kwargs):
     return Custom(*args, **kwargs)
 
 
-def test_fixed_out_shape_without_reg_info_is_defined_by_its_first_call(cache):
-    op = _custom(f"{KERNELS / 'plain_add.cc'}:PlainAdd", out_shape=[4], out_dtype=torch.float32,
+@pytest.mark.parametrize("out_dtype", [torch.float32, "float32"])
+def test_fixed_out_shape_without_reg_info_is_defined_by_its_first_call(cache, out_dtype):
+    op = _custom(f"{KERNELS / 'plain_add.cc'}:PlainAdd", out_shape=[4], out_dtype=out_dtype,
                  func_type="aot", cache_root=cache)
     x, y = torch.arange(4.0), torch.ones(4)
     assert op(x, y).tolist() == [1.0, 2.0, 3.0, 4.0]
@@ -38,7 +39,11 @@ def test_float16_inputs_are_cast_to_a_float32_only_row(cache):
                  out_dtype=lambda x, y: x, reg_info=info, cache_root=cache)
     x = torch.tensor([1.5, 2.25], dtype=torch.float16)
     z = op(x, x)
-    assert z.dtype == torch.float32 and z.tolist() == [3.0, 4.5]  # as MindSpore: a Cast first
+    # as MindSpore 2.10 (scripts/mindspore_conformance.py): the inference sees float16, the
+    # kernel runs on float32 copies, its float32 result is cast back to float16
+    assert z.dtype == torch.float16 and z.tolist() == [3.0, 4.5]
+    y = op(torch.tensor([1.0], dtype=torch.float64), torch.tensor([2.0], dtype=torch.float64))
+    assert y.dtype == torch.float64 and y.tolist() == [3.0]  # float64 → float32 → float64
     with pytest.raises(Exception, match="input dtypes \\(int32, int32\\)"):
         op(torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.int32))
 
