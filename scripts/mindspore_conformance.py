@@ -1,0 +1,202 @@
+"""Run the same MindSpore AOT custom-op cases through a real MindSpore and through opforge,
+and diff what each gives (outputs, or that it refused). Run on demand, never in CI:
+MindSpore (2.10: an 800 MB wheel, 2.8 GB installed, numpy<2) lives in its own virtual
+environment and is never a dependency of opforge.
+
+    python -m venv /tmp/msvenv && /tmp/msvenv/bin/pip install mindspore==2.10.0 "numpy<2"
+    python scripts/mindspore_conformance.py --mindspore-python /tmp/msvenv/bin/python \\
+        --out docs/mindspore_conformance.md
+
+Each case runs in its own child process on each side (a case that crashes one side is
+reported as a crash, and the others still run). The kernels are compiled by each side
+itself from tests/mindspore/kernels (``file.cc:Name``), with the stand-in of MindSpore's
+header beside them where a case reads attributes. ``--side mindspore|opforge --case NAME``
+runs one case and prints its JSON (what the parent does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "tests" / "mindspore" / "kernels"
+
+F32 = [["float32", "DefaultFormat"]]
+
+
+def _reg(name, inputs, outputs, rows, attrs=()):
+    """A reg_info dict as CustomRegOp builds it (both sides accept the dict)."""
+    return {"op_name": name,
+            "inputs": [{"index": i, "name": n, "paramType": "required"} for i, n in enumerate(inputs)],
+            "outputs": [{"index": i, "name": n, "paramType": "required"} for i, n in enumerate(outputs)],
+            "attr": [{k: v for k, v in zip(("name", "paramType", "type", "defaultValue", "value"), a)
+                     if v is not None} for a in attrs],
+            "fusion_type": "", "dtype_format": [[tuple(p) for p in row] for row in rows],
+            "target": "CPU"}
+
+
+# name -> (func file:Name relative to the work folder, out_shape, out_dtype, reg_info,
+#          inputs as (values, dtype), prim attrs)
+CASES = {
+    "add_lambdas_no_reg_info": ("plain_add.cc:PlainAdd", "same", "same", None,
+                                [([1.5, 2.0, -3.0], "float32"), ([1.0, 1.0, 1.0], "float32")], {}),
+    "add_fixed_out_shape_no_reg_info": ("plain_add.cc:PlainAdd", [3], "float32", None,
+                                        [([1.5, 2.0, -3.0], "float32"), ([1.0, 1.0, 1.0], "float32")], {}),
+    "add_float16_into_float32_row": ("plain_add.cc:PlainAdd", "same", "same",
+                                     _reg("PlainAdd", ["x", "y"], ["z"], [F32 * 3]),
+                                     [([1.5, 2.25], "float16"), ([1.0, 1.0], "float16")], {}),
+    "add_wrong_input_count": ("plain_add.cc:PlainAdd", "same", "same",
+                              _reg("PlainAdd", ["x", "y"], ["z"], [F32 * 3]),
+                              [([1.0, 2.0], "float32")], {}),
+    "attrs_string_defaults_mindspore_header": (
+        "mindspore_layout/attrs_kernel.cc:AttrsKernel", "same", "same",
+        _reg("AttrsKernel", ["x"], ["y"], [F32 * 2],
+             [("scale", "required", "float", "2.5"), ("bias", "required", "int", "3"),
+              ("flip", "required", "bool", "false"),
+              ("mode", "required", "str", "a string longer than fifteen characters"),
+              ("weights", "required", "listFloat", "0.5,1.5")]),
+        [([0.0, 1.0, -2.0], "float32")], {"grid": [[1, 2], [3]]}),
+    "attrs_typed_values": (
+        "mindspore_layout/attrs_kernel.cc:AttrsKernel", "same", "same",
+        _reg("AttrsKernel", ["x"], ["y"], [F32 * 2],
+             [("scale", "required", "float", None, 2.5), ("bias", "required", "int", None, 3),
+              ("flip", "required", "bool", None, False),
+              ("mode", "required", "str", None, "a string longer than fifteen characters"),
+              ("weights", "required", "listFloat", None, [0.5, 1.5])]),
+        [([0.0, 1.0, -2.0], "float32")], {"grid": [[1, 2], [3]]}),
+    "attrs_string_values": (
+        "mindspore_layout/attrs_kernel.cc:AttrsKernel", "same", "same",
+        _reg("AttrsKernel", ["x"], ["y"], [F32 * 2],
+             [("scale", "required", "float", None, "2.5"), ("bias", "required", "int", None, "3"),
+              ("flip", "required", "bool", None, "false"),
+              ("mode", "required", "str", None, "a string longer than fifteen characters"),
+              ("weights", "required", "listFloat", None, "0.5,1.5")]),
+        [([0.0, 1.0, -2.0], "float32")], {"grid": [[1, 2], [3]]}),
+    "attrs_add_prim_attr": (
+        "mindspore_layout/attrs_kernel.cc:AttrsKernel", "same", "same",
+        _reg("AttrsKernel", ["x"], ["y"], [F32 * 2]), [([0.0, 1.0, -2.0], "float32")],
+        {"scale": 2.0, "bias": 1, "flip": True, "mode": "short", "weights": [1.0],
+         "grid": [[1]]}),
+    "attrs_missing_one": (
+        "mindspore_layout/attrs_kernel.cc:AttrsKernel", "same", "same",
+        _reg("AttrsKernel", ["x"], ["y"], [F32 * 2],
+             [("scale", "required", "float", None, 2.5), ("flip", "required", "bool", None, False),
+              ("mode", "required", "str", None, "m"),
+              ("weights", "required", "listFloat", None, [0.5])]),
+        [([0.0, 1.0, -2.0], "float32")], {"grid": [[1]]}),
+}
+
+
+def _case_opforge(case, work: Path):
+    import numpy as np
+    import torch
+
+    from opforge.mindspore import Custom
+
+    func, out_shape, out_dtype, reg, inputs, prim = case
+    op = Custom(str(work / func), out_shape=(lambda *a: a[0]) if out_shape == "same" else out_shape,
+                out_dtype=(lambda *a: a[0]) if out_dtype == "same" else out_dtype,
+                func_type="aot", reg_info=reg, cache_root=work / "cache")
+    for k, v in prim.items():
+        op.add_prim_attr(k, v)
+    out = op(*[torch.tensor(np.array(v, dtype=d)) for v, d in inputs])
+    return {"values": out.tolist(), "dtype": str(out.dtype).removeprefix("torch.")}
+
+
+def _case_mindspore(case, work: Path):
+    import numpy as np
+    import mindspore as ms
+    from mindspore import ops
+
+    ms.set_context(device_target="CPU")
+    func, out_shape, out_dtype, reg, inputs, prim = case
+    op = ops.Custom(str(work / func), out_shape=(lambda *a: a[0]) if out_shape == "same" else out_shape,
+                    out_dtype=(lambda *a: a[0]) if out_dtype == "same" else getattr(ms, out_dtype),
+                    func_type="aot", reg_info=reg)
+    for k, v in prim.items():
+        op.add_prim_attr(k, v)
+    out = op(*[ms.Tensor(np.array(v, dtype=d)) for v, d in inputs])
+    return {"values": out.asnumpy().tolist(), "dtype": str(out.dtype).lower()}
+
+
+def run_one(side: str, name: str, work: Path) -> dict:
+    """One case on one side, in this process: its result or its error."""
+    case = CASES[name]
+    try:
+        os.chdir(work)
+        result = (_case_mindspore if side == "mindspore" else _case_opforge)(case, work)
+        return {"ok": True, **result}
+    except Exception as e:  # noqa: BLE001 - the refusal is the result
+        return {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+
+
+def _child(python: str, side: str, name: str, work: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) if side == "opforge" else "")
+    try:
+        done = subprocess.run([python, __file__, "--side", side, "--case", name, "--work", str(work)],
+                              capture_output=True, text=True, timeout=900, env=env)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": "timed out"}
+    lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"ok": False, "error": f"crashed (exit {done.returncode}): {done.stderr.strip()[-300:]}"}
+    return json.loads(lines[-1])
+
+
+def _agree(a: dict, b: dict) -> str:
+    if a["ok"] and b["ok"]:
+        same = a["dtype"] == b["dtype"] and a["values"] == b["values"]
+        return "same" if same else "DIFFERENT"
+    if not a["ok"] and not b["ok"]:
+        return "both refuse"
+    return "only MindSpore refuses" if not a["ok"] else "only opforge refuses"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mindspore-python", default="/tmp/msvenv/bin/python")
+    parser.add_argument("--opforge-python", default=sys.executable)
+    parser.add_argument("--side", choices=("mindspore", "opforge"))
+    parser.add_argument("--case", choices=sorted(CASES))
+    parser.add_argument("--work")
+    parser.add_argument("--out", help="write the report (Markdown) here")
+    args = parser.parse_args()
+    if args.side:
+        print(json.dumps(run_one(args.side, args.case, Path(args.work))))
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in CASES:
+            results = {}
+            for side, python in (("mindspore", args.mindspore_python),
+                                 ("opforge", args.opforge_python)):
+                work = Path(tmp) / side / name
+                shutil.copytree(KERNELS, work)
+                results[side] = _child(python, side, name, work)
+            for result in results.values():  # stable text: no temporary folder names
+                if not result["ok"]:
+                    result["error"] = result["error"].replace(tmp, "<work>")
+            rows.append((name, results["mindspore"], results["opforge"]))
+    lines = ["| case | MindSpore | opforge | verdict |", "| --- | --- | --- | --- |"]
+    for name, a, b in rows:
+        show = lambda r: (f"{r['dtype']} {r['values']}" if r["ok"] else r["error"]).replace("|", "/")
+        lines.append(f"| {name} | {show(a)} | {show(b)} | {_agree(a, b)} |")
+    report = "\n".join(lines)
+    print(report)
+    if args.out:
+        Path(args.out).write_text(
+            "# MindSpore conformance (scripts/mindspore_conformance.py)\n\n"
+            "The same cases through MindSpore 2.10 (CPU) and opforge, each case in its own "
+            "child process on each side; generated by the script, not edited by hand.\n\n"
+            + report + "\n")
+
+
+if __name__ == "__main__":
+    main()
