@@ -94,6 +94,50 @@ CASES = {
 }
 
 
+# CustomRegOp chains, evaluated on each side with its CustomRegOp and DataType: the same
+# dictionary from get_op_info(), or both refuse
+CHAINS = [
+    'CustomRegOp()',
+    'CustomRegOp("A").input(0, "x").input(1, "y").output(0, "z")'
+    '.dtype_format(DataType.F32_Default, DataType.F32_Default, DataType.F32_Default).target("CPU")',
+    'CustomRegOp("A").input()',
+    'CustomRegOp("A").input(0, "x", None)',
+    'CustomRegOp("A").input(0, "x-1").output(0, "y 2")',
+    'CustomRegOp("A").output(1, "y", "optional", shape="all")',
+    'CustomRegOp("A").attr("s", "required", "float", "1.0")',
+    'CustomRegOp("A").attr("s", "required", "float", "1.0", value="2")',
+    'CustomRegOp("A").attr()',
+    'CustomRegOp("A").fusion_type("OPAQUE")',
+    'CustomRegOp("A").target()',
+    'CustomRegOp("A").input(0, "x").output(0, "y")'
+    '.dtype_format(DataType.F32_Default_Tuple, DataType.F16_5HD)',
+    'CustomRegOp("A").target(3)',
+    'CustomRegOp("A").attr("s", "required", "float", 1.0)',
+    'CustomRegOp("A").input(0, "x").output(0, "y").dtype_format(DataType.F32_Default)',
+    'CustomRegOp("A").dtype_format("float32")',
+    'CustomRegOp(3)',
+    'CustomRegOp("A").input(0, "x", "sometimes")',
+    'CustomRegOp("A").input(True, "x")',
+]
+
+
+def run_registration(side: str) -> dict:
+    """Every chain's get_op_info() (or its refusal) and every DataType name's value."""
+    if side == "mindspore":
+        from mindspore.ops import CustomRegOp, DataType
+    else:
+        from opforge.mindspore import CustomRegOp, DataType
+    chains = {}
+    for chain in CHAINS:
+        try:
+            info = eval(chain, {"CustomRegOp": CustomRegOp, "DataType": DataType}).get_op_info()
+            chains[chain] = json.loads(json.dumps(info))
+        except Exception as e:  # noqa: BLE001 - the refusal is the result
+            chains[chain] = f"refused: {type(e).__name__}"
+    names = {k: list(v) for k, v in vars(DataType).items() if not k.startswith("_")}
+    return {"chains": chains, "data_types": names}
+
+
 def _case_opforge(case, work: Path):
     import numpy as np
     import torch
@@ -164,12 +208,14 @@ def main() -> None:
     parser.add_argument("--mindspore-python", default="/tmp/msvenv/bin/python")
     parser.add_argument("--opforge-python", default=sys.executable)
     parser.add_argument("--side", choices=("mindspore", "opforge"))
-    parser.add_argument("--case", choices=sorted(CASES))
+    parser.add_argument("--case", choices=sorted(CASES), help="one case (else, with --side: "
+                        "the CustomRegOp chains and DataType names)")
     parser.add_argument("--work")
     parser.add_argument("--out", help="write the report (Markdown) here")
     args = parser.parse_args()
     if args.side:
-        print(json.dumps(run_one(args.side, args.case, Path(args.work))))
+        print(json.dumps(run_one(args.side, args.case, Path(args.work)) if args.case else
+                         run_registration(args.side)))
         return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,6 +234,28 @@ def main() -> None:
     for name, a, b in rows:
         show = lambda r: (f"{r['dtype']} {r['values']}" if r["ok"] else r["error"]).replace("|", "/")
         lines.append(f"| {name} | {show(a)} | {show(b)} | {_agree(a, b)} |")
+    registration = {}
+    for side, python in (("mindspore", args.mindspore_python), ("opforge", args.opforge_python)):
+        env = dict(os.environ, PYTHONPATH=str(ROOT) if side == "opforge" else "")
+        done = subprocess.run([python, __file__, "--side", side], capture_output=True,
+                              text=True, timeout=900, env=env)
+        registration[side] = json.loads([l for l in done.stdout.splitlines()
+                                         if l.startswith("{")][-1])
+    ms, of = registration["mindspore"], registration["opforge"]
+    lines += ["", "| CustomRegOp chain | MindSpore | opforge | verdict |", "| --- | --- | --- | --- |"]
+    for chain in CHAINS:
+        a, b = ms["chains"][chain], of["chains"][chain]
+        verdict = "same" if a == b else (
+            "both refuse" if isinstance(a, str) and isinstance(b, str) else
+            "only MindSpore refuses" if isinstance(a, str) else
+            "only opforge refuses" if isinstance(b, str) else "DIFFERENT")
+        show = lambda r: (r if isinstance(r, str) else "dict").replace("|", "/")
+        lines.append(f"| `{chain}` | {show(a)} | {show(b)} | {verdict} |")
+    same = sum(ms["data_types"].get(k) == v for k, v in of["data_types"].items())
+    lines += ["", f"DataType: MindSpore has {len(ms['data_types'])} names, opforge "
+              f"{len(of['data_types'])}; {same} have the same value on both; only in "
+              f"MindSpore: {sorted(set(ms['data_types']) - set(of['data_types'])) or 'none'}; "
+              f"only in opforge: {sorted(set(of['data_types']) - set(ms['data_types'])) or 'none'}."]
     report = "\n".join(lines)
     print(report)
     if args.out:

@@ -30,6 +30,11 @@ __all__ = ["CustomRegOp", "DataType", "RegInfo", "parse_reg_info"]
 _PARAM_TYPES = ("required", "optional", "dynamic")
 
 
+class RegInfoTypeError(ManifestError, TypeError):
+    """A builder argument of the wrong type: a ``ManifestError`` and, as MindSpore raises
+    for it, a ``TypeError``."""
+
+
 class CustomRegOp:
     """MindSpore's registration-info builder for a custom operator.
 
@@ -65,7 +70,7 @@ class CustomRegOp:
                 continue
             kind = checks[key]
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ManifestError(f"`{api}`: {key} {shown(value)} — found "
+                raise RegInfoTypeError(f"`{api}`: {key} {shown(value)} — found "
                                     f"{type(value).__name__} — valid: {kind.__name__} or None "
                                     f"(MindSpore raises TypeError) — fix: pass a {kind.__name__}")
             entry[key] = value
@@ -106,7 +111,7 @@ class CustomRegOp:
     def fusion_type(self, fusion_type) -> "CustomRegOp":
         """The fusion type (recorded; opforge does not fuse)."""
         if not isinstance(fusion_type, str):
-            raise ManifestError(f"`{self._api('fusion_type(...)')}`: {shown(fusion_type)} — found "
+            raise RegInfoTypeError(f"`{self._api('fusion_type(...)')}`: {shown(fusion_type)} — found "
                                 f"{type(fusion_type).__name__} — valid: a string (MindSpore "
                                 "raises TypeError) — fix: .fusion_type(\"OPAQUE\")")
         self.fusion_type_ = fusion_type
@@ -134,7 +139,7 @@ class CustomRegOp:
     def target(self, target=None) -> "CustomRegOp":
         """The device: ``"CPU"`` (the only one opforge runs AOT kernels on)."""
         if target is not None and not isinstance(target, str):
-            raise ManifestError(f"`{self._api('target(...)')}`: target {shown(target)} — found "
+            raise RegInfoTypeError(f"`{self._api('target(...)')}`: target {shown(target)} — found "
                                 f"{type(target).__name__} — valid: \"CPU\", \"GPU\", "
                                 "\"Ascend\" or None (MindSpore raises TypeError) — fix: "
                                 ".target(\"CPU\")")

@@ -68,6 +68,8 @@ def test_builder_refuses_misuse_where_written():
         CustomRegOp("A").dtype_format("float32")
     with pytest.raises(ManifestError, match="target 3"):
         CustomRegOp("A").target(3)
+    with pytest.raises(TypeError):  # what MindSpore raises for it
+        CustomRegOp("A").target(3)
     with pytest.raises(ManifestError, match="defaultValue 2.5"):
         CustomRegOp("A").attr("scale", "required", "float", 2.5)
     with pytest.raises(ManifestError, match="fusion_type"):
