@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from opforge.errors import ManifestError, RegistrationError
-from opforge.mindspore.cann import vendor_folders
 from opforge.mindspore.op import AotKernel, AotOp
+from opforge.mindspore.cann import vendor_folders  # noqa: I001 - apart, for merges
 
 __all__ = ["SEARCH_PATH_ENV", "MINDSPORE_SEARCH_PATH_ENV", "PACKAGE_FORMAT", "search_path",
            "packages", "find_op", "read_package", "write_package", "load_package",
