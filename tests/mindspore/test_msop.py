@@ -140,4 +140,3 @@ def test_build_refuses_missing_pieces(sources, cache):
     (host / "add_custom.yaml").unlink()
     with pytest.raises(ManifestError, match="holds no prototype"):
         build_vendor_package(host, kernel, cache_root=cache)
-
