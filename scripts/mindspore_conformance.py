@@ -138,6 +138,36 @@ def run_registration(side: str) -> dict:
     return {"chains": chains, "data_types": names}
 
 
+# two libraries exporting one kernel name (AddK: + in k1, * in k2), both defined, then
+# both called: each must keep its own library
+_ADDK = """#include <stdint.h>
+extern "C" int AddK(int nparam, void** params, int* ndims, int64_t** shapes,
+                    const char** dtypes, void* stream, void* extra) {
+  int64_t n = 1;
+  for (int d = 0; d < ndims[2]; ++d) n *= shapes[2][d];
+  const float* a = static_cast<const float*>(params[0]);
+  const float* b = static_cast<const float*>(params[1]);
+  float* z = static_cast<float*>(params[2]);
+  for (int64_t i = 0; i < n; ++i) z[i] = a[i] OP b[i];
+  return 0;
+}
+"""
+for _name, _files in (("same_symbol_two_libraries", ("addk1.cc", "addk2.cc")),
+                      ("same_symbol_two_files_of_one_name", ("addk.cc", "addk.cc"))):
+    CASES[_name] = (f"<two libraries {' '.join(_files)}>", "same", "same", None,
+                    [([2.0, 3.0], "float32"), ([5.0, 5.0], "float32")], {})
+
+
+def _two_libraries(func: str, make, work: Path, inputs):
+    ops = []
+    files = func.strip("<>").split()[2:]
+    for folder, op, file in zip(("k1", "k2"), ("+", "*"), files):
+        (work / folder).mkdir(exist_ok=True)
+        (work / folder / file).write_text(_ADDK.replace("OP", op))
+        ops.append(make(str(work / folder / file) + ":AddK"))
+    return [op(*inputs) for op in ops]
+
+
 def _case_opforge(case, work: Path):
     import numpy as np
     import torch
@@ -145,6 +175,12 @@ def _case_opforge(case, work: Path):
     from opforge.mindspore import Custom
 
     func, out_shape, out_dtype, reg, inputs, prim = case
+    if func.startswith("<two libraries"):
+        outs = _two_libraries(func, lambda f: Custom(f, out_shape=lambda *a: a[0],
+                                               out_dtype=lambda *a: a[0], func_type="aot",
+                                               cache_root=work / "cache"),
+                              work, [torch.tensor(np.array(v, dtype=d)) for v, d in inputs])
+        return {"values": [o.tolist() for o in outs], "dtype": "float32"}
     op = Custom(str(work / func), out_shape=(lambda *a: a[0]) if out_shape == "same" else out_shape,
                 out_dtype=(lambda *a: a[0]) if out_dtype == "same" else out_dtype,
                 func_type="aot", reg_info=reg, cache_root=work / "cache")
@@ -161,6 +197,11 @@ def _case_mindspore(case, work: Path):
 
     ms.set_context(device_target="CPU")
     func, out_shape, out_dtype, reg, inputs, prim = case
+    if func.startswith("<two libraries"):
+        outs = _two_libraries(func, lambda f: ops.Custom(f, out_shape=lambda *a: a[0],
+                                                   out_dtype=lambda *a: a[0], func_type="aot"),
+                              work, [ms.Tensor(np.array(v, dtype=d)) for v, d in inputs])
+        return {"values": [o.asnumpy().tolist() for o in outs], "dtype": "float32"}
     op = ops.Custom(str(work / func), out_shape=(lambda *a: a[0]) if out_shape == "same" else out_shape,
                     out_dtype=(lambda *a: a[0]) if out_dtype == "same" else getattr(ms, out_dtype),
                     func_type="aot", reg_info=reg)
