@@ -91,6 +91,10 @@ CASES = {
               ("mode", "required", "str", None, "m"),
               ("weights", "required", "listFloat", None, [0.5])]),
         [([0.0, 1.0, -2.0], "float32")], {"grid": [[1]]}),
+    "kernel_writes_past_its_output": ("bad_writes.cc:OverCustom", "same", "same", None,
+                                      [([1.0, 2.0, 3.0, 4.0, 5.0], "float32")], {}),
+    "kernel_writes_half_its_output": ("bad_writes.cc:UnderCustom", "same", "same", None,
+                                      [([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "float32")], {}),
 }
 
 
