@@ -16,8 +16,7 @@
 # the hidden pointer in a register ctypes cannot set: there the C++ infer functions are
 # refused with a fix (Python inference), and kernels still run.
 #
-# ``extra`` points to an ``opforge_ms_extra`` (custom_aot_extra.h): attributes, the
-# workspace sizes an Init function sets, and its kernel data.
+# ``extra`` points to an ``AotExtra`` object laid out as MindSpore's (``extra.py``).
 """
 
 from __future__ import annotations
@@ -31,22 +30,9 @@ import numpy as np
 
 from opforge.errors import BuildError, KernelError
 from opforge.mindspore.dtypes import TYPE_IDS, type_id_name
+from opforge.mindspore.extra import ExtraObject, string_abi_of
 
-__all__ = ["AotLibrary", "AotFunctions", "CExtra", "MAX_WORKSPACE", "cpp_infer_supported"]
-
-MAX_WORKSPACE = 16
-EXTRA_VERSION = 1
-
-
-class CAttr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int32), ("reserved", ctypes.c_int32),
-                ("i", ctypes.c_int64), ("d", ctypes.c_double), ("s", ctypes.c_char_p)]
-
-
-class CExtra(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("num_workspace", ctypes.c_int32),
-                ("workspace", ctypes.c_uint64 * MAX_WORKSPACE), ("kernel_data", ctypes.c_void_p),
-                ("num_attrs", ctypes.c_int64), ("attrs", ctypes.POINTER(CAttr))]
+__all__ = ["AotLibrary", "AotFunctions", "cpp_infer_supported"]
 
 
 class _Vector(ctypes.Structure):  # std::vector<T>: begin, end, capacity
@@ -69,28 +55,6 @@ _PROTO = ctypes.CFUNCTYPE(ctypes.c_char_p)
 def cpp_infer_supported() -> bool:
     """Can C++ infer functions be called here (x86-64, see the design note)?"""
     return platform.machine().lower() in ("x86_64", "amd64")
-
-
-def make_extra(attrs: tuple[dict, ...] = ()) -> tuple[CExtra, list]:
-    """A fresh ``opforge_ms_extra`` holding ``attrs`` (registration-info attributes with a
-    ``value``); returns it and what must stay alive beside it."""
-    usable = [a for a in attrs if "value" in a or "defaultValue" in a]
-    table = (CAttr * max(len(usable), 1))()
-    keep: list = [table]
-    for slot, attr in zip(table, usable):
-        value = attr.get("value", attr.get("defaultValue"))
-        slot.name = str(attr.get("name", "")).encode()
-        if isinstance(value, bool):
-            slot.kind, slot.i = 3, int(value)
-        elif isinstance(value, int):
-            slot.kind, slot.i = 1, value
-        elif isinstance(value, float):
-            slot.kind, slot.d = 2, value
-        else:
-            slot.kind, slot.s = 4, str(value).encode()
-    extra = CExtra(version=EXTRA_VERSION, num_attrs=len(usable))
-    extra.attrs = table
-    return extra, keep
 
 
 def shape_arrays(shapes: list[tuple[int, ...]]) -> tuple[ctypes.Array, ctypes.Array, list]:
@@ -134,6 +98,14 @@ class AotLibrary:
         if delete is not None:
             delete.restype, delete.argtypes = None, [ctypes.c_void_p]
         self._delete = delete
+        self._string_abi: list = []
+
+    @property
+    def string_abi(self) -> int | None:
+        """The library's std::string ABI (``extra.string_abi_of``)."""
+        if not self._string_abi:
+            self._string_abi.append(string_abi_of(self._dll, self.path))
+        return self._string_abi[0]
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, api: str = "opforge.mindspore") -> "AotLibrary":
@@ -182,12 +154,12 @@ class AotFunctions:
         return None if text is None else text.decode("utf-8", "replace")
 
     def infer_shape(self, input_shapes: list[tuple[int, ...]], n_outputs: int,
-                    extra: CExtra) -> list[tuple[int, ...]]:
+                    extra: ExtraObject) -> list[tuple[int, ...]]:
         """Call ``NameInferShape``; one shape per output."""
         ndims, shapes, keep = shape_arrays(input_shapes)
         result = _Vector()
-        _INFER_SHAPE(self.infer_shape_fn)(ctypes.addressof(result), ndims, shapes,
-                                          ctypes.addressof(extra))
+        _INFER_SHAPE(self.infer_shape_fn)(ctypes.addressof(result), ndims, shapes, extra.address)
+        extra.raise_errors(f"`{self.name}InferShape` ({self.library.path})")
         if n_outputs == 1:
             return [self._take(result, ctypes.c_int64)]
         outer = self._elements(result, _Vector)
@@ -195,32 +167,37 @@ class AotFunctions:
         self.library.free(result.begin)
         return shapes_out
 
-    def infer_type(self, input_dtypes: list[str], n_outputs: int, extra: CExtra) -> list[str | None]:
+    def infer_type(self, input_dtypes: list[str], n_outputs: int,
+                   extra: ExtraObject) -> list[str | None]:
         """Call ``NameInferType``; one dtype name per output (None: not a number type)."""
         ids = (ctypes.c_int * max(len(input_dtypes), 1))(*[TYPE_IDS.get(d, 0) for d in input_dtypes])
         argument = _Vector(ctypes.addressof(ids), ctypes.addressof(ids) + 4 * len(input_dtypes),
                            ctypes.addressof(ids) + 4 * len(input_dtypes))
         if n_outputs == 1:
             number = _INFER_TYPE_ONE(self.infer_type_fn)(ctypes.addressof(argument),
-                                                         ctypes.addressof(extra))
+                                                         extra.address)
+            extra.raise_errors(f"`{self.name}InferType` ({self.library.path})")
             return [type_id_name(number)]
         result = _Vector()
         _INFER_TYPE_MANY(self.infer_type_fn)(ctypes.addressof(result), ctypes.addressof(argument),
-                                             ctypes.addressof(extra))
+                                             extra.address)
+        extra.raise_errors(f"`{self.name}InferType` ({self.library.path})")
         return [type_id_name(int(n)) for n in self._take(result, ctypes.c_int)]
 
-    def init(self, shapes: list[tuple[int, ...]], dtypes: list[str], extra: CExtra) -> int:
+    def init(self, shapes: list[tuple[int, ...]], dtypes: list[str], extra: ExtraObject) -> int:
         ndims, table, keep = shape_arrays(shapes)
-        return _INIT(self.init_fn)(ndims, table, dtype_array(dtypes), ctypes.addressof(extra))
+        status = _INIT(self.init_fn)(ndims, table, dtype_array(dtypes), extra.address)
+        extra.raise_errors(f"`{self.name}Init` ({self.library.path})")
+        return status
 
     def bind_launch(self, arrays: list[np.ndarray], shapes: list[tuple[int, ...]],
-                    dtypes: list[str], extra: CExtra):
+                    dtypes: list[str], extra: ExtraObject):
         """Marshal once; return a zero-argument call returning the kernel's status."""
         params = (ctypes.c_void_p * max(len(arrays), 1))(
             *[a.__array_interface__["data"][0] for a in arrays])
         ndims, table, rows = shape_arrays(shapes)
         names = dtype_array(dtypes)
-        kernel, n, extra_address = self._kernel, len(arrays), ctypes.addressof(extra)
+        kernel, n, extra_address = self._kernel, len(arrays), extra.address
 
         def call() -> int:
             return kernel(n, params, ndims, table, names, None, extra_address)

@@ -13,22 +13,27 @@ the tensors, no copy for contiguous CPU tensors), so ``torch.export`` keeps it a
 opforge exports it, ATen mode runs it through PyTorch and the lean runtime runs it from a
 vendor package (``write_package`` / ``opforge msop build``).
 
-Defining an op again under the same name replaces its kernel and inference (the schema
-must stay the same): a process holds one ``mindspore::<Name>``.
+Defining an op again from the same ``func`` (the same file and kernel name, the same vendor
+op, the same Python function) with the same inputs and outputs replaces its kernel and
+inference. Two ``Custom`` of one kernel name from different files, or with different
+inputs, are two operators, as in MindSpore: the second is registered as
+``mindspore::<Name>_2`` (then ``_3``...), and each keeps its own library.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from opforge.errors import KernelError, RegistrationError
+from opforge.errors import KernelError, ManifestError, RegistrationError
 from opforge.manifest import OpDef
-from opforge.mindspore.definition import define
+from opforge.mindspore.definition import UnknownArity, define
 from opforge.mindspore.op import NAMESPACE, AotKernel, AotOp
 from opforge.schema import FunctionSchema
 from opforge.torch_bridge import registration
@@ -37,6 +42,8 @@ __all__ = ["Custom", "check"]
 
 # name -> (AotOp, its runtime kernel, OpDef): the op each registered name runs now.
 _CURRENT: dict[str, tuple[AotOp, AotKernel, OpDef]] = {}
+# name -> where its func came from (see _origin): another origin gets another name.
+_ORIGINS: dict[str, str] = {}
 
 
 class Custom:
@@ -52,8 +59,27 @@ class Custom:
                  cache_root: Path | None = None) -> None:
         api = f"opforge.mindspore.Custom({func!r})" if isinstance(func, str) else \
             "opforge.mindspore.Custom(...)"
-        self.op = define(func, out_shape, out_dtype, func_type, reg_info, api=api,
-                         cache_root=cache_root)
+        self._definition = (func, out_shape, out_dtype, func_type, reg_info, api, cache_root,
+                            reference)
+        self._prim_attrs: dict[str, object] = {}
+        try:
+            self._define(None)
+        except UnknownArity:
+            # MindSpore's own docstring form: a fixed out_shape and no reg_info; the op is
+            # defined by its first call, with that call's number of inputs
+            self.op = self.kernel = self.opdef = self.name = None
+
+    def _define(self, n_inputs: int | None) -> None:
+        func, out_shape, out_dtype, func_type, reg_info, api, cache_root, reference = \
+            self._definition
+        op = define(func, out_shape, out_dtype, func_type, reg_info, api=api,
+                    cache_root=cache_root, n_inputs=n_inputs)
+        # another signature or other dtype rows: another op (MindSpore: another primitive)
+        identity = f"{_origin(func)} ({op.schema.partition('(')[2]} {op.dtype_rows}"
+        op = replace(op, name=_name_for(op.name, identity))
+        if self._prim_attrs:
+            op = replace(op, attrs=_with_attrs(op.attrs, self._prim_attrs))
+        self.op = op
         self.kernel = AotKernel(self.op)
         self.opdef = _register(self.op, self.kernel, reference)
         self.name = self.op.name
@@ -63,11 +89,65 @@ class Custom:
         """The out overload's registry key, ``mindspore::<Name>.out``."""
         return self.op.key
 
+    def add_prim_attr(self, name: str, value) -> "Custom":
+        """MindSpore's ``Primitive.add_prim_attr``: an attribute the kernel reads with
+        ``Attr<T>(name)`` (it replaces a reg_info value of that name); returns self."""
+        from opforge.mindspore.attrs import parse_attr
+
+        api = f"{self!r}.add_prim_attr({name!r}, ...)"
+        if not isinstance(name, str) or not name:
+            raise ManifestError(f"`{api}`: name {name!r} — valid: a non-empty string — fix: "
+                                "add_prim_attr(\"scale\", 2.0)")
+        parse_attr(name, None, value, api)  # a value of a type an attribute can have
+        self._prim_attrs[name] = value
+        if self.op is not None:
+            self.op = replace(self.op, attrs=_with_attrs(self.op.attrs, {name: value}))
+            self.kernel = AotKernel(self.op)
+            _CURRENT[self.op.name] = (self.op, self.kernel, self.opdef)
+        return self
+
     def __call__(self, *inputs):
+        if self.op is None:
+            self._define(len(inputs))
+        if len(inputs) != len(self.op.inputs):
+            raise KernelError(f"`{NAMESPACE}::{self.op.name}`: called with {len(inputs)} "
+                              f"input(s) — valid: {len(self.op.inputs)} "
+                              f"({', '.join(self.op.inputs)}) — fix: pass one tensor per input "
+                              "of the registration info")
         return getattr(getattr(torch.ops, NAMESPACE), self.op.name)(*inputs)
 
     def __repr__(self) -> str:
+        if self.op is None:
+            return f"<opforge.mindspore.Custom {self._definition[0]!r} (defined at its first call)>"
         return f"<opforge.mindspore.Custom {self.op.schema} ({self.op.source})>"
+
+
+def _with_attrs(attrs: tuple, values: dict) -> tuple:
+    """``attrs`` with ``values`` (name → value) set: an existing entry's value replaced (its
+    declared type kept), a new one appended."""
+    out = [dict(a, value=values[a.get("name")]) if a.get("name") in values else a for a in attrs]
+    known = {a.get("name") for a in attrs}
+    out += [{"name": n, "value": v} for n, v in values.items() if n not in known]
+    return tuple(out)
+
+
+def _origin(func) -> str:
+    """What makes two definitions the same op: the file and kernel name of "path:Name"
+    (not the compiled library: editing a .cc keeps the op), a vendor op's name, or a
+    Python function's module and name."""
+    if isinstance(func, str):
+        path, sep, name = func.rpartition(":")
+        return f"{os.path.realpath(path)}:{name}" if sep else f"vendor:{func}"
+    return f"{getattr(func, '__module__', '?')}:{getattr(func, '__qualname__', repr(func))}"
+
+
+def _name_for(name: str, origin: str) -> str:
+    """``name`` if free or held by the same origin, else the first free ``name_2``, ``_3``..."""
+    candidate, k = name, 1
+    while _ORIGINS.setdefault(candidate, origin) != origin:
+        k += 1
+        candidate = f"{name}_{k}"
+    return candidate
 
 
 def _register(op: AotOp, kernel: AotKernel, reference: Callable | None) -> OpDef:

@@ -30,7 +30,7 @@ from opforge.mindspore.aot import AotLibrary, cpp_infer_supported
 from opforge.mindspore.op import AotOp
 from opforge.mindspore.reg_info import RegInfo, parse_reg_info
 
-__all__ = ["define", "FUNC_TYPES", "check_prototype", "NameMismatchWarning"]
+__all__ = ["define", "FUNC_TYPES", "check_prototype", "NameMismatchWarning", "UnknownArity"]
 
 FUNC_TYPES = ("aot", "pyfunc")
 _SOURCES = (".cc", ".cpp", ".cxx")
@@ -41,9 +41,16 @@ class NameMismatchWarning(UserWarning):
     does, for a plain library kernel)."""
 
 
+class UnknownArity(ManifestError):
+    """Nothing tells the number of inputs (no reg_info, no prototype, a fixed out_shape):
+    ``Custom`` then defines the op at its first call, with that call's inputs."""
+
+
 def define(func, out_shape=None, out_dtype=None, func_type="aot", reg_info=None, *,
-           api: str = "opforge.mindspore.Custom(...)", cache_root: Path | None = None) -> AotOp:
-    """Check a ``Custom`` definition and return its ``AotOp``."""
+           api: str = "opforge.mindspore.Custom(...)", cache_root: Path | None = None,
+           n_inputs: int | None = None) -> AotOp:
+    """Check a ``Custom`` definition and return its ``AotOp`` (``n_inputs``: the number of
+    inputs when nothing else says it; inputs are then x0, x1, ...)."""
     if func_type not in FUNC_TYPES:
         raise ManifestError(f"`{api}`: func_type {shown(func_type)} — valid: "
                             f"{', '.join(map(repr, FUNC_TYPES))} (opforge runs CPU kernels: AOT "
@@ -86,7 +93,7 @@ def define(func, out_shape=None, out_dtype=None, func_type="aot", reg_info=None,
                       f"registered as {name!r}", NameMismatchWarning, stacklevel=3)
     if proto is not None and info is not None:
         check_prototype(info, proto, api, f"{name}OpProto in {library}")
-    inputs, outputs = _signature(reference, out_shape, api, func)
+    inputs, outputs = _signature(reference, out_shape, api, func, n_inputs)
     # reg_info's rows narrow what the kernel runs; without any, the prototype's rows hold
     rows = (info.dtype_rows() if info is not None and info.dtype_formats else
             proto.dtype_rows() if proto is not None else ())
@@ -188,9 +195,12 @@ def _fits(row, allowed) -> bool:
         zip((_normal(p) for p in row), allowed))
 
 
-def _signature(reference: RegInfo | None, out_shape, api: str, func) -> tuple[tuple, tuple]:
+def _signature(reference: RegInfo | None, out_shape, api: str, func,
+               n_inputs: int | None = None) -> tuple[tuple, tuple]:
     if reference is not None and reference.inputs:
         return reference.inputs, reference.outputs or ("y",)
+    if n_inputs is not None:
+        return tuple(f"x{i}" for i in range(n_inputs)), ("y",)
     if callable(out_shape):
         try:
             params = list(inspect.signature(out_shape).parameters.values())
@@ -198,7 +208,7 @@ def _signature(reference: RegInfo | None, out_shape, api: str, func) -> tuple[tu
             params = []
         if params and all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
             return tuple(f"x{i}" for i in range(len(params))), ("y",)
-    raise ManifestError(f"`{api}`: {shown(func)} — the number of inputs is unknown (no reg_info, "
+    raise UnknownArity(f"`{api}`: {shown(func)} — the number of inputs is unknown (no reg_info, "
                         "no prototype, and out_shape is not a function of the inputs) — valid: "
                         "a reg_info naming the inputs and outputs — fix: pass "
                         "reg_info=CustomRegOp(Name).input(0, \"x\")....get_op_info()")

@@ -24,10 +24,12 @@ DTYPES: dict[str, np.dtype] = {
     "complex64": np.dtype(np.complex64), "complex128": np.dtype(np.complex128),
 }
 
-# MindSpore TypeId numbers of the number types (kNumberTypeBool = 30 ... kNumberTypeFloat64 = 44).
+# MindSpore TypeId numbers of the number types (kNumberTypeBool = 30 ... kNumberTypeFloat64 = 44,
+# kNumberTypeBFloat16 = 45, kNumberTypeComplex64 = 51, kNumberTypeComplex128 = 52).
 TYPE_IDS: dict[str, int] = {
     "bool": 30, "int8": 32, "int16": 33, "int32": 34, "int64": 35, "uint8": 37,
     "uint16": 38, "uint32": 39, "uint64": 40, "float16": 42, "float32": 43, "float64": 44,
+    "bfloat16": 45, "complex64": 51, "complex128": 52,
 }
 _TYPE_ID_NAMES = {v: k for k, v in TYPE_IDS.items()}
 

@@ -11,7 +11,9 @@ A vendor package (built by ``opforge msop build``, or written with ``write_packa
 The search path: ``$OPFORGE_CUSTOM_OPP_PATH``, then MindSpore's ``$ASCEND_CUSTOM_OPP_PATH``,
 then the default install location (``default_install_path()``); each variable is
 colon-separated and earlier entries win. An entry is a vendor package folder (holding
-``op_info.json``) or a folder holding ``vendors/<name>/`` packages (taken in name order).
+``op_info.json``) or a folder holding ``vendors/<name>/`` packages (taken in the order of
+CANN's ``vendors/config.ini`` load_priority, then by name); a CANN package without
+``op_info.json`` (Ascend only) is skipped with an ``AscendOnlyPackageWarning``.
 
 Lean mode: ``opforge.runtime.load(program, kernels=["opforge.mindspore:register_vendor_ops"])``
 (or ``opforge run --kernels opforge.mindspore:register_vendor_ops``) registers every op of
@@ -29,6 +31,7 @@ from typing import Iterable, Sequence
 from opforge._library_paths import inside, world_writable_problem
 from opforge.errors import ManifestError, RegistrationError, shown
 from opforge.mindspore.op import AotKernel, AotOp
+from opforge.mindspore.cann import vendor_folders  # noqa: I001 - apart, for merges
 
 __all__ = ["SEARCH_PATH_ENV", "MINDSPORE_SEARCH_PATH_ENV", "PACKAGE_FORMAT", "search_path",
            "packages", "find_op", "read_package", "write_package", "load_package",
@@ -66,10 +69,8 @@ def packages() -> list[Path]:
                 _refuse_world_writable(folder, folder, f"search-path entry {entry}")
         if (entry / OP_INFO).is_file():
             candidates = [entry]
-        elif (entry / "vendors").is_dir():
-            candidates = sorted(p for p in (entry / "vendors").iterdir() if (p / OP_INFO).is_file())
-        else:
-            candidates = []
+        else:  # a folder of vendors/ (in CANN's load_priority order), or an Ascend-only one
+            candidates = vendor_folders(entry)
         found += [c.resolve() for c in candidates if c.resolve() not in found]
     return found
 

@@ -8,9 +8,11 @@
 ([(('float32', 'DefaultFormat'), ('float32', 'DefaultFormat'), ('float32', 'DefaultFormat'))], ['x1', 'x2'])
 
 ``get_op_info()`` returns the dictionary MindSpore's ``CustomRegOp`` returns (``op_name``,
-``inputs``, ``outputs``, ``attr``, ``fusion_type``, ``dtype_format``, ``target``), so a
-``reg_info=`` written for MindSpore is accepted unchanged. Builder misuse (a non-string
-name, a row of the wrong width) is refused where it is written, not at launch.
+``inputs``, ``outputs``, ``attr``, ``fusion_type``, ``dtype_format``, ``target``, with
+MindSpore's values for every builder chain), so a ``reg_info=`` written for MindSpore is
+accepted unchanged. Builder misuse (a non-string name, target or default_value, a row of
+the wrong width) is refused where it is written, not at launch. ``DataType`` is MindSpore's
+table of ``(dtype, format)`` pairs (``opforge.mindspore.data_type``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 from dataclasses import dataclass
 
 from opforge.errors import ManifestError, shown
+from opforge.mindspore.attrs import attr_values
+from opforge.mindspore.data_type import DataType
 from opforge.mindspore.dtypes import DTYPES, FORMATS
 
 __all__ = ["CustomRegOp", "DataType", "RegInfo", "parse_reg_info"]
@@ -26,64 +30,67 @@ __all__ = ["CustomRegOp", "DataType", "RegInfo", "parse_reg_info"]
 _PARAM_TYPES = ("required", "optional", "dynamic")
 
 
-class DataType:
-    """``(dtype, format)`` pairs, named as MindSpore names them: ``F32_Default`` etc."""
-
-    None_None = ("", "")
-    BOOL_None, BOOL_Default = ("bool", ""), ("bool", "DefaultFormat")
-    I8_None, I8_Default = ("int8", ""), ("int8", "DefaultFormat")
-    I16_None, I16_Default = ("int16", ""), ("int16", "DefaultFormat")
-    I32_None, I32_Default = ("int32", ""), ("int32", "DefaultFormat")
-    I64_None, I64_Default = ("int64", ""), ("int64", "DefaultFormat")
-    U8_None, U8_Default = ("uint8", ""), ("uint8", "DefaultFormat")
-    U16_None, U16_Default = ("uint16", ""), ("uint16", "DefaultFormat")
-    U32_None, U32_Default = ("uint32", ""), ("uint32", "DefaultFormat")
-    U64_None, U64_Default = ("uint64", ""), ("uint64", "DefaultFormat")
-    F16_None, F16_Default = ("float16", ""), ("float16", "DefaultFormat")
-    F32_None, F32_Default = ("float32", ""), ("float32", "DefaultFormat")
-    F64_None, F64_Default = ("float64", ""), ("float64", "DefaultFormat")
-    F16_NCHW, F32_NCHW, F16_NHWC, F32_NHWC = (("float16", "NCHW"), ("float32", "NCHW"),
-                                             ("float16", "NHWC"), ("float32", "NHWC"))
-    F16_ND, F32_ND, I32_ND, I64_ND = (("float16", "ND"), ("float32", "ND"), ("int32", "ND"),
-                                      ("int64", "ND"))
+class RegInfoTypeError(ManifestError, TypeError):
+    """A builder argument of the wrong type: a ``ManifestError`` and, as MindSpore raises
+    for it, a ``TypeError``."""
 
 
 class CustomRegOp:
-    """MindSpore's registration-info builder for a custom operator."""
+    """MindSpore's registration-info builder for a custom operator.
 
-    def __init__(self, op_name: str = "Custom") -> None:
-        if not isinstance(op_name, str) or not op_name:
+    Each method takes and checks what MindSpore's takes and checks, and ``get_op_info()``
+    returns the dictionary MindSpore's returns, for any chain of calls: the keys an
+    argument left ``None`` are absent, ``fusion_type`` is ``""`` unless set, ``target`` is
+    ``"UnKnown"`` unless set. opforge checks earlier where MindSpore would fail later: a
+    ``param_type`` outside required/optional/dynamic, a ``dtype_format`` row whose width is
+    not the number of inputs plus outputs declared so far (MindSpore checks this too).
+    """
+
+    def __init__(self, op_name="Custom") -> None:
+        if not isinstance(op_name, str) or not op_name.strip():
             raise ManifestError(f"`CustomRegOp({shown(op_name)})`: op_name — found "
-                                f"{type(op_name).__name__} — valid: a non-empty string — fix: "
-                                "CustomRegOp(\"CustomAdd\")")
+                                f"{type(op_name).__name__} {shown(op_name)} — valid: a non-empty "
+                                "string — fix: CustomRegOp(\"CustomAdd\")")
+        # the instance's fields are the dictionary (MindSpore's get_op_info reads __dict__)
         self.op_name = op_name
         self.inputs: list[dict] = []
         self.outputs: list[dict] = []
         self.attr_: list[dict] = []
-        self.fusion_type_ = "OPAQUE"
+        self.fusion_type_ = ""
         self.dtype_format_: list[tuple] = []
         self.target_ = "UnKnown"
 
     def _api(self, method: str) -> str:
         return f"CustomRegOp({self.op_name!r}).{method}"
 
+    def _entry(self, api: str, values: dict, checks: dict, kwargs: dict) -> dict:
+        entry = {}
+        for key, value in values.items():
+            if value is None:
+                continue
+            kind = checks[key]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise RegInfoTypeError(f"`{api}`: {key} {shown(value)} — found "
+                                    f"{type(value).__name__} — valid: {kind.__name__} or None "
+                                    f"(MindSpore raises TypeError) — fix: pass a {kind.__name__}")
+            entry[key] = value
+        return {**entry, **kwargs}
+
     def _io(self, kind: str, index, name, param_type, kwargs) -> "CustomRegOp":
         api = self._api(f"{kind}(...)")
-        if index is not None and (type(index) is not int or index < 0):
-            raise ManifestError(f"`{api}`: index {shown(index)} — valid: an int >= 0 — fix: "
-                                f"number the {kind}s 0, 1, ...")
-        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
-            raise ManifestError(f"`{api}`: name {shown(name)} — valid: an identifier such as "
-                                "'x1' — fix: name it as the kernel's prototype does")
-        if param_type not in _PARAM_TYPES:
+        entry = self._entry(api, {"index": index, "name": name, "paramType": param_type},
+                            {"index": int, "name": str, "paramType": str}, kwargs)
+        if entry.get("index", 0) < 0:
+            raise ManifestError(f"`{api}`: index {index} — valid: an int >= 0 — fix: number "
+                                f"the {kind}s 0, 1, ...")
+        if param_type is not None and param_type not in _PARAM_TYPES:
             raise ManifestError(f"`{api}`: param_type {shown(param_type)} — valid: "
                                 f"{', '.join(_PARAM_TYPES)} — fix: param_type=\"required\"")
-        entry = {"index": index, "name": name, "paramType": param_type, **kwargs}
         (self.inputs if kind == "input" else self.outputs).append(entry)
         return self
 
     def input(self, index=None, name=None, param_type="required", **kwargs) -> "CustomRegOp":
-        """Declare input ``index`` named ``name``."""
+        """Declare input ``index`` named ``name`` (any string, as in MindSpore)."""
         return self._io("input", index, name, param_type, kwargs)
 
     def output(self, index=None, name=None, param_type="required", **kwargs) -> "CustomRegOp":
@@ -92,35 +99,56 @@ class CustomRegOp:
 
     def attr(self, name=None, param_type=None, value_type=None, default_value=None,
              **kwargs) -> "CustomRegOp":
-        """Declare an attribute (its ``value=`` keyword is the value the kernel reads)."""
-        entry = {"name": name, "paramType": param_type, "type": value_type,
-                 "defaultValue": default_value, **kwargs}
-        self.attr_.append({k: v for k, v in entry.items() if v is not None})
+        """Declare an attribute; ``default_value`` is a string parsed by ``value_type``
+        (``"2.5"``, ``"1,2,3"``). opforge also takes ``value=`` (a string or a value)."""
+        api = self._api("attr(...)")
+        self.attr_.append(self._entry(
+            api, {"name": name, "paramType": param_type, "type": value_type,
+                  "defaultValue": default_value},
+            {"name": str, "paramType": str, "type": str, "defaultValue": str}, kwargs))
+        return self
+
+    def fusion_type(self, fusion_type) -> "CustomRegOp":
+        """The fusion type (recorded; opforge does not fuse)."""
+        if not isinstance(fusion_type, str):
+            raise RegInfoTypeError(f"`{self._api('fusion_type(...)')}`: {shown(fusion_type)} — found "
+                                f"{type(fusion_type).__name__} — valid: a string (MindSpore "
+                                "raises TypeError) — fix: .fusion_type(\"OPAQUE\")")
+        self.fusion_type_ = fusion_type
         return self
 
     def dtype_format(self, *pairs) -> "CustomRegOp":
-        """One supported combination: a ``(dtype, format)`` per input then per output."""
+        """One supported combination: a ``(dtype, format)`` (or ``(dtype, format,
+        object_type)``) per input then per output."""
         api = self._api("dtype_format(...)")
         for i, pair in enumerate(pairs):
-            if (not isinstance(pair, tuple) or len(pair) != 2
+            if (not isinstance(pair, tuple) or len(pair) not in (2, 3)
                     or not all(isinstance(p, str) for p in pair)):
-                raise ManifestError(f"`{api}`: entry {i} {shown(pair)} — valid: a (dtype, "
-                                    "format) pair such as DataType.F32_Default — fix: use the "
-                                    "DataType constants")
+                raise ManifestError(f"`{api}`: entry {i} {shown(pair)} — valid: a tuple of two "
+                                    "or three strings, (dtype, format), such as "
+                                    "DataType.F32_Default — fix: use the DataType constants")
+        width = len(self.inputs) + len(self.outputs)
+        if len(pairs) != width:
+            raise ManifestError(f"`{api}`: {len(pairs)} (dtype, format) pairs — valid: {width}, "
+                                f"one per input ({len(self.inputs)}) then per output "
+                                f"({len(self.outputs)}) declared before it — fix: declare the "
+                                ".input()/.output() first, then one DataType each per row")
         self.dtype_format_.append(tuple(pairs))
         return self
 
     def target(self, target=None) -> "CustomRegOp":
         """The device: ``"CPU"`` (the only one opforge runs AOT kernels on)."""
+        if target is not None and not isinstance(target, str):
+            raise RegInfoTypeError(f"`{self._api('target(...)')}`: target {shown(target)} — found "
+                                f"{type(target).__name__} — valid: \"CPU\", \"GPU\", "
+                                "\"Ascend\" or None (MindSpore raises TypeError) — fix: "
+                                ".target(\"CPU\")")
         self.target_ = target
         return self
 
     def get_op_info(self) -> dict:
-        """The registration-info dictionary (MindSpore's keys)."""
-        return {"op_name": self.op_name, "inputs": list(self.inputs),
-                "outputs": list(self.outputs), "attr": list(self.attr_),
-                "fusion_type": self.fusion_type_, "dtype_format": list(self.dtype_format_),
-                "target": self.target_}
+        """The registration-info dictionary: every field, ``_`` stripped from its name."""
+        return {k.rstrip("_"): v for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -193,7 +221,7 @@ def parse_reg_info(reg_info: object, api: str) -> RegInfo:
                     f"`{api}`: reg_info {kind[:-1]} {entry.get('name')!r} — has index {index} "
                     f"at position {position} — valid: {kind} declared in index order 0, 1, ... — "
                     f"fix: declare .{kind[:-1]}({position}, ...) in order")
-            if entry.get("paramType", "required") != "required":
+            if entry.get("paramType") not in (None, "required"):  # None: MindSpore's default
                 raise ManifestError(
                     f"`{api}`: reg_info {kind[:-1]} {entry.get('name')!r} — paramType "
                     f"{entry.get('paramType')!r} — valid: \"required\" (an opforge op has a "
@@ -212,7 +240,7 @@ def parse_reg_info(reg_info: object, api: str) -> RegInfo:
     width = len(names["inputs"]) + len(names["outputs"])
     rows = []
     for r, row in enumerate(reg_info.get("dtype_format") or []):
-        row = tuple(tuple(p) for p in row)
+        row = tuple(tuple(p)[:2] for p in row)  # (dtype, format[, object type])
         if len(row) != width:
             raise ManifestError(
                 f"`{api}`: reg_info dtype_format row {r} — has {len(row)} (dtype, format) pairs "
@@ -226,5 +254,7 @@ def parse_reg_info(reg_info: object, api: str) -> RegInfo:
                     f"dtypes: {', '.join(DTYPES)}; formats: {', '.join(f or repr(f) for f in FORMATS)} "
                     "— fix: use a DataType constant such as DataType.F32_Default")
         rows.append(row)
+    attrs = tuple(reg_info.get("attr") or ())
+    attr_values(attrs, api)  # each value parses as its value_type, or is refused here
     return RegInfo(str(reg_info.get("op_name", "")), names["inputs"], names["outputs"],
-                   tuple(rows), tuple(reg_info.get("attr") or ()), "CPU")
+                   tuple(rows), attrs, "CPU")

@@ -143,6 +143,27 @@ def _refuse(path: str, found: str, fix: str = "rebuild it with `opforge build`")
                       f"{ABI_VERSION} — fix: {fix}")
 
 
+def _mindspore_kernels(path: str) -> list[str]:
+    """The kernels a MindSpore AOT library exports (a name beside NameInferShape,
+    NameInferType, NameInit or NameOpProto), found with ``nm``; [] when none or no nm."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    names = {line.split()[-1] for line in out.splitlines() if len(line.split()) == 3}
+    found = set()
+    for name in names:
+        for suffix in ("InferShape", "InferType", "Init", "OpProto"):
+            if name.endswith(suffix) and name[:-len(suffix)] in names:
+                found.add(name[:-len(suffix)])
+    if "opforge_ms_string_abi" in names and not found:
+        found = {n for n in names if n[:1].isupper()}
+    return sorted(found)[:5]
+
+
 def _check_elf(path: str) -> None:
     """Refuse files that are not complete ELF shared objects, before dlopen sees them."""
     try:
@@ -197,6 +218,16 @@ def _open(path: str) -> tuple[ctypes.CDLL, CLibrary, tuple[NativeEntry, ...]]:
         raise _refuse(path, f"the dynamic loader refused it ({e})") from None
     register = getattr(dll, REGISTER_SYMBOL, None)
     if register is None:
+        kernels = _mindspore_kernels(path)
+        if kernels:  # MindSpore's AOT signature: it runs from a vendor package
+            raise _refuse(
+                path, f"it is a MindSpore AOT kernel library (kernel(s) {', '.join(kernels)}), "
+                f"not an opforge kernel library (no `{REGISTER_SYMBOL}`)",
+                "load it as a MindSpore vendor package: 1. package the ops the program uses: "
+                "in Python, opforge.mindspore.write_package([Custom('lib.so:Name', ...).op], "
+                "'opp/vendors/mine') (or from sources: opforge msop build -o op_host -k "
+                "op_kernel -i --install_path opp); 2. run with OPFORGE_CUSTOM_OPP_PATH=opp and "
+                "--kernels opforge.mindspore:register_vendor_ops")
         raise _refuse(path, f"it exports no `{REGISTER_SYMBOL}` (not an opforge kernel library)")
     register.restype = ctypes.c_void_p
     register.argtypes = []

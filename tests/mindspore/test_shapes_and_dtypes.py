@@ -119,7 +119,8 @@ def test_every_type_id_is_the_headers():
     cxx = shutil.which("c++") or shutil.which("g++")
     names = {"bool": "Bool", "int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64",
              "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64",
-             "float16": "Float16", "float32": "Float32", "float64": "Float64"}
+             "float16": "Float16", "float32": "Float32", "float64": "Float64",
+             "bfloat16": "BFloat16", "complex64": "Complex64", "complex128": "Complex128"}
     assert set(names) == set(TYPE_IDS)
     body = "".join(f'  std::printf("{k} %d\\n", (int)kNumberType{v});\n' for k, v in names.items())
     probe = f'#include <cstdio>\n#include "custom_aot_extra.h"\nint main() {{\n{body}  return 0;\n}}\n'

@@ -1,9 +1,13 @@
 // AddCustom: z = x + y, a MindSpore AOT custom operator (two inputs, one output).
 //
 // The kernel keeps MindSpore's C signature; the C++ inference beside it is used when
-// Custom(...) is given out_shape=None / out_dtype=None. Compiles with opforge's
-// custom_aot_extra.h or MindSpore's own:
-//   g++ -std=c++17 -shared -fPIC -I<opforge/mindspore/include> -o libadd_custom.so add_custom.cc
+// Custom(...) is given out_shape=None / out_dtype=None. It is written against opforge's
+// custom_aot_extra.h (unqualified AotExtra and TypeId, as MindSpore's own examples keep a
+// copy of the header beside the kernel); the header in MindSpore's wheel declares them in
+// namespace mindspore, so with that one write mindspore::AotExtra (opforge's header
+// accepts both). Built as MindSpore builds it:
+//   g++ -std=c++17 -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=0
+//       -I<opforge/mindspore/include> -o libadd_custom.so add_custom.cc
 #include <stdint.h>
 #include <string.h>
 

@@ -8,10 +8,15 @@
 //   extern "C" TypeId NameInferType(std::vector<TypeId> type_ids, AotExtra* extra);
 //   extern "C" int NameInit(int* ndims, int64_t** shapes, const char** dtypes, AotExtra* extra);
 //
-// This header needs no MindSpore: it declares TypeId (MindSpore's numbers for the number
-// types), AotKernelData and AotExtra. opforge's AotExtra is a plain struct the runtime
-// fills (attributes from the registration info, the workspace sizes an Init function
-// sets, the kernel data it keeps); docs/mindspore.md documents its layout.
+// This header needs no MindSpore. It declares TypeId (MindSpore's numbers), AotKernelData
+// and AotExtra. AotExtra has the object layout of MindSpore's own AotExtra (a vtable
+// pointer, then the workspace sizes as a std::vector<size_t>, then the kernel data
+// pointer) and the same virtual functions in the same order, so one `extra` object serves
+// a library built against this header or against MindSpore's; docs/mindspore.md gives the
+// layout. The opforge runtime builds that object; kernels only call it.
+//
+// Unlike MindSpore's header, Attr<T> for a type it cannot read does not compile (MindSpore
+// returns T() for, e.g., Attr<int>); int and double are read as int64_t and float.
 //
 // OPFORGE_MS_OP_PROTO(Name, json) optionally exports the operator's prototype from the
 // library (input/output names and dtype/format rows, the JSON of RegInfo); opforge then
@@ -21,13 +26,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
-
-#define OPFORGE_MS_EXTRA_VERSION 1
-#define OPFORGE_MS_MAX_WORKSPACE 16
 
 enum TypeId : int {
   kTypeUnknown = 0,
@@ -43,30 +45,15 @@ enum TypeId : int {
   kNumberTypeFloat16 = 42,
   kNumberTypeFloat32 = 43,
   kNumberTypeFloat64 = 44,
+  kNumberTypeBFloat16 = 45,
+  kNumberTypeComplex64 = 51,
+  kNumberTypeComplex128 = 52,
 };
 
-extern "C" {
-// One attribute of the registration info. kind: 1 int, 2 float, 3 bool, 4 string.
-typedef struct opforge_ms_attr {
-  const char* name;
-  int32_t kind;
-  int32_t reserved;
-  int64_t i;
-  double d;
-  const char* s;
-} opforge_ms_attr;
-
-// What `extra` points to: filled by the opforge runtime before each call of an infer,
-// Init or kernel function. version is the first field in every version.
-typedef struct opforge_ms_extra {
-  uint32_t version;
-  int32_t num_workspace;
-  uint64_t workspace[OPFORGE_MS_MAX_WORKSPACE];
-  void* kernel_data;
-  int64_t num_attrs;
-  const opforge_ms_attr* attrs;
-} opforge_ms_extra;
-}
+// Which std::string ABI this library was compiled with (the runtime returns string
+// attributes in it). Weak: every translation unit may define it.
+extern "C" __attribute__((weak, visibility("default"))) const int opforge_ms_string_abi =
+    _GLIBCXX_USE_CXX11_ABI;
 
 class AotKernelData {
  public:
@@ -74,49 +61,105 @@ class AotKernelData {
   virtual ~AotKernelData() = default;
 };
 
-// A view of opforge_ms_extra (standard layout, no virtual functions: the runtime creates
-// it from plain C).
+template <typename T>
+struct OpforgeMsUnsupportedAttr : std::false_type {};
+
 class AotExtra {
  public:
-  template <typename T>
-  T Attr(const std::string& name) const {
-    const opforge_ms_attr* a = Find(name);
-    return a == nullptr ? T() : Convert(a, static_cast<T*>(nullptr));
-  }
-  bool HasAttr(const std::string& name) const { return Find(name) != nullptr; }
+  AotExtra() = default;
+  virtual ~AotExtra() = default;
+  virtual bool HasAttr(std::string name) = 0;
 
-  void SetWorkSpace(const std::vector<size_t>& workspace) {
-    size_t n = workspace.size() < OPFORGE_MS_MAX_WORKSPACE ? workspace.size() : OPFORGE_MS_MAX_WORKSPACE;
-    raw_.num_workspace = static_cast<int32_t>(workspace.size() > OPFORGE_MS_MAX_WORKSPACE ? -1 : n);
-    for (size_t i = 0; i < n; ++i) raw_.workspace[i] = workspace[i];
+  // An attribute of the registration info (or add_prim_attr), read by its declared type.
+  // A missing attribute makes the call fail: opforge raises a KernelError naming it.
+  template <typename T>
+  T Attr(std::string name) {
+    static_assert(OpforgeMsUnsupportedAttr<T>::value,
+                  "Attr<T>: T must be bool, int, int64_t, float, double, std::string, "
+                  "std::vector<int64_t>, std::vector<float> or a vector of those vectors");
+    (void)name;
+    return T();
   }
-  std::vector<size_t> WorkSpace() const {
-    std::vector<size_t> sizes;
-    for (int32_t i = 0; i < raw_.num_workspace; ++i) sizes.push_back(raw_.workspace[i]);
-    return sizes;
-  }
-  void SetKernelData(AotKernelData* kernel_data) { raw_.kernel_data = kernel_data; }
-  AotKernelData* KernelData() const { return static_cast<AotKernelData*>(raw_.kernel_data); }
+
+  void SetWorkSpace(const std::vector<size_t>& workspace) { workspace_ = workspace; }
+  const std::vector<size_t>& WorkSpace() const { return workspace_; }
+
+  void SetKernelData(AotKernelData* kernel_data) { kernel_data_ = kernel_data; }
+  AotKernelData* KernelData() const { return kernel_data_; }
+
   void DestructKernelData() {
-    delete KernelData();
-    raw_.kernel_data = nullptr;
+    delete kernel_data_;
+    kernel_data_ = nullptr;
   }
 
  private:
-  const opforge_ms_attr* Find(const std::string& name) const {
-    for (int64_t i = 0; i < raw_.num_attrs; ++i)
-      if (name == raw_.attrs[i].name) return &raw_.attrs[i];
-    return nullptr;
-  }
-  static int64_t Convert(const opforge_ms_attr* a, int64_t*) { return a->kind == 2 ? (int64_t)a->d : a->i; }
-  static int Convert(const opforge_ms_attr* a, int*) { return (int)Convert(a, (int64_t*)nullptr); }
-  static float Convert(const opforge_ms_attr* a, float*) { return a->kind == 2 ? (float)a->d : (float)a->i; }
-  static double Convert(const opforge_ms_attr* a, double*) { return a->kind == 2 ? a->d : (double)a->i; }
-  static bool Convert(const opforge_ms_attr* a, bool*) { return a->i != 0; }
-  static std::string Convert(const opforge_ms_attr* a, std::string*) { return a->s ? a->s : ""; }
+  virtual bool GetAttrBool(std::string name) = 0;
+  virtual int64_t GetAttrInt(std::string name) = 0;
+  virtual float GetAttrFloat(std::string name) = 0;
+  virtual std::string GetAttrStr(std::string name) = 0;
+  virtual std::vector<int64_t> GetAttrIntVec(std::string name) = 0;
+  virtual std::vector<float> GetAttrFloatVec(std::string name) = 0;
+  virtual std::vector<std::vector<int64_t>> GetAttrInt2DVec(std::string name) = 0;
+  virtual std::vector<std::vector<float>> GetAttrFloat2DVec(std::string name) = 0;
 
-  opforge_ms_extra raw_;
+  std::vector<size_t> workspace_;
+  AotKernelData* kernel_data_{nullptr};
 };
+
+template <>
+inline bool AotExtra::Attr<bool>(std::string name) { return GetAttrBool(name); }
+template <>
+inline int64_t AotExtra::Attr<int64_t>(std::string name) { return GetAttrInt(name); }
+template <>
+inline int AotExtra::Attr<int>(std::string name) { return static_cast<int>(GetAttrInt(name)); }
+template <>
+inline float AotExtra::Attr<float>(std::string name) { return GetAttrFloat(name); }
+template <>
+inline double AotExtra::Attr<double>(std::string name) { return GetAttrFloat(name); }
+template <>
+inline std::string AotExtra::Attr<std::string>(std::string name) { return GetAttrStr(name); }
+template <>
+inline std::vector<int64_t> AotExtra::Attr<std::vector<int64_t>>(std::string name) {
+  return GetAttrIntVec(name);
+}
+template <>
+inline std::vector<float> AotExtra::Attr<std::vector<float>>(std::string name) {
+  return GetAttrFloatVec(name);
+}
+template <>
+inline std::vector<std::vector<int64_t>> AotExtra::Attr<std::vector<std::vector<int64_t>>>(
+    std::string name) {
+  return GetAttrInt2DVec(name);
+}
+template <>
+inline std::vector<std::vector<float>> AotExtra::Attr<std::vector<std::vector<float>>>(
+    std::string name) {
+  return GetAttrFloat2DVec(name);
+}
+
+// The header in MindSpore's wheel declares these in namespace mindspore: a kernel written
+// against it (mindspore::AotExtra, mindspore::kNumberTypeFloat32) compiles with this one.
+namespace mindspore {
+using ::AotExtra;
+using ::AotKernelData;
+using ::TypeId;
+using ::kTypeUnknown;
+using ::kNumberTypeBool;
+using ::kNumberTypeInt8;
+using ::kNumberTypeInt16;
+using ::kNumberTypeInt32;
+using ::kNumberTypeInt64;
+using ::kNumberTypeUInt8;
+using ::kNumberTypeUInt16;
+using ::kNumberTypeUInt32;
+using ::kNumberTypeUInt64;
+using ::kNumberTypeFloat16;
+using ::kNumberTypeFloat32;
+using ::kNumberTypeFloat64;
+using ::kNumberTypeBFloat16;
+using ::kNumberTypeComplex64;
+using ::kNumberTypeComplex128;
+}  // namespace mindspore
 
 #define OPFORGE_MS_OP_PROTO(Name, json) \
   extern "C" __attribute__((visibility("default"))) const char* Name##OpProto(void) { return json; }
