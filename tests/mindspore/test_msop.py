@@ -201,3 +201,21 @@ def test_a_vendor_package_others_can_write_is_refused(sources, cache, search_pat
     finally:
         folder.chmod(0o755)
     assert register_vendor_ops(KernelRegistry.portable()) == ["mindspore::AddCustom.out"]
+
+
+def test_the_documented_prototype_attr_form_parses():
+    """docs/mindspore.md's `attr` example for an op_host prototype, as a build reads it."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from opforge.mindspore.attrs import attr_values
+    from opforge.mindspore.reg_info import parse_reg_info
+
+    doc = (Path(__file__).parents[2] / "docs" / "mindspore.md").read_text()
+    block = re.search(r"```yaml\n(\s*attr:\n.*?)```", doc, re.S).group(1)
+    proto = {"op_name": "AddCustom", "inputs": ["x", "y"], "outputs": ["z"],
+             "dtype_format": [[["float32", "ND"]] * 3], **yaml.safe_load(block)}
+    info = parse_reg_info(proto, "test")
+    assert attr_values(info.attrs, "test") == {"scale": ("float", 2.5), "axes": ("listInt", [0, 1])}
