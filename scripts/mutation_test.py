@@ -142,6 +142,9 @@ _NORM = "opforge/kernels/portable/normalization.py"
 _ACT = "opforge/kernels/portable/activation.py"
 _RED = "opforge/kernels/portable/reduction.py"
 EQUIVALENT: dict[str, str] = {
+    "opforge/mindspore/custom.py::_fake::off by one: `0` -> `-1`": "`inputs[-1].new_empty(shape, "
+    "dtype=...)`: new_empty takes only the device (and fake mode) from the tensor it is called "
+    "on, and every input of one call shares them; shape and dtype are given",
     f"{_NORM}::_shifted::flip bool: `False` -> `True`": _READ_ONLY_COPY,
     f"{_NORM}::native_layer_norm_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
     f"{_NORM}::batch_norm_batch_stats_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
