@@ -21,6 +21,9 @@ import subprocess
 from pathlib import Path
 
 FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
+# ASan's verdicts on an allocation over its limits: its operator new aborts where the
+# uninstrumented one throws std::bad_alloc, which the engine catches and reports
+OUT_OF_MEMORY = ("ASan: out-of-memory", "ASan: allocation-size-too-big", "ASan: allocator")
 
 
 def runtime() -> str:

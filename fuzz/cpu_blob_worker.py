@@ -220,6 +220,9 @@ class Worker:
 
                 found = cpu_blob_asan.verdict(self.asan_dir, pid)
                 what += f"; {found}" if found else ""
+                if found and found.startswith(cpu_blob_asan.OUT_OF_MEMORY):
+                    # ASan aborts where the engine would catch std::bad_alloc: a refusal
+                    return "refused", f"{what} (std::bad_alloc, caught, without ASan)"
             return "crash", what
 
     def kill(self, timeout: float) -> tuple[str, str]:
