@@ -228,16 +228,19 @@ def test_handles_are_made_once_shared_and_destroyed():
     register_backend(Counting, replace=True)
     program = export(Mixed(), _inputs(), backends=["toy_counting"])
     loaded = load(program)
-    one, two = loaded.method("forward"), loaded.method("forward")
+    # one method instance per thread (an instance runs one call at a time: a second thread
+    # entering it gets ConcurrentCallError); the instances share the two delegate handles
+    methods = [loaded.method("forward") for _ in range(8)]
     x = _inputs()[0].numpy()
     results = []
-    threads = [threading.Thread(target=lambda m=m: results.append(m(x)[0])) for m in (one, two) * 4]
+    threads = [threading.Thread(target=lambda m=m: results.append(m(x)[0])) for m in methods]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(made) == 2 and all(np.array_equal(r, results[0]) for r in results)
-    del loaded, one, two
+    assert len(made) == 2 and len(results) == 8
+    assert all(np.array_equal(r, results[0]) for r in results)
+    del loaded, methods, threads
     gc.collect()
     assert len(destroyed) == 2
 

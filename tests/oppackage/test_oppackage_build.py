@@ -108,8 +108,9 @@ def test_prepare_loads_only_trusted_libraries(example_library, raw_package, tmp_
                        host_platform(), str(lib), (), (), (), ())
     with pytest.raises(BackendError) as e:
         prepare(node.to_bytes())
-    assert f"opforge loads a library a program names (its code runs) only when you allow it — fix: " \
-           f"1. set {TRUST_ENV}=" in str(e.value) and "trust_packages" in str(e.value)
+    assert "opforge loads a library a program names (its code runs) only when you allow it — fix: " \
+           "1. `opforge run PROGRAM --op-packages FILE`" in str(e.value)
+    assert f"2. set {TRUST_ENV}=" in str(e.value) and "trust_packages" in str(e.value)
     monkeypatch.setenv(TRUST_ENV, f"/nonexistent:{lib.parent}")  # a folder allows what is under it
     _, _, op = prepare(node.to_bytes())
     op.close()
