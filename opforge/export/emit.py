@@ -178,7 +178,9 @@ class _MethodEmitter:
         for position, v in enumerate(self.method.output_args()):
             if position in state_outputs:  # the new value of a state tensor: copied in place
                 dst = self.node_index[state_outputs[position]]
-                instructions.append(Move(self.tensor_index(v), dst))
+                src = self.tensor_index(v)
+                if src != dst:  # equal: written in place (passes/update_state_in_place.py)
+                    instructions.append(Move(src, dst))
             else:
                 outputs.append(self._output(v))
         written = self.method.notes.get("state", {})

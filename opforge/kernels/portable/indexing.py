@@ -49,8 +49,15 @@ def index_out(self, indices, out):
 
 @kernel("aten::index_put.out")
 def index_put_out(self, indices, values, accumulate, out):
-    np.copyto(out, self, casting="unsafe")
+    # out is self: a state (KV cache) written in place (export/passes/update_state_in_place.py)
     index = _numpy_index(indices)
+    if len(indices) <= self.ndim and all(  # every position checked before anything is written
+            i is None or (i.dtype.kind in "iu" and i.dtype != np.uint8) for i in indices):
+        for dim, i in enumerate(indices):
+            if i is not None:
+                _check_range(i, self.shape[dim], "aten::index_put.out")
+    if out is not self:
+        np.copyto(out, self, casting="unsafe")
     if accumulate:
         np.add.at(out, index, values)  # repeated indices add up, as in ATen
     else:
@@ -211,7 +218,8 @@ def scatter_add_out(self, dim, index, src, out):
 
 @kernel("aten::slice_scatter.out")
 def slice_scatter_out(self, src, dim, start, end, step, out):
-    np.copyto(out, self, casting="unsafe")
+    if out is not self:  # out is self: a state written in place
+        np.copyto(out, self, casting="unsafe")
     index = [slice(None)] * self.ndim
     index[dim] = slice(start, end, step)
     np.copyto(out[tuple(index)], src, casting="unsafe")
@@ -219,7 +227,8 @@ def slice_scatter_out(self, src, dim, start, end, step, out):
 
 @kernel("aten::select_scatter.out")
 def select_scatter_out(self, src, dim, index, out):
-    np.copyto(out, self, casting="unsafe")
+    if out is not self:  # out is self: a state written in place
+        np.copyto(out, self, casting="unsafe")
     where = [slice(None)] * self.ndim
     where[dim] = index
     # the Ellipsis keeps a 0-d view (not a copied scalar) when self is 1-d
