@@ -12,7 +12,7 @@ when the property holds), so that the pass manager can say exactly what a pass b
 | ``assertion_free`` | no call of a run-time assertion op (``_assert_tensor_metadata``, ``_assert_scalar``, …) is left |
 | ``all_out_variants`` | every call is ``alloc`` or an out-variant overload whose out arguments are ``alloc`` nodes (or, for a state written in place, the state placeholder); no ``getitem`` |
 | ``constants_lifted`` | every non-user placeholder has a contiguous constant tensor and a segment key; no two constants are equal |
-| ``memory_planned`` | every user input and ``alloc`` has storage in an arena, inside the arena's size |
+| ``memory_planned`` | every user input and ``alloc`` has storage in an arena, inside the arena's size (except growing tensors, which the runtime allocates) |
 """
 
 from __future__ import annotations
@@ -141,6 +141,9 @@ def _memory_planned(method: MethodGraph) -> list[str]:
         planned = is_alloc(node) or (node.op == "placeholder" and method.input_kinds[node.name] == InputKind.USER)
         if not planned or not isinstance(node.meta.get("val"), torch.Tensor):
             continue
+        table = method.notes.get("symbols")
+        if table and table.grows(node.meta["val"]):
+            continue  # a growing tensor: allocated and grown by the runtime
         slot = plan.allocations.get(node.name)
         if slot is None:
             bad.append(f"node {node.name}: no storage")
