@@ -129,3 +129,36 @@ def test_grow_with_backends_is_refused():
     with pytest.raises(ExportError, match="grow=.*backends"):
         export(Attend(), (torch.randn(3, 4),), dynamic_shapes=({0: Dim("seq")},),
                grow=["seq"], backends=["cpu"])
+
+
+FACTORY = '''
+import torch
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()), (torch.randn(3, 4),)
+'''
+
+
+def test_cli_export_grow_inspect_and_run_reports_growth(tmp_path):
+    from click.testing import CliRunner
+
+    from opforge.cli import cli
+
+    def run(*args):
+        result = CliRunner().invoke(cli, [*map(str, args)])
+        return result.exit_code, result.output + str(result.exception or "")
+
+    (tmp_path / "factory.py").write_text(FACTORY)
+    out = tmp_path / "mlp.opf"
+    code, text = run("export", f"{tmp_path}/factory.py:mlp", "-o", out, "--dim",
+                     "0:0:batch:1:inf", "-q")
+    assert code != 0 and "grow" in text
+    code, text = run("export", f"{tmp_path}/factory.py:mlp", "-o", out, "--dim",
+                     "0:0:batch:1:inf", "--grow", "batch", "-q")
+    assert code == 0, text
+    code, text = run("inspect", out)
+    assert code == 0, text
+    np.save(tmp_path / "x.npy", np.ones((5000, 4), np.float32))
+    code, text = run("run", out, "--input", tmp_path / "x.npy")
+    assert code == 0 and "(5000, 8)" in text and "growing memory: grew" in text, text
