@@ -42,6 +42,22 @@ def _check_range(index: np.ndarray, size: int, api: str) -> None:
         )
 
 
+def _check_positions(indices: list, shape: tuple[int, ...]) -> None:
+    """``index_put``'s integer index tensors against their dimensions (masks are NumPy's to
+    check); one position, a decoding step's cache write, costs no NumPy reduction."""
+    for dim, i in enumerate(indices):
+        if i is None:
+            continue
+        if i.dtype.kind not in "iu" or i.dtype == np.uint8:
+            return  # a mask shifts the dimensions after it
+        if i.size == 1:
+            size = shape[dim]
+            if not -size <= i.item() < size:
+                _check_range(i, size, "aten::index_put.out")
+        else:
+            _check_range(i, shape[dim], "aten::index_put.out")
+
+
 @kernel("aten::index.Tensor_out")
 def index_out(self, indices, out):
     np.copyto(out, self[_numpy_index(indices)], casting="unsafe")
@@ -51,11 +67,8 @@ def index_out(self, indices, out):
 def index_put_out(self, indices, values, accumulate, out):
     # out is self: a state (KV cache) written in place (export/passes/update_state_in_place.py)
     index = _numpy_index(indices)
-    if len(indices) <= self.ndim and all(  # every position checked before anything is written
-            i is None or (i.dtype.kind in "iu" and i.dtype != np.uint8) for i in indices):
-        for dim, i in enumerate(indices):
-            if i is not None:
-                _check_range(i, self.shape[dim], "aten::index_put.out")
+    if len(indices) <= self.ndim:  # every position checked before anything is written
+        _check_positions(indices, self.shape)
     if out is not self:
         np.copyto(out, self, casting="unsafe")
     if accumulate:
