@@ -14,7 +14,9 @@ Mutations: truncation, bit flips, random byte-range overwrites, "interesting" in
 inserted and deleted bytes, header-field rewrites, index rewrites at the dataclass level
 (dangling, self-referencing and out-of-range indices), and version-3 rewrites: random size
 expressions (deep, huge, dividing by zero, reading undeclared symbols), symbol ranges,
-guards and state slots. A program with symbols that loads is also bound at a random input
+guards and state slots; version-4 rewrites: grow flags flipped, growing tensors given
+storage or planned ones none, huge or empty first sizes, growing symbols' ranges (seeded
+with ``growing_program``). A program with symbols that loads is also bound at a random input
 shape (``ShapeBinder``): that must succeed or raise ProgramError too. Half of the byte mutations spare the
 header, and 80% are resealed (the header CRC, and mostly file_size, recomputed) so that
 they reach the parser and the verifier rather than stopping at the header checks.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import random
 import re
 import resource
@@ -39,10 +42,10 @@ import opforge.program as P  # noqa: E402
 from opforge.errors import ProgramError  # noqa: E402
 from opforge.program import _format as F  # noqa: E402
 from opforge.program._sample import (  # noqa: E402
-    chain_program, reseal, sample_program, symbolic_program, unverified_bytes,
+    chain_program, growing_program, reseal, sample_program, symbolic_program, unverified_bytes,
 )
 from opforge.program.symbolic import (  # noqa: E402
-    Guard, SizeExpr, StateSlot, Symbol, SymbolicValue,
+    Guard, SizeExpr, StateSlot, Symbol, SymbolicValue, growing_values,
 )
 
 INTERESTING = [0, 1, 7, 63, 64, 65, 255, 256, 4095, 2**16, 2**31 - 1, 2**31, 2**32 - 1,
@@ -181,11 +184,45 @@ def _symbolic_mutation(rng: random.Random) -> bytes:
     return unverified_bytes(P.Program((method,), program.segments))
 
 
+def _growing_mutation(rng: random.Random) -> bytes:
+    """A dataclass-level rewrite of a version-4 field of ``growing_program`` or of
+    ``symbolic_program``: the grow flag, a growing tensor's storage and sizes."""
+    program = rng.choice([growing_program, symbolic_program])()
+    m = program.methods[0]
+    symbols, values = list(m.symbols), list(m.values)
+    choice = rng.randrange(4)
+    try:
+        if choice == 0:  # flip a symbol's grow flag
+            i = rng.randrange(len(symbols))
+            symbols[i] = Symbol(symbols[i].name, symbols[i].min, symbols[i].max, not symbols[i].grow)
+        elif choice == 1:  # drop a tensor's storage (unplanned) or plan a growing one
+            i = rng.randrange(len(values))
+            if type(values[i]) is P.TensorValue:
+                storage = None if values[i].storage is not None else P.ArenaStorage(
+                    0, rng.choice([0, 64, 4096, 2**40]))
+                values[i] = dataclasses.replace(values[i], storage=storage)
+        elif choice == 2:  # a growing tensor's first sizes: empty, huge, another rank
+            i = rng.randrange(len(values))
+            if type(values[i]) is P.TensorValue:
+                values[i] = dataclasses.replace(values[i], sizes=rng.choice(
+                    [(0,), (2**40,), (2**24, 2**24), (1, 1), (4,)]))
+        else:  # a growing symbol's range
+            low = rng.choice(INTERESTING[:13])
+            symbols = [Symbol(s.name, low, max(low, rng.choice(INTERESTING)), s.grow)
+                       for s in symbols]
+        method = dataclasses.replace(m, symbols=tuple(symbols), values=tuple(values))
+    except (ProgramError, ValueError, TypeError):
+        return P.to_bytes(program)  # the dataclasses refused it themselves: fine
+    return unverified_bytes(P.Program((method,), program.segments))
+
+
 def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
     if rng.random() < 0.1:
         return _index_mutation(rng)
     if rng.random() < 0.1:
         return _symbolic_mutation(rng)
+    if rng.random() < 0.1:
+        return _growing_mutation(rng)
     seed = rng.choice(seeds)
     head, buf = b"", bytearray(seed)
     if rng.random() < 0.5:  # mutate the metadata and segments only: more inputs get past
@@ -227,7 +264,10 @@ def _bind_somewhere(method, salt: int) -> None:
         concrete = binder.concrete(binder.bind(shapes))
     except ProgramError:
         return
+    growing = growing_values(method)  # no slot: any size the limit allows
     for sv in method.symbolic_values:
+        if sv.value in growing:
+            continue
         value, actual = method.values[sv.value], concrete.values[sv.value]
         if type(value) is P.TensorValue and any(a > b for a, b in zip(actual.sizes, value.sizes)):
             raise AssertionError(f"bound sizes {actual.sizes} exceed the slot {value.sizes}")
@@ -241,7 +281,8 @@ def _reason(message: str) -> str:
 
 def seeds() -> list[bytes]:
     return [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
-            P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program())]
+            P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program()),
+            P.to_bytes(growing_program())]
 
 
 def builtin(count: int, seed: int, crash_dir: Path) -> int:

@@ -122,7 +122,12 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
 @click.option("--dim", "dims", multiple=True, metavar="INPUT:DIM:NAME:MIN:MAX",
               help="Make dimension DIM of input number INPUT dynamic, named NAME, in [MIN, MAX] "
               "(the same NAME on several inputs shares the size). Repeatable; applies to every "
-              "method. Derived dims (2*s): return dynamic_shapes from the factory.")
+              "method. Derived dims (2*s): return dynamic_shapes from the factory. MAX 'inf' "
+              "(no upper bound) needs --grow NAME.")
+@click.option("--grow", "grow", multiple=True, metavar="NAME",
+              help="Let the memory of dynamic dimension NAME grow at run time (outside the "
+              "planned arenas, doubling when a call needs more, within the memory limit) "
+              "instead of planning it at its max; NAME may then have no max. Repeatable.")
 @click.option("--explain", is_flag=True, help="Print every node left out of delegation, with why.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors.")
 @click.option("--json", "as_json", is_flag=True,
@@ -131,7 +136,7 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
 def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],
            kernels: tuple[str, ...], allow_missing: bool, backends: tuple[str, ...],
            compile_specs: tuple[str, ...], op_packages: str | None, dims: tuple[str, ...],
-           explain: bool, quiet: bool, as_json: bool) -> None:
+           grow: tuple[str, ...], explain: bool, quiet: bool, as_json: bool) -> None:
     """Export FACTORY (MODULE:FUNCTION returning (model, example_inputs)) to a program file."""
     import warnings
 
@@ -156,7 +161,7 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
             program = export_program(
                 None, None, methods=wanted, strict=strict, preserve_ops=preserve_ops,
                 kernels=list(kernels) or None, allow_missing=allow_missing, on_step=on_step,
-                backends=list(backends), compile_specs=specs,
+                backends=list(backends), compile_specs=specs, grow=grow,
             )
         status.update(f"writing {output}")
         save(program, output)
@@ -193,7 +198,8 @@ def with_dims(method: str, entry: tuple, dims: tuple[str, ...]) -> tuple:
     for text in dims:
         parts = text.split(":")
         try:
-            position, dim, name, low, high = int(parts[0]), int(parts[1]), parts[2], int(parts[3]), int(parts[4])
+            position, dim, name, low = int(parts[0]), int(parts[1]), parts[2], int(parts[3])
+            high = None if parts[4] == "inf" else int(parts[4])
             if len(parts) != 5 or not name.isidentifier() or not 0 <= position < len(inputs):
                 raise ValueError(text)
         except (ValueError, IndexError):
@@ -202,7 +208,8 @@ def with_dims(method: str, entry: tuple, dims: tuple[str, ...]) -> tuple:
                 f"INPUT in 0..{len(inputs) - 1} and NAME an identifier — fix: e.g. --dim 0:0:batch:1:64"
             ) from None
         if name not in made:
-            made[name] = torch.export.Dim(name, min=low, max=high)
+            made[name] = (torch.export.Dim(name, min=low) if high is None
+                          else torch.export.Dim(name, min=low, max=high))
         shapes[position][dim] = made[name]
     return (module, inputs, tuple(s or None for s in shapes))
 

@@ -85,10 +85,14 @@ def _print(data: dict, path: str, show_values: bool) -> None:
         console.print(ops)
         dynamic = method.get("dynamic")
         if dynamic and dynamic["symbols"]:
-            symbols = Table("symbol", "min", "max", title="symbols (arenas at max)")
+            symbols = Table("symbol", "min", "max", "memory", title="symbols (arenas at max)")
             for sym in dynamic["symbols"]:
-                symbols.add_row(escape(sym["name"]), str(sym["min"]), str(sym["max"]))
+                symbols.add_row(escape(sym["name"]), str(sym["min"]), str(sym["max"]),
+                                "grows" if sym.get("grow") else "planned at max")
             console.print(symbols)
+            if dynamic.get("growing_values"):
+                console.print("growing tensors (outside the arenas, grown by the runtime): "
+                              + ", ".join(f"%{i}" for i in dynamic["growing_values"]))
             for guard in dynamic["guards"]:
                 console.print(f"guard: {escape(guard)}")
         if method.get("state"):

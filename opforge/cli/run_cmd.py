@@ -86,6 +86,9 @@ def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
         results.append(outputs)
 
     _print_outputs(console, results)
+    if method.memory_growths:
+        console.print(f"growing memory: grew {method.memory_growths} time(s); "
+                      f"{method.growing_bytes} bytes held outside the arenas")
     if len(latencies) > 1:
         _print_latency(console, latencies, traced=tracer is not None)
     if output_dir:

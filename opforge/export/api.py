@@ -73,6 +73,7 @@ def export(
     on_step: Callable[[str, str], None] | None = None,
     backends: Iterable[Any] | None = None,
     compile_specs: Mapping[str, Any] | None = None,
+    grow: Iterable[str] = (),
 ) -> Program:
     """Export ``model`` (method ``"forward"``) and/or named ``methods`` to a Program.
 
@@ -90,6 +91,12 @@ def export(
     against ``kernels``. Why each node was or was not delegated:
     ``opforge.export.delegation_report(program)``.
 
+    ``grow`` names ``Dim``s (by their names) whose memory grows instead of being planned
+    at their upper bound: such a Dim may have no ``max``; every tensor whose sizes read it
+    lives outside the arenas, is allocated at its size at the example inputs and grows
+    geometrically (×2) when a call needs more, within the runtime's memory limit
+    (format version 4; ``docs/architecture.md``, "Growing memory").
+
     >>> import torch
     >>> from opforge.export import export
     >>> program = export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), kernels="portable")
@@ -97,6 +104,7 @@ def export(
     ['aten::linear.out']
     """
     step = on_step or (lambda name, method: None)
+    grow = _grow_names(grow, dynamic_shapes, methods, backends)
     requests = resolve_backends(backends, compile_specs)
     specs = method_specs(model, example_inputs, methods, dynamic_shapes)
     resolved = resolve_kernels(kernels)
@@ -109,6 +117,7 @@ def export(
     for spec in specs:
         step("capture", spec.name)
         method = capture(spec, strict=strict)
+        method.notes["grow"] = grow
         planned.append(run_pipeline(method, preserve_ops=preserve, alignment=alignment,
                                     mem_id_policy=mem_id_policy, on_pass=step,
                                     backends=requests))
@@ -135,3 +144,23 @@ def export(
     except ProgramError as exc:
         raise InternalError(f"`opforge.export.export()`: the emitted program fails verification: {exc}") from exc
     return program
+
+
+def _grow_names(grow: Iterable[str], dynamic_shapes: Any, methods: Any, backends: Any) -> frozenset[str]:
+    """``export(grow=...)`` checked: Dim names (str), with dynamic shapes, without backends."""
+    api = "`opforge.export.export(grow=...)`"
+    names = [grow] if isinstance(grow, str) else list(grow)
+    if not names:
+        return frozenset()
+    bad = [n for n in names if not isinstance(n, str) or not n.isidentifier()]
+    if bad:
+        raise ExportError(f"{api}: names — found {bad!r} — valid: the names of torch.export.Dim "
+                          "objects in dynamic_shapes — fix: grow=['seq'] for Dim('seq')")
+    if dynamic_shapes is None and not methods:
+        raise ExportError(f"{api}: {names!r} — found no dynamic_shapes — valid: grow names "
+                          "dynamic dimensions — fix: pass dynamic_shapes with a Dim of that name")
+    if backends:
+        raise ExportError(f"{api}: {names!r} with backends — valid: growing memory on kernels "
+                          "(the lean and ATen runtimes); backends take planned tensors only — "
+                          "fix: drop backends=..., or drop grow and give the Dim a max")
+    return frozenset(names)

@@ -110,12 +110,16 @@ class _MethodEmitter:
         if kind not in (None, InputKind.USER):
             key = self.method.notes["constant_keys"][node.name]
             storage = ConstantStorage(0, self.pool.offset(key, self.method.constants[node.name]))
-        else:
-            slot = self.plan.allocations[node.name]
-            storage = ArenaStorage(slot.mem_id, slot.offset)
         table = self.method.notes.get("symbols")
         symbolic = table and any(not isinstance(s, int) for s in fake.shape)
-        sizes = table.upper_sizes(fake) if symbolic else tuple(int(s) for s in fake.shape)
+        grows = kind in (None, InputKind.USER) and symbolic and table.grows(fake)
+        sizes = (table.hint_sizes(fake) if grows  # its first allocation; grown by the runtime
+                 else table.upper_sizes(fake) if symbolic else tuple(int(s) for s in fake.shape))
+        if grows:
+            storage = None
+        elif kind in (None, InputKind.USER):
+            slot = self.plan.allocations[node.name]
+            storage = ArenaStorage(slot.mem_id, slot.offset)
         value = TensorValue(scalar_type_of(fake.dtype), sizes, None, storage)
         self.values.append(value)
         self.node_index[node.name] = len(self.values) - 1
@@ -178,7 +182,9 @@ class _MethodEmitter:
         for position, v in enumerate(self.method.output_args()):
             if position in state_outputs:  # the new value of a state tensor: copied in place
                 dst = self.node_index[state_outputs[position]]
-                instructions.append(Move(self.tensor_index(v), dst))
+                src = self.tensor_index(v)
+                if src != dst:  # equal: written in place (passes/update_state_in_place.py)
+                    instructions.append(Move(src, dst))
             else:
                 outputs.append(self._output(v))
         written = self.method.notes.get("state", {})

@@ -8,6 +8,7 @@
       → Delegate              (with backends) partitions → delegate calls   delegation.py
       → ToOutVariant          functional, assertion_free → all_out_variants
       → LiftConstants         functional → constants_lifted
+      → UpdateStateInPlace    all_out_variants, constants_lifted → cache writes into the state
       → PlanMemory            all_out_variants, constants_lifted → memory_planned   (last)
     emit (→ Program)                                  emit.py
 
@@ -26,7 +27,7 @@ from opforge.export.method_graph import MethodGraph
 from opforge.export.pass_manager import PassManager
 from opforge.export.passes import (
     CheckFunctional, DecomposeToCoreAten, DropAssertions, LiftConstants, PlanMemory, SymbolicSizes,
-    ToOutVariant,
+    ToOutVariant, UpdateStateInPlace,
 )
 
 __all__ = ["run_pipeline"]
@@ -54,6 +55,7 @@ def run_pipeline(
         *([Delegate(backends)] if backends else []),
         ToOutVariant(),
         LiftConstants(),
+        UpdateStateInPlace(),
         PlanMemory(alignment=alignment, mem_id_policy=mem_id_policy),  # always last
     ]
     return PassManager(passes, on_pass=on_pass).run(method)

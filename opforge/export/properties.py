@@ -10,9 +10,9 @@ when the property holds), so that the pass manager can say exactly what a pass b
 | ``sizes_symbolic`` | no call computes a size (``sym_size``, ``SymInt`` arithmetic): sizes are ``SymSize`` expressions; the method has a symbol table |
 | ``functional`` | no call writes to an argument, no input or buffer is mutated, no higher-order ops |
 | ``assertion_free`` | no call of a run-time assertion op (``_assert_tensor_metadata``, ``_assert_scalar``, …) is left |
-| ``all_out_variants`` | every call is ``alloc`` or an out-variant overload whose out arguments are ``alloc`` nodes; no ``getitem`` |
+| ``all_out_variants`` | every call is ``alloc`` or an out-variant overload whose out arguments are ``alloc`` nodes (or, for a state written in place, the state placeholder); no ``getitem`` |
 | ``constants_lifted`` | every non-user placeholder has a contiguous constant tensor and a segment key; no two constants are equal |
-| ``memory_planned`` | every user input and ``alloc`` has storage in an arena, inside the arena's size |
+| ``memory_planned`` | every user input and ``alloc`` has storage in an arena, inside the arena's size (except growing tensors, which the runtime allocates) |
 """
 
 from __future__ import annotations
@@ -97,9 +97,15 @@ def _all_out_variants(method: MethodGraph) -> list[str]:
                 continue
             value = node.kwargs.get(arg.name)
             values = value if isinstance(value, (list, tuple)) else [value]
-            if not values or not all(isinstance(v, torch.fx.Node) and is_alloc(v) for v in values):
+            if not values or not all(isinstance(v, torch.fx.Node) and (is_alloc(v) or _state(method, v))
+                                     for v in values):
                 bad.append(f"node {node.name}: out argument {arg.name} is not an alloc node")
     return bad
+
+
+def _state(method: MethodGraph, node: torch.fx.Node) -> bool:
+    """A state placeholder: the out of a write in place (passes/update_state_in_place.py)."""
+    return node.op == "placeholder" and method.input_kinds.get(node.name) == InputKind.STATE
 
 
 def _constants_lifted(method: MethodGraph) -> list[str]:
@@ -135,6 +141,9 @@ def _memory_planned(method: MethodGraph) -> list[str]:
         planned = is_alloc(node) or (node.op == "placeholder" and method.input_kinds[node.name] == InputKind.USER)
         if not planned or not isinstance(node.meta.get("val"), torch.Tensor):
             continue
+        table = method.notes.get("symbols")
+        if table and table.grows(node.meta["val"]):
+            continue  # a growing tensor: allocated and grown by the runtime
         slot = plan.allocations.get(node.name)
         if slot is None:
             bad.append(f"node {node.name}: no storage")

@@ -2,7 +2,9 @@
 
 ``SymbolTable`` is built from an ``ExportedProgram``'s ``range_constraints`` (one
 ``Symbol`` per sympy symbol with its bounds; a symbol without an upper bound is refused,
-naming the input and dimension it sizes). ``expr_of`` turns a ``SymInt`` (or its sympy
+naming the input and dimension it sizes, unless its Dim is named in ``export(grow=...)``:
+then it is a growing symbol, recorded with max ``GROW_MAX`` when it has none, and the
+tensors whose sizes read it (``grows``) are left unplanned for the runtime to grow). ``expr_of`` turns a ``SymInt`` (or its sympy
 expression) into a ``SizeExpr``: integers, symbols, ``+``, ``*``, small integer powers,
 ``FloorDiv``, ``Mod``/``PythonMod``, ``Min``, ``Max``; anything else is an ``ExportError``.
 ``upper_sizes`` gives a fake tensor's sizes at the upper bound (interval arithmetic, the
@@ -27,6 +29,9 @@ from opforge.program import Guard, SizeExpr, Symbol
 __all__ = ["SymSize", "SymbolTable", "is_symbolic"]
 
 _MAX_POWER = 8
+# the recorded max of a growing symbol without one: sizes stay far inside int64 through the
+# products of a few sizes (the verifier bounds every expression within int64)
+GROW_MAX = 2**31 - 1
 
 
 class SymSize:
@@ -54,7 +59,8 @@ class SymbolTable:
     """The symbols of one exported method and how to express sizes over them."""
 
     def __init__(self, method_name: str, exported: Any, user_inputs: dict[str, Any],
-                 dim_names: dict[str, str] | None = None) -> None:
+                 dim_names: dict[str, str] | None = None,
+                 grow: frozenset[str] = frozenset()) -> None:
         self.method_name = method_name
         raw = {str(k) for k in exported.range_constraints if isinstance(k, sympy.Symbol)}
         # the user's Dim names where they collide with no other symbol
@@ -78,16 +84,20 @@ class SymbolTable:
                 continue
             name = str(key)
             low, high = bound.lower, bound.upper
+            grows = self.rename.get(name) in grow
+            if grows and not _finite(high):
+                high = GROW_MAX  # sizes are not planned at it: only expressions' int64 range
             if not _finite(high):
                 where = _sized_by(name, user_inputs)
                 raise ExportError(
                     f"`opforge.export.export(dynamic_shapes=...)`: method {method_name!r} "
                     f"{where} — has no upper bound (symbol {name}, range [{low}, {high}]) — "
                     "valid: bounded dimensions (memory is planned at the upper bound) — fix: "
-                    "give its Dim a max, e.g. torch.export.Dim('batch', min=1, max=64)")
+                    "1. give its Dim a max, e.g. torch.export.Dim('batch', min=1, max=64); "
+                    "2. or let its memory grow: export(..., grow=['<Dim name>'])")
             low = int(low) if _finite(low) else 0
             name = self.rename.get(name, name)
-            self.symbols.append(Symbol(name, max(low, 0), int(high)))
+            self.symbols.append(Symbol(name, max(low, 0), int(high), grow=grows))
             self.ranges[name] = (max(low, 0), int(high))
         for fake in user_inputs.values():
             for size in getattr(fake, "shape", ()):
@@ -98,6 +108,14 @@ class SymbolTable:
                     self.hints.update({self.rename.get(str(k), str(k)): int(v)
                                        for k, v in known.items()})
                     break
+        self.growing = frozenset(s.name for s in self.symbols if s.grow)
+        unknown = sorted(set(grow) - self.growing)
+        if unknown:
+            named = sorted(self.rename.values()) or "none (give each Dim a unique name)"
+            raise ExportError(
+                f"`opforge.export.export(grow=...)`: method {method_name!r} — {unknown} name no "
+                f"dynamic dimension of its inputs — valid: the Dim names of this method: "
+                f"{named} — fix: name the Dim, e.g. grow=['seq'] for torch.export.Dim('seq')")
         for key, bound in derived:  # ranges of derived dims (2*s): guards on the symbols
             expr = self.expr_of(key)
             if _finite(bound.lower) and int(bound.lower) > expr.bounds(self.ranges)[0]:
@@ -125,6 +143,18 @@ class SymbolTable:
 
     def upper(self, expr: SizeExpr) -> int:
         return expr.bounds(self.ranges)[1]
+
+    def grows(self, fake: Any) -> bool:
+        """Whether a tensor's sizes read a growing symbol (``export(grow=...)``): it is
+        then not planned but grown by the runtime."""
+        if not self.growing or not isinstance(fake, torch.Tensor):
+            return False
+        return any(isinstance(s, torch.SymInt) and self.growing & self.expr_of(s).symbols()
+                   for s in fake.shape)
+
+    def hint_sizes(self, fake: torch.Tensor) -> tuple[int, ...]:
+        """A tensor's sizes at the export example (a growing tensor's first allocation)."""
+        return tuple(s if isinstance(s, int) else self.hint(self.expr_of(s)) for s in fake.shape)
 
     def upper_sizes(self, fake: torch.Tensor) -> tuple[int, ...]:
         return tuple(s if isinstance(s, int) else self.upper(self.expr_of(s)) for s in fake.shape)

@@ -144,3 +144,24 @@ def symbolic_program() -> Program:
         guards=(Guard(SizeExpr("mod", (s, SizeExpr.const(16))), "<=", SizeExpr.const(15)),),
         state=(StateSlot("count", 4),))
     return Program(methods=(method,), segments=(Segment(np.ones(1, dtype=np.float32)),))
+
+
+def growing_program() -> Program:
+    """A version-4 program: ``y = abs(x)`` over a growing symbol ``s`` (no storage for ``x``
+    and ``y``: the runtime allocates them at ``(4,)`` first and grows them), next to a
+    planned static tensor ``z = abs(w)``."""
+    from opforge.program.symbolic import SizeExpr, Symbol, SymbolicValue
+
+    values = (
+        TensorValue(F32, (4,)),  # x: (s,), growing
+        TensorValue(F32, (4,)),  # y = abs(x): (s,), growing
+        TensorValue(F32, (3,), storage=ArenaStorage(0, 0)),  # w
+        TensorValue(F32, (3,), storage=ArenaStorage(0, 64)),  # z = abs(w)
+    )
+    s = SizeExpr.sym("s")
+    method = Method(
+        "forward", values, (0, 2), (1, 3), (KernelCall(0, (0, 1)), KernelCall(0, (2, 3))),
+        (Operator("aten::abs", "out"),), MemoryPlan((128,)),
+        symbols=(Symbol("s", 1, 2**31 - 1, grow=True),),
+        symbolic_values=(SymbolicValue(0, (s,)), SymbolicValue(1, (s,))))
+    return Program(methods=(method,))

@@ -9,6 +9,7 @@ input buffer (``from_bytes``) or of a read-only memory map (``load``).
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import stat
@@ -169,7 +170,7 @@ def _check_header(buf: memoryview) -> tuple[int, int, int, int]:
             "upgrade opforge to load this file" if newer else _REEXPORT)
     checks = [
         ("header.header_size", header_size, header_size == F.HEADER_SIZE, str(F.HEADER_SIZE)),
-        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 to 3)"),
+        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 to 4)"),
         ("header.reserved", reserved, reserved == 0, "0"),
         ("header.file_size", f"{file_size} but the file has {size} bytes "
          + ("(truncated)" if size < file_size else "(trailing bytes)"), file_size == size,
@@ -236,13 +237,15 @@ def _method(r: Reader, index: int, version: int) -> Method:
             append(_instruction(r))
         except ProgramError as e:
             raise ProgramError(f"{where} instructions[{i}]: {e}") from None
-    extra = _in(f"{where} symbolic sizes", _symbolic, r) if version >= 3 else ((), (), (), ())
+    extra = _in(f"{where} symbolic sizes", _symbolic, r, version) if version >= 3 \
+        else ((), (), (), ())
     return _in(where, Method, name, tuple(values), inputs, outputs, tuple(instructions),
                operators, plan, *extra)
 
 
-def _symbolic(r: Reader) -> tuple:
-    """Version 3: symbols, symbolic values, guards and state slots (see encode._symbolic)."""
+def _symbolic(r: Reader, version: int) -> tuple:
+    """Version 3: symbols, symbolic values, guards and state slots; version 4: the growing
+    symbols' indices (see encode._symbolic)."""
     symbols = tuple(Symbol(r.string(), *r.unpack(_PAIR)) for _ in range(r.count(20)))
     symbolic = []
     for _ in range(r.count(8)):
@@ -254,6 +257,13 @@ def _symbolic(r: Reader) -> tuple:
     guards = tuple(Guard(SizeExpr.parse(r.string()), r.string(), SizeExpr.parse(r.string()))
                    for _ in range(r.count(12)))
     state = tuple(StateSlot(r.string(), r.u32()) for _ in range(r.count(8)))
+    if version >= 4:
+        growing = [r.u32() for _ in range(r.count(4))]
+        for i in growing:
+            if i >= len(symbols) or symbols[i].grow:
+                raise program_error("growing symbol", f"index {i}",
+                                    f"a symbol index below {len(symbols)}, each once")
+            symbols = symbols[:i] + (dataclasses.replace(symbols[i], grow=True),) + symbols[i + 1:]
     return symbols, tuple(symbolic), guards, state
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 
 from opforge.program.encode import format_version_of
 from opforge.program.model import DelegateCall, Free, KernelCall, Method, Move, Program
+from opforge.program.symbolic import growing_values
 from opforge.program.values import (
     ArenaStorage, ConstantStorage, NoneValue, OptionalTensorListValue, ScalarTypeValue,
     TensorListValue, TensorValue,
@@ -53,7 +54,9 @@ def _method(program: Program, method: Method) -> dict:
     extra = {}
     if method.symbols or method.state:
         extra["dynamic"] = {
-            "symbols": [{"name": s.name, "min": s.min, "max": s.max} for s in method.symbols],
+            "symbols": [{"name": s.name, "min": s.min, "max": s.max, "grow": s.grow}
+                        for s in method.symbols],
+            "growing_values": sorted(growing_values(method)),
             "guards": [str(g) for g in method.guards],
             "planned_at": "upper bound" if method.symbols else "static sizes",
         }

@@ -109,11 +109,12 @@ def _method(w: _Writer, m: Method, version: int) -> None:
         else:
             raise TypeError(f"not an instruction: {ins!r}")
     if version >= 3:
-        _symbolic(w, m)
+        _symbolic(w, m, version)
 
 
-def _symbolic(w: _Writer, m: Method) -> None:
-    """Version 3: symbols, symbolic values, guards and state slots of one method."""
+def _symbolic(w: _Writer, m: Method, version: int) -> None:
+    """Version 3: symbols, symbolic values, guards and state slots of one method; version
+    4 adds the indices of the growing symbols."""
     w.fmt("<I", len(m.symbols))
     for symbol in m.symbols:
         w.string(symbol.name)
@@ -132,6 +133,11 @@ def _symbolic(w: _Writer, m: Method) -> None:
     for slot in m.state:
         w.string(slot.name)
         w.fmt("<I", slot.value)
+    if version >= 4:
+        growing = [i for i, symbol in enumerate(m.symbols) if symbol.grow]
+        w.fmt("<I", len(growing))
+        for i in growing:
+            w.fmt("<I", i)
 
 
 def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
@@ -180,8 +186,10 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
 
 
 def format_version_of(program: Program) -> int:
-    """The lowest format version that expresses ``program``: 3 with symbolic sizes or state,
-    2 with packed constants, else 1."""
+    """The lowest format version that expresses ``program``: 4 with a growing symbol, 3
+    with symbolic sizes or state, 2 with packed constants, else 1."""
+    if any(s.grow for m in program.methods for s in m.symbols):
+        return 4
     if any(m.symbols or m.symbolic_values or m.guards or m.state for m in program.methods):
         return 3
     for method in program.methods:

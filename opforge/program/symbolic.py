@@ -35,7 +35,7 @@ from opforge.program._errors import program_error
 
 __all__ = [
     "SizeExpr", "Symbol", "Guard", "SymbolicValue", "StateSlot", "GUARD_RELATIONS",
-    "BindStep", "binding_plan", "linear_form",
+    "BindStep", "binding_plan", "linear_form", "growing_values",
     "MAX_EXPR_NODES", "MAX_EXPR_DEPTH", "MAX_EXPR_TEXT", "MAX_SYMBOLS",
 ]
 
@@ -264,17 +264,25 @@ def _expect(tokens: list, pos: int, punct: str, text: str) -> int:
 class Symbol:
     """A dynamic dimension: ``name`` and its inclusive range ``[min, max]``.
 
+    ``grow`` (format version 4) opts the dimension into growing memory: the tensors whose
+    sizes read it are not planned at ``max`` but live outside the arenas, allocated at their
+    sizes at the export example and grown geometrically by the runtime when a call needs
+    more (``growing_values``; bounded by the memory limit).
+
     >>> Symbol("s0", 1, 16)
-    Symbol(name='s0', min=1, max=16)
+    Symbol(name='s0', min=1, max=16, grow=False)
     """
 
     name: str
     min: int
     max: int
+    grow: bool = False
 
     def __post_init__(self) -> None:
         if type(self.name) is not str or not _NAME.match(self.name):
             raise program_error("`Symbol`: name", repr(self.name), "an identifier")
+        if type(self.grow) is not bool:
+            raise program_error("`Symbol`: grow", repr(self.grow), "a bool")
         for name in ("min", "max"):
             v = getattr(self, name)
             if type(v) is not int or not 0 <= v <= _INT64_MAX:
@@ -415,3 +423,17 @@ def binding_plan(method) -> tuple[BindStep, ...]:
             "every symbol is the size (or a*size+b) of some input dimension",
             "the file is corrupt; re-export it")
     return tuple(steps)
+
+
+def growing_values(method) -> frozenset[int]:
+    """Indices of ``method``'s growing tensors: symbolic tensors without storage whose sizes
+    read a growing symbol (``Symbol.grow``). The runtime allocates them outside the arenas."""
+    grow = {s.name for s in method.symbols if s.grow}
+    if not grow:
+        return frozenset()
+    values = method.values
+    return frozenset(
+        sv.value for sv in method.symbolic_values
+        if sv.value < len(values) and type(values[sv.value]).__name__ == "TensorValue"
+        and values[sv.value].storage is None
+        and any(grow.intersection(e.symbols()) for e in sv.exprs))

@@ -21,7 +21,8 @@ The dataclasses check their own fields on construction (types, non-negative size
 * inputs and outputs are tensors or scalars, inputs are not constants (they are written),
   and no Move writes into a constant (constants are read-only mapped memory) unless the
   constant is a state tensor's initial value (the runtime writes the live copy);
-* symbolic sizes and state: ``verify_symbolic.py``.
+* symbolic sizes, growing tensors and state: ``verify_symbolic.py``; a growing tensor
+  (``growing_values``) has no storage.
 
 Cost is linear in the size of the tables; a program with thousands of instructions takes
 milliseconds.
@@ -35,6 +36,7 @@ from opforge.program.model import (
     INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, Operator, Program, Segment,
     DelegateBlob,
 )
+from opforge.program.symbolic import growing_values
 from opforge.program.verify_symbolic import state_values, verify_shared_state, verify_symbolic
 from opforge.program.values import (
     VALUE_TYPES, ArenaStorage, BoolValue, ConstantStorage, DoubleValue, IntValue,
@@ -114,10 +116,12 @@ def _verify_method(program: Program, method: Method, where: str, allow_unplanned
     arenas = method.memory_plan.arena_sizes
     ends = [0] * len(arenas)  # per arena: the highest offset + nbytes placed in it
     offsets = [0] * len(arenas)  # per arena: every offset OR'ed (its lowest bit: alignment)
+    growing = growing_values(method)  # unplanned by design: the runtime grows them
     for i, value in enumerate(values):
         kind = type(value)
         if kind is TensorValue:
-            _verify_tensor(program, arenas, value, f"{where} values[{i}]", allow_unplanned)
+            _verify_tensor(program, arenas, value, f"{where} values[{i}]",
+                           allow_unplanned or i in growing)
             storage = value.storage
             if type(storage) is ArenaStorage:
                 ends[storage.mem_id] = max(ends[storage.mem_id], storage.offset + value.nbytes)

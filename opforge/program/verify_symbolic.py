@@ -8,7 +8,10 @@
   never negative and never exceed the tensor's stored size, which is its size at the upper
   bound and what its slot was checked against, so every size a call can produce fits its
   slot;
-* symbolic tensors are planned into an arena (a constant cannot change its size);
+* symbolic tensors are planned into an arena (a constant cannot change its size), except a
+  growing tensor (format version 4): a symbolic tensor without storage whose sizes read a
+  growing symbol; its stored sizes are its first allocation (the export example), any size
+  in int64 is valid for it (the runtime checks each allocation against the memory limit);
 * every symbol is bound by some input dimension (``binding_plan``);
 * each state slot names a constant tensor (its initial value) that is no input, each name
   once per method; methods sharing a state name agree on its dtype and sizes.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from opforge.program._errors import program_error
 from opforge.program.model import Method, Program
-from opforge.program.symbolic import SizeExpr, binding_plan
+from opforge.program.symbolic import SizeExpr, binding_plan, growing_values
 from opforge.program.values import ArenaStorage, ConstantStorage, IntListValue, IntValue, TensorValue
 
 __all__ = ["verify_symbolic", "verify_shared_state", "state_values"]
@@ -57,6 +60,7 @@ def verify_symbolic(method: Method, where: str) -> None:
                                 "unique symbol names", _CORRUPT)
         ranges[symbol.name] = (symbol.min, symbol.max)
     seen: set[int] = set()
+    growing = growing_values(method)
     for i, sv in enumerate(method.symbolic_values):
         at = f"{where} symbolic_values[{i}]"
         if not sv.value < n:
@@ -77,13 +81,14 @@ def verify_symbolic(method: Method, where: str) -> None:
                                 f"{expected}, one per size or element", _CORRUPT)
         for d, expr in enumerate(sv.exprs):
             low, high = _bounds(expr, ranges, f"{at}.exprs[{d}]")
-            if kind is TensorValue and (low < 0 or high > value.sizes[d]):
+            if kind is TensorValue and (low < 0 or high > value.sizes[d]
+                                        and sv.value not in growing):
                 raise program_error(
                     f"{at}.exprs[{d}]", f"{expr} in [{low}, {high}]",
                     f"sizes in [0, {value.sizes[d]}] (the tensor's size at the upper bound, "
                     "which its slot holds)", _CORRUPT)
         if kind is TensorValue and type(value.storage) is not ArenaStorage and any(
-                not e.is_const for e in sv.exprs):
+                not e.is_const for e in sv.exprs) and sv.value not in growing:
             raise program_error(f"{at}.value", f"value {sv.value} with symbolic sizes and "
                                 f"{type(value.storage).__name__ or 'no storage'}",
                                 "symbolic tensors planned into an arena", _CORRUPT)

@@ -83,7 +83,7 @@ class ValueTable:
 
     def __init__(self, api: str, program: Program, method: Method,
                  arenas: list[np.ndarray], *, base: "ValueTable | None" = None,
-                 dependent: frozenset[int] = frozenset()) -> None:
+                 dependent: frozenset[int] = frozenset(), growing=None) -> None:
         self._api = api
         self._program = program
         self._method = method
@@ -93,6 +93,7 @@ class ValueTable:
         # (constants, static tensors, scalars) is the base table's object, made once
         self._base = base
         self._dependent = dependent
+        self._growing = growing  # a GrowingMemory (runtime/growth.py): tensors outside arenas
 
     def get(self, index: int) -> object:
         obj = self._objects.get(index, _MISSING)
@@ -114,6 +115,9 @@ class ValueTable:
                 self._objects[index] = np.ndarray(
                     sizes, _numpy_dtype(value.dtype), self._arenas[storage.mem_id],
                     storage.offset)
+            elif storage is None and self._growing is not None and \
+                    index in self._growing.buffers:
+                self._objects[index] = self._growing.view(index, value, sizes)
             else:
                 self._objects[index] = self._view(index, value, sizes)
         elif type(value) is IntValue:

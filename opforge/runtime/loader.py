@@ -371,6 +371,7 @@ def _check_written(api: str, method: MethodDef, i: int, instruction: KernelCall,
     declare no ``written`` positions (portable NumPy ones) are refused by NumPy itself.
     """
     values = method.values
+    state = {slot.value for slot in method.state}
     for position in getattr(kernel.fn, "written", ()):
         if position >= len(instruction.args):
             continue  # the argument count is the kernel's own check, at bind
@@ -382,7 +383,8 @@ def _check_written(api: str, method: MethodDef, i: int, instruction: KernelCall,
             if item is None:
                 continue
             tensor = values[item]
-            if type(tensor) is TensorValue and type(tensor.storage) is ConstantStorage:
+            if type(tensor) is TensorValue and type(tensor.storage) is ConstantStorage and \
+                    item not in state:  # a state's value is its live copy, written in place
                 raise ProgramError(
                     f"`{api}`: method {method.name!r} instruction {i} ({kernel.key}) argument "
                     f"{position} — value {item}, a constant tensor, where the kernel writes "

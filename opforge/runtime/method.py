@@ -47,7 +47,9 @@ from opforge.program import (
     BoolValue, DoubleValue, Free, IntValue, KernelCall, Method as MethodDef, Move, Program,
     TensorValue,
 )
+from opforge.program.symbolic import growing_values
 from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
+from opforge.runtime.growth import GrowingMemory
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
 from opforge.runtime.shapes import ShapeBinder
@@ -114,6 +116,9 @@ class Method:
         self._kernel_table = kernels
         self._dynamic = bool(method.symbols)
         self._binder = ShapeBinder(api, method) if self._dynamic else None
+        # tensors outside the arenas that grow with their sizes (export(grow=...))
+        self._growing = (GrowingMemory(api, method, self._max_memory)
+                         if self._dynamic and growing_values(method) else None)
         self._values = self._base_values = self._value_table(program, method)
         self._program = program
         # a dynamic method binds per input shape (``_select``); a static one once, here
@@ -270,13 +275,17 @@ class Method:
                 shape = getattr(given, "shape", None)
                 shapes[position] = tuple(shape) if shape is not None else \
                     _as_array(api, position, given, spec).shape
-        sizes = binder.sizes(binder.bind(shapes))
+        env = binder.bind(shapes)
+        sizes = binder.sizes(env)
+        if self._growing is not None and self._growing.ensure(sizes, env):
+            self._shapes.clear()  # their views are over the replaced buffers
+            self._current = None
         saved = (self._values, self._instruction_index, self._op_names, self._kernels)
         try:
             with memory_limit(self._max_memory):
                 self._values = values = ValueTable(
                     self._api, self._program, self._def, self._arenas, base=self._base_values,
-                    dependent=binder.dependent)
+                    dependent=binder.dependent, growing=self._growing)
                 for index, size in sizes.items():
                     values.set_sizes(index, size)
                 for spec, given in zip(self.inputs, inputs):
@@ -368,6 +377,17 @@ class Method:
             return tuple([copy() for copy in self._output_copies])
         finally:
             self._busy.release()
+
+    @property
+    def memory_growths(self) -> int:
+        """How many times this instance grew a growing tensor's memory (``export(grow=...)``);
+        0 for a method without growing tensors."""
+        return self._growing.growths if self._growing is not None else 0
+
+    @property
+    def growing_bytes(self) -> int:
+        """Bytes this instance holds outside its arenas for growing tensors now."""
+        return self._growing.nbytes if self._growing is not None else 0
 
     @property
     def instructions(self) -> list[tuple[int, str]]:

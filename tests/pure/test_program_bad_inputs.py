@@ -10,7 +10,7 @@ import pytest
 
 import opforge.program as P
 from opforge.errors import ProgramError
-from opforge.program._format import HEADER_SIZE, MAGIC
+from opforge.program._format import FORMAT_VERSION, HEADER_SIZE, MAGIC
 from opforge.program._sample import reseal, unverified_bytes
 
 SIZE_MARK = 658_188  # a tensor size whose int64 pattern occurs once in the file
@@ -77,13 +77,14 @@ def test_header_shorter_than_64_bytes():
 
 
 def test_newer_format_version():
-    message = rejected(GOOD[:8] + struct.pack("<I", 4) + GOOD[12:])
-    assert "header.format_version — found version 4 (newer)" in message
-    assert "valid: versions 1..3" in message and "upgrade opforge" in message
+    newer = FORMAT_VERSION + 1
+    message = rejected(GOOD[:8] + struct.pack("<I", newer) + GOOD[12:])
+    assert f"header.format_version — found version {newer} (newer)" in message
+    assert f"valid: versions 1..{FORMAT_VERSION}" in message and "upgrade opforge" in message
 
 
 def test_older_format_version():
-    assert "found version 0 — valid: versions 1..3" in rejected(
+    assert f"found version 0 — valid: versions 1..{FORMAT_VERSION}" in rejected(
         GOOD[:8] + struct.pack("<I", 0) + GOOD[12:])
 
 

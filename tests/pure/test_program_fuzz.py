@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 import opforge.program as P
 from opforge.errors import ProgramError
 from opforge.program._sample import (
-    chain_program, reseal, sample_program, symbolic_program, unverified_bytes,
+    chain_program, growing_program, reseal, sample_program, symbolic_program, unverified_bytes,
 )
 
 SEEDS = [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
-         P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program())]
+         P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program()),
+         P.to_bytes(growing_program())]
 FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HUGE = [0xFFFF_FFFF, 0x8000_0000, 0x7FFF_FFFF, 2**63 - 1, 2**62, 2**48, 2**32, 65, 64, 1]
 

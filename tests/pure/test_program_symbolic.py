@@ -203,3 +203,41 @@ def test_sample_symbolic_program_runs_with_state():
     assert y.tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(ProgramError, match=r"input 1 dimension 0 — found size 5 — valid: \(2 \* s\) = 6"):
         forward(np.zeros(3, np.float32), np.zeros(5, np.float32))
+
+
+def test_growing_program_round_trips_as_version_4_and_grows_when_called():
+    from opforge.program._sample import growing_program
+
+    program = growing_program()
+    data = to_bytes(program)
+    assert int.from_bytes(data[8:12], "little") == 4
+    assert from_bytes(data) == program
+    forward = load(from_bytes(data)).method("forward")
+    for n in (1, 4, 9, 1000, 3):
+        x = -np.arange(n, dtype=np.float32)
+        y, z = forward(x, -np.ones(3, np.float32))
+        assert y.tolist() == (-x).tolist() and z.tolist() == [1.0, 1.0, 1.0]
+    assert forward.memory_growths == 2 and forward.growing_bytes >= 2 * 4000
+
+
+def test_verifier_refuses_unplanned_tensors_without_a_growing_symbol():
+    import dataclasses
+
+    from opforge.program._sample import growing_program
+
+    program = growing_program()
+    method = program.methods[0]
+    fixed = dataclasses.replace(method, symbols=(Symbol("s", 1, 2**31 - 1),))
+    with pytest.raises(ProgramError, match="storage"):
+        verify(Program(methods=(fixed,)))
+
+
+def test_loader_refuses_a_hostile_growing_symbol_index():
+    from opforge.program._sample import growing_program, reseal
+
+    data = bytearray(to_bytes(growing_program()))
+    # the growing list is the method's last field: u32 count 1, u32 index 0
+    at = bytes(data).rindex((1).to_bytes(4, "little") + (0).to_bytes(4, "little"))
+    data[at + 4:at + 8] = (7).to_bytes(4, "little")
+    with pytest.raises(ProgramError, match="growing symbol — found index 7"):
+        from_bytes(reseal(data))

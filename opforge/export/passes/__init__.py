@@ -6,9 +6,10 @@ from opforge.export.passes.check_functional import CheckFunctional
 from opforge.export.passes.drop_assertions import DropAssertions
 from opforge.export.passes.to_out_variant import ToOutVariant
 from opforge.export.passes.lift_constants import LiftConstants
+from opforge.export.passes.update_state_in_place import UpdateStateInPlace
 from opforge.export.passes.plan_memory import PlanMemory
 
 __all__ = [
     "DecomposeToCoreAten", "SymbolicSizes", "CheckFunctional", "DropAssertions", "ToOutVariant", "LiftConstants",
-    "PlanMemory",
+    "UpdateStateInPlace", "PlanMemory",
 ]

@@ -1,7 +1,8 @@
 """Memory planning, the last pass: every activation gets an offset in an arena.
 
-Planned tensors are the ``alloc`` nodes and the user inputs. A tensor with symbolic sizes
-is planned at its upper bound (``SymbolTable.upper_sizes``): every call's actual sizes fit
+Planned tensors are the ``alloc`` nodes and the user inputs, except the tensors whose sizes
+read a growing symbol (``export(grow=...)``): those live outside the arenas and the runtime
+grows them. A tensor with symbolic sizes is planned at its upper bound (``SymbolTable.upper_sizes``): every call's actual sizes fit
 its slot, and lifetimes are reused as for static tensors. Graph inputs are planned
 like activations: the runtime copies (or lets the caller write) each input into its slot
 before the first instruction, so an input's slot becomes free after its last use.
@@ -44,9 +45,11 @@ def _node_args(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 def tensor_lifetimes(method: MethodGraph) -> list[TensorLifetime]:
     """The lifetime of every planned tensor of ``method`` (see the module docstring)."""
+    table = method.notes.get("symbols")
     planned = [
         n for n in method.graph.nodes
-        if is_alloc(n) or (n.op == "placeholder" and method.input_kinds[n.name] == InputKind.USER)
+        if (is_alloc(n) or (n.op == "placeholder" and method.input_kinds[n.name] == InputKind.USER))
+        and not (table and table.grows(n.meta.get("val")))  # grown by the runtime instead
     ]
     first: dict[str, int] = {}
     last: dict[str, int] = {}

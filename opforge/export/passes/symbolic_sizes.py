@@ -39,7 +39,8 @@ class SymbolicSizes(ExportPass):
 
     def run(self, method: MethodGraph) -> MethodGraph:
         users = {n.name: n.meta.get("val") for n in method.user_inputs()}
-        table = SymbolTable(method.name, method.exported, users, method.notes.get("dim_names"))
+        table = SymbolTable(method.name, method.exported, users, method.notes.get("dim_names"),
+                            grow=method.notes.get("grow", frozenset()))
         method.notes["symbols"] = table
         if not table and not any(is_size_node(n) for n in method.call_nodes()):
             return method  # static: nothing to fold (a data-dependent size is refused below)

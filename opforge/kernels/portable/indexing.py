@@ -42,6 +42,22 @@ def _check_range(index: np.ndarray, size: int, api: str) -> None:
         )
 
 
+def _check_positions(indices: list, shape: tuple[int, ...]) -> None:
+    """``index_put``'s integer index tensors against their dimensions (masks are NumPy's to
+    check); one position, a decoding step's cache write, costs no NumPy reduction."""
+    for dim, i in enumerate(indices):
+        if i is None:
+            continue
+        if i.dtype.kind not in "iu" or i.dtype == np.uint8:
+            return  # a mask shifts the dimensions after it
+        if i.size == 1:
+            size = shape[dim]
+            if not -size <= i.item() < size:
+                _check_range(i, size, "aten::index_put.out")
+        else:
+            _check_range(i, shape[dim], "aten::index_put.out")
+
+
 @kernel("aten::index.Tensor_out")
 def index_out(self, indices, out):
     np.copyto(out, self[_numpy_index(indices)], casting="unsafe")
@@ -49,8 +65,12 @@ def index_out(self, indices, out):
 
 @kernel("aten::index_put.out")
 def index_put_out(self, indices, values, accumulate, out):
-    np.copyto(out, self, casting="unsafe")
+    # out is self: a state (KV cache) written in place (export/passes/update_state_in_place.py)
     index = _numpy_index(indices)
+    if len(indices) <= self.ndim:  # every position checked before anything is written
+        _check_positions(indices, self.shape)
+    if out is not self:
+        np.copyto(out, self, casting="unsafe")
     if accumulate:
         np.add.at(out, index, values)  # repeated indices add up, as in ATen
     else:
@@ -211,7 +231,8 @@ def scatter_add_out(self, dim, index, src, out):
 
 @kernel("aten::slice_scatter.out")
 def slice_scatter_out(self, src, dim, start, end, step, out):
-    np.copyto(out, self, casting="unsafe")
+    if out is not self:  # out is self: a state written in place
+        np.copyto(out, self, casting="unsafe")
     index = [slice(None)] * self.ndim
     index[dim] = slice(start, end, step)
     np.copyto(out[tuple(index)], src, casting="unsafe")
@@ -219,7 +240,8 @@ def slice_scatter_out(self, src, dim, start, end, step, out):
 
 @kernel("aten::select_scatter.out")
 def select_scatter_out(self, src, dim, index, out):
-    np.copyto(out, self, casting="unsafe")
+    if out is not self:  # out is self: a state written in place
+        np.copyto(out, self, casting="unsafe")
     where = [slice(None)] * self.ndim
     where[dim] = index
     # the Ellipsis keeps a 0-d view (not a copied scalar) when self is 1-d
