@@ -96,10 +96,16 @@ def totals(rows: list[dict]) -> dict:
 
 def markdown(rows: list[dict], setup: dict) -> str:
     count = totals(rows)
+    command = setup["command"].split()
+    if "--models" in command and len(command[command.index("--models") + 1].split(",")) > 8:
+        shown = command[command.index("--models") + 1].split(",")
+        command[command.index("--models") + 1] = f"<{len(shown)} models: {shown[0]}, ...>"
+    runs = sorted({(row.get("date", "?"), row.get("commit", "?")) for row in rows})
     lines = [
         "# Models written elsewhere: lean runtime and cpu backend against eager float64",
         "",
-        f"- Date: {setup['date']}; command: `{setup['command']}`.",
+        f"- Date: {setup['date']}; command of the last call: `{' '.join(command)}` (the JSON "
+        "has it in full). Rows checked at: " + "; ".join(f"{d} (opforge {c})" for d, c in runs) + ".",
         f"- Machine: {setup['machine']['cpu']}, {setup['machine']['cores']} cores, "
         f"{setup['machine']['memory_gib']} GiB, Linux {setup['machine']['kernel']}, Python "
         f"{setup['machine']['python']}; opforge commit {setup['machine']['opforge_commit']}; "
