@@ -23,7 +23,8 @@ from opforge.backends.compile_specs import (
 from opforge.errors import BackendError, shown
 
 __all__ = [
-    "Backend", "BackendContext", "PartitionResult", "Rejection", "SpecDef", "get_backend",
+    "Backend", "BackendContext", "PartitionResult", "PreprocessRefused", "Rejection", "SpecDef",
+    "get_backend",
     "backend_names", "register_backend", "resolve_specs", "encode_specs", "decode_specs",
     "parse_spec_args", "ENTRY_POINT_GROUP",
 ]

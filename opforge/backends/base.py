@@ -26,10 +26,23 @@ from typing import Any, ClassVar, Sequence
 
 from opforge.backends.compile_specs import SpecDef
 
-__all__ = ["Backend", "BackendContext", "Rejection", "PartitionResult", "REJECTION_KINDS"]
+__all__ = ["Backend", "BackendContext", "Rejection", "PartitionResult", "PreprocessRefused",
+           "REJECTION_KINDS"]
 
 # What a Rejection may say a node was refused for.
 REJECTION_KINDS = ("op", "dtype", "shape", "layout", "compile_spec", "partition")
+
+
+class PreprocessRefused(Exception):
+    """Raised by ``preprocess`` for a group it cannot compile after all (what the partition
+    check saw differs from what the group receives: values the check folded as constants
+    can reach a group at run time). Export then leaves the group's nodes on the kernels,
+    each with a ``Rejection`` of ``kind`` and this ``reason``, instead of failing."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind if kind in REJECTION_KINDS else "partition"
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -100,7 +113,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def preprocess(self, subgraph: Any, specs: dict[str, Any]) -> bytes:
-        """Compile one group (``opforge.backends.partition.Subgraph``) to its blob."""
+        """Compile one group (``opforge.backends.partition.Subgraph``) to its blob; raise
+        ``PreprocessRefused`` to leave the group on the kernels (with the reason)."""
 
     # --- run time ----------------------------------------------------------------------------
     @abc.abstractmethod

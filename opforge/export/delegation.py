@@ -96,7 +96,7 @@ class Delegate(ExportPass):
 
     def run(self, method: MethodGraph) -> MethodGraph:
         from opforge.backends import encode_specs
-        from opforge.backends.base import Rejection
+        from opforge.backends.base import PreprocessRefused, Rejection
         from opforge.backends.partition import ExportGraph, Subgraph, op_name
         from opforge.export.diagnostics import node_location
 
@@ -140,7 +140,16 @@ class Delegate(ExportPass):
                 _reorder_placeholders(sub, [p for p, _ in runtime_inputs])
                 subgraph = Subgraph(backend.name, method.name, sub,
                                     [p.name for p, _ in runtime_inputs], constants)
-                blob = backend.preprocess(subgraph, request.specs)
+                try:
+                    blob = backend.preprocess(subgraph, request.specs)
+                except PreprocessRefused as refused:
+                    # the group stays on the kernels, every node saying why
+                    report["rejected"].extend(
+                        Rejection(backend.name, n.name, op_name(n), refused.kind,
+                                  f"left on the kernels with its whole delegate group: "
+                                  f"{refused.reason}", node_location(n) or "").as_dict()
+                        for n in nodes if n.target is not operator.getitem)
+                    continue
                 if not isinstance(blob, (bytes, bytearray, memoryview)):
                     raise InternalError(f"backend {backend.name!r}: preprocess returned "
                                         f"{type(blob).__name__}, not bytes")

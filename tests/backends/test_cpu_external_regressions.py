@@ -123,3 +123,29 @@ def test_stack_of_computed_tensors(dim):
     _check_delegated_and_matching(Stack(), (x,))
     report = delegation_report(export(Stack(), (x,), kernels="portable", backends=["cpu"]))
     assert not report["forward"]["rejected"], report["forward"]["rejected"]
+
+
+def test_a_group_preprocess_cannot_compile_stays_on_the_kernels():
+    """The partition check folds ops whose inputs are constants; a gather that stays on the
+    kernels can put such values into a delegate at run time, where an op without a run-time
+    lowering (cos here) used to fail the whole export. The group now stays on the kernels,
+    each node saying why, and the program runs right."""
+    import numpy as np
+    import torch
+
+    from opforge.export import delegation_report, export
+    from opforge.runtime import load
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            i = torch.arange(4, dtype=torch.float32) * 0.6
+            f = torch.floor(i)
+            t = torch.clamp(i - f, 0, 1)
+            return x[:, :, f.long()] * torch.cos(t)
+
+    x = torch.randn(2, 3, 5)
+    program = export(M(), (x,), kernels="portable", backends=["cpu"])
+    rejected = delegation_report(program)["forward"]["rejected"]
+    assert any("left on the kernels with its whole delegate group" in r["reason"] for r in rejected), rejected
+    np.testing.assert_allclose(load(program).method("forward")(x.numpy())[0], M()(x).numpy(),
+                               rtol=1e-6, atol=1e-6)

@@ -96,7 +96,12 @@ class CpuBackend(Backend):
 
         specs = dict(specs)
         specs["_package_nodes"] = package_nodes(subgraph, specs)
-        plan = lowering.Lowering(subgraph, specs).run()
+        try:
+            plan = lowering.Lowering(subgraph, specs).run()
+        except lowering.Unsupported as e:  # a value the partition check folded arrives at run time
+            from opforge.backends.base import PreprocessRefused
+
+            raise PreprocessRefused(e.kind, e.reason) from None
         if specs["fuse"]:
             lowering.fuse(plan)
         lowering.prune(plan)

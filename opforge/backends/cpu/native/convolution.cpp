@@ -75,6 +75,11 @@ void contract_conv(const Engine& e, const OpCall& c) {
   }
   need(w.is_const, k, "the weights must be a constant");
   need(src.dims[0] == dst.dims[0], k, "source and destination batch sizes differ");
+  // oneDNN's (de)convolutions may write the whole of get_size() of their destination (a
+  // zero fill before accumulating); for a gapped layout that is more than the tensor
+  // reaches (a [1,4,8,8] destination with strides [4,32,1,256] corrupted the heap inside
+  // libdnnl). The lowering writes dense destinations only (channels-last).
+  need(dense(dst), k, "the destination must be dense (no gaps between its elements)");
   if (a.has_bias) {
     const Tensor& b = e.tensors[(size_t)c.ins[2]];
     need(b.is_const, k, "the bias must be a constant (it is reordered at init)");

@@ -15,6 +15,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -68,7 +69,19 @@ struct Tensor {
   bool is_const = false;
   memory::desc md() const {  // a 0-d tensor is one element to oneDNN
     if (dims.empty()) return memory::desc({1}, dnnl_type(dtype), memory::dims{1});
-    return memory::desc(dims, dnnl_type(dtype), strides);
+    // a size-1 dim addresses nothing, but oneDNN orders dims by stride when it matches a
+    // layout: a small stride there (a deconvolution's [1,4,8,8] with strides [4,32,1,256])
+    // made it pick a kernel that wrote outside the destination. Give each size-1 dim the
+    // stride a dense layout would (what the lowering writes), as its reach is unchanged.
+    dims_t tidy = strides;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (dims[k] != 1) continue;
+      int64_t s = 1;
+      for (size_t j = k + 1; j < dims.size(); ++j)
+        if (dims[j] != 1) s = std::max(s, strides[j] * dims[j]);  // <= span + stride < 2^41
+      tidy[k] = s;
+    }
+    return memory::desc(dims, dnnl_type(dtype), tidy);
   }
 };
 

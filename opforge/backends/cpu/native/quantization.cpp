@@ -113,6 +113,9 @@ void contract_int8(const Engine& e, const OpCall& c) {
   need(x.dtype == U8 && w.dtype == I8 && ws.dtype == F32 && y.dtype == U8, k,
        "dtypes (u8 activations, s8 weights, f32 scales)");
   need(w.is_const && ws.is_const, k, "weights and their scales must be constants");
+  // as for float convolutions (convolution.cpp): a destination with gaps is more than
+  // oneDNN may write; the lowering writes dense ones
+  need(dense(y), k, "the destination must be dense (no gaps between its elements)");
   for (int id : {c.ins[0], c.ins[1], c.outs[0]}) need_dnnl_operand(e, id, k, "an operand");
   need(c.fa[0] > 0 && c.fa[1] > 0 && std::isfinite(c.fa[0]) && std::isfinite(c.fa[1]), k, "scales");
   need(c.ia[0] >= 0 && c.ia[0] <= 255 && c.ia[1] >= 0 && c.ia[1] <= 255, k, "zero points out of range");
