@@ -31,6 +31,7 @@ import numpy as np
 from opforge.errors import BuildError, KernelError
 from opforge.mindspore.dtypes import TYPE_IDS, type_id_name
 from opforge.mindspore.extra import ExtraObject, string_abi_of
+from opforge.runtime.threads import note_library_loaded
 
 __all__ = ["AotLibrary", "AotFunctions", "cpp_infer_supported"]
 
@@ -90,6 +91,7 @@ class AotLibrary:
                              "kernel into a shared library, or pass the .cc/.cpp source")
         try:
             self._dll = ctypes.CDLL(self.path, mode=getattr(os, "RTLD_LOCAL", 0) | os.RTLD_NOW)
+            note_library_loaded(self.path)  # it may bring an OpenMP or BLAS pool (runtime/threads.py)
         except OSError as e:
             raise BuildError(f"`{api}`: AOT library {self.path!r} — the dynamic loader refused "
                              f"it ({e}) — fix: link every symbol it needs (-Wl,--no-undefined), "

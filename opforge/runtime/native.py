@@ -37,6 +37,7 @@ from opforge.native.abi import ABI_VERSION, KIND_OPTIONAL, KIND_SCALAR, MESSAGE_
 from opforge._user_files import require_regular_file
 from opforge.errors import BuildError, KernelError, SchemaError
 from opforge.schema import FunctionSchema
+from opforge.runtime.threads import note_library_loaded
 
 __all__ = ["NativeLibrary", "NativeKernel", "NativeEntry", "load_library", "kernel_table",
            "enable_crash_reports", "label_crash_frame", "ABI_VERSION"]
@@ -214,6 +215,7 @@ def _open(path: str) -> tuple[ctypes.CDLL, CLibrary, tuple[NativeEntry, ...]]:
     _check_elf(path)
     try:
         dll = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0) | os.RTLD_NOW)
+        note_library_loaded(path)  # it may bring an OpenMP or BLAS pool (runtime/threads.py)
     except OSError as e:
         raise _refuse(path, f"the dynamic loader refused it ({e})") from None
     register = getattr(dll, REGISTER_SYMBOL, None)

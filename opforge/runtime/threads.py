@@ -25,7 +25,7 @@ import os
 
 from opforge.errors import ProgramError
 
-__all__ = ["NUM_THREADS_ENV", "resolve_thread_count", "ThreadGovernor"]
+__all__ = ["NUM_THREADS_ENV", "resolve_thread_count", "ThreadGovernor", "note_library_loaded"]
 
 NUM_THREADS_ENV = "OPFORGE_NUM_THREADS"
 AUTO_MAX = 4  # "auto": the usable cores, at most this many (see kernels/portable/_binding.py)
@@ -104,11 +104,37 @@ class ThreadGovernor:
                 pool.set_num_threads(before)
 
 
+# threadpoolctl finds the pools by reading /proc/self/maps (~1 ms, and a file a program's
+# load would otherwise open every time): the controllers are found once per process and
+# again only after opforge has loaded another native library (note_library_loaded)
+_generation = 0
+_found: tuple[int, tuple] | None = None
+_seen: set[str] = set()
+
+
+def note_library_loaded(path: object) -> None:
+    """Called by every loader of native code (kernel libraries, MindSpore AOT libraries, op
+    packages, the cpu engine) with the library's path: after a library this process had not
+    loaded yet, the next method instance looks for pools again."""
+    global _generation
+    key = os.fspath(path) if isinstance(path, (str, os.PathLike)) else repr(path)
+    if key not in _seen:
+        _seen.add(key)
+        _generation += 1
+
+
 def _controllers() -> tuple:
     """threadpoolctl's controllers of every BLAS and OpenMP runtime loaded now."""
+    global _found
+    found = _found
+    if found is not None and found[0] == _generation:
+        return found[1]
     from threadpoolctl import ThreadpoolController
 
-    return tuple(ThreadpoolController().lib_controllers)
+    generation = _generation
+    controllers = tuple(ThreadpoolController().lib_controllers)
+    _found = (generation, controllers)
+    return controllers
 
 
 def _torch_module():

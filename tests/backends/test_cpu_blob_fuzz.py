@@ -87,3 +87,33 @@ def test_the_saved_reproductions_are_refused_cleanly():
     outcomes = cpu_blob_fuzz.replay_cases(paths, timeout=30)
     bad = {name: o for name, o in outcomes.items() if o[0] not in ("ok", "refused")}
     assert not bad, bad
+
+
+def test_a_campaign_and_the_corpus_run_clean_under_asan(tmp_path, monkeypatch):
+    """The CI run under the sanitizer build (issue 21): the workers preload libasan and use
+    an engine built with -fsanitize=address, so an out-of-bounds access aborts the very case
+    that made it instead of corrupting a later one."""
+    import shutil
+    import subprocess
+
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("needs gcc for the ASan runtime")
+    libasan = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+    if not Path(libasan).is_absolute() or not Path(libasan).exists():
+        pytest.skip("no ASan runtime (libasan.so) for the compiler")
+    from cpu_blob_worker import Worker
+
+    monkeypatch.setattr(Worker, "asan_dir", tmp_path / "asan")
+    (tmp_path / "asan").mkdir()
+    report = cpu_blob_fuzz.campaign(150, seed=2027, jobs=1, timeout=60, crash_dir=tmp_path,
+                                    log=lambda s: None)
+    lines: list[str] = []
+    cpu_blob_fuzz.print_report(report, 150, 2027, out=lines.append)
+    for cls in cpu_blob_fuzz.FINDINGS:
+        assert report.counts[cls] == 0, "\n".join(lines)
+    corpus = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "cpu_blob"
+    outcomes = cpu_blob_fuzz.replay_cases(sorted(corpus.glob("*.json")), timeout=60)
+    bad = {name: o for name, o in outcomes.items() if o[0] not in ("ok", "refused")}
+    assert not bad, bad

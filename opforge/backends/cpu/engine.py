@@ -16,6 +16,7 @@ import numpy as np
 
 from opforge.backends.cpu import engine_build
 from opforge.errors import BackendError
+from opforge.runtime.threads import note_library_loaded
 
 ABI_VERSION = 2
 _ERR = 1024
@@ -127,6 +128,7 @@ def library() -> ctypes.CDLL:
         if path is None:
             path = _compile_on_first_use(engine_build.find_onednn(headers=True), sanitize=sanitize)
         lib = ctypes.CDLL(str(path))
+        note_library_loaded(path)  # its OpenMP runtime (runtime/threads.py)
         lib.ofc_abi_version.restype = ctypes.c_int32
         if lib.ofc_abi_version() != ABI_VERSION:
             fix = ("reinstall opforge (pip install 'opforge[cpu]', or pip install -e . in a "

@@ -46,6 +46,7 @@ from opforge.backends.oppackage.info import OpPackageInfo, parse_op_package_info
 from opforge.backends.oppackage.node import PackageNode
 from opforge.backends.oppackage.platforms import host_platform
 from opforge.errors import BackendError, shown
+from opforge.runtime.threads import note_library_loaded
 
 __all__ = ["ABI_VERSION", "LoadedPackage", "PreparedNode", "load_package", "load_packages",
            "prepare", "host_platform", "trust_packages", "is_trusted", "TRUST_ENV"]
@@ -220,6 +221,7 @@ def _load_once(path, package_name: str, provider_name: str, where: str, gate) ->
 def _open(opened: OpenedLibrary, package_name: str, provider_name: str, where: str) -> LoadedPackage:
     try:
         lib = ctypes.CDLL(opened.load_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        note_library_loaded(opened.load_path)  # it may bring an OpenMP or BLAS pool (runtime/threads.py)
     except OSError as e:
         message = str(e).replace(opened.load_path, opened.real)
         if "cannot open shared object file" in message and opened.real not in message:
