@@ -36,10 +36,8 @@ import ast
 import copy
 import json
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -401,7 +399,9 @@ def _functions(tree: ast.Module):
 
 def make_mutants(target: Target, only: set[str] | None = None) -> list[Mutant]:
     if target.path.endswith(".cpp"):
-        return make_cpp_mutants(target, only)
+        from mutation_cpp import make_cpp_mutants
+
+        return make_cpp_mutants(target, only, ROOT, Mutant)
     source = (ROOT / target.path).read_bytes()
     tree = ast.parse(source)
     collector = _Collector(target.path, source)
@@ -422,99 +422,13 @@ def make_mutants(target: Target, only: set[str] | None = None) -> list[Mutant]:
     return collector.mutants
 
 
-# --- C++ (the cpu backend's engine) ------------------------------------------------------------
-#
-# The engine's sources are mutated as text, inside the named functions only (found by their
-# name and brace matching; comments and string literals are skipped): a comparison flipped at
-# its boundary (`a < b` -> `a <= b`, ...), `==` / `!=`, `&&` / `||`, `+` / `-` between spaced
-# operands, an integer literal off by one, a `!` dropped, `true` / `false` flipped. Operators
-# are matched with spaces around them, as the engine is written, so template brackets and
-# shifts are never touched. Each mutant is first compiled alone (`-fsyntax-only` against
-# oneDNN's headers); one that does not compile is "stillborn", not counted as killed. The
-# tests then rebuild the engine through the build cache (the copy has no installed engine:
-# `library()` compiles the mutated sources on first use).
-
-_CPP_TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'"""
-                        r"| (<=|>=|<|>|==|!=|&&|\|\||\+|-) |\b(true|false)\b|(?<![\w.])(\d+)(?![\w.])"
-                        r"|(?<=[(\s])!(?=[\w(])", re.S)
-_CPP_SWAP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==", "&&": "||",
-             "||": "&&", "+": "-", "-": "+", "true": "false", "false": "true"}
-
-
-def _cpp_functions(text: str) -> dict[str, tuple[int, int]]:
-    """name -> (start, end) byte span of each function body defined at namespace level."""
-    found = {}
-    for m in re.finditer(r"^[A-Za-z_][\w:<>,*& ]*?\b(\w+)\(([^;{}]*)\)[^;{}]*\{", text, re.M):
-        depth, i = 1, m.end()
-        while depth and i < len(text):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        found.setdefault(m.group(1), (m.end(), i))
-    return found
-
-
-def make_cpp_mutants(target: "Target", only: set[str] | None = None) -> list[Mutant]:
-    text = (ROOT / target.path).read_text()
-    functions = _cpp_functions(text)
-    missing = set(target.functions or ()) - set(functions)
-    if missing:
-        raise SystemExit(f"mutation_test.py: {target.path} has no function(s) "
-                         f"{sorted(missing)}: update TARGETS")
-    mutants: list[Mutant] = []
-    for name, (start, end) in functions.items():
-        if (target.functions is not None and name not in target.functions) or (only and name not in only):
-            continue
-        for m in _CPP_TOKEN.finditer(text, start, end):
-            if m.group(0).startswith(("//", "/*", '"', "'")):
-                continue
-            line = text.count("\n", 0, m.start()) + 1
-            line_text = text[text.rfind("\n", 0, m.start()) + 1:text.find("\n", m.end())]
-            if m.group(1) in ("+", "-") and ('"' in line_text or "to_string" in line_text):
-                continue  # building an error message, not a value (messages are never mutated)
-            if m.group(1):
-                op = m.group(1)
-                a, b = m.start(1), m.end(1)
-                mutants.append(Mutant(target.path, name, line, "operator",
-                                      f"operator: `{op}` -> `{_CPP_SWAP[op]}`", a, b, _CPP_SWAP[op]))
-            elif m.group(2):
-                word = m.group(2)
-                mutants.append(Mutant(target.path, name, line, "bool",
-                                      f"flip bool: `{word}` -> `{_CPP_SWAP[word]}`", m.start(), m.end(),
-                                      _CPP_SWAP[word]))
-            elif m.group(3):
-                value = int(m.group(3))
-                for new in ([value + 1, value - 1] if value else [1]):
-                    mutants.append(Mutant(target.path, name, line, "off by one",
-                                          f"off by one: `{value}` -> `{new}`", m.start(), m.end(), str(new)))
-            else:
-                mutants.append(Mutant(target.path, name, line, "not", "drop `!`",
-                                      m.start(), m.end(), ""))
-    seen: dict[str, int] = {}
-    for mutant in mutants:
-        base = mutant.key
-        mutant.twin = seen.get(base, 0)
-        seen[base] = mutant.twin + 1
-    for mutant in mutants:  # character offsets → the byte offsets the runner replaces
-        mutant.start = len(text[:mutant.start].encode())
-        mutant.end = len(text[:mutant.end].encode())
-    return mutants
-
-
-def _compiles(path: Path) -> bool:
-    """Whether a mutated engine source still compiles (syntax and types only)."""
-    from opforge.backends.cpu import engine_build
-
-    prefix = engine_build.find_onednn(headers=True)
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if prefix is None or cxx is None:
-        return True  # cannot tell: the tests decide
-    includes = [f"-I{d}" for d in engine_build.include_dirs(path.parent.parent)]
-    proc = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-fopenmp", f"-I{prefix / 'include'}",
-                           *includes, str(path)], capture_output=True)
-    return proc.returncode == 0
-
-
 # --- running ----------------------------------------------------------------------------------
+
+def _cpp_compiles(path: Path) -> bool:
+    from mutation_cpp import compiles
+
+    return compiles(path)
+
 
 def _copy_tree(into: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.so", ".opforge-cache")
@@ -595,7 +509,7 @@ def run(targets: dict[str, Target], mutants: dict[str, list[Mutant]], results: P
                     original[mutant.end:]
                 (work / target.path).write_bytes(mutated)
                 try:
-                    if target.path.endswith(".cpp") and not _compiles(work / target.path):
+                    if target.path.endswith(".cpp") and not _cpp_compiles(work / target.path):
                         mutant.status, mutant.seconds = "stillborn", 0.0
                     else:
                         mutant.status, mutant.seconds = _run_tests(target.tests, timeout, log)
