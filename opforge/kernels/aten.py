@@ -103,6 +103,8 @@ class AtenOpKernel:
         # positions of the written arguments: the loader refuses constants there at load
         self.written = tuple(i for i, w in enumerate(self._written) if w)
         self._converters = [_converter(str(a.real_type), torch) for a in schema.arguments]
+        overload = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+        self._in_place = _IN_PLACE.get(overload)
 
     def __repr__(self) -> str:
         return f"AtenOpKernel({self.schema})"
@@ -127,13 +129,56 @@ class AtenOpKernel:
         return positional, keyword
 
     def __call__(self, *args: Any) -> None:
-        positional, keyword = self._convert(args)
-        self.op(*positional, **keyword)
+        fn, positional = self.bind(args)
+        fn(*positional)
 
     def bind(self, args: tuple) -> tuple:
         """``(callable, args)`` with every conversion done now, for the executor's loop."""
         positional, keyword = self._convert(args)
+        if self._in_place is not None and args and args[0] is args[-1]:
+            # self is out: a state written in place (export/passes/update_state_in_place.py);
+            # the out overload would first copy all of self onto itself, touching every page
+            # of a KV cache each step, so write only the positions, as the portable kernel
+            return self._in_place, tuple(positional)  # out is keyword-only: not in it
         return functools.partial(self.op, **keyword), tuple(positional)
+
+
+def _index_put_in_place(self, indices, values, accumulate) -> None:
+    import torch
+
+    # every position checked before anything is written: ATen's index_put_ may write the
+    # positions before a bad one, and a state must not keep half a write
+    for dim, index in enumerate(indices):
+        if index is None or dim >= self.dim():
+            continue
+        if index.dtype in (torch.bool, torch.uint8):
+            break  # a mask shifts the dimensions after it; ATen checks its shape first
+        size = self.shape[dim]
+        low, high = (int(index), int(index)) if index.numel() == 1 else (
+            (int(index.min()), int(index.max())) if index.numel() else (0, 0))
+        if low < -size or high >= size:
+            bad = low if low < -size else high
+            raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size "
+                             f"{size} (aten::index_put.out, in place)")
+    torch.ops.aten.index_put_.default(self, indices, values, accumulate)
+
+
+def _slice_scatter_in_place(self, src, dim, start, end, step) -> None:
+    import torch
+
+    torch.ops.aten.slice.Tensor(self, dim, start, end, step).copy_(src)
+
+
+def _select_scatter_in_place(self, src, dim, index) -> None:
+    import torch
+
+    torch.ops.aten.select.int(self, dim, index).copy_(src)
+
+
+# out overloads that the exporter calls with out = self for a state written in place
+_IN_PLACE = {"aten::index_put.out": _index_put_in_place,
+             "aten::slice_scatter.out": _slice_scatter_in_place,
+             "aten::select_scatter.out": _select_scatter_in_place}
 
 
 def _read_only(arg: Any) -> bool:
