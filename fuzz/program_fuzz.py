@@ -42,7 +42,8 @@ import opforge.program as P  # noqa: E402
 from opforge.errors import ProgramError  # noqa: E402
 from opforge.program import _format as F  # noqa: E402
 from opforge.program._sample import (  # noqa: E402
-    chain_program, growing_program, reseal, sample_program, symbolic_program, unverified_bytes,
+    chain_program, growing_program, reseal, sample_program, splat_state_program, symbolic_program,
+    unverified_bytes,
 )
 from opforge.program.symbolic import (  # noqa: E402
     Guard, SizeExpr, StateSlot, Symbol, SymbolicValue, growing_values,
@@ -282,7 +283,7 @@ def _reason(message: str) -> str:
 def seeds() -> list[bytes]:
     return [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
             P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program()),
-            P.to_bytes(growing_program())]
+            P.to_bytes(growing_program()), P.to_bytes(splat_state_program())]
 
 
 def builtin(count: int, seed: int, crash_dir: Path) -> int:

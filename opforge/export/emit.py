@@ -25,7 +25,7 @@ from opforge.export.out_variants import bind_arguments
 from opforge.export.delegation import METADATA_KEY
 from opforge.export.lowered import DelegateOut
 from opforge.program import (
-    ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Move, Operator, Program,
+    PACKING_SPLAT, ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Move, Operator, Program,
     Segment, StateSlot, SymbolicValue, TensorValue, Value,
 )
 
@@ -51,8 +51,22 @@ class ConstantPool:
             self._size = start + len(data)
         return self._offsets[key]
 
+    def splat_offset(self, key: str, tensor: torch.Tensor) -> int:
+        """Where the one element of a uniform ``tensor`` (see ``uniform``) is stored."""
+        return self.offset("splat:" + key, tensor.reshape(-1)[:1])
+
     def segments(self) -> tuple[Segment, ...]:
         return (Segment(b"".join(self._chunks)),) if self._offsets else ()
+
+
+def uniform(tensor: torch.Tensor) -> bool:
+    """Whether every element of ``tensor`` (two or more) has the first one's bytes: a state
+    initial value stored as a splat (``PACKING_SPLAT``; a zeroed KV cache costs the program
+    one element and the runtime no resident memory until it is written)."""
+    if tensor.numel() < 2:
+        return False
+    rows = tensor.contiguous().view(-1).view(torch.uint8).view(tensor.numel(), -1)
+    return bool((rows == rows[0]).all())
 
 
 class _Delegates:
@@ -104,12 +118,21 @@ class _MethodEmitter:
             raise InternalError(f"emit: node {node.name} used before it was emitted")
         return index
 
+    def _is_state(self, placeholder: str) -> bool:
+        notes = self.method.notes
+        return placeholder in notes.get("state", {}) or \
+            notes.get("buffer_names", {}).get(placeholder) in self.state_names
+
     def _tensor(self, node: torch.fx.Node) -> int:
         fake = node.meta["val"]
         kind = self.method.input_kinds.get(node.name, InputKind.USER) if node.op == "placeholder" else None
         if kind not in (None, InputKind.USER):
             key = self.method.notes["constant_keys"][node.name]
-            storage = ConstantStorage(0, self.pool.offset(key, self.method.constants[node.name]))
+            tensor = self.method.constants[node.name]
+            if self._is_state(node.name) and uniform(tensor):
+                storage = ConstantStorage(0, self.pool.splat_offset(key, tensor), PACKING_SPLAT)
+            else:
+                storage = ConstantStorage(0, self.pool.offset(key, tensor))
         table = self.method.notes.get("symbols")
         symbolic = table and any(not isinstance(s, int) for s in fake.shape)
         grows = kind in (None, InputKind.USER) and symbolic and table.grows(fake)

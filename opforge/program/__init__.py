@@ -30,7 +30,7 @@ from opforge.program.model import (
 from opforge.program.scalar_type import ScalarType
 from opforge.program.symbolic import Guard, SizeExpr, StateSlot, Symbol, SymbolicValue
 from opforge.program.values import (
-    MAX_RANK, MAX_TENSOR_BYTES, PACKING_INT4, PACKING_NONE, ArenaStorage, BoolListValue, BoolValue, ConstantStorage,
+    MAX_RANK, MAX_TENSOR_BYTES, PACKING_INT4, PACKING_NONE, PACKING_SPLAT, ArenaStorage, BoolListValue, BoolValue, ConstantStorage,
     DoubleListValue, DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue,
     ScalarTypeValue, Storage, StringValue, TensorListValue, TensorValue, Value,
 )
@@ -45,7 +45,7 @@ __all__ = [
     "OptionalTensorListValue", "ScalarTypeValue",
     "Storage", "ArenaStorage", "ConstantStorage", "ScalarType",
     "Symbol", "SizeExpr", "Guard", "SymbolicValue", "StateSlot",
-    "MAX_RANK", "MAX_TENSOR_BYTES", "FORMAT_VERSION", "PACKING_NONE", "PACKING_INT4",
+    "MAX_RANK", "MAX_TENSOR_BYTES", "FORMAT_VERSION", "PACKING_NONE", "PACKING_INT4", "PACKING_SPLAT",
     # bytes and files
     "to_bytes", "from_bytes", "save", "load",
     # checks and views

@@ -18,9 +18,9 @@ import struct
 MAGIC = b"\x89OPF\r\n\x1a\n"  # PNG's trick: catches 7-bit and newline-translating copies
 # The newest version this library reads and writes. A file is written with the lowest
 # version that can express it (version 1 unless a constant is packed (2) or a method has
-# symbolic sizes or state (3), or a growing symbol (4)), so older readers keep reading every
-# program they can run.
-FORMAT_VERSION = 4
+# symbolic sizes or state (3), a growing symbol (4), or a splat constant (5)), so older
+# readers keep reading every program they can run.
+FORMAT_VERSION = 5
 MIN_FORMAT_VERSION = 1
 ALIGNMENT = 64
 
@@ -49,6 +49,7 @@ STORAGE_NONE = 0
 STORAGE_ARENA = 1
 STORAGE_CONSTANT = 2
 STORAGE_CONSTANT_INT4 = 3  # version 2: a constant of signed 4-bit values, two per byte
+STORAGE_CONSTANT_SPLAT = 4  # version 5: one element, repeated (a state's uniform initial value)
 
 # Instruction kinds (u8)
 INSTR_KERNEL_CALL = 0

@@ -165,3 +165,21 @@ def growing_program() -> Program:
         symbols=(Symbol("s", 1, 2**31 - 1, grow=True),),
         symbolic_values=(SymbolicValue(0, (s,)), SymbolicValue(1, (s,))))
     return Program(methods=(method,))
+
+
+def splat_state_program() -> Program:
+    """A version-5 program: a state ``last`` of 1,024 floats whose initial value is a zero
+    splat (one element in the segment); each call returns ``abs(last)`` and stores its
+    input as the new ``last``."""
+    from opforge.program.symbolic import StateSlot
+    from opforge.program.values import PACKING_SPLAT
+
+    values = (
+        TensorValue(F32, (1024,), storage=ArenaStorage(0, 0)),  # x
+        TensorValue(F32, (1024,), storage=ConstantStorage(0, 0, PACKING_SPLAT)),  # last
+        TensorValue(F32, (1024,), storage=ArenaStorage(0, 4096)),  # y = abs(last)
+    )
+    method = Method(
+        "forward", values, (0,), (2,), (KernelCall(0, (1, 2)), Move(0, 1)),
+        (Operator("aten::abs", "out"),), MemoryPlan((8192,)), state=(StateSlot("last", 1),))
+    return Program(methods=(method,), segments=(Segment(np.zeros(1, dtype=np.float32)),))

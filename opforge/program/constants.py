@@ -6,7 +6,7 @@ import numpy as np
 
 from opforge.program._errors import program_error
 from opforge.program.model import Program
-from opforge.program.values import PACKING_INT4, ConstantStorage, TensorValue
+from opforge.program.values import PACKING_INT4, PACKING_SPLAT, ConstantStorage, TensorValue
 
 __all__ = ["constant_array", "pack_int4", "unpack_int4"]
 
@@ -41,7 +41,8 @@ def unpack_int4(packed: np.ndarray, count: int) -> np.ndarray:
 
 def constant_array(program: Program, tensor: TensorValue) -> np.ndarray:
     """A read-only NumPy view of a constant tensor's bytes (no copy; after ``load`` it reads
-    the memory-mapped file). Honors ``dim_order``: the result has the logical sizes.
+    the memory-mapped file). Honors ``dim_order``: the result has the logical sizes. A splat
+    constant is its one element broadcast to the sizes (zero strides: read-only, no bytes).
 
     >>> import numpy as np
     >>> from opforge.program import (Program, Segment, TensorValue, ConstantStorage,
@@ -65,6 +66,10 @@ def constant_array(program: Program, tensor: TensorValue) -> np.ndarray:
                             f"bytes up to {storage.offset + tensor.stored_nbytes}",
                             f"within segment {storage.segment} ({segment.nbytes} bytes)",
                             "verify the program first")
+    if storage.packing == PACKING_SPLAT:
+        one = np.frombuffer(segment.data, dtype=tensor.dtype.numpy_dtype(), count=1,
+                            offset=storage.offset)
+        return np.broadcast_to(one.reshape(()), tensor.sizes)
     if storage.packing == PACKING_INT4:
         flat = unpack_int4(np.frombuffer(segment.data, dtype=np.uint8,
                                          count=tensor.stored_nbytes, offset=storage.offset),

@@ -28,7 +28,7 @@ from opforge.program.model import (
 from opforge.program.scalar_type import ScalarType
 from opforge.program.symbolic import Guard, SizeExpr, StateSlot, Symbol, SymbolicValue
 from opforge.program.values import (
-    MAX_RANK, PACKING_INT4, ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue,
+    MAX_RANK, PACKING_INT4, PACKING_SPLAT, ArenaStorage, BoolListValue, BoolValue, ConstantStorage, DoubleListValue,
     DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue,
     StringValue, TensorListValue, TensorValue,
 )
@@ -116,21 +116,27 @@ def _decode(buf: memoryview, allow_unplanned: bool) -> Program:
                  for i in range(_in("user_metadata", r.count, 8)))
     r.expect_end()
     program = _in("program", Program, methods, segments, delegates, meta)
-    if version < 2:
-        _refuse_version_2_features(program, version)
+    if version < 5:
+        _refuse_newer_packings(program, version)
     check_program(program, allow_unplanned)
     return program
 
 
-def _refuse_version_2_features(program: Program, version: int) -> None:
+_PACKING_SINCE = {PACKING_INT4: (2, "an int4-packed constant"),
+                  PACKING_SPLAT: (5, "a splat constant")}
+
+
+def _refuse_newer_packings(program: Program, version: int) -> None:
     for method in program.methods:
         for i, v in enumerate(method.values):
             if type(v) is TensorValue and type(v.storage) is ConstantStorage and v.storage.packing:
-                raise program_error(
-                    f"method {method.name!r} values[{i}].storage",
-                    f"an int4-packed constant in a version-{version} file",
-                    "packed constants only in format version 2 or later",
-                    "the file is corrupt; re-export it")
+                since, what = _PACKING_SINCE[v.storage.packing]
+                if version < since:
+                    raise program_error(
+                        f"method {method.name!r} values[{i}].storage",
+                        f"{what} in a version-{version} file",
+                        f"{what[2:]}s only in format version {since} or later",
+                        "the file is corrupt; re-export it")
 
 
 def _in(what: str, fn, *args):
@@ -170,7 +176,7 @@ def _check_header(buf: memoryview) -> tuple[int, int, int, int]:
             "upgrade opforge to load this file" if newer else _REEXPORT)
     checks = [
         ("header.header_size", header_size, header_size == F.HEADER_SIZE, str(F.HEADER_SIZE)),
-        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 to 4)"),
+        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 to 5)"),
         ("header.reserved", reserved, reserved == 0, "0"),
         ("header.file_size", f"{file_size} but the file has {size} bytes "
          + ("(truncated)" if size < file_size else "(trailing bytes)"), file_size == size,
@@ -313,12 +319,15 @@ def _value(r: Reader):
             storage = ConstantStorage(index, offset)
         elif kind == F.STORAGE_CONSTANT_INT4:
             storage = ConstantStorage(index, offset, PACKING_INT4)
+        elif kind == F.STORAGE_CONSTANT_SPLAT:
+            storage = ConstantStorage(index, offset, PACKING_SPLAT)
         elif kind == F.STORAGE_NONE and index == 0 and offset == 0:
             storage = None
         else:
             raise program_error("tensor storage", f"kind {kind}, index {index}, offset {offset}",
                                 "kind 0 (none, index and offset 0), 1 (arena), 2 (constant), "
-                                "3 (constant, int4-packed; format version 2)",
+                                "3 (constant, int4-packed; format version 2), 4 (constant, "
+                                "splat; format version 5)",
                                 _REEXPORT)
         dtype = _DTYPES[dtype] if dtype in _DTYPES else ScalarType.parse(dtype)
         return TensorValue(dtype, fields[:rank], fields[rank:], storage)

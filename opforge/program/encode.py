@@ -21,8 +21,8 @@ from opforge.program.model import (
     DelegateCall, Free, KernelCall, Method, Move, Program,
 )
 from opforge.program.values import (
-    ArenaStorage, BoolListValue, ConstantStorage, BoolValue, DoubleListValue, DoubleValue,
-    IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue, StringValue,
+    PACKING_INT4, PACKING_NONE, PACKING_SPLAT, ArenaStorage, BoolListValue, ConstantStorage,
+    BoolValue, DoubleListValue, DoubleValue, IntListValue, IntValue, NoneValue, OptionalTensorListValue, ScalarTypeValue, StringValue,
     TensorListValue, TensorValue,
 )
 from opforge.program.verify import check_program
@@ -57,11 +57,14 @@ def _tensor(w: _Writer, v: TensorValue) -> None:
     elif isinstance(storage, ArenaStorage):
         kind, index, offset = F.STORAGE_ARENA, storage.mem_id, storage.offset
     else:
-        kind = F.STORAGE_CONSTANT_INT4 if storage.packing else F.STORAGE_CONSTANT
+        kind = _CONSTANT_KINDS[storage.packing]
         index, offset = storage.segment, storage.offset
     w.fmt(f"<BBBBIq{rank}q{rank}B", F.TAG_TENSOR, int(v.dtype), rank, kind, index, offset,
           *v.sizes, *v.dim_order)
 
+
+_CONSTANT_KINDS = {PACKING_NONE: F.STORAGE_CONSTANT, PACKING_INT4: F.STORAGE_CONSTANT_INT4,
+                   PACKING_SPLAT: F.STORAGE_CONSTANT_SPLAT}
 
 _VALUE_WRITERS = {
     TensorValue: _tensor,
@@ -186,17 +189,18 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
 
 
 def format_version_of(program: Program) -> int:
-    """The lowest format version that expresses ``program``: 4 with a growing symbol, 3
-    with symbolic sizes or state, 2 with packed constants, else 1."""
+    """The lowest format version that expresses ``program``: 5 with a splat constant, 4
+    with a growing symbol, 3 with symbolic sizes or state, 2 with int4-packed constants,
+    else 1."""
+    packings = {v.storage.packing for m in program.methods for v in m.values
+                if type(v) is TensorValue and type(v.storage) is ConstantStorage}
+    if PACKING_SPLAT in packings:
+        return 5
     if any(s.grow for m in program.methods for s in m.symbols):
         return 4
     if any(m.symbols or m.symbolic_values or m.guards or m.state for m in program.methods):
         return 3
-    for method in program.methods:
-        for v in method.values:
-            if type(v) is TensorValue and type(v.storage) is ConstantStorage and v.storage.packing:
-                return 2
-    return 1
+    return 2 if PACKING_INT4 in packings else 1
 
 
 def _chunks(program: Program, api: str, allow_unplanned: bool):

@@ -22,7 +22,7 @@ from opforge.program.scalar_type import _ITEMSIZE, ScalarType
 
 __all__ = [
     "MAX_RANK", "MAX_TENSOR_BYTES", "ArenaStorage", "ConstantStorage", "Storage",
-    "PACKING_NONE", "PACKING_INT4",
+    "PACKING_NONE", "PACKING_INT4", "PACKING_SPLAT",
     "TensorValue", "IntValue", "DoubleValue", "BoolValue", "StringValue", "NoneValue",
     "IntListValue", "DoubleListValue", "BoolListValue", "TensorListValue",
     "OptionalTensorListValue", "ScalarTypeValue", "Value", "VALUE_TYPES",
@@ -67,6 +67,7 @@ class ArenaStorage:
 
 PACKING_NONE = 0
 PACKING_INT4 = 1  # signed 4-bit values in [-8, 7], two per byte, low nibble first
+PACKING_SPLAT = 2  # one element stored, every element equal to it (format version 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,9 @@ class ConstantStorage:
     ``PACKING_INT4`` (an int8 tensor whose values fit in 4 bits, stored two per byte:
     ``ceil(numel / 2)`` bytes, element ``2i`` in the low nibble of byte ``i``, element
     ``2i + 1`` in the high one, two's complement; format version 2). Readers unpack it to
-    int8 (``constant_array``).
+    int8 (``constant_array``). ``PACKING_SPLAT`` stores one element (``itemsize`` bytes)
+    that every element equals: only a state tensor's initial value may be stored so (a KV
+    cache of zeros costs the file nothing; format version 5).
     """
 
     segment: int
@@ -90,8 +93,9 @@ class ConstantStorage:
                 0 <= segment <= _UINT32_MAX and 0 <= offset <= _INT64_MAX):
             _check_int("ConstantStorage", "segment", segment, 0, _UINT32_MAX)
             _check_int("ConstantStorage", "offset", offset, 0, _INT64_MAX)
-        if type(self.packing) is not int or self.packing not in (PACKING_NONE, PACKING_INT4):
-            _check_int("ConstantStorage", "packing", self.packing, PACKING_NONE, PACKING_INT4)
+        if type(self.packing) is not int or self.packing not in (
+                PACKING_NONE, PACKING_INT4, PACKING_SPLAT):
+            _check_int("ConstantStorage", "packing", self.packing, PACKING_NONE, PACKING_SPLAT)
 
 
 Storage = Union[ArenaStorage, ConstantStorage, None]
@@ -158,7 +162,8 @@ class TensorValue:
                 "`TensorValue`: storage", type(self.storage).__name__,
                 "ArenaStorage, ConstantStorage or None",
             )
-        if type(storage) is ConstantStorage and storage.packing and dtype is not ScalarType.INT8:
+        if type(storage) is ConstantStorage and storage.packing == PACKING_INT4 and \
+                dtype is not ScalarType.INT8:
             raise program_error(
                 "`TensorValue`: storage.packing", f"int4 packing of a {dtype.name.lower()} tensor",
                 "int4 packing of int8 tensors only (values in [-8, 7])",
@@ -176,9 +181,12 @@ class TensorValue:
 
     @property
     def stored_nbytes(self) -> int:
-        """Bytes the tensor occupies in its arena or segment (``ceil(numel / 2)`` packed)."""
+        """Bytes the tensor occupies in its arena or segment (``ceil(numel / 2)`` packed, one
+        element for a splat)."""
         storage = self.storage
-        if type(storage) is ConstantStorage and storage.packing == PACKING_INT4:
+        if type(storage) is ConstantStorage and storage.packing:
+            if storage.packing == PACKING_SPLAT:
+                return _ITEMSIZE[self.dtype]
             return (math.prod(self.sizes) + 1) // 2
         return math.prod(self.sizes) * _ITEMSIZE[self.dtype]
 

@@ -21,6 +21,8 @@ The dataclasses check their own fields on construction (types, non-negative size
 * inputs and outputs are tensors or scalars, inputs are not constants (they are written),
   and no Move writes into a constant (constants are read-only mapped memory) unless the
   constant is a state tensor's initial value (the runtime writes the live copy);
+* a splat constant (one element stored, format version 5) is a state's initial value: the
+  runtime makes a dense live copy, so no kernel ever reads the splat itself;
 * symbolic sizes, growing tensors and state: ``verify_symbolic.py``; a growing tensor
   (``growing_values``) has no storage.
 
@@ -39,7 +41,7 @@ from opforge.program.model import (
 from opforge.program.symbolic import growing_values
 from opforge.program.verify_symbolic import state_values, verify_shared_state, verify_symbolic
 from opforge.program.values import (
-    VALUE_TYPES, ArenaStorage, BoolValue, ConstantStorage, DoubleValue, IntValue,
+    PACKING_SPLAT, VALUE_TYPES, ArenaStorage, BoolValue, ConstantStorage, DoubleValue, IntValue,
     OptionalTensorListValue, TensorListValue, TensorValue,
 )
 
@@ -123,6 +125,12 @@ def _verify_method(program: Program, method: Method, where: str, allow_unplanned
             _verify_tensor(program, arenas, value, f"{where} values[{i}]",
                            allow_unplanned or i in growing)
             storage = value.storage
+            if type(storage) is ConstantStorage and storage.packing == PACKING_SPLAT and \
+                    i not in state_values(method):
+                raise program_error(
+                    f"{where} values[{i}].storage", "a splat constant that is no state's "
+                    "initial value", "splat storage only for a state tensor's initial value "
+                    "(kernels read constants as dense tensors)", _DANGLING)
             if type(storage) is ArenaStorage:
                 ends[storage.mem_id] = max(ends[storage.mem_id], storage.offset + value.nbytes)
                 offsets[storage.mem_id] |= storage.offset

@@ -21,7 +21,7 @@ import numpy as np
 
 from opforge.errors import ProgramError, RegistrationError
 from opforge.program import (
-    ConstantStorage, DelegateCall, constant_array, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
+    ConstantStorage, DelegateCall, KernelCall, Method as MethodDef, OptionalTensorListValue, Program,
     TensorListValue, TensorValue, from_bytes, load as load_file, verify,
 )
 from opforge.runtime.arena import arena_bytes
@@ -30,26 +30,8 @@ from opforge.runtime.limits import max_memory as memory_limit_of
 from opforge.runtime.method import Method
 from opforge.runtime.missing import MissingOp, missing_kernel_error
 from opforge.runtime.registry import DEFAULT_DTYPE, Kernel, KernelRegistry
+from opforge.runtime.state import LiveState
 from opforge.runtime.threads import resolve_thread_count
-
-def initial_value(program: Program, name: str) -> "np.ndarray":
-    """The initial value of state ``name`` (read-only, from the program's constants)."""
-    for method in program.methods:
-        for slot in method.state:
-            if slot.name == name:
-                return constant_array(program, method.values[slot.value])
-    raise KeyError(name)
-
-
-def initial_state(program: Program) -> dict[str, "np.ndarray"]:
-    """A fresh, writable copy of every state tensor of ``program``, by name."""
-    state: dict[str, np.ndarray] = {}
-    for method in program.methods:
-        for slot in method.state:
-            if slot.name not in state:
-                state[slot.name] = np.array(constant_array(program, method.values[slot.value]))
-    return state
-
 
 __all__ = ["load", "LoadedProgram", "MODES", "dtype_key", "load_kernel_library"]
 
@@ -79,7 +61,9 @@ class LoadedProgram:
         self.max_memory = memory_limit_of(max_memory, api="LoadedProgram(max_memory=...)")
         self._kernels = kernels
         self.delegates = delegates  # opforge.runtime.delegates.DelegateSet, or None
-        self._state = initial_state(program)  # one live copy per loaded program, by name
+        # one live copy of each state tensor per loaded program, shared by its methods
+        self._live = LiveState(f"opforge.runtime.load({source})", program, self.max_memory)
+        self._state = self._live.arrays
 
     @property
     def method_names(self) -> tuple[str, ...]:
@@ -124,8 +108,15 @@ class LoadedProgram:
     def reset_state(self, name: str | None = None) -> None:
         """Restore state ``name`` (all state without a name) to its initial value."""
         for key in ([name] if name is not None else list(self._state)):
-            live = self._state_array(key, "reset_state")
-            np.copyto(live, initial_value(self.program, key))
+            self._state_array(key, "reset_state")
+            self._live.reset(key)
+
+    def state_memory(self) -> dict[str, tuple[int, int | None]]:
+        """Per state tensor: ``(logical bytes, resident bytes)``. A state whose initial value
+        is zeros (a KV cache) takes memory page by page as calls write it, so its resident
+        bytes follow the positions written; None where the system does not say (non-Linux)."""
+        return {name: (array.nbytes, self._live.resident(name))
+                for name, array in self._state.items()}
 
     def _state_array(self, name: str, api: str) -> "np.ndarray":
         live = self._state.get(name)

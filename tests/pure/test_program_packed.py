@@ -98,7 +98,7 @@ def test_packing_needs_int8():
 
 def test_unknown_packing_is_refused():
     with pytest.raises(ProgramError, match="packing"):
-        ConstantStorage(0, 0, 2)
+        ConstantStorage(0, 0, 3)
 
 
 def test_placement_uses_the_packed_size():
