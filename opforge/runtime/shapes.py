@@ -59,6 +59,13 @@ class ShapeBinder:
                  if type(v) in (TensorListValue, OptionalTensorListValue)
                  and symbolic_indices.intersection(x for x in v.items if x is not None)}
         self.dependent = frozenset(symbolic_indices | lists)
+        # each distinct expression once (a transformer layer's 337 expressions are 11
+        # distinct ones): ``sizes`` evaluates those, then gathers each value's sizes
+        distinct: dict = {}
+        self._gather = tuple((sv.value, tuple(distinct.setdefault(e, len(distinct))
+                                              for e in sv.exprs))
+                             for sv in method.symbolic_values)
+        self._distinct = tuple(distinct)
 
     def describe_input(self, position: int) -> str:
         """``(s0, 4)`` with the symbols' ranges, for error messages and IOSpec."""
@@ -130,8 +137,8 @@ class ShapeBinder:
     def sizes(self, env: dict[str, int]) -> dict[int, tuple[int, ...]]:
         """Each symbolic value's sizes (or ints) under ``env``, by value index."""
         api = self.api
-        return {sv.value: tuple([_evaluate(api, e, env) for e in sv.exprs])
-                for sv in self.method.symbolic_values}
+        found = [_evaluate(api, e, env) for e in self._distinct]
+        return {value: tuple([found[j] for j in where]) for value, where in self._gather}
 
     def concrete(self, env: dict[str, int]) -> MethodDef:
         """The method definition with every symbolic value at its size under ``env``
