@@ -33,11 +33,14 @@ def _numpy_index(indices: list[np.ndarray | None]) -> tuple:
     return tuple(index)
 
 
-def _check_range(index: np.ndarray, size: int, api: str) -> None:
-    if index.size and (index.min() < -size or index.max() >= size):
+def _check_range(index: np.ndarray, size: int, api: str, negative: bool = True) -> None:
+    """Indices within a dimension of ``size``; ``negative=False`` where ATen refuses
+    negative indices instead of counting from the end (``embedding``, ``index_select``)."""
+    low = -size if negative else 0
+    if index.size and (index.min() < low or index.max() >= size):
         raise KernelError(
             f"`{api}`: index — found values in [{index.min()}, {index.max()}] — "
-            f"valid: [{-size}, {size - 1}] for a dimension of size {size} — "
+            f"valid: [{low}, {size - 1}] for a dimension of size {size} — "
             "check the indices against the tensor's shape"
         )
 
@@ -80,7 +83,8 @@ def index_put_out(self, indices, values, accumulate, out):
 @kernel("aten::index_select.out")
 def index_select_out(self, dim, index, out):
     axis = dim % max(self.ndim, 1)
-    _check_range(index, self.shape[axis] if self.ndim else 1, "aten::index_select.out")
+    _check_range(index, self.shape[axis] if self.ndim else 1, "aten::index_select.out",
+                 negative=False)
     x = self if self.ndim else self.reshape(1)
     np.copyto(out, np.take(x, index.reshape(-1), axis=axis).reshape(out.shape),
               casting="unsafe")
@@ -89,7 +93,7 @@ def index_select_out(self, dim, index, out):
 @kernel("aten::embedding.out")
 def embedding_out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out):
     # padding_idx and the two gradient flags only matter for training.
-    _check_range(indices, weight.shape[0], "aten::embedding.out")
+    _check_range(indices, weight.shape[0], "aten::embedding.out", negative=False)
     np.take(weight, indices, axis=0, out=out)
 
 
@@ -122,7 +126,7 @@ def embedding_bag_out(weight, indices, offsets, scale_grad_by_freq, mode, sparse
     # scale_grad_by_freq and sparse only matter for gradients.
     api = "aten::_embedding_bag.out"
     n, num_bags = indices.shape[0], out0.shape[0]
-    _check_range(indices, weight.shape[0], api)
+    _check_range(indices, weight.shape[0], api, negative=False)
     starts = np.asarray(offsets[:num_bags], dtype=np.int64)
     if num_bags and (starts[0] != 0 or np.any(np.diff(starts) < 0) or starts[-1] > n):
         raise KernelError(
@@ -182,7 +186,7 @@ def gather_out(self, dim, index, sparse_grad, out):
     if index.size == 0:  # ATen returns before checking an empty index's rank: nothing to do
         return
     dim %= self.ndim
-    _check_range(index, self.shape[dim], "aten::gather.out")
+    _check_range(index, self.shape[dim], "aten::gather.out", negative=False)
     # index may be smaller than self in the other dims.
     np.copyto(out, self[_index_grid(index, dim)], casting="unsafe")
 
@@ -196,6 +200,8 @@ def _scatter(self, dim, index, src, reduce, out):
     if index.size == 0:  # as in ATen, an empty index (of any rank) scatters nothing
         return
     dim %= max(self.ndim, 1)
+    _check_range(index, self.shape[dim] if self.ndim else 1, "aten::scatter.out",
+                 negative=False)
     where = _index_grid(index, dim)
     if not isinstance(src, np.ndarray):
         src = as_operand(src, out.dtype)
