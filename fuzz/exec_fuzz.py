@@ -16,7 +16,11 @@ on the decoded dataclasses and written without the verifier, or a byte-level mut
 * kernel parameters: int and int-list values (padding, stride, dilation, dims) set to
   interesting integers (0, -1, 2**31, 2**40, ...), scalars to NaN/inf;
 * operator names: swapped for another op of the program or one that touches files
-  (``aten::from_file``, ``aten::save``) or another out overload.
+  (``aten::from_file``, ``aten::save``) or another out overload;
+* dynamic shapes and state (``exec_fuzz_dynamic.py``): symbol ranges, size expressions,
+  guards, state slots, growing flags and splat packings of the bundled decoder and the
+  version-3/4/5 samples, called at random sizes up to one past each bound, twice and
+  again after a state reset.
 
 Every case runs in a worker process (spawned, address space capped), so a crash is seen
 rather than suffered. An outcome is one of: ran, rejected (an ``OpforgeError``), or a
@@ -52,6 +56,9 @@ from opforge.program._sample import unverified_bytes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from program_fuzz import mutate as byte_mutation  # noqa: E402
+from exec_fuzz_dynamic import (  # noqa: E402
+    dynamic_seeds, dynamic_shapes, mutate_dynamic, run_dynamic,
+)
 
 INTS = [0, 1, 2, 3, -1, -2, 7, 64, 255, 2**16, 2**20, 2**31 - 1, 2**31, 2**32, 2**40, 2**48,
         2**62, 2**63 - 1, -(2**31), -(2**63)]
@@ -220,7 +227,10 @@ def mutate_fields(rng: random.Random, program: P.Program) -> bytes:
 def mutate(rng: random.Random, seeds: list[bytes], decoded: list[P.Program]) -> bytes:
     if rng.random() < 0.75:
         program = decoded[rng.randrange(len(decoded))]
+        dynamic = any(m.symbols or m.state for m in program.methods)
         try:
+            if dynamic and rng.random() < 0.5:
+                return mutate_dynamic(rng, program)
             return mutate_fields(rng, program)
         except (OpforgeError, ValueError, TypeError):
             pass  # a mutation the dataclasses refuse on construction: fall back to bytes
@@ -229,17 +239,18 @@ def mutate(rng: random.Random, seeds: list[bytes], decoded: list[P.Program]) -> 
 
 # --- the worker ------------------------------------------------------------------------------
 
-def _inputs(method, rng: np.random.Generator) -> list:
+def _inputs(method, rng: np.random.Generator, dynamic: bool = False) -> list:
     out = []
-    for spec in method.inputs:
+    shapes = dynamic_shapes(rng, method) if dynamic else [s.shape for s in method.inputs]
+    for spec, shape in zip(method.inputs, shapes):
         if not spec.is_tensor:
             out.append(spec.dtype(rng.integers(-3, 4)))
         elif np.dtype(spec.dtype).kind == "f":
-            out.append(rng.standard_normal(spec.shape).astype(spec.dtype))
+            out.append(rng.standard_normal(shape).astype(spec.dtype))
         elif np.dtype(spec.dtype).kind == "b":
-            out.append(rng.random(spec.shape) < 0.5)
+            out.append(rng.random(shape) < 0.5)
         else:
-            out.append(rng.integers(-3, 4, spec.shape).astype(spec.dtype))
+            out.append(rng.integers(-3, 4, shape).astype(spec.dtype))
     return out
 
 
@@ -258,7 +269,10 @@ def run_case(data: bytes, mode: str, library: str, watch: dict) -> str:
             total = sum(a.nbytes for a in inputs if isinstance(a, np.ndarray))
             if total > 1 << 30:
                 return "rejected: inputs over 1 GiB (not run)"
-            method(*inputs)
+            if method._dynamic or loaded.state_names:  # sizes per call; state carries
+                run_dynamic(loaded, method, lambda: _inputs(method, rng, method._dynamic))
+            else:
+                method(*inputs)
     except MemoryError as e:
         return f"finding: raw MemoryError: {e}"
     except KernelError as e:
@@ -287,7 +301,8 @@ def worker(conn, mode: str, library: str, quiet: bool, seeds: list[bytes]) -> No
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
     watch = {"active": False, "opened": []}
-    allowed = {library}
+    # the library, and the page map LoadedProgram.state_memory() reads (this process's own)
+    allowed = {library, "/proc/self/pagemap"}
     # Python's own reads are not the program's doing: lazy imports of modules and the
     # source lines a traceback quotes, under the installation, the venv or opforge itself.
     code_roots = tuple({str(Path(p).resolve()) + os.sep for p in
@@ -371,7 +386,7 @@ def fuzz(count: int, seed: int, modes: list[str], crash_dir: Path, timeout: floa
          workdir: Path, report=print) -> int:
     """Run ``count`` mutated programs in each mode; returns the number of findings."""
     library = build_example_library(workdir)
-    seeds = exported_seeds(library) + native_seeds()
+    seeds = exported_seeds(library) + native_seeds() + dynamic_seeds()
     decoded = [P.from_bytes(s) for s in seeds]
     findings = 0
     for mode in modes:
