@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -219,6 +220,10 @@ def lower_generic_ew(L: Lowering, node, args, kwargs, code_name, alpha=1):
     ia = [EW[code_name], 0 if floats else 1, len(dims), *dims, *L.spec(out).strides]
     for t in tensors:
         ia += _broadcast_strides(L.spec(t), dims)
+    if scalar is not None and floats and any(L.spec(t).dtype == torch.float32 for t in tensors):
+        # torch computes float32 (op) Python float in float32: the scalar rounds first
+        # (x == 0.1 holds for float32(0.1), which the double 0.1 does not equal)
+        scalar = float(np.float32(scalar))
     fa = [float(alpha)] + ([scalar] if scalar is not None else [])
     L.op("ew", tensors, [out], ia, fa, name=code_name)
     return ("t", out)

@@ -9,6 +9,7 @@
 //   bounded by src's storage); (dims, out_strides) stays inside dst, which is row-major;
 //   1 <= count <= the walk's elements.
 #include <cmath>
+#include <type_traits>
 
 #include "engine.h"
 #include "loops.h"
@@ -41,14 +42,83 @@ struct ReduceOp : Op {
   int code = 0;
   dims_t dims, in_strides, out_strides;  // dims: the input's
   int64_t count = 1;                     // elements reduced into each output
+  int64_t run_length = 0;  // > 0: output i reduces run_length elements from i * run_length
   std::vector<double> acc;               // one per output element, allocated at init
+  // one accumulation step, the same for both walks (so both give the same bits)
+  template <int Code>
+  static void step(double& a, double v) {
+    if (Code == 0 || Code == 1) a += v;
+    else if (Code == 2) a = (v > a || std::isnan(v)) ? v : a;
+    else if (Code == 3) a = (v < a || std::isnan(v)) ? v : a;
+    else if (Code == 4) a = (a != 0 || v != 0) ? 1 : 0;
+    else a = (a != 0 && v != 0) ? 1 : 0;
+  }
+  // output i reduces the run_length contiguous elements from i * run_length, in order: the generic
+  // walk's order too, without its per-element index arithmetic and switches
+  template <int Code, typename T>
+  void rows_of(const T* src) {
+    for (size_t i = 0; i < acc.size(); ++i) {
+      const T* p = src + (int64_t)i * run_length;
+      double a = acc[i];
+      if constexpr (std::is_same<T, uint8_t>::value && (Code == 4 || Code == 5)) {
+        // any / all of bytes: a branch-free pass the compiler vectorizes (same result)
+        unsigned any = 0, all = 1;
+        for (int64_t j = 0; j < run_length; ++j) { any |= p[j]; all &= p[j] != 0; }
+        a = Code == 4 ? ((a != 0 || any != 0) ? 1 : 0) : ((a != 0 && all != 0) ? 1 : 0);
+      } else {
+        for (int64_t j = 0; j < run_length; ++j) step<Code>(a, (double)p[j]);
+      }
+      acc[i] = a;
+    }
+  }
+  // whether the walk (dims, in_strides, out_strides) is a row-major input whose reduced
+  // dims (output stride 0) all come after the kept ones, kept in output order: then the
+  // walk is acc.size() runs of equal length end to end (size-1 dims play no part)
+  void plan_rows() {
+    run_length = 0;
+    int64_t in_step = 1, out_step = 1, reduced = 1;
+    bool kept_seen = false;
+    for (int k = (int)dims.size() - 1; k >= 0; --k) {
+      int64_t d = dims[(size_t)k];
+      if (d == 1) continue;
+      if (d <= 0 || in_strides[(size_t)k] != in_step) return;
+      if (out_strides[(size_t)k] == 0) {
+        if (kept_seen) return;  // a reduced dim before a kept one
+        reduced = mul_c(reduced, d, "reduction");
+      } else {
+        if (out_strides[(size_t)k] != out_step) return;
+        kept_seen = true;
+        out_step = mul_c(out_step, d, "reduction");
+      }
+      in_step = mul_c(in_step, d, "reduction");
+    }
+    if ((size_t)out_step == acc.size()) run_length = reduced;
+  }
+  template <typename T>
+  void rows_typed(const void* src) {
+    const T* s = static_cast<const T*>(src);
+    switch (code) {
+      case 0: case 1: rows_of<0>(s); break;
+      case 2: rows_of<2>(s); break;
+      case 3: rows_of<3>(s); break;
+      case 4: rows_of<4>(s); break;
+      default: rows_of<5>(s); break;
+    }
+  }
+  bool fast_rows(const void* src, int32_t dt) {
+    if (run_length <= 0) return false;
+    if (dt == F32) rows_typed<float>(src);
+    else if (dt == BOOL || dt == U8) rows_typed<uint8_t>(src);
+    else return false;
+    return true;
+  }
   void run(Engine& e) override {
     const Tensor& to = e.tensors[(size_t)outs[0]];
     double init = code == 2 ? -INFINITY : code == 3 ? INFINITY : code == 5 ? 1.0 : 0.0;
     std::fill(acc.begin(), acc.end(), init);
     const void* src = e.ptr(ins[0]);
     int32_t dt = e.tensors[(size_t)ins[0]].dtype;
-    for_each_index(dims, [&](const int64_t* idx) {
+    if (!fast_rows(src, dt)) for_each_index(dims, [&](const int64_t* idx) {
       double v = load_as<double>(src, dt, dot(idx, in_strides));
       double& a = acc[(size_t)dot(idx, out_strides)];
       switch (code) {
@@ -74,6 +144,7 @@ void push_reduce(Engine& e, std::unique_ptr<ReduceOp> op, const OpCall& c) {
   const Tensor& to = e.tensors[(size_t)c.outs[0]];
   e.reserve(mul_c(to.numel, 8, "reduce"), "a reduction's accumulators");
   op->acc.assign((size_t)to.numel, 0.0);
+  op->plan_rows();
   op->name = "reduce";
   push_op(e, std::move(op), c);
 }
@@ -108,8 +179,10 @@ std::unique_ptr<ReduceOp> generic_reduce(Engine& e, int code, const OpCall& c) {
   }
   op->out_strides = row;
   op->count = std::max<int64_t>(count, 1);
+
   e.reserve(mul_c(to.numel, 8, "reduce"), "a reduction's accumulators");
   op->acc.assign((size_t)to.numel, 0.0);
+  op->plan_rows();
   op->ins = c.ins; op->outs = c.outs;
   op->name = "reduce";
   return op;
