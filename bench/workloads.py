@@ -9,7 +9,11 @@ Every workload is a factory returning ``(model.eval(), example_inputs)`` like th
 - ``chain_N``: N tiny adds in a row on 1×4 tensors — the per-instruction cost is the
   slope of time over N (micro.py fits it);
 - ``big_mlp``: Linear layers holding ~100 MB of float32 weights — load time and resident
-  memory of a program whose constants are memory-mapped.
+  memory of a program whose constants are memory-mapped;
+- ``anchor_mlp``, ``anchor_cnn``, ``anchor_transformer``: the performance issue's anchor
+  workloads at their sizes (3 × Linear 512 on a batch of 32; two 3×3 convolutions, pooling
+  and a linear on 1×3×64×64; a ``TransformerEncoderLayer`` with d=256, 4 heads, FFN 1024,
+  sequence 128, batch-first); with ``eltwise_chain`` the four anchors.
 
 This module imports torch: it runs in the prepare step and in torch-based workers only.
 """
@@ -91,12 +95,37 @@ def big_mlp() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return model.eval(), (torch.randn(1, 2048, generator=gen),)
 
 
+def anchor_mlp() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 512))
+    return model.eval(), (torch.randn(32, 512, generator=torch.Generator().manual_seed(0)),)
+
+
+def anchor_cnn() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1),
+                          nn.ReLU(), nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
+                          nn.Linear(32 * 16, 10))
+    return model.eval(), (torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0)),)
+
+
+def anchor_transformer() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024,
+                                       batch_first=True, dropout=0.0)
+    return model.eval(), (torch.randn(1, 128, 256, generator=torch.Generator().manual_seed(0)),)
+
+
 WORKLOADS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     **ZOO,
     "eltwise_chain": eltwise_chain,
     "tiny_add": tiny_add,
     **{f"chain_{n}": _chain(n) for n in CHAIN_LENGTHS},
     "big_mlp": big_mlp,
+    "anchor_mlp": anchor_mlp,
+    "anchor_cnn": anchor_cnn,
+    "anchor_transformer": anchor_transformer,
 }
 
 # The workloads of the main table, in its row order.
