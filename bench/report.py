@@ -158,7 +158,7 @@ def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict
     if wrong:
         lines += ["### Failed: output differs from eager", ""]
         lines += [f"- **{w} on {r}**: {reason}" for w, r, reason in wrong] + [""]
-    failures = [(w, r, c["error"]) for w in workloads for r in runtimes
+    failures = [(w, r, table[w][r]["error"]) for w in workloads for r in runtimes
                 if not table[w].get(r, {}).get("ok") and "error" in table[w].get(r, {})]
     if failures:
         lines += ["### Not measured", ""]

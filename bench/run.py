@@ -142,7 +142,10 @@ def write_results(args: argparse.Namespace, setup: dict, table: dict, micro: dic
     text = markdown(table, workloads, runtimes, setup, micro_markdown(micro, table) if micro else [])
     (args.out / "latest.md").write_text(text)
     if table and BASELINE in runtimes and len(runtimes) > 1:
-        ratio_chart(table, workloads, runtimes, args.out / "ratios.png")
+        try:
+            ratio_chart(table, workloads, runtimes, args.out / "ratios.png")
+        except ImportError:  # matplotlib is in bench/.venv-peers, not in opforge's own venv
+            print("bench: no matplotlib here; ratios.png not drawn (the tables are written)")
     if not args.quick and args.out == HERE / "results" and table and micro:
         update_readme(text)
 
