@@ -105,6 +105,7 @@ class AtenOpKernel:
         self._converters = [_converter(str(a.real_type), torch) for a in schema.arguments]
         overload = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
         self._in_place = _IN_PLACE.get(overload)
+        self._linear = overload == "aten::linear.out"
 
     def __repr__(self) -> str:
         return f"AtenOpKernel({self.schema})"
@@ -140,6 +141,11 @@ class AtenOpKernel:
             # the out overload would first copy all of self onto itself, touching every page
             # of a KV cache each step, so write only the positions, as the portable kernel
             return self._in_place, tuple(positional)  # out is keyword-only: not in it
+        if self._linear and getattr(positional[0], "dim", lambda: 0)() == 1:
+            # ATen's linear.out resizes a 1-D input's out to (1, N) and back (a deprecated
+            # resize, an error in a later torch): give it the (1, N) view it wants
+            return functools.partial(self.op, out=keyword["out"].unsqueeze(0)), (
+                positional[0].unsqueeze(0), *positional[1:])
         return functools.partial(self.op, **keyword), tuple(positional)
 
 

@@ -99,3 +99,27 @@ def test_aten_and_lean_agree_with_scalar_type_arguments():
     lean = load(program).method()(x)[0]
     aten = load(program, mode="aten").method()(x)[0]
     assert lean.dtype == aten.dtype == np.float64 and lean == aten == 10.5
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_of_a_vector_writes_its_out_without_a_resize(bias, capfd):
+    import warnings
+
+    """ATen's linear.out resizes a 1-D input's out to (1, N) and back (a deprecated resize
+    that a later torch refuses); ATen mode hands it the (1, N) view of the same memory."""
+    import torch
+
+    from opforge.export import export
+
+    model = torch.nn.Linear(6, 7, bias=bias).eval()
+    x = torch.randn(6)
+    program = export(model, (x,))
+    forward = load(program, mode="aten").method("forward")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (got,) = forward(x.numpy())
+    assert not [w for w in caught if "resized" in str(w.message)]
+    with torch.no_grad():
+        want = model.double()(x.double()).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "resized" not in capfd.readouterr().err
