@@ -22,7 +22,8 @@ The dataclasses check their own fields on construction (types, non-negative size
   and no Move writes into a constant (constants are read-only mapped memory) unless the
   constant is a state tensor's initial value (the runtime writes the live copy);
 * symbolic sizes, growing tensors and state: ``verify_symbolic.py``; a growing tensor
-  (``growing_values``) has no storage.
+  (``growing_values``) has no storage;
+* the debug handles (user metadata ``opforge.debug``, when present): ``debug.py``.
 
 Cost is linear in the size of the tables; a program with thousands of instructions takes
 milliseconds.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from opforge.errors import ProgramError
 from opforge.program._errors import program_error, with_api
+from opforge.program.debug import DEBUG_KEY, debug_info
 from opforge.program.model import (
     INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, Operator, Program, Segment,
     DelegateBlob,
@@ -99,6 +101,8 @@ def check_program(program: Program, allow_unplanned: bool) -> None:
         names[method.name] = i
         _verify_method(program, method, f"method {method.name!r}", allow_unplanned)
     verify_shared_state(program)
+    if any(key == DEBUG_KEY for key, _ in program.user_metadata):
+        debug_info(program)  # the debug handles' indices (opforge/program/debug.py)
 
 
 ARENA_ALIGNMENT = 64  # the memory planner's default alignment (opforge.export)
