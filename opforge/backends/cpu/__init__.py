@@ -65,6 +65,11 @@ class CpuBackend(Backend):
                 lambda v: None if v >= 1 else "below 1"),
     )
 
+    def __init__(self, *, debug: bool = False) -> None:
+        # a debug build of the blobs (``opforge compare``): fusion off, and every node result
+        # the engine computes is also a delegate output the runtime keeps (``debug_outputs``)
+        self.debug = debug
+
     def unavailable(self) -> str | None:
         from opforge.backends.cpu.engine import missing
 
@@ -97,14 +102,15 @@ class CpuBackend(Backend):
         specs = dict(specs)
         specs["_package_nodes"] = package_nodes(subgraph, specs)
         try:
-            plan = lowering.Lowering(subgraph, specs).run()
+            plan = lowering.Lowering(subgraph, specs, debug=self.debug).run()
         except lowering.Unsupported as e:  # a value the partition check folded arrives at run time
             from opforge.backends.base import PreprocessRefused
 
             raise PreprocessRefused(e.kind, e.reason) from None
-        if specs["fuse"]:
+        if specs["fuse"] and not self.debug:
             lowering.fuse(plan)
         lowering.prune(plan)
+        subgraph.op_nodes = [list(op.get("_nodes", ())) for op in plan.ops]  # debug handles
         return blob.encode(plan)
 
     # --- run time ---------------------------------------------------------------------------
@@ -132,6 +138,12 @@ class CpuBackend(Backend):
 
     def execute(self, handle, inputs, outputs) -> None:
         self.bind(handle, inputs, outputs)()
+
+    @staticmethod
+    def debug_outputs(handle) -> list[tuple[str, int, "np.ndarray"]]:
+        """A debug build's node results after the last call: ``(node name, result index,
+        array)`` each (the arrays are reused by the next call); [] for a normal blob."""
+        return list(handle.debug_outputs)
 
     def destroy(self, handle) -> None:
         from opforge.backends.cpu.crash_report import forget

@@ -101,6 +101,9 @@ class Plan:
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     impls: list[dict] = field(default_factory=list)   # per lowered node: what runs it
+    # a debug build (``Lowering(..., debug=True)``): the trailing outputs are copies of
+    # node results, each ``[output position, node name, result index]``
+    debug: list[list] = field(default_factory=list)
 
 
 def _val(node: Any):
@@ -108,9 +111,14 @@ def _val(node: Any):
 
 
 class Lowering:
-    def __init__(self, subgraph, specs: dict) -> None:
+    """``debug``: every node result that is an engine tensor also becomes a delegate output
+    (a row-major copy, after the delegate's own outputs) so a debugger can read it; each op
+    is tagged with the nodes it computes (``op["_nodes"]``, not written to the blob)."""
+
+    def __init__(self, subgraph, specs: dict, *, debug: bool = False) -> None:
         self.sub = subgraph
         self.specs = specs
+        self.debug = debug
         self.plan = Plan()
         self.env: dict[str, Any] = {}       # node name → ("t", id) | ("c", tensor) | python value | tuple
         self.const_ids: dict[int, int] = {}  # id(torch tensor) → engine tensor id
@@ -189,9 +197,22 @@ class Lowering:
             self.env[name] = ("t", tid)
         for name, tensor in self.sub.constants.items():
             self.env[name] = ("c", tensor)
+        results = []
         for node in g.nodes:
             if node.op == "call_function":
+                first = len(self.plan.ops)
                 self.env[node.name] = self.lower(node)
+                for op in self.plan.ops[first:]:
+                    op.setdefault("_nodes", []).append(node.name)
+                if self.debug and node.target is not operator.getitem:
+                    results.append(node.name)
+        debug = []  # copied before the outputs are placed: a result they read is not redirected
+        for name, item, src in [(name, item, tid) for name in results
+                                for item, tid in _engine_tensors(self.env[name])]:
+            spec = self.spec(src)
+            if math.prod(spec.dims) > 0:
+                debug.append((name, item, self.new_tensor(spec.dtype, spec.dims, "output")))
+                self.copy(src, debug[-1][2])
         outputs = self.sub.output_nodes()
         for out in outputs:
             value = self.env[out.name]
@@ -200,6 +221,9 @@ class Lowering:
             src = self.materialize(value)
             self.redirect_or_copy(src, tid)
             self.plan.outputs.append(tid)
+        for name, item, out in debug:  # the delegate's own outputs first
+            self.plan.outputs.append(out)
+            self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
         return self.plan
 
     def redirect_or_copy(self, src: int, out: int) -> None:
@@ -348,6 +372,17 @@ class Lowering:
 
 
 FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
+
+
+def _engine_tensors(value) -> list[tuple[int, int]]:
+    """(result index, engine tensor id) of a lowered node's value: its tensors computed by
+    the engine (not folded constants, not an int8 pattern's inner values)."""
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "t":
+        return [(0, value[1])]
+    if isinstance(value, tuple):
+        return [(i, v[1]) for i, v in enumerate(value)
+                if isinstance(v, tuple) and len(v) == 2 and v[0] == "t"]
+    return []
 
 
 def _all_constant(args, kwargs) -> bool:
