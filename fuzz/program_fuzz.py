@@ -245,14 +245,16 @@ def _debug_mutation(rng: random.Random) -> bytes:
     forward = doc["methods"][program.methods[0].name]
     choice = rng.randrange(6)
     junk = rng.choice([rng.choice(INTERESTING), -1, 1.5, None, "x", [], {}, [[0]], True, "\u0000"])
-    if choice == 0 and forward["captures"]:
-        capture = rng.choice(forward["captures"])
-        capture[rng.randrange(4)] = junk
-    elif choice == 1 and forward["nodes"]:
-        node = rng.choice(forward["nodes"])
-        node[rng.randrange(3)] = junk
+    if choice == 0 and forward["captures"]:  # flat: 4 ints per capture
+        forward["captures"][rng.randrange(len(forward["captures"]))] = junk
+    elif choice == 1 and forward["nodes"]:  # flat: name, op index, source index per node
+        nodes = forward["nodes"]
+        if rng.random() < 0.2:
+            nodes.append(junk)  # a count that is no multiple of 3
+        else:
+            nodes[rng.randrange(len(nodes))] = junk
     elif choice == 2:
-        forward[rng.choice(["sources", "nodes", "captures", "delegates", "version"])] = junk
+        forward[rng.choice(["sources", "ops", "nodes", "captures", "delegates", "version"])] = junk
     elif choice == 3:
         doc[rng.choice(["version", "methods"])] = junk
     elif choice == 4:

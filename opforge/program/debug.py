@@ -12,10 +12,17 @@
 # there, so a loaded program's table can be trusted. Nothing is evaluated.
 #
 #     {"version": 1, "methods": {NAME: {
-#         "sources":   [source line, ...],                 each once
-#         "nodes":     [[name, op, source index or -1], ...],   node handle = position
-#         "captures":  [[instruction, value, node, item], ...],
+#         "sources":   [source line, ...],               each once
+#         "ops":       [operator, ...],                  each once
+#         "nodes":     [name, op, source, ...],          flat: 3 per node (op: index into ops,
+#                                                        source: into sources or -1);
+#                                                        node handle = position / 3
+#         "captures":  [instruction, value, node, item, ...],   flat: 4 per capture
 #         "delegates": [[delegate, [[node, ...] per engine op]], ...]}}}
+#
+# Flat lists of ints are checked column by column (type, min, max), so verifying a table
+# of a few thousand nodes costs a fraction of a millisecond; objects are built only when
+# someone reads the table (``debug_info``).
 #
 # A capture says: after ``instruction`` runs, tensor ``values[value]`` holds result
 # ``item`` of node ``node`` (item 0 unless the node has several results). A delegate entry
@@ -38,7 +45,7 @@ from opforge.program.model import Program
 from opforge.program.values import TensorValue
 
 __all__ = ["DEBUG_KEY", "DebugNode", "DebugCapture", "MethodDebug", "DebugInfo", "debug_info",
-           "strip_debug_handles", "with_debug_handles"]
+           "check_debug_table", "strip_debug_handles", "with_debug_handles"]
 
 DEBUG_KEY = "opforge.debug"
 DEBUG_VERSION = 1
@@ -82,16 +89,20 @@ class DebugInfo:
     methods: dict[str, MethodDebug]
 
     def to_text(self) -> str:
-        doc = {"version": DEBUG_VERSION, "methods": {}}
+        doc: dict = {"version": DEBUG_VERSION, "methods": {}}
         for name, m in self.methods.items():
             sources = list(dict.fromkeys(n.source for n in m.nodes if n.source))
-            index = {s: i for i, s in enumerate(sources)}
+            ops = list(dict.fromkeys(n.op for n in m.nodes))
+            source_index = {s: i for i, s in enumerate(sources)}
+            op_index = {o: i for i, o in enumerate(ops)}
             doc["methods"][name] = {
-                "sources": sources,
-                "nodes": [[n.name, n.op, index.get(n.source, -1)] for n in m.nodes],
-                   "captures": [[c.instruction, c.value, c.node, c.item] for c in m.captures],
-                   "delegates": [[d, [list(op) for op in ops]]
-                                 for d, ops in sorted(m.delegate_ops.items())]}
+                "sources": sources, "ops": ops,
+                "nodes": [x for n in m.nodes
+                          for x in (n.name, op_index[n.op], source_index.get(n.source, -1))],
+                "captures": [x for c in m.captures
+                             for x in (c.instruction, c.value, c.node, c.item)],
+                "delegates": [[d, [list(op) for op in ops_]]
+                              for d, ops_ in sorted(m.delegate_ops.items())]}
         return json.dumps(doc, separators=(",", ":"))
 
 
@@ -119,6 +130,28 @@ def debug_info(program: Program) -> DebugInfo | None:
 
     ``ProgramError`` for a malformed table (bounded work: the text is capped and every
     count is at most the text's length)."""
+    doc = _checked(program)
+    if doc is None:
+        return None
+    methods = {}
+    for name, entry in doc["methods"].items():
+        sources, ops, flat = entry["sources"], entry["ops"], entry["nodes"]
+        nodes = tuple(DebugNode(flat[k], ops[flat[k + 1]], sources[flat[k + 2]] if flat[k + 2] >= 0 else "")
+                      for k in range(0, len(flat), 3))
+        c = entry["captures"]
+        captures = tuple(DebugCapture(*c[k:k + 4]) for k in range(0, len(c), 4))
+        delegate_ops = {d: tuple(tuple(op) for op in op_list) for d, op_list in entry["delegates"]}
+        methods[name] = MethodDebug(nodes, captures, delegate_ops)
+    return DebugInfo(methods)
+
+
+def check_debug_table(program: Program) -> None:
+    """``verify``'s part: the table, when there is one, is well formed and its indices are
+    in range (``ProgramError`` otherwise); builds nothing."""
+    _checked(program)
+
+
+def _checked(program: Program) -> dict | None:
     text = next((v for k, v in program.user_metadata if k == DEBUG_KEY), None)
     if text is None:
         return None
@@ -131,68 +164,65 @@ def debug_info(program: Program) -> DebugInfo | None:
     if type(doc) is not dict or doc.get("version") != DEBUG_VERSION or type(doc.get("methods")) is not dict:
         raise _error("the header", "no version 1 table", '{"version": 1, "methods": {...}}')
     by_name = {m.name: m for m in program.methods}
-    methods = {}
     for name, entry in doc["methods"].items():
         method = by_name.get(name)
         if method is None:
             raise _error(f"method {name[:60]!r}", "not a method of the program", ", ".join(by_name))
-        methods[name] = _method(program, method, entry, f"method {name!r}")
-    return DebugInfo(methods)
+        _check_method(program, method, entry, f"method {name!r}")
+    return doc
 
 
-def _method(program: Program, method, entry: object, where: str) -> MethodDebug:
+def _check_method(program: Program, method, entry: object, where: str) -> None:
     if type(entry) is not dict:
-        raise _error(where, "not an object", '{"sources", "nodes", "captures", "delegates"}')
+        raise _error(where, "not an object", '{"sources", "ops", "nodes", "captures", "delegates"}')
     sources = _list(entry.get("sources"), f"{where} sources")
-    if not all(type(s) is str and len(s) <= MAX_STRING for s in sources):
-        raise _error(f"{where} sources", "a long or non-string item", f"strings of at most {MAX_STRING}")
-    nodes = []
-    for i, n in enumerate(_list(entry.get("nodes"), f"{where} nodes")):
-        if type(n) is not list or len(n) != 3 or not all(
-                type(s) is str and len(s) <= MAX_STRING for s in n[:2]) or type(n[2]) is not int \
-                or not -1 <= n[2] < len(sources):
-            raise _error(f"{where} nodes[{i}]", str(n)[:60],
-                         f"[name, op, source index] (strings of at most {MAX_STRING}, index -1..{len(sources) - 1})")
-        nodes.append(DebugNode(n[0], n[1], sources[n[2]] if n[2] >= 0 else ""))
-    captures = []
-    for i, c in enumerate(_list(entry.get("captures"), f"{where} captures")):
-        subject = f"{where} captures[{i}]"
-        if type(c) is not list or len(c) != 4 or not all(type(x) is int for x in c):
-            raise _error(subject, str(c)[:60], "[instruction, value, node, item] integers")
-        ins, value, node, item = c
-        _range(subject + " instruction", ins, len(method.instructions))
-        _range(subject + " value", value, len(method.values))
-        _range(subject + " node", node, len(nodes))
-        _range(subject + " item", item, 1 << 16)
+    ops = _list(entry.get("ops"), f"{where} ops")
+    for what, strings in (("sources", sources), ("ops", ops)):
+        if not all(type(s) is str and len(s) <= MAX_STRING for s in strings):
+            raise _error(f"{where} {what}", "a long or non-string item", f"strings of at most {MAX_STRING}")
+    flat = _list(entry.get("nodes"), f"{where} nodes")
+    if len(flat) % 3:
+        raise _error(f"{where} nodes", f"{len(flat)} items", "3 per node: name, op, source")
+    names = flat[0::3]
+    if not all(type(s) is str and len(s) <= MAX_STRING for s in names):
+        raise _error(f"{where} nodes", "a name that is long or not a string", f"strings of at most {MAX_STRING}")
+    _column(f"{where} nodes (op)", flat[1::3], 0, len(ops))
+    _column(f"{where} nodes (source)", flat[2::3], -1, len(sources))
+    count = len(names)
+    c = _list(entry.get("captures"), f"{where} captures")
+    if len(c) % 4:
+        raise _error(f"{where} captures", f"{len(c)} items", "4 per capture: instruction, value, node, item")
+    _column(f"{where} captures (instruction)", c[0::4], 0, len(method.instructions))
+    _column(f"{where} captures (value)", c[1::4], 0, len(method.values))
+    _column(f"{where} captures (node)", c[2::4], 0, count)
+    _column(f"{where} captures (item)", c[3::4], 0, 1 << 16)
+    for value in set(c[1::4]):
         if type(method.values[value]) is not TensorValue:
-            raise _error(subject, f"value {value}, a {type(method.values[value]).__name__}", "a tensor value")
-        captures.append(DebugCapture(ins, value, node, item))
-    delegate_ops: dict[int, tuple[tuple[int, ...], ...]] = {}
-    for i, d in enumerate(_list(entry.get("delegates", []), f"{where} delegates")):
+            raise _error(f"{where} captures (value)", f"value {value}, a "
+                         f"{type(method.values[value]).__name__}", "a tensor value")
+    for i, d in enumerate(_list(entry.get("delegates"), f"{where} delegates")):
         subject = f"{where} delegates[{i}]"
-        if type(d) is not list or len(d) != 2 or type(d[0]) is not int:
+        if type(d) is not list or len(d) != 2:
             raise _error(subject, str(d)[:60], "[delegate, [[node, ...], ...]]")
-        _range(subject + " delegate", d[0], len(program.delegates))
-        ops = []
+        _column(subject + " delegate", [d[0]], 0, len(program.delegates))
         for k, op in enumerate(_list(d[1], subject + " ops")):
-            if type(op) is not list or len(op) > MAX_ENTRIES:
-                raise _error(f"{subject} ops[{k}]", str(op)[:60], "a list of node handles")
-            for node in op:
-                _range(f"{subject} ops[{k}] node", node, len(nodes))
-            ops.append(tuple(op))
-        delegate_ops[d[0]] = tuple(ops)
-    return MethodDebug(tuple(nodes), tuple(captures), delegate_ops)
+            _column(f"{subject} ops[{k}]", _list(op, f"{subject} ops[{k}]"), 0, count)
+
+
+def _column(what: str, items: list, lo: int, hi: int) -> None:
+    """Every item an int in ``[lo, hi)``."""
+    if not all(type(x) is int for x in items):
+        bad = next(x for x in items if type(x) is not int)
+        raise _error(what, repr(bad)[:40], "integers")
+    if items and (min(items) < lo or max(items) >= hi):
+        bad = min(items) if min(items) < lo else max(items)
+        raise _error(what, repr(bad), f"{lo}..{hi - 1}" if hi > lo else "none (nothing to index)")
 
 
 def _list(v: object, what: str) -> list:
     if type(v) is not list or len(v) > MAX_ENTRIES:
         raise _error(what, type(v).__name__, f"a list of at most {MAX_ENTRIES} items")
     return v
-
-
-def _range(what: str, v: object, count: int) -> None:
-    if type(v) is not int or not 0 <= v < count:
-        raise _error(what, repr(v)[:40], f"0..{count - 1}" if count else "none (nothing to index)")
 
 
 def _error(subject: str, found: str, valid: str) -> ProgramError:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from opforge.errors import ProgramError
 from opforge.program._errors import program_error, with_api
-from opforge.program.debug import DEBUG_KEY, debug_info
+from opforge.program.debug import DEBUG_KEY, check_debug_table
 from opforge.program.model import (
     INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, Operator, Program, Segment,
     DelegateBlob,
@@ -102,7 +102,7 @@ def check_program(program: Program, allow_unplanned: bool) -> None:
         _verify_method(program, method, f"method {method.name!r}", allow_unplanned)
     verify_shared_state(program)
     if any(key == DEBUG_KEY for key, _ in program.user_metadata):
-        debug_info(program)  # the debug handles' indices (opforge/program/debug.py)
+        check_debug_table(program)  # the debug handles' indices (opforge/program/debug.py)
 
 
 ARENA_ALIGNMENT = 64  # the memory planner's default alignment (opforge.export)
