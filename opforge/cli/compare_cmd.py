@@ -95,7 +95,8 @@ def _compare_model(target, inputs, against, rtol, atol, min_sqnr, scheme, librar
 
     step(f"importing {target}")
     result = load_factory(target)()
-    model, example = methods_from_factory(target, result, ())["forward"][:2]
+    wanted = methods_from_factory(target, result, ())
+    model, example = (wanted.get("forward") or next(iter(wanted.values())))[:2]
     if inputs and len(inputs) != len(example):
         raise click.ClickException(f"{_API}: --inputs — found {len(inputs)} file(s) — valid: "
                                    f"{len(example)}, one per model input — fix: pass them in order")
