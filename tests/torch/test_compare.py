@@ -165,3 +165,24 @@ def test_cli_prints_the_first_divergence_json_and_html(tmp_path):
                           env=env, timeout=300)
     data = json.loads(proc.stdout)
     assert [r["first_divergence"]["node"] for r in data["runs"]] == ["sigmoid", "sigmoid"]
+
+
+def test_cli_compares_a_program_file_and_refuses_unknown_runs(inputs, tmp_path):
+    path = tmp_path / "chain.opf"
+    path.write_bytes(to_bytes(export(Chain(), inputs)))
+    np.save(tmp_path / "x.npy", inputs[0].numpy())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base = [sys.executable, "-m", "opforge", "compare", str(path), "--inputs", str(tmp_path / "x.npy")]
+    proc = subprocess.run([*base, "--json"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["reference"] == "lean run" and [r["name"] for r in data["runs"]] == ["aten"]
+    proc = subprocess.run([*base, "--against", "lean,cpu"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode != 0 and "--against" in proc.stderr and "valid: lean, aten" in proc.stderr
+    stripped = tmp_path / "stripped.opf"
+    stripped.write_bytes(to_bytes(export(Chain(), inputs, debug_handles=False)))
+    proc = subprocess.run([sys.executable, "-m", "opforge", "compare", str(stripped)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode != 0 and "no debug table" in proc.stderr
