@@ -200,7 +200,7 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
 def _check_debug(doc: dict) -> None:
     """A debug build's ``debug`` list: ``[output position, node name, result index]`` for
     each trailing output that is a copy of a node result, positions ascending to the end."""
-    debug = doc.setdefault("debug", [])
+    debug = doc.get("debug", [])
     outputs = len(doc["outputs"])
     if type(debug) is not list or len(debug) > outputs:
         raise _refuse("a debug list longer than the outputs")

@@ -199,12 +199,13 @@ class EngineHandle:
             raise
         tensors = plan["tensors"]
         self.inputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["inputs"]]
-        own = len(plan["outputs"]) - len(plan["debug"])  # a debug build's copies come last
+        debug = plan.get("debug", [])  # a debug build's node results: the last outputs
+        own = len(plan["outputs"]) - len(debug)
         self.outputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["outputs"][:own]]
         # a debug build: the node results, written by every call into these arrays (their
         # sizes come from the untrusted blob: bounded by the memory limit before allocation)
         total = sum(math.prod(tensors[p]["dims"]) * ITEMSIZE[tensors[p]["dtype"]]
-                    for p in (plan["outputs"][position] for position, _, _ in plan["debug"]))
+                    for p in (plan["outputs"][position] for position, _, _ in debug))
         if total > max_memory:
             self.close()
             raise BackendError(f"cpu backend: the debug build's node results take {total} bytes, "
@@ -213,7 +214,7 @@ class EngineHandle:
         self.debug_outputs = [
             (name, item, np.zeros(tensors[plan["outputs"][position]]["dims"],
                                   NUMPY[tensors[plan["outputs"][position]]["dtype"]]))
-            for position, name, item in plan["debug"]]
+            for position, name, item in debug]
 
     def _check(self, rc: int, err, what: str) -> None:
         if rc != 0:
