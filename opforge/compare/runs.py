@@ -127,6 +127,7 @@ def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kern
     by_op: dict[str, list[str]] = {}
     for name, op, _ in ref.nodes:
         by_op.setdefault(op, []).append(name)
+    folded = _folded_batch_norms(ref, debug.nodes)
     seen: dict[str, int] = {}
     values, where, integers = {}, {}, {}
     for node in debug.nodes:
@@ -140,7 +141,7 @@ def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kern
         for (name, item), result in capture.results.items():
             if name != node.name:
                 continue
-            key = (names[k], item)
+            key = (folded.get(names[k], names[k]), item)
             q = quantized_of.get((name, item))
             if q is not None and q.dequantized() is not None:
                 values[key] = q.dequantized()
@@ -155,6 +156,24 @@ def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kern
                note=f"{scheme} (PT2E), calibrated on {len(samples)} sample(s); a quantized "
                     "result is compared as its dequantized integer tensor",
                outputs=tuple(outputs))
+
+
+def _folded_batch_norms(ref: ReferenceGraph, quantized_nodes) -> dict[str, str]:
+    """Reference node → the batch norm folded into it, when quantization folded batch norms
+    into the convolutions before them (PT2E does): the quantized convolution's result is
+    then the batch norm's, and is compared with it (the two nodes reported as one group)."""
+    def is_batch_norm(op: str) -> bool:
+        return "batch_norm" in op
+
+    in_reference = sum(1 for _, op, _ in ref.nodes if is_batch_norm(op))
+    if sum(1 for n in quantized_nodes if is_batch_norm(n.op)) >= in_reference:
+        return {}
+    folded = {}
+    for node in ref.method.call_nodes():
+        users = list(node.users)
+        if len(users) == 1 and is_batch_norm(ref.method.notes["debug_nodes"].get(users[0].name, ("",))[0]):
+            folded[node.name] = users[0].name
+    return folded
 
 
 def _torch_inputs(inputs) -> tuple:

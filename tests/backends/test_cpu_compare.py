@@ -95,3 +95,26 @@ def test_the_debug_build_refuses_a_malformed_debug_list(inputs):
                 [[good[0][0], "addmm", -1]]):
         with pytest.raises(BackendError, match="debug"):
             blob.parse(rewrite(bad))
+
+
+def test_a_folded_batch_norm_is_one_group_and_big_delegates_are_cut():
+    """The cnn's batch norms are folded into their convolutions (cpu backend and PT2E):
+    the tensor is the batch norm's, so the convolution is not observed and the batch norm
+    is, within tolerance. The transformer layer has more node results than the engine's 64
+    delegate outputs: the debug build cuts its delegates, and every result is observed."""
+    from opforge.examples import zoo
+
+    model, inputs = zoo.cnn()
+    result = compare(model, inputs, against=["cpu", "quantized"])
+    assert result.first_divergence("cpu") is None and result.first_divergence("quantized") is None
+    rows = {row.label: row for row in result.rows}
+    for run in ("cpu", "quantized"):
+        assert rows["convolution"].errors[run] is None
+        assert rows["_native_batch_norm_legit_no_training"].errors[run].within
+    model, inputs = zoo.transformer_layer()
+    result = compare(model, inputs, against=["cpu"])
+    assert result.first_divergence("cpu") is None
+    observed = [row for row in result.rows if row.errors["cpu"] is not None]
+    assert len(observed) > 64
+    where = {w for w in result.runs[0].where.values() if w.startswith("inside delegate")}
+    assert len(where) > 1  # several delegates

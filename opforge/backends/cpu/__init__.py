@@ -50,6 +50,29 @@ def thread_count(spec: int) -> int:
     return value
 
 
+# A debug build's delegates hold at most this many nodes (not counting getitems): each node
+# result becomes a delegate output, and the engine takes at most 64 outputs per delegate.
+DEBUG_NODES_PER_DELEGATE = 24
+
+
+def _chunks(graph, nodes: list, size: int) -> list[list]:
+    """``nodes`` (a convex partition) cut into runs of ``size`` nodes in graph order; runs
+    of a topological order of a convex set are convex, and a getitem stays with its source."""
+    import operator
+
+    position = {n: i for i, n in enumerate(graph.graph_module.graph.nodes)}
+    chunks: list[list] = [[]]
+    counted = 0
+    for node in sorted(nodes, key=position.__getitem__):
+        if node.target is not operator.getitem:
+            if counted == size:
+                chunks.append([])
+                counted = 0
+            counted += 1
+        chunks[-1].append(node)
+    return [c for c in chunks if c]
+
+
 class CpuBackend(Backend):
     name = "cpu"
     compile_spec_defs = (
@@ -93,6 +116,9 @@ class CpuBackend(Backend):
         # package rejections (a node an op package claims but cannot take) say why
         by_node = {r.node: r for r in rejected}
         result.rejected = [by_node.get(r.node, r) for r in result.rejected]
+        if self.debug:  # every node result is a delegate output: the engine takes 64 at most
+            result.partitions = [chunk for nodes in result.partitions
+                                 for chunk in _chunks(graph, nodes, DEBUG_NODES_PER_DELEGATE)]
         return result
 
     def preprocess(self, subgraph, specs) -> bytes:

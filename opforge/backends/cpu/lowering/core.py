@@ -206,14 +206,12 @@ class Lowering:
                     op.setdefault("_nodes", []).append(node.name)
                 if self.debug and node.target is not operator.getitem:
                     results.append(node.name)
-        debug = []  # copied before the outputs are placed: a result they read is not redirected
-        for name, item, src in [(name, item, tid) for name in results
-                                for item, tid in _engine_tensors(self.env[name])]:
-            spec = self.spec(src)
-            if math.prod(spec.dims) > 0:
-                debug.append((name, item, self.new_tensor(spec.dtype, spec.dims, "output")))
-                self.copy(src, debug[-1][2])
         outputs = self.sub.output_nodes()
+        debug = []  # copied before the outputs are placed: a result they read is not redirected
+        for name, item, src in self._debug_results(results, outputs):
+            spec = self.spec(src)
+            debug.append((name, item, self.new_tensor(spec.dtype, spec.dims, "output")))
+            self.copy(src, debug[-1][2])
         for out in outputs:
             value = self.env[out.name]
             fake = _val(out)
@@ -225,6 +223,21 @@ class Lowering:
             self.plan.outputs.append(out)
             self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
         return self.plan
+
+    def _debug_results(self, results: list[str], outputs: list) -> list[tuple[str, int, int]]:
+        """The node results a debug build copies out: each engine tensor once, under the
+        last node that names it (a batch norm folded into its convolution: the tensor is
+        the batch norm's, the convolution's own result is never computed); not the
+        delegate's outputs (the runtime sees those) nor empty tensors."""
+        own = {(o.args[0].name, o.args[1]) if o.target is operator.getitem else (o.name, 0)
+               for o in outputs if isinstance(o, torch.fx.Node)}
+        last: dict[int, tuple[str, int]] = {}
+        for name in results:
+            for item, tid in _engine_tensors(self.env[name]):
+                last.pop(tid, None)  # re-inserted: the order is the last naming node's
+                last[tid] = (name, item)
+        return [(name, item, tid) for tid, (name, item) in last.items()
+                if (name, item) not in own and math.prod(self.spec(tid).dims) > 0]
 
     def redirect_or_copy(self, src: int, out: int) -> None:
         """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads or
