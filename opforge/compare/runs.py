@@ -62,7 +62,7 @@ def model_runs(ref: ReferenceGraph, inputs: Sequence[np.ndarray], against: Itera
             torch_inputs = _torch_inputs(inputs)
             values = ref.run(torch_inputs, float64=False)
             runs.append(Run("eager", values, tolerance, {k: "eager" for k in values},
-                            note="the decomposed graph in PyTorch, float32"))
+                            note="the decomposed graph in PyTorch, in the model's dtypes"))
         elif name in ("lean", "aten"):
             if program is None:
                 program = export(ref.exported, None)
