@@ -160,9 +160,9 @@ def _build(folder: Path) -> None:
     # a debug build (opforge compare): unfused, every node result an extra delegate output
     from opforge.backends.cpu import CpuBackend
 
-    name, model, inputs, _ = _models()[1]
-    add(f"debug-{name}", export(model, inputs, kernels="portable",
-                                backends=[(CpuBackend(debug=True), {})]))
+    for (name, model, inputs, _), mode in zip(_models()[:2], ("groups", "nodes")):
+        add(f"debug-{mode}-{name}", export(model, inputs, kernels="portable",
+                                           backends=[(CpuBackend(debug=mode), {})]))
 
     sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
     library = build_library(manifest_path(), sources, folder / "libmy_ops.so",

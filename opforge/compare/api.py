@@ -1,7 +1,7 @@
 """``compare``: run a model everywhere on the same inputs and align the node results.
 
     capture (torch.export) → reference: eager float64, node by node        reference.py
-      → each run: eager, lean, aten, cpu (debug build), quantized           runs.py
+      → each run: eager, lean, aten, cpu / cpu-fused (debug builds), quantized   runs.py
       → per node and run: max abs error, relative error, SQNR, tolerance    metrics.py
       → the first node where each run leaves its tolerance                  (here)
       → table, JSON, HTML plot                                              report.py
@@ -93,7 +93,7 @@ def compare(model: Any, inputs: Sequence[Any], *, against: Iterable[str] = DEFAU
             scheme: str = "8a8w", calibration: Sequence[Sequence[Any]] | None = None,
             kernels: Sequence[str] = (), strict: bool = False, on_step=None) -> Comparison:
     """Run ``model`` on ``inputs`` eagerly in float64 (the reference) and in each run of
-    ``against`` (``eager``, ``lean``, ``aten``, ``cpu``, ``quantized``); align every node
+    ``against`` (``eager``, ``lean``, ``aten``, ``cpu``, ``cpu-fused``, ``quantized``); align every node
     result by debug handle and measure each run against the reference.
 
     Float runs leave their tolerance where ``max|x - r| > atol + rtol * max|r|``; the

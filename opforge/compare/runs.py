@@ -5,7 +5,8 @@
 | ``eager`` | the decomposed graph in PyTorch, in the model's dtypes | the interpreter (``reference.py``) |
 | ``lean`` | the program on the lean runtime (portable NumPy and native kernels) | the debug table's captures |
 | ``aten`` | the same program on PyTorch's kernels (``mode="aten"``) | the same |
-| ``cpu`` | a program exported for the ``cpu`` backend's debug build (``CpuBackend(debug=True)``: fusion off, every engine result kept) on the lean runtime | delegate outputs and the engine's kept results |
+| ``cpu`` | a program exported for the ``cpu`` backend's debug build (``CpuBackend(debug="nodes")``: fusion off, every engine result kept) on the lean runtime | delegate outputs and the engine's kept results |
+| ``cpu-fused`` | the same with fusion as in production (``CpuBackend(debug="groups")``) | delegate outputs and each fused group's result, under its last node |
 | ``quantized`` | the model quantized (PT2E, ``scheme``) and exported, on the lean runtime | captures; a result that is quantized is compared as its dequantized integer tensor |
 
 Every program is exported from the one ``ExportedProgram`` the reference captured, so its
@@ -31,7 +32,7 @@ from opforge.runtime.capture import Capture
 
 __all__ = ["Run", "RUNS", "model_runs", "program_run"]
 
-RUNS = ("eager", "lean", "aten", "cpu", "quantized")
+RUNS = ("eager", "lean", "aten", "cpu", "cpu-fused", "quantized")
 _QDQ = "quantized_decomposed::"
 
 
@@ -68,13 +69,16 @@ def model_runs(ref: ReferenceGraph, inputs: Sequence[np.ndarray], against: Itera
                 program = export(ref.exported, None)
             runs.append(program_run(program, inputs, name, mode=name, kernels=kernels,
                                     tolerance=tolerance))
-        elif name == "cpu":
+        elif name in ("cpu", "cpu-fused"):
             from opforge.backends.cpu import CpuBackend
 
-            debug_program = export(ref.exported, None, backends=[(CpuBackend(debug=True), {})])
-            run = program_run(debug_program, inputs, "cpu", mode="lean", kernels=kernels,
+            mode = "nodes" if name == "cpu" else "groups"
+            debug_program = export(ref.exported, None, backends=[(CpuBackend(debug=mode), {})])
+            run = program_run(debug_program, inputs, name, mode="lean", kernels=kernels,
                               tolerance=tolerance)
-            run.note = "cpu backend debug build (fusion off, every engine result kept)"
+            run.note = ("cpu backend debug build: fusion off, every engine result kept"
+                        if mode == "nodes" else "cpu backend debug build: fused as in "
+                        "production, each fused group's result kept under its last node")
             runs.append(run)
         elif name == "quantized":
             runs.append(_quantized_run(ref, model, inputs, scheme, calibration, kernels,
@@ -90,8 +94,20 @@ def program_run(program, inputs, name: str, *, mode: str = "lean", kernels: Sequ
     capture = Capture(load(program, mode=mode, kernels=list(kernels)), method)
     outputs = capture.run(list(inputs))
     values = {k: v.array for k, v in capture.results.items()}
-    where = {k: v.where for k, v in capture.results.items()}
+    where = {k: v.where + _group_of(capture.debug, v) for k, v in capture.results.items()}
     return Run(name, values, tolerance, where, outputs=tuple(outputs))
+
+
+def _group_of(debug, result) -> str:
+    """", fused: a+b+c" for a result of a fused engine op (from the delegate's op nodes)."""
+    if debug is None or not result.where.startswith(("delegate ", "inside delegate ")):
+        return ""
+    index = int(result.where.rsplit(" ", 1)[1])
+    names = [n.name for n in debug.nodes]
+    for op in debug.delegate_ops.get(index, ()):
+        if len(op) > 1 and names[op[-1]] == result.node:
+            return ", fused: " + "+".join(names[h] for h in op)
+    return ""
 
 
 def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kernels,

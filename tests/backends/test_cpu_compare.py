@@ -52,13 +52,19 @@ def test_every_node_inside_the_delegate_is_observed_and_right(inputs):
 def test_a_wrong_lowering_of_one_op_is_named_inside_the_delegate(inputs, monkeypatch):
     # the planted bug: sigmoid lowered as oneDNN's hard sigmoid (off by up to ~0.07)
     monkeypatch.setitem(elementwise.ELTWISE, "aten::sigmoid", lambda n, a: (HARDSIGMOID, 1 / 6, 0.5))
-    result = compare(Chain(), inputs, against=["lean", "cpu"])
+    result = compare(Chain(), inputs, against=["lean", "cpu", "cpu-fused"])
     first = result.first_divergence("cpu")
     assert first is not None and first.name == "sigmoid"
     assert result.runs[1].where[("sigmoid", 0)] == "inside delegate 0"
     assert all(row.errors["cpu"] is None or row.errors["cpu"].within
                for row in result.rows[:first.index])
     assert result.first_divergence("lean") is None
+    # fused as in production: the sigmoid is a post-op, its group is reported at its last node
+    fused = result.first_divergence("cpu-fused")
+    assert fused is not None and fused.name == "tanh"
+    where = result.runs[2].where[("tanh", 0)]
+    assert where.startswith("inside delegate 0, fused: addmm+") and "+sigmoid+" in where
+    assert all(row.errors["cpu-fused"] is None for row in result.rows[1:fused.index])
 
 
 def test_the_debug_table_maps_engine_ops_to_fused_node_groups(inputs):

@@ -88,10 +88,16 @@ class CpuBackend(Backend):
                 lambda v: None if v >= 1 else "below 1"),
     )
 
-    def __init__(self, *, debug: bool = False) -> None:
-        # a debug build of the blobs (``opforge compare``): fusion off, and every node result
-        # the engine computes is also a delegate output the runtime keeps (``debug_outputs``)
-        self.debug = debug
+    def __init__(self, *, debug: bool | str = False) -> None:
+        # a debug build of the blobs (``opforge compare``): node results are also delegate
+        # outputs the runtime keeps (``debug_outputs``). "nodes" (or True): lowered without
+        # fusion, every result the engine computes; "groups": fused as usual, each fused
+        # group's result under its last node
+        modes = {False: None, True: "nodes", "nodes": "nodes", "groups": "groups"}
+        if debug not in modes:
+            raise BackendError(f"`CpuBackend(debug={debug!r})` — valid: False, True, 'nodes' or "
+                               "'groups' — fix: pick one")
+        self.debug = modes[debug]
 
     def unavailable(self) -> str | None:
         from opforge.backends.cpu.engine import missing
@@ -127,15 +133,18 @@ class CpuBackend(Backend):
 
         specs = dict(specs)
         specs["_package_nodes"] = package_nodes(subgraph, specs)
+        lower = lowering.Lowering(subgraph, specs, debug=self.debug)
         try:
-            plan = lowering.Lowering(subgraph, specs, debug=self.debug).run()
+            plan = lower.run()
         except lowering.Unsupported as e:  # a value the partition check folded arrives at run time
             from opforge.backends.base import PreprocessRefused
 
             raise PreprocessRefused(e.kind, e.reason) from None
-        if specs["fuse"] and not self.debug:
+        if specs["fuse"] and self.debug != "nodes":
             lowering.fuse(plan)
         lowering.prune(plan)
+        if self.debug == "groups":
+            lower.keep_results()
         subgraph.op_nodes = [list(op.get("_nodes", ())) for op in plan.ops]  # debug handles
         return blob.encode(plan)
 

@@ -111,14 +111,17 @@ def _val(node: Any):
 
 
 class Lowering:
-    """``debug``: every node result that is an engine tensor also becomes a delegate output
-    (a row-major copy, after the delegate's own outputs) so a debugger can read it; each op
-    is tagged with the nodes it computes (``op["_nodes"]``, not written to the blob)."""
+    """Each op is tagged with the nodes it computes (``op["_nodes"]``, not written to the
+    blob). A debug build makes node results delegate outputs (row-major copies, after the
+    delegate's own) so a debugger can read them: ``debug="nodes"``, every node result the
+    engine computes (lowered unfused); ``debug="groups"``, after fusion (``keep_results``),
+    each tensor an op still writes, under the last node of its fused group."""
 
-    def __init__(self, subgraph, specs: dict, *, debug: bool = False) -> None:
+    def __init__(self, subgraph, specs: dict, *, debug: str | None = None) -> None:
         self.sub = subgraph
         self.specs = specs
         self.debug = debug
+        self.results: list[tuple[str, int, int]] = []  # a "groups" build's candidates
         self.plan = Plan()
         self.env: dict[str, Any] = {}       # node name → ("t", id) | ("c", tensor) | python value | tuple
         self.const_ids: dict[int, int] = {}  # id(torch tensor) → engine tensor id
@@ -208,7 +211,9 @@ class Lowering:
                     results.append(node.name)
         outputs = self.sub.output_nodes()
         debug = []  # copied before the outputs are placed: a result they read is not redirected
-        for name, item, src in self._debug_results(results, outputs):
+        if self.debug == "groups":
+            self.results = self._debug_results(results, outputs)  # kept after fusion
+        for name, item, src in self._debug_results(results, outputs) if self.debug == "nodes" else ():
             spec = self.spec(src)
             debug.append((name, item, self.new_tensor(spec.dtype, spec.dims, "output")))
             self.copy(src, debug[-1][2])
@@ -238,6 +243,19 @@ class Lowering:
                 last[tid] = (name, item)
         return [(name, item, tid) for tid, (name, item) in last.items()
                 if (name, item) not in own and math.prod(self.spec(tid).dims) > 0]
+
+    def keep_results(self) -> None:
+        """A ``debug="groups"`` build, after fusion and pruning: copy out each node result
+        an op of the plan still writes (a fused group's is its last node's); the results
+        fusion folded away are not computed, so not kept."""
+        written = {t for op in self.plan.ops for t in op["out"]}
+        for name, item, tid in self.results:
+            spec = self.spec(tid)
+            if tid in written and spec.role != "dead":
+                out = self.new_tensor(spec.dtype, spec.dims, "output")
+                self.copy(tid, out)
+                self.plan.outputs.append(out)
+                self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
 
     def redirect_or_copy(self, src: int, out: int) -> None:
         """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads or
