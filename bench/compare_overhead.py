@@ -32,7 +32,6 @@ from pathlib import Path
 
 
 def _worker(repeats: int, batch: int) -> dict:
-    import numpy as np
     import torch
 
     from opforge.export import export

@@ -112,8 +112,6 @@ def _group_of(debug, result) -> str:
 
 def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kernels,
                    tolerance: Tolerance) -> Run:
-    import torch
-
     from opforge.quantize import quantize
 
     if model is None:
