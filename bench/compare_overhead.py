@@ -85,7 +85,7 @@ def _worker(repeats: int, batch: int) -> dict:
     except Exception as e:  # noqa: BLE001 - no cpu backend here: the row says so
         print(f"cpu: {e}", file=sys.stderr)
     big = to_bytes(export(Adds(400), (tiny,)))
-    results["load chain400"] = per_call(lambda: load(big).method(), )
+    results["load chain400"] = per_call(lambda: load(big).method())
     results["program bytes chain400"] = float(len(big))
     try:
         from opforge.runtime import Capture

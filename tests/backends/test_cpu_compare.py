@@ -80,6 +80,12 @@ def test_the_debug_table_maps_engine_ops_to_fused_node_groups(inputs):
     assert handle.debug_outputs == [] and len(handle.outputs) == 1
 
 
+def test_the_debug_mode_is_checked():
+    assert CpuBackend(debug=True).debug == "nodes" and CpuBackend().debug is None
+    with pytest.raises(BackendError, match="'nodes' or 'groups'"):
+        CpuBackend(debug="all")
+
+
 def test_the_debug_build_refuses_a_malformed_debug_list(inputs):
     program = export(Chain(), inputs, backends=[(CpuBackend(debug=True), {})])
     data = bytes(program.segments[program.delegates[0].segment].data)
