@@ -2,7 +2,8 @@
 
 Every op kind the engine knows comes from a model that lowers to it (the zoo, small models
 per op family, a custom native op called through the kernel ABI inside the delegate, an
-op-package op, and 8a8w-quantized zoo models). Exporting needs torch and takes tens of
+op-package op, 8a8w-quantized zoo models, and a debug build whose node results are extra
+delegate outputs). Exporting needs torch and takes tens of
 seconds, so the programs and the native libraries they need are written once to a cache
 folder keyed by the hash of the cpu backend's ahead-of-time sources (another opforge on
 PYTHONPATH, e.g. a hardened branch, gets its own entry). The worker that runs the cases
@@ -156,6 +157,12 @@ def _build(folder: Path) -> None:
         add(name, export(model, inputs, kernels="portable", backends=[("cpu", specs)]))
     for name in ("mlp", "cnn"):
         add(f"8a8w-{name}", _quantized(name).export(backends=["cpu"]))
+    # a debug build (opforge compare): unfused, every node result an extra delegate output
+    from opforge.backends.cpu import CpuBackend
+
+    for (name, model, inputs, _), mode in zip(_models()[:2], ("groups", "nodes")):
+        add(f"debug-{mode}-{name}", export(model, inputs, kernels="portable",
+                                           backends=[(CpuBackend(debug=mode), {})]))
 
     sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
     library = build_library(manifest_path(), sources, folder / "libmy_ops.so",

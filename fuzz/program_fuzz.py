@@ -16,7 +16,8 @@ inserted and deleted bytes, header-field rewrites, index rewrites at the datacla
 expressions (deep, huge, dividing by zero, reading undeclared symbols), symbol ranges,
 guards and state slots; version-4 rewrites: grow flags flipped, growing tensors given
 storage or planned ones none, huge or empty first sizes, growing symbols' ranges (seeded
-with ``growing_program``). A program with symbols that loads is also bound at a random input
+with ``growing_program``); debug-table rewrites: any number, type, nesting or truncation in
+the ``opforge.debug`` JSON (seeded with ``debug_program``). A program with symbols that loads is also bound at a random input
 shape (``ShapeBinder``): that must succeed or raise ProgramError too. Half of the byte mutations spare the
 header, and 80% are resealed (the header CRC, and mostly file_size, recomputed) so that
 they reach the parser and the verifier rather than stopping at the header checks.
@@ -217,9 +218,62 @@ def _growing_mutation(rng: random.Random) -> bytes:
     return unverified_bytes(P.Program((method,), program.segments))
 
 
+def debug_program() -> P.Program:
+    """``sample_program`` with a debug table (user metadata ``opforge.debug``): a node per
+    kernel call, capturing its last (out) argument when that is a tensor."""
+    from opforge.program.debug import DebugCapture, DebugInfo, DebugNode, MethodDebug, with_debug_handles
+
+    program = sample_program()
+    methods = {}
+    for m in program.methods:
+        nodes, captures = [], []
+        for i, ins in enumerate(m.instructions):
+            if type(ins) is P.KernelCall and ins.args and type(m.values[ins.args[-1]]) is P.TensorValue:
+                nodes.append(DebugNode(f"node{i}", m.operators[ins.op].key, f"model.py:{i}"))
+                captures.append(DebugCapture(i, ins.args[-1], len(nodes) - 1))
+        delegates = {d: ((0,), ()) for d in range(len(program.delegates))} if nodes else {}
+        methods[m.name] = MethodDebug(tuple(nodes), tuple(captures), delegates)
+    return with_debug_handles(program, DebugInfo(methods))
+
+
+def _debug_mutation(rng: random.Random) -> bytes:
+    """A rewrite of the debug table's JSON text: any number, type, nesting or truncation."""
+    import json
+
+    program = debug_program()
+    meta = dict(program.user_metadata)
+    doc = json.loads(meta["opforge.debug"])
+    forward = doc["methods"][program.methods[0].name]
+    choice = rng.randrange(6)
+    junk = rng.choice([rng.choice(INTERESTING), -1, 1.5, None, "x", [], {}, [[0]], True, "\u0000"])
+    if choice == 0 and forward["captures"]:  # flat: 4 ints per capture
+        forward["captures"][rng.randrange(len(forward["captures"]))] = junk
+    elif choice == 1 and forward["nodes"]:  # flat: name, op index, source index per node
+        nodes = forward["nodes"]
+        if rng.random() < 0.2:
+            nodes.append(junk)  # a count that is no multiple of 3
+        else:
+            nodes[rng.randrange(len(nodes))] = junk
+    elif choice == 2:
+        forward[rng.choice(["sources", "ops", "nodes", "captures", "delegates", "version"])] = junk
+    elif choice == 3:
+        doc[rng.choice(["version", "methods"])] = junk
+    elif choice == 4:
+        forward["delegates"] = [[junk, [[junk]]]]
+    text = json.dumps(doc)
+    if choice == 5:
+        text = rng.choice([text[:rng.randrange(len(text))], "[" * rng.choice([10, 5000, 100000]),
+                           text.replace("[", "{", 1), '{"version": 1, "methods": {"x": {}}}'])
+    meta["opforge.debug"] = text
+    return unverified_bytes(P.Program(program.methods, program.segments, program.delegates,
+                                      tuple(meta.items())))
+
+
 def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
     if rng.random() < 0.1:
         return _index_mutation(rng)
+    if rng.random() < 0.1:
+        return _debug_mutation(rng)
     if rng.random() < 0.1:
         return _symbolic_mutation(rng)
     if rng.random() < 0.1:
@@ -283,7 +337,8 @@ def _reason(message: str) -> str:
 def seeds() -> list[bytes]:
     return [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
             P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program()),
-            P.to_bytes(growing_program()), P.to_bytes(splat_state_program())]
+            P.to_bytes(growing_program()), P.to_bytes(splat_state_program()),
+            P.to_bytes(debug_program())]
 
 
 def builtin(count: int, seed: int, crash_dir: Path) -> int:

@@ -72,6 +72,9 @@ class Subgraph:
     graph_module: torch.fx.GraphModule
     inputs: list[str]
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    # set by ``preprocess`` when the backend can say it: for each op of the blob, in the
+    # order it runs, the names of the subgraph nodes it computes (the debug handles)
+    op_nodes: list[list[str]] | None = None
 
     def placeholders(self) -> list[torch.fx.Node]:
         return [n for n in self.graph_module.graph.nodes if n.op == "placeholder"]

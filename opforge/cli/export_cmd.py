@@ -129,6 +129,9 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
               "planned arenas, doubling when a call needs more, within the memory limit) "
               "instead of planning it at its max; NAME may then have no max. Repeatable.")
 @click.option("--explain", is_flag=True, help="Print every node left out of delegation, with why.")
+@click.option("--no-debug-handles", "no_debug_handles", is_flag=True,
+              help="Leave out the debug table (each instruction's FX node and source line, "
+                   "what `opforge compare` aligns runs by).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the written program's summary and delegation report as JSON on stdout "
@@ -136,7 +139,8 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
 def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],
            kernels: tuple[str, ...], allow_missing: bool, backends: tuple[str, ...],
            compile_specs: tuple[str, ...], op_packages: str | None, dims: tuple[str, ...],
-           grow: tuple[str, ...], explain: bool, quiet: bool, as_json: bool) -> None:
+           grow: tuple[str, ...], explain: bool, no_debug_handles: bool, quiet: bool,
+           as_json: bool) -> None:
     """Export FACTORY (MODULE:FUNCTION returning (model, example_inputs)) to a program file."""
     import warnings
 
@@ -162,6 +166,7 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
                 None, None, methods=wanted, strict=strict, preserve_ops=preserve_ops,
                 kernels=list(kernels) or None, allow_missing=allow_missing, on_step=on_step,
                 backends=list(backends), compile_specs=specs, grow=grow,
+                debug_handles=not no_debug_handles,
             )
         status.update(f"writing {output}")
         save(program, output)

@@ -137,5 +137,8 @@ def _print(data: dict, path: str, show_values: bool) -> None:
         for key, value in data["user_metadata"].items():
             if key == "opforge.delegation":
                 value = f"({len(value)} bytes of JSON: the delegation report above)"
+            elif key == "opforge.debug":
+                value = (f"({len(value)} bytes of JSON: the debug handles, each instruction's "
+                         "FX node and source line; opforge compare aligns runs by them)")
             meta.add_row(escape(key), escape(value))
         console.print(meta)

@@ -76,13 +76,15 @@ def _kernel_sets(kernels: tuple[str, ...]) -> list[str] | None:
               help="A compile spec for the backend(s), e.g. num_threads=2. Repeatable.")
 @click.option("--op-packages", "op_packages", type=click.Path(dir_okay=False), metavar="FILE",
               help="JSON/YAML list of op packages (OpPackageInfo) for the backend.")
+@click.option("--no-debug-handles", "no_debug_handles", is_flag=True,
+              help="Leave out the debug table (as `opforge export --no-debug-handles`).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors and the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str | None,
              output: str, per_tensor: bool, symmetric: bool, observer: str,
              discard_ops: tuple[str, ...], kernels: tuple[str, ...], backends: tuple[str, ...],
-             compile_specs: tuple[str, ...], op_packages: str | None, quiet: bool,
-             as_json: bool) -> None:
+             compile_specs: tuple[str, ...], op_packages: str | None, no_debug_handles: bool,
+             quiet: bool, as_json: bool) -> None:
     """Quantize FACTORY (MODULE:FUNCTION returning (model, example_inputs)) and write a program."""
     import warnings
 
@@ -122,7 +124,8 @@ def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str 
             except QuantizeError as exc:
                 raise click.ClickException(str(exc)) from None
         status.update("exporting" + (f" (backends: {', '.join(backends)})" if backends else ""))
-        program = result.export(kernels=kernel_sets, backends=list(backends), compile_specs=specs)
+        program = result.export(kernels=kernel_sets, backends=list(backends), compile_specs=specs,
+                                debug_handles=not no_debug_handles)
         status.update(f"writing {output}")
         save(program, output)
     for warning in caught:

@@ -74,6 +74,7 @@ def export(
     backends: Iterable[Any] | None = None,
     compile_specs: Mapping[str, Any] | None = None,
     grow: Iterable[str] = (),
+    debug_handles: bool = True,
 ) -> Program:
     """Export ``model`` (method ``"forward"``) and/or named ``methods`` to a Program.
 
@@ -96,6 +97,10 @@ def export(
     lives outside the arenas, is allocated at its size at the example inputs and grows
     geometrically (×2) when a call needs more, within the runtime's memory limit
     (format version 4; ``docs/architecture.md``, "Growing memory").
+
+    ``debug_handles`` keeps, in the program's metadata, the FX node (name, op, source line)
+    each instruction and each op inside a delegate came from (``opforge compare`` aligns
+    runs by it; ``opforge.program.debug_info``); ``False`` leaves it out.
 
     >>> import torch
     >>> from opforge.export import export
@@ -138,7 +143,7 @@ def export(
         if missing:
             metadata["opforge.missing_kernels"] = ",".join(missing)
     step("emit", ",".join(s.name for s in specs))
-    program = emit_program(planned, user_metadata=metadata)
+    program = emit_program(planned, user_metadata=metadata, debug_handles=debug_handles)
     try:
         verify(program)
     except ProgramError as exc:

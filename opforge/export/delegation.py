@@ -161,6 +161,8 @@ class Delegate(ExportPass):
                     backend.name, bytes(blob), specs, sub, list(constants.values()),
                     len(runtime_inputs), len(outputs), ops,
                     [n.name for n in nodes if n.target is not operator.getitem])
+                lowered.output_handles = [_handle_of(o) for o in outputs]
+                lowered.op_nodes = subgraph.op_nodes
                 self._replace(method, nodes, [o for _, o in runtime_inputs], list(outputs), lowered)
                 lowered.report = {
                     "backend": backend.name, "nodes": len(lowered.nodes), "ops": ops,
@@ -195,6 +197,15 @@ class Delegate(ExportPass):
         # reads one of its outputs may come earlier in graph order (partitions are convex,
         # not contiguous): re-sort topologically.
         _sort_in_place(graph)
+
+
+def _handle_of(node: torch.fx.Node) -> tuple[str, int] | None:
+    """The debug handle (and result index) of a delegate output node."""
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        handle = node.args[0].meta.get("debug_handle")
+        return (handle, int(node.args[1])) if handle else None
+    handle = node.meta.get("debug_handle")
+    return (handle, 0) if handle else None
 
 
 def _unlowerable(method: MethodGraph, nodes: list[torch.fx.Node]) -> str | None:

@@ -24,6 +24,8 @@ from opforge.export.method_graph import InputKind, MethodGraph, is_alloc
 from opforge.export.out_variants import bind_arguments
 from opforge.export.delegation import METADATA_KEY
 from opforge.export.lowered import DelegateOut
+from opforge.export.debug_table import DebugTable
+from opforge.program.debug import DEBUG_KEY, DebugInfo
 from opforge.program import (
     PACKING_SPLAT, ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Move, Operator, Program,
     Segment, StateSlot, SymbolicValue, TensorValue, Value,
@@ -104,6 +106,7 @@ class _MethodEmitter:
         self.operator_index: dict[str, int] = {}
         self.plan = method.notes["memory_plan"]
         self.symbolic: list[SymbolicValue] = []
+        self.debug = DebugTable(method.notes.get("debug_nodes", {}))
 
     def add_value(self, value: Value) -> int:
         key = (type(value).__name__, repr(value))
@@ -196,10 +199,15 @@ class _MethodEmitter:
             elif is_alloc(node):
                 self._tensor(node)
             elif node.op == "call_function" and isinstance(node.target, DelegateOut):
-                index = self.delegates.add(node.target.lowered)
+                lowered = node.target.lowered
+                index = self.delegates.add(lowered)
                 instructions.append(DelegateCall(index, tuple(self.tensor_index(a) for a in node.args)))
+                outs = node.args[lowered.num_inputs:]
+                self.debug.delegate(len(instructions) - 1, index, lowered,
+                                    [self.tensor_index(o) for o in outs])
             elif node.op == "call_function":
                 instructions.append(self._kernel_call(node))
+                self.debug.kernel_call(len(instructions) - 1, node, self.tensor_index)
         state_outputs = self.method.notes.get("state_outputs", {})
         outputs = []
         for position, v in enumerate(self.method.output_args()):
@@ -243,19 +251,26 @@ class _MethodEmitter:
         )
 
 
-def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str] | None = None) -> Program:
-    """Emit planned methods as one Program (not yet verified; ``export`` verifies it)."""
+def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str] | None = None,
+                 debug_handles: bool = True) -> Program:
+    """Emit planned methods as one Program (not yet verified; ``export`` verifies it).
+
+    ``debug_handles`` writes the debug table (``opforge/program/debug.py``) into the user
+    metadata."""
     pool = ConstantPool()
     delegates = _Delegates()
     # a buffer one method updates is state in every method that reads it (shared by name)
     state_names = frozenset(name for m in methods for name in m.notes.get("state", {}).values())
-    emitted = tuple(_MethodEmitter(method, pool, delegates, state_names).emit()
-                    for method in methods)
+    emitters = [_MethodEmitter(method, pool, delegates, state_names) for method in methods]
+    emitted = tuple(e.emit() for e in emitters)
     constants = pool.segments()
     blob_segments, blobs = delegates.finish(len(constants))
     metadata = dict(user_metadata or {})
     report = {m.name: m.notes["delegation"] for m in methods if "delegation" in m.notes}
     if report:
         metadata[METADATA_KEY] = json.dumps(report, sort_keys=True, separators=(",", ":"))
+    if debug_handles:
+        info = DebugInfo({e.method.name: e.debug.finish() for e in emitters})
+        metadata[DEBUG_KEY] = info.to_text()
     return Program(methods=emitted, segments=constants + blob_segments, delegates=blobs,
                    user_metadata=metadata)

@@ -31,6 +31,10 @@ class LoweredDelegate:
         self.num_outputs = num_outputs
         self.ops = ops
         self.nodes = nodes
+        # debug handles (set by the Delegate pass): each output's (node, result index), and
+        # per op of the blob the nodes it computes when the backend says (Subgraph.op_nodes)
+        self.output_handles: list[tuple[str, int] | None] = [None] * num_outputs
+        self.op_nodes: list[list[str]] | None = None
         self.__name__ = f"delegate_{backend}"
 
     def __call__(self, *inputs: Any) -> tuple:

@@ -2,6 +2,7 @@
 
     capture (torch.export)                            capture.py
       → DecomposeToCoreAten   captured → core_aten_or_custom
+      → TagDebugHandles       core_aten_or_custom → debug_handles (each call's FX node)
       → SymbolicSizes         core_aten_or_custom → sizes_symbolic (symbols, guards)
       → CheckFunctional       core_aten_or_custom → functional (mutated buffers → state)
       → DropAssertions        functional → assertion_free
@@ -27,7 +28,7 @@ from opforge.export.method_graph import MethodGraph
 from opforge.export.pass_manager import PassManager
 from opforge.export.passes import (
     CheckFunctional, DecomposeToCoreAten, DropAssertions, LiftConstants, PlanMemory, SymbolicSizes,
-    ToOutVariant, UpdateStateInPlace,
+    TagDebugHandles, ToOutVariant, UpdateStateInPlace,
 )
 
 __all__ = ["run_pipeline"]
@@ -49,6 +50,7 @@ def run_pipeline(
     """
     passes = [
         DecomposeToCoreAten(preserve=preserve_ops),
+        TagDebugHandles(),
         SymbolicSizes(),
         CheckFunctional(),
         DropAssertions(),

@@ -12,6 +12,7 @@ when the property holds), so that the pass manager can say exactly what a pass b
 | ``assertion_free`` | no call of a run-time assertion op (``_assert_tensor_metadata``, ``_assert_scalar``, …) is left |
 | ``all_out_variants`` | every call is ``alloc`` or an out-variant overload whose out arguments are ``alloc`` nodes (or, for a state written in place, the state placeholder); no ``getitem`` |
 | ``constants_lifted`` | every non-user placeholder has a contiguous constant tensor and a segment key; no two constants are equal |
+| ``debug_handles`` | every call (but ``getitem``) carries ``meta["debug_handle"]``, its node name in the decomposed graph |
 | ``memory_planned`` | every user input and ``alloc`` has storage in an arena, inside the arena's size (except growing tensors, which the runtime allocates) |
 """
 
@@ -157,6 +158,11 @@ def _assertion_free(method: MethodGraph) -> list[str]:
             for node in assertion_nodes(method)]
 
 
+def _debug_handles(method: MethodGraph) -> list[str]:
+    return [f"{node.name} has no debug handle" for node in method.call_nodes()
+            if node.target is not operator.getitem and "debug_handle" not in node.meta]
+
+
 PROPERTIES: dict[str, Callable[[MethodGraph], list[str]]] = {
     "captured": _captured,
     "core_aten_or_custom": _core_aten_or_custom,
@@ -166,6 +172,7 @@ PROPERTIES: dict[str, Callable[[MethodGraph], list[str]]] = {
     "all_out_variants": _all_out_variants,
     "constants_lifted": _constants_lifted,
     "memory_planned": _memory_planned,
+    "debug_handles": _debug_handles,
 }
 
 

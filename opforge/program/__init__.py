@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from opforge.program._format import FORMAT_VERSION
 from opforge.program.constants import constant_array, pack_int4, unpack_int4
+from opforge.program.debug import DebugInfo, debug_info, strip_debug_handles
 from opforge.program.decode import from_bytes, load
 from opforge.program.describe import describe
 from opforge.program.encode import save, to_bytes
@@ -50,4 +51,6 @@ __all__ = [
     "to_bytes", "from_bytes", "save", "load",
     # checks and views
     "verify", "describe", "constant_array", "pack_int4", "unpack_int4",
+    # debug handles
+    "DebugInfo", "debug_info", "strip_debug_handles",
 ]

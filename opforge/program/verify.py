@@ -24,7 +24,8 @@ The dataclasses check their own fields on construction (types, non-negative size
 * a splat constant (one element stored, format version 5) is a state's initial value: the
   runtime makes a dense live copy, so no kernel ever reads the splat itself;
 * symbolic sizes, growing tensors and state: ``verify_symbolic.py``; a growing tensor
-  (``growing_values``) has no storage.
+  (``growing_values``) has no storage;
+* the debug handles (user metadata ``opforge.debug``, when present): ``debug.py``.
 
 Cost is linear in the size of the tables; a program with thousands of instructions takes
 milliseconds.
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 from opforge.errors import ProgramError
 from opforge.program._errors import program_error, with_api
+from opforge.program.debug import DEBUG_KEY, check_debug_table
 from opforge.program.model import (
     INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, Operator, Program, Segment,
     DelegateBlob,
@@ -101,6 +103,8 @@ def check_program(program: Program, allow_unplanned: bool) -> None:
         names[method.name] = i
         _verify_method(program, method, f"method {method.name!r}", allow_unplanned)
     verify_shared_state(program)
+    if any(key == DEBUG_KEY for key, _ in program.user_metadata):
+        check_debug_table(program)  # the debug handles' indices (opforge/program/debug.py)
 
 
 ARENA_ALIGNMENT = 64  # the memory planner's default alignment (opforge.export)

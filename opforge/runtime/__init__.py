@@ -18,6 +18,7 @@ NumPy only: nothing here imports torch (``mode="aten"`` imports it lazily, when 
 
 from __future__ import annotations
 
+from opforge.runtime.capture import Capture, Intermediate, capture_intermediates
 from opforge.runtime.loader import MODES, LoadedProgram, dtype_key, load
 from opforge.runtime.method import IOSpec, Method
 from opforge.runtime.registry import DEFAULT_DTYPE, Kernel, KernelRegistry, registry_from
@@ -27,4 +28,5 @@ __all__ = [
     "load", "LoadedProgram", "Method", "IOSpec", "MODES", "dtype_key",
     "Kernel", "KernelRegistry", "DEFAULT_DTYPE", "registry_from",
     "Tracer", "OpStats",
+    "Capture", "Intermediate", "capture_intermediates",
 ]

@@ -389,6 +389,11 @@ class Method:
         """Bytes this instance holds outside its arenas for growing tensors now."""
         return self._growing.nbytes if self._growing is not None else 0
 
+    def value(self, index: int) -> object:
+        """Value ``index``'s run-time object now (an arena view, valid until the next call):
+        what a tracer reads after an instruction (``opforge.runtime.capture``)."""
+        return self._values.get(index)
+
     @property
     def instructions(self) -> list[tuple[int, str]]:
         """``(instruction index, op key)`` of every bound instruction, in execution order."""

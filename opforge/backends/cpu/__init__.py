@@ -50,6 +50,29 @@ def thread_count(spec: int) -> int:
     return value
 
 
+# A debug build's delegates hold at most this many nodes (not counting getitems): each node
+# result becomes a delegate output, and the engine takes at most 64 outputs per delegate.
+DEBUG_NODES_PER_DELEGATE = 24
+
+
+def _chunks(graph, nodes: list, size: int) -> list[list]:
+    """``nodes`` (a convex partition) cut into runs of ``size`` nodes in graph order; runs
+    of a topological order of a convex set are convex, and a getitem stays with its source."""
+    import operator
+
+    position = {n: i for i, n in enumerate(graph.graph_module.graph.nodes)}
+    chunks: list[list] = [[]]
+    counted = 0
+    for node in sorted(nodes, key=position.__getitem__):
+        if node.target is not operator.getitem:
+            if counted == size:
+                chunks.append([])
+                counted = 0
+            counted += 1
+        chunks[-1].append(node)
+    return [c for c in chunks if c]
+
+
 class CpuBackend(Backend):
     name = "cpu"
     compile_spec_defs = (
@@ -64,6 +87,17 @@ class CpuBackend(Backend):
         SpecDef("min_ops", "int", 1, "smallest partition worth a delegate call",
                 lambda v: None if v >= 1 else "below 1"),
     )
+
+    def __init__(self, *, debug: bool | str = False) -> None:
+        # a debug build of the blobs (``opforge compare``): node results are also delegate
+        # outputs the runtime keeps (``debug_outputs``). "nodes" (or True): lowered without
+        # fusion, every result the engine computes; "groups": fused as usual, each fused
+        # group's result under its last node
+        modes = {False: None, True: "nodes", "nodes": "nodes", "groups": "groups"}
+        if debug not in modes:
+            raise BackendError(f"`CpuBackend(debug={debug!r})` — valid: False, True, 'nodes' or "
+                               "'groups' — fix: pick one")
+        self.debug = modes[debug]
 
     def unavailable(self) -> str | None:
         from opforge.backends.cpu.engine import missing
@@ -88,6 +122,9 @@ class CpuBackend(Backend):
         # package rejections (a node an op package claims but cannot take) say why
         by_node = {r.node: r for r in rejected}
         result.rejected = [by_node.get(r.node, r) for r in result.rejected]
+        if self.debug:  # every node result is a delegate output: the engine takes 64 at most
+            result.partitions = [chunk for nodes in result.partitions
+                                 for chunk in _chunks(graph, nodes, DEBUG_NODES_PER_DELEGATE)]
         return result
 
     def preprocess(self, subgraph, specs) -> bytes:
@@ -96,15 +133,19 @@ class CpuBackend(Backend):
 
         specs = dict(specs)
         specs["_package_nodes"] = package_nodes(subgraph, specs)
+        lower = lowering.Lowering(subgraph, specs, debug=self.debug)
         try:
-            plan = lowering.Lowering(subgraph, specs).run()
+            plan = lower.run()
         except lowering.Unsupported as e:  # a value the partition check folded arrives at run time
             from opforge.backends.base import PreprocessRefused
 
             raise PreprocessRefused(e.kind, e.reason) from None
-        if specs["fuse"]:
+        if specs["fuse"] and self.debug != "nodes":
             lowering.fuse(plan)
         lowering.prune(plan)
+        if self.debug == "groups":
+            lower.keep_results()
+        subgraph.op_nodes = [list(op.get("_nodes", ())) for op in plan.ops]  # debug handles
         return blob.encode(plan)
 
     # --- run time ---------------------------------------------------------------------------
@@ -132,6 +173,12 @@ class CpuBackend(Backend):
 
     def execute(self, handle, inputs, outputs) -> None:
         self.bind(handle, inputs, outputs)()
+
+    @staticmethod
+    def debug_outputs(handle) -> list[tuple[str, int, "np.ndarray"]]:
+        """A debug build's node results after the last call: ``(node name, result index,
+        array)`` each (the arrays are reused by the next call); [] for a normal blob."""
+        return list(handle.debug_outputs)
 
     def destroy(self, handle) -> None:
         from opforge.backends.cpu.crash_report import forget

@@ -7,7 +7,7 @@
     offset 24  u32      CRC-32 of plan + data
     offset 28  u32      0 (reserved)
     offset 32  plan     {"tensors": [...], "ops": [...], "inputs": [...], "outputs": [...],
-                         "impls": [...]}
+                         "impls": [...], ["debug": [...]]}
     then zero padding to a multiple of 64, then the data: each constant's bytes at a
     64-byte-aligned offset a tensor names as "data": [offset, nbytes].
 
@@ -54,8 +54,11 @@ def encode(plan) -> bytes:
             offset = len(data)
             data += t.data
         tensors.append(t.as_json(offset))
-    doc = {"tensors": tensors, "ops": plan.ops, "inputs": plan.inputs, "outputs": plan.outputs,
+    ops = [{k: v for k, v in op.items() if not k.startswith("_")} for op in plan.ops]
+    doc = {"tensors": tensors, "ops": ops, "inputs": plan.inputs, "outputs": plan.outputs,
            "impls": plan.impls}
+    if plan.debug:
+        doc["debug"] = plan.debug
     text = json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
     head_len = HEADER.size + len(text)
     pad = bytes(_align(head_len) - head_len)
@@ -190,4 +193,21 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
             raise _refuse(f"tensors[{i}] is an {t['role']} the delegate does not list")
     if type(doc.get("impls", [])) is not list:
         raise _refuse("impls")
+    _check_debug(doc)
     return doc, data
+
+
+def _check_debug(doc: dict) -> None:
+    """A debug build's ``debug`` list: ``[output position, node name, result index]`` for
+    each trailing output that is a copy of a node result, positions ascending to the end."""
+    debug = doc.get("debug", [])
+    outputs = len(doc["outputs"])
+    if type(debug) is not list or len(debug) > outputs:
+        raise _refuse("a debug list longer than the outputs")
+    first = outputs - len(debug)
+    for k, entry in enumerate(debug):
+        if type(entry) is not list or len(entry) != 3 or type(entry[1]) is not str \
+                or len(entry[1]) > 4096:
+            raise _refuse(f"debug[{k}] is not [output, node name, result index]")
+        _int(entry[0], first + k, first + k, f"debug[{k}] output")
+        _int(entry[2], 0, 1 << 16, f"debug[{k}] result index")

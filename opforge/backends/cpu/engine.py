@@ -6,6 +6,7 @@ into an engine handle. NumPy and ctypes only: no torch.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 import warnings
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from opforge.backends.cpu import engine_build
+from opforge.backends.cpu.blob import ITEMSIZE
 from opforge.errors import BackendError
 from opforge.runtime.threads import note_library_loaded
 
@@ -197,7 +199,22 @@ class EngineHandle:
             raise
         tensors = plan["tensors"]
         self.inputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["inputs"]]
-        self.outputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["outputs"]]
+        debug = plan.get("debug", [])  # a debug build's node results: the last outputs
+        own = len(plan["outputs"]) - len(debug)
+        self.outputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["outputs"][:own]]
+        # a debug build: the node results, written by every call into these arrays (their
+        # sizes come from the untrusted blob: bounded by the memory limit before allocation)
+        total = sum(math.prod(tensors[p]["dims"]) * ITEMSIZE[tensors[p]["dtype"]]
+                    for p in (plan["outputs"][position] for position, _, _ in debug))
+        if total > max_memory:
+            self.close()
+            raise BackendError(f"cpu backend: the debug build's node results take {total} bytes, "
+                               f"over the memory limit of {max_memory} — fix: raise the limit "
+                               "(OPFORGE_MAX_MEMORY) or compare a smaller input")
+        self.debug_outputs = [
+            (name, item, np.zeros(tensors[plan["outputs"][position]]["dims"],
+                                  NUMPY[tensors[plan["outputs"][position]]["dtype"]]))
+            for position, name, item in debug]
 
     def _check(self, rc: int, err, what: str) -> None:
         if rc != 0:
@@ -368,6 +385,7 @@ class Binding:
                                        f"{', writable' if kind == 'output' else ''})")
         handle._live("bind()")
         self.handle = handle
+        outputs = [*outputs, *(array for _, _, array in handle.debug_outputs)]
         self.keep = (inputs, outputs)
         P = ctypes.c_void_p
         self.ins = (P * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])

@@ -91,7 +91,7 @@ def _out_call(graph: torch.fx.Graph, node: torch.fx.Node, variant: OutVariant) -
                 kwargs[arg.name] = bound[arg.name]
         kwargs.update(out_kwargs)
         call = graph.create_node("call_function", variant.out, tuple(args), kwargs, name=f"{node.name}_call")
-    call.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack", "val")})
+    call.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack", "val", "debug_handle")})
     call.meta["functional_target"] = op_key(node.target)
     return results
 

@@ -101,6 +101,9 @@ class Plan:
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     impls: list[dict] = field(default_factory=list)   # per lowered node: what runs it
+    # a debug build (``Lowering(..., debug=True)``): the trailing outputs are copies of
+    # node results, each ``[output position, node name, result index]``
+    debug: list[list] = field(default_factory=list)
 
 
 def _val(node: Any):
@@ -108,9 +111,17 @@ def _val(node: Any):
 
 
 class Lowering:
-    def __init__(self, subgraph, specs: dict) -> None:
+    """Each op is tagged with the nodes it computes (``op["_nodes"]``, not written to the
+    blob). A debug build makes node results delegate outputs (row-major copies, after the
+    delegate's own) so a debugger can read them: ``debug="nodes"``, every node result the
+    engine computes (lowered unfused); ``debug="groups"``, after fusion (``keep_results``),
+    each tensor an op still writes, under the last node of its fused group."""
+
+    def __init__(self, subgraph, specs: dict, *, debug: str | None = None) -> None:
         self.sub = subgraph
         self.specs = specs
+        self.debug = debug
+        self.results: list[tuple[str, int, int]] = []  # a "groups" build's candidates
         self.plan = Plan()
         self.env: dict[str, Any] = {}       # node name → ("t", id) | ("c", tensor) | python value | tuple
         self.const_ids: dict[int, int] = {}  # id(torch tensor) → engine tensor id
@@ -189,10 +200,23 @@ class Lowering:
             self.env[name] = ("t", tid)
         for name, tensor in self.sub.constants.items():
             self.env[name] = ("c", tensor)
+        results = []
         for node in g.nodes:
             if node.op == "call_function":
+                first = len(self.plan.ops)
                 self.env[node.name] = self.lower(node)
+                for op in self.plan.ops[first:]:
+                    op.setdefault("_nodes", []).append(node.name)
+                if self.debug and node.target is not operator.getitem:
+                    results.append(node.name)
         outputs = self.sub.output_nodes()
+        debug = []  # copied before the outputs are placed: a result they read is not redirected
+        if self.debug == "groups":
+            self.results = self._debug_results(results, outputs)  # kept after fusion
+        for name, item, src in self._debug_results(results, outputs) if self.debug == "nodes" else ():
+            spec = self.spec(src)
+            debug.append((name, item, self.new_tensor(spec.dtype, spec.dims, "output")))
+            self.copy(src, debug[-1][2])
         for out in outputs:
             value = self.env[out.name]
             fake = _val(out)
@@ -200,7 +224,38 @@ class Lowering:
             src = self.materialize(value)
             self.redirect_or_copy(src, tid)
             self.plan.outputs.append(tid)
+        for name, item, out in debug:  # the delegate's own outputs first
+            self.plan.outputs.append(out)
+            self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
         return self.plan
+
+    def _debug_results(self, results: list[str], outputs: list) -> list[tuple[str, int, int]]:
+        """The node results a debug build copies out: each engine tensor once, under the
+        last node that names it (a batch norm folded into its convolution: the tensor is
+        the batch norm's, the convolution's own result is never computed); not the
+        delegate's outputs (the runtime sees those) nor empty tensors."""
+        own = {(o.args[0].name, o.args[1]) if o.target is operator.getitem else (o.name, 0)
+               for o in outputs if isinstance(o, torch.fx.Node)}
+        last: dict[int, tuple[str, int]] = {}
+        for name in results:
+            for item, tid in _engine_tensors(self.env[name]):
+                last.pop(tid, None)  # re-inserted: the order is the last naming node's
+                last[tid] = (name, item)
+        return [(name, item, tid) for tid, (name, item) in last.items()
+                if (name, item) not in own and math.prod(self.spec(tid).dims) > 0]
+
+    def keep_results(self) -> None:
+        """A ``debug="groups"`` build, after fusion and pruning: copy out each node result
+        an op of the plan still writes (a fused group's is its last node's); the results
+        fusion folded away are not computed, so not kept."""
+        written = {t for op in self.plan.ops for t in op["out"]}
+        for name, item, tid in self.results:
+            spec = self.spec(tid)
+            if tid in written and spec.role != "dead":
+                out = self.new_tensor(spec.dtype, spec.dims, "output")
+                self.copy(tid, out)
+                self.plan.outputs.append(out)
+                self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
 
     def redirect_or_copy(self, src: int, out: int) -> None:
         """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads or
@@ -348,6 +403,17 @@ class Lowering:
 
 
 FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
+
+
+def _engine_tensors(value) -> list[tuple[int, int]]:
+    """(result index, engine tensor id) of a lowered node's value: its tensors computed by
+    the engine (not folded constants, not an int8 pattern's inner values)."""
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "t":
+        return [(0, value[1])]
+    if isinstance(value, tuple):
+        return [(i, v[1]) for i, v in enumerate(value)
+                if isinstance(v, tuple) and len(v) == 2 and v[0] == "t"]
+    return []
 
 
 def _all_constant(args, kwargs) -> bool:

@@ -143,6 +143,7 @@ def _fuse(plan: Plan) -> None:
                 continue
             op["out"] = list(nxt["out"])
             op["name"] += "+" + nxt["name"]
+            op["_nodes"] = op.get("_nodes", []) + nxt.get("_nodes", [])  # one group
             spec.role = "dead"
             del plan.ops[j]
             changed = True
