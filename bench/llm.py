@@ -91,8 +91,10 @@ class Workers:
 
 
 def _dirty() -> bool:
-    done = subprocess.run(["git", "-C", str(HERE.parent), "status", "--porcelain", "--",
-                           "opforge", "bench"], capture_output=True, text=True)
+    # tracked files only: the results this run is about to replace are not a change
+    done = subprocess.run(["git", "-C", str(HERE.parent), "status", "--porcelain",
+                           "--untracked-files=no", "--", "opforge", "bench"],
+                          capture_output=True, text=True)
     return bool(done.stdout.strip())
 
 
