@@ -85,13 +85,12 @@ def generate(program: str, prompt_ids: list[int] | None, prompt_text: str | None
     tokenizer = TextTokenizer.from_file(tokenizer_path) if tokenizer_path else None
     loaded = load(program, mode=mode, kernels=libraries, num_threads=threads)
     generator = Generator(loaded, method=method_name, decode_method=decode_method,
-                          layout=layout)
-    prompt = prompt_ids if prompt_ids is not None else tokenizer.encode(prompt_text)
-    ends = list(dict.fromkeys([*eos_ids, *(tokenizer.eos_ids if tokenizer else ())]))
+                          layout=layout, tokenizer=tokenizer)
+    prompt = prompt_ids if prompt_ids is not None else prompt_text
     tracer = Tracer() if profile else None
     result = generator.generate(prompt, max_new_tokens, temperature=temperature, top_k=top_k,
-                                seed=seed, eos_ids=ends, tracer=tracer)
-    text = tokenizer.decode(list(result.tokens)) if tokenizer else None
+                                seed=seed, eos_ids=eos_ids, tracer=tracer)
+    text = result.text
 
     sig = generator.signature
     if as_json:

@@ -46,7 +46,8 @@ _API = "opforge.runtime.generate"
 class Generation:
     """The result of one ``Generator.generate`` call.
 
-    ``tokens`` are the new tokens (an end token that stopped generation included);
+    ``tokens`` are the new tokens (an end token that stopped generation included), ``text``
+    their decoded text when the generator has a tokenizer;
     ``stop_reason`` is ``"length"`` (``max_new_tokens`` reached), ``"eos"`` or
     ``"capacity"`` (the cache is full; ``message`` says how many tokens fit)."""
 
@@ -73,6 +74,9 @@ class Generator:
     """Drives a decoder program (``LoadedProgram``, a path, or a file's bytes) token by
     token. ``method``/``decode_method``/``layout`` override what ``describe_decoder``
     finds; ``mode`` and ``num_threads`` are ``opforge.runtime.load``'s when a path is given.
+    ``tokenizer`` (a ``tokenizer.json`` path or an ``opforge.runtime.tokenizer.TextTokenizer``;
+    the optional ``tokenizers`` library) lets ``generate`` take text, adds the tokenizer's
+    end tokens and fills ``Generation.text``.
 
     One instance holds one method instance per call kind (their arenas): generate from one
     thread at a time. Each ``generate`` starts from a fresh cache (``reset_state``).
@@ -80,8 +84,14 @@ class Generator:
 
     def __init__(self, program: object, *, method: str | None = None,
                  decode_method: str | None = None, layout: str | None = None,
-                 mode: str = "lean", num_threads: int | None = None) -> None:
+                 mode: str = "lean", num_threads: int | None = None,
+                 tokenizer: object = None) -> None:
         from opforge.runtime.loader import LoadedProgram, load
+        from opforge.runtime.tokenizer import TextTokenizer
+
+        if tokenizer is not None and not isinstance(tokenizer, TextTokenizer):
+            tokenizer = TextTokenizer.from_file(tokenizer)  # a tokenizer.json path
+        self.tokenizer = tokenizer
 
         if not isinstance(program, LoadedProgram):
             program = load(program, mode=mode, num_threads=num_threads)
@@ -101,12 +111,13 @@ class Generator:
     def capacity(self) -> int:
         return self.signature.capacity
 
-    def generate(self, prompt: Sequence[int], max_new_tokens: int, *,
+    def generate(self, prompt: Sequence[int] | str, max_new_tokens: int, *,
                  temperature: float = 0.0, top_k: int | None = None,
                  seed: int | None = None, eos_ids: Iterable[int] = (),
                  on_token: Callable[[int], None] | None = None,
                  tracer=None) -> Generation:
-        """Generate up to ``max_new_tokens`` tokens after ``prompt`` (token ids).
+        """Generate up to ``max_new_tokens`` tokens after ``prompt`` (token ids, or text
+        with a tokenizer).
 
         Greedy by default; ``temperature > 0`` samples (``top_k``, ``seed``: see
         ``opforge.runtime.sampling.Sampler``). Stops early at any of ``eos_ids`` or when
@@ -114,8 +125,17 @@ class Generator:
         ``tracer`` (an ``opforge.runtime.Tracer``) records every instruction of every call
         (slower: each instruction is timed)."""
         sampler = Sampler(temperature, top_k, seed)
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise GenerationError(
+                    f"`{_API}`: prompt — found text — valid: token ids, or text with a "
+                    "tokenizer — fix: Generator(..., tokenizer='tokenizer.json'), or encode "
+                    "it yourself")
+            prompt = self.tokenizer.encode(prompt)
         prompt_array = self._check_prompt(prompt)
         eos = set(self._check_ids("eos_ids", eos_ids))
+        if self.tokenizer is not None:
+            eos.update(i for i in self.tokenizer.eos_ids if 0 <= i < self.vocab)
         if type(max_new_tokens) is not int or max_new_tokens < 0:
             raise GenerationError(f"`{_API}(max_new_tokens=...)`: found "
                                   f"{shown(max_new_tokens)} — valid: an integer >= 0")
@@ -164,8 +184,9 @@ class Generator:
                        f"and {fits} new token(s), fewer than the {max_new_tokens} asked for")
         else:
             message = f"generated {len(tokens)} token(s)"
+        text = self.tokenizer.decode(tokens) if self.tokenizer is not None else None
         return Generation(tuple(int(t) for t in prompt_array), tuple(tokens), stop, message,
-                          prefill_seconds, decode_seconds, steps, capacity)
+                          prefill_seconds, decode_seconds, steps, capacity, text)
 
     # --- the calls ----------------------------------------------------------------------
 
@@ -222,7 +243,7 @@ def generate(program: object, prompt: Sequence[int], max_new_tokens: int,
     """One-shot ``Generator(program).generate(prompt, max_new_tokens, **options)``;
     ``method``, ``decode_method``, ``layout``, ``mode`` and ``num_threads`` go to the
     ``Generator``, the rest to ``generate``."""
-    keys = ("method", "decode_method", "layout", "mode", "num_threads")
+    keys = ("method", "decode_method", "layout", "mode", "num_threads", "tokenizer")
     made = {k: options.pop(k) for k in keys if k in options}
     if isinstance(program, (str, os.PathLike)):
         program = os.fspath(program)

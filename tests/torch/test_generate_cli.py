@@ -103,6 +103,11 @@ def test_text_in_and_out_with_a_tokenizer(decoder_file, tmp_path):
     data = json.loads(text)
     assert data["prompt_ids"] == PROMPT and data["tokens"] == expected
     assert data["text"] == " ".join(f"w{t}" for t in expected if t != 63)
+    # the same through the Python API: text in, text out
+    from opforge.runtime.generate import Generator
+
+    result = Generator(program("flat"), tokenizer=path).generate("w5 w9 w1 w3", 12)
+    assert list(result.tokens) == expected and result.text == data["text"]
     # the end token from tokenizer_config.json: the first generated token ends it
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "w50"}))
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [52]}))

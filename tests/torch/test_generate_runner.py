@@ -78,6 +78,11 @@ def test_bad_prompts_are_refused(generator, prompt):
         generator.generate(prompt, 4)
 
 
+def test_text_without_a_tokenizer_is_refused(generator):
+    with pytest.raises(GenerationError, match="prompt — found text .* tokenizer="):
+        generator.generate("hello", 4)
+
+
 def test_bad_options_are_refused(generator):
     with pytest.raises(GenerationError, match="temperature"):
         generator.generate(PROMPT, 4, temperature=-1.0)
