@@ -26,6 +26,7 @@ __all__ = [
     "KernelError",
     "MissingKernelError",
     "ConcurrentCallError",
+    "GenerationError",
     "InternalError",
     "shown",
 ]
@@ -71,6 +72,11 @@ class MissingKernelError(KernelError):
 
 class ConcurrentCallError(OpforgeError, RuntimeError):
     """One method instance was entered by a second thread while a call was running."""
+
+
+class GenerationError(OpforgeError, ValueError):
+    """Text generation cannot run as asked: a prompt or option is invalid, or the program
+    is not a decoder the generation runner can drive (``opforge.runtime.generate``)."""
 
 
 class InternalError(Exception):

@@ -36,6 +36,7 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "inspect": ("opforge.cli.inspect_cmd", "inspect", "Show a program file's methods, ops, plan and constants."),
     "run": ("opforge.cli.run_cmd", "run", "Run a program file on the lean or ATen runtime."),
     "compare": ("opforge.cli.compare_cmd", "compare", "Find the first node where runs of a model (eager, lean, ATen, cpu, quantized) diverge."),
+    "generate": ("opforge.cli.generate_cmd", "generate", "Generate tokens with a decoder program (prefill, then decode step by step)."),
     "build": ("opforge.cli.build_cmd", "build", "Compile a manifest's native kernels into a library."),
     "signature": ("opforge.cli.signature_cmd", "signature", "Print the C++ declarations a manifest's kernels must have."),
     "check": ("opforge.cli.check_cmd", "check", "opcheck for compiled kernels: shapes, reference, eager vs runtime."),

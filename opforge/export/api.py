@@ -129,6 +129,10 @@ def export(
     metadata = {"opforge.version": importlib.metadata.version("opforge"), "opforge.torch_version": str(torch.__version__)}
     for method in planned:
         metadata.update(memory_plan_metadata(method))
+        # the user inputs' names (the forward's parameters): how a runner such as
+        # opforge.runtime.generate tells `tokens` from `positions` without guessing
+        metadata[f"opforge.input_names.{method.name}"] = ",".join(
+            node.name for node in method.user_inputs())
     if resolved is not None:
         step("check kernels", ",".join(s.name for s in specs))
         used: dict[str, list[str]] = {}

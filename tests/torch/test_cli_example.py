@@ -15,6 +15,7 @@ def test_example_runs_every_stage(tmp_path):
     for stage in ("1. define", "2. build", "3. register", "4. export", "5. run", "6. export and run on the cpu backend", "cpu backend vs eager PyTorch", "7. profile", "8. a decoder", "same tokens as eager"):
         assert stage in out
     assert "lean runtime vs eager PyTorch" in out and "NO" not in out
+    assert "opforge generate" in out  # stage 8 ran the generation runner and says how
     assert (tmp_path / "libmy_ops.so").is_file() and (tmp_path / "model.opf").is_file()
     assert "my_ops::mul3.out" in out  # the profile names the custom op's instruction
     assert "FutureWarning" not in proc.stderr

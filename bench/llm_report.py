@@ -1,0 +1,146 @@
+"""bench/results/llm.md from the events of bench/llm.py: tokens/s, ratios, memory, exports,
+the cpu backend's delegation and the lean runtime's per-op profile."""
+
+from __future__ import annotations
+
+import statistics
+
+__all__ = ["markdown", "cells"]
+
+BASELINE = "opforge-lean"
+
+
+def cells(events: list[dict]) -> dict[tuple[str, str, int], dict]:
+    """Per (config, runtime, threads): the pooled generations' medians and spreads."""
+    pooled: dict[tuple[str, str, int], list[dict]] = {}
+    for event in events:
+        if event.get("event") == "measure":
+            pooled.setdefault((event["config"], event["runtime"], event["threads"]),
+                              []).append(event)
+    eager = {(c, t): e[0]["tokens"] for (c, r, t), e in pooled.items() if r == "eager"}
+    out = {}
+    for key, runs in pooled.items():
+        samples = [s for run in runs for s in run["samples"]]
+        prefill = sorted(s["prefill_tok_s"] for s in samples)
+        decode = sorted(s["decode_tok_s"] for s in samples)
+        tokens = runs[0]["tokens"]
+        reference = eager.get((key[0], key[2])) or next(
+            (v for (c, _), v in eager.items() if c == key[0]), None)
+        same = None
+        if reference is not None:
+            same = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b),
+                        min(len(tokens), len(reference)))
+        out[key] = {"prefill": statistics.median(prefill), "prefill_range": (prefill[0], prefill[-1]),
+                    "decode": statistics.median(decode), "decode_range": (decode[0], decode[-1]),
+                    "n": len(samples), "processes": len(runs),
+                    "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                    "cache_bytes": runs[0]["cache_bytes"], "tokens": len(tokens),
+                    "same_as_eager": same, "load_s": statistics.median(r["load_s"] for r in runs),
+                    "torch_imported": any(r["torch_imported"] for r in runs),
+                    "load": statistics.median(r.get("load_average", float("nan")) for r in runs)}
+    return out
+
+
+def markdown(setup: dict, events: list[dict]) -> str:
+    table = cells(events)
+    m = setup["machine"]
+    lines = [
+        "# Language-model generation: prefill and decode tokens/s",
+        "",
+        f"Measured on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, **shared with "
+        f"other engineers' jobs** (load average {setup['load_start']:.2f} at the start, "
+        f"{setup['load_end']:.2f} at the end); opforge {setup['opforge_source']}; "
+        + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v != "not installed")
+        + f". `{setup['command']}`, {setup['wall_s'] / 60:.1f} min.",
+        "",
+        f"Prompt {setup['prompt_tokens']} tokens, {setup['new_tokens']} new tokens (greedy), "
+        f"{setup['rounds']} round(s) × {setup['repeats']} generation(s) per process after a "
+        "warm-up, one process per cell and round, in a shuffled order. **prefill** = prompt "
+        "tokens / seconds of the prompt's call (and the first token's argmax); **decode** = "
+        f"the {setup['new_tokens'] - 1} tokens after the first / seconds of their one-token "
+        "calls. Medians of all generations, [min–max] beside; ratios against opforge lean in "
+        "the same config and thread count (above 1: faster than lean). Peak RSS: the "
+        "worker's VmHWM (the whole process: interpreter, libraries, weights, caches). KV "
+        "cache: the bytes a runtime holds for it (ONNX Runtime: two sets, read and written). "
+        "tokens = eager: how many of the greedy tokens equal eager PyTorch's, from the first "
+        "(float rounding may flip a near tie and the sequences part from there). load avg: "
+        "the machine's 1-minute load average when the cell's workers ended (2 cores).",
+        "",
+    ]
+    for config, spec in setup["configs"].items():
+        lines += [f"## {config}: " + ", ".join(f"{k} {v}" for k, v in spec.items()), "",
+                  "| runtime | threads | prefill tok/s | × lean | decode tok/s | × lean | "
+                  "peak RSS MB | KV cache MB | tokens = eager | load s | load avg |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for (c, runtime, threads), cell in sorted(table.items(), key=_order):
+            if c != config:
+                continue
+            base = table.get((c, BASELINE, threads))
+            ratio = lambda k: f"{cell[k] / base[k]:.2f}" if base else "–"  # noqa: E731
+            same = "–" if cell["same_as_eager"] is None else \
+                f"{cell['same_as_eager']}/{cell['tokens']}"
+            lines.append(
+                f"| {runtime} | {threads} | {cell['prefill']:.1f} [{_range(cell['prefill_range'])}]"
+                f" | {ratio('prefill')} | {cell['decode']:.1f} [{_range(cell['decode_range'])}]"
+                f" | {ratio('decode')} | {cell['peak_rss_mb']:.0f} | "
+                f"{cell['cache_bytes'] / 2**20:.2f} | {same} | {cell['load_s']:.2f} | "
+                f"{cell['load']:.1f} |")
+        lines.append("")
+    lines += _exports(events) + _profiles(events) + _errors(events)
+    return "\n".join(lines) + "\n"
+
+
+def _order(item):
+    (config, runtime, threads), _ = item
+    order = ["opforge-lean", "opforge-cpu", "eager", "ort"]
+    return config, threads, order.index(runtime) if runtime in order else 9
+
+
+def _range(pair) -> str:
+    return f"{pair[0]:.0f}–{pair[1]:.0f}" if pair[1] >= 100 else f"{pair[0]:.1f}–{pair[1]:.1f}"
+
+
+def _exports(events: list[dict]) -> list[str]:
+    rows = [e for e in events if e.get("event") == "prepared"]
+    if not rows:
+        return []
+    lines = ["## Exports", "", "| config | runtime | export s | file MB | cpu backend |",
+             "| --- | --- | ---: | ---: | --- |"]
+    for e in rows:
+        delegated = ""
+        for method, d in (e.get("delegation") or {}).items():
+            reasons = "; ".join(f"{n}× {r}" for r, n in d["reasons"].items())
+            delegated += (f"{method}: {d['delegates']} delegate(s), {d['delegated_nodes']} "
+                          f"node(s) delegated, {d['rejected']} left on the kernels ({reasons})")
+        if e["runtime"] == "opforge-cpu" and not e.get("delegation"):
+            delegated = "no delegation report: nothing was delegated"
+        lines.append(f"| {e['config']} | {e['runtime']} | {e['export_s']:.1f} | "
+                     f"{e['file_bytes'] / 2**20:.1f} | {delegated} |")
+    return lines + [""]
+
+
+def _profiles(events: list[dict]) -> list[str]:
+    rows = [e for e in events if e.get("event") == "profile"]
+    lines = []
+    for e in rows:
+        lines += [f"## Where the lean runtime's time goes: {e['config']}, {e['phase']} "
+                  f"(1 thread, every instruction timed; {e['total_ms_per_call']:.2f} ms per "
+                  f"call over {e['calls']} call(s))", "",
+                  "| op | calls per call | ms per call | share |", "| --- | ---: | ---: | ---: |"]
+        for op in e["ops"]:
+            lines.append(f"| {op['op']} | {op['calls_per_step']:.0f} | {op['ms_per_step']:.3f} "
+                         f"| {100 * op['share']:.1f}% |")
+        lines.append("")
+    return lines
+
+
+def _errors(events: list[dict]) -> list[str]:
+    errors = [e for e in events if e.get("event") == "error"]
+    if not errors:
+        return []
+    lines = ["## Failures", ""]
+    for e in errors:
+        spec = e.get("spec", {})
+        lines.append(f"- {spec.get('mode')} {spec.get('config')} {spec.get('runtime')} "
+                     f"threads {spec.get('threads')}: {e['error'][:500]}")
+    return lines + [""]

@@ -1,0 +1,267 @@
+"""One language-model measurement in its own process: a JSON spec on stdin, JSON lines out.
+
+    echo '{"mode": "measure", "config": "tiny", "runtime": "opforge-lean", ...}' \\
+        | python bench/llm_worker.py
+
+Modes:
+
+- ``prepare``: export one config for one runtime (opforge-lean, opforge-cpu: the program
+  file, and which nodes the cpu backend took; ort: the ONNX file with the cache as inputs
+  and outputs); timed;
+- ``measure``: load, warm up (one short generation: both call shapes bound), then
+  ``repeats`` generations of the prompt (128 tokens) + ``new_tokens`` greedy tokens, each
+  from an empty cache; per generation the prefill seconds (the prompt's call and the first
+  token) and the decode seconds (the other tokens, one call each); resident memory; the
+  tokens, to compare with eager's;
+- ``profile``: opforge lean only: where a decode step's time goes, per op (Tracer).
+
+A lean worker never imports torch: its resident memory is the lean runtime's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+import traceback
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from llm_models import CONFIGS, build, cache_functional, empty_caches, prompt  # noqa: E402
+from worker import _status_mb, peak_rss_mb  # noqa: E402
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def artifact(spec: dict) -> pathlib.Path:
+    suffix = ".onnx" if spec["runtime"] == "ort" else ".opf"
+    return pathlib.Path(spec["workdir"]) / f"{spec['config']}-{spec['runtime']}{suffix}"
+
+
+# --- prepare ----------------------------------------------------------------------------
+
+def prepare(spec: dict) -> None:
+    import torch
+
+    runtime, path = spec["runtime"], artifact(spec)
+    start = time.perf_counter()
+    model = build(spec["config"])
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    extra = {}
+    if runtime in ("opforge-lean", "opforge-cpu"):
+        from opforge.examples.decoder import export_decoder
+        from opforge.export import delegation_report, export
+        from opforge.program import save
+
+        if runtime == "opforge-lean":
+            program = export_decoder(model, kernels="portable")
+        else:
+            # the cpu backend compiles static shapes: the dynamic prefill stays on the
+            # kernels, a static one-token decode method is what it can take
+            seq = torch.export.Dim("seq", min=1, max=model.max_len)
+            example = (torch.tensor(prompt(spec["config"])[:3]), torch.arange(3))
+            program = export(None, methods={
+                "prefill": (model, example, ({0: seq}, {0: seq})),
+                "decode": (model, (torch.tensor([0]), torch.tensor([0])))},
+                kernels="portable", backends=["cpu"])
+            extra["delegation"] = _delegation_summary(delegation_report(program))
+        save(program, path)
+    elif runtime == "ort":
+        import warnings
+
+        seq = torch.export.Dim("seq", min=1, max=CONFIGS[spec["config"]]["max_len"])
+        caches = [torch.from_numpy(c) for c in empty_caches(spec["config"])]
+        names = ["tokens", "positions"] + [f"cache_{i}" for i in range(len(caches))]
+        outputs = ["logits"] + [f"new_cache_{i}" for i in range(len(caches))]
+        example = (torch.tensor(prompt(spec["config"])[:3]), torch.arange(3), caches)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exported = torch.onnx.export(
+                cache_functional(model), example, input_names=names, output_names=outputs,
+                dynamic_shapes=({0: seq}, {0: seq}, [None] * len(caches)), dynamo=True,
+                verbose=False)
+            exported.save(str(path))
+    emit(event="prepared", config=spec["config"], runtime=runtime, ok=True, build_s=built,
+         export_s=time.perf_counter() - start, file_bytes=_bytes(path), **extra)
+
+
+def _bytes(path: pathlib.Path) -> int:
+    if not path.exists():
+        return 0
+    data = path.with_name(path.name + ".data")  # ONNX external data, when written
+    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
+def _delegation_summary(report: dict) -> dict:
+    out = {}
+    for method, data in report.items():
+        reasons: dict[str, int] = {}
+        for rejection in data.get("rejected", []):
+            reason = rejection.get("reason") or rejection.get("detail") or str(rejection)
+            reasons[reason] = reasons.get(reason, 0) + 1
+        out[method] = {"delegates": len(data.get("delegates", [])),
+                       "delegated_nodes": sum(d.get("nodes", 0) if isinstance(d.get("nodes"), int)
+                                              else len(d.get("nodes", []))
+                                              for d in data.get("delegates", [])),
+                       "rejected": len(data.get("rejected", [])),
+                       "reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:5])}
+    return out
+
+
+# --- measure ----------------------------------------------------------------------------
+
+def measure(spec: dict) -> None:
+    runtime, config, threads = spec["runtime"], spec["config"], spec["threads"]
+    ids = prompt(config)
+    new_tokens = spec["new_tokens"]
+    start = time.perf_counter()
+    run, cache_bytes = _runner(runtime, spec, threads)
+    load_s = time.perf_counter() - start
+    run(ids[:8], 4)  # warm-up: both call shapes bound, pools started
+    samples, tokens = [], None
+    for _ in range(spec["repeats"]):
+        out, prefill_s, decode_s = run(ids, new_tokens)
+        tokens = tokens or out
+        samples.append({"prefill_s": prefill_s, "decode_s": decode_s,
+                        "prefill_tok_s": len(ids) / prefill_s,
+                        "decode_tok_s": (len(out) - 1) / decode_s})
+    emit(event="measure", config=config, runtime=runtime, threads=threads,
+         round=spec.get("round", 0), ok=True, load_s=load_s, samples=samples, tokens=tokens,
+         peak_rss_mb=peak_rss_mb(), rss_mb=_status_mb("VmRSS"), cache_bytes=cache_bytes,
+         torch_imported="torch" in sys.modules, load_average=os.getloadavg()[0])
+
+
+def _runner(runtime: str, spec: dict, threads: int):
+    """``(run(prompt, n) -> (tokens, prefill_s, decode_s), KV-cache bytes held)``."""
+    if runtime.startswith("opforge"):
+        from opforge.runtime import load
+        from opforge.runtime.generate import Generator
+
+        generator = Generator(load(artifact(spec), num_threads=threads))
+
+        def run(ids, n):
+            result = generator.generate(ids, n)
+            return list(result.tokens), result.prefill_seconds, result.decode_seconds
+        return run, generator.signature.cache_bytes
+    if runtime == "eager":
+        return _eager(spec, threads)
+    if runtime == "ort":
+        return _ort(spec, threads)
+    raise ValueError(runtime)
+
+
+def _eager(spec: dict, threads: int):
+    import torch
+
+    torch.set_num_threads(threads)
+    model = build(spec["config"])
+    caches = [b for name, b in model.named_buffers() if name.endswith("_cache")]
+
+    @torch.inference_mode()
+    def run(ids, n):
+        for cache in caches:
+            cache.zero_()
+        start = time.perf_counter()
+        logits = model(torch.tensor(ids), torch.arange(len(ids)))
+        tokens = [int(logits[-1].argmax())]
+        prefill_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for position in range(len(ids), len(ids) + n - 1):
+            logits = model(torch.tensor(tokens[-1:]), torch.tensor([position]))
+            tokens.append(int(logits[-1].argmax()))
+        return tokens, prefill_s, time.perf_counter() - start
+    return run, sum(c.numel() * c.element_size() for c in caches)
+
+
+def _ort(spec: dict, threads: int):
+    """ONNX Runtime with I/O binding: the caches live in two sets of OrtValues, one read
+    and one written per call, swapped after it (no copies through NumPy between calls)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    session = ort.InferenceSession(str(artifact(spec)), options,
+                                   providers=["CPUExecutionProvider"])
+    zeros = empty_caches(spec["config"])
+    sets = [[ort.OrtValue.ortvalue_from_numpy(z.copy()) for z in zeros] for _ in range(2)]
+    binding = session.io_binding()
+
+    def call(tokens, start, read, write):
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        binding.bind_cpu_input("tokens", np.asarray(tokens, np.int64))
+        binding.bind_cpu_input("positions", np.arange(start, start + len(tokens), dtype=np.int64))
+        binding.bind_output("logits")  # first: get_outputs() lists them in binding order
+        for i, (r, w) in enumerate(zip(read, write)):
+            binding.bind_ortvalue_input(f"cache_{i}", r)
+            binding.bind_ortvalue_output(f"new_cache_{i}", w)
+        session.run_with_iobinding(binding)
+        return binding.get_outputs()[0].numpy()
+
+    def run(ids, n):
+        for value, z in zip(sets[0], zeros):
+            value.update_inplace(z)
+        read, write = sets
+        start = time.perf_counter()
+        tokens = [int(call(ids, 0, read, write)[-1].argmax())]
+        read, write = write, read
+        prefill_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for position in range(len(ids), len(ids) + n - 1):
+            tokens.append(int(call(tokens[-1:], position, read, write)[-1].argmax()))
+            read, write = write, read
+        return tokens, prefill_s, time.perf_counter() - start
+    return run, 2 * sum(z.nbytes for z in zeros)
+
+
+# --- profile ----------------------------------------------------------------------------
+
+def profile(spec: dict) -> None:
+    from opforge.runtime import Tracer, load
+    from opforge.runtime.generate import Generator
+
+    generator = Generator(load(artifact(spec), num_threads=spec["threads"]))
+    ids = prompt(spec["config"])
+    generator.generate(ids, 4)
+    prefill, decode = Tracer(), Tracer()
+    method = generator.program.method(generator.signature.decode.name)
+    generator.program.reset_state()
+    method.run([np.array(ids), np.arange(len(ids))], tracer=prefill)
+    token = 1
+    for position in range(len(ids), len(ids) + spec["steps"]):
+        (logits,) = method.run([np.array([token]), np.array([position])], views=True,
+                               tracer=decode)
+        token = int(logits[-1].argmax())
+    for phase, tracer, calls in (("prefill", prefill, 1), ("decode", decode, spec["steps"])):
+        rows = [s for s in tracer.summary() if not s.op.startswith("method ")]
+        total = sum(s.total_ms for s in rows)
+        emit(event="profile", config=spec["config"], phase=phase, calls=calls,
+             total_ms_per_call=total / calls,
+             ops=[{"op": s.op, "calls_per_step": s.calls / calls,
+                   "ms_per_step": s.total_ms / calls, "share": s.total_ms / total}
+                  for s in rows[:12]])
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.read())
+    try:
+        {"prepare": prepare, "measure": measure, "profile": profile}[spec["mode"]](spec)
+    except Exception as error:
+        emit(event="error", ok=False, spec=spec, error=f"{type(error).__name__}: {error}",
+             traceback=traceback.format_exc()[-3000:])
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
