@@ -18,7 +18,12 @@ _INF_SIGN = ("in the ord = ±inf branch p is +inf or -inf: `p > 0`, `p >= 0`, `p
 _NORM = "opforge/kernels/portable/normalization.py"
 _ACT = "opforge/kernels/portable/activation.py"
 _RED = "opforge/kernels/portable/reduction.py"
+_ENGINE = "opforge/backends/cpu/native/validate.cpp"
+_ABS_AT_ZERO = ("`|stride|` as `s <= 0 ? -s : s` or `s < 1 ? -s : s`: integer strides differ "
+                "from `s < 0` only at s = 0, where -0 is 0")
 EQUIVALENT: dict[str, str] = {
+    f"{_ENGINE}::injective::operator: `<` -> `<=` #2": _ABS_AT_ZERO,
+    f"{_ENGINE}::injective::off by one: `0` -> `1` #3": _ABS_AT_ZERO,
     "opforge/mindspore/custom.py::_fake::off by one: `0` -> `-1`": "`inputs[-1].new_empty(shape, "
     "dtype=...)`: new_empty takes only the device (and fake mode) from the tensor it is called "
     "on, and every input of one call shares them; shape and dtype are given",
