@@ -21,7 +21,14 @@ _RED = "opforge/kernels/portable/reduction.py"
 _ENGINE = "opforge/backends/cpu/native/validate.cpp"
 _ABS_AT_ZERO = ("`|stride|` as `s <= 0 ? -s : s` or `s < 1 ? -s : s`: integer strides differ "
                 "from `s < 0` only at s = 0, where -0 is 0")
+_ZERO_REACH = ("`reach <= 0` / `reach < 1`: a reach of 0 (a size-1 dim, a stride of 0) is "
+               "added to `lo` instead of `hi`; adding 0 changes neither")
 EQUIVALENT: dict[str, str] = {
+    "opforge/backends/cpu/lowering/normalization.py::lower_batch_norm::off by one: `7` -> `8`":
+        "`args[:8]`: `_native_batch_norm_legit_no_training`, the one op lowered here, has "
+        "exactly 7 arguments, all positional and required: the same 7",
+    f"{_ENGINE}::check_reach::operator: `<` -> `<=` #4": _ZERO_REACH,
+    f"{_ENGINE}::check_reach::off by one: `0` -> `1` #5": _ZERO_REACH,
     f"{_ENGINE}::injective::operator: `<` -> `<=` #2": _ABS_AT_ZERO,
     f"{_ENGINE}::injective::off by one: `0` -> `1` #3": _ABS_AT_ZERO,
     "opforge/mindspore/custom.py::_fake::off by one: `0` -> `-1`": "`inputs[-1].new_empty(shape, "

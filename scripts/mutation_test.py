@@ -7,6 +7,7 @@ that kills it) or an equivalent mutant (it computes the same thing; list it in
     .venv/bin/python scripts/mutation_test.py --target verifier  # one target (repeatable)
     .venv/bin/python scripts/mutation_test.py --list             # the mutants, not run
     .venv/bin/python scripts/mutation_test.py --target softmax --function _bind_softmax
+    .venv/bin/python scripts/mutation_test.py --mutant 'KEY' --mutant 'KEY'  # reruns
 
 # Design
 #
@@ -470,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a target to mutate (repeatable; default: all)")
     parser.add_argument("--function", action="append",
                         help="only these functions of the chosen targets (repeatable)")
+    parser.add_argument("--mutant", action="append", metavar="KEY",
+                        help="only the mutant with this key, as printed (repeatable): rerun "
+                             "a survivor after adding the test that should kill it")
     parser.add_argument("--list", action="store_true", help="print the mutants; run nothing")
     parser.add_argument("--json", type=Path, default=Path("mutation-results.json"),
                         help="where the results go (default: ./mutation-results.json)")
@@ -477,7 +481,15 @@ def main(argv: list[str] | None = None) -> int:
     targets = {name: TARGETS[name] for name in (args.target or TARGETS)}
     only = set(args.function) if args.function else None
     mutants = {name: make_mutants(t, only) for name, t in targets.items()}
-    if not args.target and not only:
+    if args.mutant:
+        mutants = {name: [m for m in found if m.key in args.mutant]
+                   for name, found in mutants.items()}
+        unknown = set(args.mutant) - {m.key for found in mutants.values() for m in found}
+        if unknown:
+            raise SystemExit(f"mutation_test.py: no such mutant in the chosen targets: "
+                             f"{sorted(unknown)}")
+        targets = {name: t for name, t in targets.items() if mutants[name]}
+    if not args.target and not only and not args.mutant:
         keys = {m.key for found in mutants.values() for m in found}
         for stale in sorted(set(EQUIVALENT) - keys):
             print(f"mutation_test.py: EQUIVALENT names no mutant (the code changed?): {stale}")

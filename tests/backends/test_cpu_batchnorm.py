@@ -10,6 +10,7 @@ criterion is the one of test_cpu_models (8× eager float32's own error + 2 ulp o
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -199,3 +200,21 @@ def test_batch_norm_is_folded_only_into_a_convolution_it_alone_reads(name, folde
     names = _op_names(program)
     assert any("convolution" in n for n in names), names
     assert any("batch_norm" in n for n in names) is not folded, names
+
+
+def test_batch_norm_on_float64_stays_on_the_kernels_in_float64():
+    # the backend runs batch norm in float32 only: a float64 one is refused with its reason
+    # and computed by the portable kernels, to float64 precision
+    torch.manual_seed(0)
+    model = spread(Lone(2)).double()
+    x = torch.randn(2, 4, 5, 5, dtype=torch.float64)
+    program = export(model, (x,), kernels="portable", backends=["cpu"])
+    report = delegation_report(program)["forward"]
+    assert not report["delegates"]
+    assert [(r["kind"], r["node"]) for r in report["rejected"]] == [
+        ("dtype", "_native_batch_norm_legit_no_training")], report["rejected"]
+    (got,) = load(program).method("forward")(x.numpy())
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
