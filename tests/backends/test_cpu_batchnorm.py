@@ -218,3 +218,44 @@ def test_batch_norm_on_float64_stays_on_the_kernels_in_float64():
         want = model(x).numpy()
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+class SavedStatistics(nn.Module):
+    """Returns one of the saved statistics of an inference batch norm (empty in ATen)."""
+
+    def __init__(self, which):
+        super().__init__()
+        self.bn, self.which = nn.BatchNorm2d(4), which
+
+    def forward(self, x):
+        bn = self.bn
+        outs = torch.ops.aten._native_batch_norm_legit_no_training(
+            x, bn.weight, bn.bias, bn.running_mean, bn.running_var, 0.1, bn.eps)
+        return outs[0], outs[self.which]
+
+
+class RunTimeStatistics(nn.Module):
+    def forward(self, x, mean, var):
+        return torch.nn.functional.batch_norm(x, mean, var, training=False, eps=1e-3)
+
+
+def _rejected(program):
+    return [(r["kind"], r["reason"]) for r in delegation_report(program)["forward"]["rejected"]]
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_batch_norm_whose_saved_statistics_are_used_stays_on_the_kernels(which):
+    torch.manual_seed(0)
+    model, x = spread(SavedStatistics(which)), torch.randn(2, 4, 5, 5)
+    program = export(model, (x,), kernels="portable", backends=["cpu"])
+    assert _rejected(program) == [("op", "batch norm whose saved statistics are used")]
+    check_against_float64(model, (x,), load(program).method("forward")(x.numpy()))
+
+
+def test_batch_norm_with_run_time_statistics_stays_on_the_kernels():
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 4, 5, 5), torch.randn(4), torch.rand(4) * 3 + 0.2)
+    program = export(RunTimeStatistics(), inputs, kernels="portable", backends=["cpu"])
+    assert _rejected(program) == [("layout", "batch norm with run-time statistics")]
+    got = load(program).method("forward")(*(t.numpy() for t in inputs))
+    check_against_float64(RunTimeStatistics(), inputs, got)
