@@ -23,8 +23,20 @@ _ABS_AT_ZERO = ("`|stride|` as `s <= 0 ? -s : s` or `s < 1 ? -s : s`: integer st
                 "from `s < 0` only at s = 0, where -0 is 0")
 _ZERO_REACH = ("`reach <= 0` / `reach < 1`: a reach of 0 (a size-1 dim, a stride of 0) is "
                "added to `lo` instead of `hi`; adding 0 changes neither")
+_CPU_BN = "opforge/backends/cpu/lowering/normalization.py::lower_batch_norm"
+_USERS_DEFAULT = ("the default of `L.users.get(x, 0)`, never used: `Lowering.run` counts "
+                  "every input of every node, and x is an input of this very batch norm")
+_SIZE1_STRIDE = ("the stride given to a size-1 dim of the (1, C, 1, ...) scale and shift: "
+                 "`new_tensor` replaces it (`_tidy_strides` gives every size-1 dim the "
+                 "stride of a dense layout), so the plan has the same strides")
 EQUIVALENT: dict[str, str] = {
-    "opforge/backends/cpu/lowering/normalization.py::lower_batch_norm::off by one: `7` -> `8`":
+    f"{_CPU_BN}::off by one: `0` -> `1` #4": _USERS_DEFAULT,
+    f"{_CPU_BN}::off by one: `0` -> `-1` #4": _USERS_DEFAULT,
+    f"{_CPU_BN}::off by one: `1` -> `2` #15": "`writer['ia'][-1] = 2`: the convolution's "
+    "has_bias attribute, which the engine reads as `!= 0` (convolution.cpp's contract_conv)",
+    f"{_CPU_BN}::off by one: `0` -> `1` #6": _SIZE1_STRIDE,
+    f"{_CPU_BN}::off by one: `0` -> `-1` #6": _SIZE1_STRIDE,
+    f"{_CPU_BN}::off by one: `7` -> `8`":
         "`args[:8]`: `_native_batch_norm_legit_no_training`, the one op lowered here, has "
         "exactly 7 arguments, all positional and required: the same 7",
     f"{_ENGINE}::check_reach::operator: `<` -> `<=` #4": _ZERO_REACH,

@@ -150,6 +150,10 @@ class AfterPermute(nn.Module):
 CASES = {
     "lone_1d_ncl": (lambda: Lone(1), (2, 4, 7)),
     "lone_1d_nc": (lambda: Lone(1), (5, 4)),
+    # (N > 1, C, 1, ...): oneDNN misreads a (1, C, 1, ...) post-op operand there, so the
+    # shift is a second binary op (core._post_operand_misread)
+    "lone_1d_length_1": (lambda: Lone(1), (2, 4, 1)),
+    "lone_2d_1x1": (lambda: Lone(2), (3, 4, 1, 1)),
     "lone_2d": (lambda: Lone(2), (2, 4, 5, 5)),
     "lone_3d": (lambda: Lone(3), (2, 4, 3, 4, 5)),
     "lone_2d_no_affine": (lambda: Lone(2, affine=False), (2, 4, 5, 5)),
