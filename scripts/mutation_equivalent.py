@@ -30,6 +30,10 @@ _SIZE1_STRIDE = ("the stride given to a size-1 dim of the (1, C, 1, ...) scale a
                  "`new_tensor` replaces it (`_tidy_strides` gives every size-1 dim the "
                  "stride of a dense layout), so the plan has the same strides")
 EQUIVALENT: dict[str, str] = {
+    "opforge/backends/cpu/lowering/fusion.py::_root::off by one: `0` -> `1`": "`seen = 1`: "
+    "the hop count only bounds the walk against a cycle; every alias names its root "
+    "directly (`Lowering.alias`, the one place aliases are made, re-bases an alias of an "
+    "alias), so the loop runs at most once either way",
     f"{_CPU_BN}::off by one: `0` -> `1` #4": _USERS_DEFAULT,
     f"{_CPU_BN}::off by one: `0` -> `-1` #4": _USERS_DEFAULT,
     f"{_CPU_BN}::off by one: `1` -> `2` #15": "`writer['ia'][-1] = 2`: the convolution's "
