@@ -114,7 +114,7 @@ TARGETS: dict[str, Target] = {
         "tests/backends/test_cpu_batchnorm.py",)),
     "cpu_fusion": Target("opforge/backends/cpu/lowering/fusion.py", (
         "_root", "_last_write", "_readers", "_starts_chain", "_fuse"), (
-        "tests/backends/test_cpu_positions.py", "tests/backends/test_cpu_batchnorm.py",
+        "tests/backends/test_cpu_fusion.py", "tests/backends/test_cpu_positions.py", "tests/backends/test_cpu_batchnorm.py",
         "tests/backends/test_cpu_models.py")),
     "quantize_ranges": Target("opforge/quantize/specs.py", ("activation_range", "weight_range"), (
         "tests/quantize/test_ranges.py", "-k", "mlp")),
