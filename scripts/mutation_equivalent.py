@@ -29,11 +29,40 @@ _USERS_DEFAULT = ("the default of `L.users.get(x, 0)`, never used: `Lowering.run
 _SIZE1_STRIDE = ("the stride given to a size-1 dim of the (1, C, 1, ...) scale and shift: "
                  "`new_tensor` replaces it (`_tidy_strides` gives every size-1 dim the "
                  "stride of a dense layout), so the plan has the same strides")
+_FUSION = "opforge/backends/cpu/lowering/fusion.py"
+_ROOT_HOPS = ("the hop count only bounds the walk against a cycle; every alias names its root "
+              "directly (`Lowering.alias`, the one place aliases are made, re-bases an alias "
+              "of an alias), so the loop runs at most once whatever the count")
+_ONE_ALGORITHM = ("`nxt['ia'][-1]`: eltwise and binary ops have one integer attribute, their "
+                  "algorithm (elementwise.py, normalization.py)")
 EQUIVALENT: dict[str, str] = {
-    "opforge/backends/cpu/lowering/fusion.py::_root::off by one: `0` -> `1`": "`seen = 1`: "
-    "the hop count only bounds the walk against a cycle; every alias names its root "
-    "directly (`Lowering.alias`, the one place aliases are made, re-bases an alias of an "
-    "alias), so the loop runs at most once either way",
+    **{f"{_FUSION}::_root::{what}": _ROOT_HOPS for what in (
+        "off by one: `0` -> `1`", "off by one: `0` -> `-1`", "off by one: `1` -> `2`",
+        "off by one: `1` -> `0`", "compare: `seen < len(plan.tensors)` -> `seen <= "
+        "len(plan.tensors)`", "arithmetic: `seen + 1` -> `seen - 1`",
+        "drop operand: `seen + 1` -> `seen`")},
+    **{f"{_FUSION}::_last_write::off by one: `1` -> `{n}`": "the default for an operand no "
+       "op writes (a constant, an input): `_last_write(...) > i` is false for every op "
+       "index i >= 0 with -1, -2 or 0 alike" for n in (2, 0)},
+    f"{_FUSION}::_fuse::off by one: `0` -> `-1`": "`op['out'][-1]`: the line before skips "
+    "every op without exactly one output",
+    f"{_FUSION}::_fuse::off by one: `0` -> `-1` #2": "`readers[-1]`: the line before skips "
+    "every result without exactly one reader",
+    f"{_FUSION}::_fuse::off by one: `0` -> `-1` #3": "`nxt['out'][-1]`: only eltwise and "
+    "binary readers are fused, and they have one output; for any other reader the layout "
+    "check's outcome is not used (it is skipped below)",
+    **{f"{_FUSION}::_fuse::off by one: `0` -> `-1` #{n}": _ONE_ALGORITHM for n in (5, 7, 11, 13)},
+    f"{_FUSION}::_fuse::compare: `_last_write(plan, other) > i` -> `_last_write(plan, other) "
+    ">= i`": "op i writes only t, a temporary no alias views (both checked above), and "
+    "other is not t: no operand's storage is last written by op i itself",
+    f"{_FUSION}::_starts_chain::off by one: `0` -> `-1`": "`op['out'][-1]`: an eltwise op "
+    "has one output",
+    f"{_FUSION}::_starts_chain::off by one: `0` -> `-1` #2": "`readers[-1]`: the guard "
+    "before returns unless there is exactly one reader",
+    f"{_FUSION}::_starts_chain::off by one: `0` -> `-1` #3": "`op['in'][-1]`: an eltwise op "
+    "has one input",
+    f"{_FUSION}::_starts_chain::off by one: `0` -> `-1` #4": "`nxt['out'][-1]`: read only "
+    "when nxt is an eltwise op (the `and` before), which has one output",
     f"{_CPU_BN}::off by one: `0` -> `1` #4": _USERS_DEFAULT,
     f"{_CPU_BN}::off by one: `0` -> `-1` #4": _USERS_DEFAULT,
     f"{_CPU_BN}::off by one: `1` -> `2` #15": "`writer['ia'][-1] = 2`: the convolution's "

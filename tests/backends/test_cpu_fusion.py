@@ -168,7 +168,7 @@ def test_a_binary_post_op_then_an_eltwise_and_an_eltwise_then_a_binary():
 
 def test_a_result_also_read_by_a_post_op_elsewhere_is_not_fused():
     p = Plan()
-    x, t, y1, y2, w = (tensor(p, r) for r in ("input", "temp", "output", "output", "const"))
+    x, w, y1, y2, t = (tensor(p, r) for r in ("input", "const", "output", "output", "temp"))
     op(p, "conv", [x, w], [t])
     relu(p, t, y1)
     op(p, "conv", [x, w], [y2], post=[[1, B_ADD, 0.0, 0.0, t]])
