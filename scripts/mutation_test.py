@@ -377,57 +377,84 @@ def run(targets: dict[str, Target], mutants: dict[str, list[Mutant]], results: P
             [str(work), *filter(None, [os.environ.get("PYTHONPATH")])])
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         log = work / "pytest.log"
-        report: dict = {"targets": {}, "mutants": []}
-        count, total = 0, sum(len(m) for m in mutants.values())
-        for name, target in targets.items():
-            engine = None
-            if target.path.endswith(".cpp"):  # the unmutated engine, for the clean run
-                from mutation_cpp import EngineBuilder
-
-                engine = EngineBuilder(work, work / target.path)
-                engine.build()
-            clean, seconds = _run_tests(target.tests, 600, log)
-            if clean != "survived":
-                print(f"{name}: the clean run does not pass ({clean}); skipped. pytest "
-                      f"{' '.join(target.tests)}:\n{log.read_text()[-3000:]}", flush=True)
-                report["targets"][name] = {"clean_run": clean}
-                continue
-            timeout = max(20.0, 4 * seconds)
-            original = (work / target.path).read_bytes()
-            for mutant in mutants[name]:
-                count += 1
-                mutated = original[:mutant.start] + mutant.replacement.encode() + \
-                    original[mutant.end:]
-                (work / target.path).write_bytes(mutated)
-                began = time.perf_counter()  # a C++ mutant's time includes its build
-                try:
-                    if engine is not None and not engine.build():
-                        mutant.status = "stillborn"
-                    else:
-                        mutant.status, _ = _run_tests(target.tests, timeout, log)
-                    mutant.seconds = time.perf_counter() - began
-                finally:
-                    (work / target.path).write_bytes(original)
-                if mutant.status == "survived" and mutant.key in EQUIVALENT:
-                    mutant.status = "equivalent"
-                print(f"[{count}/{total}] {mutant.status:10} {mutant.seconds:5.1f}s "
-                      f"{mutant.path}:{mutant.line}  {mutant.key}", flush=True)
-            if engine is not None:
-                engine.build()  # the unmutated engine again, for the targets after this one
-            statuses = [m.status for m in mutants[name]]
-            report["targets"][name] = {
-                "path": target.path, "tests": list(target.tests), "clean_run_s": seconds,
-                **{s: statuses.count(s) for s in ("killed", "survived", "equivalent",
-                                                  "timeout", "stillborn")},
-                "mutants": len(statuses),
-            }
-            report["mutants"] += [{"key": m.key, "line": m.line, "status": m.status,
-                                   "seconds": round(m.seconds, 1)} for m in mutants[name]]
+        report: dict = {"command": " ".join(["scripts/mutation_test.py", *sys.argv[1:]]),
+                        "commit": _commit(), "targets": {}, "mutants": []}
+        total = sum(len(m) for m in mutants.values())
+        try:
+            _run_targets(targets, mutants, work, log, report, total)
+        except (KeyboardInterrupt, SystemExit):  # SIGTERM too: what ran so far is written
+            report["interrupted"] = True
     finally:
         os.chdir(ROOT)
         shutil.rmtree(work, ignore_errors=True)
     report["wall_s"] = round(time.perf_counter() - started, 1)
-    return _summarise(report, results)
+    code = _summarise(report, results)
+    return 143 if report.get("interrupted") else code
+
+
+def _run_targets(targets: dict[str, Target], mutants: dict[str, list[Mutant]], work: Path,
+                 log: Path, report: dict, total: int) -> int:
+    """Each target: its clean run, then its mutants, each verdict added to ``report`` as
+    it comes; how many mutants ran."""
+    count = 0
+    for name, target in targets.items():
+        engine = None
+        if target.path.endswith(".cpp"):  # the unmutated engine, for the clean run
+            from mutation_cpp import EngineBuilder
+
+            engine = EngineBuilder(work, work / target.path)
+            engine.build()
+        clean, seconds = _run_tests(target.tests, 600, log)
+        if clean != "survived":
+            print(f"{name}: the clean run does not pass ({clean}); skipped. pytest "
+                  f"{' '.join(target.tests)}:\n{log.read_text()[-3000:]}", flush=True)
+            report["targets"][name] = {"clean_run": clean}
+            continue
+        timeout = max(20.0, 4 * seconds)
+        original = (work / target.path).read_bytes()
+        for mutant in mutants[name]:
+            count += 1
+            mutated = original[:mutant.start] + mutant.replacement.encode() + \
+                original[mutant.end:]
+            (work / target.path).write_bytes(mutated)
+            began = time.perf_counter()  # a C++ mutant's time includes its build
+            try:
+                if engine is not None and not engine.build():
+                    mutant.status = "stillborn"
+                else:
+                    mutant.status, _ = _run_tests(target.tests, timeout, log)
+                mutant.seconds = time.perf_counter() - began
+            finally:
+                (work / target.path).write_bytes(original)
+            if mutant.status == "survived" and mutant.key in EQUIVALENT:
+                mutant.status = "equivalent"
+            print(f"[{count}/{total}] {mutant.status:10} {mutant.seconds:5.1f}s "
+                  f"{mutant.path}:{mutant.line}  {mutant.key}", flush=True)
+            report["mutants"].append({"target": name, "key": mutant.key, "line": mutant.line,
+                                      "status": mutant.status,
+                                      "seconds": round(mutant.seconds, 1)})
+        if engine is not None:
+            engine.build()  # the unmutated engine again, for the targets after this one
+        statuses = [m.status for m in mutants[name]]
+        report["targets"][name] = {
+            "path": target.path, "tests": list(target.tests), "clean_run_s": seconds,
+            **{s: statuses.count(s) for s in ("killed", "survived", "equivalent",
+                                              "timeout", "stillborn")},
+            "mutants": len(statuses),
+        }
+    return count
+
+
+def _commit() -> str:
+    """The checkout's commit, with "+changes" when its files differ from it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True,
+                              text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain",
+                                                                   "opforge", "tests") else "")
 
 
 def _as_json(report: dict) -> str:
@@ -440,11 +467,10 @@ def _as_json(report: dict) -> str:
 
 def _summarise(report: dict, results: Path) -> int:
     statuses = [m["status"] for m in report["mutants"]]
-    report["totals"] = {s: statuses.count(s) for s in ("killed", "survived", "equivalent",
-                                                        "timeout")}
+    verdicts = ("killed", "survived", "equivalent", "timeout", "stillborn")
+    report["totals"] = {s: statuses.count(s) for s in verdicts}
     report["totals"]["mutants"] = len(statuses)
-    report["totals"]["errors"] = len(statuses) - sum(
-        report["totals"][s] for s in ("killed", "survived", "equivalent", "timeout"))
+    report["totals"]["errors"] = len(statuses) - sum(report["totals"][s] for s in verdicts)
     report["equivalent_reasons"] = {m["key"]: EQUIVALENT[m["key"]] for m in report["mutants"]
                                      if m["status"] == "equivalent"}
     results.write_text(_as_json(report))
