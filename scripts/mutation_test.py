@@ -3,7 +3,7 @@ tests covering that code fail. A mutant the tests let through is a blind spot (a
 that kills it) or an equivalent mutant (it computes the same thing; list it in
 ``EQUIVALENT``, scripts/mutation_equivalent.py, with the reason). See docs/testing.md.
 
-    .venv/bin/python scripts/mutation_test.py                    # every target (~16 min)
+    .venv/bin/python scripts/mutation_test.py                    # every target (~2 h on 1 busy core)
     .venv/bin/python scripts/mutation_test.py --target verifier  # one target (repeatable)
     .venv/bin/python scripts/mutation_test.py --list             # the mutants, not run
     .venv/bin/python scripts/mutation_test.py --target softmax --function _bind_softmax
@@ -114,8 +114,8 @@ TARGETS: dict[str, Target] = {
         "tests/backends/test_cpu_batchnorm.py",)),
     "cpu_fusion": Target("opforge/backends/cpu/lowering/fusion.py", (
         "_root", "_last_write", "_readers", "_starts_chain", "_fuse"), (
-        "tests/backends/test_cpu_fusion.py", "tests/backends/test_cpu_positions.py", "tests/backends/test_cpu_batchnorm.py",
-        "tests/backends/test_cpu_models.py")),
+        "tests/backends/test_cpu_fusion.py", "tests/backends/test_cpu_positions.py",
+        "tests/backends/test_cpu_batchnorm.py", "tests/backends/test_cpu_models.py")),
     "quantize_ranges": Target("opforge/quantize/specs.py", ("activation_range", "weight_range"), (
         "tests/quantize/test_ranges.py", "-k", "mlp")),
     "mindspore_fake": Target("opforge/mindspore/custom.py", ("_fake",), (
