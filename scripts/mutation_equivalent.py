@@ -164,6 +164,10 @@ EQUIVALENT: dict[str, str] = {
     "opforge/program/verify.py::_verify_instructions::compare: `0 <= arg < n` -> "
     "`0 < arg < n`": _ARG_RECHECK,
     "opforge/program/verify.py::_verify_instructions::off by one: `0` -> `1`": _ARG_RECHECK,
+    "opforge/export/passes/plan_memory.py::_nbytes::and/or: `table and any((not isinstance(s, "
+    "int) for s in fake.shape))` -> `table or any((not isinstance(s, int) for s in "
+    "fake.shape))`": "a static shape's upper sizes are its sizes (`upper_sizes` keeps every "
+    "int), and a symbolic size comes only with a symbol table: the same bytes either way",
     "opforge/export/passes/plan_memory.py::tensor_lifetimes::drop statement: "
     "`first.setdefault(value.name, end)` -> `pass`": _FIRST_SET + " (an output is one of these)",
     "opforge/export/passes/plan_memory.py::tensor_lifetimes::off by one: `0` -> `1` #2":

@@ -102,12 +102,14 @@ TARGETS: dict[str, Target] = {
         "-k", "not zoo_method and not special_values")),
     "verifier": Target("opforge/program/verify.py", None, (
         "tests/pure/test_program_verify_limits.py", "tests/pure/test_program_verify.py",
-        "tests/pure/test_program_bad_inputs.py", "tests/pure/test_runtime_memory_limits.py")),
+        "tests/pure/test_program_bad_inputs.py", "tests/pure/test_runtime_memory_limits.py",
+        "tests/pure/test_program_symbolic.py")),
     "memory_planning": Target("opforge/export/memory_planning.py", None, (
         "tests/torch/test_export_memory_plan_exact.py",
         "tests/torch/test_export_memory_planning.py")),
     "plan_memory": Target("opforge/export/passes/plan_memory.py", None, (
-        "tests/torch/test_export_memory_plan_exact.py",)),
+        "tests/torch/test_export_memory_plan_exact.py", "tests/torch/test_dynamic_shapes.py",
+        "tests/torch/test_dynamic_growth.py")),
     # the second stage: the cpu backend (lowering and engine), quantization, MindSpore
     "cpu_batch_norm": Target("opforge/backends/cpu/lowering/normalization.py", (
         "lower_batch_norm",), (
