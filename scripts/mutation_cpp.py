@@ -3,6 +3,8 @@ design is in the comment below; docs/testing.md describes the run)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -15,10 +17,7 @@ from pathlib import Path
 # its boundary (`a < b` -> `a <= b`, ...), `==` / `!=`, `&&` / `||`, `+` / `-` between spaced
 # operands, an integer literal off by one, a `!` dropped, `true` / `false` flipped. Operators
 # are matched with spaces around them, as the engine is written, so template brackets and
-# shifts are never touched. Each mutant is first compiled alone (`-fsyntax-only` against
-# oneDNN's headers); one that does not compile is "stillborn", not counted as killed. The
-# tests then rebuild the engine through the build cache (the copy has no installed engine:
-# `library()` compiles the mutated sources on first use).
+# shifts are never touched. How each mutant's engine is built: EngineBuilder, below.
 
 _CPP_TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'"""
                         r"| (<=|>=|<|>|==|!=|&&|\|\||\+|-) |\b(true|false)\b|(?<![\w.])(\d+)(?![\w.])"
@@ -89,15 +88,73 @@ def make_cpp_mutants(target, only: set[str] | None, root: Path, mutant) -> list:
     return mutants
 
 
-def compiles(path: Path) -> bool:
-    """Whether a mutated engine source still compiles (syntax and types only)."""
-    from opforge.backends.cpu import engine_build
+# --- building a mutant's engine ---------------------------------------------------------------
+#
+# Each mutant's engine is built the way the package build installs one: into the copy's
+# ``_engine/libopforge_cpu.<source hash>.so``, where ``library()`` (in the tests and in the
+# child processes they start) finds it and loads it without compiling. Only the mutated
+# translation unit is recompiled: the others are compiled to objects once per target, with
+# the engine's own flags, and each mutant is that one object plus a link (~3 s instead of a
+# whole engine build, ~20 s of compiling plus the build cache's header scan). A mutant whose
+# source does not compile is stillborn.
 
-    prefix = engine_build.find_onednn(headers=True)
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if prefix is None or cxx is None:
-        return True  # cannot tell: the tests decide
-    includes = [f"-I{d}" for d in engine_build.include_dirs(path.parent.parent)]
-    proc = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-fopenmp", f"-I{prefix / 'include'}",
-                           *includes, str(path)], capture_output=True)
-    return proc.returncode == 0
+
+def _engine_build(work: Path):
+    """The copy's opforge/backends/cpu/engine_build.py, loaded by path (as setup.py does):
+    importing it as ``opforge....`` would import opforge into this process, and the forked
+    children would then not import the copy's Python afresh."""
+    path = work / "opforge" / "backends" / "cpu" / "engine_build.py"
+    spec = importlib.util.spec_from_file_location("_mutation_engine_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class EngineBuilder:
+    """Builds the engine of the copy in ``work`` for each mutant of the source ``mutated``."""
+
+    def __init__(self, work: Path, mutated: Path):
+        self.eb = eb = _engine_build(work)
+        self.cpu_dir = work / "opforge" / "backends" / "cpu"
+        self.mutated = mutated.resolve()
+        prefix = eb.find_onednn(headers=True)
+        self.cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+        if prefix is None or self.cxx is None:
+            raise SystemExit("mutation_test.py: C++ targets need a C++ compiler and oneDNN's "
+                             "headers (pip install onednn-devel-cpu-gomp==2023.2.0)")
+        flags = eb.compile_flags(prefix)
+        self.link = [f for f in flags if f.startswith(("-l", "-L", "-Wl,"))]
+        self.compile = [f for f in flags if f not in self.link and f != "-shared"] + \
+            [f"-I{d}" for d in eb.include_dirs(self.cpu_dir)]
+        self.objects = work / ".engine-objects"
+        self.objects.mkdir(exist_ok=True)
+        for source in eb.source_files(self.cpu_dir):
+            if source.suffix == ".cpp" and source.resolve() != self.mutated:
+                if not self._object(source):
+                    raise SystemExit(f"mutation_test.py: the unmutated {source.name} does not "
+                                     "compile")
+
+    def _object(self, source: Path) -> bool:
+        out = self.objects / f"{source.stem}.o"
+        out.unlink(missing_ok=True)
+        proc = subprocess.run([self.cxx, *self.compile, "-c", str(source), "-o", str(out)],
+                              capture_output=True)
+        return proc.returncode == 0
+
+    def build(self) -> bool:
+        """Install the engine of the sources as they are now; False: the mutant does not
+        compile (stillborn)."""
+        install = self.cpu_dir / self.eb.INSTALL_FOLDER
+        install.mkdir(exist_ok=True)
+        for old in install.glob(f"{self.eb.ENGINE_NAME}.*.so"):
+            old.unlink()
+        if not self._object(self.mutated):
+            return False
+        self.eb._hash_cache.clear()  # the sources changed since the last mutant
+        target = install / self.eb.installed_name(self.cpu_dir)
+        proc = subprocess.run([self.cxx, "-shared", "-fopenmp", "-o", str(target),
+                               *map(str, sorted(self.objects.glob("*.o"))), *self.link],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"mutation_test.py: linking the engine failed:\n{proc.stderr[-2000:]}")
+        return True

@@ -1,12 +1,13 @@
 """Mutation testing: put one small bug at a time into a copy of opforge and check that the
 tests covering that code fail. A mutant the tests let through is a blind spot (add a test
 that kills it) or an equivalent mutant (it computes the same thing; list it in
-``EQUIVALENT`` with the reason). See docs/testing.md.
+``EQUIVALENT``, scripts/mutation_equivalent.py, with the reason). See docs/testing.md.
 
-    .venv/bin/python scripts/mutation_test.py                    # every target (~16 min)
+    .venv/bin/python scripts/mutation_test.py                    # every target (~2 h on 1 busy core)
     .venv/bin/python scripts/mutation_test.py --target verifier  # one target (repeatable)
     .venv/bin/python scripts/mutation_test.py --list             # the mutants, not run
     .venv/bin/python scripts/mutation_test.py --target softmax --function _bind_softmax
+    .venv/bin/python scripts/mutation_test.py --mutant 'KEY' --mutant 'KEY'  # reruns
 
 # Design
 #
@@ -46,6 +47,8 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # before anything imports opforge or the tests
 ROOT = Path(__file__).resolve().parent.parent
+
+from mutation_equivalent import EQUIVALENT  # noqa: E402  (beside this script, on sys.path)
 
 
 @dataclass(frozen=True)
@@ -99,20 +102,22 @@ TARGETS: dict[str, Target] = {
         "-k", "not zoo_method and not special_values")),
     "verifier": Target("opforge/program/verify.py", None, (
         "tests/pure/test_program_verify_limits.py", "tests/pure/test_program_verify.py",
-        "tests/pure/test_program_bad_inputs.py", "tests/pure/test_runtime_memory_limits.py")),
+        "tests/pure/test_program_bad_inputs.py", "tests/pure/test_runtime_memory_limits.py",
+        "tests/pure/test_program_symbolic.py")),
     "memory_planning": Target("opforge/export/memory_planning.py", None, (
         "tests/torch/test_export_memory_plan_exact.py",
         "tests/torch/test_export_memory_planning.py")),
     "plan_memory": Target("opforge/export/passes/plan_memory.py", None, (
-        "tests/torch/test_export_memory_plan_exact.py",)),
+        "tests/torch/test_export_memory_plan_exact.py", "tests/torch/test_dynamic_shapes.py",
+        "tests/torch/test_dynamic_growth.py")),
     # the second stage: the cpu backend (lowering and engine), quantization, MindSpore
     "cpu_batch_norm": Target("opforge/backends/cpu/lowering/normalization.py", (
         "lower_batch_norm",), (
         "tests/backends/test_cpu_batchnorm.py",)),
     "cpu_fusion": Target("opforge/backends/cpu/lowering/fusion.py", (
         "_root", "_last_write", "_readers", "_starts_chain", "_fuse"), (
-        "tests/backends/test_cpu_positions.py", "tests/backends/test_cpu_batchnorm.py",
-        "tests/backends/test_cpu_models.py")),
+        "tests/backends/test_cpu_fusion.py", "tests/backends/test_cpu_positions.py",
+        "tests/backends/test_cpu_batchnorm.py", "tests/backends/test_cpu_models.py")),
     "quantize_ranges": Target("opforge/quantize/specs.py", ("activation_range", "weight_range"), (
         "tests/quantize/test_ranges.py", "-k", "mlp")),
     "mindspore_fake": Target("opforge/mindspore/custom.py", ("_fake",), (
@@ -120,118 +125,6 @@ TARGETS: dict[str, Target] = {
     "engine_bounds": Target("opforge/backends/cpu/native/validate.cpp", (
         "row_major", "dense", "injective", "check_reach", "count_of", "need_rank", "need_count"), (
         "tests/backends/test_cpu_hostile_plans.py", "tests/backends/test_cpu_contract.py")),
-}
-
-# Surviving mutants that compute what the original computes, keyed "path::function::what"
-# (``what`` as the mutant list prints it), with the reason. docs/testing.md lists them.
-_ARG_RECHECK = ("the test before `_index` only decides whether `_index` runs; `_index` "
-                "repeats the whole check (an int, 0 <= index < n), and the mutant only "
-                "makes it run more often")
-_FIRST_SET = ("every planned node has its first step set before this line: user inputs "
-              "at 0, each alloc as the out argument of the call that writes it")
-_READ_ONLY_COPY = ("`astype(..., copy=False)` -> `copy=True`: the array is only read "
-                   "afterwards, so a copy changes the time, not the values")
-_BIND = "opforge/kernels/portable/_binding.py"
-_BIGGER_BUFFER = ("`max(size, 2)` / `max(size, 0)`: the shared buffer is one element larger "
-                  "or, for a size-0 request, empty; every view handed out has the same values")
-_INF_SIGN = ("in the ord = ±inf branch p is +inf or -inf: `p > 0`, `p >= 0`, `p > 1` and "
-             "`p > -1` all tell them apart the same way")
-_NORM = "opforge/kernels/portable/normalization.py"
-_ACT = "opforge/kernels/portable/activation.py"
-_RED = "opforge/kernels/portable/reduction.py"
-EQUIVALENT: dict[str, str] = {
-    "opforge/mindspore/custom.py::_fake::off by one: `0` -> `-1`": "`inputs[-1].new_empty(shape, "
-    "dtype=...)`: new_empty takes only the device (and fake mode) from the tensor it is called "
-    "on, and every input of one call shares them; shape and dtype are given",
-    f"{_NORM}::_shifted::flip bool: `False` -> `True`": _READ_ONLY_COPY,
-    f"{_NORM}::native_layer_norm_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
-    f"{_NORM}::batch_norm_batch_stats_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
-    f"{_NORM}::batch_norm_batch_stats_out::flip bool: `False` -> `True` #2": _READ_ONLY_COPY,
-    f"{_NORM}::batch_norm_batch_stats_out::flip bool: `False` -> `True` #3": _READ_ONLY_COPY,
-    f"{_NORM}::native_group_norm_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
-    f"{_NORM}::_per_channel::off by one: `1` -> `2` #2": "`reshape((1, -2) + ...)`: NumPy "
-    "takes any negative size as the inferred dimension, like -1",
-    f"{_NORM}::_floating_same::off by one: `0` -> `-1`": "`arrays[-1].dtype`: the test is "
-    "that every array has one floating dtype, whichever array it is read from (the last "
-    "array is always an out, never None)",
-    f"{_NORM}::_bind_layer_norm::and/or: `out1.size != int(np.prod(keep)) or out2.size != "
-    "out1.size` -> `out1.size != int(np.prod(keep)) and out2.size != out1.size`":
-        "mean and rstd outs always have ATen's (..., 1, ...) shape: the guard never fires",
-    f"{_NORM}::_bind_layer_norm::compare: `input.size <= _SMALL` -> `input.size < _SMALL`":
-        "only where constant weight and bias are broadcast (at bind, or per call by the "
-        "ufunc): the same products either way",
-    f"{_NORM}::_bind_layer_norm::off by one: `0` -> `-1` #2": "`k == -1`: normalized_shape "
-    "is never empty in ATen's layer norm (it refuses []); for k = 0 both paths give "
-    "(x - x) * rstd anyway",
-    f"{_NORM}::_bind_batch_stats::off by one: `2` -> `1`": "`input.ndim < 1`: batch norm "
-    "inputs have at least 2 dims (N, C): ATen refuses fewer",
-    f"{_NORM}::_bind_batch_stats::off by one: `1` -> `0` #2": "`max(C, 0)` = `max(C, 1)`: "
-    "C >= 1 here, empty inputs go to the general kernel",
-    f"{_NORM}::_bind_batch_norm::off by one: `2` -> `1`": "`input.ndim < 1`: batch norm "
-    "inputs have at least 2 dims (N, C): ATen refuses fewer",
-    f"{_ACT}::leaky_relu_out::compare: `x > 0` -> `x >= 0`": "at x = ±0 both branches "
-    "give x (0 * slope is 0 with x's sign); NaN takes the same branch",
-    f"{_ACT}::elu_out::compare: `x > 0` -> `x >= 0`": "at x = ±0 both branches give x "
-    "(alpha * expm1(±0) is ±0); NaN takes the same branch",
-    f"{_ACT}::_gelu_tanh_steps::flip bool: `False` -> `True`": "the default of `large`, "
-    "which the tanh steps never read",
-    f"{_ACT}::_gelu_tanh_steps::compare: `out.dtype == ct` -> `out.dtype != ct`": "swaps "
-    "`np.divide` and `np.divide(..., casting='same_kind')`, NumPy's default casting: the "
-    "same division",
-    f"{_RED}::axes::off by one: `1` -> `0`": "`max(ndim, 0)` = `max(ndim, 1)`: the branch "
-    "runs only for ndim >= 1",
-    f"{_RED}::prod_dim_out::off by one: `1` -> `0`": "`max(ndim, 0)` = `max(ndim, 1)`: the "
-    "branch runs only for ndim >= 1",
-    f"{_RED}::mean_out::flip bool: `False` -> `True`": "keepdim: `_store` reshapes the "
-    "result to out's shape whatever keepdim says",
-    f"{_RED}::logsumexp_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
-    f"{_RED}::logsumexp_out::off by one: `0` -> `1`": "the stand-in peak of a row whose "
-    "maximum is ±inf or nan: exp(x - c) is then 0, inf or nan and log(...) + c gives "
-    "-inf, inf or nan for any finite c",
-    f"{_RED}::logsumexp_out::off by one: `0` -> `-1`": "the stand-in peak of a row whose "
-    "maximum is ±inf or nan: any finite c gives the same -inf, inf or nan",
-    f"{_RED}::linalg_vector_norm_out::flip bool: `False` -> `True`": _READ_ONLY_COPY,
-    f"{_RED}::linalg_vector_norm_out::flip bool: `False` -> `True` #2": _READ_ONLY_COPY,
-    f"{_BIND}::constant_operand::off by one: `1` -> `0`": "`key[0] == bytes(...)` is never "
-    "true (a dtype string against bytes): zeros then come from np.full instead of np.zeros, "
-    "the same values (only not calloc's shared zero page)",
-    f"{_BIND}::constant_operand::off by one: `1` -> `2` #2": _BIGGER_BUFFER,
-    f"{_BIND}::constant_operand::off by one: `1` -> `0` #2": _BIGGER_BUFFER,
-    f"{_BIND}::constant_operand::off by one: `1` -> `2` #3": _BIGGER_BUFFER,
-    f"{_BIND}::constant_operand::off by one: `1` -> `0` #3": _BIGGER_BUFFER,
-    f"{_BIND}::_slice::off by one: `1` -> `2`": "`reshape(-2)`: NumPy takes any negative "
-    "size as the inferred one, like -1",
-    f"{_BIND}::steps::off by one: `0` -> `-1`": "`pairs[-1]` of a one-pair list is "
-    "`pairs[0]`",
-    f"{_RED}::_bind_sum::off by one: `1` -> `0`": "`max(out.size, 0)` = `max(out.size, 1)`: "
-    "a non-empty input reduces into a non-empty out",
-    f"{_RED}::linalg_vector_norm_out::compare: `p > 0` -> `p >= 0`": _INF_SIGN,
-    f"{_RED}::linalg_vector_norm_out::off by one: `0` -> `1` #2": _INF_SIGN,
-    f"{_RED}::linalg_vector_norm_out::off by one: `0` -> `-1` #2": _INF_SIGN,
-    f"{_RED}::linalg_vector_norm_out::off by one: `1` -> `2`": "`elif p == 2` after "
-    "`if p == 2` never runs; ord 1 then takes the general p-norm, (sum |x|^1)^(1/1), the "
-    "same sum",
-    f"{_NORM}::_row_sum::off by one: `1` -> `2`": "`reshape(-2, n)`: NumPy takes any "
-    "negative size as the one inferred dimension, like -1",
-    f"{_NORM}::_row_sum::off by one: `1` -> `2` #2": "`reshape(-2)`: as `reshape(-1)` (any "
-    "negative size is the inferred one)",
-    f"{_NORM}::_row_max::off by one: `1` -> `2`": "`n = ... if a.ndim else 2`: unreachable, "
-    "`_softmax_workspace` sends 0-d inputs to the general kernel",
-    f"{_NORM}::_row_max::off by one: `1` -> `0`": "`n = ... if a.ndim else 0`: unreachable, "
-    "`_softmax_workspace` sends 0-d inputs to the general kernel",
-    f"{_NORM}::_row_max::off by one: `1` -> `0` #2": "`max(n, 0)` = `max(n, 1)`: n >= 1 here, "
-    "empty inputs go to the general kernel",
-    "opforge/program/verify.py::_verify_instructions::compare: `type(arg) is not int` -> "
-    "`type(arg) is int`": _ARG_RECHECK,
-    "opforge/program/verify.py::_verify_instructions::compare: `0 <= arg < n` -> "
-    "`0 < arg < n`": _ARG_RECHECK,
-    "opforge/program/verify.py::_verify_instructions::off by one: `0` -> `1`": _ARG_RECHECK,
-    "opforge/export/passes/plan_memory.py::tensor_lifetimes::drop statement: "
-    "`first.setdefault(value.name, end)` -> `pass`": _FIRST_SET + " (an output is one of these)",
-    "opforge/export/passes/plan_memory.py::tensor_lifetimes::off by one: `0` -> `1` #2":
-        _FIRST_SET + ": the default of `first.get` is never used",
-    "opforge/export/passes/plan_memory.py::tensor_lifetimes::off by one: `0` -> `-1` #2":
-        _FIRST_SET + ": the default of `first.get` is never used",
 }
 
 # Calls whose arguments only build an error message.
@@ -424,12 +317,6 @@ def make_mutants(target: Target, only: set[str] | None = None) -> list[Mutant]:
 
 # --- running ----------------------------------------------------------------------------------
 
-def _cpp_compiles(path: Path) -> bool:
-    from mutation_cpp import compiles
-
-    return compiles(path)
-
-
 def _copy_tree(into: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.so", ".opforge-cache")
     for name in ("opforge", "tests"):
@@ -492,47 +379,84 @@ def run(targets: dict[str, Target], mutants: dict[str, list[Mutant]], results: P
             [str(work), *filter(None, [os.environ.get("PYTHONPATH")])])
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         log = work / "pytest.log"
-        report: dict = {"targets": {}, "mutants": []}
-        count, total = 0, sum(len(m) for m in mutants.values())
-        for name, target in targets.items():
-            clean, seconds = _run_tests(target.tests, 600, log)
-            if clean != "survived":
-                print(f"{name}: the clean run does not pass ({clean}); skipped. pytest "
-                      f"{' '.join(target.tests)}:\n{log.read_text()[-3000:]}", flush=True)
-                report["targets"][name] = {"clean_run": clean}
-                continue
-            timeout = max(20.0, 4 * seconds)
-            original = (work / target.path).read_bytes()
-            for mutant in mutants[name]:
-                count += 1
-                mutated = original[:mutant.start] + mutant.replacement.encode() + \
-                    original[mutant.end:]
-                (work / target.path).write_bytes(mutated)
-                try:
-                    if target.path.endswith(".cpp") and not _cpp_compiles(work / target.path):
-                        mutant.status, mutant.seconds = "stillborn", 0.0
-                    else:
-                        mutant.status, mutant.seconds = _run_tests(target.tests, timeout, log)
-                finally:
-                    (work / target.path).write_bytes(original)
-                if mutant.status == "survived" and mutant.key in EQUIVALENT:
-                    mutant.status = "equivalent"
-                print(f"[{count}/{total}] {mutant.status:10} {mutant.seconds:5.1f}s "
-                      f"{mutant.path}:{mutant.line}  {mutant.key}", flush=True)
-            statuses = [m.status for m in mutants[name]]
-            report["targets"][name] = {
-                "path": target.path, "tests": list(target.tests), "clean_run_s": seconds,
-                **{s: statuses.count(s) for s in ("killed", "survived", "equivalent",
-                                                  "timeout", "stillborn")},
-                "mutants": len(statuses),
-            }
-            report["mutants"] += [{"key": m.key, "line": m.line, "status": m.status,
-                                   "seconds": round(m.seconds, 1)} for m in mutants[name]]
+        report: dict = {"command": " ".join(["scripts/mutation_test.py", *sys.argv[1:]]),
+                        "commit": _commit(), "targets": {}, "mutants": []}
+        total = sum(len(m) for m in mutants.values())
+        try:
+            _run_targets(targets, mutants, work, log, report, total)
+        except (KeyboardInterrupt, SystemExit):  # SIGTERM too: what ran so far is written
+            report["interrupted"] = True
     finally:
         os.chdir(ROOT)
         shutil.rmtree(work, ignore_errors=True)
     report["wall_s"] = round(time.perf_counter() - started, 1)
-    return _summarise(report, results)
+    code = _summarise(report, results)
+    return 143 if report.get("interrupted") else code
+
+
+def _run_targets(targets: dict[str, Target], mutants: dict[str, list[Mutant]], work: Path,
+                 log: Path, report: dict, total: int) -> int:
+    """Each target: its clean run, then its mutants, each verdict added to ``report`` as
+    it comes; how many mutants ran."""
+    count = 0
+    for name, target in targets.items():
+        engine = None
+        if target.path.endswith(".cpp"):  # the unmutated engine, for the clean run
+            from mutation_cpp import EngineBuilder
+
+            engine = EngineBuilder(work, work / target.path)
+            engine.build()
+        clean, seconds = _run_tests(target.tests, 600, log)
+        if clean != "survived":
+            print(f"{name}: the clean run does not pass ({clean}); skipped. pytest "
+                  f"{' '.join(target.tests)}:\n{log.read_text()[-3000:]}", flush=True)
+            report["targets"][name] = {"clean_run": clean}
+            continue
+        timeout = max(20.0, 4 * seconds)
+        original = (work / target.path).read_bytes()
+        for mutant in mutants[name]:
+            count += 1
+            mutated = original[:mutant.start] + mutant.replacement.encode() + \
+                original[mutant.end:]
+            (work / target.path).write_bytes(mutated)
+            began = time.perf_counter()  # a C++ mutant's time includes its build
+            try:
+                if engine is not None and not engine.build():
+                    mutant.status = "stillborn"
+                else:
+                    mutant.status, _ = _run_tests(target.tests, timeout, log)
+                mutant.seconds = time.perf_counter() - began
+            finally:
+                (work / target.path).write_bytes(original)
+            if mutant.status == "survived" and mutant.key in EQUIVALENT:
+                mutant.status = "equivalent"
+            print(f"[{count}/{total}] {mutant.status:10} {mutant.seconds:5.1f}s "
+                  f"{mutant.path}:{mutant.line}  {mutant.key}", flush=True)
+            report["mutants"].append({"target": name, "key": mutant.key, "line": mutant.line,
+                                      "status": mutant.status,
+                                      "seconds": round(mutant.seconds, 1)})
+        if engine is not None:
+            engine.build()  # the unmutated engine again, for the targets after this one
+        statuses = [m.status for m in mutants[name]]
+        report["targets"][name] = {
+            "path": target.path, "tests": list(target.tests), "clean_run_s": seconds,
+            **{s: statuses.count(s) for s in ("killed", "survived", "equivalent",
+                                              "timeout", "stillborn")},
+            "mutants": len(statuses),
+        }
+    return count
+
+
+def _commit() -> str:
+    """The checkout's commit, with "+changes" when its files differ from it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True,
+                              text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain",
+                                                                   "opforge", "tests") else "")
 
 
 def _as_json(report: dict) -> str:
@@ -545,11 +469,10 @@ def _as_json(report: dict) -> str:
 
 def _summarise(report: dict, results: Path) -> int:
     statuses = [m["status"] for m in report["mutants"]]
-    report["totals"] = {s: statuses.count(s) for s in ("killed", "survived", "equivalent",
-                                                        "timeout")}
+    verdicts = ("killed", "survived", "equivalent", "timeout", "stillborn")
+    report["totals"] = {s: statuses.count(s) for s in verdicts}
     report["totals"]["mutants"] = len(statuses)
-    report["totals"]["errors"] = len(statuses) - sum(
-        report["totals"][s] for s in ("killed", "survived", "equivalent", "timeout"))
+    report["totals"]["errors"] = len(statuses) - sum(report["totals"][s] for s in verdicts)
     report["equivalent_reasons"] = {m["key"]: EQUIVALENT[m["key"]] for m in report["mutants"]
                                      if m["status"] == "equivalent"}
     results.write_text(_as_json(report))
@@ -576,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a target to mutate (repeatable; default: all)")
     parser.add_argument("--function", action="append",
                         help="only these functions of the chosen targets (repeatable)")
+    parser.add_argument("--mutant", action="append", metavar="KEY",
+                        help="only the mutant with this key, as printed (repeatable): rerun "
+                             "a survivor after adding the test that should kill it")
     parser.add_argument("--list", action="store_true", help="print the mutants; run nothing")
     parser.add_argument("--json", type=Path, default=Path("mutation-results.json"),
                         help="where the results go (default: ./mutation-results.json)")
@@ -583,7 +509,15 @@ def main(argv: list[str] | None = None) -> int:
     targets = {name: TARGETS[name] for name in (args.target or TARGETS)}
     only = set(args.function) if args.function else None
     mutants = {name: make_mutants(t, only) for name, t in targets.items()}
-    if not args.target and not only:
+    if args.mutant:
+        mutants = {name: [m for m in found if m.key in args.mutant]
+                   for name, found in mutants.items()}
+        unknown = set(args.mutant) - {m.key for found in mutants.values() for m in found}
+        if unknown:
+            raise SystemExit(f"mutation_test.py: no such mutant in the chosen targets: "
+                             f"{sorted(unknown)}")
+        targets = {name: t for name, t in targets.items() if mutants[name]}
+    if not args.target and not only and not args.mutant:
         keys = {m.key for found in mutants.values() for m in found}
         for stale in sorted(set(EQUIVALENT) - keys):
             print(f"mutation_test.py: EQUIVALENT names no mutant (the code changed?): {stale}")

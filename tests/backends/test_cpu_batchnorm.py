@@ -10,6 +10,7 @@ criterion is the one of test_cpu_models (8× eager float32's own error + 2 ulp o
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -149,6 +150,10 @@ class AfterPermute(nn.Module):
 CASES = {
     "lone_1d_ncl": (lambda: Lone(1), (2, 4, 7)),
     "lone_1d_nc": (lambda: Lone(1), (5, 4)),
+    # (N > 1, C, 1, ...): oneDNN misreads a (1, C, 1, ...) post-op operand there, so the
+    # shift is a second binary op (core._post_operand_misread)
+    "lone_1d_length_1": (lambda: Lone(1), (2, 4, 1)),
+    "lone_2d_1x1": (lambda: Lone(2), (3, 4, 1, 1)),
     "lone_2d": (lambda: Lone(2), (2, 4, 5, 5)),
     "lone_3d": (lambda: Lone(3), (2, 4, 3, 4, 5)),
     "lone_2d_no_affine": (lambda: Lone(2, affine=False), (2, 4, 5, 5)),
@@ -199,3 +204,62 @@ def test_batch_norm_is_folded_only_into_a_convolution_it_alone_reads(name, folde
     names = _op_names(program)
     assert any("convolution" in n for n in names), names
     assert any("batch_norm" in n for n in names) is not folded, names
+
+
+def test_batch_norm_on_float64_stays_on_the_kernels_in_float64():
+    # the backend runs batch norm in float32 only: a float64 one is refused with its reason
+    # and computed by the portable kernels, to float64 precision
+    torch.manual_seed(0)
+    model = spread(Lone(2)).double()
+    x = torch.randn(2, 4, 5, 5, dtype=torch.float64)
+    program = export(model, (x,), kernels="portable", backends=["cpu"])
+    report = delegation_report(program)["forward"]
+    assert not report["delegates"]
+    assert [(r["kind"], r["node"]) for r in report["rejected"]] == [
+        ("dtype", "_native_batch_norm_legit_no_training")], report["rejected"]
+    (got,) = load(program).method("forward")(x.numpy())
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+class SavedStatistics(nn.Module):
+    """Returns one of the saved statistics of an inference batch norm (empty in ATen)."""
+
+    def __init__(self, which):
+        super().__init__()
+        self.bn, self.which = nn.BatchNorm2d(4), which
+
+    def forward(self, x):
+        bn = self.bn
+        outs = torch.ops.aten._native_batch_norm_legit_no_training(
+            x, bn.weight, bn.bias, bn.running_mean, bn.running_var, 0.1, bn.eps)
+        return outs[0], outs[self.which]
+
+
+class RunTimeStatistics(nn.Module):
+    def forward(self, x, mean, var):
+        return torch.nn.functional.batch_norm(x, mean, var, training=False, eps=1e-3)
+
+
+def _rejected(program):
+    return [(r["kind"], r["reason"]) for r in delegation_report(program)["forward"]["rejected"]]
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_batch_norm_whose_saved_statistics_are_used_stays_on_the_kernels(which):
+    torch.manual_seed(0)
+    model, x = spread(SavedStatistics(which)), torch.randn(2, 4, 5, 5)
+    program = export(model, (x,), kernels="portable", backends=["cpu"])
+    assert _rejected(program) == [("op", "batch norm whose saved statistics are used")]
+    check_against_float64(model, (x,), load(program).method("forward")(x.numpy()))
+
+
+def test_batch_norm_with_run_time_statistics_stays_on_the_kernels():
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 4, 5, 5), torch.randn(4), torch.rand(4) * 3 + 0.2)
+    program = export(RunTimeStatistics(), inputs, kernels="portable", backends=["cpu"])
+    assert _rejected(program) == [("layout", "batch norm with run-time statistics")]
+    got = load(program).method("forward")(*(t.numpy() for t in inputs))
+    check_against_float64(RunTimeStatistics(), inputs, got)

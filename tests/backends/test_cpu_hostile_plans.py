@@ -150,6 +150,42 @@ def copy_one_past_end():
     return f"ran {copy_boundary(8).tolist()}"
 
 
+def copy_walk(dims, out_strides, out_dims):
+    """A copy of arange(n) (row-major over ``dims``) written through ``out_strides``: the
+    output-walk check (no element written twice) at its edges."""
+    n = int(np.prod(dims))
+    p = Plan()
+    x = p.tensor(F32, [max(n, 1)], role="input")
+    y = p.tensor(F32, out_dims, role="output")
+    p.op("copy", [x], [y], copy_ia(dims, row_major(dims), 0, out_strides, 0))
+    return f"ran {run(p.handle(), np.arange(max(n, 1), dtype=np.float32))[0].tolist()}"
+
+
+def copy_unit_dim_stride0():
+    # a size-1 dim's stride is never used, 0 included (torch gives such dims any stride)
+    return copy_walk([4, 1], [1, 0], [4])
+
+
+def copy_empty():
+    # no element at all, the outermost dim included: nothing is reached, nothing refused
+    return copy_walk([0, 4], [4, 1], [0, 4])
+
+
+def copy_twice_beside_unit_dim():
+    # a size-1 dim does not make an overlapping walk injective
+    return copy_walk([1, 4], [0, 0], [4])
+
+
+def copy_twice_over_size2():
+    # the smallest extent that can write an element twice
+    return copy_walk([2, 3], [0, 1], [3])
+
+
+def copy_overlap_by_one():
+    # rows 2 apart of 3 elements each: element 2 is written twice
+    return copy_walk([2, 3], [2, 1], [5])
+
+
 def ew_boundary(n):
     # an elementwise input walk with stride 2 over 4 elements reaches element 6
     p = Plan()
@@ -170,9 +206,35 @@ def ew_one_past_end():
 def package_op_span():
     # item 2: a call-out got the blob's dims of a stride-0 temporary (4 bytes of storage)
     # and wrote 512 MiB into it; the engine now refuses before the call-out is ever called
+    return _callout_writing([2**27], [0])
+
+
+def package_op_row_gap():
+    # a call-out is passed sizes only, so it would write rows 3 apart into rows 4 apart:
+    # the outermost dim's stride is checked like the others
+    return _callout_writing([2, 3], [4, 1])
+
+
+def package_op_transposed():
+    # dense (6 elements in a span of 6) but column-major
+    return _callout_writing([3, 2], [1, 3])
+
+
+def package_op_unit_dims():
+    # row-major: the stride of a size-1 dim is never used, whatever it says
+    return _callout_writing([2, 1, 3], [3, 7, 1])
+
+
+def package_op_empty():
+    # a zero-size tensor with torch's strides (a size-0 dim counts as 1 in them) is row-major
+    return _callout_writing([2, 0], [1, 1])
+
+
+def _callout_writing(dims, strides):
+    """A plan whose call-out writes a temporary of ``dims`` and ``strides``."""
     p = Plan()
     x = p.tensor(F32, [4], role="input")
-    t = p.tensor(F32, [2**27], [0])
+    t = p.tensor(F32, dims, strides)
     y = p.tensor(F32, [4], role="output")
     p.op("copy", [x], [y], copy_ia([4], [1], 0, [1], 0))
     lib = cpu_engine.library()
@@ -440,6 +502,26 @@ def eltwise_with_binary_algorithm():
     return "ran"
 
 
+def eltwise_two_inputs():
+    # operand counts are exact: a second input is refused, not ignored
+    p = Plan()
+    x = p.tensor(F32, [4], role="input")
+    y = p.tensor(F32, [4], role="output")
+    p.op("eltwise", [x, x], [y], [RELU], [0.0, 0.0])
+    run(p.handle(), np.ones(4, np.float32))
+    return "ran"
+
+
+def copy_two_outputs():
+    p = Plan()
+    x = p.tensor(F32, [4], role="input")
+    y = p.tensor(F32, [4], role="output")
+    z = p.tensor(F32, [4], role="output")
+    p.op("copy", [x], [y, z], copy_ia([4], [1], 0, [1], 0))
+    run(p.handle(), np.ones(4, np.float32))
+    return "ran"
+
+
 def post_op_on_copy():
     p = Plan()
     x = p.tensor(F32, [4], role="input")
@@ -599,13 +681,16 @@ NORMAL = ["normal_conv_pool_relu", "normal_matmul_binary_softmax", "normal_loops
 CASES = {f.__name__: f for f in [
     normal_conv_pool_relu, normal_matmul_binary_softmax, normal_loops, normal_int8,
     normal_nan_paths,
-    reach_overflow, tensor_span_overflow, copy_at_end, copy_one_past_end, ew_at_end,
-    ew_one_past_end, package_op_span, overlapping_activation, pool_rank1,
+    reach_overflow, tensor_span_overflow, copy_at_end, copy_one_past_end, copy_unit_dim_stride0,
+    copy_empty, copy_twice_beside_unit_dim, copy_twice_over_size2, copy_overlap_by_one, ew_at_end,
+    ew_one_past_end, package_op_span, package_op_row_gap, package_op_transposed,
+    package_op_unit_dims, package_op_empty, overlapping_activation, pool_rank1,
     write_read_only_input, write_constant_through_aliases, alias_of_alias_constant,
     conv_bias_not_constant, int8_bias_not_constant, where_one_operand, int_division_by_zero,
     int_division_min_by_minus_one, call_after_close, hang_copy, hang_ew, hang_reduce,
     stride0_weight_memory, weights_over_memory_limit, many_threads, short_int8_scales,
-    eltwise_with_binary_algorithm, post_op_on_copy, long_alias_chain]}
+    eltwise_with_binary_algorithm, eltwise_two_inputs, copy_two_outputs, post_op_on_copy,
+    long_alias_chain]}
 
 # what each case must end with: "refused: <regex>" (a BackendError) or "ran <regex>"
 EXPECT = {
@@ -613,11 +698,20 @@ EXPECT = {
     "tensor_span_overflow": "refused: .*(overflows|too large)",
     "copy_at_end": r"ran \[7\.0\]",
     "copy_one_past_end": "refused: .*copy source: reads or writes outside its tensor",
+    "copy_unit_dim_stride0": r"ran \[0\.0, 1\.0, 2\.0, 3\.0\]",
+    "copy_empty": r"ran \[\]",
+    "copy_twice_beside_unit_dim": "refused: .*writes an element twice",
+    "copy_twice_over_size2": "refused: .*writes an element twice",
+    "copy_overlap_by_one": "refused: .*writes an element twice",
     "ew_at_end": r"ran \[0\.0, 4\.0, 8\.0, 12\.0\]",
     "ew_one_past_end": "refused: .*ew input: reads or writes outside its tensor",
     "package_op_span": "refused: .*not C-contiguous within its storage",
+    "package_op_row_gap": "refused: .*tensor 1 is not C-contiguous within its storage",
+    "package_op_transposed": "refused: .*tensor 1 is not C-contiguous within its storage",
+    "package_op_unit_dims": r"ran, call-out accepted \(0 calls\)",
+    "package_op_empty": r"ran, call-out accepted \(0 calls\)",
     "overlapping_activation": "refused: .*overlapping strides",
-    "pool_rank1": "refused: .*pool: the source has rank 1, valid: 3",
+    "pool_rank1": "refused: .*pool: the source has rank 1, valid: 3$",  # not "3..3"
     "write_read_only_input": "refused: .*writes tensor 2, which is a delegate input",
     "write_constant_through_aliases": "refused: .*writes tensor 2, which is a constant",
     "alias_of_alias_constant": r"ran \[3\.0, 4\.0, 5\.0, 6\.0\]",
@@ -635,6 +729,8 @@ EXPECT = {
     "many_threads": rf"ran with {len(os.sched_getaffinity(0))} threads, sum 262144\.0",
     "short_int8_scales": "refused: .*weight scales: dense, rank 1, 8 values",
     "eltwise_with_binary_algorithm": "refused: .*algorithm code out of range",
+    "eltwise_two_inputs": "refused: .*eltwise: 2 inputs and 1 outputs, valid: 1 and 1",
+    "copy_two_outputs": "refused: .*copy: 1 inputs and 2 outputs, valid: 1 and 1",
     "post_op_on_copy": "refused: .*copy: takes no post-ops",
     "long_alias_chain": r"ran \[0\.0, 1\.0, 2\.0, 3\.0\]",
 }

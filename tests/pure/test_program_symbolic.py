@@ -241,3 +241,18 @@ def test_loader_refuses_a_hostile_growing_symbol_index():
     data[at + 4:at + 8] = (7).to_bytes(4, "little")
     with pytest.raises(ProgramError, match="growing symbol — found index 7"):
         from_bytes(reseal(data))
+
+
+def test_methods_sharing_a_state_name_must_agree_on_its_dtype_and_size():
+    # "count" is float32 [1] in forward; other's int32 [1] over the same 4 bytes is refused
+    program = _state_program()
+    other = program.methods[1]
+    values = (TensorValue(ScalarType.INT32, (1,), storage=ConstantStorage(0, 0)),
+              *other.values[1:])
+    fields = {f: getattr(other, f) for f in (
+        "name", "inputs", "outputs", "instructions", "operators", "memory_plan", "state")}
+    mixed = Program(methods=(program.methods[0], Method(**fields, values=values)),
+                    segments=program.segments)
+    with pytest.raises(ProgramError, match="state 'count'.*int32\\[1\\], but method 'forward' "
+                                           "has float32\\[1\\]"):
+        verify(mixed)

@@ -28,8 +28,8 @@ RANGES = {
 }
 
 
-def _quantized(name, scheme):
-    from opforge.quantize import quantize
+def _quantized(name, scheme, **options):
+    from opforge.quantize import Quantizer, quantize
 
     torch.manual_seed(0)
     model, inputs = ZOO[name]()
@@ -37,7 +37,8 @@ def _quantized(name, scheme):
     calibration = [tuple(torch.randn(t.shape, generator=gen) for t in inputs) for _ in range(3)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return quantize(model.eval(), inputs, scheme, calibration=calibration)
+        return quantize(model.eval(), inputs, scheme, calibration=calibration,
+                        quantizer=Quantizer(scheme, **options) if options else None)
 
 
 def _attr(gm, node):
@@ -94,3 +95,23 @@ def test_ranges_and_axes_per_scheme(name, scheme):
             assert isinstance(qmin, IntValue) and (qmin.value, qmax.value) == (amin, amax), key
             seen += 1
     assert seen >= 2
+
+
+# act_symmetric: signed storage with zero point 0 (docs/quantization.md's table)
+SYMMETRIC = {"8a8w": (torch.int8, -128, 127), "16a16w": (torch.int32, -32768, 32767),
+             "16a4w": (torch.int32, -32768, 32767)}
+
+
+@pytest.mark.parametrize("scheme", sorted(SYMMETRIC))
+@pytest.mark.parametrize("name", ["mlp"])
+def test_symmetric_activation_ranges(name, scheme):
+    gm = _quantized(name, scheme, act_symmetric=True).model
+    dtype, qmin, qmax = SYMMETRIC[scheme]
+    seen = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and str(node.target).endswith("quantize_per_tensor.default"):
+            zero_point = node.args[2]
+            assert zero_point == 0 and tuple(node.args[3:6]) == (qmin, qmax, dtype), \
+                (node.name, node.args)
+            seen += 1
+    assert seen >= 4

@@ -147,3 +147,19 @@ def test_static_programs_stay_version_1_and_static():
     with pytest.raises(ProgramError, match="static shapes"):
         method(np.zeros((5, 4), np.float32))
 
+
+
+def test_fully_dynamic_tensors_are_planned_at_their_upper_bound():
+    # every dim symbolic: no static dim keeps the planner on the upper-bound path
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return (x * 2.0).relu() + 1.0
+
+    n = Dim("n", min=1, max=MAX)
+    program = _roundtrip(export(Scale(), (torch.randn(4),), dynamic_shapes=({0: n},),
+                                kernels="portable"))
+    forward = program.method("forward")
+    assert forward.values[forward.inputs[0]].sizes == (MAX,)
+    plan = forward.memory_plan
+    _check(program, Scale(), lambda k: (torch.randn(k),), SIZES, MAX + 1)
+    assert plan.arena_sizes[0] >= 2 * MAX * 4  # the input and a temporary at MAX at once
