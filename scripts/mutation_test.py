@@ -103,7 +103,8 @@ TARGETS: dict[str, Target] = {
     "verifier": Target("opforge/program/verify.py", None, (
         "tests/pure/test_program_verify_limits.py", "tests/pure/test_program_verify.py",
         "tests/pure/test_program_bad_inputs.py", "tests/pure/test_runtime_memory_limits.py",
-        "tests/pure/test_program_symbolic.py")),
+        "tests/pure/test_program_symbolic.py", "tests/pure/test_program_splat.py",
+        "tests/pure/test_program_debug_table.py")),
     "memory_planning": Target("opforge/export/memory_planning.py", None, (
         "tests/torch/test_export_memory_plan_exact.py",
         "tests/torch/test_export_memory_planning.py")),
