@@ -265,14 +265,15 @@ def run_case(data: bytes, mode: str, library: str, watch: dict) -> str:
         rng = np.random.default_rng(0)
         for name in loaded.method_names:
             method = loaded.method(name)
-            inputs = _inputs(method, rng)
-            total = sum(a.nbytes for a in inputs if isinstance(a, np.ndarray))
+            # the inputs' bytes at their (upper-bound) shapes, before any is drawn
+            total = sum(np.dtype(s.dtype).itemsize * math.prod(s.shape)
+                        for s in method.inputs if s.is_tensor)
             if total > 1 << 30:
                 return "rejected: inputs over 1 GiB (not run)"
             if method._dynamic or loaded.state_names:  # sizes per call; state carries
                 run_dynamic(loaded, method, lambda: _inputs(method, rng, method._dynamic))
             else:
-                method(*inputs)
+                method(*_inputs(method, rng))
     except MemoryError as e:
         return f"finding: raw MemoryError: {e}"
     except KernelError as e:

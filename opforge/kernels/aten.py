@@ -141,7 +141,7 @@ class AtenOpKernel:
             # the out overload would first copy all of self onto itself, touching every page
             # of a KV cache each step, so write only the positions, as the portable kernel
             return self._in_place, tuple(positional)  # out is keyword-only: not in it
-        if self._linear and getattr(positional[0], "dim", lambda: 0)() == 1:
+        if self._linear and positional[0].dim() == 1:
             # ATen's linear.out resizes a 1-D input's out to (1, N) and back (a deprecated
             # resize, an error in a later torch): give it the (1, N) view it wants
             return functools.partial(self.op, out=keyword["out"].unsqueeze(0)), (
