@@ -110,6 +110,17 @@ def _models():
             e = self.emb(ids)  # (2, 4, 8)
             return self.gn(e.reshape(2, 4, 2, 4)), e.exp().sum(-1)
 
+    class Attention(nn.Module):  # sdpa with a mask that leaves a row fully masked: safe softmax
+        def __init__(self):
+            super().__init__()
+            mask = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
+            mask[..., 2, :] = False
+            self.register_buffer("mask", mask)
+
+        def forward(self, x):
+            q = x.reshape(2, 4, 2, 8).transpose(1, 2)
+            return nn.functional.scaled_dot_product_attention(q, q * 0.5, q, attn_mask=self.mask)
+
     x3 = torch.randn(1, 3, 8, 8, generator=g)
     x16 = torch.randn(2, 4, 16, generator=g)
     xs = torch.randn(2, 6, 6, generator=g)
@@ -117,7 +128,8 @@ def _models():
     ids = torch.randint(0, 20, (2, 4), generator=g)
     return [("conv", Conv().eval(), (x3,), {}), ("dense", Dense().eval(), (x16,), {}),
             ("shapes", Shapes().eval(), (xs, mask), {}), ("embed", Embed().eval(), (ids,), {}),
-            ("threads2", Dense().eval(), (x16,), {"num_threads": 2})]
+            ("threads2", Dense().eval(), (x16,), {"num_threads": 2}),
+            ("attention", Attention().eval(), (x16,), {})]
 
 
 def _quantized(name):

@@ -675,12 +675,54 @@ def normal_nan_paths():
     return "ran ok"
 
 
+def normal_safe_softmax():
+    # attention's safe softmax: a row of only -inf gives zeros (plain softmax: NaN); a row
+    # with a NaN stays NaN; -inf beside finite values is 0; rows of plain numbers as usual
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7 - 1
+    x[0, 1] = -np.inf
+    x[1, 0, 2] = np.nan
+    x[1, 2, :3] = -np.inf
+    p = Plan()
+    xi = p.tensor(F32, x.shape, role="input")
+    safe = p.tensor(F32, x.shape, role="output")
+    plain = p.tensor(F32, x.shape, role="output")
+    p.op("softmax", [xi], [safe], [2, 0, 1])
+    p.op("softmax", [xi], [plain], [2, 0, 0])
+    safe_, plain_ = run(p.handle(), x)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(2, keepdims=True))
+        want = e / e.sum(2, keepdims=True)
+    _close(plain_, want)
+    want[0, 1] = 0.0
+    _close(safe_, want)
+    return "ran ok"
+
+
+def safe_log_softmax():
+    # `safe` is defined for softmax only, and is a flag
+    p = Plan()
+    x = p.tensor(F32, [2, 4], role="input")
+    y = p.tensor(F32, [2, 4], role="output")
+    p.op("softmax", [x], [y], [1, 1, 1])
+    run(p.handle(), np.ones((2, 4), np.float32))
+    return "ran"
+
+
+def safe_softmax_flag_two():
+    p = Plan()
+    x = p.tensor(F32, [2, 4], role="input")
+    y = p.tensor(F32, [2, 4], role="output")
+    p.op("softmax", [x], [y], [1, 0, 2])
+    run(p.handle(), np.ones((2, 4), np.float32))
+    return "ran"
+
+
 NORMAL = ["normal_conv_pool_relu", "normal_matmul_binary_softmax", "normal_loops", "normal_int8",
-          "normal_nan_paths"]
+          "normal_nan_paths", "normal_safe_softmax"]
 
 CASES = {f.__name__: f for f in [
     normal_conv_pool_relu, normal_matmul_binary_softmax, normal_loops, normal_int8,
-    normal_nan_paths,
+    normal_nan_paths, normal_safe_softmax, safe_log_softmax, safe_softmax_flag_two,
     reach_overflow, tensor_span_overflow, copy_at_end, copy_one_past_end, copy_unit_dim_stride0,
     copy_empty, copy_twice_beside_unit_dim, copy_twice_over_size2, copy_overlap_by_one, ew_at_end,
     ew_one_past_end, package_op_span, package_op_row_gap, package_op_transposed,
@@ -733,6 +775,8 @@ EXPECT = {
     "copy_two_outputs": "refused: .*copy: 1 inputs and 2 outputs, valid: 1 and 1",
     "post_op_on_copy": "refused: .*copy: takes no post-ops",
     "long_alias_chain": r"ran \[0\.0, 1\.0, 2\.0, 3\.0\]",
+    "safe_log_softmax": "refused: .*safe must be 0 or 1, and 0 with log",
+    "safe_softmax_flag_two": "refused: .*safe must be 0 or 1, and 0 with log",
 }
 EXPECT.update({name: "ran ok$" for name in NORMAL})
 HOSTILE = sorted(set(EXPECT) - set(NORMAL))

@@ -132,6 +132,11 @@ class Lowering:
         from opforge.backends.cpu.lowering.quantized import find_int8_patterns  # (a family)
 
         self.int8 = find_int8_patterns(subgraph) if specs.get("int8", True) else {}
+        from opforge.backends.cpu.lowering.normalization import find_safe_softmax
+
+        # node name → its softmax node; a debug="nodes" build lowers the group unfused,
+        # so each of its nodes' results is computed and observable
+        self.safe_softmax = find_safe_softmax(subgraph) if debug != "nodes" else {}
         self.packages = specs.get("_package_nodes") or {}
 
     # --- tensors ---------------------------------------------------------------------
@@ -285,6 +290,11 @@ class Lowering:
             return self.lower_package(node, args)
         if node.name in self.int8:
             return self.lower_int8(node)
+        softmax = self.safe_softmax.get(node.name)
+        if softmax is not None and softmax is not node:  # the safe softmax computes these
+            self.plan.impls.append({"node": node.name, "op": name,
+                                    "impl": "fused into engine safe softmax"})
+            return self.env[softmax.name] if node.target is aten.where.self else ("fused", None)
         if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES:
             return _fold(node, args, kwargs)
         if False:

@@ -1,5 +1,5 @@
 """Batch norm (folded into a convolution only it reads, else a binary with a post-op),
-layer norm, group norm, softmax and log-softmax.
+layer norm, group norm, softmax, log-softmax and attention's safe softmax (one op).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.fx
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
     B_ADD, B_MUL, LOWERINGS, Lowering, Unsupported, _dense_operand, _need_f32,
-    _post_operand_misread, _uses_output,
+    _post_operand_misread, _uses_output, _val, aten,
 )
 
 
@@ -104,8 +104,63 @@ def lower_softmax(L, node, args, kwargs):
     dim = args[1] % max(len(spec.dims), 1)
     out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
     log = op_name(node).startswith("aten::_log_softmax")
-    L.op("softmax", [src], [out], [dim, int(log)], name="log_softmax" if log else "softmax")
+    if L.safe_softmax.get(node.name) is node:
+        L.op("softmax", [src], [out], [dim, 0, 1], name="safe softmax")
+    else:
+        L.op("softmax", [src], [out], [dim, int(log)], name="log_softmax" if log else "softmax")
     return ("t", out)
+
+
+def find_safe_softmax(sub) -> dict[str, torch.fx.Node]:
+    """torch's ``_safe_softmax`` as ``scaled_dot_product_attention`` decomposes into it:
+
+        p = _softmax(s, d); all_masked = logical_not(any(logical_not(eq(s, -inf)), d, True))
+        out = where(all_masked, full_like(p, 0), p)
+
+    one engine op (softmax with ``safe``: a row of only -inf gives zeros), instead of five
+    passes over the score matrix. Keyed by the name of every node of each match, each to
+    its softmax node; a match needs each inner node read only inside it, so no other node
+    sees a value the fused op does not compute."""
+    found: dict[str, torch.fx.Node] = {}
+    for w in sub.graph_module.graph.nodes:
+        match = _safe_softmax_match(w)
+        if match is not None:
+            for n in match:
+                found[n.name] = match[0]
+    return found
+
+
+def _only_user(node, user) -> bool:
+    return isinstance(node, torch.fx.Node) and list(node.users) == [user]
+
+
+def _safe_softmax_match(w):
+    if w.op != "call_function" or w.target is not aten.where.self or len(w.args) != 3:
+        return None
+    cond, zeros, p = w.args
+    if not (isinstance(p, torch.fx.Node) and p.target is aten._softmax.default
+            and len(p.args) == 3 and p.args[2] is False and not p.kwargs):
+        return None
+    if not (_only_user(zeros, w) and zeros.target is aten.full_like.default
+            and zeros.args[:2] == (p, 0) and set(p.users) == {zeros, w}
+            and zeros.kwargs.get("dtype") in (None, torch.float32)):
+        return None
+    s, dim = p.args[0], p.args[1]
+    rank = len(_val(p).shape)
+    if not (_only_user(cond, w) and cond.target is aten.logical_not.default):
+        return None
+    any_ = cond.args[0]
+    if not (_only_user(any_, cond) and any_.target is aten.any.dim and len(any_.args) == 3
+            and any_.args[2] is True and any_.args[1] % rank == dim % rank):
+        return None
+    not_eq = any_.args[0]
+    if not (_only_user(not_eq, any_) and not_eq.target is aten.logical_not.default):
+        return None
+    eq = not_eq.args[0]
+    if not (_only_user(eq, not_eq) and eq.target is aten.eq.Scalar and eq.args[0] is s
+            and eq.args[1] == float("-inf")):
+        return None
+    return (p, eq, not_eq, any_, cond, zeros, w)
 
 
 LOWERINGS["aten::_native_batch_norm_legit_no_training"] = lower_batch_norm

@@ -1,7 +1,9 @@
 // Normalisations: softmax and layer norm (f32, oneDNN), group norm (f32, a loop).
 //
-// softmax contract: ins [src], outs [dst]; ia [axis, log (0/1)].
+// softmax contract: ins [src], outs [dst]; ia [axis, log (0/1)] or [axis, log, safe (0/1)].
 //   src, dst: f32, one shape, rank >= 1, no overlapping strides; 0 <= axis < rank.
+//   safe (not with log): a row whose every element is -inf gives zeros, not NaN (torch's
+//   _safe_softmax, what scaled_dot_product_attention decomposes into).
 // layer_norm contract (over the last dim): ins [src, (scale), (shift)], outs [dst];
 //   ia [has_scale, has_shift]; fa [eps].
 //   src, dst: f32, one shape, rank 1..8, no overlapping strides; scale and shift: f32,
@@ -42,7 +44,10 @@ void per_channel(const Engine& e, int id, int64_t n, const std::string& kind, co
 void contract_softmax(const Engine& e, const OpCall& c) {
   need_count(c, 1, 1);
   need_post_ops_allowed(c, false);
-  need(c.ia.size() == 2 && (c.ia[1] == 0 || c.ia[1] == 1), c.kind, "attributes: ia [axis, log]");
+  need((c.ia.size() == 2 || c.ia.size() == 3) && (c.ia[1] == 0 || c.ia[1] == 1), c.kind,
+       "attributes: ia [axis, log] or [axis, log, safe]");
+  need(c.ia.size() == 2 || c.ia[2] == 0 || (c.ia[2] == 1 && c.ia[1] == 0), c.kind,
+       "safe must be 0 or 1, and 0 with log");
   same_shape_f32(e, c, true);
   const Tensor& src = e.tensors[(size_t)c.ins[0]];
   need_rank(src, 1, kMaxRank, c.kind, "the source");
@@ -51,10 +56,12 @@ void contract_softmax(const Engine& e, const OpCall& c) {
 
 // oneDNN's softmax maps a row holding NaN or +inf to numbers; torch's is NaN there. When
 // the source holds a NaN or an inf (checked after each call), the rows are recomputed
-// here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m - log(sum))
+// here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m - log(sum)).
+// A row of only -inf is NaN there (x - m is -inf - -inf), or zeros when `safe`; it holds
+// an inf, so the check above always sends it here.
 struct SoftmaxOp : DnnlOp {
   int axis = 0;
-  bool log = false;
+  bool log = false, safe = false;
   void run(Engine& e) override {
     DnnlOp::run(e);
     if (has_special(e, ins[0], true)) exact(e);
@@ -76,6 +83,10 @@ struct SoftmaxOp : DnnlOp {
         if (v != v) { m = v; break; }
         if (v > m) m = v;
       }
+      if (safe && m == -INFINITY) {
+        for (int64_t j = 0; j < n; ++j) y[j * ds] = 0.f;
+        return;
+      }
       float sum = 0.f;
       for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * ss] - m);
       for (int64_t j = 0; j < n; ++j)
@@ -89,7 +100,8 @@ void build_softmax(Handle& h, const OpCall& c) {
   auto op = std::make_unique<SoftmaxOp>();
   op->axis = (int)c.ia[0];
   op->log = c.ia[1] != 0;
-  op->name = "softmax";
+  op->safe = c.ia.size() == 3 && c.ia[2] != 0;
+  op->name = op->safe ? "safe softmax" : "softmax";
   memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
   op->arg(DNNL_ARG_SRC, c.ins[0], src);
   op->arg(DNNL_ARG_DST, c.outs[0], dst);
