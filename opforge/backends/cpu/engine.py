@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 import os
 import threading
 import warnings
@@ -176,6 +177,47 @@ def _arr(ctype, values):
     return (ctype * max(len(values), 1))(*values)
 
 
+class _FilePages:
+    """Gives back the resident pages of a blob's constants once the engine has copied them.
+
+    A program loaded from a file keeps its segments in a shared read-only mapping
+    (``opforge.program.load``): each constant the engine reads at init becomes resident
+    there, beside the engine's own copy (and the layout oneDNN reorders weights into), so a
+    weight-heavy delegate held its weights twice for as long as it lived, and three times
+    at the peak of its init. ``madvise(MADV_DONTNEED)`` drops this process's pages of such
+    a mapping: a later read (a crash report, ``describe_blob``) faults them in again from
+    the file, unchanged. Only for a mapping nobody can write (its memoryview is read-only):
+    on a private or anonymous mapping the call would discard data. Whole pages inside each
+    constant only; a page it shares with its neighbours stays."""
+
+    _PAGE = mmap.PAGESIZE
+
+    def __init__(self, mapping: mmap.mmap, start: int) -> None:
+        self.mapping = mapping
+        self.start = start  # the mapping's address
+
+    @classmethod
+    def of(cls, data: memoryview) -> "_FilePages | None":
+        mapping = getattr(data, "obj", None)
+        if type(mapping) is not mmap.mmap or not hasattr(mmap, "MADV_DONTNEED"):
+            return None
+        whole = memoryview(mapping)
+        try:
+            if not whole.readonly:  # ACCESS_WRITE / ACCESS_COPY: pages may hold writes
+                return None
+            start = np.frombuffer(whole, np.uint8).ctypes.data
+        finally:
+            whole.release()
+        return cls(mapping, start)
+
+    def __call__(self, address: int, nbytes: int) -> None:
+        page = self._PAGE
+        first = -(-(address - self.start) // page) * page
+        end = (address + nbytes - self.start) // page * page
+        if end > first:
+            self.mapping.madvise(mmap.MADV_DONTNEED, first, end - first)
+
+
 class EngineHandle:
     """One initialised delegate: the engine pointer and what must outlive it."""
 
@@ -224,6 +266,7 @@ class EngineHandle:
         lib = self.lib
         raw = np.frombuffer(data, np.uint8)  # a view of the (memory-mapped) blob: no copy
         base = raw.ctypes.data
+        release = _FilePages.of(data)
         self._tensors = plan["tensors"]
         for i, t in enumerate(plan["tensors"]):
             dims, strides = t["dims"], t["strides"]
@@ -240,6 +283,8 @@ class EngineHandle:
                                      t.get("offset", 0), storage, err, _ERR)
             if rid != i:
                 raise BackendError(f"cpu backend: tensors[{i}]: {err.value.decode(errors='replace')}")
+            if nbytes and release is not None:
+                release(base + offset, nbytes)  # the engine holds its own copy now
         for i, op in enumerate(plan["ops"]):
             for p in op["post"]:
                 self._check(lib.ofc_post_op(self.ptr, p[0], p[1], float(p[2]), float(p[3]),
