@@ -170,6 +170,8 @@ def _declare(lib) -> None:
     lib.ofc_describe.restype = I32
     lib.ofc_threads.argtypes = [P]
     lib.ofc_threads.restype = I32
+    lib.ofc_memory.argtypes = [P, I64P]
+    lib.ofc_memory.restype = None
 
 
 def _arr(ctype, values):
@@ -264,27 +266,44 @@ class EngineHandle:
 
     def _build(self, plan, data, registry, specs, err) -> None:
         lib = self.lib
-        raw = np.frombuffer(data, np.uint8)  # a view of the (memory-mapped) blob: no copy
+        # the engine reads the constants in place (borrowed, never copied): this view of the
+        # blob, kept for the engine's life, pins the memory (a mapping cannot be closed and a
+        # bytes object cannot be freed under it)
+        raw = np.frombuffer(data, np.uint8)
+        self.keep.append(raw)
         base = raw.ctypes.data
         release = _FilePages.of(data)
-        self._tensors = plan["tensors"]
-        for i, t in enumerate(plan["tensors"]):
+        self._tensors = tensors = plan["tensors"]
+        for i, t in enumerate(tensors):
             dims, strides = t["dims"], t["strides"]
             ptr, nbytes = None, 0
+            # 1: the engine owns it; 2: a delegate input (read-only: it may be a program
+            # constant in a read-only mapping); 3: a constant, read in place; 0: an output
+            # or unbacked, bound per call
+            storage = {"temp": 1, "input": 2}.get(t["role"], 0)
             if "data" in t:
                 offset, nbytes = t["data"]  # checked against the data size by blob.parse
-                ptr = ctypes.c_void_p(base + offset)  # the engine copies it
-            # 1: the engine owns it; 2: a delegate input (read-only: it may be a program
-            # constant in a read-only mapping); 0: an output or unbacked, bound per call
-            storage = {"temp": 1, "input": 2}.get(t["role"], 0)
+                ptr = ctypes.c_void_p(base + offset)
+                storage = 3
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
                                      _arr(ctypes.c_int64, strides), ptr, nbytes,
                                      t.get("base", -1) if t["role"] == "alias" else -1,
                                      t.get("offset", 0), storage, err, _ERR)
             if rid != i:
                 raise BackendError(f"cpu backend: tensors[{i}]: {err.value.decode(errors='replace')}")
-            if nbytes and release is not None:
-                release(base + offset, nbytes)  # the engine holds its own copy now
+
+        # each tensor's root (the engine took every alias: its base is an earlier tensor)
+        roots = list(range(len(tensors)))
+        for i, t in enumerate(tensors):
+            if t["role"] == "alias":
+                roots[i] = roots[t["base"]]
+
+        def give_back(ids) -> None:  # the file's pages of the constants an op read at init
+            for tid in ids:
+                root = tensors[roots[tid]]
+                if "data" in root and root["data"][1]:
+                    release(base + root["data"][0], root["data"][1])
+
         for i, op in enumerate(plan["ops"]):
             for p in op["post"]:
                 self._check(lib.ofc_post_op(self.ptr, p[0], p[1], float(p[2]), float(p[3]),
@@ -299,6 +318,8 @@ class EngineHandle:
                                            _arr(ctypes.c_int32, outs), len(outs), _arr(ctypes.c_int64, op["ia"]),
                                            len(op["ia"]), _arr(ctypes.c_double, op["fa"]), len(op["fa"]),
                                            err, _ERR), err, f"ops[{i}] ({op['name'] or op['kind']})")
+            if release is not None:  # a weight reordered into the engine's layout: its pages
+                give_back([*ins, *(p[4] for p in op["post"] if p[0] == 1)])
         self._check(lib.ofc_finalize(self.ptr, _arr(ctypes.c_int32, plan["inputs"]), len(plan["inputs"]),
                                      _arr(ctypes.c_int32, plan["outputs"]), len(plan["outputs"]), err, _ERR),
                     err, "finalize")
@@ -367,6 +388,16 @@ class EngineHandle:
         buf = ctypes.create_string_buffer(65536)
         self.lib.ofc_describe(self.ptr, buf, 65536)
         return [s for s in buf.value.decode().split(",") if s]
+
+    def memory(self) -> dict[str, int]:
+        """The engine's bytes: ``total`` (everything it allocated: constants, reordered
+        weights, the arena), ``arena`` (the planned intermediates' memory), ``intermediates``
+        (their sum: one buffer each would take this) and ``unplanned`` (intermediates a
+        plan reads before writing, each alone and zeroed)."""
+        self._live("memory()")
+        out = (ctypes.c_int64 * 4)()
+        self.lib.ofc_memory(self.ptr, out)
+        return dict(zip(("total", "arena", "intermediates", "unplanned"), out))
 
     def close(self) -> None:
         if not self.closed and self.ptr:

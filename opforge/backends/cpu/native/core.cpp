@@ -41,6 +41,10 @@ memory::data_type dnnl_type(int32_t dt) {
 
 Engine::~Engine() {
   if (!profile || runs == 0) return;
+  std::fprintf(stderr, "opforge cpu: intermediates %lld bytes in a planned arena of %lld "
+               "(%lld read before written, alone); engine memory %lld bytes in all\n",
+               (long long)intermediate_bytes, (long long)arena_bytes, (long long)unplanned_bytes,
+               (long long)used_bytes);
   for (size_t i = 0; i < ops.size(); ++i)
     std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us\n", i, ops[i]->name.c_str(),
                  op_seconds[i] / (double)runs * 1e6);
@@ -268,7 +272,9 @@ void* ofc_new(int32_t threads, int64_t max_bytes, char* error, int32_t size) {
 void ofc_destroy(void* handle) { delete static_cast<Handle*>(handle); }
 
 // a tensor: dims/strides in elements; data: constant bytes (copied) or null; base >= 0:
-// alias; storage: 1 owned intermediate, 0 an output and 2 an input bound per execute
+// alias; storage: 1 owned intermediate (memory planned at finalize), 0 an output and 2 an
+// input bound per execute, 3 a constant borrowed (data read in place, never copied: the
+// caller keeps it alive and unchanged until ofc_destroy)
 int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t* dims,
                        const int64_t* strides, const void* data, int64_t nbytes, int32_t base,
                        int64_t offset, int32_t storage, char* error, int32_t size) {
@@ -277,7 +283,11 @@ int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t*
     Engine& e = h->e;
     if (e.finalized) fail("tensor added after finalize");
     if (ndim < 0 || ndim > kMaxRank) fail("rank out of range");
-    if (storage != BOUND_OUTPUT && storage != OWNED && storage != BOUND_INPUT) fail("storage kind");
+    if (storage != BOUND_OUTPUT && storage != OWNED && storage != BOUND_INPUT && storage != BORROWED)
+      fail("storage kind");
+    if (storage == BORROWED && (data == nullptr || base >= 0)) fail("a borrowed tensor without data");
+    bool borrowed = storage == BORROWED;
+    if (borrowed) storage = BOUND_OUTPUT;  // a constant, as a copied one
     Tensor t;
     t.dtype = dtype;
     t.storage = storage;
@@ -308,11 +318,15 @@ int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t*
       t.storage = b.storage;
     } else if (data != nullptr) {
       if (nbytes != mul_c(span, is, "constant")) fail("constant byte count does not match its shape");
-      t.data = aligned_alloc64(e, t.store, nbytes, "a constant");
-      std::memcpy(t.data, data, (size_t)nbytes);
+      if (borrowed) {  // read in place; the validation layer refuses every write to a constant
+        t.data = const_cast<void*>(data);
+      } else {
+        t.data = aligned_alloc64(e, t.store, nbytes, "a constant");
+        std::memcpy(t.data, data, (size_t)nbytes);
+      }
       t.is_const = true;
     } else if (storage == OWNED) {
-      t.data = aligned_alloc64(e, t.store, mul_c(span, is, "intermediate"), "an intermediate");
+      mul_c(span, is, "intermediate");  // its memory comes at finalize (memory_plan.cpp)
     }  // an input or output, bound per execute
     e.tensors.push_back(std::move(t));
     return (int32_t)e.tensors.size() - 1;
@@ -402,6 +416,7 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
         fail("output tensor " + std::to_string(id) + " is not a dense, unaliased output");
       io[(size_t)id] = 1;
     }
+    plan_intermediates(e);
     auto backed = [&](int id) {
       int r = e.root(id);
       return io[(size_t)r] || e.tensors[(size_t)r].data != nullptr;
@@ -480,6 +495,14 @@ int32_t ofc_describe(void* handle, char* out, int32_t size) {
   for (auto& op : h->e.ops) { if (!text.empty()) text += ","; text += op->name; }
   set_error(out, size, text);
   return (int32_t)text.size();
+}
+
+// the engine's memory (bytes): [all it holds, the intermediates' arena, the intermediates in
+// it (one buffer each would take this), intermediates read before written (held alone)]
+void ofc_memory(void* handle, int64_t* out) {
+  const Engine& e = static_cast<Handle*>(handle)->e;
+  out[0] = e.used_bytes; out[1] = e.arena_bytes; out[2] = e.intermediate_bytes;
+  out[3] = e.unplanned_bytes;
 }
 
 // the number of threads the engine runs with (after clamping to this machine)

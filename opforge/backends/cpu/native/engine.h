@@ -36,8 +36,9 @@ constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any wa
 // opforge ScalarType codes
 enum Dtype : int32_t { U8 = 0, I8 = 1, I16 = 2, I32 = 3, I64 = 4, F32 = 6, F64 = 7, BOOL = 11 };
 
-// how a tensor gets its memory (ofc_add_tensor's `storage`)
-enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2 };
+// how a tensor gets its memory (ofc_add_tensor's `storage`); BORROWED: a constant read in
+// place from the caller's memory (the blob), which outlives the engine; never written
+enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2, BORROWED = 3 };
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
 
@@ -103,6 +104,10 @@ struct Engine {
   int threads = 1;
   bool finalized = false;
   int64_t max_bytes = 0, used_bytes = 0;
+  // the intermediates' arena (memory_plan.cpp): its bytes, the sum of the intermediates it
+  // holds (what one buffer each would take), and intermediates read before written (alone)
+  std::vector<char> arena;
+  int64_t arena_bytes = 0, intermediate_bytes = 0, unplanned_bytes = 0;
   bool profile = false;               // OPFORGE_CPU_PROFILE=1: per-op times on stderr at destroy
   std::vector<double> op_seconds;
   int64_t runs = 0;
@@ -146,6 +151,9 @@ struct Handle {
   Engine e;
   std::vector<PostOp> pending_post;   // post-ops for the next op added
 };
+
+// --- memory planning (memory_plan.cpp): at finalize, before any op runs
+void plan_intermediates(Engine& e);
 
 // --- the validation layer (validate.cpp) --------------------------------------------------
 void validate(const Engine& e, const OpCall& call);
