@@ -78,17 +78,20 @@ def _float64(model: nn.Module, inputs) -> np.ndarray:
     return out
 
 
+# the default kernel set decomposes _safe_softmax fully (logical_not(any(logical_not(eq))),
+# full_like); the portable set keeps it less decomposed (all(eq), zeros_like): both match
+@pytest.mark.parametrize("kernels", [None, "portable"])
 @pytest.mark.parametrize("b, h, lq, lk, d, rows", [
     (1, 2, 5, 7, 8, (1,)),          # one fully masked row
     (2, 3, 13, 13, 16, (0, 12)),    # the first and the last
     (1, 4, 17, 31, 32, ()),         # none: the safe path changes nothing
     (1, 1, 1, 11, 8, (0,)),         # decode-like: the only query is fully masked
 ])
-def test_masked_attention_matches_float64_and_runs_one_softmax(b, h, lq, lk, d, rows):
+def test_masked_attention_matches_float64_and_runs_one_softmax(b, h, lq, lk, d, rows, kernels):
     mask = _mask(lq, lk, rows, seed=lq * 31 + lk)
     model = Attention(mask).eval()
     inputs = _inputs(b, h, lq, lk, d, seed=d + lq)
-    program = export(model, inputs, backends=["cpu"])
+    program = export(model, inputs, backends=["cpu"], **({"kernels": kernels} if kernels else {}))
     assert not delegation_report(program)["forward"]["rejected"]
     impls = [row["impl"] for row in _plan_ops(program)]
     assert "fused into engine safe softmax" in impls

@@ -117,6 +117,7 @@ def find_safe_softmax(sub) -> dict[str, torch.fx.Node]:
         p = _softmax(s, d); all_masked = logical_not(any(logical_not(eq(s, -inf)), d, True))
         out = where(all_masked, full_like(p, 0), p)
 
+    (or, less decomposed, ``where(all(eq(s, -inf), d, True), zeros_like(p), p)``): that is
     one engine op (softmax with ``safe``: a row of only -inf gives zeros), instead of five
     passes over the score matrix. Keyed by the name of every node of each match, each to
     its softmax node; a match needs each inner node read only inside it, so no other node
@@ -141,26 +142,42 @@ def _safe_softmax_match(w):
     if not (isinstance(p, torch.fx.Node) and p.target is aten._softmax.default
             and len(p.args) == 3 and p.args[2] is False and not p.kwargs):
         return None
-    if not (_only_user(zeros, w) and zeros.target is aten.full_like.default
-            and zeros.args[:2] == (p, 0) and set(p.users) == {zeros, w}
+    if not (_only_user(zeros, w) and set(p.users) == {zeros, w} and (
+            (zeros.target is aten.full_like.default and zeros.args[:2] == (p, 0))
+            or (zeros.target is aten.zeros_like.default and zeros.args[:1] == (p,)))
             and zeros.kwargs.get("dtype") in (None, torch.float32)):
         return None
     s, dim = p.args[0], p.args[1]
     rank = len(_val(p).shape)
+    inner = _all_masked(cond, w, s, dim % rank, rank)
+    return None if inner is None else (p, *inner, zeros, w)
+
+
+def _all_masked(cond, w, s, dim: int, rank: int):
+    """The nodes of ``cond`` = "every element of the row is -inf" over ``dim`` of ``s``, in
+    either form torch writes: ``all(eq(s, -inf), dim, True)`` (``_safe_softmax`` itself), or
+    ``logical_not(any(logical_not(eq(s, -inf)), dim, True))`` (its decomposition)."""
+    def reduces(node, op, user):
+        return (_only_user(node, user) and node.target is op and len(node.args) == 3
+                and node.args[2] is True and isinstance(node.args[1], int)
+                and node.args[1] % rank == dim)
+
+    def is_eq(node, user):
+        return (_only_user(node, user) and node.target is aten.eq.Scalar and node.args[0] is s
+                and node.args[1] == float("-inf"))
+
+    if reduces(cond, aten.all.dim, w) and is_eq(cond.args[0], cond):
+        return (cond.args[0], cond)
     if not (_only_user(cond, w) and cond.target is aten.logical_not.default):
         return None
     any_ = cond.args[0]
-    if not (_only_user(any_, cond) and any_.target is aten.any.dim and len(any_.args) == 3
-            and any_.args[2] is True and any_.args[1] % rank == dim % rank):
+    if not reduces(any_, aten.any.dim, cond):
         return None
     not_eq = any_.args[0]
     if not (_only_user(not_eq, any_) and not_eq.target is aten.logical_not.default):
         return None
     eq = not_eq.args[0]
-    if not (_only_user(eq, not_eq) and eq.target is aten.eq.Scalar and eq.args[0] is s
-            and eq.args[1] == float("-inf")):
-        return None
-    return (p, eq, not_eq, any_, cond, zeros, w)
+    return (eq, not_eq, any_, cond) if is_eq(eq, not_eq) else None
 
 
 LOWERINGS["aten::_native_batch_norm_legit_no_training"] = lower_batch_norm
