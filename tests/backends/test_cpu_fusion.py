@@ -177,6 +177,57 @@ def test_a_result_also_read_by_a_post_op_elsewhere_is_not_fused():
         ("conv", []), ("eltwise", []), ("conv", [[1, B_ADD, 0.0, 0.0, t]])]
 
 
+def test_an_eltwise_reading_a_reshape_of_the_result_is_fused_under_the_result_s_shape():
+    # a linear's rows [6, 4] read as [2, 3, 4] by its activation: the matmul writes the
+    # activation's output, under the rows' shape (an alias of it)
+    p = Plan()
+    x, w = tensor(p, "input", dims=(6, 5)), tensor(p, "const", dims=(5, 4))
+    t = tensor(p, "temp", dims=(6, 4))
+    seen = tensor(p, "alias", dims=(2, 3, 4), base=t)
+    y = tensor(p, "output", dims=(2, 3, 4))
+    op(p, "matmul", [x, w], [t])
+    relu(p, seen, y)
+    fuse(p)
+    (fused,) = p.ops
+    assert fused["kind"] == "matmul" and fused["post"] == [RELU_POST]
+    out = p.tensors[fused["out"][0]]
+    assert out.role == "alias" and out.base == y and out.dims == (6, 4)
+    assert p.tensors[t].role == "dead"
+
+
+def test_a_binary_reading_a_reshape_takes_its_operand_under_the_result_s_shape():
+    p = Plan()
+    x, w = tensor(p, "input", dims=(6, 5)), tensor(p, "const", dims=(5, 4))
+    res = tensor(p, "input", dims=(2, 3, 4))
+    t = tensor(p, "temp", dims=(6, 4))
+    seen = tensor(p, "alias", dims=(2, 3, 4), base=t)
+    y = tensor(p, "output", dims=(2, 3, 4))
+    op(p, "matmul", [x, w], [t])
+    op(p, "binary", [res, seen], [y], [B_ADD])  # residual + linear(x)
+    fuse(p)
+    (fused,) = p.ops
+    operand = p.tensors[fused["post"][0][4]]
+    assert fused["post"][0][:4] == [1, B_ADD, 0.0, 0.0]
+    assert operand.role == "alias" and operand.base == res and operand.dims == (6, 4)
+
+
+@pytest.mark.parametrize("view", ["slice", "transpose"])
+def test_no_fusion_through_a_view_that_is_not_a_whole_reshape(view):
+    p = Plan()
+    x, w = tensor(p, "input", dims=(6, 5)), tensor(p, "const", dims=(5, 4))
+    t = tensor(p, "temp", dims=(6, 4))
+    if view == "slice":
+        seen = tensor(p, "alias", dims=(3, 4), base=t)
+        y = tensor(p, "output", dims=(3, 4))
+    else:
+        seen = tensor(p, "alias", dims=(4, 6), strides=(1, 4), base=t)
+        y = tensor(p, "output", dims=(4, 6), strides=(1, 4))
+    op(p, "matmul", [x, w], [t])
+    relu(p, seen, y)
+    fuse(p)
+    assert [o["kind"] for o in p.ops] == ["matmul", "eltwise"]
+
+
 @pytest.mark.parametrize("case", ["graph_output", "viewed", "two_readers", "other_layout",
                                   "not_elementwise"])
 def test_no_fusion_into_a_result_that(case):
@@ -189,8 +240,8 @@ def test_no_fusion_into_a_result_that(case):
         op(p, "softmax", [t], [y], [1, 0])
     else:
         relu(p, t, y)
-    if case == "viewed":
-        tensor(p, "alias", base=t)
+    if case == "viewed":  # a reshape of the result that another op reads
+        tanh(p, tensor(p, "alias", dims=(3, 2), base=t), tensor(p, "output", dims=(3, 2)))
     if case == "two_readers":
         tanh(p, t, tensor(p, "output"))
     before = [(o["kind"], o["in"], o["out"]) for o in p.ops]
@@ -228,8 +279,8 @@ def test_an_eltwise_that_starts_no_chain_stays_an_eltwise(case):
         tanh(p, t, tensor(p, "output"))
     if case == "two_readers":
         tanh(p, t, tensor(p, "output"))
-    if case == "viewed":
-        tensor(p, "alias", base=t)
+    if case == "viewed":  # a reshape of the result that another op reads
+        tanh(p, tensor(p, "alias", dims=(3, 2), base=t), tensor(p, "output", dims=(3, 2)))
     kinds = [o["kind"] for o in p.ops]
     fuse(p)
     assert [o["kind"] for o in p.ops] == kinds and all(not o["post"] for o in p.ops)

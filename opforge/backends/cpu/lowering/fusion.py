@@ -4,11 +4,14 @@ matmul or binary become oneDNN post-ops (an eltwise chain starts as a binary wit
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.fx
 
 from opforge.backends.cpu.lowering.core import (
     B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, Plan, TensorSpec, _post_operand_misread,
+    row_major,
 )
 
 
@@ -103,8 +106,30 @@ def _zero_constant(plan: Plan, dtype, rank: int) -> int:
     return len(plan.tensors) - 1
 
 
+def _reshapes(plan: Plan, t: int) -> list[int] | None:
+    """The tensors that are ``t``'s storage: its root (a temporary), and every alias of that
+    root when each is a whole, row-major reshape of a row-major root (offset 0, as many
+    elements); None when a view is anything else (a slice, a transpose, a broadcast), which
+    a post-op could not follow."""
+    root = _root(plan, t)
+    rspec = plan.tensors[root]
+    if rspec.role != "temp":
+        return None
+    aliases = [k for k, x in enumerate(plan.tensors) if x.role == "alias" and k != root
+               and _root(plan, k) == root]
+    if not aliases:
+        return [root]
+    if rspec.strides != row_major(rspec.dims):
+        return None
+    size = math.prod(rspec.dims)
+    for k in aliases:
+        x = plan.tensors[k]
+        if x.offset != 0 or math.prod(x.dims) != size or x.strides != row_major(x.dims):
+            return None
+    return [root, *aliases]
+
+
 def _fuse(plan: Plan) -> None:
-    aliased = {t.base for t in plan.tensors if t.role == "alias"}
     changed = True
     while changed:
         changed = False
@@ -113,38 +138,64 @@ def _fuse(plan: Plan) -> None:
                 continue
             t = op["out"][0]
             spec = plan.tensors[t]
-            if spec.role != "temp" or t in aliased:
+            # the result's storage under any of its names: a reader of a whole reshape of it
+            # (a linear's rows read as [batch, seq, n], a view before an activation) reads it
+            members = _reshapes(plan, t)
+            if members is None:
                 continue
-            readers = _readers(plan, t)
+            readers = sorted({r for m in members for r in _readers(plan, m)})
             if len(readers) != 1:
                 continue
             j = readers[0]
             nxt = plan.ops[j]
+            read = next(m for m in members if m in nxt["in"] or any(
+                p[0] == 1 and p[4] == m for p in nxt["post"]))
             out_spec = plan.tensors[nxt["out"][0]] if nxt["out"] else None
-            if out_spec is None or out_spec.dims != spec.dims or out_spec.strides != spec.strides \
+            rspec = plan.tensors[read]
+            if out_spec is None or out_spec.dims != rspec.dims or out_spec.strides != rspec.strides \
                     or out_spec.dtype != spec.dtype:
                 continue  # oneDNN's fast kernels write the layout they read
             if nxt["kind"] == "eltwise" and not nxt["post"]:
                 op["post"].append([0, nxt["ia"][0], nxt["fa"][0], nxt["fa"][1], -1])
             elif nxt["kind"] == "binary" and not nxt["post"] and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV):
-                other = nxt["in"][1] if nxt["in"][0] == t else nxt["in"][0]
-                if nxt["in"][0] != t and nxt["ia"][0] in (B_SUB, B_DIV):
+                other = nxt["in"][1] if nxt["in"][0] == read else nxt["in"][0]
+                if nxt["in"][0] != read and nxt["ia"][0] in (B_SUB, B_DIV):
                     continue  # other - t: not expressible as a post-op on t
-                if other == t:
+                if other in members:
                     continue
                 if _last_write(plan, other) > i:
                     continue  # computed after op: not available to it
                 if any(p[0] == 1 for p in op["post"]) and op["kind"] == "binary":
                     continue
+                if rspec.dims != spec.dims:
+                    other = _whole_view(plan, other, spec.dims)  # the operand as op's result
+                    if other is None:
+                        continue
                 if _post_operand_misread(spec.dims, plan.tensors[other].dims):
                     continue
                 op["post"].append([1, nxt["ia"][0], 0.0, 0.0, other])
             else:
                 continue
-            op["out"] = list(nxt["out"])
+            out = nxt["out"][0]
+            if out_spec.dims != spec.dims:  # write nxt's result under op's shape (row-major)
+                plan.tensors.append(TensorSpec(spec.dtype, spec.dims, row_major(spec.dims),
+                                               "alias", base=out))
+                out = len(plan.tensors) - 1
+            op["out"] = [out]
             op["name"] += "+" + nxt["name"]
             op["_nodes"] = op.get("_nodes", []) + nxt.get("_nodes", [])  # one group
-            spec.role = "dead"
+            plan.tensors[members[0]].role = "dead"
             del plan.ops[j]
             changed = True
             break
+
+
+def _whole_view(plan: Plan, tid: int, dims) -> int | None:
+    """``tid`` under ``dims`` (an alias), when it is row-major with as many elements."""
+    spec = plan.tensors[tid]
+    if math.prod(spec.dims) != math.prod(dims) or spec.strides != row_major(spec.dims):
+        return None
+    if tuple(spec.dims) == tuple(dims):
+        return tid
+    plan.tensors.append(TensorSpec(spec.dtype, tuple(dims), row_major(dims), "alias", base=tid))
+    return len(plan.tensors) - 1
