@@ -25,7 +25,7 @@ import torch.fx
 
 from opforge.export.method_graph import InputKind, MethodGraph
 
-__all__ = ["STATE_WRITES", "in_place_writes"]
+__all__ = ["STATE_WRITES", "in_place_writes", "with_program_state"]
 
 _aten = torch.ops.aten
 # functional writes whose result is ``self`` with some positions replaced
@@ -33,6 +33,19 @@ STATE_WRITES = frozenset({
     _aten.index_put.default, _aten.index_copy.default, _aten.slice_scatter.default,
     _aten.select_scatter.default,
 })
+
+
+def with_program_state(method: MethodGraph) -> dict[str, str]:
+    """``method.input_kinds`` with every buffer that is program state (notes
+    ``program_state``: what any method of the program updates) as ``STATE``, though this
+    method only reads it: a delegate takes it at run time, the live copy another method
+    updates."""
+    kinds = dict(method.input_kinds)
+    live = method.notes.get("program_state", frozenset())
+    for placeholder, name in method.notes.get("buffer_names", {}).items():
+        if name in live and kinds.get(placeholder) == InputKind.BUFFER:
+            kinds[placeholder] = InputKind.STATE
+    return kinds
 
 
 def in_place_writes(method: MethodGraph, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, torch.fx.Node]:

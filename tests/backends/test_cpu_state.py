@@ -238,3 +238,35 @@ def test_a_state_is_written_in_place_only_when_its_old_value_is_read_first(reade
     method, cache, new, nodes = _state_graph(reader)
     partition = nodes if inside else [new]
     assert in_place_writes(method, partition) == ({cache: new} if in_place else {})
+
+
+# --- a method that only reads a state another method updates ------------------------------
+
+class Shared(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4, 3))
+
+    def forward(self, k, pos):
+        self.cache.index_copy_(0, pos, k)
+        return k * 2
+
+    def read(self, x):
+        return (x + self.cache).relu()
+
+
+@pytest.mark.parametrize("backends", [[], ["cpu"]])
+def test_a_delegate_reads_the_live_state_another_method_writes(backends):
+    """The read method's delegate takes the cache at run time (it is program state, though
+    this method never updates it), never its initial value baked into the blob."""
+    model = Shared()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = export(None, methods={"write": (model, (torch.ones(1, 3), torch.tensor([0]))),
+                                        "read": (model.read, (torch.ones(4, 3),))},
+                         kernels="portable", backends=backends)
+    assert _kinds(program, "read") == (["DelegateCall"] if backends else ["KernelCall"] * 2)
+    loaded = load(program)
+    loaded.method("write")(np.full((1, 3), 5, np.float32), np.array([2]))
+    got = loaded.method("read")(np.full((4, 3), -1, np.float32))[0]
+    assert got.tolist() == [[0, 0, 0], [0, 0, 0], [4, 4, 4], [0, 0, 0]]
