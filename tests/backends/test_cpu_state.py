@@ -130,6 +130,32 @@ def test_negative_positions_count_from_the_end_as_on_the_lean_runtime():
     assert cpu.read_state("cache")[0].tolist() == [4, 5, 6]
 
 
+def test_index_copy_kept_from_decomposition_refuses_negative_positions_as_eager():
+    """``preserve_ops`` keeps ``index_copy`` in the graph: the delegate runs it in place and
+    refuses ``-1`` as ``Tensor.index_copy_`` does, writing nothing."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = export(Cache(), (torch.randn(2, 3), torch.tensor([0, 1])), kernels="portable",
+                         backends=["cpu"], preserve_ops=["aten::index_copy.default"])
+    (delegate,) = delegation_report(program)["forward"]["delegates"]
+    assert "aten::index_copy.default" in delegate["ops"]
+    assert _kinds(program) == ["DelegateCall"]
+    loaded, eager = load(program), Cache()
+    forward = loaded.method("forward")
+    k = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    with torch.no_grad():
+        expected = eager(k, torch.tensor([6, 2]))
+    np.testing.assert_array_equal(forward(k.numpy(), np.array([6, 2]))[0], expected.numpy())
+    before = eager.cache.numpy().copy()
+    np.testing.assert_array_equal(loaded.read_state("cache"), before)
+    with pytest.raises(IndexError):  # eager refuses -1 (after writing row 0, as it happens)
+        eager.cache.index_copy_(0, torch.tensor([0, -1]), k)
+    with pytest.raises(KernelError, match=r"`aten::index_copy`: index — found values in "
+                       r"\[-1, 0\] — valid: \[0, 7\]"):
+        forward(k.numpy(), np.array([0, -1]))
+    np.testing.assert_array_equal(loaded.read_state("cache"), before)  # nothing written
+
+
 # --- slice and select assignment into state -------------------------------------------------
 
 class Slices(torch.nn.Module):
