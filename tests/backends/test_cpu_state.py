@@ -61,7 +61,8 @@ def _generate(loaded, prompt, n):
                          prompt, n)
 
 
-def test_decode_is_one_delegate_and_32_greedy_tokens_equal_eager():
+@pytest.mark.parametrize("mode", ["lean", "aten"])  # the prefill's kernels; decode: the engine
+def test_decode_is_one_delegate_and_32_greedy_tokens_equal_eager(mode):
     from opforge.examples.decoder import greedy_decode
 
     model = _decoder()
@@ -71,7 +72,7 @@ def test_decode_is_one_delegate_and_32_greedy_tokens_equal_eager():
     assert len(report["delegates"]) == 1
     assert report["delegates"][0]["ops"].count("aten::index_put.default") == 4  # 2 layers × k, v
     assert _kinds(program, "decode") == ["DelegateCall"]  # the caches written in place: no Move
-    loaded = load(program)
+    loaded = load(program, mode=mode)
     prompt = [4, 9, 2, 11, 30]
     with torch.no_grad():
         expected = greedy_decode(lambda t, p: model(t, p), prompt, 32)
