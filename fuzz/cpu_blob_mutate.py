@@ -21,7 +21,7 @@ touched; the report dedupes findings by them):
 * ``ia``/``fa`` attributes (interesting ints, NaN/inf), post-ops (kinds, algs, tensors);
 * kernel-ABI args (tags, tensor slots, ints, lists) and op-package nodes (shapes, dtypes,
   slots, params, bytes);
-* the plan's inputs/outputs lists, the blob header's version/reserved word, and the
+* the plan's inputs/outputs lists, its state list (state inputs written in place), the blob header's version/reserved word, and the
   delegate's compile specs (num_threads).
 """
 
@@ -437,6 +437,29 @@ def plan_io(rng, c: Case):
     return Mutation(f"plan.{side}", "-", f"{side} = {ids}")
 
 
+def plan_state(rng, c: Case):
+    """The state list (a state input written in place): entries dropped, swapped, pointed
+    at other inputs or outputs, malformed; or an input made a state tensor."""
+    state = c.plan.setdefault("state", [])
+    mode = rng.randrange(5)
+    if mode == 0 and state:
+        del state[rng.randrange(len(state))]
+    elif mode == 1 and state:
+        entry = _pick(rng, state)
+        entry[rng.randrange(2)] = _pick(rng, [0, 1, -1, len(c.plan["inputs"]), 2**31,
+                                             rng.randrange(len(c.plan["inputs"]) + 1)])
+    elif mode == 2 and c.plan["inputs"]:
+        tid = _pick(rng, c.plan["inputs"])
+        c.plan["tensors"][tid]["role"] = "state"  # a read-only input made writable
+        return Mutation("plan.state", _tensor_users(c.plan, tid), f"tensors[{tid}] input -> state")
+    elif mode == 3:
+        state.append([rng.randrange(len(c.plan["inputs"]) + 1),
+                      rng.randrange(len(c.plan["outputs"]) + 2)])
+    else:
+        c.plan["state"] = _pick(rng, [None, 3, "x", [[0]], [[0, 0, 0]], [["a", 0]]])
+    return Mutation("plan.state", "-", f"state = {c.plan['state']!r}"[:200])
+
+
 def plan_header(rng, c: Case):
     mode = rng.randrange(4)
     if mode == 0:
@@ -469,7 +492,7 @@ MUTATORS = [
     (op_tensor_id, 10), (op_operand_count, 5), (op_kind, 6), (op_order, 3), (op_ia, 12),
     (op_fa, 5), (op_post, 6), (tensor_dims, 10), (tensor_strides, 8), (tensor_alias, 6),
     (tensor_dtype, 6), (tensor_role, 5), (const_data, 6), (kernel_args, 4), (package_node, 4),
-    (plan_io, 3), (plan_header, 1), (compile_spec, 3),
+    (plan_io, 3), (plan_state, 3), (plan_header, 1), (compile_spec, 3),
 ]
 _FUNCS = [f for f, _ in MUTATORS]
 _WEIGHTS = [w for _, w in MUTATORS]

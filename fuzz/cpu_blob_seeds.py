@@ -2,8 +2,9 @@
 
 Every op kind the engine knows comes from a model that lowers to it (the zoo, small models
 per op family, a custom native op called through the kernel ABI inside the delegate, an
-op-package op, 8a8w-quantized zoo models, and a debug build whose node results are extra
-delegate outputs). Exporting needs torch and takes tens of
+op-package op, 8a8w-quantized zoo models, a debug build whose node results are extra
+delegate outputs, and program state written in place: the decoder's decode step and slice
+assignment into a cache). Exporting needs torch and takes tens of
 seconds, so the programs and the native libraries they need are written once to a cache
 folder keyed by the hash of the cpu backend's ahead-of-time sources (another opforge on
 PYTHONPATH, e.g. a hardened branch, gets its own entry). The worker that runs the cases
@@ -176,6 +177,19 @@ def _build(folder: Path) -> None:
         add(f"debug-{mode}-{name}", export(model, inputs, kernels="portable",
                                            backends=[(CpuBackend(debug=mode), {})]))
 
+    # program state written in place inside the delegate: the decoder's one-token decode
+    # (index gathers of the rotary tables, index_put into four KV caches), and slice and
+    # select assignment into a state
+    from opforge.examples.decoder import TinyDecoder
+
+    import torch
+
+    decoder = TinyDecoder(max_len=16, seed=1).eval()
+    add("state-decoder", export(decoder, (torch.tensor([3]), torch.tensor([2])),
+                                kernels="portable", backends=["cpu"]))
+    add("state-slices", export(_state_slices_model(), (torch.randn(2, 4),), kernels="portable",
+                               backends=["cpu"]))
+
     sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
     library = build_library(manifest_path(), sources, folder / "libmy_ops.so",
                             cache_root=folder / "build")
@@ -189,6 +203,23 @@ def _build(folder: Path) -> None:
     add("oppackage", _package_program(package))
     (folder / "manifest.json").write_text(json.dumps({"seeds": entries, "trusted": trusted},
                                                      indent=1))
+
+
+def _state_slices_model():
+    import torch
+
+    class StateSlices(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("keys", torch.zeros(6, 4))
+            self.register_buffer("values", torch.zeros(3, 5, 4))
+
+        def forward(self, k):
+            self.keys[1:3].copy_(k * 2)
+            self.values[:, 4] = k[0]
+            return self.keys.sum(0) + self.values.sum((0, 1)) + k
+
+    return StateSlices().eval()
 
 
 def _package(folder: Path) -> Path:

@@ -94,6 +94,11 @@ class Backend(abc.ABC):
     # ops ("aten::linear") export keeps out of decomposition for this backend; a preserved
     # op the backend then leaves out runs on kernels, which must cover it
     preserve_ops: ClassVar[tuple[str, ...]] = ()
+    # whether ``preprocess`` honours ``Subgraph.state``: a cache write whose new value is a
+    # delegate output goes into the state input itself (the program passes the state as
+    # that output). A backend that does not leaves state read-only; the runtime copies its
+    # new value back after the call.
+    writes_state_in_place: ClassVar[bool] = False
 
     def preserved_ops(self, specs: dict[str, Any]) -> tuple[str, ...]:
         """Ops export keeps out of decomposition for these specs (default: ``preserve_ops``;

@@ -54,8 +54,11 @@ class ExportGraph:
                 and not is_delegate(n)]  # taken by an earlier backend
 
     def is_constant(self, node: Any) -> bool:
+        """A placeholder whose value is fixed at export (program state is not: it is a
+        live value, passed to a delegate at run time like a user input)."""
         return (isinstance(node, torch.fx.Node) and node.op == "placeholder"
-                and self.input_kinds.get(node.name, InputKind.USER) != InputKind.USER)
+                and self.input_kinds.get(node.name, InputKind.USER) not in (
+                    InputKind.USER, InputKind.STATE))
 
     def constant(self, node: torch.fx.Node) -> torch.Tensor | None:
         return self.constants.get(node.name) if self.is_constant(node) else None
@@ -72,6 +75,10 @@ class Subgraph:
     graph_module: torch.fx.GraphModule
     inputs: list[str]
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    # the inputs that are program state: name → the position of the output that is its new
+    # value when the delegate writes it in place (the program then passes the state itself
+    # as that output), None when the delegate only reads it
+    state: dict[str, int | None] = field(default_factory=dict)
     # set by ``preprocess`` when the backend can say it: for each op of the blob, in the
     # order it runs, the names of the subgraph nodes it computes (the debug handles)
     op_nodes: list[list[str]] | None = None

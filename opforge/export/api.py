@@ -1,6 +1,7 @@
 """``opforge.export.export``: a PyTorch model → a verified ``Program``.
 
-    method specs → capture (torch.export) → run_pipeline (passes) → kernel check → emit → verify
+    method specs → capture (torch.export) → run_front (passes to a functional graph, every
+    method) → run_back (delegation, out variants, memory plan) → kernel check → emit → verify
 
 The kernel check runs before emission, so a program that would die on the device with
 "missing operator" is never produced (unless ``allow_missing``).
@@ -26,7 +27,7 @@ from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
 from opforge.export.method_graph import MethodGraph, is_alloc
 from opforge.export.out_variants import op_key
 from opforge.export.passes.decompose import decomposition_table
-from opforge.export.pipeline import run_pipeline
+from opforge.export.pipeline import run_back, run_front
 from opforge.program import Program, verify
 
 __all__ = ["export", "normalize_op_name", "memory_plan_metadata"]
@@ -118,14 +119,20 @@ def export(
         preserve |= {normalize_op_name(name) for name in request.backend.preserved_ops(request.specs)}
     if resolved is not None:
         preserve |= preserved_by_kernels(resolved[1], decomposition_table().keys())
-    planned = []
+    functional = []
     for spec in specs:
         step("capture", spec.name)
         method = capture(spec, strict=strict)
         method.notes["grow"] = grow
-        planned.append(run_pipeline(method, preserve_ops=preserve, alignment=alignment,
-                                    mem_id_policy=mem_id_policy, on_pass=step,
-                                    backends=requests))
+        functional.append(run_front(method, preserve_ops=preserve, on_pass=step))
+    # a buffer one method updates is state in every method (shared by name): a method that
+    # only reads it must not see it as a constant (a delegate would bake its initial value)
+    state = frozenset(name for method in functional for name in method.notes["state"].values())
+    planned = []
+    for method in functional:
+        method.notes["program_state"] = state
+        planned.append(run_back(method, alignment=alignment, mem_id_policy=mem_id_policy,
+                                on_pass=step, backends=requests))
     metadata = {"opforge.version": importlib.metadata.version("opforge"), "opforge.torch_version": str(torch.__version__)}
     for method in planned:
         metadata.update(memory_plan_metadata(method))

@@ -8,7 +8,8 @@
       → emit: one ``DelegateCall`` per call, each blob a 64-byte-aligned segment
 
 Constants a partition reads are baked into its blob by ``preprocess``; a constant no other
-node reads leaves the program's constant segment. The graph stays executable by torch at
+node reads leaves the program's constant segment. Program state is a run-time input; a
+cache write inside the partition may go into the state in place (``delegated_state.py``). The graph stays executable by torch at
 every step (a ``LoweredDelegate`` runs its subgraph eagerly), which is how tests compare.
 
 What each backend did and why it left each node out is recorded in ``method.notes
@@ -30,6 +31,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
 from opforge.backends.report import METADATA_KEY, delegation_report
 from opforge.errors import BackendError, InternalError
 from opforge.export.method_graph import InputKind, MethodGraph
+from opforge.export.delegated_state import in_place_writes, with_program_state
 from opforge.export.lowered import DelegateOut, LoweredDelegate, is_delegate
 from opforge.export.pass_manager import ExportPass
 
@@ -112,7 +114,8 @@ class Delegate(ExportPass):
                               node_location(n) or "").as_dict()
                     for n in method.call_nodes() if n.target is not operator.getitem)
                 continue
-            graph = ExportGraph(method.name, method.graph_module, method.input_kinds, method.constants)
+            kinds = with_program_state(method)  # state another method updates: live too
+            graph = ExportGraph(method.name, method.graph_module, kinds, method.constants)
             result = backend.partition(graph, request.specs)
             report["rejected"].extend(r.as_dict() for r in result.rejected)
             for nodes in result.partitions:
@@ -132,14 +135,16 @@ class Delegate(ExportPass):
                 for placeholder, outer in zip(
                         [n for n in sub.graph.nodes if n.op == "placeholder"], inputs):
                     placeholder.meta.update({k: v for k, v in outer.meta.items() if k == "val"})
-                    if outer.op == "placeholder" and method.input_kinds.get(outer.name) not in (
-                            None, InputKind.USER):
+                    if outer.op == "placeholder" and kinds.get(outer.name) not in (
+                            None, InputKind.USER, InputKind.STATE):
                         constants[placeholder.name] = method.constants[outer.name]
-                    else:
+                    else:  # program state too: a live value, read at run time
                         runtime_inputs.append((placeholder, outer))
                 _reorder_placeholders(sub, [p for p, _ in runtime_inputs])
+                state = _state_inputs(method, kinds, nodes, runtime_inputs, list(outputs),
+                                      backend.writes_state_in_place)
                 subgraph = Subgraph(backend.name, method.name, sub,
-                                    [p.name for p, _ in runtime_inputs], constants)
+                                    [p.name for p, _ in runtime_inputs], constants, state)
                 try:
                     blob = backend.preprocess(subgraph, request.specs)
                 except PreprocessRefused as refused:
@@ -162,6 +167,9 @@ class Delegate(ExportPass):
                     len(runtime_inputs), len(outputs), ops,
                     [n.name for n in nodes if n.target is not operator.getitem])
                 lowered.output_handles = [_handle_of(o) for o in outputs]
+                lowered.state_writes = {
+                    position: k for k, (placeholder, _) in enumerate(runtime_inputs)
+                    if (position := state.get(placeholder.name)) is not None}
                 lowered.op_nodes = subgraph.op_nodes
                 self._replace(method, nodes, [o for _, o in runtime_inputs], list(outputs), lowered)
                 lowered.report = {
@@ -197,6 +205,21 @@ class Delegate(ExportPass):
         # reads one of its outputs may come earlier in graph order (partitions are convex,
         # not contiguous): re-sort topologically.
         _sort_in_place(graph)
+
+
+def _state_inputs(method: MethodGraph, kinds: dict[str, str], nodes: list[torch.fx.Node],
+                  runtime_inputs: list, outputs: list[torch.fx.Node],
+                  in_place: bool) -> dict[str, int | None]:
+    """``Subgraph.state``: each state input (by its subgraph name) → the output position of
+    its new value when the delegate may write it in place (``delegated_state.py``), else
+    None."""
+    writes = in_place_writes(method, nodes) if in_place else {}
+    state: dict[str, int | None] = {}
+    for placeholder, outer in runtime_inputs:
+        if kinds.get(outer.name) == InputKind.STATE:
+            writer = writes.get(outer)
+            state[placeholder.name] = outputs.index(writer) if writer in outputs else None
+    return state
 
 
 def _handle_of(node: torch.fx.Node) -> tuple[str, int] | None:

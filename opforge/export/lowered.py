@@ -35,6 +35,9 @@ class LoweredDelegate:
         # per op of the blob the nodes it computes when the backend says (Subgraph.op_nodes)
         self.output_handles: list[tuple[str, int] | None] = [None] * num_outputs
         self.op_nodes: list[list[str]] | None = None
+        # output position → input position: that output is the new value of that state
+        # input, written in place by the backend (UpdateStateInPlace passes the state as it)
+        self.state_writes: dict[int, int] = {}
         self.__name__ = f"delegate_{backend}"
 
     def __call__(self, *inputs: Any) -> tuple:

@@ -14,6 +14,8 @@
     emit (→ Program)                                  emit.py
 
 Each arrow is a pass (``passes/``); the pass manager checks the contract of each.
+``export`` runs the passes up to DropAssertions (``run_front``) on every method before the
+rest (``run_back``) on any: delegation must know every method's state.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from opforge.export.passes import (
     TagDebugHandles, ToOutVariant, UpdateStateInPlace,
 )
 
-__all__ = ["run_pipeline"]
+__all__ = ["run_pipeline", "run_front", "run_back"]
 
 
 def run_pipeline(
@@ -48,12 +50,32 @@ def run_pipeline(
     ``preserve_ops`` are ``"aten::linear.default"`` keys kept out of decomposition;
     ``backends`` are resolved requests (``delegation.resolve_backends``) to lower for.
     """
+    method = run_front(method, preserve_ops=preserve_ops, on_pass=on_pass)
+    return run_back(method, alignment=alignment, mem_id_policy=mem_id_policy, on_pass=on_pass,
+                    backends=backends)
+
+
+def run_front(method: MethodGraph, *, preserve_ops: Iterable[str] = (),
+              on_pass: Callable[[str, str], None] | None = None) -> MethodGraph:
+    """The passes up to a functional, assertion-free graph whose state is known (notes
+    ``state``): ``export`` runs them on every method before delegating any, since a
+    buffer one method updates is state in all of them."""
     passes = [
         DecomposeToCoreAten(preserve=preserve_ops),
         TagDebugHandles(),
         SymbolicSizes(),
         CheckFunctional(),
         DropAssertions(),
+    ]
+    return PassManager(passes, on_pass=on_pass).run(method)
+
+
+def run_back(method: MethodGraph, *, alignment: int = DEFAULT_ALIGNMENT,
+             mem_id_policy: Callable[[TensorLifetime, torch.fx.Node], int] | None = None,
+             on_pass: Callable[[str, str], None] | None = None,
+             backends: Sequence[Any] = ()) -> MethodGraph:
+    """Delegation, out variants and memory planning (the rest of ``run_pipeline``)."""
+    passes = [
         *([Delegate(backends)] if backends else []),
         ToOutVariant(),
         LiftConstants(),

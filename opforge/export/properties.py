@@ -87,7 +87,8 @@ def _all_out_variants(method: MethodGraph) -> list[str]:
             continue
         if isinstance(node.target, DelegateOut):
             outs = node.args[node.target.lowered.num_inputs:]
-            if not all(isinstance(v, torch.fx.Node) and is_alloc(v) for v in outs):
+            if not all(isinstance(v, torch.fx.Node) and (is_alloc(v) or _state(method, v))
+                       for v in outs):
                 bad.append(f"node {node.name}: a delegate output is not an alloc node")
             continue
         if not isinstance(node.target, torch._ops.OpOverload) or not is_out_schema(node.target._schema):
@@ -105,7 +106,8 @@ def _all_out_variants(method: MethodGraph) -> list[str]:
 
 
 def _state(method: MethodGraph, node: torch.fx.Node) -> bool:
-    """A state placeholder: the out of a write in place (passes/update_state_in_place.py)."""
+    """A state placeholder: the out of a write in place (passes/update_state_in_place.py),
+    by a kernel or by a delegate (export/delegated_state.py)."""
     return node.op == "placeholder" and method.input_kinds.get(node.name) == InputKind.STATE
 
 

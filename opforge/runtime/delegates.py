@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from opforge.errors import BackendError, ProgramError
 from opforge.program import ConstantStorage, DelegateCall, Program, TensorValue
+from opforge.program.verify_symbolic import state_values
 
 __all__ = ["DelegateSet", "DelegateKernel", "IO_INPUTS", "IO_OUTPUTS"]
 
@@ -131,7 +132,8 @@ class DelegateSet:
             if type(value) is not TensorValue:
                 raise ProgramError(f"{where} — argument {position} is value {index}, "
                                    f"a {type(value).__name__} — valid: tensors only — fix: re-export")
-            if position >= n_in and type(value.storage) is ConstantStorage:
+            if position >= n_in and type(value.storage) is ConstantStorage and \
+                    index not in state_values(method):  # state: written in place
                 raise ProgramError(f"{where} — output {position - n_in} is value {index}, a "
                                    "constant tensor — valid: an arena tensor — fix: re-export")
 

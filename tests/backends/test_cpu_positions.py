@@ -80,6 +80,12 @@ OPS = {
     "masked_fill": (lambda: Fn(lambda x: x.masked_fill(x < -0.2, -3.0)), (2, 4, 5)),
     "constant_pad": (lambda: Fn(lambda x: F.pad(x, (1, 2, 0, 1), value=0.7)), (2, 4, 5)),
     "index_select": (lambda: Fn(lambda x: torch.index_select(x, 1, torch.tensor([3, 0, 0, 2]))), (2, 4, 5)),
+    # the engine's indexing ops (indexing.py) on a value that is no program state: out of place
+    "index_rows": (lambda: Fn(lambda x: x[:, torch.tensor([3, -1, 0, 3])]), (2, 4, 5)),
+    "index_put_rows": (lambda: Fn(lambda x, v: torch.index_put(x, (torch.tensor([1, -2]),), v),
+                                  _r(2, 4, 5)), (2, 4, 5)),
+    "slice_scatter": (lambda: Fn(lambda x, v: torch.slice_scatter(x, v, 2, 1, 5, 2), _r(2, 4, 2)),
+                      (2, 4, 5)),
 }
 
 

@@ -75,6 +75,7 @@ def _chunks(graph, nodes: list, size: int) -> list[list]:
 
 class CpuBackend(Backend):
     name = "cpu"
+    writes_state_in_place = True  # index_put / index_copy / slice_scatter into the state
     compile_spec_defs = (
         SpecDef("num_threads", "int", 0, "engine threads; 0 = OPFORGE_NUM_THREADS, else 1",
                 _check_threads),

@@ -7,9 +7,15 @@
     offset 24  u32      CRC-32 of plan + data
     offset 28  u32      0 (reserved)
     offset 32  plan     {"tensors": [...], "ops": [...], "inputs": [...], "outputs": [...],
-                         "impls": [...], ["debug": [...]]}
+                         "impls": [...], ["state": [...]], ["debug": [...]]}
     then zero padding to a multiple of 64, then the data: each constant's bytes at a
     64-byte-aligned offset a tensor names as "data": [offset, nbytes].
+
+Program state: an input of role ``state`` is a state tensor (a KV cache) the delegate may
+write in place; every other input is read-only. ``state`` lists ``[input position, call
+output position]`` for each state input the delegate writes: the program passes the state
+itself as that output of its DelegateCall (the new value is the state), so the engine has
+no output of its own for it. The call's other outputs are ``outputs``, in order.
 
 The blob is untrusted at init: ``parse`` checks the header, the CRC, every field's type,
 every count, id, dtype, rank and byte range before anything is built; the engine checks
@@ -33,10 +39,10 @@ MAX_TENSORS = 1 << 20
 MAX_RANK = 8
 DTYPES = {0, 1, 2, 3, 4, 6, 7, 11}
 ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 6: 4, 7: 8, 11: 1}
-ROLES = ("input", "output", "const", "temp", "alias", "dead")
+ROLES = ("input", "output", "const", "temp", "alias", "dead", "state")
 OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
             "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
-            "qconv", "qmatmul", "quant")
+            "qconv", "qmatmul", "quant", "index", "index_put", "index_copy")
 
 
 def _align(n: int) -> int:
@@ -57,6 +63,8 @@ def encode(plan) -> bytes:
     ops = [{k: v for k, v in op.items() if not k.startswith("_")} for op in plan.ops]
     doc = {"tensors": tensors, "ops": ops, "inputs": plan.inputs, "outputs": plan.outputs,
            "impls": plan.impls}
+    if plan.state:
+        doc["state"] = plan.state
     if plan.debug:
         doc["debug"] = plan.debug
     text = json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
@@ -180,7 +188,7 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
     _ints(doc.get("outputs"), 1 << 16, 0, n - 1, "outputs")
     for role, ids in (("input", doc["inputs"]), ("output", doc["outputs"])):
         for tid in ids:
-            if tensors[tid]["role"] != role:
+            if tensors[tid]["role"] != role and (role, tensors[tid]["role"]) != ("input", "state"):
                 raise _refuse(f"{role}s list tensor {tid}, which is a {tensors[tid]['role']}")
             if tensors[tid]["strides"] != _row_major(tensors[tid]["dims"]):
                 raise _refuse(f"{role} tensor {tid} is not row-major contiguous (the runtime "
@@ -189,12 +197,38 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
         raise _refuse("a tensor listed twice among the inputs and outputs")
     io = set(doc["inputs"]) | set(doc["outputs"])
     for i, t in enumerate(tensors):
-        if t["role"] in ("input", "output") and i not in io:
+        if t["role"] in ("input", "output", "state") and i not in io:
             raise _refuse(f"tensors[{i}] is an {t['role']} the delegate does not list")
     if type(doc.get("impls", [])) is not list:
         raise _refuse("impls")
+    _check_state(doc)
     _check_debug(doc)
     return doc, data
+
+
+def _check_state(doc: dict) -> None:
+    """``state``: ``[input position, call output position]`` per state input written in
+    place; each input a ``state`` tensor and each ``state`` tensor listed, each position
+    used once, the call's outputs the engine's plus these."""
+    state = doc.get("state", [])
+    if type(state) is not list or len(state) > len(doc["inputs"]):
+        raise _refuse("a state list longer than the inputs")
+    calls = len(doc["outputs"]) + len(state)
+    for k, entry in enumerate(state):
+        if type(entry) is not list or len(entry) != 2:
+            raise _refuse(f"state[{k}] is not [input position, output position]")
+        position = _int(entry[0], 0, len(doc["inputs"]) - 1, f"state[{k}] input")
+        _int(entry[1], 0, calls - 1, f"state[{k}] output")
+        if doc["tensors"][doc["inputs"][position]]["role"] != "state":
+            raise _refuse(f"state[{k}] names input {position}, which is not a state tensor")
+    for column in (0, 1):
+        if len({entry[column] for entry in state}) != len(state):
+            raise _refuse("a state input or output position listed twice")
+    named = {doc["inputs"][entry[0]] for entry in state}
+    for tid in doc["inputs"]:
+        if doc["tensors"][tid]["role"] == "state" and tid not in named:
+            raise _refuse(f"tensors[{tid}] is a state input the state list does not name (a "
+                          "state tensor is written in place and passed back as an output)")
 
 
 def _check_debug(doc: dict) -> None:

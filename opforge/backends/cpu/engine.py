@@ -245,7 +245,14 @@ class EngineHandle:
         self.inputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["inputs"]]
         debug = plan.get("debug", [])  # a debug build's node results: the last outputs
         own = len(plan["outputs"]) - len(debug)
-        self.outputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["outputs"][:own]]
+        own_outputs = [(tuple(tensors[t]["dims"]), tensors[t]["dtype"]) for t in plan["outputs"][:own]]
+        # the DelegateCall's outputs: the engine's own, and at each state position the
+        # state input itself (written in place; see blob.py)
+        self.state = {output: position for position, output in plan.get("state", [])}
+        self.outputs = []
+        for position in range(len(own_outputs) + len(self.state)):
+            self.outputs.append(self.inputs[self.state[position]] if position in self.state
+                                else own_outputs.pop(0))
         # a debug build: the node results, written by every call into these arrays (their
         # sizes come from the untrusted blob: bounded by the memory limit before allocation)
         total = sum(math.prod(tensors[p]["dims"]) * ITEMSIZE[tensors[p]["dtype"]]
@@ -278,9 +285,9 @@ class EngineHandle:
             dims, strides = t["dims"], t["strides"]
             ptr, nbytes = None, 0
             # 1: the engine owns it; 2: a delegate input (read-only: it may be a program
-            # constant in a read-only mapping); 3: a constant, read in place; 0: an output
-            # or unbacked, bound per call
-            storage = {"temp": 1, "input": 2}.get(t["role"], 0)
+            # constant in a read-only mapping); 3: a constant, read in place; 4: a state
+            # input (writable); 0: an output or unbacked, bound per call
+            storage = {"temp": 1, "input": 2, "state": 4}.get(t["role"], 0)
             if "data" in t:
                 offset, nbytes = t["data"]  # checked against the data size by blob.parse
                 ptr = ctypes.c_void_p(base + offset)
@@ -459,8 +466,16 @@ class Binding:
                                        f"{list(getattr(a, 'shape', ()))}, the delegate was compiled "
                                        f"for {NAMES[dtype]}{list(dims)} (C-contiguous"
                                        f"{', writable' if kind == 'output' else ''})")
+        for position, k in handle.state.items():
+            if outputs[position].ctypes.data != inputs[k].ctypes.data or \
+                    not inputs[k].flags.writeable:
+                raise BackendError(f"cpu backend: output {position} is the new value of state "
+                                   f"input {k}, which the delegate writes in place: it must be "
+                                   "that input's (writable) array — fix: re-export the program; this one "
+                                   "was altered or corrupted")
         handle._live("bind()")
         self.handle = handle
+        outputs = [a for position, a in enumerate(outputs) if position not in handle.state]
         outputs = [*outputs, *(array for _, _, array in handle.debug_outputs)]
         self.keep = (inputs, outputs)
         P = ctypes.c_void_p

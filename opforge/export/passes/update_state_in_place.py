@@ -18,6 +18,9 @@ the copy is kept, as it is for any other update (``self.count.add_(1)``). Positi
 checked by the kernels before anything is written (a position past the cache's end is a
 ``KernelError``, never a write out of bounds).
 
+A delegate that holds a cache write (``export/delegated_state.py``) has written the state in
+place already: its output for the new value becomes the state the same way.
+
 Requires out variants (the write's ``out`` is an ``alloc``); ensures ``state_in_place``:
 notes ``state_in_place`` lists the placeholders written in place.
 """
@@ -27,6 +30,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from opforge.errors import InternalError
+from opforge.export.lowered import DelegateOut
 from opforge.export.method_graph import MethodGraph, is_alloc
 from opforge.export.out_variants import bind_arguments
 from opforge.export.pass_manager import ExportPass
@@ -55,10 +60,14 @@ class UpdateStateInPlace(ExportPass):
             state = next((n for n in method.placeholders() if n.name == placeholder_name), None)
             if state is None or not isinstance(value, torch.fx.Node) or not is_alloc(value):
                 continue
-            writer = _writer(value, state)
+            delegate = _delegate_writer(value, state)
+            writer = delegate or _writer(value, state)
             if writer is None or not _same_tensor(state, value):
                 continue
             if any(order[user] > order[writer] for user in state.users if user is not writer):
+                if delegate is not None:  # the delegate pass checked this very condition
+                    raise InternalError(f"UpdateStateInPlace: {writer.name} writes state "
+                                        f"{state.name} in place, and it is read after the call")
                 continue  # the old value is read after the write: keep the copy
             value.replace_all_uses_with(state)  # the write's out, later readers, the output
             method.graph.erase_node(value)
@@ -80,6 +89,19 @@ def _writer(value: torch.fx.Node, state: torch.fx.Node) -> torch.fx.Node | None:
     if bound.get("self") is not state or any(a is state for a in others):
         return None  # the state is also the written source or an index: keep the copy
     return writer
+
+
+def _delegate_writer(value: torch.fx.Node, state: torch.fx.Node) -> torch.fx.Node | None:
+    """The delegate call whose output ``value`` is ``state``'s new value, written in place
+    by the backend (``LoweredDelegate.state_writes``; ``export/delegated_state.py``)."""
+    for user in value.users:
+        if isinstance(user.target, DelegateOut):
+            lowered = user.target.lowered
+            n = lowered.num_inputs
+            for output, position in lowered.state_writes.items():
+                if user.args[n + output] is value and user.args[position] is state:
+                    return user
+    return None
 
 
 def _same_tensor(state: torch.fx.Node, value: torch.fx.Node) -> bool:

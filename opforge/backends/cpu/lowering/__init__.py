@@ -121,6 +121,12 @@ from opforge.backends.cpu.lowering.reduction import (  # noqa: F401
 from opforge.backends.cpu.lowering.embedding import (  # noqa: F401
     lower_embedding,
 )
+from opforge.backends.cpu.lowering.indexing import (  # noqa: F401
+    lower_index,
+    lower_index_copy,
+    lower_index_put,
+    lower_scatter_region,
+)
 from opforge.backends.cpu.lowering.quantized import (  # noqa: F401
     Int8Pattern,
     QUANT_DTYPES,

@@ -46,7 +46,7 @@ class TensorSpec:
     dtype: torch.dtype
     dims: tuple[int, ...]
     strides: tuple[int, ...]
-    role: str                      # input, output, const, temp, alias
+    role: str                      # input, state, output, const, temp, alias
     base: int = -1
     offset: int = 0
     data: bytes | None = None
@@ -101,6 +101,8 @@ class Plan:
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     impls: list[dict] = field(default_factory=list)   # per lowered node: what runs it
+    # [input position, output position] per state input written in place (blob.py)
+    state: list[list[int]] = field(default_factory=list)
     # a debug build (``Lowering(..., debug=True)``): the trailing outputs are copies of
     # node results, each ``[output position, node name, result index]``
     debug: list[list] = field(default_factory=list)
@@ -138,6 +140,9 @@ class Lowering:
         # so each of its nodes' results is computed and observable
         self.safe_softmax = find_safe_softmax(subgraph) if debug != "nodes" else {}
         self.packages = specs.get("_package_nodes") or {}
+        # node name → the state input it writes in place (its result is the delegate output
+        # that ``Subgraph.state`` names for that input)
+        self.in_place: dict[str, str] = {}
 
     # --- tensors ---------------------------------------------------------------------
     def new_tensor(self, dtype, dims, role="temp", strides=None, **kw) -> int:
@@ -197,10 +202,14 @@ class Lowering:
         for node in g.nodes:
             for a in node.all_input_nodes:
                 self.users[a.name] = self.users.get(a.name, 0) + 1
+        outputs = self.sub.output_nodes()
+        written = {name: position for name, position in getattr(self.sub, "state", {}).items()
+                   if position is not None}
+        self.in_place = {outputs[position].name: name for name, position in written.items()}
         for name in self.sub.inputs:
             node = next(n for n in g.nodes if n.name == name)
             fake = _val(node)
-            tid = self.new_tensor(fake.dtype, fake.shape, "input")
+            tid = self.new_tensor(fake.dtype, fake.shape, "state" if name in written else "input")
             self.plan.inputs.append(tid)
             self.env[name] = ("t", tid)
         for name, tensor in self.sub.constants.items():
@@ -214,7 +223,6 @@ class Lowering:
                     op.setdefault("_nodes", []).append(node.name)
                 if self.debug and node.target is not operator.getitem:
                     results.append(node.name)
-        outputs = self.sub.output_nodes()
         debug = []  # copied before the outputs are placed: a result they read is not redirected
         if self.debug == "groups":
             self.results = self._debug_results(results, outputs)  # kept after fusion
@@ -222,7 +230,15 @@ class Lowering:
             spec = self.spec(src)
             debug.append((name, item, self.new_tensor(spec.dtype, spec.dims, "output")))
             self.copy(src, debug[-1][2])
-        for out in outputs:
+        for name, position in sorted(written.items(), key=lambda item: item[1]):
+            tid = self.sub.inputs.index(name)
+            if self.env.get(outputs[position].name) != ("t", self.plan.inputs[tid]):
+                raise Unsupported("op", f"{outputs[position].name}: the new value of state "
+                                  f"{name} is not written in place by one engine op")
+            self.plan.state.append([tid, position])
+        for position, out in enumerate(outputs):
+            if position in written.values():
+                continue  # the state itself: the program passes it as this output
             value = self.env[out.name]
             fake = _val(out)
             tid = self.new_tensor(fake.dtype, fake.shape, "output")

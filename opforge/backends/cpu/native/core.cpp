@@ -108,6 +108,7 @@ const std::unordered_map<std::string, Builder>& builders() {
       {"group_norm", build_group_norm}, {"reduction", build_reduction}, {"reduce", build_reduce},
       {"copy", build_copy},           {"ew", build_ew},             {"qconv", build_int8},
       {"qmatmul", build_int8},        {"quant", build_quant},       {"embedding", build_embedding},
+      {"index", build_indexing},      {"index_put", build_indexing}, {"index_copy", build_indexing},
   };
   return table;
 }
@@ -274,7 +275,8 @@ void ofc_destroy(void* handle) { delete static_cast<Handle*>(handle); }
 // a tensor: dims/strides in elements; data: constant bytes (copied) or null; base >= 0:
 // alias; storage: 1 owned intermediate (memory planned at finalize), 0 an output and 2 an
 // input bound per execute, 3 a constant borrowed (data read in place, never copied: the
-// caller keeps it alive and unchanged until ofc_destroy)
+// caller keeps it alive and unchanged until ofc_destroy), 4 a state input (bound per
+// execute like an input, and writable)
 int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t* dims,
                        const int64_t* strides, const void* data, int64_t nbytes, int32_t base,
                        int64_t offset, int32_t storage, char* error, int32_t size) {
@@ -283,7 +285,8 @@ int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t*
     Engine& e = h->e;
     if (e.finalized) fail("tensor added after finalize");
     if (ndim < 0 || ndim > kMaxRank) fail("rank out of range");
-    if (storage != BOUND_OUTPUT && storage != OWNED && storage != BOUND_INPUT && storage != BORROWED)
+    if (storage != BOUND_OUTPUT && storage != OWNED && storage != BOUND_INPUT && storage != BORROWED &&
+        storage != BOUND_STATE)
       fail("storage kind");
     if (storage == BORROWED && (data == nullptr || base >= 0)) fail("a borrowed tensor without data");
     bool borrowed = storage == BORROWED;
@@ -406,7 +409,8 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
     std::vector<char> io(e.tensors.size(), 0);
     for (int id : e.inputs) {
       const Tensor& t = e.tensors[(size_t)id];
-      if (t.base >= 0 || t.storage != BOUND_INPUT || io[(size_t)id] || t.span != t.numel)
+      if (t.base >= 0 || (t.storage != BOUND_INPUT && t.storage != BOUND_STATE) || io[(size_t)id] ||
+          t.span != t.numel)
         fail("input tensor " + std::to_string(id) + " is not a dense, unaliased input");
       io[(size_t)id] = 1;
     }

@@ -37,8 +37,11 @@ constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any wa
 enum Dtype : int32_t { U8 = 0, I8 = 1, I16 = 2, I32 = 3, I64 = 4, F32 = 6, F64 = 7, BOOL = 11 };
 
 // how a tensor gets its memory (ofc_add_tensor's `storage`); BORROWED: a constant read in
-// place from the caller's memory (the blob), which outlives the engine; never written
-enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2, BORROWED = 3 };
+// place from the caller's memory (the blob), which outlives the engine; never written.
+// BOUND_STATE: a delegate input the blob marks as program state (a KV cache), bound per
+// execute like an input and, unlike one, writable: the one tensor kind a delegate may
+// write that it does not own or produce
+enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2, BORROWED = 3, BOUND_STATE = 4 };
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
 
@@ -163,7 +166,7 @@ void validate_callout(const Engine& e, const std::vector<int>& ins, const std::v
                       const char* what);
 
 // helpers the contracts share
-bool read_only(const Engine& e, int id);            // a constant or a delegate input
+bool read_only(const Engine& e, int id);            // a constant or a delegate input (not state)
 bool row_major(const Tensor& t);
 bool dense(const Tensor& t);                        // elements fill [0, span) exactly
 dims_t dnnl_dims(const Tensor& t);                  // as oneDNN sees it: 0-d is {1}
@@ -255,5 +258,6 @@ OFC_FAMILY(ew)
 OFC_FAMILY(int8)        // quantization.cpp: qconv, qmatmul, quant
 OFC_FAMILY(quant)
 OFC_FAMILY(embedding)   // embedding.cpp
+OFC_FAMILY(indexing)    // indexing.cpp: index, index_put, index_copy
 #undef OFC_FAMILY
 }  // namespace ofc

@@ -138,7 +138,8 @@ const std::unordered_map<std::string, Contract>& contracts() {
       {"reduce", contract_reduce},       {"copy", contract_copy},
       {"ew", contract_ew},               {"qconv", contract_int8},
       {"qmatmul", contract_int8},        {"quant", contract_quant},
-      {"embedding", contract_embedding},
+      {"embedding", contract_embedding}, {"index", contract_indexing},
+      {"index_put", contract_indexing},  {"index_copy", contract_indexing},
   };
   return table;
 }
@@ -152,7 +153,8 @@ void common(const Engine& e, const std::string& kind, const std::vector<int>& in
     if (read_only(e, id))
       fail(kind + ": writes tensor " + std::to_string(id) + ", which is " +
            (e.tensors[(size_t)e.root(id)].is_const ? "a constant" : "a delegate input") +
-           " (read-only: it may live in the program's read-only mapping)");
+           " (read-only: it may live in the program's read-only mapping; a delegate writes only "
+           "the inputs its blob marks as program state)");
   }
 }
 
