@@ -94,6 +94,10 @@ class Backend(abc.ABC):
     # ops ("aten::linear") export keeps out of decomposition for this backend; a preserved
     # op the backend then leaves out runs on kernels, which must cover it
     preserve_ops: ClassVar[tuple[str, ...]] = ()
+    # whether ``partition``/``preprocess`` take a dynamic method's graph (symbolic sizes,
+    # the symbol table on ``ExportGraph.symbols``); a backend that does not is offered
+    # nothing from such a method
+    dynamic_shapes: ClassVar[bool] = False
 
     def preserved_ops(self, specs: dict[str, Any]) -> tuple[str, ...]:
         """Ops export keeps out of decomposition for these specs (default: ``preserve_ops``;

@@ -103,7 +103,8 @@ class Delegate(ExportPass):
         report = method.notes.setdefault("delegation", {"delegates": [], "rejected": []})
         for request in self.requests:
             backend = request.backend
-            if method.notes.get("symbols"):
+            symbols = method.notes.get("symbols") or None
+            if symbols is not None and not backend.dynamic_shapes:
                 # Backends compile for fixed sizes, and probing a symbolic size (int(s))
                 # would specialise torch's symbol to the example: nothing is offered to them.
                 report["rejected"].extend(
@@ -112,7 +113,8 @@ class Delegate(ExportPass):
                               node_location(n) or "").as_dict()
                     for n in method.call_nodes() if n.target is not operator.getitem)
                 continue
-            graph = ExportGraph(method.name, method.graph_module, method.input_kinds, method.constants)
+            graph = ExportGraph(method.name, method.graph_module, method.input_kinds,
+                                method.constants, symbols)
             result = backend.partition(graph, request.specs)
             report["rejected"].extend(r.as_dict() for r in result.rejected)
             for nodes in result.partitions:
@@ -139,7 +141,8 @@ class Delegate(ExportPass):
                         runtime_inputs.append((placeholder, outer))
                 _reorder_placeholders(sub, [p for p, _ in runtime_inputs])
                 subgraph = Subgraph(backend.name, method.name, sub,
-                                    [p.name for p, _ in runtime_inputs], constants)
+                                    [p.name for p, _ in runtime_inputs], constants,
+                                    symbols=symbols)
                 try:
                     blob = backend.preprocess(subgraph, request.specs)
                 except PreprocessRefused as refused:

@@ -20,7 +20,7 @@ from opforge.backends.cpu.blob import ITEMSIZE
 from opforge.errors import BackendError
 from opforge.runtime.threads import note_library_loaded
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()
@@ -180,7 +180,10 @@ class EngineHandle:
     """One initialised delegate: the engine pointer and what must outlive it."""
 
     def __init__(self, plan: dict, data: memoryview, threads: int, max_memory: int,
-                 registry: Any, specs: dict) -> None:
+                 registry: Any, specs: dict, *, borrow: bool = False) -> None:
+        # borrow: constants are used in place in ``data`` (which must outlive the engine)
+        # where 64-byte aligned, instead of copied (a dynamic delegate's shapes share them)
+        self.borrow = borrow
         self.lib = lib = library()
         self.keep: list[Any] = []
         err = ctypes.create_string_buffer(_ERR)
@@ -234,6 +237,8 @@ class EngineHandle:
             # 1: the engine owns it; 2: a delegate input (read-only: it may be a program
             # constant in a read-only mapping); 0: an output or unbacked, bound per call
             storage = {"temp": 1, "input": 2}.get(t["role"], 0)
+            if ptr is not None and self.borrow and ptr.value % 64 == 0:
+                storage = 3  # borrowed: the caller keeps ``data`` alive (DynamicHandle)
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
                                      _arr(ctypes.c_int64, strides), ptr, nbytes,
                                      t.get("base", -1) if t["role"] == "alias" else -1,

@@ -52,10 +52,12 @@ class TensorSpec:
     data: bytes | None = None
 
     def as_json(self, data_offset: int | None) -> dict:
-        out = {"dtype": int(scalar_type_of(self.dtype)), "dims": list(self.dims),
-               "strides": list(self.strides), "role": self.role}
+        from opforge.backends.cpu.lowering.symbolic import expr_text
+
+        out = {"dtype": int(scalar_type_of(self.dtype)), "dims": [expr_text(d) for d in self.dims],
+               "strides": [expr_text(s) for s in self.strides], "role": self.role}
         if self.role == "alias":
-            out["base"], out["offset"] = self.base, self.offset
+            out["base"], out["offset"] = self.base, expr_text(self.offset)
         if self.data is not None:
             out["data"] = [data_offset, len(self.data)]
         return out
@@ -67,17 +69,53 @@ def _tidy_strides(dims, strides) -> tuple[int, ...]:
     reference kernels)."""
     out = list(strides)
     for k in range(len(dims) - 1, -1, -1):
-        if dims[k] == 1:
-            inner = [j for j in range(k + 1, len(dims)) if dims[j] != 1]
-            out[k] = max((out[j] * dims[j] for j in inner), default=1)
+        if _is_one(dims[k]):
+            inner = [j for j in range(k + 1, len(dims)) if not _is_one(dims[j])]
+            try:
+                out[k] = max((out[j] * dims[j] for j in inner), default=1)
+            except Unsupported:
+                pass  # symbolic: tidied per shape when the plan is made concrete (cpu/dynamic.py)
     return tuple(out)
+
+
+def _is_one(d) -> bool:
+    """``d == 1`` for a plain size; a symbolic size counts as not 1 (what holds for its
+    general value: a layout dense for it is dense at 1 too)."""
+    return type(d) is int and d == 1
+
+
+def same(a, b) -> bool:
+    """``a == b`` for every value of the symbols: equal ints, or sizes (tuples of them)
+    whose difference is identically zero; never raises (unknown counts as different)."""
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        return (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b)
+                and all(same(x, y) for x, y in zip(a, b)))
+    if type(a) is int and type(b) is int:
+        return a == b
+    diff = a - b
+    return type(diff) is int and diff == 0
+
+
+def known(test) -> bool:
+    """``test()``, or False when it depends on a symbolic size (the lowering then takes the
+    general path, e.g. a copy it might have skipped)."""
+    try:
+        return bool(test())
+    except Unsupported:
+        return False
+
+
+def _at_least_one(d):
+    if type(d) is not int and type(d).__name__ != "SymDim":  # a torch SymInt: never probe it
+        raise Unsupported("shape", f"the size {d} reached the lowering unconverted")
+    return max(d, 1) if type(d) is int else d if d >= 1 else 1
 
 
 def row_major(dims) -> tuple[int, ...]:
     strides, step = [], 1
     for d in reversed(dims):
         strides.append(step)
-        step *= max(int(d), 1)
+        step *= _at_least_one(d)
     return tuple(reversed(strides))
 
 
@@ -104,6 +142,8 @@ class Plan:
     # a debug build (``Lowering(..., debug=True)``): the trailing outputs are copies of
     # node results, each ``[output position, node name, result index]``
     debug: list[list] = field(default_factory=list)
+    # a dynamic method's delegate: [name, min, max] of the symbols its sizes read
+    symbols: list[list] = field(default_factory=list)
 
 
 def _val(node: Any):
@@ -133,11 +173,25 @@ class Lowering:
 
         self.int8 = find_int8_patterns(subgraph) if specs.get("int8", True) else {}
         self.packages = specs.get("_package_nodes") or {}
+        # a dynamic method's symbol table (export/symbolic.py): sizes become ``SymDim``s
+        self.table = getattr(subgraph, "symbols", None) or None
+
+    def dim(self, value):
+        """A plan size: an int, or a ``SymDim`` for a symbolic one (``lowering/symbolic.py``)."""
+        from opforge.backends.cpu.lowering.symbolic import to_dim
+
+        return to_dim(value, self.table)
+
+    def shape(self, fake) -> tuple:
+        return tuple(self.dim(d) for d in fake.shape)
 
     # --- tensors ---------------------------------------------------------------------
     def new_tensor(self, dtype, dims, role="temp", strides=None, **kw) -> int:
-        dims = tuple(int(d) for d in dims)
-        strides = _tidy_strides(dims, tuple(strides or row_major(dims)))
+        dims = tuple(self.dim(d) for d in dims)
+        strides = _tidy_strides(dims, tuple(self.dim(s) for s in strides) if strides
+                                else row_major(dims))
+        if "offset" in kw:
+            kw["offset"] = self.dim(kw["offset"])
         self.plan.tensors.append(TensorSpec(dtype, dims, strides, role, **kw))
         return len(self.plan.tensors) - 1
 
@@ -163,10 +217,12 @@ class Lowering:
             return self.env[a.name]
         if isinstance(a, (list, tuple)):
             return type(a)(self.arg(x) for x in a)
+        if hasattr(a, "expr") and hasattr(a, "hint"):  # a size known at run time (SymSize)
+            return self.dim(a)
         return a
 
     def op(self, kind, ins, outs, ia=(), fa=(), name="", post=None) -> dict:
-        entry = {"kind": kind, "in": list(ins), "out": list(outs), "ia": [int(x) for x in ia],
+        entry = {"kind": kind, "in": list(ins), "out": list(outs), "ia": [self.dim(x) for x in ia],
                  "fa": [float(x) for x in fa], "post": post or [], "name": name}
         self.plan.ops.append(entry)
         return entry
@@ -174,7 +230,7 @@ class Lowering:
     def contiguous(self, tid: int) -> int:
         """``tid`` itself if row-major contiguous, else a row-major copy of it."""
         t = self.spec(tid)
-        if t.strides == row_major(t.dims) or math.prod(t.dims) <= 1:
+        if same(t.strides, row_major(t.dims)) or known(lambda: math.prod(t.dims) <= 1):
             return tid
         out = self.new_tensor(t.dtype, t.dims)
         self.copy(tid, out)
@@ -227,6 +283,8 @@ class Lowering:
         for name, item, out in debug:  # the delegate's own outputs first
             self.plan.outputs.append(out)
             self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
+        if self.table is not None:
+            self.plan.symbols = [[s.name, s.min, s.max] for s in self.table.symbols]
         return self.plan
 
     def _debug_results(self, results: list[str], outputs: list) -> list[tuple[str, int, int]]:
@@ -242,7 +300,7 @@ class Lowering:
                 last.pop(tid, None)  # re-inserted: the order is the last naming node's
                 last[tid] = (name, item)
         return [(name, item, tid) for tid, (name, item) in last.items()
-                if (name, item) not in own and math.prod(self.spec(tid).dims) > 0]
+                if (name, item) not in own and not known(lambda: math.prod(self.spec(tid).dims) == 0)]
 
     def keep_results(self) -> None:
         """A ``debug="groups"`` build, after fusion and pruning: copy out each node result
@@ -267,8 +325,8 @@ class Lowering:
         read = any(src in op["in"] or any(p[0] == 1 and p[4] == src for p in op["post"])
                    for op in self.plan.ops[first:])
         aliased = any(t.role == "alias" and t.base == src for t in self.plan.tensors)
-        if (writers and s.role == "temp" and not read and not aliased and s.dims == o.dims
-                and s.strides == o.strides and s.dtype == o.dtype):
+        if (writers and s.role == "temp" and not read and not aliased and same(s.dims, o.dims)
+                and same(s.strides, o.strides) and s.dtype == o.dtype):
             for w in writers:
                 w["out"] = [out if t == src else t for t in w["out"]]
             s.role = "dead"
@@ -281,11 +339,18 @@ class Lowering:
         name = op_name(node)
         args = self.arg(node.args)
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
+        dynamic = self.table is not None and self._dynamic_node(node, args, kwargs)
+        if dynamic and (node.name in self.packages or node.name in self.int8 or (
+                LOWERINGS.get(name) or LOWERINGS.get(name.split(".")[0])) not in SYMBOLIC_SIZES):
+            raise Unsupported("shape", f"{name} on dynamic sizes: the cpu backend lowers "
+                              "matmul, elementwise, softmax, layer norm, reductions, views, "
+                              "cat, casts and embedding with symbolic sizes, and this op only "
+                              "with static ones; stays on the kernels")
         if node.name in self.packages:
             return self.lower_package(node, args)
         if node.name in self.int8:
             return self.lower_int8(node)
-        if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES:
+        if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES and not dynamic:
             return _fold(node, args, kwargs)
         if False:
             return self.lower_package(node, args)
@@ -302,6 +367,22 @@ class Lowering:
             ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
             or ("view (no copy)" if not _all_constant(args, kwargs) else "folded at export")})
         return result
+
+    def _dynamic_node(self, node, args, kwargs) -> bool:
+        """Whether ``node`` reads or makes a symbolic size."""
+        from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
+
+        def walk(v) -> bool:
+            if isinstance(v, (list, tuple)):
+                if len(v) == 2 and v[0] == "t" and type(v[1]) is int:
+                    t = self.spec(v[1])
+                    return any(is_symbolic_dim(d) for d in (*t.dims, *t.strides, t.offset))
+                return any(walk(x) for x in v)
+            return is_symbolic_dim(v) or isinstance(v, torch.SymInt)
+        vals = _val(node)
+        vals = vals if isinstance(vals, (tuple, list)) else [vals]
+        return (any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+                    for v in vals) or walk(args) or walk(list(kwargs.values())))
 
     # --- 8a8w convolution / linear on oneDNN int8 ---------------------------------------------
     def lower_int8(self, node):
@@ -464,18 +545,27 @@ def _need_f32(node, what=None):
 
 def _out(L: Lowering, node, strides=None):
     fake = _val(node)
-    return L.new_tensor(fake.dtype, fake.shape, strides=strides)
+    return L.new_tensor(fake.dtype, L.shape(fake), strides=strides)
 
 
 def _dense(spec: TensorSpec) -> bool:
     """Strides that pack the tensor without gaps in some dim order (what oneDNN's fast
     kernels take); zero strides (broadcasts) and gaps are not."""
-    pairs = sorted((s, d) for s, d in zip(spec.strides, spec.dims) if d != 1)
+    pairs = [(s, d) for s, d in zip(spec.strides, spec.dims) if not _is_one(d)]
+    if all(type(x) is int for pair in pairs for x in pair):
+        step = 1
+        for s, d in sorted(pairs):
+            if s != step:
+                return False
+            step *= d
+        return True
+    # symbolic sizes: the dim whose stride is identically the running step, one by one
     step = 1
-    for s, d in pairs:
-        if s != step:
+    while pairs:
+        k = next((k for k, (s, _) in enumerate(pairs) if same(s, step)), None)
+        if k is None:
             return False
-        step *= d
+        step = step * pairs.pop(k)[1]
     return True
 
 
@@ -488,7 +578,8 @@ def _broadcast_strides(spec: TensorSpec, out_dims) -> list[int]:
     pad = len(out_dims) - len(spec.dims)
     strides = [0] * pad
     for d, s, o in zip(spec.dims, spec.strides, out_dims[pad:]):
-        strides.append(0 if d == 1 and o != 1 else s)
+        # a size-1 dim broadcast to a symbolic one: stride 0 (at size 1 it addresses nothing)
+        strides.append(s if same(d, o) else 0 if d == 1 and (type(o) is not int or o != 1) else s)
     return strides
 
 
@@ -517,6 +608,8 @@ def _post_operand_misread(dst_dims, operand_dims) -> bool:
     destination (N > 1, C, 1, ...) of rank >= 3 with the wrong values (BatchNorm1d over
     (2, 2, 1) was off by the size of its output); the plain binary primitive broadcasts it
     right, so such an operand stays a separate op."""
+    if any(type(d) is not int for d in (*dst_dims, *operand_dims)):
+        return True  # symbolic sizes: keep the operand a separate op (no decision per size)
     return (len(dst_dims) >= 3 and dst_dims[0] > 1 and all(d == 1 for d in dst_dims[2:])
             and len(operand_dims) == len(dst_dims) and operand_dims[0] == 1
             and any(d > 1 for d in operand_dims[1:]))
@@ -526,3 +619,6 @@ DNNL_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax"
 
 # op → its lowering (filled in by each op family's module)
 LOWERINGS: dict[str, Callable] = {}
+# the lowerings written for symbolic sizes (``lowering/symbolic.py``): every decision they
+# make on a size holds for all of its values, or they refuse; the others see static sizes only
+SYMBOLIC_SIZES: set[Callable] = set()

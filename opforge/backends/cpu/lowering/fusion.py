@@ -8,7 +8,7 @@ import torch
 import torch.fx
 
 from opforge.backends.cpu.lowering.core import (
-    B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, Plan, TensorSpec, _post_operand_misread,
+    B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, Plan, TensorSpec, _post_operand_misread, same,
 )
 
 
@@ -92,8 +92,8 @@ def _starts_chain(plan: Plan, op: dict) -> bool:
         return False
     nxt = plan.ops[readers[0]]
     src = plan.tensors[op["in"][0]]
-    return (nxt["kind"] == "eltwise" and src.strides == spec.strides
-            and plan.tensors[nxt["out"][0]].strides == spec.strides)
+    return (nxt["kind"] == "eltwise" and same(src.strides, spec.strides)
+            and same(plan.tensors[nxt["out"][0]].strides, spec.strides))
 
 
 def _zero_constant(plan: Plan, dtype, rank: int) -> int:
@@ -121,7 +121,8 @@ def _fuse(plan: Plan) -> None:
             j = readers[0]
             nxt = plan.ops[j]
             out_spec = plan.tensors[nxt["out"][0]] if nxt["out"] else None
-            if out_spec is None or out_spec.dims != spec.dims or out_spec.strides != spec.strides \
+            if out_spec is None or not same(out_spec.dims, spec.dims) \
+                    or not same(out_spec.strides, spec.strides) \
                     or out_spec.dtype != spec.dtype:
                 continue  # oneDNN's fast kernels write the layout they read
             if nxt["kind"] == "eltwise" and not nxt["post"]:

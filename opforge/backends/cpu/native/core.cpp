@@ -277,10 +277,15 @@ int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t*
     Engine& e = h->e;
     if (e.finalized) fail("tensor added after finalize");
     if (ndim < 0 || ndim > kMaxRank) fail("rank out of range");
-    if (storage != BOUND_OUTPUT && storage != OWNED && storage != BOUND_INPUT) fail("storage kind");
+    if (storage != BOUND_OUTPUT && storage != OWNED && storage != BOUND_INPUT &&
+        storage != BORROWED_CONST)
+      fail("storage kind");
+    if (storage == BORROWED_CONST && (data == nullptr || base >= 0 ||
+                                      reinterpret_cast<uintptr_t>(data) % 64 != 0))
+      fail("a borrowed constant without 64-byte-aligned data");
     Tensor t;
     t.dtype = dtype;
-    t.storage = storage;
+    t.storage = storage == BORROWED_CONST ? BOUND_OUTPUT : storage;  // as a copied constant
     int64_t is = (int64_t)itemsize(dtype);
     t.dims.assign(dims, dims + ndim);
     t.strides.assign(strides, strides + ndim);
@@ -308,8 +313,12 @@ int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t*
       t.storage = b.storage;
     } else if (data != nullptr) {
       if (nbytes != mul_c(span, is, "constant")) fail("constant byte count does not match its shape");
-      t.data = aligned_alloc64(e, t.store, nbytes, "a constant");
-      std::memcpy(t.data, data, (size_t)nbytes);
+      if (storage == BORROWED_CONST) {
+        t.data = const_cast<void*>(data);  // never written: validate.cpp refuses writes to constants
+      } else {
+        t.data = aligned_alloc64(e, t.store, nbytes, "a constant");
+        std::memcpy(t.data, data, (size_t)nbytes);
+      }
       t.is_const = true;
     } else if (storage == OWNED) {
       t.data = aligned_alloc64(e, t.store, mul_c(span, is, "intermediate"), "an intermediate");

@@ -29,7 +29,7 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dims_t = std::vector<int64_t>;
 
-constexpr int32_t kAbiVersion = 2;
+constexpr int32_t kAbiVersion = 3;
 constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
@@ -37,7 +37,11 @@ constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any wa
 enum Dtype : int32_t { U8 = 0, I8 = 1, I16 = 2, I32 = 3, I64 = 4, F32 = 6, F64 = 7, BOOL = 11 };
 
 // how a tensor gets its memory (ofc_add_tensor's `storage`)
-enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2 };
+enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2,
+                         // a constant whose bytes the caller keeps alive and unchanged for
+                         // the engine's life (the blob's mapping): used in place, not copied,
+                         // so the engines of one dynamic delegate's shapes share them
+                         BORROWED_CONST = 3 };
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
 
