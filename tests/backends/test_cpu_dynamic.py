@@ -97,6 +97,21 @@ def test_shapes_alternate_and_the_cache_evicts_least_recently_used(layer):
     assert handle.stats()["hits"] == hits + 1 and handle.stats()["misses"] == 11
 
 
+def test_engines_of_all_shapes_share_the_reordered_weights(layer):
+    """Each weight is reordered once per delegate, not once per shape: the weight cache
+    holds the layer's reordered weights after the first shape, and no more after four."""
+    loaded = load(layer[1])
+    method = loaded.method("forward")
+    handle = next(h for h in loaded.delegates.handles if h is not None)
+    method(np.ones((2, 6, 64), np.float32))
+    shared = handle.stats()["shared_weight_bytes"]
+    weights = 4 * (3 * 64 * 64 + 64 * 64 + 2 * 64 * 128)  # in_proj, out_proj, linear1/2
+    assert 4 * 64 * 128 <= shared <= 2 * weights  # at least one FFN matrix
+    for seq in (2, 9, 30):
+        method(np.ones((2, seq, 64), np.float32))
+    assert handle.stats()["shapes"] == 4 and handle.stats()["shared_weight_bytes"] == shared
+
+
 def test_profile_prints_the_cache_hit_rate(layer, monkeypatch, capfd):
     monkeypatch.setenv("OPFORGE_CPU_PROFILE", "1")
     loaded = load(layer[1])
@@ -105,7 +120,8 @@ def test_profile_prints_the_cache_hit_rate(layer, monkeypatch, capfd):
         method(np.ones((2, s, 64), np.float32))
     loaded.delegates.close()
     err = capfd.readouterr().err
-    assert "dynamic delegate shape cache: 2 hits, 2 misses (hit rate 50.0%)" in err
+    assert "dynamic delegate shape cache: 2 hits, 2 misses (hit rate 50.0%), 0 evictions, " \
+        "2/8 shapes cached" in err
 
 
 def test_decoder_prefill_and_greedy_decode_match_eager():

@@ -19,8 +19,9 @@ call shape, one engine per shape in a bounded least-recently-used cache.
 # miss, the plan is made concrete (sizes evaluated, strides of size-1 dims tidied as a static
 # lowering would), checked like a static blob by ``blob.check_plan`` and by the engine's
 # validation layer, and built. Engines borrow the blob's constant bytes in place (the blob
-# segment outlives them), so cached shapes share the weights; what each holds of its own is
-# its intermediates and oneDNN's reordered weights. The cache keeps ``MAX_SHAPES`` engines
+# segment, or one aligned copy of it, outlives them) and share one weight cache (the
+# weights in the layouts oneDNN picked, reordered once per delegate); what each holds of its
+# own is its intermediates, scratchpads and primitives. The cache keeps ``MAX_SHAPES`` engines
 # (least recently used evicted and destroyed); a binding re-fetches its engine per call, so
 # an evicted one is rebuilt, never used after it is freed. ``OPFORGE_CPU_PROFILE=1`` prints
 # the hits, misses and evictions when the handle is destroyed.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -179,6 +181,22 @@ def concrete_plan(doc: dict, exprs: _Exprs, env: dict[str, int]) -> dict:
     return plan
 
 
+def _aligned(data: memoryview) -> memoryview:
+    """``data`` itself when it starts 64-byte aligned (a program file's mapped segment), else
+    one aligned copy: the engines borrow constants only from aligned bytes, and every shape's
+    engine borrows from this one buffer."""
+    import numpy as np
+
+    raw = np.frombuffer(data, np.uint8)
+    if raw.ctypes.data % 64 == 0:
+        return data
+    buffer = np.empty(raw.nbytes + 64, np.uint8)
+    start = -buffer.ctypes.data % 64
+    copy = buffer[start:start + raw.nbytes]
+    copy[:] = raw
+    return memoryview(copy)
+
+
 class DynamicHandle:
     """A dynamic delegate: engines per shape (``MAX_SHAPES`` cached) over one blob."""
 
@@ -186,14 +204,20 @@ class DynamicHandle:
                  registry: Any, specs: dict, capacity: int = MAX_SHAPES) -> None:
         from opforge.backends.cpu.engine import library
 
-        library()  # a missing or stale engine fails at load, as for a static delegate
+        self.lib = library()  # a missing or stale engine fails at load, as for a static delegate
         if plan.get("debug") or any(op.get("kind") in ("kernel", "package") for op in plan["ops"]):
             raise _refuse("a dynamic plan with debug outputs, kernels or package ops")
-        self.plan, self.data = plan, data
         self.exprs = check_symbolic(plan, data)  # blob.parse checked it; the parsed form
+        self.plan, self.data = plan, _aligned(data)
         self.threads, self.max_memory, self.registry, self.specs = threads, max_memory, registry, specs
         self.capacity = capacity
         self.engines: OrderedDict[tuple, Any] = OrderedDict()
+        # builds and lookups from several method instances: one at a time
+        self.lock = threading.Lock()
+        # the reordered weights every shape's engine shares (freed after the engines)
+        self.weight_cache = self.lib.ofc_weight_cache_new()
+        if not self.weight_cache:
+            raise BackendError("cpu backend: no memory for the dynamic delegate's weight cache")
         self.hits = self.misses = self.evictions = 0
         self.closed = False
         self.debug_outputs: list = []
@@ -219,23 +243,24 @@ class DynamicHandle:
     def engine(self, key: tuple) -> tuple[Any, bool]:
         """(the engine for the shape ``key`` (sorted symbol values), whether it was built
         now): cached, else built (the least recently used one evicted beyond capacity)."""
-        self._live()
-        found = self.engines.get(key)
-        if found is not None:
-            self.engines.move_to_end(key)
-            return found, False
-        from opforge.backends.cpu.engine import EngineHandle
+        with self.lock:
+            self._live()
+            found = self.engines.get(key)
+            if found is not None:
+                self.engines.move_to_end(key)
+                return found, False
+            from opforge.backends.cpu.engine import EngineHandle
 
-        plan = concrete_plan(self.plan, self.exprs, dict(key))
-        check_plan(plan, self.data)
-        handle = EngineHandle(plan, self.data, self.threads, self.max_memory, self.registry,
-                              self.specs, borrow=True)
-        self.engines[key] = handle
-        while len(self.engines) > self.capacity:
-            _, old = self.engines.popitem(last=False)
-            old.close()
-            self.evictions += 1
-        return handle, True
+            plan = concrete_plan(self.plan, self.exprs, dict(key))
+            check_plan(plan, self.data)
+            handle = EngineHandle(plan, self.data, self.threads, self.max_memory, self.registry,
+                                  self.specs, borrow=True, weight_cache=self.weight_cache)
+            self.engines[key] = handle
+            while len(self.engines) > self.capacity:
+                _, old = self.engines.popitem(last=False)
+                old.close()
+                self.evictions += 1
+            return handle, True
 
     def bind(self, inputs, outputs) -> "DynamicBinding":
         env = self.env_of(inputs)
@@ -248,21 +273,28 @@ class DynamicHandle:
 
     def stats(self) -> dict:
         return {"shapes": len(self.engines), "capacity": self.capacity, "hits": self.hits,
-                "misses": self.misses, "evictions": self.evictions}
+                "misses": self.misses, "evictions": self.evictions,
+                "shared_weight_bytes": self.lib.ofc_weight_cache_bytes(self.weight_cache)
+                if not self.closed else 0}
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if os.environ.get("OPFORGE_CPU_PROFILE") == "1":
-            calls = self.hits + self.misses
-            rate = f"{100.0 * self.hits / calls:.1f}%" if calls else "-"
-            print(f"opforge cpu backend: dynamic delegate shape cache: {self.hits} hits, "
-                  f"{self.misses} misses (hit rate {rate}), {self.evictions} evictions, "
-                  f"{len(self.engines)}/{self.capacity} shapes cached", file=sys.stderr)
-        for handle in self.engines.values():
-            handle.close()
-        self.engines.clear()
+        with self.lock:
+            if self.closed:
+                return
+            if os.environ.get("OPFORGE_CPU_PROFILE") == "1":
+                calls = self.hits + self.misses
+                rate = f"{100.0 * self.hits / calls:.1f}%" if calls else "-"
+                shared = self.lib.ofc_weight_cache_bytes(self.weight_cache)
+                print(f"opforge cpu backend: dynamic delegate shape cache: {self.hits} hits, "
+                      f"{self.misses} misses (hit rate {rate}), {self.evictions} evictions, "
+                      f"{len(self.engines)}/{self.capacity} shapes cached, {shared} bytes of "
+                      "reordered weights shared", file=sys.stderr)
+            self.closed = True
+            for handle in self.engines.values():
+                handle.close()
+            self.engines.clear()
+            self.lib.ofc_weight_cache_free(self.weight_cache)  # after every engine using it
+            self.weight_cache = None
 
 
 class DynamicBinding:

@@ -29,7 +29,7 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dims_t = std::vector<int64_t>;
 
-constexpr int32_t kAbiVersion = 3;
+constexpr int32_t kAbiVersion = 4;
 constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
@@ -71,6 +71,7 @@ struct Tensor {
   std::vector<char> store;   // owned (intermediates, constants)
   void* data = nullptr;      // current pointer (set per execute for inputs/outputs)
   bool is_const = false;
+  bool borrowed = false;     // a BORROWED_CONST: data is the caller's, stable for the engine's life
   memory::desc md() const {  // a 0-d tensor is one element to oneDNN
     if (dims.empty()) return memory::desc({1}, dnnl_type(dtype), memory::dims{1});
     // a size-1 dim addresses nothing, but oneDNN orders dims by stride when it matches a
@@ -91,6 +92,21 @@ struct Tensor {
 
 struct Engine;
 
+// Constants in the layouts primitives want, shared by the engines of one dynamic delegate
+// (one engine per call shape, all borrowing the same blob constants): keyed by the borrowed
+// source bytes and both memory descriptors, so each weight is reordered once, not once per
+// shape. Owned by the caller (ofc_weight_cache_new/free), which frees it after every engine
+// that uses it; engines use it only while being built, which the caller serialises.
+struct WeightCache {
+  struct Entry {
+    const void* src;
+    memory::desc have, want;
+    memory mem;
+  };
+  std::vector<Entry> entries;
+  int64_t bytes = 0;
+};
+
 struct Op {
   std::vector<int> ins, outs;
   std::string name;
@@ -110,6 +126,7 @@ struct Engine {
   bool profile = false;               // OPFORGE_CPU_PROFILE=1: per-op times on stderr at destroy
   std::vector<double> op_seconds;
   int64_t runs = 0;
+  WeightCache* weights = nullptr;     // shared reordered constants (ofc_use_weight_cache)
   ~Engine();
 
   void* ptr(int id) {                 // aliases name their root directly (ofc_add_tensor)
