@@ -2,8 +2,8 @@
 
 Every op kind the engine knows comes from a model that lowers to it (the zoo, small models
 per op family, a custom native op called through the kernel ABI inside the delegate, an
-op-package op, 8a8w-quantized zoo models, and a debug build whose node results are extra
-delegate outputs). Exporting needs torch and takes tens of
+op-package op, 8a8w-quantized zoo models, a debug build whose node results are extra
+delegate outputs, and dynamic methods whose delegates carry size expressions). Exporting needs torch and takes tens of
 seconds, so the programs and the native libraries they need are written once to a cache
 folder keyed by the hash of the cpu backend's ahead-of-time sources (another opforge on
 PYTHONPATH, e.g. a hardened branch, gets its own entry). The worker that runs the cases
@@ -163,6 +163,18 @@ def _build(folder: Path) -> None:
     for (name, model, inputs, _), mode in zip(_models()[:2], ("groups", "nodes")):
         add(f"debug-{mode}-{name}", export(model, inputs, kernels="portable",
                                            backends=[(CpuBackend(debug=mode), {})]))
+
+    # dynamic methods: size expressions and symbols in the plans (cpu/dynamic.py)
+    import torch
+
+    model, inputs = ZOO["transformer_layer"]()
+    add("dynamic-transformer_layer", export(
+        model, inputs, kernels="portable", backends=["cpu"],
+        dynamic_shapes=({1: torch.export.Dim("seq", min=1, max=24)},)))
+    from opforge.examples.decoder import TinyDecoder, export_decoder
+
+    add("dynamic-decoder", export_decoder(TinyDecoder(max_len=12).eval(), kernels="portable",
+                                          backends=["cpu"]))
 
     sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
     library = build_library(manifest_path(), sources, folder / "libmy_ops.so",

@@ -202,6 +202,8 @@ HOSTILE = {
                        or doc["ops"][0]["ia"].append("extra"), "no input dimension binds"),
     "no symbols": (lambda doc: doc.__setitem__("symbols", []), "symbols"),
     "symbol twice": (lambda doc: doc["symbols"].append(list(doc["symbols"][0])), "twice"),
+    # found by the blob fuzzer: a rank change the plan is made concrete through
+    "rank mismatch": (lambda doc: _first_symbolic_dim(doc)["strides"].append(1), "strides"),
 }
 
 

@@ -120,6 +120,8 @@ def check_symbolic(doc: dict, data: memoryview) -> _Exprs:
                 raise _refuse(f"tensors[{i}].{key} is not a list of at most {MAX_RANK} sizes")
             for v in values:
                 exprs.check(v, 0, MAX_SIZE, f"tensors[{i}].{key}")
+        if len(t["dims"]) != len(t["strides"]):
+            raise _refuse(f"tensors[{i}]: {len(t['dims'])} dims but {len(t['strides'])} strides")
         if "offset" in t:
             exprs.check(t["offset"], 0, MAX_SIZE, f"tensors[{i}].offset")
     for i, op in enumerate(ops):
