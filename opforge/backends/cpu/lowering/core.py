@@ -14,6 +14,10 @@ import torch
 import torch.fx
 
 from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.symbolic import (
+    _at_least_one, _is_one, expr_text, known, reads_symbolic_sizes, same, symbols_of, to_dim,
+)
+from opforge.backends.cpu.lowering.unsupported import Unsupported
 from opforge.export.argument_values import scalar_type_of
 
 
@@ -32,13 +36,6 @@ EW = {name: i for i, name in enumerate(
 GENERIC_DTYPES = (torch.float32, torch.int64, torch.int32, torch.bool, torch.uint8, torch.int8)
 
 
-class Unsupported(Exception):
-    """A node the backend does not take: ``kind`` and a reason a user can act on."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
 
 
 @dataclass
@@ -52,8 +49,6 @@ class TensorSpec:
     data: bytes | None = None
 
     def as_json(self, data_offset: int | None) -> dict:
-        from opforge.backends.cpu.lowering.symbolic import expr_text
-
         out = {"dtype": int(scalar_type_of(self.dtype)), "dims": [expr_text(d) for d in self.dims],
                "strides": [expr_text(s) for s in self.strides], "role": self.role}
         if self.role == "alias":
@@ -76,39 +71,6 @@ def _tidy_strides(dims, strides) -> tuple[int, ...]:
             except Unsupported:
                 pass  # symbolic: tidied per shape when the plan is made concrete (cpu/dynamic.py)
     return tuple(out)
-
-
-def _is_one(d) -> bool:
-    """``d == 1`` for a plain size; a symbolic size counts as not 1 (what holds for its
-    general value: a layout dense for it is dense at 1 too)."""
-    return type(d) is int and d == 1
-
-
-def same(a, b) -> bool:
-    """``a == b`` for every value of the symbols: equal ints, or sizes (tuples of them)
-    whose difference is identically zero; never raises (unknown counts as different)."""
-    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
-        return (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b)
-                and all(same(x, y) for x, y in zip(a, b)))
-    if type(a) is int and type(b) is int:
-        return a == b
-    diff = a - b
-    return type(diff) is int and diff == 0
-
-
-def known(test) -> bool:
-    """``test()``, or False when it depends on a symbolic size (the lowering then takes the
-    general path, e.g. a copy it might have skipped)."""
-    try:
-        return bool(test())
-    except Unsupported:
-        return False
-
-
-def _at_least_one(d):
-    if type(d) is not int and type(d).__name__ != "SymDim":  # a torch SymInt: never probe it
-        raise Unsupported("shape", f"the size {d} reached the lowering unconverted")
-    return max(d, 1) if type(d) is int else d if d >= 1 else 1
 
 
 def row_major(dims) -> tuple[int, ...]:
@@ -178,8 +140,6 @@ class Lowering:
 
     def dim(self, value):
         """A plan size: an int, or a ``SymDim`` for a symbolic one (``lowering/symbolic.py``)."""
-        from opforge.backends.cpu.lowering.symbolic import to_dim
-
         return to_dim(value, self.table)
 
     def shape(self, fake) -> tuple:
@@ -283,8 +243,10 @@ class Lowering:
         for name, item, out in debug:  # the delegate's own outputs first
             self.plan.outputs.append(out)
             self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
-        if self.table is not None:
-            self.plan.symbols = [[s.name, s.min, s.max] for s in self.table.symbols]
+        if self.table is not None:  # the symbols its sizes read (none: a static blob)
+            used = symbols_of([*(v for t in self.plan.tensors for v in (*t.dims, *t.strides, t.offset)),
+                               *(v for op in self.plan.ops for v in op["ia"])])
+            self.plan.symbols = [[s.name, s.min, s.max] for s in self.table.symbols if s.name in used]
         return self.plan
 
     def _debug_results(self, results: list[str], outputs: list) -> list[tuple[str, int, int]]:
@@ -339,7 +301,7 @@ class Lowering:
         name = op_name(node)
         args = self.arg(node.args)
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
-        dynamic = self.table is not None and self._dynamic_node(node, args, kwargs)
+        dynamic = self.table is not None and reads_symbolic_sizes(self, node, args, kwargs)
         if dynamic and (node.name in self.packages or node.name in self.int8 or (
                 LOWERINGS.get(name) or LOWERINGS.get(name.split(".")[0])) not in SYMBOLIC_SIZES):
             raise Unsupported("shape", f"{name} on dynamic sizes: the cpu backend lowers "
@@ -367,22 +329,6 @@ class Lowering:
             ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
             or ("view (no copy)" if not _all_constant(args, kwargs) else "folded at export")})
         return result
-
-    def _dynamic_node(self, node, args, kwargs) -> bool:
-        """Whether ``node`` reads or makes a symbolic size."""
-        from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
-
-        def walk(v) -> bool:
-            if isinstance(v, (list, tuple)):
-                if len(v) == 2 and v[0] == "t" and type(v[1]) is int:
-                    t = self.spec(v[1])
-                    return any(is_symbolic_dim(d) for d in (*t.dims, *t.strides, t.offset))
-                return any(walk(x) for x in v)
-            return is_symbolic_dim(v) or isinstance(v, torch.SymInt)
-        vals = _val(node)
-        vals = vals if isinstance(vals, (tuple, list)) else [vals]
-        return (any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
-                    for v in vals) or walk(args) or walk(list(kwargs.values())))
 
     # --- 8a8w convolution / linear on oneDNN int8 ---------------------------------------------
     def lower_int8(self, node):

@@ -12,6 +12,7 @@ import torch
 import torch.fx
 
 from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
 from opforge.backends.cpu.lowering.core import (
     SYMBOLIC_SIZES, same,
     ABS, B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, CLIP, ELU, EW, EXP, GELU_ERF, GELU_TANH,
@@ -200,7 +201,7 @@ def lower_generic_ew(L: Lowering, node, args, kwargs, code_name, alpha=1):
     if code_name not in EW:
         raise Unsupported("op", f"{op_name(node)}: no cpu-backend implementation")
     tensors, scalar = [], None
-    if any(type(a).__name__ == "SymDim" for a in args):
+    if any(is_symbolic_dim(a) for a in args):
         raise Unsupported("shape", f"{op_name(node)} with a dynamic size as an operand; stays "
                           "on the kernels")
     for a in args:

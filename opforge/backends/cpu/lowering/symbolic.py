@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from opforge.backends.cpu.lowering.core import Unsupported
+from opforge.backends.cpu.lowering.unsupported import Unsupported
 from opforge.program.symbolic import SizeExpr
 
-__all__ = ["SymDim", "to_dim", "is_symbolic_dim", "expr_text"]
+__all__ = ["SymDim", "to_dim", "is_symbolic_dim", "expr_text", "same", "known",
+           "reads_symbolic_sizes"]
 
 _Mono = tuple  # ((symbol, exponent), ...) sorted by symbol
 
@@ -250,6 +251,64 @@ def to_dim(value: Any, table: Any):
     return int(value)
 
 
+def symbols_of(values) -> set[str]:
+    """The symbols the ``SymDim``s among ``values`` read."""
+    return {name for v in values if isinstance(v, SymDim) for mono in v.terms for name, _ in mono}
+
+
 def expr_text(value: Any) -> Any:
     """A plan number for the blob: an int as is, a ``SymDim`` as its expression text."""
     return str(value.expr()) if isinstance(value, SymDim) else value
+
+
+# --- what the lowering asks of sizes that may be symbolic -----------------------------------
+
+def _is_one(d) -> bool:
+    """``d == 1`` for a plain size; a symbolic size counts as not 1 (what holds for its
+    general value: a layout dense for it is dense at 1 too)."""
+    return type(d) is int and d == 1
+
+
+def same(a, b) -> bool:
+    """``a == b`` for every value of the symbols: equal ints, or sizes (tuples of them)
+    whose difference is identically zero; never raises (unknown counts as different)."""
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        return (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b)
+                and all(same(x, y) for x, y in zip(a, b)))
+    if type(a) is int and type(b) is int:
+        return a == b
+    diff = a - b
+    return type(diff) is int and diff == 0
+
+
+def known(test) -> bool:
+    """``test()``, or False when it depends on a symbolic size (the lowering then takes the
+    general path, e.g. a copy it might have skipped)."""
+    try:
+        return bool(test())
+    except Unsupported:
+        return False
+
+
+def _at_least_one(d):
+    if type(d) is not int and not isinstance(d, SymDim):  # a torch SymInt: never probe it
+        raise Unsupported("shape", f"the size {d} reached the lowering unconverted")
+    return max(d, 1) if type(d) is int else d if d >= 1 else 1
+
+
+def reads_symbolic_sizes(lowering, node, args, kwargs) -> bool:
+    """Whether ``node`` reads or makes a symbolic size (its result's shape, an argument, or
+    an operand's dims, strides or offset in the plan)."""
+    import torch
+
+    def walk(v) -> bool:
+        if isinstance(v, (list, tuple)):
+            if len(v) == 2 and v[0] == "t" and type(v[1]) is int:
+                t = lowering.spec(v[1])
+                return any(is_symbolic_dim(d) for d in (*t.dims, *t.strides, t.offset))
+            return any(walk(x) for x in v)
+        return is_symbolic_dim(v) or isinstance(v, torch.SymInt)
+    vals = node.meta.get("val")
+    vals = vals if isinstance(vals, (tuple, list)) else [vals]
+    return (any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+                for v in vals) or walk(args) or walk(list(kwargs.values())))
