@@ -305,3 +305,37 @@ def test_a_decision_on_a_symbolic_size_refuses_the_node_naming_it(low):
     for n in ([1] if low == 1 else []) + [2, 7, 9]:
         xn = torch.randn(4, n, 5).numpy()
         np.testing.assert_allclose(method(xn)[0], lean.method("forward")(xn)[0], rtol=1e-6)
+
+
+def test_the_memory_limit_holds_for_all_cached_engines(layer):
+    """The engines of all shapes and their shared weights stay within the delegate's memory
+    limit: a build over it evicts the least recently used engine first, and only a shape
+    that does not fit alone is refused."""
+    model, program = layer
+    data = bytes(program.segments[program.delegates[0].segment].data)
+    backend, probe = _handle(data)
+    x30 = torch.randn(2, 30, 64)
+    backend.bind(probe, [x30.numpy()], [np.zeros((2, 30, 64), np.float32)])()
+    one = next(iter(probe.engines.values())).own_bytes
+    shared = probe.stats()["shared_weight_bytes"]
+    backend.destroy(probe)
+    assert one > 0 and shared > 0
+
+    from opforge.backends.base import BackendContext
+
+    specs = {"num_threads": 1, "custom_ops": [], "op_packages": [], "fuse": True, "min_ops": 1}
+    limited = backend.init(memoryview(data), specs,
+                           BackendContext(max_memory=shared + 2 * one + one // 2))
+    for seq in (30, 29, 28, 30):  # about the same size each: two fit, the third evicts
+        x = torch.randn(2, seq, 64, generator=torch.Generator().manual_seed(seq))
+        out = np.zeros((2, seq, 64), np.float32)
+        backend.bind(limited, [x.numpy()], [out])()
+        np.testing.assert_allclose(out, _eager64(model, x), atol=ATOL, rtol=0)
+        assert limited.stats()["shared_weight_bytes"] + sum(
+            h.own_bytes for h in limited.engines.values()) <= shared + 2 * one + one // 2
+    assert limited.stats()["shapes"] == 2 and limited.stats()["evictions"] == 2
+    backend.destroy(limited)
+    tiny = backend.init(memoryview(data), specs, BackendContext(max_memory=shared // 2))
+    with pytest.raises(BackendError, match="memory limit"):
+        backend.bind(tiny, [x30.numpy()], [np.zeros((2, 30, 64), np.float32)])
+    backend.destroy(tiny)

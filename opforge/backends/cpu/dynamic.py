@@ -23,7 +23,10 @@ call shape, one engine per shape in a bounded least-recently-used cache.
 # weights in the layouts oneDNN picked, reordered once per delegate); what each holds of its
 # own is its intermediates, scratchpads and primitives. The cache keeps ``MAX_SHAPES`` engines
 # (least recently used evicted and destroyed); a binding re-fetches its engine per call, so
-# an evicted one is rebuilt, never used after it is freed. ``OPFORGE_CPU_PROFILE=1`` prints
+# an evicted one is rebuilt, never used after it is freed. The memory limit holds for the
+# delegate as a whole: each engine is built within what the shared weights and the other
+# cached engines leave, and a build over it evicts the least recently used engine and
+# tries again (refused only when it alone does not fit). ``OPFORGE_CPU_PROFILE=1`` prints
 # the hits, misses and evictions when the handle is destroyed.
 """
 
@@ -212,6 +215,8 @@ class DynamicHandle:
         self.exprs = check_symbolic(plan, data)  # blob.parse checked it; the parsed form
         self.plan, self.data = plan, _aligned(data)
         self.threads, self.max_memory, self.registry, self.specs = threads, max_memory, registry, specs
+        # the engine's own default limit (native/core.cpp ofc_new) when the context gives none
+        self.limit = max_memory if max_memory > 0 else 1 << 33
         self.capacity = capacity
         self.engines: OrderedDict[tuple, Any] = OrderedDict()
         # builds and lookups from several method instances: one at a time
@@ -255,14 +260,32 @@ class DynamicHandle:
 
             plan = concrete_plan(self.plan, self.exprs, dict(key))
             check_plan(plan, self.data)
-            handle = EngineHandle(plan, self.data, self.threads, self.max_memory, self.registry,
-                                  self.specs, borrow=True, weight_cache=self.weight_cache)
+            while len(self.engines) >= self.capacity:
+                self._evict()
+            lib, cache = self.lib, self.weight_cache
+            while True:  # the memory limit holds for all cached engines and shared weights
+                budget = self.limit - lib.ofc_weight_cache_bytes(cache) - sum(
+                    h.own_bytes for h in self.engines.values())
+                before = lib.ofc_weight_cache_bytes(cache)
+                try:
+                    handle = EngineHandle(plan, self.data, self.threads, max(budget, 1),
+                                          self.registry, self.specs, borrow=True,
+                                          weight_cache=cache)
+                    break
+                except BackendError as e:
+                    if "memory limit" not in str(e) or not self.engines:
+                        raise
+                    self._evict()  # room for this shape: the least recently used one goes
+            # what it holds of its own: its allocations less the weights it added to the cache
+            handle.own_bytes = lib.ofc_used_bytes(handle.ptr) - (
+                lib.ofc_weight_cache_bytes(cache) - before)
             self.engines[key] = handle
-            while len(self.engines) > self.capacity:
-                _, old = self.engines.popitem(last=False)
-                old.close()
-                self.evictions += 1
             return handle, True
+
+    def _evict(self) -> None:
+        _, old = self.engines.popitem(last=False)
+        old.close()
+        self.evictions += 1
 
     def bind(self, inputs, outputs) -> "DynamicBinding":
         env = self.env_of(inputs)

@@ -154,6 +154,8 @@ def _declare(lib) -> None:
     lib.ofc_weight_cache_free.argtypes = [P]
     lib.ofc_weight_cache_bytes.argtypes = [P]
     lib.ofc_weight_cache_bytes.restype = I64
+    lib.ofc_used_bytes.argtypes = [P]
+    lib.ofc_used_bytes.restype = I64
     lib.ofc_use_weight_cache.argtypes = [P, P, S, I32]
     lib.ofc_use_weight_cache.restype = I32
     lib.ofc_add_tensor.argtypes = [P, I32, I32, I64P, I64P, P, I64, I32, I64, I32, S, I32]

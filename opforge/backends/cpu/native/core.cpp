@@ -289,6 +289,9 @@ void* ofc_weight_cache_new() {
 
 void ofc_weight_cache_free(void* cache) { delete static_cast<WeightCache*>(cache); }
 
+// what the engine allocated at init (counted against its memory limit)
+int64_t ofc_used_bytes(void* handle) { return handle ? static_cast<Handle*>(handle)->e.used_bytes : 0; }
+
 int64_t ofc_weight_cache_bytes(void* cache) {
   return cache ? static_cast<WeightCache*>(cache)->bytes : 0;
 }
