@@ -339,3 +339,19 @@ def test_the_memory_limit_holds_for_all_cached_engines(layer):
     with pytest.raises(BackendError, match="memory limit"):
         backend.bind(tiny, [x30.numpy()], [np.zeros((2, 30, 64), np.float32)])
     backend.destroy(tiny)
+
+
+def test_a_size_whose_bounds_leave_the_blob_range_refuses_the_node():
+    """A size n - 3 with n in [1, 8] may be negative as an expression: the lowering refuses
+    the node that makes it (the blob's load would refuse the blob, the same bounds of the
+    same text), and so a size past 2^40."""
+    from opforge.backends.cpu.lowering import Unsupported
+    from opforge.backends.cpu.lowering.symbolic import SymDim, in_range
+
+    ranges = {"n": (1, 8)}
+    n = SymDim.symbol("n", ranges)
+    in_range([n - 1, 4 * n, 7], 0, 1 << 40)
+    with pytest.raises(Unsupported, match=r"\(n - 3\) spans \[-2, 5\]"):
+        in_range([n - 3], 0, 1 << 40)
+    with pytest.raises(Unsupported, match="outside"):
+        in_range([n * (1 << 40)], 0, 1 << 40)

@@ -15,7 +15,8 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.symbolic import (
-    _at_least_one, _is_one, expr_text, known, reads_symbolic_sizes, same, symbols_of, to_dim,
+    _at_least_one, _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
+    to_dim,
 )
 from opforge.backends.cpu.lowering.unsupported import Unsupported
 from opforge.export.argument_values import scalar_type_of
@@ -152,6 +153,8 @@ class Lowering:
                                 else row_major(dims))
         if "offset" in kw:
             kw["offset"] = self.dim(kw["offset"])
+        if self.table is not None:  # what the blob's load checks (cpu/dynamic.py) will hold
+            in_range((*dims, *strides, kw.get("offset", 0)), 0, 1 << 40)
         self.plan.tensors.append(TensorSpec(dtype, dims, strides, role, **kw))
         return len(self.plan.tensors) - 1
 
@@ -182,7 +185,10 @@ class Lowering:
         return a
 
     def op(self, kind, ins, outs, ia=(), fa=(), name="", post=None) -> dict:
-        entry = {"kind": kind, "in": list(ins), "out": list(outs), "ia": [self.dim(x) for x in ia],
+        ia = [self.dim(x) for x in ia]
+        if self.table is not None:
+            in_range(ia, -(1 << 62), 1 << 62)
+        entry = {"kind": kind, "in": list(ins), "out": list(outs), "ia": ia,
                  "fa": [float(x) for x in fa], "post": post or [], "name": name}
         self.plan.ops.append(entry)
         return entry

@@ -251,6 +251,19 @@ def to_dim(value: Any, table: Any):
     return int(value)
 
 
+def in_range(values, lo: int, hi: int) -> None:
+    """Refuse (``Unsupported``) a symbolic size whose bounds over the symbols' ranges leave
+    [lo, hi]: the blob's load would refuse it (``cpu/dynamic.py`` checks the same bounds of
+    the same expression text), so the node stays on the kernels instead."""
+    for v in values:
+        if isinstance(v, SymDim):
+            low, high = v.bounds()
+            if low < lo or high > hi:
+                raise Unsupported("shape", f"the dynamic size {v.expr()} spans [{low}, {high}] "
+                                  f"over the symbols' ranges, outside [{lo}, {hi}]; stays on "
+                                  "the kernels")
+
+
 def symbols_of(values) -> set[str]:
     """The symbols the ``SymDim``s among ``values`` read."""
     return {name for v in values if isinstance(v, SymDim) for mono in v.terms for name, _ in mono}
