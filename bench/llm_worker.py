@@ -64,8 +64,8 @@ def prepare(spec: dict) -> None:
         if runtime == "opforge-lean":
             program = export_decoder(model, kernels="portable")
         else:
-            # the cpu backend compiles static shapes: the dynamic prefill stays on the
-            # kernels, a static one-token decode method is what it can take
+            # a dynamic prefill (delegated with symbolic sizes: one engine per prompt
+            # length, built at its first call) and a static one-token decode method
             seq = torch.export.Dim("seq", min=1, max=model.max_len)
             example = (torch.tensor(prompt(spec["config"])[:3]), torch.arange(3))
             program = export(None, methods={

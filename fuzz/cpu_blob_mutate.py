@@ -21,8 +21,11 @@ touched; the report dedupes findings by them):
 * ``ia``/``fa`` attributes (interesting ints, NaN/inf), post-ops (kinds, algs, tensors);
 * kernel-ABI args (tags, tensor slots, ints, lists) and op-package nodes (shapes, dtypes,
   slots, params, bytes);
-* the plan's inputs/outputs lists, its state list (state inputs written in place), the blob header's version/reserved word, and the
-  delegate's compile specs (num_threads).
+* the plan's inputs/outputs lists, its state list (state inputs written in place), the
+  blob header's version/reserved word, and the delegate's compile specs (num_threads);
+* a dynamic delegate's size expressions (syntax, depth, undefined symbols, overflowing
+  products, division by zero, negative sizes) and symbols (ranges, names, duplicates, a
+  symbol no input binds), and expressions put where plain numbers were.
 """
 
 from __future__ import annotations
@@ -476,6 +479,53 @@ def plan_header(rng, c: Case):
     return Mutation("plan.table", "-", f"{key} = {c.plan[key]!r}")
 
 
+def _hostile_exprs(name: str) -> list[str]:
+    return ["((", "(" * 17 + name + " + 1)" * 17, f"({name} + zz)", f"({name} * {2**40})",
+            f"((({name} * {name}) * {name}) * {2**30})", f"floordiv({name}, ({name} - {name}))",
+            f"mod({name}, 0)", f"(0 - {name})", f"({name} - 1)", f"(2 * {name})", name, "7",
+            f"max({name}, {2**41})", f"min({name}, 0)", f"({name} * {name})"]
+
+
+def symbolic_exprs(rng, c: Case):
+    """A dynamic plan's expressions and symbols (None for a static plan)."""
+    symbols = c.plan.get("symbols")
+    if not symbols:
+        return None
+    name = symbols[0][0]
+    mode = rng.randrange(4)
+    if mode == 0:  # an expression, or a number, replaced by a hostile expression
+        fields = [(t, key, k) for t in c.plan["tensors"] for key in ("dims", "strides")
+                  for k in range(len(t[key]))]
+        fields += [(t, "offset", None) for t in c.plan["tensors"] if "offset" in t]
+        fields += [(op, "ia", k) for op in c.plan["ops"] for k in range(len(op["ia"]))]
+        prefer = [f for f in fields if type(f[0][f[1]] if f[2] is None else f[0][f[1]][f[2]]) is str]
+        obj, key, k = _pick(rng, prefer if prefer and rng.random() < 0.7 else fields)
+        value = _pick(rng, _hostile_exprs(name))
+        if k is None:
+            obj[key] = value
+        else:
+            obj[key][k] = value
+        return Mutation("symbolic.expr", key, f"{key}[{k}] = {value!r}")
+    if mode == 1:  # a symbol's range
+        entry = _pick(rng, symbols)
+        entry[rng.randrange(1, 3)] = _pick(rng, [-1, 0, 1, 2, 3, 2**31, 2**40, 2**40 + 1, "8", None])
+        return Mutation("symbolic.range", "-", f"symbol {entry}")
+    if mode == 2:  # names: renamed, duplicated, dropped, or one more no input binds
+        kind = rng.randrange(4)
+        if kind == 0:
+            symbols[0][0] = _pick(rng, ["s_other", "1x", "", "a" * 300])
+        elif kind == 1:
+            symbols.append(list(symbols[0]))
+        elif kind == 2:
+            del symbols[0]
+        else:
+            symbols.append(["extra", 1, 8])
+            _pick(rng, c.plan["ops"])["ia"].append("extra")
+        return Mutation("symbolic.symbols", "-", f"symbols {symbols}"[:200])
+    c.plan["symbols"] = _pick(rng, [None, {}, 3, "x", [["s", 1]], [[name, 1, 8]] * 65])
+    return Mutation("symbolic.symbols", "-", f"symbols = {str(c.plan['symbols'])[:80]}")
+
+
 def compile_spec(rng, c: Case):
     specs = dict(c.specs)
     key = _pick(rng, ["num_threads"] * 4 + ["fuse", "custom_ops", "op_packages", "min_ops"])
@@ -492,7 +542,7 @@ MUTATORS = [
     (op_tensor_id, 10), (op_operand_count, 5), (op_kind, 6), (op_order, 3), (op_ia, 12),
     (op_fa, 5), (op_post, 6), (tensor_dims, 10), (tensor_strides, 8), (tensor_alias, 6),
     (tensor_dtype, 6), (tensor_role, 5), (const_data, 6), (kernel_args, 4), (package_node, 4),
-    (plan_io, 3), (plan_state, 3), (plan_header, 1), (compile_spec, 3),
+    (plan_io, 3), (plan_state, 3), (plan_header, 1), (compile_spec, 3), (symbolic_exprs, 8),
 ]
 _FUNCS = [f for f, _ in MUTATORS]
 _WEIGHTS = [w for _, w in MUTATORS]

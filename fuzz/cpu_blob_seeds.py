@@ -3,8 +3,9 @@
 Every op kind the engine knows comes from a model that lowers to it (the zoo, small models
 per op family, a custom native op called through the kernel ABI inside the delegate, an
 op-package op, 8a8w-quantized zoo models, a debug build whose node results are extra
-delegate outputs, and program state written in place: the decoder's decode step and slice
-assignment into a cache). Exporting needs torch and takes tens of
+delegate outputs, program state written in place: the decoder's decode step and slice
+assignment into a cache, and dynamic methods whose delegates carry size expressions).
+Exporting needs torch and takes tens of
 seconds, so the programs and the native libraries they need are written once to a cache
 folder keyed by the hash of the cpu backend's ahead-of-time sources (another opforge on
 PYTHONPATH, e.g. a hardened branch, gets its own entry). The worker that runs the cases
@@ -180,15 +181,22 @@ def _build(folder: Path) -> None:
     # program state written in place inside the delegate: the decoder's one-token decode
     # (index gathers of the rotary tables, index_put into four KV caches), and slice and
     # select assignment into a state
-    from opforge.examples.decoder import TinyDecoder
-
     import torch
+
+    from opforge.examples.decoder import TinyDecoder, export_decoder
 
     decoder = TinyDecoder(max_len=16, seed=1).eval()
     add("state-decoder", export(decoder, (torch.tensor([3]), torch.tensor([2])),
                                 kernels="portable", backends=["cpu"]))
     add("state-slices", export(_state_slices_model(), (torch.randn(2, 4),), kernels="portable",
                                backends=["cpu"]))
+    # dynamic methods: size expressions and symbols in the plans (cpu/dynamic.py)
+    model, inputs = ZOO["transformer_layer"]()
+    add("dynamic-transformer_layer", export(
+        model, inputs, kernels="portable", backends=["cpu"],
+        dynamic_shapes=({1: torch.export.Dim("seq", min=1, max=24)},)))
+    add("dynamic-decoder", export_decoder(TinyDecoder(max_len=12).eval(), kernels="portable",
+                                          backends=["cpu"]))
 
     sources = sorted((manifest_path().parent / "kernels").glob("*.cpp"))
     library = build_library(manifest_path(), sources, folder / "libmy_ops.so",

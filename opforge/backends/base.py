@@ -99,6 +99,10 @@ class Backend(abc.ABC):
     # that output). A backend that does not leaves state read-only; the runtime copies its
     # new value back after the call.
     writes_state_in_place: ClassVar[bool] = False
+    # whether ``partition``/``preprocess`` take a dynamic method's graph (symbolic sizes,
+    # the symbol table on ``ExportGraph.symbols``); a backend that does not is offered
+    # nothing from such a method
+    dynamic_shapes: ClassVar[bool] = False
 
     def preserved_ops(self, specs: dict[str, Any]) -> tuple[str, ...]:
         """Ops export keeps out of decomposition for these specs (default: ``preserve_ops``;

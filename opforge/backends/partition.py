@@ -47,6 +47,9 @@ class ExportGraph:
     graph_module: torch.fx.GraphModule
     input_kinds: Mapping[str, str]
     constants: Mapping[str, torch.Tensor]
+    # a dynamic method's symbol table (``opforge.export.symbolic.SymbolTable``), given only
+    # to a backend that takes dynamic shapes (``Backend.dynamic_shapes``); else None
+    symbols: Any = None
 
     def call_nodes(self) -> list[torch.fx.Node]:
         return [n for n in self.graph_module.graph.nodes
@@ -82,6 +85,7 @@ class Subgraph:
     # set by ``preprocess`` when the backend can say it: for each op of the blob, in the
     # order it runs, the names of the subgraph nodes it computes (the debug handles)
     op_nodes: list[list[str]] | None = None
+    symbols: Any = None  # as ``ExportGraph.symbols``
 
     def placeholders(self) -> list[torch.fx.Node]:
         return [n for n in self.graph_module.graph.nodes if n.op == "placeholder"]

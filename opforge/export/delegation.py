@@ -105,7 +105,8 @@ class Delegate(ExportPass):
         report = method.notes.setdefault("delegation", {"delegates": [], "rejected": []})
         for request in self.requests:
             backend = request.backend
-            if method.notes.get("symbols"):
+            symbols = method.notes.get("symbols") or None
+            if symbols is not None and not backend.dynamic_shapes:
                 # Backends compile for fixed sizes, and probing a symbolic size (int(s))
                 # would specialise torch's symbol to the example: nothing is offered to them.
                 report["rejected"].extend(
@@ -115,7 +116,8 @@ class Delegate(ExportPass):
                     for n in method.call_nodes() if n.target is not operator.getitem)
                 continue
             kinds = with_program_state(method)  # state another method updates: live too
-            graph = ExportGraph(method.name, method.graph_module, kinds, method.constants)
+            graph = ExportGraph(method.name, method.graph_module, kinds, method.constants,
+                                symbols)
             result = backend.partition(graph, request.specs)
             report["rejected"].extend(r.as_dict() for r in result.rejected)
             for nodes in result.partitions:
@@ -144,7 +146,8 @@ class Delegate(ExportPass):
                 state = _state_inputs(method, kinds, nodes, runtime_inputs, list(outputs),
                                       backend.writes_state_in_place)
                 subgraph = Subgraph(backend.name, method.name, sub,
-                                    [p.name for p, _ in runtime_inputs], constants, state)
+                                    [p.name for p, _ in runtime_inputs], constants, state,
+                                    symbols=symbols)
                 try:
                     blob = backend.preprocess(subgraph, request.specs)
                 except PreprocessRefused as refused:

@@ -54,6 +54,7 @@ class Plan:
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.data = bytearray()
+        self.symbols: list[list] = []  # a dynamic plan's [name, min, max] (cpu/dynamic.py)
 
     def tensor(self, dtype, dims, strides=None, role="temp", **extra) -> int:
         t = {"dtype": dtype, "dims": list(dims),
@@ -86,6 +87,8 @@ class Plan:
     def blob(self) -> bytes:
         doc = {"tensors": self.tensors, "ops": self.ops, "inputs": self.inputs,
                "outputs": self.outputs, "impls": []}
+        if self.symbols:
+            doc["symbols"] = self.symbols
         text = json.dumps(doc).encode()
         pad = bytes(-(blob.HEADER.size + len(text)) % 64)
         body = bytes(self.data)
@@ -458,8 +461,8 @@ def stride0_weight_memory():
 
 
 def weights_over_memory_limit():
-    # item 12: every allocation at init (reordered weights, scratchpads, the arena) counts;
-    # a constant itself is read in place from the blob (borrowed), which allocates nothing
+    # item 12: every allocation at init (copied constants, reordered weights, scratchpads,
+    # the arena) counts; a constant borrowed from the blob (read in place) allocates nothing
     p = Plan()
     x = p.tensor(F32, [2, 256], role="input")
     w = p.const(np.ones((256, 1024), np.float32))  # 1 MiB, reordered into another 1 MiB
@@ -760,8 +763,72 @@ def safe_softmax_flag_two():
     return "ran"
 
 
+# --- dynamic plans (size expressions, engines per shape sharing borrowed weights) ------------
+
+def dynamic_matmul_plan(offset=None):
+    """y[n, 3] = relu(x[n, 4] @ w) + copy of x's first column, n in [1, 9]; ``offset``: an
+    extra alias of x at that offset expression."""
+    p = Plan()
+    p.symbols = [["n", 1, 9]]
+    x = p.tensor(F32, ["n", 4], ["4", 1], role="input")
+    w = p.const(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+    t = p.tensor(F32, ["n", 3], [3, 1])
+    y = p.tensor(F32, ["n", 3], [3, 1], role="output")
+    p.op("matmul", [x, w], [t], post=[[0, RELU, 0.0, 0.0, -1]])
+    p.op("copy", [t], [y], copy_ia(["n", 3], [3, 1], 0, [3, 1], 0))
+    if offset is not None:
+        p.alias(x, [1, 4], [4, 1], offset)
+    return p
+
+
+def dynamic_handle(p, capacity=8):
+    from opforge.backends.cpu.dynamic import DynamicHandle
+
+    plan, data = blob.parse(p.blob())
+    return DynamicHandle(plan, data, 1, 0, None, {}, capacity=capacity)
+
+
+def run_dynamic(handle, x):
+    y = np.zeros((x.shape[0], 3), np.float32)
+    handle.bind([x], [y])()
+    return y
+
+
+def normal_dynamic():
+    handle = dynamic_handle(dynamic_matmul_plan(), capacity=2)
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    for n in (1, 5, 9, 1, 5, 9, 2):  # every call after the second evicts: weights stay shared
+        x = np.arange(4 * n, dtype=np.float32).reshape(n, 4) - 7
+        got = run_dynamic(handle, x)
+        if not np.allclose(got, np.maximum(x @ w, 0), rtol=1e-6, atol=1e-6):
+            return f"wrong at n={n}: {got.tolist()}"
+    stats = handle.stats()
+    handle.close()
+    return "ran ok" if stats["evictions"] == 5 and stats["shared_weight_bytes"] > 0 else f"{stats}"
+
+
+def dynamic_symbol_past_bound():
+    handle = dynamic_handle(dynamic_matmul_plan())
+    run_dynamic(handle, np.ones((10, 4), np.float32))
+    return "ran"
+
+
+def dynamic_alias_leaves_base():
+    # inside its base at n = 1 (offset 0), outside at n = 9 (offset 72 of 36 elements)
+    handle = dynamic_handle(dynamic_matmul_plan("(n * (n - 1))"))
+    run_dynamic(handle, np.ones((1, 4), np.float32))
+    run_dynamic(handle, np.ones((9, 4), np.float32))
+    return "ran"
+
+
+def dynamic_expression_overflows():
+    dynamic_handle(dynamic_matmul_plan("(((n * n) * n) * 4611686018427387904)"))
+    return "ran"
+
+
 NORMAL = ["normal_conv_pool_relu", "normal_matmul_binary_softmax", "normal_loops", "normal_int8",
-          "normal_nan_paths", "normal_safe_softmax", "normal_planned_intermediates"]
+          "normal_nan_paths", "normal_safe_softmax", "normal_planned_intermediates",
+          "normal_dynamic"]
 
 CASES = {f.__name__: f for f in [
     normal_conv_pool_relu, normal_matmul_binary_softmax, normal_loops, normal_int8,
@@ -776,7 +843,8 @@ CASES = {f.__name__: f for f in [
     int_division_min_by_minus_one, call_after_close, hang_copy, hang_ew, hang_reduce,
     stride0_weight_memory, weights_over_memory_limit, many_threads, short_int8_scales,
     eltwise_with_binary_algorithm, eltwise_two_inputs, copy_two_outputs, post_op_on_copy,
-    long_alias_chain]}
+    long_alias_chain, normal_dynamic, dynamic_symbol_past_bound, dynamic_alias_leaves_base,
+    dynamic_expression_overflows]}
 
 # what each case must end with: "refused: <regex>" (a BackendError) or "ran <regex>"
 EXPECT = {
@@ -811,7 +879,8 @@ EXPECT = {
     "hang_ew": "refused: .*writes an element twice",
     "hang_reduce": "refused: .*reaches an element twice",
     "stride0_weight_memory": "refused: .*(overlapping strides|memory limit)",
-    "weights_over_memory_limit": "refused: .*reordered constant needs 1048576 bytes, over the delegate's memory limit",
+    # the constant is borrowed where the blob's bytes happen to be 64-byte aligned, else copied
+    "weights_over_memory_limit": "refused: .*(reordered constant needs 1048576|a constant needs 1048640) bytes, over the delegate's memory limit",
     "many_threads": rf"ran with {len(os.sched_getaffinity(0))} threads, sum 262144\.0",
     "short_int8_scales": "refused: .*weight scales: dense, rank 1, 8 values",
     "eltwise_with_binary_algorithm": "refused: .*algorithm code out of range",
@@ -822,6 +891,9 @@ EXPECT = {
     "read_before_written": r"ran \[0\.0, 0\.0, 0\.0, 0\.0\] \[1\.0, 2\.0, 3\.0, 4\.0\] unplanned 64",
     "safe_log_softmax": "refused: .*safe must be 0 or 1, and 0 with log",
     "safe_softmax_flag_two": "refused: .*safe must be 0 or 1, and 0 with log",
+    "dynamic_symbol_past_bound": r"refused: .*found size 10 — valid: 1 \* n \+ 0 with n in \[1, 9\]",
+    "dynamic_alias_leaves_base": "refused: .*alias outside its base",
+    "dynamic_expression_overflows": r"refused: .*spans \[.*\] over the symbols' ranges, outside",
 }
 EXPECT.update({name: "ran ok$" for name in NORMAL})
 HOSTILE = sorted(set(EXPECT) - set(NORMAL))

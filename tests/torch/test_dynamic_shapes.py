@@ -115,16 +115,18 @@ def test_unbounded_dim_is_refused_naming_input_and_dimension():
         export(model, (torch.randn(3, 4),), dynamic_shapes=({0: Dim("batch")},))
 
 
-def test_cpu_backend_refuses_symbolic_nodes_with_a_reason():
+def test_cpu_backend_takes_symbolic_nodes():
+    """The cpu backend lowers dynamic methods (tests/backends/test_cpu_dynamic.py covers it)."""
     from opforge.export import delegation_report
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
     program = export(model, (torch.randn(3, 4),), backends=["cpu"], kernels="portable",
                      dynamic_shapes=({0: Dim("batch", min=1, max=8)},))
     report = delegation_report(program)["forward"]
-    assert report["delegates"] == []
-    assert {r["reason"] for r in report["rejected"]} == {
-        "dynamic shapes: a later feature of the cpu backend"}
+    assert report["rejected"] == [] and len(report["delegates"]) == 1
+    x = torch.randn(7, 4)
+    np.testing.assert_allclose(load(program).method("forward")(x.numpy())[0],
+                               model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_export_accepts_an_exported_program():

@@ -76,6 +76,7 @@ def _chunks(graph, nodes: list, size: int) -> list[list]:
 class CpuBackend(Backend):
     name = "cpu"
     writes_state_in_place = True  # index_put / index_copy / slice_scatter into the state
+    dynamic_shapes = True  # symbolic sizes inside delegates (docs/backend-cpu.md)
     compile_spec_defs = (
         SpecDef("num_threads", "int", 0, "engine threads; 0 = OPFORGE_NUM_THREADS, else 1",
                 _check_threads),
@@ -135,6 +136,11 @@ class CpuBackend(Backend):
         specs = dict(specs)
         specs["_package_nodes"] = package_nodes(subgraph, specs)
         lower = lowering.Lowering(subgraph, specs, debug=self.debug)
+        if self.debug and lower.table is not None:
+            from opforge.backends.base import PreprocessRefused
+
+            raise PreprocessRefused("shape", "a debug build of a dynamic method's delegate: "
+                                    "compare the method exported with static shapes")
         try:
             plan = lower.run()
         except lowering.Unsupported as e:  # a value the partition check folded arrives at run time
@@ -142,7 +148,7 @@ class CpuBackend(Backend):
 
             raise PreprocessRefused(e.kind, e.reason) from None
         if specs["fuse"] and self.debug != "nodes":
-            lowering.fuse(plan)
+            lowering.fuse(plan)  # symbolic sizes: fuses only where layouts agree for every size
         lowering.prune(plan)
         if self.debug == "groups":
             lower.keep_results()
@@ -156,6 +162,10 @@ class CpuBackend(Backend):
 
         plan, data = blob.parse(blob_bytes)
         threads = thread_count(specs["num_threads"])
+        if "symbols" in plan:  # a dynamic method's delegate: engines per shape
+            from opforge.backends.cpu.dynamic import DynamicHandle
+
+            return DynamicHandle(plan, data, threads, context.max_memory, context.registry, specs)
         handle = EngineHandle(plan, data, threads, context.max_memory, context.registry, specs)
         from opforge.backends.cpu import crash_report
 
@@ -166,6 +176,8 @@ class CpuBackend(Backend):
         from opforge.backends.cpu.crash_report import frame_label
         from opforge.backends.cpu.engine import Binding
 
+        if hasattr(handle, "engines"):  # DynamicHandle
+            return handle.bind(inputs, outputs)
         binding = Binding(handle, inputs, outputs)
         label = frame_label(handle)
         if label is not None:

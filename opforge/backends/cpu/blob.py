@@ -7,7 +7,7 @@
     offset 24  u32      CRC-32 of plan + data
     offset 28  u32      0 (reserved)
     offset 32  plan     {"tensors": [...], "ops": [...], "inputs": [...], "outputs": [...],
-                         "impls": [...], ["state": [...]], ["debug": [...]]}
+                         "impls": [...], ["state": [...]], ["debug": [...]], ["symbols": [...]]}
     then zero padding to a multiple of 64, then the data: each constant's bytes at a
     64-byte-aligned offset a tensor names as "data": [offset, nbytes].
 
@@ -60,13 +60,18 @@ def encode(plan) -> bytes:
             offset = len(data)
             data += t.data
         tensors.append(t.as_json(offset))
-    ops = [{k: v for k, v in op.items() if not k.startswith("_")} for op in plan.ops]
+    from opforge.backends.cpu.lowering.symbolic import expr_text
+
+    ops = [{k: [expr_text(x) for x in v] if k == "ia" else v for k, v in op.items()
+            if not k.startswith("_")} for op in plan.ops]
     doc = {"tensors": tensors, "ops": ops, "inputs": plan.inputs, "outputs": plan.outputs,
            "impls": plan.impls}
     if plan.state:
         doc["state"] = plan.state
     if plan.debug:
         doc["debug"] = plan.debug
+    if plan.symbols:
+        doc["symbols"] = plan.symbols
     text = json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
     head_len = HEADER.size + len(text)
     pad = bytes(_align(head_len) - head_len)
@@ -126,6 +131,18 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
         raise _refuse(f"a plan that is not JSON ({type(e).__name__})") from None
     if type(doc) is not dict:
         raise _refuse("a plan that is not an object")
+    if "symbols" in doc:  # a dynamic method's delegate: checked per shape (cpu/dynamic.py)
+        from opforge.backends.cpu.dynamic import check_symbolic
+
+        check_symbolic(doc, data)  # (parsed again by the DynamicHandle that runs it)
+        return doc, data
+    check_plan(doc, data)
+    return doc, data
+
+
+def check_plan(doc: dict, data: memoryview) -> None:
+    """Every field of a plan with plain-number sizes (a static blob's, or a dynamic one's
+    made concrete for one shape); ``BackendError`` for anything malformed."""
     tensors = doc.get("tensors")
     if type(tensors) is not list or len(tensors) > MAX_TENSORS:
         raise _refuse("no tensor table")
@@ -203,7 +220,6 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
         raise _refuse("impls")
     _check_state(doc)
     _check_debug(doc)
-    return doc, data
 
 
 def _check_state(doc: dict) -> None:

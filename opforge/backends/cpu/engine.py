@@ -21,7 +21,7 @@ from opforge.backends.cpu.blob import ITEMSIZE
 from opforge.errors import BackendError
 from opforge.runtime.threads import note_library_loaded
 
-ABI_VERSION = 2
+ABI_VERSION = 4
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()
@@ -151,6 +151,14 @@ def _declare(lib) -> None:
     lib.ofc_new.argtypes = [I32, I64, S, I32]
     lib.ofc_new.restype = P
     lib.ofc_destroy.argtypes = [P]
+    lib.ofc_weight_cache_new.restype = P
+    lib.ofc_weight_cache_free.argtypes = [P]
+    lib.ofc_weight_cache_bytes.argtypes = [P]
+    lib.ofc_weight_cache_bytes.restype = I64
+    lib.ofc_used_bytes.argtypes = [P]
+    lib.ofc_used_bytes.restype = I64
+    lib.ofc_use_weight_cache.argtypes = [P, P, S, I32]
+    lib.ofc_use_weight_cache.restype = I32
     lib.ofc_add_tensor.argtypes = [P, I32, I32, I64P, I64P, P, I64, I32, I64, I32, S, I32]
     lib.ofc_add_tensor.restype = I32
     lib.ofc_post_op.argtypes = [P, I32, I32, D, D, I32, S, I32]
@@ -224,7 +232,10 @@ class EngineHandle:
     """One initialised delegate: the engine pointer and what must outlive it."""
 
     def __init__(self, plan: dict, data: memoryview, threads: int, max_memory: int,
-                 registry: Any, specs: dict) -> None:
+                 registry: Any, specs: dict, *, weight_cache: int | None = None) -> None:
+        # constants are used in place in ``data`` (pinned for the engine's life) where 64-byte
+        # aligned, else copied; weight_cache: an ofc_weight_cache_new() pointer (outliving
+        # the engine) sharing their reordered forms (DynamicHandle)
         self.lib = lib = library()
         self.keep: list[Any] = []
         err = ctypes.create_string_buffer(_ERR)
@@ -233,6 +244,9 @@ class EngineHandle:
             raise BackendError(f"cpu backend: {err.value.decode(errors='replace')}")
         self.closed = False
         try:
+            if weight_cache is not None:
+                self._check(lib.ofc_use_weight_cache(self.ptr, weight_cache, err, _ERR), err,
+                            "weight cache")
             self._build(plan, data, registry, specs, err)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
             self.close()  # a field parse() let through that the builder cannot use
@@ -291,7 +305,8 @@ class EngineHandle:
             if "data" in t:
                 offset, nbytes = t["data"]  # checked against the data size by blob.parse
                 ptr = ctypes.c_void_p(base + offset)
-                storage = 3
+                if ptr.value % 64 == 0:  # (the engine refuses an unaligned borrow: copied)
+                    storage = 3
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
                                      _arr(ctypes.c_int64, strides), ptr, nbytes,
                                      t.get("base", -1) if t["role"] == "alias" else -1,

@@ -23,6 +23,7 @@ class _Scratch:
         self.graph_module = graph.graph_module
         self.inputs = []
         self.constants = {}
+        self.symbols = getattr(graph, "symbols", None)
         for node in graph.graph_module.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -89,7 +90,7 @@ def support_check(graph, specs):
         elif claimed and node.name not in planned and _claimed(node, claimed):
             verdict = ("op", f"{op_name(node)} is claimed by an op package that cannot take "
                              "this node; the backend never runs its own kernel for a claimed op")
-        else:
+        elif lowering.table is None:
             verdict = _static_shapes(node)
         if verdict is None:
             try:

@@ -14,6 +14,11 @@ import torch
 import torch.fx
 
 from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.symbolic import (
+    _at_least_one, _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
+    to_dim,
+)
+from opforge.backends.cpu.lowering.unsupported import Unsupported
 from opforge.export.argument_values import scalar_type_of
 
 
@@ -32,13 +37,6 @@ EW = {name: i for i, name in enumerate(
 GENERIC_DTYPES = (torch.float32, torch.int64, torch.int32, torch.bool, torch.uint8, torch.int8)
 
 
-class Unsupported(Exception):
-    """A node the backend does not take: ``kind`` and a reason a user can act on."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
 
 
 @dataclass
@@ -52,10 +50,10 @@ class TensorSpec:
     data: bytes | None = None
 
     def as_json(self, data_offset: int | None) -> dict:
-        out = {"dtype": int(scalar_type_of(self.dtype)), "dims": list(self.dims),
-               "strides": list(self.strides), "role": self.role}
+        out = {"dtype": int(scalar_type_of(self.dtype)), "dims": [expr_text(d) for d in self.dims],
+               "strides": [expr_text(s) for s in self.strides], "role": self.role}
         if self.role == "alias":
-            out["base"], out["offset"] = self.base, self.offset
+            out["base"], out["offset"] = self.base, expr_text(self.offset)
         if self.data is not None:
             out["data"] = [data_offset, len(self.data)]
         return out
@@ -67,9 +65,12 @@ def _tidy_strides(dims, strides) -> tuple[int, ...]:
     reference kernels)."""
     out = list(strides)
     for k in range(len(dims) - 1, -1, -1):
-        if dims[k] == 1:
-            inner = [j for j in range(k + 1, len(dims)) if dims[j] != 1]
-            out[k] = max((out[j] * dims[j] for j in inner), default=1)
+        if _is_one(dims[k]):
+            inner = [j for j in range(k + 1, len(dims)) if not _is_one(dims[j])]
+            try:
+                out[k] = max((out[j] * dims[j] for j in inner), default=1)
+            except Unsupported:
+                pass  # symbolic: tidied per shape when the plan is made concrete (cpu/dynamic.py)
     return tuple(out)
 
 
@@ -77,7 +78,7 @@ def row_major(dims) -> tuple[int, ...]:
     strides, step = [], 1
     for d in reversed(dims):
         strides.append(step)
-        step *= max(int(d), 1)
+        step *= _at_least_one(d)
     return tuple(reversed(strides))
 
 
@@ -106,6 +107,8 @@ class Plan:
     # a debug build (``Lowering(..., debug=True)``): the trailing outputs are copies of
     # node results, each ``[output position, node name, result index]``
     debug: list[list] = field(default_factory=list)
+    # a dynamic method's delegate: [name, min, max] of the symbols its sizes read
+    symbols: list[list] = field(default_factory=list)
 
 
 def _val(node: Any):
@@ -143,11 +146,25 @@ class Lowering:
         # node name → the state input it writes in place (its result is the delegate output
         # that ``Subgraph.state`` names for that input)
         self.in_place: dict[str, str] = {}
+        # a dynamic method's symbol table (export/symbolic.py): sizes become ``SymDim``s
+        self.table = getattr(subgraph, "symbols", None) or None
+
+    def dim(self, value):
+        """A plan size: an int, or a ``SymDim`` for a symbolic one (``lowering/symbolic.py``)."""
+        return to_dim(value, self.table)
+
+    def shape(self, fake) -> tuple:
+        return tuple(self.dim(d) for d in fake.shape)
 
     # --- tensors ---------------------------------------------------------------------
     def new_tensor(self, dtype, dims, role="temp", strides=None, **kw) -> int:
-        dims = tuple(int(d) for d in dims)
-        strides = _tidy_strides(dims, tuple(strides or row_major(dims)))
+        dims = tuple(self.dim(d) for d in dims)
+        strides = _tidy_strides(dims, tuple(self.dim(s) for s in strides) if strides
+                                else row_major(dims))
+        if "offset" in kw:
+            kw["offset"] = self.dim(kw["offset"])
+        if self.table is not None:  # what the blob's load checks (cpu/dynamic.py) will hold
+            in_range((*dims, *strides, kw.get("offset", 0)), 0, 1 << 40)
         self.plan.tensors.append(TensorSpec(dtype, dims, strides, role, **kw))
         return len(self.plan.tensors) - 1
 
@@ -173,10 +190,15 @@ class Lowering:
             return self.env[a.name]
         if isinstance(a, (list, tuple)):
             return type(a)(self.arg(x) for x in a)
+        if hasattr(a, "expr") and hasattr(a, "hint"):  # a size known at run time (SymSize)
+            return self.dim(a)
         return a
 
     def op(self, kind, ins, outs, ia=(), fa=(), name="", post=None) -> dict:
-        entry = {"kind": kind, "in": list(ins), "out": list(outs), "ia": [int(x) for x in ia],
+        ia = [self.dim(x) for x in ia]
+        if self.table is not None:
+            in_range(ia, -(1 << 62), 1 << 62)
+        entry = {"kind": kind, "in": list(ins), "out": list(outs), "ia": ia,
                  "fa": [float(x) for x in fa], "post": post or [], "name": name}
         self.plan.ops.append(entry)
         return entry
@@ -184,7 +206,7 @@ class Lowering:
     def contiguous(self, tid: int) -> int:
         """``tid`` itself if row-major contiguous, else a row-major copy of it."""
         t = self.spec(tid)
-        if t.strides == row_major(t.dims) or math.prod(t.dims) <= 1:
+        if same(t.strides, row_major(t.dims)) or known(lambda: math.prod(t.dims) <= 1):
             return tid
         out = self.new_tensor(t.dtype, t.dims)
         self.copy(tid, out)
@@ -248,6 +270,10 @@ class Lowering:
         for name, item, out in debug:  # the delegate's own outputs first
             self.plan.outputs.append(out)
             self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
+        if self.table is not None:  # the symbols its sizes read (none: a static blob)
+            used = symbols_of([*(v for t in self.plan.tensors for v in (*t.dims, *t.strides, t.offset)),
+                               *(v for op in self.plan.ops for v in op["ia"])])
+            self.plan.symbols = [[s.name, s.min, s.max] for s in self.table.symbols if s.name in used]
         return self.plan
 
     def _debug_results(self, results: list[str], outputs: list) -> list[tuple[str, int, int]]:
@@ -263,7 +289,7 @@ class Lowering:
                 last.pop(tid, None)  # re-inserted: the order is the last naming node's
                 last[tid] = (name, item)
         return [(name, item, tid) for tid, (name, item) in last.items()
-                if (name, item) not in own and math.prod(self.spec(tid).dims) > 0]
+                if (name, item) not in own and not known(lambda: math.prod(self.spec(tid).dims) == 0)]
 
     def keep_results(self) -> None:
         """A ``debug="groups"`` build, after fusion and pruning: copy out each node result
@@ -288,8 +314,8 @@ class Lowering:
         read = any(src in op["in"] or any(p[0] == 1 and p[4] == src for p in op["post"])
                    for op in self.plan.ops[first:])
         aliased = any(t.role == "alias" and t.base == src for t in self.plan.tensors)
-        if (writers and s.role == "temp" and not read and not aliased and s.dims == o.dims
-                and s.strides == o.strides and s.dtype == o.dtype):
+        if (writers and s.role == "temp" and not read and not aliased and same(s.dims, o.dims)
+                and same(s.strides, o.strides) and s.dtype == o.dtype):
             for w in writers:
                 w["out"] = [out if t == src else t for t in w["out"]]
             s.role = "dead"
@@ -302,6 +328,13 @@ class Lowering:
         name = op_name(node)
         args = self.arg(node.args)
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
+        dynamic = self.table is not None and reads_symbolic_sizes(self, node, args, kwargs)
+        if dynamic and (node.name in self.packages or node.name in self.int8 or (
+                LOWERINGS.get(name) or LOWERINGS.get(name.split(".")[0])) not in SYMBOLIC_SIZES):
+            raise Unsupported("shape", f"{name} on dynamic sizes: the cpu backend lowers "
+                              "matmul, elementwise, softmax, layer norm, reductions, views, "
+                              "cat, casts and embedding with symbolic sizes, and this op only "
+                              "with static ones; stays on the kernels")
         if node.name in self.packages:
             return self.lower_package(node, args)
         if node.name in self.int8:
@@ -311,7 +344,7 @@ class Lowering:
             self.plan.impls.append({"node": node.name, "op": name,
                                     "impl": "fused into engine safe softmax"})
             return self.env[softmax.name] if node.target is aten.where.self else ("fused", None)
-        if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES:
+        if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES and not dynamic:
             return _fold(node, args, kwargs)
         if False:
             return self.lower_package(node, args)
@@ -490,18 +523,27 @@ def _need_f32(node, what=None):
 
 def _out(L: Lowering, node, strides=None):
     fake = _val(node)
-    return L.new_tensor(fake.dtype, fake.shape, strides=strides)
+    return L.new_tensor(fake.dtype, L.shape(fake), strides=strides)
 
 
 def _dense(spec: TensorSpec) -> bool:
     """Strides that pack the tensor without gaps in some dim order (what oneDNN's fast
     kernels take); zero strides (broadcasts) and gaps are not."""
-    pairs = sorted((s, d) for s, d in zip(spec.strides, spec.dims) if d != 1)
+    pairs = [(s, d) for s, d in zip(spec.strides, spec.dims) if not _is_one(d)]
+    if all(type(x) is int for pair in pairs for x in pair):
+        step = 1
+        for s, d in sorted(pairs):
+            if s != step:
+                return False
+            step *= d
+        return True
+    # symbolic sizes: the dim whose stride is identically the running step, one by one
     step = 1
-    for s, d in pairs:
-        if s != step:
+    while pairs:
+        k = next((k for k, (s, _) in enumerate(pairs) if same(s, step)), None)
+        if k is None:
             return False
-        step *= d
+        step = step * pairs.pop(k)[1]
     return True
 
 
@@ -514,7 +556,8 @@ def _broadcast_strides(spec: TensorSpec, out_dims) -> list[int]:
     pad = len(out_dims) - len(spec.dims)
     strides = [0] * pad
     for d, s, o in zip(spec.dims, spec.strides, out_dims[pad:]):
-        strides.append(0 if d == 1 and o != 1 else s)
+        # a size-1 dim broadcast to a symbolic one: stride 0 (at size 1 it addresses nothing)
+        strides.append(s if same(d, o) else 0 if d == 1 and (type(o) is not int or o != 1) else s)
     return strides
 
 
@@ -543,6 +586,8 @@ def _post_operand_misread(dst_dims, operand_dims) -> bool:
     destination (N > 1, C, 1, ...) of rank >= 3 with the wrong values (BatchNorm1d over
     (2, 2, 1) was off by the size of its output); the plain binary primitive broadcasts it
     right, so such an operand stays a separate op."""
+    if any(type(d) is not int for d in (*dst_dims, *operand_dims)):
+        return True  # symbolic sizes: keep the operand a separate op (no decision per size)
     return (len(dst_dims) >= 3 and dst_dims[0] > 1 and all(d == 1 for d in dst_dims[2:])
             and len(operand_dims) == len(dst_dims) and operand_dims[0] == 1
             and any(d > 1 for d in operand_dims[1:]))
@@ -552,3 +597,6 @@ DNNL_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax"
 
 # op → its lowering (filled in by each op family's module)
 LOWERINGS: dict[str, Callable] = {}
+# the lowerings written for symbolic sizes (``lowering/symbolic.py``): every decision they
+# make on a size holds for all of its values, or they refuse; the others see static sizes only
+SYMBOLIC_SIZES: set[Callable] = set()

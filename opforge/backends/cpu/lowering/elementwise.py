@@ -12,7 +12,9 @@ import torch
 import torch.fx
 
 from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
 from opforge.backends.cpu.lowering.core import (
+    SYMBOLIC_SIZES, same,
     ABS, B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, CLIP, ELU, EW, EXP, GELU_ERF, GELU_TANH,
     GENERIC_DTYPES, HARDSIGMOID, HARDSWISH, LINEAR, LOG, LOGISTIC, LOWERINGS, Lowering, MISH,
     POW, RELU, SOFT_RELU, SQRT, SQUARE, SWISH, TANH, Unsupported, _broadcast_strides, _dense,
@@ -93,7 +95,7 @@ def _clamp_tensors(L: Lowering, node, args, kwargs):
         src = L.materialize(value)
         b = L.materialize(bound) if isinstance(bound, tuple) else L.materialize(("c", torch.tensor(float(bound))))
         sa, sb = L.spec(src), L.spec(b)
-        if tuple(sa.dims) != tuple(fake.shape) or sb.dtype != torch.float32:
+        if tuple(sa.dims) != L.shape(fake) or sb.dtype != torch.float32:
             raise Unsupported("shape", "clamp whose bounds broadcast the input; stays on the kernels")
         if not _dense(sa):
             src, sa = L.contiguous(src), L.spec(L.contiguous(src))
@@ -169,15 +171,15 @@ def lower_binary(L: Lowering, node, args, kwargs):
             ta, tb = L.materialize(a), L.materialize(b)
             sa, sb = L.spec(ta), L.spec(tb)
             if sa.dtype == sb.dtype == torch.float32:
-                out_dims = tuple(fake.shape)
-                if tuple(sa.dims) != out_dims and tuple(sb.dims) == out_dims and base in (
+                out_dims = L.shape(fake)
+                if not same(sa.dims, out_dims) and same(sb.dims, out_dims) and base in (
                         "aten::add", "aten::mul", "aten::maximum", "aten::minimum"):
                     ta, tb, sa, sb = tb, ta, sb, sa
-                if tuple(sa.dims) == out_dims:
+                if same(sa.dims, out_dims):
                     if not _dense(sa):
                         ta = L.contiguous(ta)
                         sa = L.spec(ta)
-                    if tuple(sb.dims) == out_dims and sb.strides != sa.strides:
+                    if same(sb.dims, out_dims) and not same(sb.strides, sa.strides):
                         # oneDNN's fast binary kernels want both operands in one layout
                         like = L.new_tensor(sb.dtype, sb.dims, strides=sa.strides)
                         L.copy(tb, like)
@@ -199,6 +201,9 @@ def lower_generic_ew(L: Lowering, node, args, kwargs, code_name, alpha=1):
     if code_name not in EW:
         raise Unsupported("op", f"{op_name(node)}: no cpu-backend implementation")
     tensors, scalar = [], None
+    if any(is_symbolic_dim(a) for a in args):
+        raise Unsupported("shape", f"{op_name(node)} with a dynamic size as an operand; stays "
+                          "on the kernels")
     for a in args:
         if isinstance(a, tuple) and len(a) == 2 and a[0] in "tc":
             tensors.append(L.materialize(a))
@@ -213,7 +218,7 @@ def lower_generic_ew(L: Lowering, node, args, kwargs, code_name, alpha=1):
     for t in tensors:
         if L.spec(t).dtype not in GENERIC_DTYPES:
             raise Unsupported("dtype", f"{op_name(node)} reads {L.spec(t).dtype}")
-    dims = tuple(fake.shape)
+    dims = L.shape(fake)
     out = L.new_tensor(fake.dtype, dims)
     floats = any(L.spec(t).dtype == torch.float32 for t in tensors) or fake.dtype == torch.float32 or (
         scalar is not None and not float(scalar).is_integer())
@@ -245,7 +250,7 @@ def lower_full_like(L, node, args, kwargs):
     if fake.dtype not in GENERIC_DTYPES:
         raise Unsupported("dtype", f"aten::full_like of {fake.dtype}")
     out = L.new_tensor(fake.dtype, fake.shape)
-    dims = tuple(fake.shape)
+    dims = L.shape(fake)
     L.op("ew", [], [out], [EW["fill"], 0, len(dims), *dims, *L.spec(out).strides], [1.0, float(value)], name="fill")
     return ("t", out)
 
@@ -279,3 +284,5 @@ LOWERINGS["aten::full_like"] = lower_full_like
 LOWERINGS["aten::zeros_like"] = lower_zeros_like
 LOWERINGS["aten::ones_like"] = lambda L, node, args, kwargs: lower_full_like(L, node, [args[0], 1], kwargs)
 LOWERINGS["aten::masked_fill"] = lower_masked_fill
+# every lowering above takes symbolic sizes (a size used as a scalar operand is refused)
+SYMBOLIC_SIZES.update(fn for fn in LOWERINGS.values() if fn.__module__ == __name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from opforge.backends.cpu.lowering.core import LOWERINGS, Unsupported, _val
+from opforge.backends.cpu.lowering.core import SYMBOLIC_SIZES, LOWERINGS, Unsupported, _val
 
 
 def lower_embedding(L, node, args, kwargs):
@@ -22,3 +22,4 @@ def lower_embedding(L, node, args, kwargs):
 
 
 LOWERINGS["aten::embedding"] = lower_embedding
+SYMBOLIC_SIZES.add(lower_embedding)

@@ -11,7 +11,7 @@ import torch.fx
 
 from opforge.backends.cpu.lowering.core import (
     B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, Plan, TensorSpec, _post_operand_misread,
-    row_major,
+    row_major, same,
 )
 
 
@@ -95,8 +95,8 @@ def _starts_chain(plan: Plan, op: dict) -> bool:
         return False
     nxt = plan.ops[readers[0]]
     src = plan.tensors[op["in"][0]]
-    return (nxt["kind"] == "eltwise" and src.strides == spec.strides
-            and plan.tensors[nxt["out"][0]].strides == spec.strides)
+    return (nxt["kind"] == "eltwise" and same(src.strides, spec.strides)
+            and same(plan.tensors[nxt["out"][0]].strides, spec.strides))
 
 
 def _zero_constant(plan: Plan, dtype, rank: int) -> int:
@@ -119,14 +119,19 @@ def _reshapes(plan: Plan, t: int) -> list[int] | None:
                and _root(plan, k) == root]
     if not aliases:
         return [root]
-    if rspec.strides != row_major(rspec.dims):
-        return None
+    if not _static(rspec) or rspec.strides != row_major(rspec.dims):
+        return None  # (a reshape of symbolic sizes: kept apart)
     size = math.prod(rspec.dims)
     for k in aliases:
         x = plan.tensors[k]
-        if x.offset != 0 or math.prod(x.dims) != size or x.strides != row_major(x.dims):
+        if not _static(x) or x.offset != 0 or math.prod(x.dims) != size or \
+                x.strides != row_major(x.dims):
             return None
     return [root, *aliases]
+
+
+def _static(spec: TensorSpec) -> bool:
+    return all(type(v) is int for v in (*spec.dims, *spec.strides, spec.offset))
 
 
 def _fuse(plan: Plan) -> None:
@@ -152,7 +157,8 @@ def _fuse(plan: Plan) -> None:
                 p[0] == 1 and p[4] == m for p in nxt["post"]))
             out_spec = plan.tensors[nxt["out"][0]] if nxt["out"] else None
             rspec = plan.tensors[read]
-            if out_spec is None or out_spec.dims != rspec.dims or out_spec.strides != rspec.strides \
+            if out_spec is None or not same(out_spec.dims, rspec.dims) \
+                    or not same(out_spec.strides, rspec.strides) \
                     or out_spec.dtype != spec.dtype:
                 continue  # oneDNN's fast kernels write the layout they read
             if nxt["kind"] == "eltwise" and not nxt["post"]:
@@ -167,7 +173,7 @@ def _fuse(plan: Plan) -> None:
                     continue  # computed after op: not available to it
                 if any(p[0] == 1 for p in op["post"]) and op["kind"] == "binary":
                     continue
-                if rspec.dims != spec.dims:
+                if not same(rspec.dims, spec.dims):
                     other = _whole_view(plan, other, spec.dims)  # the operand as op's result
                     if other is None:
                         continue
@@ -177,7 +183,7 @@ def _fuse(plan: Plan) -> None:
             else:
                 continue
             out = nxt["out"][0]
-            if out_spec.dims != spec.dims:  # write nxt's result under op's shape (row-major)
+            if not same(out_spec.dims, spec.dims):  # nxt's result under op's shape (row-major)
                 plan.tensors.append(TensorSpec(spec.dtype, spec.dims, row_major(spec.dims),
                                                "alias", base=out))
                 out = len(plan.tensors) - 1
@@ -193,7 +199,8 @@ def _fuse(plan: Plan) -> None:
 def _whole_view(plan: Plan, tid: int, dims) -> int | None:
     """``tid`` under ``dims`` (an alias), when it is row-major with as many elements."""
     spec = plan.tensors[tid]
-    if math.prod(spec.dims) != math.prod(dims) or spec.strides != row_major(spec.dims):
+    if not _static(spec) or math.prod(spec.dims) != math.prod(dims) or \
+            spec.strides != row_major(spec.dims):
         return None
     if tuple(spec.dims) == tuple(dims):
         return tid

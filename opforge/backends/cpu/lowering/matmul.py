@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    LOWERINGS, Lowering, Unsupported, _need_f32, _val, row_major,
+    SYMBOLIC_SIZES,
+    LOWERINGS, Lowering, Unsupported, _is_one, _need_f32, _val, known, row_major, same,
 )
 
 
@@ -71,10 +72,11 @@ def _flat_rows(t) -> tuple[int, int] | None:
     k = t.dims[-1]
     rows, step = 1, t.strides[-2]
     for d, st in zip(reversed(t.dims[:-1]), reversed(t.strides[:-1])):
-        if d != 1 and st != step:
+        if _is_one(d):
+            continue
+        if not same(st, step):  # (symbolic sizes: when it holds for every value)
             return None
-        rows *= d
-        step = st * d if d != 1 else step
+        rows, step = rows * d, st * d
     return rows, k
 
 
@@ -83,14 +85,14 @@ def _matmul_operand(L: Lowering, tid: int) -> int:
     dims outermost and dense), else a row-major copy (oneDNN would run a reference kernel)."""
     t = L.spec(tid)
     if len(t.dims) < 2 or t.role == "const":
-        return tid if t.role != "const" or t.strides == row_major(t.dims) else L.contiguous(tid)
+        return tid if t.role != "const" or same(t.strides, row_major(t.dims)) else L.contiguous(tid)
     m, k = t.dims[-2:]
     sm, sk = t.strides[-2:]
-    inner_ok = (sk == 1 and sm >= k) or (sm == 1 and sk >= m)
+    inner_ok = (same(sk, 1) and known(lambda: sm >= k)) or (same(sm, 1) and known(lambda: sk >= m))
     span = m * k
     batch_ok = True
     for d, s in zip(reversed(t.dims[:-2]), reversed(t.strides[:-2])):
-        if d != 1 and s != span:
+        if not _is_one(d) and not same(s, span):
             batch_ok = False
         span *= d
     return tid if inner_ok and batch_ok else L.contiguous(tid)
@@ -101,3 +103,4 @@ LOWERINGS["aten::mm"] = lower_mm
 LOWERINGS["aten::bmm"] = lower_mm
 LOWERINGS["aten::matmul"] = lower_mm
 LOWERINGS["aten::linear"] = lower_mm
+SYMBOLIC_SIZES.add(lower_mm)

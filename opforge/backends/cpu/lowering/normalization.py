@@ -11,6 +11,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
+    SYMBOLIC_SIZES,
     B_ADD, B_MUL, LOWERINGS, Lowering, Unsupported, _dense_operand, _need_f32,
     _post_operand_misread, _uses_output, _val, aten,
 )
@@ -185,3 +186,4 @@ LOWERINGS["aten::native_layer_norm"] = lower_layer_norm
 LOWERINGS["aten::native_group_norm"] = lower_group_norm
 LOWERINGS["aten::_softmax"] = lower_softmax
 LOWERINGS["aten::_log_softmax"] = lower_softmax
+SYMBOLIC_SIZES.update({lower_layer_norm, lower_softmax})

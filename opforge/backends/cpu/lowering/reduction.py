@@ -10,6 +10,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
+    SYMBOLIC_SIZES,
     GENERIC_DTYPES, LOWERINGS, Lowering, Unsupported, _dense, _dense_operand, _val, row_major,
 )
 from opforge.backends.cpu.lowering.pooling import _pool_dst_strides
@@ -53,7 +54,7 @@ def lower_reduce(L: Lowering, node, args, kwargs):
         out_strides = [0 if k in dims else s for k, s in enumerate(row_major(kept))]
         L.op("reduce", [src], [out], [REDUCE[name], rank, *spec.dims, *spec.strides, *out_strides, max(count, 1)],
              name=name.split("::")[1])
-    result = tuple(fake.shape)
+    result = L.shape(fake)
     if result != kept:
         return ("t", L.alias(out, result, row_major(result)))
     return ("t", out)
@@ -65,3 +66,4 @@ LOWERINGS["aten::amax"] = lower_reduce
 LOWERINGS["aten::amin"] = lower_reduce
 LOWERINGS["aten::any"] = lower_reduce
 LOWERINGS["aten::all"] = lower_reduce
+SYMBOLIC_SIZES.add(lower_reduce)

@@ -13,7 +13,8 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    EW, GENERIC_DTYPES, LOWERINGS, Lowering, TensorSpec, Unsupported, _unwrap, _val,
+    SYMBOLIC_SIZES,
+    EW, GENERIC_DTYPES, LOWERINGS, Lowering, TensorSpec, Unsupported, _unwrap, _val, known,
 )
 
 
@@ -55,6 +56,10 @@ def lower_view(L: Lowering, node, args, kwargs):
     source = args[0]
     tid = L.materialize(source)
     spec = L.spec(tid)
+    if L.table is not None and _symbolic(spec, args, kwargs):
+        from opforge.backends.cpu.lowering.symbolic_views import lower_view_symbolic
+
+        return lower_view_symbolic(L, node, args, kwargs)
     if math.prod(spec.dims) > (1 << 24):
         raise Unsupported("shape", f"{op_name(node)} on a tensor of more than 2^24 elements: the "
                           "backend's view analysis is bounded; stays on the kernels")
@@ -83,6 +88,17 @@ def lower_view(L: Lowering, node, args, kwargs):
     return tuple(out) if isinstance(result, (tuple, list)) else out[0]
 
 
+def _symbolic(spec: TensorSpec, args, kwargs) -> bool:
+    from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
+
+    def walk(v):
+        if isinstance(v, (list, tuple)):
+            return any(walk(x) for x in v)
+        return is_symbolic_dim(v)
+    return walk(list(spec.dims) + list(spec.strides) + [spec.offset]) or walk(args[1:]) \
+        or walk(list(kwargs.values()))
+
+
 def lower_cat(L: Lowering, node, args, kwargs):
     tensors = [L.materialize(t) for t in args[0]]
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
@@ -95,7 +111,7 @@ def lower_cat(L: Lowering, node, args, kwargs):
         s = L.spec(t)
         if s.dtype != fake.dtype:
             raise Unsupported("dtype", "aten::cat of mixed dtypes; stays on the kernels")
-        if math.prod(s.dims) == 0:
+        if known(lambda: math.prod(s.dims) == 0):
             continue
         L.copy(t, out, start * strides[dim], strides)
         start += s.dims[dim]
@@ -151,7 +167,7 @@ def lower_constant_pad(L: Lowering, node, args, kwargs):
     s = L.spec(src)
     out = L.new_tensor(fake.dtype, fake.shape)
     o = L.spec(out)
-    dims = tuple(fake.shape)
+    dims = L.shape(fake)
     L.op("ew", [], [out], [EW["fill"], 0, len(dims), *dims, *o.strides], [1.0, float(value)], name="fill")
     lengths, src_off, dst_off = [], 0, 0
     for k in range(len(s.dims)):
@@ -230,3 +246,4 @@ LOWERINGS["aten::stack"] = lower_stack
 LOWERINGS["aten::_to_copy"] = lower_to_copy
 LOWERINGS["aten::constant_pad_nd"] = lower_constant_pad
 LOWERINGS["aten::index_select"] = lower_index_select
+SYMBOLIC_SIZES.update({lower_view, lower_cat, lower_to_copy})

@@ -29,19 +29,21 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dims_t = std::vector<int64_t>;
 
-constexpr int32_t kAbiVersion = 2;
+constexpr int32_t kAbiVersion = 4;
 constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
 // opforge ScalarType codes
 enum Dtype : int32_t { U8 = 0, I8 = 1, I16 = 2, I32 = 3, I64 = 4, F32 = 6, F64 = 7, BOOL = 11 };
 
-// how a tensor gets its memory (ofc_add_tensor's `storage`); BORROWED: a constant read in
-// place from the caller's memory (the blob), which outlives the engine; never written.
-// BOUND_STATE: a delegate input the blob marks as program state (a KV cache), bound per
-// execute like an input and, unlike one, writable: the one tensor kind a delegate may
-// write that it does not own or produce
-enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2, BORROWED = 3, BOUND_STATE = 4 };
+// how a tensor gets its memory (ofc_add_tensor's `storage`). BORROWED_CONST: a constant
+// whose bytes the caller keeps alive and unchanged for the engine's life (the blob's
+// mapping), 64-byte aligned: read in place, never copied or written, so every engine of a
+// dynamic delegate's shapes shares them. BOUND_STATE: a delegate input the blob marks as
+// program state (a KV cache), bound per execute like an input and, unlike one, writable:
+// the one tensor kind a delegate may write that it does not own or produce
+enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2, BORROWED_CONST = 3,
+                         BOUND_STATE = 4 };
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
 
@@ -71,6 +73,7 @@ struct Tensor {
   std::vector<char> store;   // owned (intermediates, constants)
   void* data = nullptr;      // current pointer (set per execute for inputs/outputs)
   bool is_const = false;
+  bool borrowed = false;     // a BORROWED_CONST: data is the caller's, stable for the engine's life
   memory::desc md() const {  // a 0-d tensor is one element to oneDNN
     if (dims.empty()) return memory::desc({1}, dnnl_type(dtype), memory::dims{1});
     // a size-1 dim addresses nothing, but oneDNN orders dims by stride when it matches a
@@ -90,6 +93,21 @@ struct Tensor {
 };
 
 struct Engine;
+
+// Constants in the layouts primitives want, shared by the engines of one dynamic delegate
+// (one engine per call shape, all borrowing the same blob constants): keyed by the borrowed
+// source bytes and both memory descriptors, so each weight is reordered once, not once per
+// shape. Owned by the caller (ofc_weight_cache_new/free), which frees it after every engine
+// that uses it; engines use it only while being built, which the caller serialises.
+struct WeightCache {
+  struct Entry {
+    const void* src;
+    memory::desc have, want;
+    memory mem;
+  };
+  std::vector<Entry> entries;
+  int64_t bytes = 0;
+};
 
 struct Op {
   std::vector<int> ins, outs;
@@ -114,6 +132,7 @@ struct Engine {
   bool profile = false;               // OPFORGE_CPU_PROFILE=1: per-op times on stderr at destroy
   std::vector<double> op_seconds;
   int64_t runs = 0;
+  WeightCache* weights = nullptr;     // shared reordered constants (ofc_use_weight_cache)
   ~Engine();
 
   void* ptr(int id) {                 // aliases name their root directly (ofc_add_tensor)
