@@ -333,7 +333,7 @@ class Lowering:
                 bias = bias.reshape(1, -1)
             ins.append(self.materialize(("c", bias.float().contiguous())))
         ia = [pattern.x_zp, pattern.y_zp, pattern.mask, int(pattern.bias is not None), *pattern.conv_ia]
-        post = [[0, RELU, 0.0, 0.0, -1]] if pattern.relu is not None else []
+        post = pattern.post_ops()
         self.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [pattern.x_scale, pattern.y_scale],
                 name="int8 " + ("convolution" if pattern.conv else "matmul"), post=post)
         pattern.output = out

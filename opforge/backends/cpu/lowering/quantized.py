@@ -1,5 +1,13 @@
 """quantize/dequantize per tensor (quantized_decomposed's float32 arithmetic) and the 8a8w
 patterns (dequantize → convolution/linear [→ relu] → quantize) lowered to oneDNN int8.
+
+An activation quantized on its own (convolution → quantize → dequantize → relu/hardtanh →
+quantize, what per-op annotation gives a conv-bn-relu) joins its convolution/linear: the
+intermediate quantize/dequantize pair becomes post-ops on the primitive's float32
+accumulator (× 1/scale, round half to even, clip to the uint8 range less the zero point,
+× scale), then the activation, then the primitive's own output scale. The activation stays
+uint8 from one primitive to the next, and the arithmetic is the pair's own: the result is
+lean's, with the same one-step freedom at rounding boundaries the plain pattern has.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    LOWERINGS, Lowering, Unsupported, _dense_operand, _val, aten,
+    CLIP, LINEAR, LOWERINGS, RELU, ROUND, Lowering, Unsupported, _dense_operand, _val, aten,
 )
 
 
@@ -64,6 +72,13 @@ class Int8Pattern:
     mask: int
     conv_ia: list
     output: int = -1
+    # the requantized activation joined to the primitive (module docstring): the nodes of
+    # quantize → dequantize → activation, and the post-ops they become
+    joined: tuple = ()
+    post: list = field(default_factory=list)
+
+    def post_ops(self) -> list[list]:
+        return ([[0, RELU, 0.0, 0.0, -1]] if self.relu is not None else []) + self.post
 
 
 def _is(node, op) -> bool:
@@ -104,7 +119,8 @@ def _int8_weight(sub, node):
 
 def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
     """``dequantize_per_tensor(u8) → convolution/addmm/mm [→ relu] → quantize_per_tensor(u8)``
-    with per-channel int8 weights: the 8a8w patterns oneDNN runs in int8. Keyed by the name
+    with per-channel int8 weights (convolutions grouped or not), and an activation joined
+    after it (module docstring): the 8a8w patterns oneDNN runs in int8. Keyed by the name
     of every node in each pattern."""
     found: dict[str, Int8Pattern] = {}
     if _qop("dequantize_per_channel") is None:
@@ -131,16 +147,73 @@ def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
         for n in (src, relu, node):
             if n is not None:
                 found[n.name] = p
+    for node in sub.graph_module.graph.nodes:
+        _join_activation(found, node)
     return found
+
+
+def _activation(node) -> tuple[float, float] | None:
+    """(low, high) of a relu / hardtanh / clamp with number bounds, else None."""
+    if _is(node, aten.relu.default):
+        return 0.0, float("inf")
+    if _is(node, aten.hardtanh.default):
+        low, high = (list(node.args[1:]) + [-1.0, 1.0][len(node.args) - 1:])[:2]
+        return float(low), float(high)
+    if _is(node, aten.clamp.default):
+        low, high = (list(node.args[1:]) + [None, None])[:2]
+        if all(v is None or isinstance(v, (int, float)) for v in (low, high)) and not node.kwargs:
+            return (float("-inf") if low is None else float(low),
+                    float("inf") if high is None else float(high))
+    return None
+
+
+def _join_activation(found: dict[str, Int8Pattern], node) -> None:
+    """``pattern.quant → dequantize → relu/hardtanh/clamp → quantize(u8)``, each node read
+    by the next alone: the pattern takes the three nodes after its quantize (the module
+    docstring says how)."""
+    out = _per_tensor_u8(node, quantize=True)
+    act = node.args[0] if out is not None else None
+    bounds = _activation(act)
+    if bounds is None or len(act.users) != 1:
+        return
+    dq = act.args[0]
+    mid = _per_tensor_u8(dq, quantize=False)
+    if mid is None or len(dq.users) != 1:
+        return
+    q = dq.args[0]
+    pattern = found.get(getattr(q, "name", ""))
+    if pattern is None or pattern.quant is not q or len(q.users) != 1 or pattern.joined:
+        return
+    if (pattern.y_scale, pattern.y_zp) != mid:
+        return
+    scale, zp = mid
+    low, high = bounds
+    # quantize: round_half_even(x · float32(1/scale)) + zp clamped to [0, 255], i.e. the
+    # rounded value clamped to [-zp, 255 - zp]; dequantize: (q - zp) · scale
+    pattern.post = [[0, LINEAR, float(torch.tensor(1.0 / scale, dtype=torch.float32)), 0.0, -1],
+                    [0, ROUND, 0.0, 0.0, -1],
+                    [0, CLIP, float(-zp), float(255 - zp), -1],
+                    [0, LINEAR, scale, 0.0, -1]]
+    if low == 0.0 and high == float("inf"):
+        pattern.post.append([0, RELU, 0.0, 0.0, -1])
+    else:
+        pattern.post.append([0, CLIP, max(low, -3.0e38), min(high, 3.0e38), -1])
+    pattern.joined = (q, dq, act)
+    pattern.quant = node
+    pattern.y_scale, pattern.y_zp = out
+    for n in (dq, act, node):
+        found[n.name] = pattern
 
 
 def _match_compute(sub, node):
     if _is(node, aten.convolution.default):
         x, w, b, stride, padding, dilation, transposed, output_padding, groups = node.args[:9]
         wq = _int8_weight(sub, w)
-        if wq is None or transposed or groups != 1 or (b is not None and _const(sub, b) is None):
+        if wq is None or transposed or (b is not None and _const(sub, b) is None):
             return None
         weight, scales = wq
+        if weight.shape[0] % groups:
+            return None
         nsp = weight.dim() - 2
         fake_in, fake_out = _val(x), _val(node)
         if fake_in is None or fake_out is None or fake_in.dim() != nsp + 2:
@@ -151,7 +224,12 @@ def _match_compute(sub, node):
             pads_r.append((fake_out.shape[2 + k] - 1) * stride[k] + kernel - fake_in.shape[2 + k] - padding[k])
         ia = [nsp, *stride, *padding, *pads_r, *dilation]
         bias = _const(sub, b) if b is not None else None
-        return x, True, weight.contiguous(), scales, bias, 1, ia
+        if groups == 1:
+            return x, True, weight.contiguous(), scales, bias, 1, ia
+        # grouped (depthwise): oneDNN's (groups, out/groups, in/groups, k...) weights, one
+        # scale per output channel, i.e. over the first two dims (mask 0b11)
+        grouped = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:])
+        return x, True, grouped.contiguous(), scales, bias, 0b11, ia
     if _is(node, aten.addmm.default) or _is(node, aten.mm.default):
         if _is(node, aten.addmm.default):
             b, x, wt = node.args[:3]
