@@ -20,7 +20,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    CLIP, LINEAR, LOWERINGS, RELU, ROUND, Lowering, Unsupported, _dense_operand, _val, aten,
+    B_ADD, CLIP, LINEAR, LOWERINGS, RELU, ROUND, Lowering, Unsupported, _dense_operand, _val, aten,
 )
 
 
@@ -75,10 +75,13 @@ class Int8Pattern:
     # the requantized activation joined to the primitive (module docstring): the nodes of
     # quantize → dequantize → activation, and the post-ops they become
     joined: tuple = ()
+    joined_add: tuple = ()  # quantize → dequantize → add [→ relu] (a residual add)
     post: list = field(default_factory=list)
 
-    def post_ops(self) -> list[list]:
-        return ([[0, RELU, 0.0, 0.0, -1]] if self.relu is not None else []) + self.post
+    def post_ops(self, operand: Callable[[Any], int]) -> list[list]:
+        """The post-op list, a binary post-op's operand node made a tensor id by ``operand``."""
+        post = [[0, RELU, 0.0, 0.0, -1]] if self.relu is not None else []
+        return post + [[*p[:4], operand(p[4])] if p[0] == 1 else p for p in self.post]
 
 
 def _is(node, op) -> bool:
@@ -149,7 +152,77 @@ def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
                 found[n.name] = p
     for node in sub.graph_module.graph.nodes:
         _join_activation(found, node)
+    order = {n: i for i, n in enumerate(sub.graph_module.graph.nodes)}
+    for node in sub.graph_module.graph.nodes:
+        _join_residual_add(found, node, order)
+    for node in sub.graph_module.graph.nodes:  # a relu quantized on its own after the add
+        _join_activation(found, node)
     return found
+
+
+def _requantize(scale: float, zp: int) -> list[list]:
+    """Post-ops doing ``dequantize(quantize(x))`` on float32 x: quantize is
+    round_half_even(x · float32(1/scale)) + zp clamped to [0, 255], i.e. the rounded value
+    clamped to [-zp, 255 - zp]; dequantize is (q - zp) · scale."""
+    return [[0, LINEAR, float(torch.tensor(1.0 / scale, dtype=torch.float32)), 0.0, -1],
+            [0, ROUND, 0.0, 0.0, -1],
+            [0, CLIP, float(-zp), float(255 - zp), -1],
+            [0, LINEAR, scale, 0.0, -1]]
+
+
+def _joinable(found: dict[str, Int8Pattern], dq) -> Int8Pattern | None:
+    """The pattern whose quantize ``dq`` (a u8 dequantize read by one node) alone reads."""
+    if _per_tensor_u8(dq, quantize=False) is None or len(dq.users) != 1:
+        return None
+    q = dq.args[0]
+    pattern = found.get(getattr(q, "name", ""))
+    if pattern is None or pattern.quant is not q or len(q.users) != 1:
+        return None
+    return pattern if (pattern.y_scale, pattern.y_zp) == _per_tensor_u8(dq, quantize=False) else None
+
+
+def _join_residual_add(found: dict[str, Int8Pattern], node, order: dict) -> None:
+    """``pattern.quant → dequantize → add(·, dequantize(b)) [→ relu] → quantize(u8)``: a
+    residual add of two uint8 tensors joins the pattern that computes one of them. After
+    the pattern's own post-ops and its requantization (``_requantize``), the other operand
+    ``b`` (uint8, computed before the pattern's convolution) is added as a binary post-op:
+    x + (b - zp_b)·scale_b as ((x · 1/scale_b - zp_b) + b) · scale_b, float32 sums in
+    another order than lean's, so a value on a rounding boundary may move one step."""
+    out = _per_tensor_u8(node, quantize=True)
+    if out is None:
+        return
+    top = node.args[0]
+    relu = None
+    if _is(top, aten.relu.default) and len(top.users) == 1:
+        relu, top = top, top.args[0]
+    if not _is(top, aten.add.Tensor) or len(top.users) != 1 or len(top.args) != 2 \
+            or top.kwargs.get("alpha", 1) != 1:
+        return
+    for mine, other in (top.args, top.args[::-1]):
+        pattern = _joinable(found, mine)
+        other_q = _per_tensor_u8(other, quantize=False)
+        if pattern is None or other_q is None or pattern.joined_add:
+            continue
+        b = other.args[0]
+        fake_b, fake_out = _val(b), _val(node)
+        if not isinstance(b, torch.fx.Node) or fake_b is None or fake_out is None \
+                or tuple(fake_b.shape) != tuple(fake_out.shape) or order[b] >= order[pattern.compute]:
+            continue
+        scale_b, zp_b = other_q
+        pattern.post = pattern.post + _requantize(pattern.y_scale, pattern.y_zp) + [
+            [0, LINEAR, float(torch.tensor(1.0 / scale_b, dtype=torch.float32)), float(-zp_b), -1],
+            [1, B_ADD, 0.0, 0.0, b],
+            [0, LINEAR, scale_b, 0.0, -1]]
+        if relu is not None:
+            pattern.post.append([0, RELU, 0.0, 0.0, -1])
+        q, dq = mine.args[0], mine
+        pattern.joined_add = (q, dq, top, relu)
+        pattern.quant = node
+        pattern.y_scale, pattern.y_zp = out
+        for n in (q, dq, top, relu, node) + ((other,) if len(other.users) == 1 else ()):
+            if n is not None:
+                found[n.name] = pattern
+        return
 
 
 def _activation(node) -> tuple[float, float] | None:
@@ -186,14 +259,8 @@ def _join_activation(found: dict[str, Int8Pattern], node) -> None:
         return
     if (pattern.y_scale, pattern.y_zp) != mid:
         return
-    scale, zp = mid
     low, high = bounds
-    # quantize: round_half_even(x · float32(1/scale)) + zp clamped to [0, 255], i.e. the
-    # rounded value clamped to [-zp, 255 - zp]; dequantize: (q - zp) · scale
-    pattern.post = [[0, LINEAR, float(torch.tensor(1.0 / scale, dtype=torch.float32)), 0.0, -1],
-                    [0, ROUND, 0.0, 0.0, -1],
-                    [0, CLIP, float(-zp), float(255 - zp), -1],
-                    [0, LINEAR, scale, 0.0, -1]]
+    pattern.post = pattern.post + _requantize(*mid)
     if low == 0.0 and high == float("inf"):
         pattern.post.append([0, RELU, 0.0, 0.0, -1])
     else:
