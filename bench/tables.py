@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         path.with_suffix(".md").write_text(text)
         # Demote the headings one level, as run.py does for the README's own section.
         body = text.split("\n", 1)[1].replace("\n### ", "\n#### ").replace("\n## ", "\n### ")
-        threads = setup["threads"]
-        parts.append(f"### {threads} thread{'s' if threads > 1 else ''}\n{body}")
+        threads, commit = setup["threads"], setup["machine"]["opforge_commit"]
+        parts.append(f"### {threads} thread{'s' if threads > 1 else ''}, opforge {commit}\n{body}")
     if args.readme:
         replace_section(HERE / "README.md", args.readme, "\n".join(parts))
     return 0
