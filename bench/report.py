@@ -12,6 +12,9 @@ __all__ = ["summarize_measurements", "failed_cells", "markdown", "ratio_chart", 
            "BASELINE", "TOLERANCE"]
 
 BASELINE = "opforge-lean"
+# The second ratio table, when the run has it: the cpu backend against every other runtime
+# (the performance issue's targets are ratios to it).
+CPU_BASELINE = "opforge-cpu"
 # The largest absolute difference from eager's outputs a runtime may show on any checked
 # call (the models' float32 outputs are of order 1; the largest error in
 # results/latest.md, et-xnnpack on gpt_decoder, is 1.0e-4). A cell beyond it is *failed*:
@@ -22,12 +25,14 @@ TOLERANCE = 1e-3
 
 def summarize_measurements(measured: dict[tuple[str, str], list[dict]],
                            prepared: dict[tuple[str, str], dict],
-                           tolerance: float = TOLERANCE) -> dict[str, dict[str, dict]]:
+                           tolerance: float = TOLERANCE,
+                           tolerances: dict[str, float] | None = None) -> dict[str, dict[str, dict]]:
     """``{workload: {runtime: cell}}``; a cell pools every round's samples. A measured cell
-    whose ``max_abs_error`` is above ``tolerance`` (or nan) gets ``failed`` (the reason)
-    and ``ok`` False."""
+    whose ``max_abs_error`` is above its workload's tolerance (``tolerances[workload]``,
+    else ``tolerance``; or nan) gets ``failed`` (the reason) and ``ok`` False."""
     table: dict[str, dict[str, dict]] = {}
     for (workload, runtime), events in measured.items():
+        limit = (tolerances or {}).get(workload, tolerance)
         ok = [e for e in events if e.get("ok")]
         cell: dict = {"ok": bool(ok), "rounds": len(ok)}
         prep = prepared.get((workload, runtime), {})
@@ -50,10 +55,12 @@ def summarize_measurements(measured: dict[tuple[str, str], list[dict]],
         else:
             errors = [e.get("error", "") for e in events] or [prep.get("error", "not measured")]
             cell["error"] = prep.get("error") or errors[0]
-        if ok and not cell["max_abs_error"] <= tolerance:  # nan fails too
+        if ok:
+            cell["tolerance"] = limit
+        if ok and not cell["max_abs_error"] <= limit:  # nan fails too
             cell["ok"] = False
             cell["failed"] = (f"output differs from eager: max abs error "
-                              f"{cell['max_abs_error']:.1e} > tolerance {tolerance:.0e}")
+                              f"{cell['max_abs_error']:.1e} > tolerance {limit:.1e}")
         table.setdefault(workload, {})[runtime] = cell
     return table
 
@@ -74,8 +81,8 @@ def fmt_time(seconds: float | None) -> str:
     return f"{seconds:.3g} s"
 
 
-def _ratio(table: dict, workload: str, runtime: str) -> float | None:
-    base, cell = table[workload].get(BASELINE, {}), table[workload].get(runtime, {})
+def _ratio(table: dict, workload: str, runtime: str, baseline: str = BASELINE) -> float | None:
+    base, cell = table[workload].get(baseline, {}), table[workload].get(runtime, {})
     if base.get("ok") and cell.get("ok"):
         return cell["median_s"] / base["median_s"]
     return None
@@ -94,6 +101,21 @@ def _grid(title: str, note: str, workloads: list[str], runtimes: list[str], tabl
                                        for r in runtimes)]))
     lines += [_row(row) for row in extra_rows]
     return lines + [""]
+
+
+def _ratio_grid(table: dict, workloads: list[str], runtimes: list[str], baseline: str) -> list[str]:
+    def ratio(workload, runtime, cell):
+        value = _ratio(table, workload, runtime, baseline)
+        return "n/a" if value is None else f"{value:.2f}×"
+
+    geo = ["**geomean**"]
+    for runtime in runtimes:
+        values = [_ratio(table, w, runtime, baseline) for w in workloads]
+        geo.append(f"**{geomean([v for v in values if v]):.2f}×**" if any(values) else "n/a")
+    name = baseline.replace("-", " ")
+    return _grid(f"Ratio: runtime's median / {name}'s median",
+                 f"Above 1×: {name} is that many times faster; below 1×: the other is faster.",
+                 workloads, runtimes, table, ratio, [geo])
 
 
 def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict,
@@ -124,27 +146,26 @@ def markdown(table: dict, workloads: list[str], runtimes: list[str], setup: dict
     lines += _grid("Median latency per call (p10–p90)", "Lower is better.",
                    workloads, runtimes, table, latency)
 
-    def ratio(workload, runtime, cell):
-        value = _ratio(table, workload, runtime)
-        return "n/a" if value is None else f"{value:.2f}×"
-
-    geo = ["**geomean**"]
-    for runtime in runtimes:
-        values = [_ratio(table, w, runtime) for w in workloads]
-        geo.append(f"**{geomean([v for v in values if v]):.2f}×**" if any(values) else "n/a")
-    lines += _grid("Ratio: runtime's median / opforge lean's median",
-                   "Above 1×: opforge lean is that many times faster; below 1×: the peer is faster.",
-                   workloads, runtimes, table, ratio, [geo])
+    for baseline in (BASELINE, CPU_BASELINE):
+        if baseline == CPU_BASELINE and baseline not in runtimes:
+            continue
+        lines += _ratio_grid(table, workloads, runtimes, baseline)
 
     def error(workload, runtime, cell):
         if "max_abs_error" not in cell:
             return "n/a"
         return f"{cell['max_abs_error']:.1e}" + (" **failed**" if "failed" in cell else "")
 
-    lines += _grid("Max abs error against eager",
-                   f"Over every checked call of every round. Above {tolerance:.0e} the run "
-                   "is failed: its times count in no ratio.",
-                   workloads, runtimes, table, error)
+    own = {w: t for w, t in setup.get("tolerances", {}).items() if w in workloads}
+    note = (f"Over every checked call of every round. Above {tolerance:.0e} the run "
+            "is failed: its times count in no ratio.")
+    if own:
+        note += (" Quantized workloads are checked against eager's run of the quantized "
+                 "model with their own tolerance (twice the largest difference quantization "
+                 "itself makes between that model and the float one, "
+                 "bench/quantized_workloads.py): "
+                 + ", ".join(f"{w} {t:.2g}" for w, t in own.items()) + ".")
+    lines += _grid("Max abs error against eager", note, workloads, runtimes, table, error)
 
     def export(workload, runtime, cell):
         if runtime == "eager":

@@ -29,6 +29,8 @@ from micro import micro_markdown, run_micro  # noqa: E402
 from report import (  # noqa: E402
     BASELINE, TOLERANCE, failed_cells, markdown, ratio_chart, summarize_measurements,
 )
+from quantized_workloads import is_quantized  # noqa: E402
+from quantized_workloads import tolerance as quantized_tolerance  # noqa: E402
 from runtimes import RUNTIMES  # noqa: E402
 from workloads import MAIN, WORKLOADS  # noqa: E402
 
@@ -79,18 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         harness.say(f"bench: {machine['cpu']}, {machine['cores']} cores, threads={args.threads}, "
                     f"rounds={args.rounds}, runs={args.runs}")
         table: dict = {}
+        tolerances: dict[str, float] = {}
         if not args.micro_only:
             prepared = harness.prepare(args.models, args.runtimes)
             pairs = [(w, r) for w in args.models for r in args.runtimes]
             measured = harness.measure(pairs, args.rounds, args.runs)
-            table = summarize_measurements(measured, prepared, args.tolerance)
+            tolerances = quantized_tolerances(args.workdir, args.models)
+            table = summarize_measurements(measured, prepared, args.tolerance, tolerances)
         micro = {}
         if not args.no_micro:
             micro = run_micro(harness, rounds=args.rounds, runs=args.runs,
                               repeats=args.import_repeats, runtimes=args.runtimes)
 
     setup = {"machine": machine, "threads": args.threads, "rounds": args.rounds,
-             "runs": args.runs, "tolerance": args.tolerance,
+             "runs": args.runs, "tolerance": args.tolerance, "tolerances": tolerances,
              "load_start": load_start, "load_end": os.getloadavg()[0],
              "wall_s": time.perf_counter() - started,
              "command": "bench/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
@@ -100,6 +104,20 @@ def main(argv: list[str] | None = None) -> int:
     for workload, runtime, reason in wrong:
         harness.say(f"  FAILED {workload} on {runtime}: {reason}")
     return 1 if wrong else 0
+
+
+def quantized_tolerances(workdir: pathlib.Path, workloads: list[str]) -> dict[str, float]:
+    """The tolerance of each quantized workload, from its eager reference outputs."""
+    import numpy as np
+    found = {}
+    for name in workloads:
+        io = workdir / name / "io.npz"
+        if is_quantized(name) and io.exists():
+            with np.load(io) as arrays:
+                outputs = sorted(k for k in arrays.files if k.startswith("out"))
+                found[name] = quantized_tolerance([arrays[k] for k in outputs],
+                                                  [arrays["float" + k[3:]] for k in outputs])
+    return found
 
 
 def snapshot_opforge(workdir: pathlib.Path) -> str:

@@ -78,6 +78,7 @@ def load_io(workdir: str, workload: str) -> tuple[list[np.ndarray], list[np.ndar
 
 def reference(spec: dict) -> None:
     import torch
+    from quantized_workloads import is_quantized, quantized_workload
     from workloads import workload as build
     for name in spec["workloads"]:
         model, inputs = build(name)
@@ -88,12 +89,19 @@ def reference(spec: dict) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         arrays = {f"in{i}": t.numpy() for i, t in enumerate(inputs)}
         arrays.update({f"out{i}": t.numpy() for i, t in enumerate(results)})
+        if is_quantized(name):  # the float model's outputs: what the tolerance is made of
+            q = quantized_workload(name)
+            with torch.inference_mode():
+                floats = q.float_model(*q.inputs)
+            floats = floats if isinstance(floats, (tuple, list)) else (floats,)
+            arrays.update({f"float{i}": t.numpy() for i, t in enumerate(floats)})
         np.savez(folder / "io.npz", **arrays)
         emit(event="reference", workload=name)
 
 
 def prepare(spec: dict) -> None:
     import torch
+    from quantized_workloads import is_quantized, quantized_workload
     from workloads import workload as build
     rt = runtime(spec["runtime"])
     impl = rt.impl()
@@ -111,16 +119,25 @@ def prepare(spec: dict) -> None:
             pass
         warm.unlink(missing_ok=True)
     for name in spec["workloads"]:
-        if reason:
-            emit(event="prepared", runtime=rt.name, workload=name, ok=False, error=reason)
+        quantized = is_quantized(name)
+        missing = reason
+        if quantized and not missing and not hasattr(impl, "export_quantized"):
+            missing = f"{rt.name} has no quantized path in this bench (export_quantized)"
+        if missing:
+            emit(event="prepared", runtime=rt.name, workload=name, ok=False, error=missing)
             continue
+        # A quantized workload is quantized (calibrated) here, untimed: the export time
+        # is the runtime's export of the quantized model, as for a float one.
         model, inputs = build(name)
         path = artifact_path(spec["workdir"], name, rt.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         try:
             with torch.no_grad():
-                impl.export(model, inputs, path, rt.variant)
+                if quantized:
+                    impl.export_quantized(quantized_workload(name), path, rt.variant)
+                else:
+                    impl.export(model, inputs, path, rt.variant)
         except Exception as error:
             path.unlink(missing_ok=True)
             emit(event="prepared", runtime=rt.name, workload=name, ok=False,

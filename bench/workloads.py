@@ -13,7 +13,11 @@ Every workload is a factory returning ``(model.eval(), example_inputs)`` like th
 - ``anchor_mlp``, ``anchor_cnn``, ``anchor_transformer``: the performance issue's anchor
   workloads at their sizes (3 × Linear 512 on a batch of 32; two 3×3 convolutions, pooling
   and a linear on 1×3×64×64; a ``TransformerEncoderLayer`` with d=256, 4 heads, FFN 1024,
-  sequence 128, batch-first); with ``eltwise_chain`` the four anchors.
+  sequence 128, batch-first); with ``eltwise_chain`` the four anchors;
+- ``resnet18_224``, ``mobilenet_v2_224``: torchvision's ResNet-18 and MobileNetV2 on
+  1×3×224×224, random weights (``vision_models.py``), and ``*_8a8w``: the same quantized
+  8a8w by opforge's PT2E path (``quantized_workloads.py``: each runtime's own way to run
+  such a model, and the tolerance its outputs are checked with).
 
 This module imports torch: it runs in the prepare step and in torch-based workers only.
 """
@@ -25,6 +29,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+import quantized_workloads
+import vision_models
 from opforge.examples.zoo import ZOO
 
 __all__ = ["WORKLOADS", "MAIN", "CHAIN_LENGTHS", "workload"]
@@ -126,7 +132,11 @@ WORKLOADS: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] =
     "anchor_mlp": anchor_mlp,
     "anchor_cnn": anchor_cnn,
     "anchor_transformer": anchor_transformer,
+    "resnet18_224": vision_models.resnet18,
+    "mobilenet_v2_224": vision_models.mobilenet_v2,
 }
+WORKLOADS.update({f"{name}{quantized_workloads.SCHEME_SUFFIX}": quantized_workloads.factory(
+    f"{name}{quantized_workloads.SCHEME_SUFFIX}") for name in ("resnet18_224", "mobilenet_v2_224")})
 
 # The workloads of the main table, in its row order.
 MAIN = (*ZOO, "eltwise_chain", "tiny_add")

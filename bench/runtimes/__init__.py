@@ -5,6 +5,10 @@ A runtime module defines:
 - ``unavailable() -> str | None``: why it cannot run here (an import failing), or None;
 - ``export(model, inputs, path, variant) -> None``: turn a torch model into the file this
   runtime loads (runs in the prepare step, which has torch);
+- optionally ``export_quantized(workload, path, variant) -> None``: the same for a
+  quantized workload (``quantized_workloads.QuantizedWorkload``: the float model, its
+  calibration samples, torchao's converted model), done the way this runtime's users
+  quantize; a runtime without it is not measured on quantized workloads;
 - ``load(path, workload, threads, variant) -> Session``: read that file back (runs in a
   measuring worker, which imports only what this runtime itself needs).
 

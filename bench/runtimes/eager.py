@@ -23,6 +23,11 @@ def export(model, inputs, path: pathlib.Path, variant: str) -> None:
     path.write_text("eager: the model is rebuilt from its factory\n")
 
 
+def export_quantized(workload, path: pathlib.Path, variant: str) -> None:
+    """Eager runs torchao's converted model, which the quantized workload's factory returns."""
+    export(workload.converted, workload.inputs, path, variant)
+
+
 class Session:
     def __init__(self, model, threads: int) -> None:
         import torch

@@ -39,6 +39,33 @@ def export(model, inputs, path: pathlib.Path, variant: str) -> None:
                                    f"torchscript: {legacy_error!r}") from legacy_error
 
 
+def export_quantized(workload, path: pathlib.Path, variant: str) -> None:
+    """A quantized workload (``quantized_workloads.QuantizedWorkload``) as ONNX Runtime
+    quantizes a model: the float model exported as above, then ``quantize_static`` (QDQ,
+    uint8 activations, int8 per-channel weights) calibrated on the workload's samples."""
+    import tempfile
+
+    import onnxruntime as ort
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Samples(CalibrationDataReader):
+        def __init__(self, names: list[str]) -> None:
+            self.items = iter([dict(zip(names, (x.numpy() for x in sample)))
+                               for sample in workload.calibration])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        float_path = pathlib.Path(tmp) / "float.onnx"
+        export(workload.float_model, workload.inputs, float_path, variant)
+        names = [i.name for i in ort.InferenceSession(str(float_path)).get_inputs()]
+        quantize_static(str(float_path), str(path), Samples(names), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+
+
 class Session:
     def __init__(self, path: pathlib.Path, threads: int) -> None:
         import onnxruntime as ort

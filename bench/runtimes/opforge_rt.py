@@ -37,6 +37,14 @@ def export(model, inputs, path: pathlib.Path, variant: str) -> None:
     save(opforge_export(model, inputs, kernels="portable", backends=backends), path)
 
 
+def export_quantized(workload, path: pathlib.Path, variant: str) -> None:
+    """A quantized workload (``quantized_workloads.QuantizedWorkload``): torchao's converted
+    model exported as ``opforge quantize`` does (Q/DQ ops and integer constants kept)."""
+    from opforge.program import save
+    backends = ["cpu"] if variant == "cpu" else None
+    save(workload.quantized.export(kernels="portable", backends=backends), path)
+
+
 class Session:
     def __init__(self, path: pathlib.Path, threads: int, mode: str) -> None:
         from opforge.runtime import load

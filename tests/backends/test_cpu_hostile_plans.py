@@ -940,3 +940,17 @@ def test_a_stride0_weight_does_not_grow_memory_past_the_limit():
 if __name__ == "__main__":
     for case in sys.argv[1:]:
         print(f"CASE {case} {outcome(case)}", flush=True)
+
+
+def test_a_uint8_binary_post_op_operand_is_refused_on_a_float_op():
+    # int8 convolutions/matmuls take a uint8 residual as a binary post-op (every post-op
+    # runs in oneDNN there); a float op's post-ops may run in the NaN-exact epilogue, which
+    # reads its operand as float32: a uint8 one would be read past its end
+    p = Plan()
+    x = p.tensor(F32, [1, 64], role="input")
+    b = p.tensor(U8, [1, 64], role="input")
+    zero = p.const(np.zeros((1, 1), np.float32))
+    y = p.tensor(F32, [1, 64], role="output")
+    p.op("binary", [x, zero], [y], [B_ADD], post=[[1, B_ADD, 0.0, 0.0, b]])
+    with pytest.raises(BackendError, match="not float32"):
+        p.handle()

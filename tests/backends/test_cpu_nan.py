@@ -127,3 +127,43 @@ def test_one_nan_anywhere_in_a_large_input_reaches_max_pooling_and_softmax(where
     got_pool, got_soft = run(p.handle(), x.reshape(1, 1, -1))
     assert np.flatnonzero(np.isnan(got_pool)).tolist() == [where // 2]
     assert np.isnan(got_soft).all()
+
+
+@pytest.mark.parametrize("activation", ["relu6", "hardtanh", "hardsigmoid", "relu"])
+def test_clamping_activations_after_a_convolution_keep_nan_and_clamp_like_eager(activation):
+    # the activation is a post-op of the convolution run after the primitive, in place on
+    # its channels-last output (one flat pass over 5·7·9·11 = 3465 elements: whole vectors
+    # and a remainder); NaN, ±inf and values on both sides of each bound, against eager
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    from opforge.export import export
+    from opforge.program import KernelCall
+    from opforge.runtime import load
+
+    act = {"relu6": F.relu6, "hardtanh": lambda v: F.hardtanh(v, -0.5, 0.75),
+           "hardsigmoid": F.hardsigmoid, "relu": F.relu}[activation]
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 7, 3, padding=1)
+
+        def forward(self, x):
+            return act(self.conv(x) * 4.0)
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    x = torch.randn(5, 3, 9, 11)
+    program = export(model, (x,), backends=["cpu"])
+    assert program.delegates and not any(
+        type(i) is KernelCall for i in program.method("forward").instructions)
+    data = x.numpy().copy()
+    flat = data.reshape(-1)
+    spots = np.random.default_rng(1).choice(flat.size, 40, replace=False)
+    flat[spots] = np.resize(SPECIAL, spots.size)
+    got = load(program).method("forward")(data)[0]
+    with torch.no_grad():
+        want = model(torch.from_numpy(data)).numpy()
+    assert np.isnan(want).any() and np.isnan(got).sum() == np.isnan(want).sum()
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -69,3 +69,47 @@ def test_a_failed_baseline_gives_no_ratios():
     assert "| mlp | n/a | n/a |" in text
     assert report.failed_cells(result) == [("mlp", "opforge-lean", result["mlp"][
         "opforge-lean"]["failed"])]
+
+
+def test_a_workload_can_have_its_own_tolerance():
+    # quantized workloads (bench/quantized_workloads.py) are checked against their own
+    measured = {("q", "opforge-lean"): [measurement(1e-4, 0.01)],
+                ("q", "ort"): [measurement(2e-4, 0.2)],
+                ("mlp", "opforge-lean"): [measurement(1e-4, 0.01)]}
+    result = report.summarize_measurements(measured, {}, report.TOLERANCE, {"q": 0.1})
+    assert result["q"]["opforge-lean"]["ok"] and result["q"]["opforge-lean"]["tolerance"] == 0.1
+    assert "1.0e-01" in result["q"]["ort"]["failed"]
+    assert not result["mlp"]["opforge-lean"]["ok"]  # the default still holds elsewhere
+
+
+def test_the_cpu_backend_gets_its_own_ratio_table():
+    measured = {("mlp", "opforge-lean"): [measurement(3e-4, 0.0)],
+                ("mlp", "opforge-cpu"): [measurement(1e-4, 0.0)],
+                ("mlp", "ort"): [measurement(2e-4, 0.0)]}
+    result = report.summarize_measurements(measured, {})
+    text = report.markdown(result, ["mlp"], ["opforge-lean", "opforge-cpu", "ort"], SETUP, [])
+    assert "### Ratio: runtime's median / opforge cpu's median" in text
+    cpu = text.split("opforge cpu's median")[1]
+    assert "| mlp | 3.00× | 1.00× | 2.00× |" in cpu
+    no_cpu = report.markdown(result, ["mlp"], ["opforge-lean", "ort"], SETUP, [])
+    assert "opforge cpu's median" not in no_cpu
+
+
+def test_tables_are_rebuilt_from_a_results_file(tmp_path):
+    import json
+
+    tables = pytest.importorskip("tables")  # bench/tables.py
+    result = table({"ort": 0.0})
+    lines = [{"event": "setup", **SETUP}] + [
+        {"event": "summary", "workload": w, "runtime": r, **cell}
+        for w, cells in result.items() for r, cell in cells.items()]
+    results = tmp_path / "latest.jsonl"
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    text, setup = tables.tables(results)
+    assert text == report.markdown(result, ["mlp"], ["opforge-lean", "ort"], SETUP, [])
+    readme = tmp_path / "README.md"
+    readme.write_text("head\n<!-- x:begin -->\nold\n<!-- x:end -->\ntail\n")
+    tables.replace_section(readme, "x", "new")
+    assert readme.read_text() == "head\n<!-- x:begin -->\nnew\n<!-- x:end -->\ntail\n"
+    with pytest.raises(SystemExit, match="no <!-- y:begin -->"):
+        tables.replace_section(readme, "y", "new")

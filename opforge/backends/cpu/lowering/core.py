@@ -392,13 +392,27 @@ class Lowering:
                 bias = bias.reshape(1, -1)
             ins.append(self.materialize(("c", bias.float().contiguous())))
         ia = [pattern.x_zp, pattern.y_zp, pattern.mask, int(pattern.bias is not None), *pattern.conv_ia]
-        post = [[0, RELU, 0.0, 0.0, -1]] if pattern.relu is not None else []
+        post = pattern.post_ops(lambda b: self._residual_operand(b, out))
         self.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [pattern.x_scale, pattern.y_scale],
                 name="int8 " + ("convolution" if pattern.conv else "matmul"), post=post)
         pattern.output = out
         self.plan.impls.append({"node": node.name, "op": op_name(node),
                                 "impl": "oneDNN int8 " + ("convolution" if pattern.conv else "matmul")})
         return ("q8", node.name)
+
+    def _residual_operand(self, node, out: int) -> int:
+        """A residual add's uint8 operand joined to an int8 op: in its output's layout
+        (oneDNN's fast kernels read binary post-op operands in the destination's)."""
+        b = self.materialize(self.env[node.name])
+        sb, so = self.spec(b), self.spec(out)
+        if sb.dtype != torch.uint8:
+            raise Unsupported("dtype", "a residual add joined to an int8 op whose other operand "
+                              "is not uint8")
+        if sb.strides != so.strides:
+            same = self.new_tensor(sb.dtype, sb.dims, strides=so.strides)
+            self.copy(b, same)
+            b = same
+        return b
 
     # --- custom ops (kernel ABI) and packages ----------------------------------------------
     def lower_custom(self, node, args, kwargs):

@@ -1,5 +1,13 @@
 """quantize/dequantize per tensor (quantized_decomposed's float32 arithmetic) and the 8a8w
 patterns (dequantize → convolution/linear [→ relu] → quantize) lowered to oneDNN int8.
+
+An activation quantized on its own (convolution → quantize → dequantize → relu/hardtanh →
+quantize, what per-op annotation gives a conv-bn-relu) joins its convolution/linear: the
+intermediate quantize/dequantize pair becomes post-ops on the primitive's float32
+accumulator (× 1/scale, round half to even, clip to the uint8 range less the zero point,
+× scale), then the activation, then the primitive's own output scale. The activation stays
+uint8 from one primitive to the next, and the arithmetic is the pair's own: the result is
+lean's, with the same one-step freedom at rounding boundaries the plain pattern has.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    LOWERINGS, Lowering, Unsupported, _dense_operand, _val, aten,
+    B_ADD, CLIP, LINEAR, LOWERINGS, RELU, ROUND, Lowering, Unsupported, _dense_operand, _val, aten,
 )
 
 
@@ -64,6 +72,16 @@ class Int8Pattern:
     mask: int
     conv_ia: list
     output: int = -1
+    # the requantized activation joined to the primitive (module docstring): the nodes of
+    # quantize → dequantize → activation, and the post-ops they become
+    joined: tuple = ()
+    joined_add: tuple = ()  # quantize → dequantize → add [→ relu] (a residual add)
+    post: list = field(default_factory=list)
+
+    def post_ops(self, operand: Callable[[Any], int]) -> list[list]:
+        """The post-op list, a binary post-op's operand node made a tensor id by ``operand``."""
+        post = [[0, RELU, 0.0, 0.0, -1]] if self.relu is not None else []
+        return post + [[*p[:4], operand(p[4])] if p[0] == 1 else p for p in self.post]
 
 
 def _is(node, op) -> bool:
@@ -104,7 +122,8 @@ def _int8_weight(sub, node):
 
 def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
     """``dequantize_per_tensor(u8) → convolution/addmm/mm [→ relu] → quantize_per_tensor(u8)``
-    with per-channel int8 weights: the 8a8w patterns oneDNN runs in int8. Keyed by the name
+    with per-channel int8 weights (convolutions grouped or not), and an activation joined
+    after it (module docstring): the 8a8w patterns oneDNN runs in int8. Keyed by the name
     of every node in each pattern."""
     found: dict[str, Int8Pattern] = {}
     if _qop("dequantize_per_channel") is None:
@@ -131,16 +150,137 @@ def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
         for n in (src, relu, node):
             if n is not None:
                 found[n.name] = p
+    for node in sub.graph_module.graph.nodes:
+        _join_activation(found, node)
+    order = {n: i for i, n in enumerate(sub.graph_module.graph.nodes)}
+    for node in sub.graph_module.graph.nodes:
+        _join_residual_add(found, node, order)
+    for node in sub.graph_module.graph.nodes:  # a relu quantized on its own after the add
+        _join_activation(found, node)
     return found
+
+
+def _requantize(scale: float, zp: int) -> list[list]:
+    """Post-ops doing ``dequantize(quantize(x))`` on float32 x: quantize is
+    round_half_even(x · float32(1/scale)) + zp clamped to [0, 255], i.e. the rounded value
+    clamped to [-zp, 255 - zp]; dequantize is (q - zp) · scale."""
+    return [[0, LINEAR, float(torch.tensor(1.0 / scale, dtype=torch.float32)), 0.0, -1],
+            [0, ROUND, 0.0, 0.0, -1],
+            [0, CLIP, float(-zp), float(255 - zp), -1],
+            [0, LINEAR, scale, 0.0, -1]]
+
+
+def _joinable(found: dict[str, Int8Pattern], dq) -> Int8Pattern | None:
+    """The pattern whose quantize ``dq`` (a u8 dequantize read by one node) alone reads."""
+    if _per_tensor_u8(dq, quantize=False) is None or len(dq.users) != 1:
+        return None
+    q = dq.args[0]
+    pattern = found.get(getattr(q, "name", ""))
+    if pattern is None or pattern.quant is not q or len(q.users) != 1:
+        return None
+    return pattern if (pattern.y_scale, pattern.y_zp) == _per_tensor_u8(dq, quantize=False) else None
+
+
+def _join_residual_add(found: dict[str, Int8Pattern], node, order: dict) -> None:
+    """``pattern.quant → dequantize → add(·, dequantize(b)) [→ relu] → quantize(u8)``: a
+    residual add of two uint8 tensors joins the pattern that computes one of them. After
+    the pattern's own post-ops and its requantization (``_requantize``), the other operand
+    ``b`` (uint8, computed before the pattern's convolution) is added as a binary post-op:
+    x + (b - zp_b)·scale_b as ((x · 1/scale_b - zp_b) + b) · scale_b, float32 sums in
+    another order than lean's, so a value on a rounding boundary may move one step."""
+    out = _per_tensor_u8(node, quantize=True)
+    if out is None:
+        return
+    top = node.args[0]
+    relu = None
+    if _is(top, aten.relu.default) and len(top.users) == 1:
+        relu, top = top, top.args[0]
+    if not _is(top, aten.add.Tensor) or len(top.users) != 1 or len(top.args) != 2 \
+            or top.kwargs.get("alpha", 1) != 1:
+        return
+    for mine, other in (top.args, top.args[::-1]):
+        pattern = _joinable(found, mine)
+        other_q = _per_tensor_u8(other, quantize=False)
+        if pattern is None or other_q is None or pattern.joined_add:
+            continue
+        b = other.args[0]
+        fake_b, fake_out = _val(b), _val(node)
+        if not isinstance(b, torch.fx.Node) or fake_b is None or fake_out is None \
+                or tuple(fake_b.shape) != tuple(fake_out.shape) or order[b] >= order[pattern.compute]:
+            continue
+        scale_b, zp_b = other_q
+        pattern.post = pattern.post + _requantize(pattern.y_scale, pattern.y_zp) + [
+            [0, LINEAR, float(torch.tensor(1.0 / scale_b, dtype=torch.float32)), float(-zp_b), -1],
+            [1, B_ADD, 0.0, 0.0, b],
+            [0, LINEAR, scale_b, 0.0, -1]]
+        if relu is not None:
+            pattern.post.append([0, RELU, 0.0, 0.0, -1])
+        q, dq = mine.args[0], mine
+        pattern.joined_add = (q, dq, top, relu)
+        pattern.quant = node
+        pattern.y_scale, pattern.y_zp = out
+        for n in (q, dq, top, relu, node) + ((other,) if len(other.users) == 1 else ()):
+            if n is not None:
+                found[n.name] = pattern
+        return
+
+
+def _activation(node) -> tuple[float, float] | None:
+    """(low, high) of a relu / hardtanh / clamp with number bounds, else None."""
+    if _is(node, aten.relu.default):
+        return 0.0, float("inf")
+    if _is(node, aten.hardtanh.default):
+        low, high = (list(node.args[1:]) + [-1.0, 1.0][len(node.args) - 1:])[:2]
+        return float(low), float(high)
+    if _is(node, aten.clamp.default):
+        low, high = (list(node.args[1:]) + [None, None])[:2]
+        if all(v is None or isinstance(v, (int, float)) for v in (low, high)) and not node.kwargs:
+            return (float("-inf") if low is None else float(low),
+                    float("inf") if high is None else float(high))
+    return None
+
+
+def _join_activation(found: dict[str, Int8Pattern], node) -> None:
+    """``pattern.quant → dequantize → relu/hardtanh/clamp → quantize(u8)``, each node read
+    by the next alone: the pattern takes the three nodes after its quantize (the module
+    docstring says how)."""
+    out = _per_tensor_u8(node, quantize=True)
+    act = node.args[0] if out is not None else None
+    bounds = _activation(act)
+    if bounds is None or len(act.users) != 1:
+        return
+    dq = act.args[0]
+    mid = _per_tensor_u8(dq, quantize=False)
+    if mid is None or len(dq.users) != 1:
+        return
+    q = dq.args[0]
+    pattern = found.get(getattr(q, "name", ""))
+    if pattern is None or pattern.quant is not q or len(q.users) != 1 or pattern.joined:
+        return
+    if (pattern.y_scale, pattern.y_zp) != mid:
+        return
+    low, high = bounds
+    pattern.post = pattern.post + _requantize(*mid)
+    if low == 0.0 and high == float("inf"):
+        pattern.post.append([0, RELU, 0.0, 0.0, -1])
+    else:
+        pattern.post.append([0, CLIP, max(low, -3.0e38), min(high, 3.0e38), -1])
+    pattern.joined = (q, dq, act)
+    pattern.quant = node
+    pattern.y_scale, pattern.y_zp = out
+    for n in (dq, act, node):
+        found[n.name] = pattern
 
 
 def _match_compute(sub, node):
     if _is(node, aten.convolution.default):
         x, w, b, stride, padding, dilation, transposed, output_padding, groups = node.args[:9]
         wq = _int8_weight(sub, w)
-        if wq is None or transposed or groups != 1 or (b is not None and _const(sub, b) is None):
+        if wq is None or transposed or (b is not None and _const(sub, b) is None):
             return None
         weight, scales = wq
+        if weight.shape[0] % groups:
+            return None
         nsp = weight.dim() - 2
         fake_in, fake_out = _val(x), _val(node)
         if fake_in is None or fake_out is None or fake_in.dim() != nsp + 2:
@@ -151,7 +291,12 @@ def _match_compute(sub, node):
             pads_r.append((fake_out.shape[2 + k] - 1) * stride[k] + kernel - fake_in.shape[2 + k] - padding[k])
         ia = [nsp, *stride, *padding, *pads_r, *dilation]
         bias = _const(sub, b) if b is not None else None
-        return x, True, weight.contiguous(), scales, bias, 1, ia
+        if groups == 1:
+            return x, True, weight.contiguous(), scales, bias, 1, ia
+        # grouped (depthwise): oneDNN's (groups, out/groups, in/groups, k...) weights, one
+        # scale per output channel, i.e. over the first two dims (mask 0b11)
+        grouped = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:])
+        return x, True, grouped.contiguous(), scales, bias, 0b11, ia
     if _is(node, aten.addmm.default) or _is(node, aten.mm.default):
         if _is(node, aten.addmm.default):
             b, x, wt = node.args[:3]

@@ -32,10 +32,7 @@ struct ExactOp : DnnlOp {
     const Tensor& ta = e.tensors[(size_t)ins[0]];
     if (!binary && ta.strides == d.strides && ta.span == ta.numel && d.span == d.numel && ta.dims == d.dims) {
       // one dense layout on both sides: one flat pass, in any order
-      if (code == 0)
-        for (int64_t j = 0; j < d.span; ++j) o[j] = a[j] < 0.f ? 0.f : a[j];
-      else
-        for (int64_t j = 0; j < d.span; ++j) o[j] = eltwise_exact(code, alpha, beta, a[j]);
+      eltwise_exact_flat(code, alpha, beta, a, o, d.span);
       if (!epilogue.steps.empty()) epilogue.run(e, outs[0]);
       return;
     }

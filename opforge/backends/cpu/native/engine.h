@@ -209,6 +209,7 @@ dims_t take(const std::vector<int64_t>& ia, size_t& k, size_t n);
 bool nan_unsafe(const PostOp& p);
 bool nan_unsafe_eltwise(int code, float alpha);
 float eltwise_exact(int code, float alpha, float beta, float x);
+void eltwise_exact_flat(int code, float alpha, float beta, const float* in, float* out, int64_t n);
 float binary_exact(int code, float a, float b);
 bool has_nan(Engine& e, int id);  // any NaN in tensor id's elements (a strided walk)
 bool has_special(Engine& e, int id, bool nonfinite);  // NaN, or (nonfinite) also ±inf

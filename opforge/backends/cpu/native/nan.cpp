@@ -45,6 +45,32 @@ float eltwise_exact(int code, float alpha, float beta, float x) {
   fail("no NaN-exact loop for eltwise code " + std::to_string(code));
 }
 
+// n dense elements, in → out (in place when equal): the switch taken once, outside loops
+// the compiler vectorizes. Calling eltwise_exact per element kept every clip a call and a
+// branch: 2-3 ns an element, 30 µs of a 38 µs depthwise-separable block whose ReLU6s run
+// here, and most of MobileNetV2's time on this backend.
+void eltwise_exact_flat(int code, float alpha, float beta, const float* in, float* out, int64_t n) {
+  switch (code) {
+    case kRelu:  // NaN < 0 is false: NaN stays
+      for (int64_t j = 0; j < n; ++j) out[j] = in[j] < 0.f ? 0.f : in[j];
+      return;
+    case kClip:  // both comparisons are false for NaN: NaN stays
+      for (int64_t j = 0; j < n; ++j) {
+        float x = in[j];
+        out[j] = x < alpha ? alpha : (x > beta ? beta : x);
+      }
+      return;
+    case kHardsigmoid:
+      for (int64_t j = 0; j < n; ++j) {
+        float v = alpha * in[j] + beta;
+        out[j] = v < 0.f ? 0.f : (v > 1.f ? 1.f : v);
+      }
+      return;
+    default:
+      for (int64_t j = 0; j < n; ++j) out[j] = eltwise_exact(code, alpha, beta, in[j]);
+  }
+}
+
 float binary_exact(int code, float a, float b) {
   if (a != a || b != b) return a + b;  // NaN
   return code == kMax ? (a > b ? a : b) : (a < b ? a : b);
@@ -148,8 +174,8 @@ void Epilogue::run(Engine& e, int dst) {
         const float* brow = b + dot(idx, b_outer);
         for (int64_t j = 0; j < n; ++j) row[j * inner] = binary_exact(s.p.code, row[j * inner], brow[j * b_inner]);
       });
-    } else if (s.p.code == kRelu && d.span == d.numel) {  // the common case: one flat pass
-      for (int64_t j = 0; j < d.span; ++j) out[j] = out[j] < 0.f ? 0.f : out[j];
+    } else if (d.span == d.numel) {  // the common case: one flat pass
+      eltwise_exact_flat(s.p.code, s.p.alpha, s.p.beta, out, out, d.span);
     } else if (s.p.code == kRelu) {
       for_each_row(dims, [&](const int64_t* idx, int64_t n) {
         float* row = out + dot(idx, outer);
@@ -158,8 +184,6 @@ void Epilogue::run(Engine& e, int dst) {
         else
           for (int64_t j = 0; j < n; ++j) row[j * inner] = row[j * inner] < 0.f ? 0.f : row[j * inner];
       });
-    } else if (d.span == d.numel) {
-      for (int64_t j = 0; j < d.span; ++j) out[j] = eltwise_exact(s.p.code, s.p.alpha, s.p.beta, out[j]);
     } else {
       for_each_row(dims, [&](const int64_t* idx, int64_t n) {
         float* row = out + dot(idx, outer);

@@ -10,7 +10,8 @@
 //   mask selects the weight dims the scales vary over (oneDNN's mask); w_scales is dense,
 //   rank 1, with exactly the product of those dims' sizes values; bias is dense, rank 1,
 //   one value per output channel; zero points in [0, 255]. qconv: x, y rank nsp+2 and w
-//   rank nsp+2 (no groups); qmatmul: x, w, y of one rank 2..8.
+//   rank nsp+2, or nsp+3 (groups first; oneDNN checks the channels agree); qmatmul: x, w,
+//   y of one rank 2..8.
 #include <cmath>
 #include <cstring>
 
@@ -125,7 +126,7 @@ void contract_int8(const Engine& e, const OpCall& c) {
     size_t rank = (size_t)c.ia[4] + 2;
     need_rank(x, rank, rank, k, "the source");
     need_rank(y, rank, rank, k, "the destination");
-    need_rank(w, rank, rank, k, "the weights");
+    need_rank(w, rank, rank + 1, k, "the weights");
   } else {
     need(c.ia.size() == 4, k, "attribute count");
     need_rank(y, 2, kMaxRank, k, "the destination");

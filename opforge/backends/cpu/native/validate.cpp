@@ -169,8 +169,12 @@ void validate(const Engine& e, const OpCall& c) {
       need(p.tensor >= 0 && (size_t)p.tensor < e.tensors.size(), c.kind, "post-op tensor id out of range");
       need_dnnl_operand(e, p.tensor, c.kind, "a binary post-op operand");
       // float ops only take binary post-ops (the lowering fuses nothing else), and the
-      // engine's exact NaN epilogue (nan.cpp) reads the operand as float32
-      need(e.tensors[(size_t)p.tensor].dtype == F32, c.kind, "a binary post-op operand that is not float32");
+      // engine's exact NaN epilogue (nan.cpp) reads the operand as float32; int8 ops run
+      // every post-op in oneDNN (no epilogue) and add a uint8 residual (quantization.cpp)
+      bool int8 = c.kind == "qconv" || c.kind == "qmatmul";
+      int32_t dt = e.tensors[(size_t)p.tensor].dtype;
+      need(dt == F32 || (int8 && dt == U8), c.kind,
+           "a binary post-op operand that is not float32 (int8 ops: or uint8)");
       need(c.outs.size() == 1, c.kind, "post-ops on an op without one output");
       dims_t o = dnnl_dims(e.tensors[(size_t)c.outs[0]]), b = dnnl_dims(e.tensors[(size_t)p.tensor]);
       need(b.size() == o.size(), c.kind, "a binary post-op operand of another rank than the output");
