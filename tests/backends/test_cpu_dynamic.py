@@ -24,7 +24,7 @@ from torch.export import Dim
 
 from opforge.backends.cpu import blob
 from opforge.backends.cpu import engine as cpu_engine
-from opforge.errors import BackendError, ProgramError
+from opforge.errors import BackendError, KernelError, ProgramError
 from opforge.export import delegation_report, export
 from opforge.program import to_bytes
 from opforge.runtime import load
@@ -130,10 +130,11 @@ def test_decoder_prefill_and_greedy_decode_match_eager():
     model = TinyDecoder(max_len=29, seed=3).eval()
     program = export_decoder(model, backends=["cpu"])
     report = delegation_report(program)["forward"]
-    left = {r["op"] for r in report["rejected"]}
-    # the cache writes and the rotary table lookups stay on the kernels (no engine op yet)
-    assert left == {"aten::index_put.default", "aten::index.Tensor"}
-    assert sum(d["nodes"] for d in report["delegates"]) > 150
+    # one delegate: the cache writes (index_put, in place in the state) and the rotary table
+    # lookups (index.Tensor) take the prompt's length as a symbolic size too
+    assert not report["rejected"], report["rejected"]
+    assert len(report["delegates"]) == 1 and report["delegates"][0]["nodes"] > 150
+    assert report["delegates"][0]["ops"].count("aten::index_put.default") == 4
     loaded = load(program)
     method = loaded.method("forward")
     for seq in (1, 2, 17, 29):
@@ -147,6 +148,15 @@ def test_decoder_prefill_and_greedy_decode_match_eager():
         np.testing.assert_allclose(out, ref, atol=ATOL * 10, rtol=0)  # 2 layers, logits ~10
     with pytest.raises(ProgramError, match=r"symbol seq in \[1, 29\]"):
         method(np.zeros(30, np.int64), np.arange(30))
+    # a prompt whose positions run past the cache: refused in the engine before any row of
+    # any cache is written (the gather of the rotary tables checks them first)
+    loaded.reset_state()
+    method(np.arange(3), np.arange(3))
+    before = {name: loaded.read_state(name) for name in loaded.state_names}
+    with pytest.raises(KernelError, match=r"valid: \[-29, 28\]"):
+        method(np.arange(4), np.array([26, 27, 28, 29]))
+    for name, value in before.items():
+        np.testing.assert_array_equal(loaded.read_state(name), value)
     for prompt in ([5, 1, 9], [7] * 11):
         loaded.reset_state()
         eager = greedy_decode(lambda t, p: copy.deepcopy(model)(t, p), prompt, 1)

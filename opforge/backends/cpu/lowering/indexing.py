@@ -5,7 +5,9 @@ tables read at the positions); ``index_put`` (``accumulate=False``, one index te
 ``index_copy_`` decomposes to) and ``index_copy`` write rows (``index_put`` / ``index_copy``);
 ``slice_scatter`` and ``select_scatter`` (``cache[a:b].copy_(k)``: a functional ``copy``
 of ``k`` to the slice's sizes, then the scatter) are strided copies. Each
-index is checked by the engine at run time before anything is written.
+index is checked by the engine at run time before anything is written. The gather and the
+row writes also take symbolic sizes (a prefill's positions: a dynamic delegate makes the
+plan concrete per shape); the region copies take static ones only.
 
 A write whose ``self`` is a state input the delegate updates in place
 (``Subgraph.state``: the new value is that delegate output) writes the state itself: no
@@ -18,7 +20,10 @@ import math
 
 import torch
 
-from opforge.backends.cpu.lowering.core import LOWERINGS, Lowering, Unsupported, _val, aten
+from opforge.backends.cpu.lowering.core import (
+    SYMBOLIC_SIZES, LOWERINGS, Lowering, Unsupported, _val, aten, same,
+)
+from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
 from opforge.backends.cpu.lowering.views import _fit_affine, _positions
 
 # dtypes the engine's blob has codes for: rows are copied as bytes, so any of them
@@ -95,7 +100,10 @@ def _write_rows(L: Lowering, node, kind: str, self_value, dim: int, index, value
     if vs.dtype != s.dtype:
         raise Unsupported("dtype", f"aten::{kind} of {vs.dtype} values into {s.dtype}; stays on "
                           "the kernels")
-    if tuple(vs.dims) != tuple(shape):  # broadcast values: made real first
+    if not same(tuple(vs.dims), tuple(shape)):  # broadcast values: made real first
+        if any(is_symbolic_dim(d) for d in (*vs.dims, *shape)):
+            raise Unsupported("shape", f"aten::{kind}: values broadcast over dynamic sizes; "
+                              "stays on the kernels")
         try:
             torch.broadcast_shapes(tuple(vs.dims), tuple(shape))
         except RuntimeError:
@@ -183,3 +191,4 @@ LOWERINGS["aten::index_put.default"] = lower_index_put
 LOWERINGS["aten::index_copy.default"] = lower_index_copy
 LOWERINGS["aten::slice_scatter.default"] = lower_scatter_region
 LOWERINGS["aten::select_scatter.default"] = lower_scatter_region
+SYMBOLIC_SIZES.update({lower_index, lower_index_put, lower_index_copy})
