@@ -1,8 +1,8 @@
 """Field-level mutations of cpu backend blobs, for ``cpu_blob_fuzz.py``.
 
 A case is one seed program with one of its delegate blobs parsed (``blob.parse``: the
-seeds are valid), one to three fields of the plan changed, the blob written again with
-this module's writer (the format of ``blob.encode``: header, JSON plan, padding, data,
+seeds are valid), one to three fields of the plan changed, the blob written again by
+``cpu_blob_write.py`` (the format of ``blob.encode``: header, JSON plan, padding, data,
 CRC-32 recomputed) and put back into the program, whose own header and CRC ``to_bytes``
 writes afresh. So every mutation reaches ``blob.parse`` and, when it gets past it, the
 engine — nothing stops at a checksum.
@@ -32,15 +32,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import random
-import zlib
 
+from cpu_blob_write import ParsedSeed, program_with_blob, write_blob  # noqa: F401 (re-exported)
 from opforge.backends.cpu import blob as B
 from opforge.errors import OpforgeError
-from opforge.program import DelegateBlob, Program, Segment, from_bytes, to_bytes
-from opforge.program._sample import unverified_bytes
 
 INTS = [0, 1, 2, 3, -1, -2, 7, 8, 64, 255, 4096, 2**16, 2**20, 2**31 - 1, 2**31, 2**32,
         2**40, 2**40 + 1, 2**48, 2**62, -(2**31), -(2**40), -(2**62)]
@@ -548,35 +545,7 @@ _FUNCS = [f for f, _ in MUTATORS]
 _WEIGHTS = [w for _, w in MUTATORS]
 
 
-# --- writing ------------------------------------------------------------------------------
-
-def write_blob(plan: dict, data: bytes, *, version: int = B.VERSION, reserved: int = 0) -> bytes:
-    """``plan`` and ``data`` as blob bytes, laid out as ``blob.encode`` writes them."""
-    text = json.dumps(plan, separators=(",", ":"), allow_nan=True).encode()
-    head_len = B.HEADER.size + len(text)
-    pad = bytes(B._align(head_len) - head_len)
-    crc = zlib.crc32(text + bytes(data))
-    return B.HEADER.pack(B.MAGIC, version, len(text), len(data), crc, reserved) + text + pad + \
-        bytes(data)
-
-
-@dataclasses.dataclass(frozen=True)
-class ParsedSeed:
-    """A seed program decoded once: the program and each delegate's parsed plan."""
-    name: str
-    program: Program
-    plans: tuple[tuple[int, dict, bytes], ...]  # (delegate index, plan, data)
-
-    @classmethod
-    def of(cls, name: str, data: bytes) -> "ParsedSeed":
-        program = from_bytes(data)
-        plans = []
-        for i, d in enumerate(program.delegates):
-            if d.id == "cpu":
-                plan, raw = B.parse(program.segments[d.segment].data)
-                plans.append((i, plan, bytes(raw)))
-        return cls(name, program, tuple(plans))
-
+# --- a case ----------------------------------------------------------------------------
 
 def mutate(rng: random.Random, seed: ParsedSeed) -> tuple[bytes, list[Mutation]]:
     """One mutated program from ``seed`` and what was changed."""
@@ -598,19 +567,3 @@ def mutate(rng: random.Random, seed: ParsedSeed) -> tuple[bytes, list[Mutation]]
     blob_bytes = write_blob(case.plan, case.data, version=case.header.get("version", B.VERSION),
                             reserved=case.header.get("reserved", 0))
     return program_with_blob(seed.program, index, blob_bytes, case.specs), done
-
-
-def program_with_blob(program: Program, index: int, blob_bytes: bytes,
-                      specs: list[tuple[str, bytes]]) -> bytes:
-    """``program``'s bytes with delegate ``index``'s blob and compile specs replaced (the
-    file's header and CRC written afresh)."""
-    delegate = program.delegates[index]
-    segments = list(program.segments)
-    segments[delegate.segment] = Segment(blob_bytes)
-    delegates = list(program.delegates)
-    delegates[index] = DelegateBlob(delegate.id, delegate.segment, tuple(specs))
-    program = dataclasses.replace(program, segments=tuple(segments), delegates=tuple(delegates))
-    try:
-        return to_bytes(program)
-    except OpforgeError:  # a compile spec the program verifier refuses: written unverified
-        return unverified_bytes(program)

@@ -14,9 +14,12 @@ import torch
 import torch.fx
 
 from opforge.backends.partition import op_name
-from opforge.backends.cpu.lowering.symbolic import (
-    _at_least_one, _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
+from opforge.backends.cpu.lowering.symbolic import (  # noqa: F401 (_is_one: re-exported)
+    _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
     to_dim,
+)
+from opforge.backends.cpu.lowering.layouts import (  # noqa: F401 (re-exported to the families)
+    _broadcast_strides, _dense, _post_operand_misread, _tidy_strides, channels_last, row_major,
 )
 from opforge.backends.cpu.lowering.unsupported import Unsupported
 from opforge.export.argument_values import scalar_type_of
@@ -37,8 +40,6 @@ EW = {name: i for i, name in enumerate(
 GENERIC_DTYPES = (torch.float32, torch.int64, torch.int32, torch.bool, torch.uint8, torch.int8)
 
 
-
-
 @dataclass
 class TensorSpec:
     dtype: torch.dtype
@@ -57,42 +58,6 @@ class TensorSpec:
         if self.data is not None:
             out["data"] = [data_offset, len(self.data)]
         return out
-
-
-def _tidy_strides(dims, strides) -> tuple[int, ...]:
-    """Strides of size-1 dims do not address anything; give them the value a dense layout
-    would (oneDNN recognises dense layouts only then and otherwise falls back to its slow
-    reference kernels)."""
-    out = list(strides)
-    for k in range(len(dims) - 1, -1, -1):
-        if _is_one(dims[k]):
-            inner = [j for j in range(k + 1, len(dims)) if not _is_one(dims[j])]
-            try:
-                out[k] = max((out[j] * dims[j] for j in inner), default=1)
-            except Unsupported:
-                pass  # symbolic: tidied per shape when the plan is made concrete (cpu/dynamic.py)
-    return tuple(out)
-
-
-def row_major(dims) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(dims):
-        strides.append(step)
-        step *= _at_least_one(d)
-    return tuple(reversed(strides))
-
-
-def channels_last(dims) -> tuple[int, ...]:
-    n, c, *sp = dims
-    inner = math.prod(sp) if sp else 1
-    strides = [0] * len(dims)
-    strides[1] = 1
-    step = max(c, 1)
-    for k in range(len(dims) - 1, 1, -1):
-        strides[k] = step
-        step *= max(dims[k], 1)
-    strides[0] = step
-    return tuple(strides)
 
 
 @dataclass
@@ -309,7 +274,6 @@ class Lowering:
         aliases ``src`` and the layouts agree; else copy it into ``out``."""
         s, o = self.spec(src), self.spec(out)
         writers = [op for op in self.plan.ops if src in op["out"]]
-        last = max((self.plan.ops.index(w) for w in writers), default=-1)
         first = min((self.plan.ops.index(w) for w in writers), default=-1)
         read = any(src in op["in"] or any(p[0] == 1 and p[4] == src for p in op["post"])
                    for op in self.plan.ops[first:])
@@ -346,8 +310,6 @@ class Lowering:
             return self.env[softmax.name] if node.target is aten.where.self else ("fused", None)
         if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES and not dynamic:
             return _fold(node, args, kwargs)
-        if False:
-            return self.lower_package(node, args)
         base = name.split(".")[0]
         if name.split("::")[0] not in ("aten", "quantized_decomposed"):
             return self.lower_custom(node, args, kwargs)
@@ -540,39 +502,8 @@ def _out(L: Lowering, node, strides=None):
     return L.new_tensor(fake.dtype, L.shape(fake), strides=strides)
 
 
-def _dense(spec: TensorSpec) -> bool:
-    """Strides that pack the tensor without gaps in some dim order (what oneDNN's fast
-    kernels take); zero strides (broadcasts) and gaps are not."""
-    pairs = [(s, d) for s, d in zip(spec.strides, spec.dims) if not _is_one(d)]
-    if all(type(x) is int for pair in pairs for x in pair):
-        step = 1
-        for s, d in sorted(pairs):
-            if s != step:
-                return False
-            step *= d
-        return True
-    # symbolic sizes: the dim whose stride is identically the running step, one by one
-    step = 1
-    while pairs:
-        k = next((k for k, (s, _) in enumerate(pairs) if same(s, step)), None)
-        if k is None:
-            return False
-        step = step * pairs.pop(k)[1]
-    return True
-
-
 def _dense_operand(L: Lowering, tid: int) -> int:
     return tid if _dense(L.spec(tid)) else L.contiguous(tid)
-
-
-def _broadcast_strides(spec: TensorSpec, out_dims) -> list[int]:
-    """``spec``'s strides aligned to ``out_dims`` (0 where it broadcasts)."""
-    pad = len(out_dims) - len(spec.dims)
-    strides = [0] * pad
-    for d, s, o in zip(spec.dims, spec.strides, out_dims[pad:]):
-        # a size-1 dim broadcast to a symbolic one: stride 0 (at size 1 it addresses nothing)
-        strides.append(s if same(d, o) else 0 if d == 1 and (type(o) is not int or o != 1) else s)
-    return strides
 
 
 def _alias(self: Lowering, tid: int, dims, strides, offset: int = 0) -> int:
@@ -595,16 +526,6 @@ def _uses_output(node, index) -> bool:
     return any(u.target is operator.getitem and u.args[1] == index for u in node.users)
 
 
-def _post_operand_misread(dst_dims, operand_dims) -> bool:
-    """oneDNN (2023.2) applies a binary post-op whose operand is (1, C, 1, ...) to a
-    destination (N > 1, C, 1, ...) of rank >= 3 with the wrong values (BatchNorm1d over
-    (2, 2, 1) was off by the size of its output); the plain binary primitive broadcasts it
-    right, so such an operand stays a separate op."""
-    if any(type(d) is not int for d in (*dst_dims, *operand_dims)):
-        return True  # symbolic sizes: keep the operand a separate op (no decision per size)
-    return (len(dst_dims) >= 3 and dst_dims[0] > 1 and all(d == 1 for d in dst_dims[2:])
-            and len(operand_dims) == len(dst_dims) and operand_dims[0] == 1
-            and any(d > 1 for d in operand_dims[1:]))
 DNNL_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
               "reduction", "qconv", "qmatmul")
 

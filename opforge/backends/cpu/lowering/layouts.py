@@ -1,0 +1,88 @@
+"""Layout predicates of the lowering's plan: row-major and channels-last strides, the
+strides of size-1 dims tidied, whether a layout is dense, broadcast strides, and the
+operand layouts a oneDNN post-op misreads. Pure functions of dims and strides (plain or
+symbolic sizes), shared by every op family.
+"""
+
+from __future__ import annotations
+
+from opforge.backends.cpu.lowering.symbolic import _at_least_one, _is_one, same
+from opforge.backends.cpu.lowering.unsupported import Unsupported
+
+
+def _tidy_strides(dims, strides) -> tuple[int, ...]:
+    """Strides of size-1 dims do not address anything; give them the value a dense layout
+    would (oneDNN recognises dense layouts only then and otherwise falls back to its slow
+    reference kernels)."""
+    out = list(strides)
+    for k in range(len(dims) - 1, -1, -1):
+        if _is_one(dims[k]):
+            inner = [j for j in range(k + 1, len(dims)) if not _is_one(dims[j])]
+            try:
+                out[k] = max((out[j] * dims[j] for j in inner), default=1)
+            except Unsupported:
+                pass  # symbolic: tidied per shape when the plan is made concrete (cpu/dynamic.py)
+    return tuple(out)
+
+
+def row_major(dims) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= _at_least_one(d)
+    return tuple(reversed(strides))
+
+
+def channels_last(dims) -> tuple[int, ...]:
+    c = dims[1]
+    strides = [0] * len(dims)
+    strides[1] = 1
+    step = max(c, 1)
+    for k in range(len(dims) - 1, 1, -1):
+        strides[k] = step
+        step *= max(dims[k], 1)
+    strides[0] = step
+    return tuple(strides)
+
+
+def _dense(spec) -> bool:
+    """Strides that pack the tensor without gaps in some dim order (what oneDNN's fast
+    kernels take); zero strides (broadcasts) and gaps are not."""
+    pairs = [(s, d) for s, d in zip(spec.strides, spec.dims) if not _is_one(d)]
+    if all(type(x) is int for pair in pairs for x in pair):
+        step = 1
+        for s, d in sorted(pairs):
+            if s != step:
+                return False
+            step *= d
+        return True
+    # symbolic sizes: the dim whose stride is identically the running step, one by one
+    step = 1
+    while pairs:
+        k = next((k for k, (s, _) in enumerate(pairs) if same(s, step)), None)
+        if k is None:
+            return False
+        step = step * pairs.pop(k)[1]
+    return True
+
+
+def _broadcast_strides(spec, out_dims) -> list[int]:
+    """``spec``'s strides aligned to ``out_dims`` (0 where it broadcasts)."""
+    pad = len(out_dims) - len(spec.dims)
+    strides = [0] * pad
+    for d, s, o in zip(spec.dims, spec.strides, out_dims[pad:]):
+        # a size-1 dim broadcast to a symbolic one: stride 0 (at size 1 it addresses nothing)
+        strides.append(s if same(d, o) else 0 if d == 1 and (type(o) is not int or o != 1) else s)
+    return strides
+
+
+def _post_operand_misread(dst_dims, operand_dims) -> bool:
+    """oneDNN (2023.2) applies a binary post-op whose operand is (1, C, 1, ...) to a
+    destination (N > 1, C, 1, ...) of rank >= 3 with the wrong values (BatchNorm1d over
+    (2, 2, 1) was off by the size of its output); the plain binary primitive broadcasts it
+    right, so such an operand stays a separate op."""
+    if any(type(d) is not int for d in (*dst_dims, *operand_dims)):
+        return True  # symbolic sizes: keep the operand a separate op (no decision per size)
+    return (len(dst_dims) >= 3 and dst_dims[0] > 1 and all(d == 1 for d in dst_dims[2:])
+            and len(operand_dims) == len(dst_dims) and operand_dims[0] == 1
+            and any(d > 1 for d in operand_dims[1:]))
