@@ -104,23 +104,29 @@ class _ConvActivations(torch.nn.Module):
         return self.head(self.project(self.grouped(self.depthwise(self.stem(x)))))
 
 
-def test_8a8w_activations_join_their_convolution_and_depthwise_runs_in_int8():
+def _quantized_8a8w(make, size: int):
+    """``make()`` with BatchNorm statistics and affine away from their defaults, quantized
+    8a8w on three calibration batches; with its example inputs (2×3×size×size)."""
     from opforge.quantize import quantize
 
     torch.manual_seed(0)
-    model = _ConvActivations().eval()
-    for m in model.modules():  # statistics and affine away from BatchNorm's defaults
+    model = make().eval()
+    for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.2, 0.2)
             m.running_var.uniform_(0.5, 2.0)
             m.weight.data.uniform_(0.5, 1.5)
             m.bias.data.uniform_(-0.3, 0.3)
     gen = torch.Generator().manual_seed(1)
-    inputs = (torch.randn(2, 3, 24, 24, generator=gen),)
-    calibration = [(torch.randn(2, 3, 24, 24, generator=gen),) for _ in range(3)]
+    inputs = (torch.randn(2, 3, size, size, generator=gen),)
+    calibration = [(torch.randn(2, 3, size, size, generator=gen),) for _ in range(3)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        qmodel = quantize(model, inputs, "8a8w", calibration=calibration)
+        return quantize(model, inputs, "8a8w", calibration=calibration), inputs
+
+
+def test_8a8w_activations_join_their_convolution_and_depthwise_runs_in_int8():
+    qmodel, inputs = _quantized_8a8w(_ConvActivations, 24)
     program = qmodel.export(backends=["cpu"])
     kinds = _ops(program)
     # every convolution (the depthwise and grouped ones too) and the linear in int8; the
@@ -167,22 +173,7 @@ class _Residuals(torch.nn.Module):
 
 
 def test_8a8w_residual_adds_join_a_convolution_and_match_lean():
-    from opforge.quantize import quantize
-
-    torch.manual_seed(0)
-    model = _Residuals().eval()
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.2, 0.2)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.uniform_(-0.3, 0.3)
-    gen = torch.Generator().manual_seed(1)
-    inputs = (torch.randn(2, 3, 20, 20, generator=gen),)
-    calibration = [(torch.randn(2, 3, 20, 20, generator=gen),) for _ in range(3)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        qmodel = quantize(model, inputs, "8a8w", calibration=calibration)
+    qmodel, inputs = _quantized_8a8w(_Residuals, 20)
     program = qmodel.export(backends=["cpu"])
     kinds = _ops(program)
     # both adds (and the relu after the first) are post-ops of a convolution: the int8

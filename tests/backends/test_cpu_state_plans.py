@@ -11,7 +11,6 @@ from the end where ATen does (``index``, ``index_put``) and refused where it rai
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -264,12 +263,7 @@ def run_cases(names, env=None, timeout=300):
 
 
 def check_output(names, proc) -> None:
-    lines = {m.group(1): m.group(2) for m in re.finditer(r"^CASE (\S+) (.*)$", proc.stdout, re.M)}
-    for name in names:
-        assert name in lines, (f"{name}: the child died (exit {proc.returncode}) before it "
-                               f"reported:\n{proc.stderr[-3000:]}")
-        assert re.match(EXPECT[name], lines[name], re.S), f"{name}: {lines[name]}"
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    hostile.check_output(names, proc, EXPECT)
 
 
 def test_state_and_indexing_plans_run_right_or_are_refused():
