@@ -63,13 +63,17 @@ class Pair:
                 return cls(seed, index, plan, data, header, m_plan, m_data, dict(d.compile_specs))
         raise ValueError("the program does not differ from its seed")
 
+    def _seed_header(self) -> dict:
+        seed = self.seed.program
+        return read_blob(bytes(seed.segments[seed.delegates[self.index].segment].data))[0]
+
     def units(self) -> list[Unit]:
         out = []
         specs = dict(self.seed.program.delegates[self.index].compile_specs)
         for key in sorted(set(specs) | set(self.m_specs)):
             if specs.get(key) != self.m_specs.get(key):
                 out.append(Unit(("spec", key), (f"spec.{key}",)))
-        if self.m_header != {"version": B.VERSION, "reserved": 0}:
+        if self.m_header != self._seed_header():
             out.append(Unit(("header",), ("blob.header",)))
         p, m = self.plan, self.m_plan
         for key in sorted(set(p) | set(m)):
@@ -111,7 +115,7 @@ class Pair:
     def build(self, keep: list[Unit]) -> bytes:
         """The seed program with only the ``keep`` units mutated."""
         plan, data = copy.deepcopy(self.plan), bytearray(self.data)
-        header = {"version": B.VERSION, "reserved": 0}
+        header = self._seed_header()
         specs = dict(self.seed.program.delegates[self.index].compile_specs)
         for u in keep:
             kind = u.where[0]

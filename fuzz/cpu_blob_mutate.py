@@ -15,7 +15,9 @@ touched; the report dedupes findings by them):
   2**62, overlapping, swapped);
 * aliases: base (chains, to itself, to a later tensor, to a constant), offset past the end;
 * dtypes (valid and not), roles (input/output/const/temp/alias/dead), constants' data
-  ranges and bytes (int constants get out-of-range values: gather indices);
+  ranges and bytes (int constants get out-of-range values: gather indices); constants stored
+  by name in the program (another key, absent, empty or huge; another size; the reference
+  moved to a tensor that is no constant);
 * op kinds swapped keeping the operands; operands dropped, added, duplicated; ops swapped
   or duplicated (order);
 * ``ia``/``fa`` attributes (interesting ints, NaN/inf), post-ops (kinds, algs, tensors);
@@ -353,6 +355,30 @@ def const_data(rng, c: Case):
     return Mutation("const.data", _tensor_users(c.plan, tid), f"tensors[{tid}] {what}")
 
 
+def named_ref(rng, c: Case):
+    """A constant stored by name in the program: another key (of another weight, absent,
+    empty, huge), another size, or the reference moved to a tensor that is no constant."""
+    named = [i for i, t in enumerate(c.plan["tensors"]) if "named" in t]
+    if not named:
+        return None
+    tid = _pick(rng, named)
+    t = c.plan["tensors"][tid]
+    key, nbytes = t["named"]
+    others = [c.plan["tensors"][i]["named"][0] for i in named]
+    mode = rng.randrange(4)
+    if mode == 0:
+        t["named"] = [_pick(rng, others + ["", "sha256:" + "0" * 64, "k" * 257, 7]), nbytes]
+    elif mode == 1:
+        t["named"] = [key, _pick(rng, [0, 1, nbytes - 4, nbytes + 4, nbytes * 2, -1, 1 << 48])]
+    elif mode == 2:
+        target = c.plan["tensors"][_any_id(rng, c.plan)]
+        target["named"] = [key, nbytes]
+        tid = c.plan["tensors"].index(target)
+    else:
+        t["named"] = _pick(rng, [[key], key, None, [key, nbytes, 0]])
+    return Mutation("const.named", _tensor_users(c.plan, tid), f"tensors[{tid}] named {t.get('named')}"[:120])
+
+
 def kernel_args(rng, c: Case):
     ops = [op for op in c.plan["ops"] if op["kind"] == "kernel"]
     if not ops:
@@ -463,7 +489,7 @@ def plan_state(rng, c: Case):
 def plan_header(rng, c: Case):
     mode = rng.randrange(4)
     if mode == 0:
-        c.header["version"] = _pick(rng, [0, 2, 2**32 - 1])
+        c.header["version"] = _pick(rng, [0, 1, 2, 3, 2**32 - 1])  # 1: no named constants
         return Mutation("blob.version", "-", f"version {c.header['version']}")
     if mode == 1:
         c.header["reserved"] = _pick(rng, [1, 2**32 - 1])
@@ -538,7 +564,8 @@ def compile_spec(rng, c: Case):
 MUTATORS = [
     (op_tensor_id, 10), (op_operand_count, 5), (op_kind, 6), (op_order, 3), (op_ia, 12),
     (op_fa, 5), (op_post, 6), (tensor_dims, 10), (tensor_strides, 8), (tensor_alias, 6),
-    (tensor_dtype, 6), (tensor_role, 5), (const_data, 6), (kernel_args, 4), (package_node, 4),
+    (tensor_dtype, 6), (tensor_role, 5), (const_data, 6), (named_ref, 4), (kernel_args, 4),
+    (package_node, 4),
     (plan_io, 3), (plan_state, 3), (plan_header, 1), (compile_spec, 3), (symbolic_exprs, 8),
 ]
 _FUNCS = [f for f, _ in MUTATORS]
@@ -564,6 +591,6 @@ def mutate(rng: random.Random, seed: ParsedSeed) -> tuple[bytes, list[Mutation]]
                 break
         if any(m.field == "plan.table" for m in done):
             break  # the tables are gone: nothing left to mutate
-    blob_bytes = write_blob(case.plan, case.data, version=case.header.get("version", B.VERSION),
+    blob_bytes = write_blob(case.plan, case.data, version=case.header.get("version"),
                             reserved=case.header.get("reserved", 0))
     return program_with_blob(seed.program, index, blob_bytes, case.specs), done

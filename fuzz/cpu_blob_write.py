@@ -16,8 +16,12 @@ from opforge.program import DelegateBlob, Program, Segment, from_bytes, to_bytes
 from opforge.program._sample import unverified_bytes
 
 
-def write_blob(plan: dict, data: bytes, *, version: int = B.VERSION, reserved: int = 0) -> bytes:
-    """``plan`` and ``data`` as blob bytes, laid out as ``blob.encode`` writes them."""
+def write_blob(plan: dict, data: bytes, *, version: int | None = None, reserved: int = 0) -> bytes:
+    """``plan`` and ``data`` as blob bytes, laid out as ``blob.encode`` writes them (the
+    version it would choose unless one is given)."""
+    if version is None:
+        tensors = plan.get("tensors") if type(plan) is dict else None
+        version = B.version_for(tensors if type(tensors) is list else [])
     text = json.dumps(plan, separators=(",", ":"), allow_nan=True).encode()
     head_len = B.HEADER.size + len(text)
     pad = bytes(B._align(head_len) - head_len)

@@ -17,7 +17,9 @@ expressions (deep, huge, dividing by zero, reading undeclared symbols), symbol r
 guards and state slots; version-4 rewrites: grow flags flipped, growing tensors given
 storage or planned ones none, huge or empty first sizes, growing symbols' ranges (seeded
 with ``growing_program``); debug-table rewrites: any number, type, nesting or truncation in
-the ``opforge.debug`` JSON (seeded with ``debug_program``). A program with symbols that loads is also bound at a random input
+the ``opforge.debug`` JSON (seeded with ``debug_program``); version-6 rewrites of the named
+data table (dangling segments, duplicate, empty, long or unprintable keys; seeded with
+``named_program``). A program with symbols that loads is also bound at a random input
 shape (``ShapeBinder``): that must succeed or raise ProgramError too. Half of the byte mutations spare the
 header, and 80% are resealed (the header CRC, and mostly file_size, recomputed) so that
 they reach the parser and the verifier rather than stopping at the header checks.
@@ -269,9 +271,50 @@ def _debug_mutation(rng: random.Random) -> bytes:
                                       tuple(meta.items())))
 
 
+def named_program() -> P.Program:
+    """``sample_program`` with two named data entries (format version 6): bytes delegate
+    blobs refer to by key, each its own segment."""
+    program = sample_program()
+    first = len(program.segments)
+    segments = program.segments + (P.Segment(bytes(range(200))), P.Segment(b"\x01" * 4096))
+    named = (P.NamedData("sha256:" + "ab" * 32, first), P.NamedData("weights.q", first + 1))
+    return dataclasses.replace(program, segments=segments, named_data=named)
+
+
+def _named_mutation(rng: random.Random) -> bytes:
+    """A rewrite of the named data table: dangling or huge segment indices, duplicate,
+    empty, long or unprintable keys, entries added or dropped."""
+    program = named_program()
+    named = list(program.named_data)
+    index = rng.choice([rng.randrange(8), 2**31, 2**32 - 1, len(program.segments)])
+    key = rng.choice(["", "k", "x" * rng.choice([256, 257, 5000]), "a\nb", "\u0000",
+                      named[0].key, "sha256:" + "0" * 64, "\ud7ff" * 3])
+    choice = rng.randrange(4)
+    if choice == 0:
+        named[rng.randrange(len(named))] = _unchecked_named(key, named[0].segment)
+    elif choice == 1:
+        named[rng.randrange(len(named))] = _unchecked_named(named[0].key + "x", index)
+    elif choice == 2:
+        named.append(_unchecked_named(key, index))
+    else:
+        named = named[:rng.randrange(len(named) + 1)] * rng.choice([1, 2, 1000])
+    return unverified_bytes(dataclasses.replace(program, named_data=tuple(named)))
+
+
+def _unchecked_named(key: str, segment: int) -> P.NamedData:
+    """A NamedData without its own checks (what a hostile file can hold; the decoder's
+    reconstruction refuses what they refuse)."""
+    named = object.__new__(P.NamedData)
+    object.__setattr__(named, "key", key)
+    object.__setattr__(named, "segment", segment)
+    return named
+
+
 def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
     if rng.random() < 0.1:
         return _index_mutation(rng)
+    if rng.random() < 0.05:
+        return _named_mutation(rng)
     if rng.random() < 0.1:
         return _debug_mutation(rng)
     if rng.random() < 0.1:
@@ -338,7 +381,7 @@ def seeds() -> list[bytes]:
     return [P.to_bytes(sample_program()), P.to_bytes(chain_program(3)),
             P.to_bytes(P.Program(methods=())), P.to_bytes(symbolic_program()),
             P.to_bytes(growing_program()), P.to_bytes(splat_state_program()),
-            P.to_bytes(debug_program())]
+            P.to_bytes(debug_program()), P.to_bytes(named_program())]
 
 
 def builtin(count: int, seed: int, crash_dir: Path) -> int:

@@ -5,7 +5,9 @@ Ahead of time (needs torch; see ``opforge.backends.partition``)::
     partition(graph, specs)   -> PartitionResult   the node groups it takes, and for every
                                                    node it leaves out a Rejection (why)
     preprocess(subgraph, specs) -> bytes           one group, compiled to the blob stored
-                                                   in the program
+                                                   in the program; large constants may go
+                                                   to ``subgraph.named_data`` instead (stored
+                                                   once per program, see named_data.py)
 
 At run time (NumPy only; a backend's run-time module must not import torch)::
 
@@ -78,11 +80,15 @@ class PartitionResult:
 class BackendContext:
     """What the runtime gives ``init`` beside the blob: the kernel registry the program was
     resolved against (for custom ops a backend calls through the kernel ABI), the memory
-    limit in bytes, and the runtime mode."""
+    limit in bytes, the runtime mode, the program's named data (``named_data.NamedDataMap``:
+    bytes a blob refers to by key, stored once for all delegates) and the objects the
+    program's delegates share (``named_data.SharedResources``, closed after every handle)."""
 
     registry: Any = None
     max_memory: int = 0
     mode: str = "lean"
+    named_data: Any = None
+    shared: Any = None
 
 
 class Backend(abc.ABC):

@@ -86,6 +86,9 @@ class Subgraph:
     # order it runs, the names of the subgraph nodes it computes (the debug handles)
     op_nodes: list[list[str]] | None = None
     symbols: Any = None  # as ``ExportGraph.symbols``
+    # where ``preprocess`` may put large constants by name instead of in its blob (a
+    # ``named_data.NamedDataStore``; None: everything goes in the blob)
+    named_data: Any = None
 
     def placeholders(self) -> list[torch.fx.Node]:
         return [n for n in self.graph_module.graph.nodes if n.op == "placeholder"]

@@ -7,8 +7,10 @@
       → ToOutVariant turns that call into ``DelegateOut(inputs..., outs...)`` on planned allocs
       → emit: one ``DelegateCall`` per call, each blob a 64-byte-aligned segment
 
-Constants a partition reads are baked into its blob by ``preprocess``; a constant no other
-node reads leaves the program's constant segment. Program state is a run-time input; a
+Constants a partition reads are baked into its blob by ``preprocess``, or stored by name
+(``subgraph.named_data``: once per program, whichever delegates read them, see
+``opforge/backends/named_data.py``); a constant no other node reads leaves the program's
+constant segment. Program state is a run-time input; a
 cache write inside the partition may go into the state in place (``delegated_state.py``). The graph stays executable by torch at
 every step (a ``LoweredDelegate`` runs its subgraph eagerly), which is how tests compare.
 
@@ -28,6 +30,7 @@ import torch.fx
 import heapq
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
 
+from opforge.backends.named_data import NamedDataStore
 from opforge.backends.report import METADATA_KEY, delegation_report
 from opforge.errors import BackendError, InternalError
 from opforge.export.method_graph import InputKind, MethodGraph
@@ -147,7 +150,7 @@ class Delegate(ExportPass):
                                       backend.writes_state_in_place)
                 subgraph = Subgraph(backend.name, method.name, sub,
                                     [p.name for p, _ in runtime_inputs], constants, state,
-                                    symbols=symbols)
+                                    symbols=symbols, named_data=NamedDataStore())
                 try:
                     blob = backend.preprocess(subgraph, request.specs)
                 except PreprocessRefused as refused:
@@ -174,6 +177,7 @@ class Delegate(ExportPass):
                     position: k for k, (placeholder, _) in enumerate(runtime_inputs)
                     if (position := state.get(placeholder.name)) is not None}
                 lowered.op_nodes = subgraph.op_nodes
+                lowered.named_data = subgraph.named_data.entries  # stored once by emit
                 self._replace(method, nodes, [o for _, o in runtime_inputs], list(outputs), lowered)
                 lowered.report = {
                     "backend": backend.name, "nodes": len(lowered.nodes), "ops": ops,

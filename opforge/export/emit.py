@@ -27,7 +27,7 @@ from opforge.export.lowered import DelegateOut
 from opforge.export.debug_table import DebugTable
 from opforge.program.debug import DEBUG_KEY, DebugInfo
 from opforge.program import (
-    PACKING_SPLAT, ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Move, Operator, Program,
+    PACKING_SPLAT, ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Move, NamedData, Operator, Program,
     Segment, StateSlot, SymbolicValue, TensorValue, Value,
 )
 
@@ -72,24 +72,31 @@ def uniform(tensor: torch.Tensor) -> bool:
 
 
 class _Delegates:
-    """The program's delegate blobs; each blob a segment after the constant segment."""
+    """The program's delegate blobs, each a segment after the constant segment, then the
+    named data they refer to: one segment per distinct key, whichever blobs name it."""
 
     def __init__(self) -> None:
         self.blobs: list[tuple[str, bytes, tuple]] = []
         self.index: dict[int, int] = {}
+        self.named: dict[str, bytes] = {}
 
     def add(self, lowered: Any) -> int:
         if id(lowered) not in self.index:
             self.blobs.append((lowered.backend, lowered.blob, lowered.specs))
             self.index[id(lowered)] = len(self.blobs) - 1
             getattr(lowered, "report", {})["delegate"] = len(self.blobs) - 1
+            for key, data in getattr(lowered, "named_data", {}).items():
+                self.named.setdefault(key, data)  # keys are content addresses
         return self.index[id(lowered)]
 
-    def finish(self, first_segment: int) -> tuple[tuple[Segment, ...], tuple[DelegateBlob, ...]]:
+    def finish(self, first_segment: int) -> tuple[tuple[Segment, ...], tuple[DelegateBlob, ...],
+                                                  tuple[NamedData, ...]]:
         segments = tuple(Segment(blob) for _, blob, _ in self.blobs)
         delegates = tuple(DelegateBlob(backend, first_segment + i, specs)
                           for i, (backend, _, specs) in enumerate(self.blobs))
-        return segments, delegates
+        first_named = first_segment + len(segments)
+        named = tuple(NamedData(key, first_named + i) for i, key in enumerate(self.named))
+        return segments + tuple(Segment(data) for data in self.named.values()), delegates, named
 
 
 class _MethodEmitter:
@@ -264,7 +271,7 @@ def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str
     emitters = [_MethodEmitter(method, pool, delegates, state_names) for method in methods]
     emitted = tuple(e.emit() for e in emitters)
     constants = pool.segments()
-    blob_segments, blobs = delegates.finish(len(constants))
+    blob_segments, blobs, named = delegates.finish(len(constants))
     metadata = dict(user_metadata or {})
     report = {m.name: m.notes["delegation"] for m in methods if "delegation" in m.notes}
     if report:
@@ -273,4 +280,5 @@ def emit_program(methods: Sequence[MethodGraph], *, user_metadata: dict[str, str
         info = DebugInfo({e.method.name: e.debug.finish() for e in emitters})
         metadata[DEBUG_KEY] = info.to_text()
     return Program(methods=emitted, segments=constants + blob_segments, delegates=blobs,
+                   named_data=named,
                    user_metadata=metadata)

@@ -25,8 +25,8 @@ from opforge.program.decode import from_bytes, load
 from opforge.program.describe import describe
 from opforge.program.encode import save, to_bytes
 from opforge.program.model import (
-    DelegateBlob, DelegateCall, Free, Instruction, KernelCall, MemoryPlan, Method, Move, Operator,
-    Program, Segment,
+    DelegateBlob, DelegateCall, Free, Instruction, KernelCall, MemoryPlan, Method, Move, NamedData,
+    Operator, Program, Segment,
 )
 from opforge.program.scalar_type import ScalarType
 from opforge.program.symbolic import Guard, SizeExpr, StateSlot, Symbol, SymbolicValue
@@ -39,7 +39,7 @@ from opforge.program.verify import verify
 
 __all__ = [
     # the model
-    "Program", "Method", "Segment", "DelegateBlob", "MemoryPlan", "Operator",
+    "Program", "Method", "Segment", "DelegateBlob", "NamedData", "MemoryPlan", "Operator",
     "Instruction", "KernelCall", "DelegateCall", "Move", "Free",
     "Value", "TensorValue", "IntValue", "DoubleValue", "BoolValue", "StringValue", "NoneValue",
     "IntListValue", "DoubleListValue", "BoolListValue", "TensorListValue",

@@ -18,9 +18,9 @@ import struct
 MAGIC = b"\x89OPF\r\n\x1a\n"  # PNG's trick: catches 7-bit and newline-translating copies
 # The newest version this library reads and writes. A file is written with the lowest
 # version that can express it (version 1 unless a constant is packed (2) or a method has
-# symbolic sizes or state (3), a growing symbol (4), or a splat constant (5)), so older
-# readers keep reading every program they can run.
-FORMAT_VERSION = 5
+# symbolic sizes or state (3), a growing symbol (4), a splat constant (5), or named data
+# (6)), so older readers keep reading every program they can run.
+FORMAT_VERSION = 6
 MIN_FORMAT_VERSION = 1
 ALIGNMENT = 64
 

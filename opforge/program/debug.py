@@ -37,6 +37,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -109,9 +110,8 @@ class DebugInfo:
 def with_debug_handles(program: Program, info: DebugInfo) -> Program:
     """``program`` with ``info`` as its debug table (checked against it)."""
     meta = [(k, v) for k, v in program.user_metadata if k != DEBUG_KEY]
-    result = Program(methods=program.methods, segments=program.segments,
-                     delegates=program.delegates,
-                     user_metadata=tuple(meta) + ((DEBUG_KEY, info.to_text()),))
+    result = dataclasses.replace(program,
+                                 user_metadata=tuple(meta) + ((DEBUG_KEY, info.to_text()),))
     debug_info(result)
     return result
 
@@ -121,8 +121,7 @@ def strip_debug_handles(program: Program) -> Program:
     meta = tuple((k, v) for k, v in program.user_metadata if k != DEBUG_KEY)
     if len(meta) == len(program.user_metadata):
         return program
-    return Program(methods=program.methods, segments=program.segments,
-                   delegates=program.delegates, user_metadata=meta)
+    return dataclasses.replace(program, user_metadata=meta)
 
 
 def debug_info(program: Program) -> DebugInfo | None:

@@ -22,8 +22,8 @@ from opforge.program import _format as F
 from opforge.program._errors import program_error, with_api
 from opforge.program._reader import Reader
 from opforge.program.model import (
-    DelegateBlob, DelegateCall, Free, KernelCall, MemoryPlan, Method, Move, Operator, Program,
-    Segment,
+    DelegateBlob, DelegateCall, Free, KernelCall, MemoryPlan, Method, Move, NamedData, Operator,
+    Program, Segment,
 )
 from opforge.program.scalar_type import ScalarType
 from opforge.program.symbolic import Guard, SizeExpr, StateSlot, Symbol, SymbolicValue
@@ -114,8 +114,10 @@ def _decode(buf: memoryview, allow_unplanned: bool) -> Program:
                       for i in range(_in("delegates", r.count, 13)))
     meta = tuple(_in(f"user_metadata[{i}]", lambda: (r.string(), r.string()))
                  for i in range(_in("user_metadata", r.count, 8)))
+    named = tuple(_in(f"named_data[{i}]", lambda: NamedData(r.string(), r.u32()))
+                  for i in range(_in("named_data", r.count, 8))) if version >= 6 else ()
     r.expect_end()
-    program = _in("program", Program, methods, segments, delegates, meta)
+    program = _in("program", Program, methods, segments, delegates, meta, named)
     if version < 5:
         _refuse_newer_packings(program, version)
     check_program(program, allow_unplanned)
@@ -176,7 +178,7 @@ def _check_header(buf: memoryview) -> tuple[int, int, int, int]:
             "upgrade opforge to load this file" if newer else _REEXPORT)
     checks = [
         ("header.header_size", header_size, header_size == F.HEADER_SIZE, str(F.HEADER_SIZE)),
-        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 to 5)"),
+        ("header.flags", flags, flags == 0, "0 (no flags are defined in versions 1 to 6)"),
         ("header.reserved", reserved, reserved == 0, "0"),
         ("header.file_size", f"{file_size} but the file has {size} bytes "
          + ("(truncated)" if size < file_size else "(trailing bytes)"), file_size == size,

@@ -24,6 +24,7 @@ def describe(program: Program) -> dict:
     >>> d["methods"][0]["values"]
     ['%0: int 3']
     """
+    named = {n.segment for n in program.named_data}
     return {
         "format_version": format_version_of(program),
         "methods": [_method(program, m) for m in program.methods],
@@ -33,11 +34,14 @@ def describe(program: Program) -> dict:
              "compile_specs": {key: len(value) for key, value in d.compile_specs}}
             for i, d in enumerate(program.delegates)
         ],
+        "named_data": [{"key": n.key, "segment": n.segment} for n in program.named_data],
         "user_metadata": dict(program.user_metadata),
         "constant_bytes": sum(s.nbytes for i, s in enumerate(program.segments)
-                              if i not in {d.segment for d in program.delegates}),
+                              if i not in {d.segment for d in program.delegates} | named),
         "delegate_bytes": sum(program.segments[d.segment].nbytes for d in program.delegates
                               if 0 <= d.segment < len(program.segments)),
+        "named_bytes": sum(program.segments[i].nbytes for i in named
+                           if 0 <= i < len(program.segments)),
     }
 
 

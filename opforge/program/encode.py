@@ -172,6 +172,11 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
         for key, value in program.user_metadata:
             w.string(key)
             w.string(value)
+        if version >= 6:
+            w.fmt("<I", len(program.named_data))
+            for named in program.named_data:
+                w.string(named.key)
+                w.fmt("<I", named.segment)
     except (struct.error, OverflowError, UnicodeEncodeError, KeyError, TypeError) as e:
         raise program_error(
             "program", f"a field that cannot be encoded ({type(e).__name__}: {e})",
@@ -189,9 +194,11 @@ def encode(program: Program) -> tuple[bytes, list[tuple[int, memoryview]]]:
 
 
 def format_version_of(program: Program) -> int:
-    """The lowest format version that expresses ``program``: 5 with a splat constant, 4
-    with a growing symbol, 3 with symbolic sizes or state, 2 with int4-packed constants,
-    else 1."""
+    """The lowest format version that expresses ``program``: 6 with named data, 5 with a
+    splat constant, 4 with a growing symbol, 3 with symbolic sizes or state, 2 with
+    int4-packed constants, else 1."""
+    if program.named_data:
+        return 6
     packings = {v.storage.packing for m in program.methods for v in m.values
                 if type(v) is TensorValue and type(v.storage) is ConstantStorage}
     if PACKING_SPLAT in packings:

@@ -9,6 +9,7 @@
             │                   └ state          (state tensors by name, version 3)
             ├ segments ──► Segment (raw bytes: constant weights, delegate blobs)
             ├ delegates ─► DelegateBlob (backend id, segment index, compile specs)
+            ├ named_data ► NamedData (key → segment: data delegate blobs share, version 6)
             └ user_metadata (str → str pairs)
 
 Nothing here refers to anything by Python reference: a C runtime can execute the same
@@ -27,7 +28,7 @@ from opforge.program.values import MAX_TENSOR_BYTES, Value, _as_tuple, _check_in
 
 __all__ = [
     "Operator", "KernelCall", "DelegateCall", "Move", "Free", "Instruction",
-    "INSTRUCTION_TYPES", "MemoryPlan", "Method", "Segment", "DelegateBlob", "Program",
+    "INSTRUCTION_TYPES", "MemoryPlan", "Method", "Segment", "DelegateBlob", "NamedData", "Program",
 ]
 
 _OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -218,6 +219,29 @@ class DelegateBlob:
         object.__setattr__(self, "compile_specs", tuple(specs))
 
 
+MAX_NAMED_KEY = 256  # characters of a NamedData key
+
+
+@dataclass(frozen=True, slots=True)
+class NamedData:
+    """Bytes stored once for every delegate blob that names them (weights a prefill and a
+    decode method's delegates both read): ``key`` (what a blob refers to) → ``segment``.
+
+    >>> NamedData("sha256:00ff", 3).segment
+    3
+    """
+
+    key: str
+    segment: int
+
+    def __post_init__(self) -> None:
+        if type(self.key) is not str or not 0 < len(self.key) <= MAX_NAMED_KEY \
+                or not self.key.isprintable():
+            raise program_error("`NamedData`: key", repr(self.key)[:80],
+                                f"a printable string of 1 to {MAX_NAMED_KEY} characters")
+        _check_int("NamedData", "segment", self.segment, 0, 2**32 - 1)
+
+
 @dataclass(frozen=True, slots=True)
 class Program:
     """A whole program: methods, constant/delegate segments, delegates and user metadata.
@@ -232,9 +256,10 @@ class Program:
     segments: tuple[Segment, ...] = ()
     delegates: tuple[DelegateBlob, ...] = ()
     user_metadata: tuple[tuple[str, str], ...] = ()
+    named_data: tuple[NamedData, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("methods", "segments", "delegates"):
+        for name in ("methods", "segments", "delegates", "named_data"):
             object.__setattr__(self, name, _as_tuple("Program", name, getattr(self, name)))
         meta = self.user_metadata
         meta = tuple(meta.items()) if isinstance(meta, dict) else _as_tuple(

@@ -6,6 +6,7 @@ The dataclasses check their own fields on construction (types, non-negative size
 * each method name is unique; each operator appears once in its method's table;
 * every value index (inputs, outputs, instruction args, tensor-list items, Move, Free) is in
   range and refers to the right kind of value; every operator and delegate index is in range;
+* every named datum's segment index is in range and its key unique;
 * every planned tensor lies inside its arena (``offset + nbytes <= arena_sizes[mem_id]``) and
   every constant inside its segment, at an offset that is a multiple of its itemsize (the
   planner uses 64; itemsize alignment is what a typed view needs, so that is the rule);
@@ -37,8 +38,8 @@ from opforge.errors import ProgramError
 from opforge.program._errors import program_error, with_api
 from opforge.program.debug import DEBUG_KEY, check_debug_table
 from opforge.program.model import (
-    INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, Operator, Program, Segment,
-    DelegateBlob,
+    INSTRUCTION_TYPES, DelegateCall, Free, KernelCall, Method, Move, NamedData, Operator, Program,
+    Segment, DelegateBlob,
 )
 from opforge.program.symbolic import growing_values
 from opforge.program.verify_symbolic import state_values, verify_shared_state, verify_symbolic
@@ -91,6 +92,16 @@ def check_program(program: Program, allow_unplanned: bool) -> None:
             raise program_error(f"delegates[{i}]", type(blob).__name__, "a DelegateBlob")
         _index(f"delegates[{i}] ({blob.id!r}).segment", blob.segment, len(program.segments),
                "segment")
+    keys: dict[str, int] = {}
+    for i, named in enumerate(program.named_data):
+        if not isinstance(named, NamedData):
+            raise program_error(f"named_data[{i}]", type(named).__name__, "a NamedData")
+        _index(f"named_data[{i}] ({named.key!r}).segment", named.segment,
+               len(program.segments), "segment")
+        if named.key in keys:
+            raise program_error(f"named_data[{i}].key", f"{named.key!r}, already the key of "
+                                f"named_data[{keys[named.key]}]", "unique keys", _DANGLING)
+        keys[named.key] = i
     names: dict[str, int] = {}
     for i, method in enumerate(program.methods):
         if not isinstance(method, Method):

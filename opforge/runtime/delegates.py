@@ -3,7 +3,11 @@
     load → for each DelegateBlob: find the backend by id → unavailable()? → its compile
     specs decoded (typed, strict) → init(blob, specs, context) → handle
     Method → each DelegateCall bound once to its arena views (backend.bind)
-    LoadedProgram gone → destroy(handle) for each
+    LoadedProgram gone → destroy(handle) for each → the shared resources closed
+
+Every handle of one program gets the same context: the program's named data (bytes blobs
+refer to by key) and one ``SharedResources`` (what the delegates share, e.g. reordered
+weights), which outlives every handle.
 
 A handle is shared by every Method instance of the loaded program; calls through it are
 serialised by a lock per handle (a backend keeps per-handle scratch memory), while
@@ -55,9 +59,14 @@ class DelegateSet:
     """The initialised delegates of one loaded program."""
 
     def __init__(self, api: str, program: Program, context: Any) -> None:
+        import dataclasses
+
         from opforge.backends import decode_specs, get_backend
+        from opforge.backends.named_data import NamedDataMap, SharedResources
 
         self._api = api
+        self.shared, self.named_data = SharedResources(), NamedDataMap(program)
+        context = dataclasses.replace(context, named_data=self.named_data, shared=self.shared)
         self._program = program
         self.backends: list[Any] = []
         self.handles: list[Any] = []
@@ -100,13 +109,16 @@ class DelegateSet:
             self.close()
             raise
         self._finalizer = weakref.finalize(self, DelegateSet._destroy, list(self.backends),
-                                           list(self.handles))
+                                           list(self.handles), self.shared)
 
     @staticmethod
-    def _destroy(backends: list, handles: list) -> None:
-        for backend, handle in zip(backends, handles):
-            if backend is not None and handle is not None:
-                backend.destroy(handle)
+    def _destroy(backends: list, handles: list, shared: Any) -> None:
+        try:
+            for backend, handle in zip(backends, handles):
+                if backend is not None and handle is not None:
+                    backend.destroy(handle)
+        finally:
+            shared.close()  # after every handle that may use it
 
     def close(self) -> None:
         """Destroy every handle now (also done when the set is garbage collected)."""
@@ -114,7 +126,7 @@ class DelegateSet:
         if finalizer is not None:
             finalizer()
         else:
-            DelegateSet._destroy(self.backends, self.handles)
+            DelegateSet._destroy(self.backends, self.handles, self.shared)
             self.handles = [None] * len(self.handles)
 
     def check_call(self, method: Any, i: int, instruction: DelegateCall) -> None:

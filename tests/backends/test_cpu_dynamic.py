@@ -224,13 +224,14 @@ def test_hostile_dynamic_blob_is_refused_at_parse(case):
         blob.parse(memoryview(_reseal(_dynamic_blob(), edit)))
 
 
-def _handle(data):
+def _handle(data, named=None):
     from opforge.backends.base import BackendContext
     from opforge.backends.cpu import CpuBackend
 
     backend = CpuBackend()
     specs = {"num_threads": 1, "custom_ops": [], "op_packages": [], "fuse": True, "min_ops": 1}
-    return backend, backend.init(memoryview(data), specs, BackendContext(max_memory=1 << 30))
+    return backend, backend.init(memoryview(data), specs,
+                                 BackendContext(max_memory=1 << 30, named_data=named))
 
 
 def test_symbol_values_outside_the_blob_bounds_are_refused_before_an_engine_exists():
@@ -322,8 +323,11 @@ def test_the_memory_limit_holds_for_all_cached_engines(layer):
     limit: a build over it evicts the least recently used engine first, and only a shape
     that does not fit alone is refused."""
     model, program = layer
+    from opforge.backends.named_data import NamedDataMap
+
     data = bytes(program.segments[program.delegates[0].segment].data)
-    backend, probe = _handle(data)
+    named = NamedDataMap(program)  # the layer's weights are stored in the program by name
+    backend, probe = _handle(data, named)
     x30 = torch.randn(2, 30, 64)
     backend.bind(probe, [x30.numpy()], [np.zeros((2, 30, 64), np.float32)])()
     one = next(iter(probe.engines.values())).own_bytes
@@ -335,7 +339,8 @@ def test_the_memory_limit_holds_for_all_cached_engines(layer):
 
     specs = {"num_threads": 1, "custom_ops": [], "op_packages": [], "fuse": True, "min_ops": 1}
     limited = backend.init(memoryview(data), specs,
-                           BackendContext(max_memory=shared + 2 * one + one // 2))
+                           BackendContext(max_memory=shared + 2 * one + one // 2,
+                                          named_data=named))
     for seq in (30, 29, 28, 30):  # about the same size each: two fit, the third evicts
         x = torch.randn(2, seq, 64, generator=torch.Generator().manual_seed(seq))
         out = np.zeros((2, seq, 64), np.float32)
@@ -345,7 +350,8 @@ def test_the_memory_limit_holds_for_all_cached_engines(layer):
             h.own_bytes for h in limited.engines.values()) <= shared + 2 * one + one // 2
     assert limited.stats()["shapes"] == 2 and limited.stats()["evictions"] == 2
     backend.destroy(limited)
-    tiny = backend.init(memoryview(data), specs, BackendContext(max_memory=shared // 2))
+    tiny = backend.init(memoryview(data), specs,
+                        BackendContext(max_memory=shared // 2, named_data=named))
     with pytest.raises(BackendError, match="memory limit"):
         backend.bind(tiny, [x30.numpy()], [np.zeros((2, 30, 64), np.float32)])
     backend.destroy(tiny)

@@ -14,6 +14,7 @@ from torch import nn
 
 from opforge.backends.cpu import blob
 from opforge.backends.cpu import engine as cpu_engine
+from opforge.backends.named_data import NamedDataMap
 from opforge.export import export
 from opforge.runtime import load
 
@@ -51,7 +52,8 @@ def test_the_arena_is_a_fraction_of_the_intermediates_and_values_stay_eager_s(ma
     program = export(model, inputs, backends=["cpu"])
     assert len(program.delegates) == 1
     plan, data = blob.parse(program.segments[program.delegates[0].segment].data)
-    handle = cpu_engine.EngineHandle(plan, data, 1, 1 << 30, None, {})
+    handle = cpu_engine.EngineHandle(plan, data, 1, 1 << 30, None, {},
+                                     named=NamedDataMap(program))  # the weights, by name
     try:
         memory = handle.memory()
     finally:

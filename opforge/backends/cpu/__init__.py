@@ -153,20 +153,25 @@ class CpuBackend(Backend):
         if self.debug == "groups":
             lower.keep_results()
         subgraph.op_nodes = [list(op.get("_nodes", ())) for op in plan.ops]  # debug handles
-        return blob.encode(plan)
+        return blob.encode(plan, subgraph.named_data)
 
     # --- run time ---------------------------------------------------------------------------
     def init(self, blob_bytes, specs, context: BackendContext):
         from opforge.backends.cpu import blob
-        from opforge.backends.cpu.engine import EngineHandle
+        from opforge.backends.cpu.engine import EngineHandle, shared_weight_cache
 
         plan, data = blob.parse(blob_bytes)
         threads = thread_count(specs["num_threads"])
+        # one reordered copy of each weight for all the program's delegates: the weights
+        # named in the program (stored once) are at one address for every blob
+        weights, named = shared_weight_cache(context), context.named_data
         if "symbols" in plan:  # a dynamic method's delegate: engines per shape
             from opforge.backends.cpu.dynamic import DynamicHandle
 
-            return DynamicHandle(plan, data, threads, context.max_memory, context.registry, specs)
-        handle = EngineHandle(plan, data, threads, context.max_memory, context.registry, specs)
+            return DynamicHandle(plan, data, threads, context.max_memory, context.registry, specs,
+                                 weight_cache=weights, named=named)
+        handle = EngineHandle(plan, data, threads, context.max_memory, context.registry, specs,
+                              weight_cache=weights, named=named)
         from opforge.backends.cpu import crash_report
 
         crash_report.register(handle, plan, context.registry)  # names a crashing kernel
@@ -204,4 +209,5 @@ class CpuBackend(Backend):
 
         plan, data = blob.parse(blob_bytes)
         return {"ops": [op["name"] or op["kind"] for op in plan["ops"]],
-                "nodes": plan.get("impls", []), "constant_bytes": data.nbytes}
+                "nodes": plan.get("impls", []), "constant_bytes": data.nbytes,
+                "named_bytes": sum(t["named"][1] for t in plan["tensors"] if "named" in t)}

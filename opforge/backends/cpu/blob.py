@@ -11,6 +11,11 @@
     then zero padding to a multiple of 64, then the data: each constant's bytes at a
     64-byte-aligned offset a tensor names as "data": [offset, nbytes].
 
+Version 2 adds named constants: a constant of at least ``NAMED_MIN_BYTES`` exported with a
+named data store (``opforge/backends/named_data.py``) is stored once in the program, not in
+the blob, and its tensor says ``"named": [key, nbytes]`` instead of ``"data"``. A blob is
+written as version 1 unless it names a constant.
+
 Program state: an input of role ``state`` is a state tensor (a KV cache) the delegate may
 write in place; every other input is read-only. ``state`` lists ``[input position, call
 output position]`` for each state input the delegate writes: the program passes the state
@@ -32,7 +37,10 @@ from typing import Any
 from opforge.errors import BackendError
 
 MAGIC = b"OFCPUBLB"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)
+# constants smaller than this stay in the blob: a named one costs a key and a segment
+NAMED_MIN_BYTES = 4096
 HEADER = struct.Struct("<8sIIQII")
 MAX_PLAN = 64 << 20
 MAX_TENSORS = 1 << 20
@@ -49,17 +57,20 @@ def _align(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
-def encode(plan) -> bytes:
-    """A lowering ``Plan`` → blob bytes."""
+def encode(plan, named_data=None) -> bytes:
+    """A lowering ``Plan`` → blob bytes; constants of ``NAMED_MIN_BYTES`` or more go to
+    ``named_data`` (a ``NamedDataStore``) when one is given."""
     data = bytearray()
     tensors = []
     for t in plan.tensors:
-        offset = None
-        if t.data is not None:
+        offset, key = None, None
+        if t.data is not None and named_data is not None and len(t.data) >= NAMED_MIN_BYTES:
+            key = named_data.add(t.data)
+        elif t.data is not None:
             data += bytes(_align(len(data)) - len(data))
             offset = len(data)
             data += t.data
-        tensors.append(t.as_json(offset))
+        tensors.append(t.as_json(offset, key))
     from opforge.backends.cpu.lowering.symbolic import expr_text
 
     ops = [{k: [expr_text(x) for x in v] if k == "ia" else v for k, v in op.items()
@@ -76,7 +87,13 @@ def encode(plan) -> bytes:
     head_len = HEADER.size + len(text)
     pad = bytes(_align(head_len) - head_len)
     crc = zlib.crc32(text + bytes(data))
-    return HEADER.pack(MAGIC, VERSION, len(text), len(data), crc, 0) + text + pad + bytes(data)
+    version = version_for(tensors)
+    return HEADER.pack(MAGIC, version, len(text), len(data), crc, 0) + text + pad + bytes(data)
+
+
+def version_for(tensors: list) -> int:
+    """The blob version a plan's tensor table needs: 2 when it names a constant, else 1."""
+    return 2 if any(type(t) is dict and "named" in t for t in tensors) else 1
 
 
 def _refuse(what: str) -> BackendError:
@@ -113,8 +130,8 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
     magic, version, plan_len, data_len, crc, _ = HEADER.unpack_from(blob, 0)
     if magic != MAGIC:
         raise _refuse(f"magic {bytes(magic)!r}")
-    if version != VERSION:
-        raise _refuse(f"format version {version}; this opforge reads version {VERSION}")
+    if version not in VERSIONS:
+        raise _refuse(f"format version {version}; this opforge reads versions {VERSIONS}")
     if plan_len > MAX_PLAN:
         raise _refuse(f"plan of {plan_len} bytes")
     data_start = _align(HEADER.size + plan_len)
@@ -131,6 +148,8 @@ def parse(blob: memoryview) -> tuple[dict, memoryview]:
         raise _refuse(f"a plan that is not JSON ({type(e).__name__})") from None
     if type(doc) is not dict:
         raise _refuse("a plan that is not an object")
+    if version < version_for(doc.get("tensors") if type(doc.get("tensors")) is list else []):
+        raise _refuse(f"a version-{version} blob that names constants (version 2 or later)")
     if "symbols" in doc:  # a dynamic method's delegate: checked per shape (cpu/dynamic.py)
         from opforge.backends.cpu.dynamic import check_symbolic
 
@@ -164,7 +183,9 @@ def check_plan(doc: dict, data: memoryview) -> None:
             if base >= i:
                 raise _refuse(f"tensors[{i}] aliases a later tensor")
             _int(t.get("offset"), 0, 1 << 40, f"tensors[{i}].offset")
-        if "data" in t:
+        if "named" in t:
+            _check_named(t, i)
+        elif "data" in t:
             span = _ints(t["data"], 2, 0, data.nbytes, f"tensors[{i}].data")
             if len(span) != 2:
                 raise _refuse(f"tensors[{i}].data has {len(span)} items, not [offset, nbytes]")
@@ -220,6 +241,18 @@ def check_plan(doc: dict, data: memoryview) -> None:
         raise _refuse("impls")
     _check_state(doc)
     _check_debug(doc)
+
+
+def _check_named(t: dict, i: int) -> None:
+    """``"named": [key, nbytes]``: a constant stored in the program by key (resolved and
+    its size checked against the program's bytes at init)."""
+    named = t["named"]
+    if type(named) is not list or len(named) != 2 or type(named[0]) is not str \
+            or not 0 < len(named[0]) <= 256:
+        raise _refuse(f"tensors[{i}].named is not [key, nbytes]")
+    _int(named[1], 0, 1 << 48, f"tensors[{i}].named nbytes")
+    if t["role"] != "const" or "data" in t:
+        raise _refuse(f"tensors[{i}] is named but is not a constant, or also has data")
 
 
 def _check_state(doc: dict) -> None:

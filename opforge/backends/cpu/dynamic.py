@@ -39,6 +39,7 @@ from collections import OrderedDict
 from typing import Any
 
 from opforge.backends.cpu.blob import MAX_RANK, _refuse, check_plan
+from opforge.backends.named_data import aligned
 from opforge.errors import BackendError, OpforgeError
 from opforge.program.symbolic import MAX_SYMBOLS, SizeExpr, linear_form
 
@@ -186,34 +187,19 @@ def concrete_plan(doc: dict, exprs: _Exprs, env: dict[str, int]) -> dict:
     return plan
 
 
-def _aligned(data: memoryview) -> memoryview:
-    """``data`` itself when it starts 64-byte aligned (a program file's mapped segment), else
-    one aligned copy: the engines borrow constants only from aligned bytes, and every shape's
-    engine borrows from this one buffer."""
-    import numpy as np
-
-    raw = np.frombuffer(data, np.uint8)
-    if raw.ctypes.data % 64 == 0:
-        return data
-    buffer = np.empty(raw.nbytes + 64, np.uint8)
-    start = -buffer.ctypes.data % 64
-    copy = buffer[start:start + raw.nbytes]
-    copy[:] = raw
-    return memoryview(copy)
-
-
 class DynamicHandle:
     """A dynamic delegate: engines per shape (``MAX_SHAPES`` cached) over one blob."""
 
     def __init__(self, plan: dict, data: memoryview, threads: int, max_memory: int,
-                 registry: Any, specs: dict, capacity: int = MAX_SHAPES) -> None:
+                 registry: Any, specs: dict, capacity: int = MAX_SHAPES, *,
+                 weight_cache: int | None = None, named: Any = None) -> None:
         from opforge.backends.cpu.engine import library
 
         self.lib = library()  # a missing or stale engine fails at load, as for a static delegate
         if plan.get("debug") or any(op.get("kind") in ("kernel", "package") for op in plan["ops"]):
             raise _refuse("a dynamic plan with debug outputs, kernels or package ops")
         self.exprs = check_symbolic(plan, data)  # blob.parse checked it; the parsed form
-        self.plan, self.data = plan, _aligned(data)
+        self.plan, self.data = plan, aligned(data)  # every shape's engine borrows from it
         self.threads, self.max_memory, self.registry, self.specs = threads, max_memory, registry, specs
         # the engine's own default limit (native/core.cpp ofc_new) when the context gives none
         self.limit = max_memory if max_memory > 0 else 1 << 33
@@ -221,8 +207,10 @@ class DynamicHandle:
         self.engines: OrderedDict[tuple, Any] = OrderedDict()
         # builds and lookups from several method instances: one at a time
         self.lock = threading.Lock()
-        # the reordered weights every shape's engine shares (freed after the engines)
-        self.weight_cache = self.lib.ofc_weight_cache_new()
+        # the reordered weights every shape's engine shares (freed after the engines): the
+        # program's (shared with its other delegates, freed by it), else the delegate's own
+        self.named, self.own_cache = named, weight_cache is None
+        self.weight_cache = self.lib.ofc_weight_cache_new() if self.own_cache else weight_cache
         if not self.weight_cache:
             raise BackendError("cpu backend: no memory for the dynamic delegate's weight cache")
         self.hits = self.misses = self.evictions = 0
@@ -270,7 +258,7 @@ class DynamicHandle:
                 try:
                     handle = EngineHandle(plan, self.data, self.threads, max(budget, 1),
                                           self.registry, self.specs,
-                                          weight_cache=cache)
+                                          weight_cache=cache, named=self.named)
                     break
                 except BackendError as e:
                     if "memory limit" not in str(e) or not self.engines:
@@ -318,7 +306,8 @@ class DynamicHandle:
             for handle in self.engines.values():
                 handle.close()
             self.engines.clear()
-            self.lib.ofc_weight_cache_free(self.weight_cache)  # after every engine using it
+            if self.own_cache:
+                self.lib.ofc_weight_cache_free(self.weight_cache)  # after every engine using it
             self.weight_cache = None
 
 

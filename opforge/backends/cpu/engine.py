@@ -228,14 +228,33 @@ class _FilePages:
             self.mapping.madvise(mmap.MADV_DONTNEED, first, end - first)
 
 
+def shared_weight_cache(context: Any) -> int | None:
+    """The loaded program's cache of reordered weights (``ofc_weight_cache_new``), one for
+    all its cpu delegates and freed after them (``context.shared``); None without one (a
+    backend initialised outside a program: each engine reorders its own)."""
+    shared = getattr(context, "shared", None)
+    if shared is None:
+        return None
+    lib = library()
+
+    def make() -> int:
+        cache = lib.ofc_weight_cache_new()
+        if not cache:
+            raise BackendError("cpu backend: no memory for the program's weight cache")
+        return cache
+    return shared.get("cpu.weight_cache", make, lib.ofc_weight_cache_free)
+
+
 class EngineHandle:
     """One initialised delegate: the engine pointer and what must outlive it."""
 
     def __init__(self, plan: dict, data: memoryview, threads: int, max_memory: int,
-                 registry: Any, specs: dict, *, weight_cache: int | None = None) -> None:
-        # constants are used in place in ``data`` (pinned for the engine's life) where 64-byte
+                 registry: Any, specs: dict, *, weight_cache: int | None = None,
+                 named: Any = None) -> None:
+        # constants are used in place in ``data`` or, for a named one, in the program's named
+        # data (``named``: a NamedDataMap; both pinned for the engine's life) where 64-byte
         # aligned, else copied; weight_cache: an ofc_weight_cache_new() pointer (outliving
-        # the engine) sharing their reordered forms (DynamicHandle)
+        # the engine) sharing their reordered forms (every delegate of the program)
         self.lib = lib = library()
         self.keep: list[Any] = []
         err = ctypes.create_string_buffer(_ERR)
@@ -247,7 +266,7 @@ class EngineHandle:
             if weight_cache is not None:
                 self._check(lib.ofc_use_weight_cache(self.ptr, weight_cache, err, _ERR), err,
                             "weight cache")
-            self._build(plan, data, registry, specs, err)
+            self._build(plan, data, named, registry, specs, err)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
             self.close()  # a field parse() let through that the builder cannot use
             raise BackendError(f"cpu backend blob: {type(e).__name__}: {e} — fix: re-export the "
@@ -285,15 +304,32 @@ class EngineHandle:
         if rc != 0:
             raise BackendError(f"cpu backend: {what}: {err.value.decode(errors='replace')}")
 
-    def _build(self, plan, data, registry, specs, err) -> None:
+    def _constant(self, t: dict, i: int, blob: np.ndarray, named: Any) -> tuple[int, int, Any]:
+        """(address, nbytes, memoryview it lies in) of constant tensor ``t``: in the blob, or
+        the program's bytes stored under its key (kept alive for the engine's life)."""
+        if "data" in t:
+            offset, nbytes = t["data"]  # checked against the data size by blob.parse
+            return blob.ctypes.data + offset, nbytes, None
+        key, nbytes = t["named"]
+        view = named.get(key) if named is not None else None
+        if view is None or view.nbytes != nbytes:
+            found = "is missing from the program" if view is None else f"holds {view.nbytes} bytes"
+            raise BackendError(f"cpu backend blob: tensors[{i}] names constant {key[:80]!r} of "
+                               f"{nbytes} bytes, which {found} — fix: re-export the program; "
+                               "this one was altered or corrupted")
+        raw = np.frombuffer(view, np.uint8)
+        self.keep.append(raw)
+        return raw.ctypes.data, nbytes, view
+
+    def _build(self, plan, data, named, registry, specs, err) -> None:
         lib = self.lib
         # the engine reads the constants in place (borrowed, never copied): this view of the
         # blob, kept for the engine's life, pins the memory (a mapping cannot be closed and a
         # bytes object cannot be freed under it)
         raw = np.frombuffer(data, np.uint8)
         self.keep.append(raw)
-        base = raw.ctypes.data
-        release = _FilePages.of(data)
+        pages = {id(data): _FilePages.of(data)}  # per view: its mapping's pages, or None
+        spans: dict[int, tuple[int, int, Any]] = {}  # constant tensor → (address, nbytes, pages)
         self._tensors = tensors = plan["tensors"]
         for i, t in enumerate(tensors):
             dims, strides = t["dims"], t["strides"]
@@ -302,9 +338,13 @@ class EngineHandle:
             # constant in a read-only mapping); 3: a constant, read in place; 4: a state
             # input (writable); 0: an output or unbacked, bound per call
             storage = {"temp": 1, "input": 2, "state": 4}.get(t["role"], 0)
-            if "data" in t:
-                offset, nbytes = t["data"]  # checked against the data size by blob.parse
-                ptr = ctypes.c_void_p(base + offset)
+            if "data" in t or "named" in t:
+                address, nbytes, view = self._constant(t, i, raw, named)
+                view = data if view is None else view
+                if id(view) not in pages:
+                    pages[id(view)] = _FilePages.of(view)
+                spans[i] = (address, nbytes, pages[id(view)])
+                ptr = ctypes.c_void_p(address)
                 if ptr.value % 64 == 0:  # (the engine refuses an unaligned borrow: copied)
                     storage = 3
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
@@ -322,9 +362,9 @@ class EngineHandle:
 
         def give_back(ids) -> None:  # the file's pages of the constants an op read at init
             for tid in ids:
-                root = tensors[roots[tid]]
-                if "data" in root and root["data"][1]:
-                    release(base + root["data"][0], root["data"][1])
+                address, nbytes, release = spans.get(roots[tid], (0, 0, None))
+                if release is not None and nbytes:
+                    release(address, nbytes)
 
         for i, op in enumerate(plan["ops"]):
             for p in op["post"]:
@@ -340,8 +380,7 @@ class EngineHandle:
                                            _arr(ctypes.c_int32, outs), len(outs), _arr(ctypes.c_int64, op["ia"]),
                                            len(op["ia"]), _arr(ctypes.c_double, op["fa"]), len(op["fa"]),
                                            err, _ERR), err, f"ops[{i}] ({op['name'] or op['kind']})")
-            if release is not None:  # a weight reordered into the engine's layout: its pages
-                give_back([*ins, *(p[4] for p in op["post"] if p[0] == 1)])
+            give_back([*ins, *(p[4] for p in op["post"] if p[0] == 1)])  # reordered: its pages
         self._check(lib.ofc_finalize(self.ptr, _arr(ctypes.c_int32, plan["inputs"]), len(plan["inputs"]),
                                      _arr(ctypes.c_int32, plan["outputs"]), len(plan["outputs"]), err, _ERR),
                     err, "finalize")

@@ -50,12 +50,14 @@ class TensorSpec:
     offset: int = 0
     data: bytes | None = None
 
-    def as_json(self, data_offset: int | None) -> dict:
+    def as_json(self, data_offset: int | None, named: str | None = None) -> dict:
         out = {"dtype": int(scalar_type_of(self.dtype)), "dims": [expr_text(d) for d in self.dims],
                "strides": [expr_text(s) for s in self.strides], "role": self.role}
         if self.role == "alias":
             out["base"], out["offset"] = self.base, expr_text(self.offset)
-        if self.data is not None:
+        if named is not None:
+            out["named"] = [named, len(self.data)]
+        elif self.data is not None:
             out["data"] = [data_offset, len(self.data)]
         return out
 

@@ -238,10 +238,13 @@ memory reorder_const(Engine& e, int id, const memory::desc& want) {
   // a borrowed constant's reordered copy (even in its own layout: the blob's file-backed
   // pages made the FFN matmuls of a d=512 transformer layer 1.6x slower than an anonymous
   // copy) is shared through the weight cache by every engine of the delegate
-  if (borrowed && e.weights != nullptr)
+  std::unique_lock<std::mutex> lock;
+  if (borrowed && e.weights != nullptr) {
+    lock = std::unique_lock<std::mutex>(e.weights->mu);  // held until the new entry is in
     for (const auto& entry : e.weights->entries)
       if (entry.src == e.ptr(id) && entry.have == have && entry.want == want)
         return memory(want, e.eng, entry.mem.get_data_handle());
+  }
   memory src(have, e.eng, e.ptr(id));
   memory dst = new_memory(e, want, "a reordered constant");
   dnnl::reorder(src, dst).execute(e.strm, src, dst);
@@ -298,7 +301,10 @@ void ofc_weight_cache_free(void* cache) { delete static_cast<WeightCache*>(cache
 int64_t ofc_used_bytes(void* handle) { return handle ? static_cast<Handle*>(handle)->e.used_bytes : 0; }
 
 int64_t ofc_weight_cache_bytes(void* cache) {
-  return cache ? static_cast<WeightCache*>(cache)->bytes : 0;
+  if (!cache) return 0;
+  auto* c = static_cast<WeightCache*>(cache);
+  std::lock_guard<std::mutex> lock(c->mu);
+  return c->bytes;
 }
 
 // before any op is added: reordered borrowed constants come from (and go to) ``cache``

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -94,17 +95,20 @@ struct Tensor {
 
 struct Engine;
 
-// Constants in the layouts primitives want, shared by the engines of one dynamic delegate
-// (one engine per call shape, all borrowing the same blob constants): keyed by the borrowed
-// source bytes and both memory descriptors, so each weight is reordered once, not once per
-// shape. Owned by the caller (ofc_weight_cache_new/free), which frees it after every engine
-// that uses it; engines use it only while being built, which the caller serialises.
+// Constants in the layouts primitives want, shared by every engine of one loaded program
+// (a dynamic delegate's engine per call shape; a prefill and a decode delegate reading the
+// same named weights, stored once in the program): keyed by the borrowed source bytes'
+// address and both memory descriptors, so each weight is reordered once, not once per shape
+// or delegate. Owned by the caller (ofc_weight_cache_new/free), which frees it after every
+// engine that uses it; engines of different delegates may be built at once (one method
+// calling a dynamic delegate while another loads), so lookups and inserts hold the mutex.
 struct WeightCache {
   struct Entry {
     const void* src;
     memory::desc have, want;
     memory mem;
   };
+  std::mutex mu;
   std::vector<Entry> entries;
   int64_t bytes = 0;
 };
