@@ -51,7 +51,7 @@ def test_eltwise_operands_are_dense_and_results_match(name, monkeypatch):
     model = spread(model.eval())
     plans = []
     encode = blob.encode
-    monkeypatch.setattr(blob, "encode", lambda plan: plans.append(plan) or encode(plan))
+    monkeypatch.setattr(blob, "encode", lambda plan, *named: plans.append(plan) or encode(plan, *named))
     program = export(model, inputs, backends=["cpu"])
     eltwise = [(plan, op) for plan in plans for op in plan.ops if op["kind"] == "eltwise"]
     assert eltwise, "the model has scalar elementwise ops on the cpu backend"
