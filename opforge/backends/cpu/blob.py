@@ -50,7 +50,7 @@ ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 6: 4, 7: 8, 11: 1}
 ROLES = ("input", "output", "const", "temp", "alias", "dead", "state")
 OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
             "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
-            "qconv", "qmatmul", "quant", "index", "index_put", "index_copy")
+            "qconv", "qmatmul", "quant", "index", "index_put", "index_copy", "rms_norm", "rope")
 
 
 def _align(n: int) -> int:

@@ -104,11 +104,15 @@ class Lowering:
         from opforge.backends.cpu.lowering.quantized import find_int8_patterns  # (a family)
 
         self.int8 = find_int8_patterns(subgraph) if specs.get("int8", True) else {}
-        from opforge.backends.cpu.lowering.normalization import find_safe_softmax
+        from opforge.backends.cpu.lowering.normalization import find_rms_norm, find_safe_softmax
+        from opforge.backends.cpu.lowering.rotary import find_rope
 
-        # node name → its softmax node; a debug="nodes" build lowers the group unfused,
-        # so each of its nodes' results is computed and observable
+        # node name → its softmax node / the group (RMSNorm, rotation) it is part of, one
+        # engine op each; a debug="nodes" build lowers them unfused, so each of their nodes'
+        # results is computed and observable
         self.safe_softmax = find_safe_softmax(subgraph) if debug != "nodes" else {}
+        self.groups = find_rms_norm(subgraph) if debug != "nodes" else {}
+        self.groups.update(find_rope(subgraph, self.groups) if debug != "nodes" else {})
         self.packages = specs.get("_package_nodes") or {}
         # node name → the state input it writes in place (its result is the delegate output
         # that ``Subgraph.state`` names for that input)
@@ -232,8 +236,7 @@ class Lowering:
             fake = _val(out)
             tid = self.new_tensor(fake.dtype, fake.shape, "output")
             src = self.materialize(value)
-            self.redirect_or_copy(src, tid)
-            self.plan.outputs.append(tid)
+            self.plan.outputs.append(self.redirect_or_copy(src, tid))
         for name, item, out in debug:  # the delegate's own outputs first
             self.plan.outputs.append(out)
             self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
@@ -271,22 +274,30 @@ class Lowering:
                 self.plan.outputs.append(out)
                 self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
 
-    def redirect_or_copy(self, src: int, out: int) -> None:
-        """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads or
-        aliases ``src`` and the layouts agree; else copy it into ``out``."""
+    def redirect_or_copy(self, src: int, out: int) -> int:
+        """The delegate output holding ``src``'s value: ``out``, written directly by the ops
+        that wrote ``src`` when nothing reads ``src`` after the first write and the layouts
+        agree; ``src`` itself when ops wrote it through views (a layer or RMS norm writes
+        its rows as a 2-d alias) that nothing reads (``src`` becomes the output, ``out`` is
+        unused); else ``out``, a copy of ``src``."""
         s, o = self.spec(src), self.spec(out)
-        writers = [op for op in self.plan.ops if src in op["out"]]
+        views = {i for i, t in enumerate(self.plan.tensors) if t.role == "alias" and t.base == src}
+        touched = {src} | views
+        writers = [op for op in self.plan.ops if touched & set(op["out"])]
         first = min((self.plan.ops.index(w) for w in writers), default=-1)
-        read = any(src in op["in"] or any(p[0] == 1 and p[4] == src for p in op["post"])
+        read = any(touched & set(op["in"]) or any(p[0] == 1 and p[4] in touched for p in op["post"])
                    for op in self.plan.ops[first:])
-        aliased = any(t.role == "alias" and t.base == src for t in self.plan.tensors)
-        if (writers and s.role == "temp" and not read and not aliased and same(s.dims, o.dims)
+        if (writers and s.role == "temp" and not read and same(s.dims, o.dims)
                 and same(s.strides, o.strides) and s.dtype == o.dtype):
+            if views:
+                s.role, o.role = "output", "dead"
+                return src
             for w in writers:
                 w["out"] = [out if t == src else t for t in w["out"]]
             s.role = "dead"
-            return
+            return out
         self.copy(src, out)
+        return out
 
     def lower(self, node: torch.fx.Node):
         if node.target is operator.getitem:
@@ -310,6 +321,12 @@ class Lowering:
             self.plan.impls.append({"node": node.name, "op": name,
                                     "impl": "fused into engine safe softmax"})
             return self.env[softmax.name] if node.target is aten.where.self else ("fused", None)
+        group = self.groups.get(node.name)
+        if group is not None:  # computed by the group's one op, at its last node
+            last = node is group.last
+            self.plan.impls.append({"node": node.name, "op": name, "impl": (
+                "engine " if last else "fused into engine ") + group.kind})
+            return group.lower(self) if last else ("fused", None)
         if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES and not dynamic:
             return _fold(node, args, kwargs)
         base = name.split(".")[0]

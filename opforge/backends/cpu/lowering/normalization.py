@@ -1,5 +1,6 @@
 """Batch norm (folded into a convolution only it reads, else a binary with a post-op),
-layer norm, group norm, softmax, log-softmax and attention's safe softmax (one op).
+layer norm, group norm, softmax, log-softmax, and two groups of nodes that are one engine
+op each: attention's safe softmax and RMSNorm.
 """
 
 from __future__ import annotations
@@ -179,6 +180,92 @@ def _all_masked(cond, w, s, dim: int, rank: int):
         return None
     eq = not_eq.args[0]
     return (eq, not_eq, any_, cond) if is_eq(eq, not_eq) else None
+
+
+class RmsNorm:
+    """One RMSNorm as torch decomposes it: ``y = x * rsqrt(mean(pow(x, 2), -1, True) + eps)``
+    and optionally ``y * w`` (either operand order), ``w`` a constant of the last dim's
+    size. ``nodes`` are every node of it in graph order; ``last`` computes the result."""
+
+    kind = "rms_norm"
+
+    def __init__(self, x, eps: float, weight, nodes: list) -> None:
+        self.x, self.eps, self.weight, self.nodes = x, eps, weight, nodes
+        self.last = nodes[-1]
+
+    def lower(self, L: Lowering):
+        return lower_rms_norm(L, self)
+
+
+def find_rms_norm(sub) -> dict[str, RmsNorm]:
+    """Every RMSNorm of the subgraph, keyed by the name of each of its nodes: one engine op
+    (``rms_norm``: a pass to sum the squares and one to write, per row) instead of five
+    passes and three temporaries. A match needs each inner node read only inside it."""
+    found: dict[str, RmsNorm] = {}
+    for node in sub.graph_module.graph.nodes:
+        match = _rms_norm_match(node, sub.constants)
+        if match is not None:
+            for n in match.nodes:
+                found[n.name] = match
+    return found
+
+
+def _other(node, first):
+    """The operand of binary ``node`` that is not ``first`` (None unless exactly one is)."""
+    a, b = node.args[:2]
+    return b if a is first and b is not first else a if b is first and a is not first else None
+
+
+def _rms_norm_match(r, constants) -> RmsNorm | None:
+    if r.op != "call_function" or r.target is not aten.rsqrt.default:
+        return None
+    (a,) = r.args
+    if not (isinstance(a, torch.fx.Node) and _only_user(a, r) and a.target in (
+            aten.add.Tensor, aten.add.Scalar) and len(a.args) == 2 and not a.kwargs
+            and isinstance(a.args[1], float)):
+        return None
+    m = a.args[0]
+    if not (_only_user(m, a) and m.target is aten.mean.dim and len(m.args) == 3
+            and m.args[2] is True and m.kwargs.get("dtype") is None):
+        return None
+    p = m.args[0]
+    if not (_only_user(p, m) and p.target is aten.pow.Tensor_Scalar and p.args[1] in (2, 2.0)):
+        return None
+    x = p.args[0]
+    fake = _val(x) if isinstance(x, torch.fx.Node) else None
+    if fake is None or fake.dtype != torch.float32 or fake.dim() < 1 \
+            or list(m.args[1]) not in ([-1], [fake.dim() - 1]):
+        return None
+    y = next(iter(r.users), None)
+    if not (len(r.users) == 1 and y.target is aten.mul.Tensor and not y.kwargs
+            and _other(y, r) is x):
+        return None
+    nodes, weight = [p, m, a, r, y], None
+    w_mul = next(iter(y.users), None) if len(y.users) == 1 else None
+    if w_mul is not None and w_mul.target is aten.mul.Tensor and not w_mul.kwargs:
+        w = _other(w_mul, y)
+        if isinstance(w, torch.fx.Node) and w.op == "placeholder" and w.name in constants \
+                and tuple(constants[w.name].shape) == (fake.shape[-1],) \
+                and constants[w.name].dtype == torch.float32:
+            nodes.append(w_mul)
+            weight = w
+    return RmsNorm(x, a.args[1], weight, nodes)
+
+
+def lower_rms_norm(L: Lowering, norm: RmsNorm):
+    """The group's last node: one ``rms_norm`` over rows of the last dim."""
+    src = L.contiguous(L.materialize(L.env[norm.x.name]))
+    spec = L.spec(src)
+    inner = spec.dims[-1]
+    outer = math.prod(spec.dims[:-1])
+    ins = [L.alias(src, (outer, inner), (inner, 1))]
+    out = L.new_tensor(torch.float32, spec.dims)
+    if norm.weight is not None:
+        w = L.materialize(L.env[norm.weight.name])
+        ins.append(w if L.spec(w).dims == (inner,) else L.alias(w, (inner,), (1,)))
+    L.op("rms_norm", ins, [L.alias(out, (outer, inner), (inner, 1))], [int(len(ins) == 2)],
+         [norm.eps], name="rms_norm")
+    return ("t", out)
 
 
 LOWERINGS["aten::_native_batch_norm_legit_no_training"] = lower_batch_norm

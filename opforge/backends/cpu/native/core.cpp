@@ -104,7 +104,7 @@ const std::unordered_map<std::string, Builder>& builders() {
   static const std::unordered_map<std::string, Builder> table = {
       {"conv", build_conv},           {"deconv", build_conv},       {"matmul", build_matmul},
       {"pool", build_pool},           {"eltwise", build_eltwise},   {"binary", build_binary},
-      {"softmax", build_softmax},     {"layer_norm", build_layer_norm},
+      {"softmax", build_softmax},     {"layer_norm", build_layer_norm}, {"rms_norm", build_rms_norm}, {"rope", build_rope},
       {"group_norm", build_group_norm}, {"reduction", build_reduction}, {"reduce", build_reduce},
       {"copy", build_copy},           {"ew", build_ew},             {"qconv", build_int8},
       {"qmatmul", build_int8},        {"quant", build_quant},       {"embedding", build_embedding},
@@ -150,12 +150,15 @@ void DnnlOp::bind(Engine& e) {
 }
 
 void DnnlOp::run(Engine& e) {
-  std::unordered_map<int, memory> args;
-  for (size_t i = 0; i < bound.size(); ++i) {
-    bound[i].second.set_data_handle(e.ptr(tensor_args[i].second));
-    args.emplace(bound[i].first, bound[i].second);
+  // the argument map is made at the first call and kept: its memories are handles shared
+  // with ``bound``, so pointing those at this call's tensors updates it (no allocation per
+  // call; a decoder step runs hundreds of ops)
+  if (args.empty()) {
+    for (auto& b : bound) args.emplace(b.first, b.second);
+    for (auto& f : fixed_args) args.emplace(f.first, f.second);
   }
-  for (auto& f : fixed_args) args.emplace(f.first, f.second);
+  for (size_t i = 0; i < bound.size(); ++i)
+    bound[i].second.set_data_handle(e.ptr(tensor_args[i].second));
   prim.execute(e.strm, args);
   e.strm.wait();
   if (!epilogue.steps.empty()) epilogue.run(e, outs[0]);

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -240,6 +241,7 @@ struct DnnlOp : Op {
   std::vector<std::pair<int, memory>> fixed_args;      // weights, scratchpad
   std::vector<std::pair<int, memory>> bound;           // memories bound to tensors
   std::vector<memory::desc> mds;                       // one per tensor_args entry
+  std::unordered_map<int, memory> args;                 // bound + fixed, made at the first run
   void arg(int dnnl_arg, int id, const memory::desc& md) {
     tensor_args.emplace_back(dnnl_arg, id);
     mds.push_back(md);
@@ -272,9 +274,11 @@ OFC_FAMILY(matmul)      // matmul.cpp
 OFC_FAMILY(pool)        // pooling.cpp
 OFC_FAMILY(eltwise)     // eltwise.cpp: eltwise, binary
 OFC_FAMILY(binary)
-OFC_FAMILY(softmax)     // normalization.cpp: softmax, layer_norm, group_norm
+OFC_FAMILY(softmax)     // normalization.cpp: softmax, layer_norm, rms_norm, group_norm
 OFC_FAMILY(layer_norm)
+OFC_FAMILY(rms_norm)
 OFC_FAMILY(group_norm)
+OFC_FAMILY(rope)        // rotary.cpp
 OFC_FAMILY(reduction)   // reduction.cpp: reduction (oneDNN), reduce (loop)
 OFC_FAMILY(reduce)
 OFC_FAMILY(copy)        // copy.cpp: copy, ew (generic elementwise)

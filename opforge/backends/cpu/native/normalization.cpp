@@ -1,4 +1,4 @@
-// Normalisations: softmax and layer norm (f32, oneDNN), group norm (f32, a loop).
+// Normalisations: softmax and layer norm (f32, oneDNN), RMS norm and group norm (f32, loops).
 //
 // softmax contract: ins [src], outs [dst]; ia [axis, log (0/1)] or [axis, log, safe (0/1)].
 //   src, dst: f32, one shape, rank >= 1, no overlapping strides; 0 <= axis < rank.
@@ -8,6 +8,10 @@
 //   ia [has_scale, has_shift]; fa [eps].
 //   src, dst: f32, one shape, rank 1..8, no overlapping strides; scale and shift: f32,
 //   dense, rank 1, one value per element of the last dim.
+// rms_norm contract (over the last dim): ins [src, (scale)], outs [dst]; ia [has_scale];
+//   fa [eps]. src, dst: f32, one shape (rows, D), row-major dense; scale: f32, dense, rank
+//   1, D values. y = x * (1 / sqrt(mean(x^2) + eps)) [* scale], one pass to sum and one to
+//   write per row (what RMSNorm decomposes into: pow, mean, add, rsqrt and two muls).
 // group_norm contract: ins [x, (w), (b)], outs [y]; ia [groups, has_w, has_b]; fa [eps].
 //   x, y: f32, row-major (N, C, *), one shape; groups >= 1 divides C; w and b: f32, dense,
 //   one per channel. Work: three passes over x.
@@ -154,6 +158,60 @@ void build_layer_norm(Handle& h, const OpCall& c) {
   add_scratchpad(e, op.get(), pd.scratchpad_desc());
   op->bind(e);
   push_op(e, std::move(op), c);
+}
+
+// RMS norm on contiguous rows: the squares summed in 16 float lanes (vectorised), the lanes
+// and the tail in double; the scale applied as torch's decomposition does, in float:
+// (x * r) * w with r = 1 / sqrt(mean + eps). NaN and inf propagate through the sum.
+struct RmsNormOp : Op {
+  bool has_scale = false;
+  float eps = 1e-6f;
+  void run(Engine& e) override {
+    const Tensor& x = e.tensors[(size_t)ins[0]];
+    int64_t rows = x.dims[0], n = x.dims[1];
+    const float* xp = static_cast<const float*>(e.ptr(ins[0]));
+    const float* wp = has_scale ? static_cast<const float*>(e.ptr(ins[1])) : nullptr;
+    float* out = static_cast<float*>(e.ptr(outs[0]));
+#pragma omp parallel for if (rows > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = xp + r * n;
+      float* yr = out + r * n;
+      float lanes[16] = {0};
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; ++k) lanes[k] += xr[i + k] * xr[i + k];
+      double sum = 0;
+      for (int k = 0; k < 16; ++k) sum += lanes[k];
+      for (; i < n; ++i) sum += (double)xr[i] * xr[i];
+      float inv = 1.0f / std::sqrt((float)(sum / (double)n) + eps);
+      if (wp != nullptr)
+        for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] * inv) * wp[j];
+      else
+        for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * inv;
+    }
+  }
+};
+
+void contract_rms_norm(const Engine& e, const OpCall& c) {
+  need(c.ia.size() == 1 && (c.ia[0] == 0 || c.ia[0] == 1) && c.fa.size() == 1, c.kind,
+       "attributes: ia [has_scale (0/1)], fa [eps]");
+  need_post_ops_allowed(c, false);
+  need_count(c, 1 + (size_t)c.ia[0], 1);
+  same_shape_f32(e, c, false);
+  const Tensor& x = e.tensors[(size_t)c.ins[0]];
+  const Tensor& y = e.tensors[(size_t)c.outs[0]];
+  need_rank(x, 2, 2, c.kind, "the source (rows, D)");
+  need(row_major(x) && dense(x) && row_major(y) && dense(y), c.kind,
+       "source and destination must be contiguous");
+  if (c.ia[0]) per_channel(e, c.ins[1], x.dims[1], c.kind, "the scale");
+}
+
+void build_rms_norm(Handle& h, const OpCall& c) {
+  auto op = std::make_unique<RmsNormOp>();
+  op->has_scale = c.ia[0] != 0;
+  op->eps = (float)c.fa[0];
+  op->name = "rms_norm";
+  push_op(h.e, std::move(op), c);
 }
 
 // group norm on contiguous (N, C, *)
