@@ -59,8 +59,9 @@ void contract_softmax(const Engine& e, const OpCall& c) {
 }
 
 // oneDNN's softmax maps a row holding NaN or +inf to numbers; torch's is NaN there. When
-// the source holds a NaN or an inf (checked after each call), the rows are recomputed
-// here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m - log(sum)).
+// the source holds a NaN or an inf (checked after each call), the rows holding one are
+// recomputed here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m -
+// log(sum)).
 // A row of only -inf is NaN there (x - m is -inf - -inf), or zeros when `safe`; it holds
 // an inf, so the check above always sends it here.
 struct SoftmaxOp : DnnlOp {
@@ -82,19 +83,33 @@ struct SoftmaxOp : DnnlOp {
       const float* x = src + dot(idx, ts.strides);
       float* y = dst + dot(idx, td.strides);
       float m = -INFINITY;
+      bool special = false;  // a row of finite values keeps oneDNN's result
       for (int64_t j = 0; j < n; ++j) {
         float v = x[j * ss];
+        special = special || v - v != 0.f || v != v;
         if (v != v) { m = v; break; }
         if (v > m) m = v;
       }
+      if (!special) return;
       if (safe && m == -INFINITY) {
         for (int64_t j = 0; j < n; ++j) y[j * ds] = 0.f;
         return;
       }
+      // exp once per element (a masked one, -inf, is exp(-inf) = 0 without the call: a
+      // decoding step's scores are mostly masked), kept in y until the sum is known
       float sum = 0.f;
-      for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j * ss] - m);
-      for (int64_t j = 0; j < n; ++j)
-        y[j * ds] = log ? x[j * ss] - m - std::log(sum) : std::exp(x[j * ss] - m) / sum;
+      for (int64_t j = 0; j < n; ++j) {
+        float v = x[j * ss];
+        float ej = v == -INFINITY && m != -INFINITY ? 0.f : std::exp(v - m);
+        sum += ej;
+        if (!log) y[j * ds] = ej;
+      }
+      if (log) {
+        float log_sum = std::log(sum);
+        for (int64_t j = 0; j < n; ++j) y[j * ds] = x[j * ss] - m - log_sum;
+      } else {
+        for (int64_t j = 0; j < n; ++j) y[j * ds] = y[j * ds] / sum;
+      }
     });
   }
 };
