@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "engine.h"
 #include "loops.h"
@@ -59,11 +60,35 @@ void contract_softmax(const Engine& e, const OpCall& c) {
 }
 
 // oneDNN's softmax maps a row holding NaN or +inf to numbers; torch's is NaN there. When
-// the source holds a NaN or an inf (checked after each call), the rows holding one are
-// recomputed here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m -
-// log(sum)).
+// the source holds a NaN or an inf (checked after each call), the rows holding NaN or +inf
+// are recomputed here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m
+// - log(sum)). A row whose -inf elements are masked ones (its max finite: a causal mask)
+// keeps oneDNN's result, its masked elements set to torch's 0 (log softmax: -inf).
 // A row of only -inf is NaN there (x - m is -inf - -inf), or zeros when `safe`; it holds
 // an inf, so the check above always sends it here.
+constexpr int32_t kNegInfBits = (int32_t)0xff800000;
+
+struct RowScan {
+  int64_t nonfinite = 0, masked = 0;  // NaN and ±inf; -inf
+};
+
+// integer counts only, so that the compiler vectorises a contiguous row (Unit: stride 1);
+// a float max would not be (no NaN-aware max reduction without -ffast-math)
+template <bool Unit>
+RowScan scan_row(const float* x, int64_t n, int64_t stride) {
+  const int32_t* bits = reinterpret_cast<const int32_t*>(x);
+  int32_t nonfinite = 0, masked = 0;
+  RowScan r;
+  for (int64_t j = 0; j < n; ++j) {
+    int32_t b = bits[Unit ? j : j * stride];
+    nonfinite += (b & 0x7fffffff) >= 0x7f800000;
+    masked += b == kNegInfBits;
+  }
+  r.nonfinite = nonfinite;
+  r.masked = masked;
+  return r;
+}
+
 struct SoftmaxOp : DnnlOp {
   int axis = 0;
   bool log = false, safe = false;
@@ -82,15 +107,27 @@ struct SoftmaxOp : DnnlOp {
     for_each_index(outer, [&](const int64_t* idx) {
       const float* x = src + dot(idx, ts.strides);
       float* y = dst + dot(idx, td.strides);
-      float m = -INFINITY;
-      bool special = false;  // a row of finite values keeps oneDNN's result
+      // the row's max and what it holds: the count of non-finite elements less the count
+      // of -inf ones is the NaN and +inf ones
+      RowScan r = ss == 1 ? scan_row<true>(x, n, 1) : scan_row<false>(x, n, ss);
+      if (r.nonfinite == r.masked && r.masked < n) {
+        // finite values and masked ones (-inf): oneDNN's result, with each masked element
+        // exactly torch's (0, or -inf for log softmax) whatever oneDNN's exp gave there
+        if (r.masked) {
+          const float fill = log ? -INFINITY : 0.f;
+          if (ss == 1 && ds == 1)
+            for (int64_t j = 0; j < n; ++j) y[j] = x[j] == -INFINITY ? fill : y[j];
+          else
+            for (int64_t j = 0; j < n; ++j) y[j * ds] = x[j * ss] == -INFINITY ? fill : y[j * ds];
+        }
+        return;
+      }
+      float m = -INFINITY;  // NaN-propagating
       for (int64_t j = 0; j < n; ++j) {
         float v = x[j * ss];
-        special = special || v - v != 0.f || v != v;
         if (v != v) { m = v; break; }
         if (v > m) m = v;
       }
-      if (!special) return;
       if (safe && m == -INFINITY) {
         for (int64_t j = 0; j < n; ++j) y[j * ds] = 0.f;
         return;
