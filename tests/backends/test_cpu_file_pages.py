@@ -129,3 +129,40 @@ def test_a_table_read_in_place_keeps_its_pages_when_another_engine_is_built(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     after_build, repeated = map(int, proc.stdout.split("faults")[1].split()[:2])
     assert after_build <= repeated, (after_build, repeated)
+
+
+_GATHER_CHILD = textwrap.dedent("""
+    import sys, numpy as np
+    from opforge.runtime import load
+    path = sys.argv[1]
+    forward = load(path).method("forward")
+    forward(np.arange(16, dtype=np.int64) * 2039 % 32768)  # 16 rows spread over the table
+    mapping, flags = None, {}
+    for line in open("/proc/self/smaps"):  # each mapping of the file: its size and flags
+        first = line.split()[0]
+        if "-" in first and not first.endswith(":"):
+            lo, hi = (int(v, 16) for v in first.split("-"))
+            mapping = hi - lo if line.rstrip().endswith(path) else None
+        elif mapping is not None and first == "VmFlags:":
+            flags[mapping] = line.split()[1:]
+    size, largest = max(flags.items())
+    print("largest", size, " ".join(largest))
+""")
+
+
+def test_a_gathered_table_is_marked_read_at_random(tmp_path):
+    """A few rows of an embedding table are read in place per call: the kernel maps a
+    file's pages in large chunks around each fault (160 token rows made all of a 98 MB
+    table resident), less with read-around and huge pages off on the table's range
+    ("rr" and "nh" in its VmFlags; how much less is the kernel's: about two thirds of the
+    98 MB table on the machine these were written on)."""
+    torch.manual_seed(0)
+    model = nn.Embedding(32768, 256).eval()  # 32 MiB: the file's largest mapping
+    program = export(model, (torch.arange(16),), backends=["cpu"])
+    path = tmp_path / "table.opf"
+    save(program, path)
+    proc = subprocess.run([sys.executable, "-c", _GATHER_CHILD, str(path)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    size, *flags = proc.stdout.split("largest")[1].split()
+    assert int(size) >= 31 << 20 and "rr" in flags and "nh" in flags, proc.stdout

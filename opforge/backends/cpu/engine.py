@@ -190,6 +190,8 @@ def _arr(ctype, values):
 # op kinds whose constant operands after the first (weights, biases, weight scales) the
 # engine copies at init (reorder_const; a quantized op's scales memcpy'd): never read again
 COPIED_AT_INIT = frozenset({"conv", "deconv", "matmul", "qconv", "qmatmul"})
+# op kinds that read a few rows of their first operand per call (a table)
+GATHERED = frozenset({"embedding", "index"})
 
 
 class _FilePages:
@@ -226,11 +228,24 @@ class _FilePages:
         return cls(mapping, start)
 
     def __call__(self, address: int, nbytes: int) -> None:
+        self._advise(address, nbytes, mmap.MADV_DONTNEED)
+
+    def gathered(self, address: int, nbytes: int) -> None:
+        """A table read a few rows per call (an embedding): the kernel maps a file's pages
+        in large chunks around each fault, so 160 token rows of a 98 MB embedding table
+        made all of it resident; with huge pages and read-around off on its range, a third
+        of it on the machine this was measured on (how much is the kernel's choice: its
+        page-cache folios can be as large)."""
+        for advice in ("MADV_NOHUGEPAGE", "MADV_RANDOM"):
+            if hasattr(mmap, advice):
+                self._advise(address, nbytes, getattr(mmap, advice))
+
+    def _advise(self, address: int, nbytes: int, advice: int) -> None:
         page = self._PAGE
         first = -(-(address - self.start) // page) * page
         end = (address + nbytes - self.start) // page * page
         if end > first:
-            self.mapping.madvise(mmap.MADV_DONTNEED, first, end - first)
+            self.mapping.madvise(advice, first, end - first)
 
 
 def shared_weight_cache(context: Any) -> int | None:
@@ -371,6 +386,12 @@ class EngineHandle:
         in_place = {roots[t] for op in plan["ops"] for t in (
             op["in"] if op["kind"] not in COPIED_AT_INIT else op["in"][:1])}
         in_place |= {roots[p[4]] for op in plan["ops"] for p in op["post"] if p[0] == 1}
+
+        for op in plan["ops"]:  # tables gathered a few rows per call
+            if op["kind"] in GATHERED and op["in"]:
+                address, nbytes, pages = spans.get(roots[op["in"][0]], (0, 0, None))
+                if pages is not None and nbytes:
+                    pages.gathered(address, nbytes)
 
         def give_back(op) -> None:  # the file's pages of the constants an op copied at init
             for tid in op["in"][1:] if op["kind"] in COPIED_AT_INIT else ():
