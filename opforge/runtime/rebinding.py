@@ -88,6 +88,12 @@ class RebindPlan:
         dependent = binder.dependent | scalars
         self.dependent = binder.dependent
         self.entries, names, indices = [], [], []
+        # per shape, every argument comes from one dict: ``fixed`` (shape-free objects)
+        # updated with the shape's own; ``late`` are the dependent values made on demand
+        # (tensor lists holding symbolic tensors, scalar inputs)
+        self.fixed: dict[int, object] = {}
+        self.late: set[int] = set()
+        made = {index for index, _ in binder._gather}
         for i, instruction in enumerate(definition.instructions):
             kind = type(instruction)
             if kind is Free:
@@ -100,11 +106,14 @@ class RebindPlan:
                 if not dependent.intersection(args):
                     self.entries.append((_SHARED, i, kernel, None, None))
                     continue
-                fixed = tuple(None if a in dependent else base.get(a) for a in args)
-                moves = tuple((p, a) for p, a in enumerate(args) if a in dependent)
+                for a in args:  # the arguments shared by all shapes: fetched once, here
+                    if a not in dependent:
+                        self.fixed[a] = base.get(a)
+                    elif a not in made:
+                        self.late.add(a)
                 bind = getattr(kernel.fn, "bind", None)
-                self.entries.append((_KERNEL, i, kernel, bind, (fixed, moves,
-                                                                 kernel.target != "portable")))
+                self.entries.append((_KERNEL, i, kernel, bind, (
+                    itemgetter(*args), len(args) == 1, kernel.target != "portable")))
             elif kind is Move:
                 names.append("move")
                 self.entries.append((_MOVE, i, None, None, (instruction.dst, instruction.src)))
@@ -161,9 +170,13 @@ class RebindPlan:
         for spec, given in zip(method.inputs, inputs):
             if not spec.is_tensor and type(given) in (int, float, bool):
                 values.set(spec.index, spec.dtype(given))  # checked by the call
-        with memory_limit(method._max_memory):
-            bound = self._bind_instructions(values)
         get = values.get
+        for index in self.late:
+            get(index)  # into ``objects``
+        table = self.fixed.copy()
+        table.update(objects)
+        with memory_limit(method._max_memory):
+            bound = self._bind_instructions(values, table)
         views = tuple([get(i) for i in method._def.outputs])
         return ShapeBinding(
             values, bound, self.instruction_index, self.op_names, self.kernels,
@@ -172,17 +185,14 @@ class RebindPlan:
             tuple([shapes.get(p) for p in range(len(method.inputs))]),
             views, _copiers(views))
 
-    def _bind_instructions(self, values: ValueTable) -> list[tuple]:
+    def _bind_instructions(self, values: ValueTable, table: dict[int, object]) -> list[tuple]:
         method, get, shared = self.method, values.get, self.shared
         bound = []
         append = bound.append
         for kind, i, kernel, bind, data in self.entries:
             if kind is _KERNEL:
-                fixed, moves, native = data
-                args = list(fixed)
-                for position, index in moves:
-                    args[position] = get(index)
-                args = tuple(args)
+                getter, single, native = data
+                args = (getter(table),) if single else getter(table)
                 if bind is None:
                     append((kernel.fn, args))
                     continue

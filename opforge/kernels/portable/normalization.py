@@ -13,6 +13,8 @@ constant statistics folds them at bind into a per-channel ``x * scale + shift``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from opforge.errors import KernelError
@@ -170,7 +172,7 @@ def _row_sum(a: np.ndarray, k: int, out: np.ndarray):
     as ``a @ ones``, or None where that does not apply (large or non-contiguous)."""
     if a.size > _SMALL or not (a.flags.c_contiguous and out.flags.c_contiguous):
         return None
-    n = int(np.prod(a.shape[a.ndim - k:]))
+    n = math.prod(a.shape[a.ndim - k:])
     return np.matmul, (a.reshape(-1, n), np.ones(n, a.dtype), out.reshape(-1))
 
 
@@ -187,6 +189,14 @@ def _row_max(a: np.ndarray, axis: int, out: np.ndarray) -> list:
         return [(np.copyto, (columns, a.reshape(rows, n).T)),  # a view of a
                 (np.maximum.reduce, (columns, 0, None, out.reshape(rows)))]
     return [(np.maximum.reduce, (a, axis, None, out, True))]
+
+
+def _broadcast_copy(v: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``v`` broadcast to ``shape`` into a new array (``broadcast_to(v, shape).copy()``
+    without its Python-level checks: 0.8 instead of 2.4 us, paid per shape)."""
+    full = np.empty(shape, v.dtype)
+    np.copyto(full, v)
+    return full
 
 
 def _softmax_workspace(self, dim, out):
@@ -241,13 +251,13 @@ def _bind_layer_norm(args):
     ct = input.dtype
     axes = tuple(range(input.ndim - k, input.ndim))
     keep = input.shape[:input.ndim - k] + (1,) * k
-    if out1.size != int(np.prod(keep)) or out2.size != out1.size:
+    if out1.size != math.prod(keep) or out2.size != out1.size:
         return native_layer_norm_out, args
     mean, rstd = out1.reshape(keep), out2.reshape(keep)  # views: out1/out2 are contiguous
-    count = np.asarray(int(np.prod(input.shape[input.ndim - k:])), ct)
+    count = np.asarray(math.prod(input.shape[input.ndim - k:]), ct)
     squares = np.empty(input.shape, ct)
     if input.size <= _SMALL:  # constants: broadcast once, see _SMALL
-        weight, bias = (np.broadcast_to(v, input.shape).copy() if read_only(v) and
+        weight, bias = (_broadcast_copy(v, input.shape) if read_only(v) and
                         v is not None else v for v in (weight, bias))
     pairs = [
         _row_sum(input, k, mean) or (np.add.reduce, (input, axes, None, mean, True)),

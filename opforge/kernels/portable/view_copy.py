@@ -42,12 +42,17 @@ def _copy_kernel(*keys: str):
 
         def bind(args):
             dst, src = views(*args)
-            inputs = [a for a in args[:-1] if type(a) is np.ndarray]
-            # A view of an input stays valid; a copy (reshape of a strided input) would not.
-            if np.may_share_memory(dst, src) or not any(
-                    src is a or np.may_share_memory(src, a) for a in inputs):
+            if type(src) is not np.ndarray:
                 return copy_out, args
-            if type(src) is np.ndarray and src.dtype == dst.dtype:
+            # A view of an input stays valid; a copy (reshape of a strided input) would not.
+            # (The input itself is the common case: identity first, it is rebound per shape.)
+            inputs = args[:-1]
+            if not any(src is a for a in inputs) and not any(
+                    type(a) is np.ndarray and np.may_share_memory(src, a) for a in inputs):
+                return copy_out, args
+            if np.may_share_memory(dst, src):
+                return copy_out, args
+            if src.dtype == dst.dtype:
                 return np.copyto, (dst, src)
             return _copy_unsafe, (dst, src)
 
