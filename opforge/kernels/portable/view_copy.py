@@ -47,7 +47,7 @@ def _copy_kernel(*keys: str):
             # A view of an input stays valid; a copy (reshape of a strided input) would not.
             # (The input itself is the common case: identity first, it is rebound per shape.)
             inputs = args[:-1]
-            if not any(src is a for a in inputs) and not any(
+            if src is not args[0] and not any(
                     type(a) is np.ndarray and np.may_share_memory(src, a) for a in inputs):
                 return copy_out, args
             if np.may_share_memory(dst, src):
