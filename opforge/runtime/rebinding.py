@@ -112,8 +112,14 @@ class RebindPlan:
                     elif a not in made:
                         self.late.add(a)
                 bind = getattr(kernel.fn, "bind", None)
+                # a shape-generic binder (kernels/portable/_binding.py) whose arguments
+                # change only in their tensors' sizes: rebound from a template
+                generic = getattr(bind, "shape_generic", False) and all(
+                    type(definition.values[a]) is TensorValue
+                    for a in args if a in dependent)
                 self.entries.append((_KERNEL, i, kernel, bind, (
-                    itemgetter(*args), len(args) == 1, kernel.target != "portable")))
+                    itemgetter(*args), len(args) == 1, kernel.target != "portable",
+                    generic)))
             elif kind is Move:
                 names.append("move")
                 self.entries.append((_MOVE, i, None, None, (instruction.dst, instruction.src)))
@@ -131,6 +137,8 @@ class RebindPlan:
         self.op_names = names
         self.kernels = [e[2] for e in self.entries]
         self.shared: dict[int, tuple] = {}  # shape-free kernel calls, bound at the first shape
+        # shape-generic kernel calls: instruction -> (callable, picker, constants) or None
+        self.templates: dict[int, tuple | None] = {}
 
     def sizes(self, env: dict[str, int]) -> list[int]:
         """Each distinct size expression's value under ``env`` (ProgramError on a zero
@@ -186,20 +194,28 @@ class RebindPlan:
             views, _copiers(views))
 
     def _bind_instructions(self, values: ValueTable, table: dict[int, object]) -> list[tuple]:
-        method, get, shared = self.method, values.get, self.shared
+        method, get, shared, templates = self.method, values.get, self.shared, self.templates
         bound = []
         append = bound.append
         for kind, i, kernel, bind, data in self.entries:
             if kind is _KERNEL:
-                getter, single, native = data
+                getter, single, native, generic = data
                 args = (getter(table),) if single else getter(table)
                 if bind is None:
                     append((kernel.fn, args))
                     continue
+                if generic:
+                    template = templates.get(i)
+                    if template is not None:
+                        fn, pick, constants = template
+                        append((fn, pick(args + constants)))
+                        continue
                 try:
                     fn, bound_args = bind(args)
                 except Exception as e:
                     raise _bind_error(method, i, kernel, e) from e
+                if generic and i not in templates:
+                    templates[i] = _template(fn, bound_args, args)
                 if native and getattr(fn, "crash_label", None) is not None:
                     from opforge.runtime.native import label_crash_frame
 
@@ -226,6 +242,28 @@ class RebindPlan:
                 finally:
                     method._values = saved
         return bound
+
+
+def _template(fn, bound_args, args: tuple) -> tuple | None:
+    """``(fn, picker, constants)`` rebuilding ``bound_args`` from another shape's ``args``:
+    ``fn(*picker(args + constants))``; None unless ``fn`` is one ufunc (or ``np.copyto``)
+    call whose arguments are the call's own or size-free objects (0-d arrays, scalars)."""
+    if not (isinstance(fn, np.ufunc) or fn is np.copyto) or type(bound_args) is not tuple \
+            or not bound_args:
+        return None
+    picks, constants = [], []
+    for obj in bound_args:
+        position = next((p for p, a in enumerate(args) if obj is a), None)
+        if position is None:
+            if type(obj) is np.ndarray and obj.ndim or isinstance(obj, (list, tuple, dict)):
+                return None  # an array of its own (a view, a buffer): depends on the sizes
+            position = len(args) + len(constants)
+            constants.append(obj)
+        picks.append(position)
+    if len(picks) == 1:
+        only = picks[0]
+        return fn, lambda source: (source[only],), tuple(constants)
+    return fn, itemgetter(*picks), tuple(constants)
 
 
 def _bind_error(method: "Method", i: int, kernel, error: Exception) -> KernelError:

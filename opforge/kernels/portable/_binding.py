@@ -21,6 +21,18 @@
 # step (``(np.add, (a, b, out))`` costs what ``np.add`` costs), else one closure call.
 # Arrays are passed positionally (``out`` included) so that a step list can be sliced.
 #
+# Shape-generic binders. A dynamic method binds each instruction once per input shape
+# (``opforge/runtime/rebinding.py``). A binder marked ``shape_generic`` promises: for
+# arguments that differ from ones it bound only in the sizes of their tensors (same
+# dtypes, same ranks, the same non-tensor values), it returns the same callable, and every
+# bound argument is either one of the call's own arguments (the same one) or an object
+# that does not depend on the sizes (a folded scalar, a dtype). Where its pair is one
+# ufunc (or ``np.copyto``) call of that form, the runtime takes it as a template and
+# rebinds the instruction at a new shape by substituting the new arguments, without
+# calling the binder. With the elementwise threads on (``NUM_THREADS`` > 1) a pair
+# depends on the output's size (``steps`` cuts large ones into chunks): no binder is
+# shape-generic then.
+#
 # Floating-point errors. The general kernels run inside ``np.errstate(all="ignore")``
 # where ATen is silent about inf and nan; entering it costs 1-2 µs, more than a small add.
 # Bound paths run under the caller's NumPy error state instead: where ATen silently
@@ -54,6 +66,7 @@ __all__ = [
     "fold_scalar",
     "read_only",
     "separate",
+    "shape_generic",
     "steps",
     "ufunc_step",
 ]
@@ -98,6 +111,12 @@ def _get_pool():
                 _pool = ThreadPoolExecutor(NUM_THREADS - 1, thread_name_prefix="opforge")
                 _pool_pid = os.getpid()
     return _pool
+
+
+def shape_generic(binder: Callable) -> Callable:
+    """Mark ``binder`` shape-generic (see the design note above); unmarked with threads."""
+    binder.shape_generic = NUM_THREADS < 2
+    return binder
 
 
 def read_only(*arrays) -> bool:

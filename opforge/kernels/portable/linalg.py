@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opforge.kernels.portable._binding import read_only, separate, steps
+from opforge.kernels.portable._binding import read_only, separate, shape_generic, steps
 from opforge.kernels.portable._promotion import accumulate_dtype
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
@@ -95,6 +95,7 @@ def _as_2d(a: np.ndarray) -> np.ndarray | None:
 
 
 @binder_for(mm_out)
+@shape_generic
 def _bind_mm(args):
     self, mat2, out = args
     if not _same_dtype(out, self, mat2) or not separate([out], self, mat2) or \

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from opforge.errors import KernelError
+from opforge.kernels.portable._binding import shape_generic
 from opforge.kernels.portable._registry import Kernel, kernel_decorator
 
 __all__ = ["KERNELS"]
@@ -32,8 +33,9 @@ def _copy_unsafe(dst: np.ndarray, src: np.ndarray) -> None:
     np.copyto(dst, src, casting="unsafe")
 
 
-def _copy_kernel(*keys: str):
-    """Register ``views(*args) -> (dst, src)`` as a copy kernel with a binder."""
+def _copy_kernel(*keys: str, generic: bool = False):
+    """Register ``views(*args) -> (dst, src)`` as a copy kernel with a binder;
+    ``generic``: the views are the arguments themselves (``_binding.shape_generic``)."""
 
     def register(views):
         def copy_out(*args):
@@ -56,7 +58,7 @@ def _copy_kernel(*keys: str):
                 return np.copyto, (dst, src)
             return _copy_unsafe, (dst, src)
 
-        copy_out.bind = bind
+        copy_out.bind = shape_generic(bind) if generic else bind
         copy_out.__name__ = copy_out.__qualname__ = views.__name__
         copy_out.__doc__ = views.__doc__
         copy_out.__module__ = views.__module__
@@ -93,7 +95,7 @@ def t_copy_out(self, out):
     return out, self.T  # 0-d and 1-d tensors are their own transpose
 
 
-@_copy_kernel("aten::expand_copy.out")
+@_copy_kernel("aten::expand_copy.out", generic=True)
 def expand_copy_out(self, size, implicit, out):
     return out, self  # out has the expanded shape; broadcasting does the rest
 
@@ -125,14 +127,14 @@ def unsqueeze_copy_out(self, dim, out):
     return out, self.reshape(out.shape)
 
 
-@_copy_kernel("aten::clone.out", "aten::_to_copy.out")
+@_copy_kernel("aten::clone.out", "aten::_to_copy.out", generic=True)
 def clone_out(self, *args):
     # clone(self, memory_format, out) and _to_copy(self, non_blocking, memory_format, out):
     # out has the target dtype; memory formats do not exist in a C-contiguous arena.
     return args[-1], self
 
 
-@_copy_kernel("aten::copy.out")
+@_copy_kernel("aten::copy.out", generic=True)
 def copy_out(self, src, non_blocking, out):
     return out, src  # src broadcast to self's shape, cast to self's dtype
 
