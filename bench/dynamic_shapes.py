@@ -1,7 +1,7 @@
 """What a dynamic shape costs the lean runtime: repeated calls, rebinding, memory growth.
 
-    /work/main/.venv/bin/python bench/dynamic_shapes.py                  # the checkout
-    /work/main/.venv/bin/python bench/dynamic_shapes.py --baseline main  # and main, same run
+    python bench/dynamic_shapes.py                  # the checkout (torch, rich)
+    python bench/dynamic_shapes.py --baseline main  # and main, same run
 
 Two zoo models, each exported twice with the portable kernels (as bench/run.py exports
 them): static at its example shape, and with one dynamic dimension — ``transformer_layer``
