@@ -33,9 +33,11 @@ def _copy_unsafe(dst: np.ndarray, src: np.ndarray) -> None:
     np.copyto(dst, src, casting="unsafe")
 
 
-def _copy_kernel(*keys: str, generic: bool = False):
+def _copy_kernel(*keys: str, generic: bool = False, views_only: bool = False):
     """Register ``views(*args) -> (dst, src)`` as a copy kernel with a binder;
-    ``generic``: the views are the arguments themselves (``_binding.shape_generic``)."""
+    ``generic``: the views are the arguments themselves (``_binding.shape_generic``);
+    ``views_only``: ``src`` is always a NumPy view of ``self`` (transpose, basic indexing),
+    never a copy, so the binder need not look for the input it shares memory with."""
 
     def register(views):
         def copy_out(*args):
@@ -49,7 +51,7 @@ def _copy_kernel(*keys: str, generic: bool = False):
             # A view of an input stays valid; a copy (reshape of a strided input) would not.
             # (The input itself is the common case: identity first, it is rebound per shape.)
             inputs = args[:-1]
-            if src is not args[0] and not any(
+            if src is not args[0] and not (views_only and src.size) and not any(
                     type(a) is np.ndarray and np.may_share_memory(src, a) for a in inputs):
                 return copy_out, args
             if np.may_share_memory(dst, src):
@@ -80,17 +82,17 @@ def view_copy_dtype_out(self, dtype, out):
     _copy(np.ascontiguousarray(self).view(out.dtype).reshape(out.shape), out)
 
 
-@_copy_kernel("aten::permute_copy.out")
+@_copy_kernel("aten::permute_copy.out", views_only=True)
 def permute_copy_out(self, dims, out):
     return out, self.transpose([d % self.ndim for d in dims]) if self.ndim else self
 
 
-@_copy_kernel("aten::transpose_copy.int_out")
+@_copy_kernel("aten::transpose_copy.int_out", views_only=True)
 def transpose_copy_out(self, dim0, dim1, out):
     return out, np.swapaxes(self, dim0, dim1) if self.ndim else self
 
 
-@_copy_kernel("aten::t_copy.out")
+@_copy_kernel("aten::t_copy.out", views_only=True)
 def t_copy_out(self, out):
     return out, self.T  # 0-d and 1-d tensors are their own transpose
 
@@ -100,14 +102,14 @@ def expand_copy_out(self, size, implicit, out):
     return out, self  # out has the expanded shape; broadcasting does the rest
 
 
-@_copy_kernel("aten::slice_copy.Tensor_out")
+@_copy_kernel("aten::slice_copy.Tensor_out", views_only=True)
 def slice_copy_out(self, dim, start, end, step, out):
     index = [slice(None)] * self.ndim
     index[dim] = slice(start, end, step)  # Python clamps out-of-range bounds, as ATen does
     return out, self[tuple(index)]
 
 
-@_copy_kernel("aten::select_copy.int_out")
+@_copy_kernel("aten::select_copy.int_out", views_only=True)
 def select_copy_out(self, dim, index, out):
     where = [slice(None)] * self.ndim
     where[dim] = index  # a view; negative indices count from the end, as in ATen
@@ -139,7 +141,7 @@ def copy_out(self, src, non_blocking, out):
     return out, src  # src broadcast to self's shape, cast to self's dtype
 
 
-@_copy_kernel("aten::diagonal_copy.out")
+@_copy_kernel("aten::diagonal_copy.out", views_only=True)
 def diagonal_copy_out(self, offset, dim1, dim2, out):
     return out, np.diagonal(self, offset, dim1, dim2)
 
