@@ -52,7 +52,7 @@ from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
 from opforge.runtime.growth import GrowingMemory
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
-from opforge.runtime.rebinding import RebindPlan, ShapeBinding
+from opforge.runtime.rebinding import RebindPlan, ShapeBinding, bind_error
 from opforge.runtime.shapes import ShapeBinder
 from opforge.runtime.threads import ThreadGovernor, resolve_thread_count
 
@@ -379,12 +379,7 @@ class Method:
         try:
             fn, bound_args = bind(args)
         except Exception as e:
-            raise KernelError(
-                f"`{self._api}({self.name!r})`: instruction {i} ({kernel.key}, "
-                f"{kernel.target} kernel from {kernel.origin}) — cannot bind its arguments: "
-                f"{type(e).__name__}: {e} — valid: arguments matching the op's schema — fix: "
-                "re-export the program for this kernel set"
-            ) from e
+            raise bind_error(self, i, kernel, e) from e
         if getattr(fn, "crash_label", None) is not None:  # a native call: name it for a crash
             from opforge.runtime.native import label_crash_frame
 

@@ -22,7 +22,12 @@
 # guard, unchanged), the closures, one view per symbolic tensor, and per dependent
 # instruction an argument tuple and its kernel's own ``bind``: the portable binders
 # specialise per shape (views of the actual sizes, scratch buffers), and that is most of
-# what is left (bench/dynamic_shapes.py).
+# what is left (bench/dynamic_shapes.py). Except for a *shape-generic* binder
+# (``kernels/portable/_binding.py``): where its pair at the first shape is one ufunc (or
+# ``np.copyto``) call on the instruction's own arguments and size-free objects, that pair
+# is a template, and a new shape puts its arguments in place without calling the binder.
+# Not where a dependent argument is a symbolic int or ``int[]`` (a binder folds their
+# values), nor for a call that reads a scalar input (rebound per call anyway).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import numpy as np
 
 from opforge.errors import KernelError, ProgramError
 from opforge.program import ArenaStorage, Free, KernelCall, Move, TensorValue
-from opforge.program.symbolic import SizeExpr
+from opforge.program.symbolic import _EVAL, SizeExpr
 from opforge.runtime.arena import ValueTable, _numpy_dtype
 from opforge.runtime.limits import memory_limit
 
@@ -76,7 +81,7 @@ class RebindPlan:
         for index, where in binder._gather:
             value = definition.values[index]
             storage = getattr(value, "storage", None)
-            if type(value) is TensorValue and type(storage) is ArenaStorage and \
+            if type(value) is TensorValue and type(storage) is ArenaStorage and where and \
                     index not in growing and value.dim_order == tuple(range(len(where))):
                 self.views.append((index, itemgetter(*where), _numpy_dtype(value.dtype),
                                    method._arenas[storage.mem_id], storage.offset))
@@ -213,7 +218,7 @@ class RebindPlan:
                 try:
                     fn, bound_args = bind(args)
                 except Exception as e:
-                    raise _bind_error(method, i, kernel, e) from e
+                    raise bind_error(method, i, kernel, e) from e
                 if generic and i not in templates:
                     templates[i] = _template(fn, bound_args, args)
                 if native and getattr(fn, "crash_label", None) is not None:
@@ -266,7 +271,8 @@ def _template(fn, bound_args, args: tuple) -> tuple | None:
     return fn, itemgetter(*picks), tuple(constants)
 
 
-def _bind_error(method: "Method", i: int, kernel, error: Exception) -> KernelError:
+def bind_error(method: "Method", i: int, kernel, error: Exception) -> KernelError:
+    """The error for a kernel whose ``bind`` raised (at load, or at a new shape)."""
     return KernelError(
         f"`{method._api}({method.name!r})`: instruction {i} ({kernel.key}, "
         f"{kernel.target} kernel from {kernel.origin}) — cannot bind its arguments: "
@@ -294,8 +300,5 @@ def _compile(expr: SizeExpr):
         return lambda env: a(env) - b(env)
     if op == "*":
         return lambda env: a(env) * b(env)
-    # floordiv, mod, min, max: the evaluator's own functions (a zero divisor raises)
-    from opforge.program.symbolic import _EVAL
-
-    function = _EVAL[op]
+    function = _EVAL[op]  # floordiv, mod, min, max: the evaluator's own (0 divisor raises)
     return lambda env: function(a(env), b(env))
