@@ -52,7 +52,7 @@ from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
 from opforge.runtime.growth import GrowingMemory
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
-from opforge.runtime.rebinding import RebindPlan, ShapeBinding, bind_error
+from opforge.runtime.rebinding import RebindPlan, ShapeBinding, bind_error, output_copiers
 from opforge.runtime.shapes import ShapeBinder
 from opforge.runtime.threads import ThreadGovernor, resolve_thread_count
 
@@ -148,7 +148,7 @@ class Method:
         self._output_views = self._output_copies = ()
         if not self._dynamic:
             self._output_views = tuple(get(i) for i in method.outputs)
-            self._output_copies = _copiers(self._output_views)
+            self._output_copies = output_copiers(self._output_views)
         else:  # the per-shape bindings, most recently used last (runtime/rebinding.py)
             self._shapes: OrderedDict = OrderedDict()
             self._current = None
@@ -499,10 +499,6 @@ class Method:
             "fix: check the inputs' values; if they are valid, the kernel has a bug (compare "
             "with --mode aten)"
         )
-
-
-def _copiers(views: tuple) -> tuple:
-    return tuple(o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in views)
 
 
 def _as_array(api: str, position: int, given: object, spec: IOSpec) -> np.ndarray:

@@ -196,7 +196,7 @@ class RebindPlan:
             tuple([(get(s.index), s.dtype, shapes[p]) for p, s in enumerate(method.inputs)
                    if s.is_tensor]),
             tuple([shapes.get(p) for p in range(len(method.inputs))]),
-            views, _copiers(views))
+            views, output_copiers(views))
 
     def _bind_instructions(self, values: ValueTable, table: dict[int, object]) -> list[tuple]:
         method, get, shared, templates = self.method, values.get, self.shared, self.templates
@@ -280,7 +280,8 @@ def bind_error(method: "Method", i: int, kernel, error: Exception) -> KernelErro
         "re-export the program for this kernel set")
 
 
-def _copiers(views: tuple) -> tuple:
+def output_copiers(views: tuple) -> tuple:
+    """How a call copies each output view out (``views=False``)."""
     return tuple(o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in views)
 
 
