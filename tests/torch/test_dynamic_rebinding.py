@@ -140,3 +140,28 @@ def test_shape_generic_binders_are_rebound_from_a_template(transformer):
                  enumerate(forward._rebind.entries) if forward._rebind.templates.get(i)}
     assert {"aten::add.out", "aten::matmul.out", "aten::clone.out"} <= templates
     np.testing.assert_array_equal(forward(_input(6))[0], _fresh(loaded, 6))
+
+
+class _Elementwise(torch.nn.Module):
+    def forward(self, x, y):
+        a = torch.tanh(x).exp() + torch.floor(y * 3.0)
+        b = torch.sign(x - y).abs() - torch.neg(y) * torch.isnan(x / y).float()
+        return torch.maximum(a, b) / (y.abs() + 1.0), (x > y)
+
+
+def test_elementwise_templates_at_every_size():
+    # unary, binary and comparison binders are shape-generic: most of this program is
+    # rebound from templates; sign's two steps and the casts are bound per shape
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    n = Dim("n", min=1, max=MAX)
+    loaded = load(export(_Elementwise(), (x, y), kernels="portable",
+                         dynamic_shapes=({1: n}, {1: n})))
+    forward = loaded.method("forward")
+    forward.SHAPE_CACHE_SIZE = 3
+    for k in (4, 1, 13, 4, MAX, 2, 7, 1):
+        a, b = torch.randn(3, k), torch.randn(3, k)
+        got = forward(a.numpy(), b.numpy())
+        expected = _Elementwise()(a, b)
+        np.testing.assert_allclose(got[0], expected[0].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got[1], expected[1].numpy())
+    assert sum(t is not None for t in forward._rebind.templates.values()) >= 6
