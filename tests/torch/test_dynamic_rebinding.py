@@ -165,3 +165,18 @@ def test_elementwise_templates_at_every_size():
         np.testing.assert_allclose(got[0], expected[0].numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(got[1], expected[1].numpy())
     assert sum(t is not None for t in forward._rebind.templates.values()) >= 6
+
+
+def test_traced_calls_rebind_like_untraced_ones(transformer):
+    from opforge.runtime import Tracer
+
+    _, loaded = transformer
+    forward = loaded.method("forward")
+    names = [op for _, op in forward.instructions]  # known before the first call
+    assert len(names) == 47 and "aten::native_layer_norm.out" in names
+    for n in (6, 1, 6, 17):
+        tracer = Tracer()
+        got = forward.run([_input(n)], tracer=tracer)[0]
+        np.testing.assert_array_equal(got, _fresh(loaded, n))
+        assert [op for op in (s.op for s in tracer.summary()) if op.startswith("aten::")]
+    assert [op for _, op in forward.instructions] == names
