@@ -28,8 +28,8 @@
 # Two exceptions to "nothing shared": program state (the buffers a method updates, one live
 # copy per LoadedProgram, shared by every instance by design, as a KV cache must be), and
 # nothing else. A dynamic method (symbolic sizes) keeps one bound list per input shape
-# (``ShapeBinding``, runtime/rebinding.py) and swaps the current one in before the same call loop; a
-# static method never touches that code.
+# (``ShapeBinding``, runtime/rebinding.py) and swaps the current one in before the same
+# call loop; a static method never touches that code.
 """
 
 from __future__ import annotations
@@ -205,10 +205,10 @@ class Method:
     #
     # One binding per input shape (``ShapeBinding``, made by ``rebinding.RebindPlan``):
     # the value table at the actual sizes, the bound instruction list, the inputs'
-    # fast-check triples and the output views. A
-    # call looks its shape up; a hit that is not the current binding swaps it in (a few
-    # attribute stores), a miss binds (``ShapeBinder``) and evicts the least recently used
-    # binding beyond ``SHAPE_CACHE_SIZE``. Then the static call path runs unchanged.
+    # fast-check triples and the output views. A call looks its shape up; a hit that is
+    # not the current binding swaps it in (a few attribute stores), a miss binds (the
+    # ``ShapeBinder``'s checks, then the plan) and evicts the least recently used binding
+    # beyond ``SHAPE_CACHE_SIZE``. Then the static call path runs unchanged.
 
     SHAPE_CACHE_SIZE = 16
 
