@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from opforge.errors import KernelError, ProgramError
-from opforge.program import ArenaStorage, Free, KernelCall, Move, TensorValue
+from opforge.program import (
+    ArenaStorage, Free, IntListValue, IntValue, KernelCall, Move, TensorValue,
+)
 from opforge.program.symbolic import _EVAL, SizeExpr
 from opforge.runtime.arena import ValueTable, _numpy_dtype
 from opforge.runtime.limits import memory_limit
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["RebindPlan", "ShapeBinding"]
 
 _ndarray = np.ndarray
+_PREPARED_KINDS = (TensorValue, IntValue, IntListValue)
 _KERNEL, _SHARED, _MOVE, _DELEGATE = range(4)
 
 
@@ -122,9 +125,10 @@ class RebindPlan:
                 generic = getattr(bind, "shape_generic", False) and all(
                     type(definition.values[a]) is TensorValue
                     for a in args if a in dependent)
+                rebind = None if generic else self._prepare(i, bind, args, dependent, growing)
                 self.entries.append((_KERNEL, i, kernel, bind, (
                     itemgetter(*args), len(args) == 1, kernel.target != "portable",
-                    generic)))
+                    generic, rebind)))
             elif kind is Move:
                 names.append("move")
                 self.entries.append((_MOVE, i, None, None, (instruction.dst, instruction.src)))
@@ -144,6 +148,24 @@ class RebindPlan:
         self.shared: dict[int, tuple] = {}  # shape-free kernel calls, bound at the first shape
         # shape-generic kernel calls: instruction -> (callable, picker, constants) or None
         self.templates: dict[int, tuple | None] = {}
+
+    def _prepare(self, i: int, bind, args: tuple, dependent, growing) -> object:
+        """A prepared binder's ``rebind`` for instruction ``i`` (kernels/portable/_binding.py:
+        prepared binders), from its arguments at the upper bound; None where it has none,
+        where a dependent argument is neither a planned tensor nor an int or ``int[]``,
+        or where ``prepare`` declines (or fails: the binder then runs, and reports)."""
+        prepare = getattr(bind, "prepare", None)
+        if prepare is None:
+            return None
+        values = self.method._def.values
+        for a in args:
+            if a in dependent and (a in growing or type(values[a]) not in _PREPARED_KINDS):
+                return None
+        base = self.method._base_values  # symbolic tensors there: views at the upper bound
+        try:
+            return prepare(tuple(base.get(a) for a in args))
+        except Exception:  # noqa: BLE001 (an optimisation: the binder's own errors name it)
+            return None
 
     def sizes(self, env: dict[str, int]) -> list[int]:
         """Each distinct size expression's value under ``env`` (ProgramError on a zero
@@ -204,7 +226,7 @@ class RebindPlan:
         append = bound.append
         for kind, i, kernel, bind, data in self.entries:
             if kind is _KERNEL:
-                getter, single, native, generic = data
+                getter, single, native, generic, rebind = data
                 args = (getter(table),) if single else getter(table)
                 if bind is None:
                     append((kernel.fn, args))
@@ -216,7 +238,8 @@ class RebindPlan:
                         append((fn, pick(args + constants)))
                         continue
                 try:
-                    fn, bound_args = bind(args)
+                    pair = rebind(args) if rebind is not None else None
+                    fn, bound_args = pair if pair is not None else bind(args)
                 except Exception as e:
                     raise bind_error(method, i, kernel, e) from e
                 if generic and i not in templates:

@@ -33,6 +33,18 @@
 # depends on the output's size (``steps`` cuts large ones into chunks): no binder is
 # shape-generic then.
 #
+# Prepared binders. A binder may also come with ``prepare`` (``@prepares(binder)``): the
+# runtime calls ``binder.prepare(bound)`` once per instruction of a dynamic method, with
+# its arguments at the method's upper bound (each tensor at its planned size), and gets
+# ``rebind(args) -> (callable, args) | None`` or None. At every new shape it then calls
+# ``rebind`` instead of the binder: the arguments differ from ``bound`` only in their
+# tensors' sizes and in the values of symbolic ints and ``int[]``s (same dtypes, ranks and
+# lengths), and each tensor starts where its upper-bound counterpart does and lies within
+# it. So what ``prepare`` found about dtypes, ranks and memory (no output overlaps an
+# input at the upper bound, hence at no size: ``separate``) holds at every shape;
+# ``rebind`` does what depends on the sizes and values, and returns what the binder
+# would, or None where they do not fit its steps (the runtime then calls the binder).
+#
 # Floating-point errors. The general kernels run inside ``np.errstate(all="ignore")``
 # where ATen is silent about inf and nan; entering it costs 1-2 µs, more than a small add.
 # Bound paths run under the caller's NumPy error state instead: where ATen silently
@@ -64,6 +76,7 @@ __all__ = [
     "Step",
     "constant_operand",
     "fold_scalar",
+    "prepares",
     "read_only",
     "separate",
     "shape_generic",
@@ -117,6 +130,17 @@ def shape_generic(binder: Callable) -> Callable:
     """Mark ``binder`` shape-generic (see the design note above); unmarked with threads."""
     binder.shape_generic = NUM_THREADS < 2
     return binder
+
+
+def prepares(binder: Callable) -> Callable[[Callable], Callable]:
+    """Attach the decorated ``prepare(bound) -> rebind | None`` to ``binder`` (see the
+    design note above)."""
+
+    def attach(prepare: Callable) -> Callable:
+        binder.prepare = prepare
+        return prepare
+
+    return attach
 
 
 def read_only(*arrays) -> bool:

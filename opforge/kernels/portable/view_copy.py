@@ -60,7 +60,29 @@ def _copy_kernel(*keys: str, generic: bool = False, views_only: bool = False):
                 return np.copyto, (dst, src)
             return _copy_unsafe, (dst, src)
 
+        def prepare(bound):
+            # at the upper bound (_binding: prepared binders): the dtypes hold at every
+            # size, and so does "out and self do not overlap" (each view at a smaller size
+            # lies within its tensor at the bound); whether src is still a view of self
+            # depends on the sizes (a reshape may copy), and is all a rebind checks
+            self, out = bound[0], bound[-1]
+            if type(self) is not np.ndarray or np.may_share_memory(out, self) or \
+                    bind(bound)[0] is not np.copyto:
+                return None
+
+            def rebind(args):
+                dst, src = views(*args)
+                self = args[0]
+                if src is self or type(src) is np.ndarray and src.size and (
+                        views_only or np.may_share_memory(src, self)):
+                    return np.copyto, (dst, src)
+                return None  # the binder decides
+
+            return rebind
+
         copy_out.bind = shape_generic(bind) if generic else bind
+        if not generic:  # a shape-generic binder is rebound from a template instead
+            bind.prepare = prepare
         copy_out.__name__ = copy_out.__qualname__ = views.__name__
         copy_out.__doc__ = views.__doc__
         copy_out.__module__ = views.__module__
