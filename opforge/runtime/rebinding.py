@@ -27,7 +27,10 @@
 # ``np.copyto``) call on the instruction's own arguments and size-free objects, that pair
 # is a template, and a new shape puts its arguments in place without calling the binder.
 # Not where a dependent argument is a symbolic int or ``int[]`` (a binder folds their
-# values), nor for a call that reads a scalar input (rebound per call anyway).
+# values), nor for a call that reads a scalar input (rebound per call anyway). And except
+# for a *prepared* binder (``_binding``: prepared binders): its ``prepare`` runs once, here,
+# on the arguments at the upper bound (the base table's views), and per shape its
+# ``rebind`` does only the size-dependent part, falling back to the binder when it declines.
 """
 
 from __future__ import annotations
