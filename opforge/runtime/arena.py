@@ -83,12 +83,14 @@ class ValueTable:
 
     def __init__(self, api: str, program: Program, method: Method,
                  arenas: list[np.ndarray], *, base: "ValueTable | None" = None,
-                 dependent: frozenset[int] = frozenset(), growing=None) -> None:
+                 dependent: frozenset[int] = frozenset(), growing=None,
+                 objects: dict[int, object] | None = None) -> None:
         self._api = api
         self._program = program
         self._method = method
         self._arenas = arenas
-        self._objects: dict[int, object] = {}
+        # ``objects``: objects already made (a per-shape table's views, runtime/rebinding.py)
+        self._objects: dict[int, object] = {} if objects is None else objects
         # a per-shape table of a dynamic method: what does not depend on the symbols
         # (constants, static tensors, scalars) is the base table's object, made once
         self._base = base

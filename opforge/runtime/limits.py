@@ -25,11 +25,9 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from contextvars import ContextVar
-from typing import Iterator
 
 from opforge.errors import OpforgeError, ProgramError, shown
 
@@ -87,14 +85,23 @@ def max_memory(value: int | None = None, *, api: str = "opforge.runtime.max_memo
     return size
 
 
-@contextlib.contextmanager
-def memory_limit(nbytes: int) -> Iterator[int]:
-    """Within the block, allocations made for a program are limited to ``nbytes``."""
-    token = _limit.set(_checked(nbytes, "opforge.runtime.memory_limit()", "nbytes"))
-    try:
-        yield nbytes
-    finally:
-        _limit.reset(token)
+class memory_limit:  # noqa: N801 (used like a function: ``with memory_limit(N):``)
+    """Within the block, allocations made for a program are limited to ``nbytes``.
+
+    A class rather than a ``contextlib`` generator: a dynamic method enters one per new
+    input shape, and this costs ~0.4 instead of ~2.8 us."""
+
+    __slots__ = ("nbytes", "_token")
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = _checked(nbytes, "opforge.runtime.memory_limit()", "nbytes")
+
+    def __enter__(self) -> int:
+        self._token = _limit.set(self.nbytes)
+        return self.nbytes
+
+    def __exit__(self, *exc) -> None:
+        _limit.reset(self._token)
 
 
 def check_memory(api: str, subject: str, nbytes: int, *, limit: int | None = None,

@@ -28,8 +28,8 @@
 # Two exceptions to "nothing shared": program state (the buffers a method updates, one live
 # copy per LoadedProgram, shared by every instance by design, as a KV cache must be), and
 # nothing else. A dynamic method (symbolic sizes) keeps one bound list per input shape
-# (``_ShapeBinding``, below) and swaps the current one in before the same call loop; a
-# static method never touches that code.
+# (``ShapeBinding``, runtime/rebinding.py) and swaps the current one in before the same
+# call loop; a static method never touches that code.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
 from opforge.runtime.growth import GrowingMemory
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
+from opforge.runtime.rebinding import RebindPlan, ShapeBinding, bind_error, output_copiers
 from opforge.runtime.shapes import ShapeBinder
 from opforge.runtime.threads import ThreadGovernor, resolve_thread_count
 
@@ -124,14 +125,6 @@ class Method:
         # a dynamic method binds per input shape (``_select``); a static one once, here
         self._instruction_index, self._op_names, self._kernels = [], [], []
         self._bound = [] if self._dynamic else self._bind_all(method)
-        if self._dynamic:  # names until the first call binds (``instructions``, __repr__)
-            for i, ins in enumerate(method.instructions):
-                if type(ins) is KernelCall:
-                    self._instruction_index.append(i)
-                    self._op_names.append(method.operators[ins.op].key)
-                elif type(ins) is Move:
-                    self._instruction_index.append(i)
-                    self._op_names.append("move")
         get = self._values.get
         # every thread pool a call can reach, held at the program's thread count per call
         self.num_threads = resolve_thread_count(num_threads, api=api)
@@ -155,19 +148,17 @@ class Method:
         self._output_views = self._output_copies = ()
         if not self._dynamic:
             self._output_views = tuple(get(i) for i in method.outputs)
-            self._output_copies = _copiers(self._output_views)
-        else:  # the per-shape bindings, most recently used last
+            self._output_copies = output_copiers(self._output_views)
+        else:  # the per-shape bindings, most recently used last (runtime/rebinding.py)
             self._shapes: OrderedDict = OrderedDict()
             self._current = None
             self._call = self._call_dynamic
-            # kernel calls none of whose arguments depend on the symbols (weights' permutes,
-            # constant folding leftovers): bound at the first shape, shared by all shapes;
-            # calls that read a scalar input are rebound per call and never shared
-            dependent = self._binder.dependent | set(self._scalar_users)
-            self._shape_free = frozenset(
-                i for i, ins in enumerate(method.instructions)
-                if type(ins) is KernelCall and not dependent.intersection(ins.args))
-            self._shape_free_pairs: dict[int, tuple] = {}
+            self._rebind = RebindPlan(self)
+            # names until the first call binds (``instructions``, __repr__)
+            self._instruction_index = self._rebind.instruction_index
+            self._op_names = self._rebind.op_names
+            self._kernels = self._rebind.kernels
+            self._scalar_users = self._scalar_input_users(method)
 
     # --- values and binding ---------------------------------------------------------------
 
@@ -177,10 +168,8 @@ class Method:
             values.set(slot.value, self._state[slot.name])
         return values
 
-    def _bind_all(self, method: MethodDef, reuse: dict[int, tuple] | None = None) -> list[tuple]:
-        """Bind every instruction of ``method`` against ``self._values``; ``reuse`` holds
-        pairs already bound for instructions whose arguments do not depend on the symbols
-        (a dynamic method binds those once, for all shapes)."""
+    def _bind_all(self, method: MethodDef) -> list[tuple]:
+        """Bind every instruction of a static ``method`` against ``self._values``."""
         kernels, delegates, api = self._kernel_table, self._delegates, self._api
         get = self._values.get
         bound: list[tuple] = []
@@ -197,12 +186,7 @@ class Method:
                 self._kernels.append(None)
             elif kind is KernelCall:
                 kernel = kernels[i]
-                pair = reuse.get(i) if reuse is not None else None
-                if pair is None:
-                    pair = self._bind(i, kernel, instruction)
-                    if reuse is not None and i in self._shape_free:
-                        reuse[i] = pair
-                bound.append(pair)
+                bound.append(self._bind(i, kernel, instruction))
                 self._op_names.append(kernel.key)
                 self._kernels.append(kernel)
             elif delegates is not None:  # DelegateCall: one call into its backend
@@ -219,11 +203,12 @@ class Method:
 
     # --- dynamic shapes -------------------------------------------------------------------
     #
-    # One binding per input shape (``_ShapeBinding``): the value table at the actual sizes,
-    # the bound instruction list, the inputs' fast-check triples and the output views. A
-    # call looks its shape up; a hit that is not the current binding swaps it in (a few
-    # attribute stores), a miss binds (``ShapeBinder``) and evicts the least recently used
-    # binding beyond ``SHAPE_CACHE_SIZE``. Then the static call path runs unchanged.
+    # One binding per input shape (``ShapeBinding``, made by ``rebinding.RebindPlan``):
+    # the value table at the actual sizes, the bound instruction list, the inputs'
+    # fast-check triples and the output views. A call looks its shape up; a hit that is
+    # not the current binding swaps it in (a few attribute stores), a miss binds (the
+    # ``ShapeBinder``'s checks, then the plan) and evicts the least recently used binding
+    # beyond ``SHAPE_CACHE_SIZE``. Then the static call path runs unchanged.
 
     SHAPE_CACHE_SIZE = 16
 
@@ -257,51 +242,24 @@ class Method:
         binding = self._shapes.get(key) or self._bind_shape(key, inputs)
         self._use(binding)
 
-    def _use(self, binding: "_ShapeBinding") -> None:
+    def _use(self, binding: ShapeBinding) -> None:
         self._current = binding
         (self._values, self._bound, self._instruction_index, self._op_names, self._kernels,
          self._fast_inputs, self._input_shapes, self._output_views,
          self._output_copies) = binding
 
-    def _bind_shape(self, key: tuple, inputs: tuple) -> "_ShapeBinding":
+    def _bind_shape(self, key: tuple, inputs: tuple) -> ShapeBinding:
         api = f"{self._api}({self.name!r})(...)"
         if len(inputs) != len(self.inputs):
             self._load_inputs_slow(inputs)  # raises the count error
-        binder = self._binder
-        binder.api = api
+        self._binder.api = api
         shapes = {}
         for position, (spec, given) in enumerate(zip(self.inputs, inputs)):
             if spec.is_tensor:
                 shape = getattr(given, "shape", None)
                 shapes[position] = tuple(shape) if shape is not None else \
                     _as_array(api, position, given, spec).shape
-        env = binder.bind(shapes)
-        sizes = binder.sizes(env)
-        if self._growing is not None and self._growing.ensure(sizes, env):
-            self._shapes.clear()  # their views are over the replaced buffers
-            self._current = None
-        saved = (self._values, self._instruction_index, self._op_names, self._kernels)
-        try:
-            with memory_limit(self._max_memory):
-                self._values = values = ValueTable(
-                    self._api, self._program, self._def, self._arenas, base=self._base_values,
-                    dependent=binder.dependent, growing=self._growing)
-                for index, size in sizes.items():
-                    values.set_sizes(index, size)
-                for spec, given in zip(self.inputs, inputs):
-                    if not spec.is_tensor and type(given) in (int, float, bool):
-                        values.set(spec.index, spec.dtype(given))  # checked by the call
-                bound = self._bind_all(self._def, self._shape_free_pairs)
-            get = values.get
-            views = tuple(get(i) for i in self._def.outputs)
-            binding = _ShapeBinding(
-                self._values, bound, self._instruction_index, self._op_names, self._kernels,
-                tuple((get(s.index), s.dtype, shapes[p]) for p, s in enumerate(self.inputs)
-                      if s.is_tensor),
-                tuple(shapes.get(p) for p in range(len(self.inputs))),
-                views, _copiers(views))
-        finally:
-            self._values, self._instruction_index, self._op_names, self._kernels = saved
+        binding = self._rebind.bind(shapes, inputs)
         if len(self._shapes) >= self.SHAPE_CACHE_SIZE:
             evicted = self._shapes.popitem(last=False)[1]
             if evicted is self._current:
@@ -421,12 +379,7 @@ class Method:
         try:
             fn, bound_args = bind(args)
         except Exception as e:
-            raise KernelError(
-                f"`{self._api}({self.name!r})`: instruction {i} ({kernel.key}, "
-                f"{kernel.target} kernel from {kernel.origin}) — cannot bind its arguments: "
-                f"{type(e).__name__}: {e} — valid: arguments matching the op's schema — fix: "
-                "re-export the program for this kernel set"
-            ) from e
+            raise bind_error(self, i, kernel, e) from e
         if getattr(fn, "crash_label", None) is not None:  # a native call: name it for a crash
             from opforge.runtime.native import label_crash_frame
 
@@ -546,24 +499,6 @@ class Method:
             "fix: check the inputs' values; if they are valid, the kernel has a bug (compare "
             "with --mode aten)"
         )
-
-
-class _ShapeBinding(NamedTuple):
-    """What a call at one input shape runs on (see ``Method._call_dynamic``)."""
-
-    values: ValueTable
-    bound: list
-    instruction_index: list
-    op_names: list
-    kernels: list
-    fast_inputs: tuple
-    input_shapes: tuple
-    output_views: tuple
-    output_copies: tuple
-
-
-def _copiers(views: tuple) -> tuple:
-    return tuple(o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in views)
 
 
 def _as_array(api: str, position: int, given: object, spec: IOSpec) -> np.ndarray:

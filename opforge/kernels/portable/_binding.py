@@ -21,6 +21,30 @@
 # step (``(np.add, (a, b, out))`` costs what ``np.add`` costs), else one closure call.
 # Arrays are passed positionally (``out`` included) so that a step list can be sliced.
 #
+# Shape-generic binders. A dynamic method binds each instruction once per input shape
+# (``opforge/runtime/rebinding.py``). A binder marked ``shape_generic`` promises: for
+# arguments that differ from ones it bound only in the sizes of their tensors (same
+# dtypes, same ranks, the same non-tensor values), it returns the same callable, and every
+# bound argument is either one of the call's own arguments (the same one) or an object
+# that does not depend on the sizes (a folded scalar, a dtype). Where its pair is one
+# ufunc (or ``np.copyto``) call of that form, the runtime takes it as a template and
+# rebinds the instruction at a new shape by substituting the new arguments, without
+# calling the binder. With the elementwise threads on (``NUM_THREADS`` > 1) a pair
+# depends on the output's size (``steps`` cuts large ones into chunks): no binder is
+# shape-generic then.
+#
+# Prepared binders. A binder may also come with ``prepare`` (``@prepares(binder)``): the
+# runtime calls ``binder.prepare(bound)`` once per instruction of a dynamic method, with
+# its arguments at the method's upper bound (each tensor at its planned size), and gets
+# ``rebind(args) -> (callable, args) | None`` or None. At every new shape it then calls
+# ``rebind`` instead of the binder: the arguments differ from ``bound`` only in their
+# tensors' sizes and in the values of symbolic ints and ``int[]``s (same dtypes, ranks and
+# lengths), and each tensor starts where its upper-bound counterpart does and lies within
+# it. So what ``prepare`` found about dtypes, ranks and memory (no output overlaps an
+# input at the upper bound, hence at no size: ``separate``) holds at every shape;
+# ``rebind`` does what depends on the sizes and values, and returns what the binder
+# would, or None where they do not fit its steps (the runtime then calls the binder).
+#
 # Floating-point errors. The general kernels run inside ``np.errstate(all="ignore")``
 # where ATen is silent about inf and nan; entering it costs 1-2 µs, more than a small add.
 # Bound paths run under the caller's NumPy error state instead: where ATen silently
@@ -52,8 +76,10 @@ __all__ = [
     "Step",
     "constant_operand",
     "fold_scalar",
+    "prepares",
     "read_only",
     "separate",
+    "shape_generic",
     "steps",
     "ufunc_step",
 ]
@@ -98,6 +124,23 @@ def _get_pool():
                 _pool = ThreadPoolExecutor(NUM_THREADS - 1, thread_name_prefix="opforge")
                 _pool_pid = os.getpid()
     return _pool
+
+
+def shape_generic(binder: Callable) -> Callable:
+    """Mark ``binder`` shape-generic (see the design note above); unmarked with threads."""
+    binder.shape_generic = NUM_THREADS < 2
+    return binder
+
+
+def prepares(binder: Callable) -> Callable[[Callable], Callable]:
+    """Attach the decorated ``prepare(bound) -> rebind | None`` to ``binder`` (see the
+    design note above)."""
+
+    def attach(prepare: Callable) -> Callable:
+        binder.prepare = prepare
+        return prepare
+
+    return attach
 
 
 def read_only(*arrays) -> bool:

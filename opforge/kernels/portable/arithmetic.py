@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from opforge.errors import KernelError
-from opforge.kernels.portable._binding import fold_scalar, steps, ufunc_step
+from opforge.kernels.portable._binding import fold_scalar, shape_generic, steps, ufunc_step
 from opforge.kernels.portable._promotion import Operand, is_floating, result_type
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
@@ -207,18 +207,21 @@ def _bind_scaled(ufunc: np.ufunc, a: Operand, b: Operand, alpha, out: np.ndarray
 
 
 @binder_for(add_out)
+@shape_generic
 def _bind_add(args):
     self, other, alpha, out = args
     return _bind_scaled(np.add, self, other, alpha, out)
 
 
 @binder_for(sub_out)
+@shape_generic
 def _bind_sub(args):
     self, other, alpha, out = args
     return _bind_scaled(np.subtract, self, other, alpha, out)
 
 
 @binder_for(rsub_out)
+@shape_generic
 def _bind_rsub(args):
     self, other, alpha, out = args
     return _bind_scaled(np.subtract, other, self, alpha, out)
@@ -226,6 +229,7 @@ def _bind_rsub(args):
 
 def _simple(kernel: Kernel, ufunc: np.ufunc) -> None:
     @binder_for(kernel)
+    @shape_generic
     def bind(args):
         self, other, out = args
         return bind_binary(ufunc, self, other, out)
@@ -237,12 +241,14 @@ _simple(minimum_out, np.minimum)
 
 
 @binder_for(div_out)
+@shape_generic
 def _bind_div(args):
     self, other, out = args
     return bind_binary(np.true_divide, self, other, out, _true_divide_dtype(self, other))
 
 
 @binder_for(atan2_out)
+@shape_generic
 def _bind_atan2(args):
     self, other, out = args
     return bind_binary(np.arctan2, self, other, out, _true_divide_dtype(self, other))
@@ -251,6 +257,7 @@ def _bind_atan2(args):
 def _bind_floating_only(kernel: Kernel, ufunc: np.ufunc) -> None:
     """Floating operands need no per-call check; integer ones keep the general kernel's."""
     @binder_for(kernel)
+    @shape_generic
     def bind(args):
         self, other, out = args
         ct = result_type(self, other)

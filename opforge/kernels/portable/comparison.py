@@ -11,7 +11,7 @@ from functools import partial
 
 import numpy as np
 
-from opforge.kernels.portable._binding import fold_scalar, steps
+from opforge.kernels.portable._binding import fold_scalar, shape_generic, steps
 from opforge.kernels.portable._promotion import result_type
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 from opforge.kernels.portable.arithmetic import as_operand, bind_binary
@@ -37,6 +37,7 @@ def _comparison(name: str, ufunc: np.ufunc) -> None:
         _compare(ufunc, self, other, out)
 
     @binder_for(compare_out)
+    @shape_generic
     def bind(args):
         a, b, out = args
         ct = result_type(a, b)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opforge.kernels.portable._binding import read_only, separate, steps
+from opforge.kernels.portable._binding import prepares, read_only, separate, shape_generic, steps
 from opforge.kernels.portable._promotion import accumulate_dtype
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
@@ -95,6 +95,7 @@ def _as_2d(a: np.ndarray) -> np.ndarray | None:
 
 
 @binder_for(mm_out)
+@shape_generic
 def _bind_mm(args):
     self, mat2, out = args
     if not _same_dtype(out, self, mat2) or not separate([out], self, mat2) or \
@@ -108,15 +109,37 @@ def _bias_step(out: np.ndarray, bias: np.ndarray | None) -> list:
     return [] if bias is None else [(np.add, (out, bias, out))]
 
 
+def _linear_fast(args) -> bool:
+    input, weight, bias, out = args
+    return _same_dtype(out, input, weight, bias) and weight.ndim == 2 and \
+        separate([out], input, weight, bias)
+
+
+def _linear(args, transposed=None):
+    """The bound steps at these arguments' sizes, or None (a batched operand that is not
+    C-contiguous: its 2-d form would be a copy)."""
+    input, weight, bias, out = args
+    x, y = _as_2d(input), _as_2d(out)
+    if x is None or y is None:
+        return None
+    return steps([(np.matmul, (x, weight.T if transposed is None else transposed, y))]
+                 + _bias_step(out, bias))
+
+
 @binder_for(linear_out)
 def _bind_linear(args):
-    input, weight, bias, out = args
-    if not _same_dtype(out, input, weight, bias) or not separate([out], input, weight, bias):
+    if not _linear_fast(args):
         return linear_out, args
-    x, y = _as_2d(input), _as_2d(out)
-    if x is None or y is None or weight.ndim != 2:
-        return linear_out, args
-    return steps([(np.matmul, (x, weight.T, y))] + _bias_step(out, bias))
+    return _linear(args) or (linear_out, args)
+
+
+@prepares(_bind_linear)
+def _prepare_linear(bound):
+    if not _linear_fast(bound):
+        return None
+    weight = bound[1]
+    transposed = weight.T  # a constant weight is the same object at every shape
+    return lambda args: _linear(args, transposed if args[1] is weight else None)
 
 
 @binder_for(addmm_out)

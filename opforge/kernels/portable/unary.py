@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opforge.kernels.portable._binding import steps, ufunc_step
+from opforge.kernels.portable._binding import shape_generic, steps, ufunc_step
 from opforge.kernels.portable._erf import erf
 from opforge.kernels.portable._promotion import float_compute_dtype, is_floating
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
@@ -35,6 +35,7 @@ def _floating(name: str, ufunc: np.ufunc) -> None:
             ufunc(self, out=out, dtype=_compute_dtype(self, out), casting="unsafe")
 
     @binder_for(floating_out)
+    @shape_generic  # decisions by dtype only
     def bind(args):
         self, out = args
         return steps([ufunc_step(ufunc, self, out, dtype=_compute_dtype(self, out))], out)
@@ -71,6 +72,7 @@ def _same_dtype(name: str, ufunc: np.ufunc) -> None:
             _nan_to_zero(out)
 
     @binder_for(same_dtype_out)
+    @shape_generic  # decisions by dtype only
     def bind(args):
         self, out = args
         if self.dtype != out.dtype or self.dtype == np.bool_:
@@ -98,6 +100,7 @@ def _rounding(name: str, ufunc: np.ufunc) -> None:
             np.copyto(out, self, casting="unsafe")
 
     @binder_for(rounding_out)
+    @shape_generic  # decisions by dtype only
     def bind(args):
         self, out = args
         if not is_floating(self.dtype) or self.dtype != out.dtype:
@@ -124,6 +127,7 @@ def _classify(name: str, ufunc: np.ufunc) -> None:
             out.fill(False)
 
     @binder_for(classify_out)
+    @shape_generic  # decisions by dtype only
     def bind(args):
         self, out = args
         if not is_floating(self.dtype) or out.dtype != np.bool_:

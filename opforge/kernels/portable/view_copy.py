@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from opforge.errors import KernelError
+from opforge.kernels.portable._binding import shape_generic
 from opforge.kernels.portable._registry import Kernel, kernel_decorator
 
 __all__ = ["KERNELS"]
@@ -32,8 +33,11 @@ def _copy_unsafe(dst: np.ndarray, src: np.ndarray) -> None:
     np.copyto(dst, src, casting="unsafe")
 
 
-def _copy_kernel(*keys: str):
-    """Register ``views(*args) -> (dst, src)`` as a copy kernel with a binder."""
+def _copy_kernel(*keys: str, generic: bool = False, views_only: bool = False):
+    """Register ``views(*args) -> (dst, src)`` as a copy kernel with a binder;
+    ``generic``: the views are the arguments themselves (``_binding.shape_generic``);
+    ``views_only``: ``src`` is always a NumPy view of ``self`` (transpose, basic indexing),
+    never a copy, so the binder need not look for the input it shares memory with."""
 
     def register(views):
         def copy_out(*args):
@@ -42,16 +46,43 @@ def _copy_kernel(*keys: str):
 
         def bind(args):
             dst, src = views(*args)
-            inputs = [a for a in args[:-1] if type(a) is np.ndarray]
-            # A view of an input stays valid; a copy (reshape of a strided input) would not.
-            if np.may_share_memory(dst, src) or not any(
-                    src is a or np.may_share_memory(src, a) for a in inputs):
+            if type(src) is not np.ndarray:
                 return copy_out, args
-            if type(src) is np.ndarray and src.dtype == dst.dtype:
+            # A view of an input stays valid; a copy (reshape of a strided input) would not.
+            # (The input itself is the common case: identity first, it is rebound per shape.)
+            inputs = args[:-1]
+            if src is not args[0] and not (views_only and src.size) and not any(
+                    type(a) is np.ndarray and np.may_share_memory(src, a) for a in inputs):
+                return copy_out, args
+            if np.may_share_memory(dst, src):
+                return copy_out, args
+            if src.dtype == dst.dtype:
                 return np.copyto, (dst, src)
             return _copy_unsafe, (dst, src)
 
-        copy_out.bind = bind
+        def prepare(bound):
+            # at the upper bound (_binding: prepared binders): the dtypes hold at every
+            # size, and so does "out and self do not overlap" (each view at a smaller size
+            # lies within its tensor at the bound); whether src is still a view of self
+            # depends on the sizes (a reshape may copy), and is all a rebind checks
+            self, out = bound[0], bound[-1]
+            if type(self) is not np.ndarray or np.may_share_memory(out, self) or \
+                    bind(bound)[0] is not np.copyto:
+                return None
+
+            def rebind(args):
+                dst, src = views(*args)
+                self = args[0]
+                if src is self or type(src) is np.ndarray and src.size and (
+                        views_only or np.may_share_memory(src, self)):
+                    return np.copyto, (dst, src)
+                return None  # the binder decides
+
+            return rebind
+
+        copy_out.bind = shape_generic(bind) if generic else bind
+        if not generic:  # a shape-generic binder is rebound from a template instead
+            bind.prepare = prepare
         copy_out.__name__ = copy_out.__qualname__ = views.__name__
         copy_out.__doc__ = views.__doc__
         copy_out.__module__ = views.__module__
@@ -73,34 +104,34 @@ def view_copy_dtype_out(self, dtype, out):
     _copy(np.ascontiguousarray(self).view(out.dtype).reshape(out.shape), out)
 
 
-@_copy_kernel("aten::permute_copy.out")
+@_copy_kernel("aten::permute_copy.out", views_only=True)
 def permute_copy_out(self, dims, out):
     return out, self.transpose([d % self.ndim for d in dims]) if self.ndim else self
 
 
-@_copy_kernel("aten::transpose_copy.int_out")
+@_copy_kernel("aten::transpose_copy.int_out", views_only=True)
 def transpose_copy_out(self, dim0, dim1, out):
     return out, np.swapaxes(self, dim0, dim1) if self.ndim else self
 
 
-@_copy_kernel("aten::t_copy.out")
+@_copy_kernel("aten::t_copy.out", views_only=True)
 def t_copy_out(self, out):
     return out, self.T  # 0-d and 1-d tensors are their own transpose
 
 
-@_copy_kernel("aten::expand_copy.out")
+@_copy_kernel("aten::expand_copy.out", generic=True)
 def expand_copy_out(self, size, implicit, out):
     return out, self  # out has the expanded shape; broadcasting does the rest
 
 
-@_copy_kernel("aten::slice_copy.Tensor_out")
+@_copy_kernel("aten::slice_copy.Tensor_out", views_only=True)
 def slice_copy_out(self, dim, start, end, step, out):
     index = [slice(None)] * self.ndim
     index[dim] = slice(start, end, step)  # Python clamps out-of-range bounds, as ATen does
     return out, self[tuple(index)]
 
 
-@_copy_kernel("aten::select_copy.int_out")
+@_copy_kernel("aten::select_copy.int_out", views_only=True)
 def select_copy_out(self, dim, index, out):
     where = [slice(None)] * self.ndim
     where[dim] = index  # a view; negative indices count from the end, as in ATen
@@ -120,19 +151,19 @@ def unsqueeze_copy_out(self, dim, out):
     return out, self.reshape(out.shape)
 
 
-@_copy_kernel("aten::clone.out", "aten::_to_copy.out")
+@_copy_kernel("aten::clone.out", "aten::_to_copy.out", generic=True)
 def clone_out(self, *args):
     # clone(self, memory_format, out) and _to_copy(self, non_blocking, memory_format, out):
     # out has the target dtype; memory formats do not exist in a C-contiguous arena.
     return args[-1], self
 
 
-@_copy_kernel("aten::copy.out")
+@_copy_kernel("aten::copy.out", generic=True)
 def copy_out(self, src, non_blocking, out):
     return out, src  # src broadcast to self's shape, cast to self's dtype
 
 
-@_copy_kernel("aten::diagonal_copy.out")
+@_copy_kernel("aten::diagonal_copy.out", views_only=True)
 def diagonal_copy_out(self, offset, dim1, dim2, out):
     return out, np.diagonal(self, offset, dim1, dim2)
 

@@ -1,0 +1,107 @@
+"""Prepared binders (``_binding``: ``prepare`` at the upper bound, ``rebind`` per shape):
+at every size, a rebound pair computes what the general kernel computes, with tensors laid
+out as a dynamic method lays them out (each a view at the start of its slot, planned at
+the upper bound). NumPy only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opforge.kernels.portable.linalg import KERNELS as LINALG
+from opforge.kernels.portable.normalization import KERNELS as NORMALIZATION
+from opforge.kernels.portable.view_copy import KERNELS as VIEW_COPY
+
+MAX = 12
+SIZES = (1, 2, 3, 7, 11, MAX)
+RNG = np.random.default_rng(0)
+
+
+class Slots:
+    """One arena; ``view(slot, shape)`` is the tensor of ``shape`` at that slot's start."""
+
+    def __init__(self, *max_shapes):
+        self.offsets, offset = [], 0
+        for shape in max_shapes:
+            self.offsets.append(offset)
+            offset += -(-int(np.prod(shape)) * 4 // 64) * 64
+        self.arena = np.zeros(offset, np.uint8)
+
+    def view(self, slot, shape):
+        return np.ndarray(shape, np.float32, self.arena, self.offsets[slot])
+
+
+def constant(*shape):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    a.flags.writeable = False
+    return a
+
+
+def _check(kernel, make_args, outs):
+    """Prepare at MAX, then at each size: the rebound pair vs the general kernel."""
+    rebind = kernel.bind.prepare(make_args(MAX))
+    assert rebind is not None
+    for n in SIZES:
+        args = make_args(n)
+        for i, a in enumerate(args):
+            if type(a) is np.ndarray and a.flags.writeable and i not in outs:
+                a[...] = RNG.standard_normal(a.shape)
+        pair = rebind(args)
+        assert pair is not None, n
+        fn, bound = pair
+        fn(*bound)
+        got = [args[i].copy() for i in outs]
+        expected = [np.empty_like(args[i]) for i in outs]
+        reference = list(args)
+        for i, e in zip(outs, expected):
+            reference[i] = e
+        kernel(*reference)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=f"size {n}")
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(affine):
+    slots = Slots((2, MAX, 16), (2, MAX, 16), (2, MAX, 1), (2, MAX, 1))
+    weight, bias = (constant(16), constant(16)) if affine else (None, None)
+
+    def args(n):
+        return (slots.view(0, (2, n, 16)), [16], weight, bias, 1e-5, slots.view(1, (2, n, 16)),
+                slots.view(2, (2, n, 1)), slots.view(3, (2, n, 1)))
+
+    _check(NORMALIZATION["aten::native_layer_norm.out"], args, outs=(5, 6, 7))
+
+
+def test_linear():
+    slots = Slots((3, MAX, 8), (3, MAX, 5))
+    weight, bias = constant(5, 8), constant(5)
+
+    def args(n):
+        return slots.view(0, (3, n, 8)), weight, bias, slots.view(1, (3, n, 5))
+
+    _check(LINALG["aten::linear.out"], args, outs=(3,))
+
+
+@pytest.mark.parametrize("key, make", [
+    ("aten::permute_copy.out", lambda s, n: (s.view(0, (2, n, 3)), [2, 0, 1],
+                                             s.view(1, (3, 2, n)))),
+    ("aten::view_copy.out", lambda s, n: (s.view(0, (2, n, 4)), [2, n, 2, 2],
+                                          s.view(1, (2, n, 2, 2)))),
+    ("aten::select_copy.int_out", lambda s, n: (s.view(0, (2, n, 3)), 2, 1,
+                                                s.view(1, (2, n)))),
+    ("aten::unsqueeze_copy.out", lambda s, n: (s.view(0, (2, n)), 1, s.view(1, (2, 1, n)))),
+])
+def test_copies(key, make):
+    slots = Slots((2, MAX, 4), (2, MAX, 4))
+    _check(VIEW_COPY[key], lambda n: make(slots, n), outs=(len(make(slots, 1)) - 1,))
+
+
+def test_overlap_at_the_upper_bound_declines():
+    # out and self in one slot (an in-place program): no promise for every size
+    slots = Slots((2, MAX, 3))
+    bound = (slots.view(0, (2, MAX, 3)), [2, 0, 1], slots.view(0, (3, 2, MAX)))
+    assert VIEW_COPY["aten::permute_copy.out"].bind.prepare(bound) is None
+    layer_norm = NORMALIZATION["aten::native_layer_norm.out"]
+    x = slots.view(0, (2, MAX, 3))
+    assert layer_norm.bind.prepare((x, [3], None, None, 1e-5, x, np.empty((2, MAX, 1),
+                                    np.float32), np.empty((2, MAX, 1), np.float32))) is None
