@@ -26,13 +26,40 @@ from opforge.quantize.schemes import QuantConfig, QuantizeError
 __all__ = ["quantize", "prepare", "prepare_qat", "convert", "QuantizedModel", "capture"]
 
 
-def capture(model: torch.nn.Module, example_inputs: tuple) -> torch.fx.GraphModule:
-    """``torch.export.export(model, inputs).module()``: the graph PT2E annotates."""
-    return torch.export.export(model, tuple(example_inputs)).module()
+def capture(model: torch.nn.Module, example_inputs: tuple,
+            dynamic_shapes: Any = None) -> torch.fx.GraphModule:
+    """``torch.export.export(model, inputs, dynamic_shapes=...).module()``: the graph PT2E
+    annotates; with ``dynamic_shapes`` (as ``torch.export`` takes them) it keeps those
+    sizes symbolic, so the converted model exports with them too (a decoder's prefill at
+    any prompt length and its one-token decode step from one quantized graph)."""
+    return torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes).module()
+
+
+def _dynamic_dims(model: torch.nn.Module, example_inputs: tuple,
+                  dynamic_shapes: Any) -> list[set[int]]:
+    """For each input, the dims ``dynamic_shapes`` makes symbolic (a sequence aligned with
+    the inputs, or a dict keyed by ``forward``'s parameter names; each entry None, a dict
+    ``{dim: Dim}`` or a per-dim sequence)."""
+    if dynamic_shapes is None:
+        return [set() for _ in example_inputs]
+    if isinstance(dynamic_shapes, dict):
+        import inspect
+
+        names = list(inspect.signature(model.forward).parameters)[:len(example_inputs)]
+        dynamic_shapes = [dynamic_shapes.get(n) for n in names]
+    out = []
+    for entry in list(dynamic_shapes)[:len(example_inputs)]:
+        if isinstance(entry, dict):
+            out.append({int(k) for k, v in entry.items() if v is not None})
+        elif isinstance(entry, (list, tuple)):
+            out.append({k for k, v in enumerate(entry) if v is not None})
+        else:
+            out.append(set())
+    return out + [set()] * (len(example_inputs) - len(out))
 
 
 def _check_sample(sample: Sequence, example_inputs: tuple, index: int,
-                  what: str = "calibration") -> tuple:
+                  what: str = "calibration", dynamic: list[set[int]] | None = None) -> tuple:
     sample = tuple(sample)
     if len(sample) != len(example_inputs):
         raise QuantizeError(
@@ -43,12 +70,17 @@ def _check_sample(sample: Sequence, example_inputs: tuple, index: int,
         if isinstance(want, torch.Tensor):
             if not isinstance(got, torch.Tensor):
                 got = torch.as_tensor(got)
-            if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+            free = dynamic[i] if dynamic else set()
+            if got.dim() != want.dim() or got.dtype != want.dtype or any(
+                    a != b for k, (a, b) in enumerate(zip(got.shape, want.shape)) if k not in free):
+                dims = ["*" if k in free else str(n) for k, n in enumerate(want.shape)]
+                shape = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
                 raise QuantizeError(
                     f"`opforge.quantize.quantize({what}=...)`: sample {index}, input {i} — "
-                    f"shape {tuple(got.shape)} {got.dtype} — valid: {tuple(want.shape)} "
-                    f"{want.dtype} (the example input's; the graph is captured with static "
-                    "shapes) — fix: reshape or cast the calibration data")
+                    f"shape {tuple(got.shape)} {got.dtype} — valid: {shape} {want.dtype} (the "
+                    "example input's; * marks a dim dynamic_shapes makes symbolic, every other "
+                    "is captured as it is) — fix: reshape or cast the calibration data, or "
+                    "declare the dim in dynamic_shapes")
             if got.is_floating_point() and not bool(torch.isfinite(got).all()):
                 bad = "NaN" if bool(torch.isnan(got).any()) else "an infinity"
                 raise QuantizeError(
@@ -59,19 +91,21 @@ def _check_sample(sample: Sequence, example_inputs: tuple, index: int,
     return tuple(torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x for x in sample)
 
 
-def prepare(model: torch.nn.Module, example_inputs: tuple, quantizer: Quantizer) -> torch.fx.GraphModule:
+def prepare(model: torch.nn.Module, example_inputs: tuple, quantizer: Quantizer,
+            dynamic_shapes: Any = None) -> torch.fx.GraphModule:
     """Capture and insert observers (PTQ); run calibration data through the result."""
-    return prepare_pt2e(capture(model, example_inputs), quantizer)
+    return prepare_pt2e(capture(model, example_inputs, dynamic_shapes), quantizer)
 
 
-def prepare_qat(model: torch.nn.Module, example_inputs: tuple, quantizer: Quantizer) -> torch.fx.GraphModule:
+def prepare_qat(model: torch.nn.Module, example_inputs: tuple, quantizer: Quantizer,
+                dynamic_shapes: Any = None) -> torch.fx.GraphModule:
     """Capture and insert fake-quantize modules (QAT); train the result, then :func:`convert`.
 
     ``quantizer`` should have ``is_qat=True`` in its configs (fake quantize instead of plain
     observers); capture happens in train mode so batch norm is folded the QAT way.
     """
     model.train()
-    return prepare_qat_pt2e(capture(model, example_inputs), quantizer)
+    return prepare_qat_pt2e(capture(model, example_inputs, dynamic_shapes), quantizer)
 
 
 def _trained_float_outputs(prepared: torch.fx.GraphModule, samples: list) -> list:
@@ -174,6 +208,7 @@ class QuantizedModel:
     report: QuantReport
     quantizer: Quantizer
     float_model: torch.nn.Module | None = None  # what evaluate() compares with
+    dynamic_shapes: Any = None  # what the graph was captured with; export's default
 
     def evaluate(self, samples: Iterable[Sequence]) -> Accuracy:
         """SQNR and max abs error against the float model on ``samples`` (inputs the
@@ -181,7 +216,8 @@ class QuantizedModel:
         if self.float_model is None:
             raise QuantizeError("`QuantizedModel.evaluate()`: no float model kept — fix: "
                                 "make the QuantizedModel with opforge.quantize.quantize")
-        samples = [_check_sample(s, self.example_inputs, i, what="evaluation")
+        dynamic = _dynamic_dims(self.model, self.example_inputs, self.dynamic_shapes)
+        samples = [_check_sample(s, self.example_inputs, i, what="evaluation", dynamic=dynamic)
                    for i, s in enumerate(samples)]
         if not samples:
             raise QuantizeError("`QuantizedModel.evaluate([])`: no samples — valid: at least "
@@ -194,7 +230,8 @@ class QuantizedModel:
 
     def export(self, *, pack_4bit: bool = True, **kwargs: Any):
         """``opforge.export.export`` of the converted model (Q/DQ ops and integer constants
-        kept), 4-bit weights packed two per byte unless ``pack_4bit=False``."""
+        kept), 4-bit weights packed two per byte unless ``pack_4bit=False``; with the
+        ``dynamic_shapes`` it was captured with unless given others."""
         import copy
 
         from opforge.export import export
@@ -205,6 +242,8 @@ class QuantizedModel:
         with warnings.catch_warnings():  # torch's own pytree deprecation, inside deepcopy
             warnings.simplefilter("ignore", FutureWarning)
             model = copy.deepcopy(self.model)
+        if self.dynamic_shapes is not None:
+            kwargs.setdefault("dynamic_shapes", self.dynamic_shapes)
         program = export(model, self.example_inputs, **kwargs)
         return pack_4bit_weights(program) if pack_4bit else program
 
@@ -218,6 +257,7 @@ def quantize(
     quantizer: Quantizer | None = None,
     train: Callable[[torch.fx.GraphModule], Any] | None = None,
     on_step: Callable[[str], None] | None = None,
+    dynamic_shapes: Any = None,
 ) -> QuantizedModel:
     """Quantize ``model`` with ``scheme`` (or a configured ``quantizer``) and report.
 
@@ -228,7 +268,11 @@ def quantize(
     ``is_qat=True``. The report compares the converted model with the float model on the
     calibration samples (SQNR in dB, max abs error); ``QuantizedModel.evaluate`` measures
     held-out inputs. ``on_step(text)`` is told each stage (calibration sample i of n,
-    conversion, measurement) for a progress display.
+    conversion, measurement) for a progress display. ``dynamic_shapes`` (as ``torch.export``
+    takes them) keeps those sizes symbolic in the captured graph: calibration samples may
+    differ from the example inputs there, and the converted model exports with them (or,
+    through ``export(None, methods=...)``, at several shapes: a decoder's prefill and its
+    one-token decode step).
     """
     step = on_step or (lambda text: None)
     example_inputs = tuple(example_inputs)
@@ -238,12 +282,14 @@ def quantize(
                       "(ranges seen on one sample may clip real data)", stacklevel=2)
         samples = [example_inputs]
     else:
-        samples = [_check_sample(s, example_inputs, i) for i, s in enumerate(calibration)]
+        dynamic = _dynamic_dims(model, example_inputs, dynamic_shapes)
+        samples = [_check_sample(s, example_inputs, i, dynamic=dynamic)
+                   for i, s in enumerate(calibration)]
         if not samples:
             raise QuantizeError("`opforge.quantize.quantize(calibration=[])`: no samples — "
                                 "valid: at least one — fix: pass samples or leave it out")
     if train is not None:
-        prepared = prepare_qat(model, example_inputs, quantizer)
+        prepared = prepare_qat(model, example_inputs, quantizer, dynamic_shapes)
         train(prepared)
         reference = _trained_float_outputs(prepared, samples)
     else:
@@ -251,7 +297,7 @@ def quantize(
         with torch.no_grad():
             reference = [model(*s) for s in samples]
         step("capturing and annotating the graph")
-        prepared = prepare(model, example_inputs, quantizer)
+        prepared = prepare(model, example_inputs, quantizer, dynamic_shapes)
         with torch.no_grad():
             for i, s in enumerate(samples):
                 step(f"calibrating: sample {i + 1} of {len(samples)}")
@@ -269,4 +315,5 @@ def quantize(
     report = build_report(quantizer, converted, accuracy(reference, outputs),
                           calibrated=len(samples), scheme=quantizer.default.scheme)
     return QuantizedModel(converted, example_inputs, report, quantizer,
-                          float_model=model if train is None else None)
+                          float_model=model if train is None else None,
+                          dynamic_shapes=dynamic_shapes)

@@ -20,7 +20,8 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    B_ADD, CLIP, LINEAR, LOWERINGS, RELU, ROUND, Lowering, Unsupported, _dense_operand, _val, aten,
+    B_ADD, CLIP, LINEAR, LOWERINGS, RELU, ROUND, SYMBOLIC_SIZES, Lowering, Unsupported,
+    _dense_operand, _val, aten,
 )
 
 
@@ -318,3 +319,4 @@ def _match_compute(sub, node):
 
 LOWERINGS["quantized_decomposed::quantize_per_tensor"] = lower_quant
 LOWERINGS["quantized_decomposed::dequantize_per_tensor"] = lower_quant
+SYMBOLIC_SIZES.add(lower_quant)  # one elementwise pass: any sizes (a quantized decoder's prefill)
