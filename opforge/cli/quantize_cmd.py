@@ -13,8 +13,9 @@ import json
 
 import click
 
-from opforge.cli.export_cmd import load_factory, methods_from_factory
+from opforge.cli.export_cmd import load_factory, methods_from_factory, with_dims
 from opforge.cli.run_cmd import _read_input_list, _read_npy
+from opforge.errors import ExportError
 
 __all__ = ["quantize"]
 
@@ -76,6 +77,10 @@ def _kernel_sets(kernels: tuple[str, ...]) -> list[str] | None:
               help="A compile spec for the backend(s), e.g. num_threads=2. Repeatable.")
 @click.option("--op-packages", "op_packages", type=click.Path(dir_okay=False), metavar="FILE",
               help="JSON/YAML list of op packages (OpPackageInfo) for the backend.")
+@click.option("--dim", "dims", multiple=True, metavar="INPUT:DIM:NAME:MIN:MAX",
+              help="Make dimension DIM of input number INPUT dynamic, named NAME, in [MIN, MAX], "
+              "as `opforge export --dim`: captured symbolic, calibration samples may differ "
+              "there, and the program takes those sizes. Repeatable.")
 @click.option("--no-debug-handles", "no_debug_handles", is_flag=True,
               help="Leave out the debug table (as `opforge export --no-debug-handles`).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors and the report.")
@@ -83,8 +88,8 @@ def _kernel_sets(kernels: tuple[str, ...]) -> list[str] | None:
 def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str | None,
              output: str, per_tensor: bool, symmetric: bool, observer: str,
              discard_ops: tuple[str, ...], kernels: tuple[str, ...], backends: tuple[str, ...],
-             compile_specs: tuple[str, ...], op_packages: str | None, no_debug_handles: bool,
-             quiet: bool, as_json: bool) -> None:
+             compile_specs: tuple[str, ...], op_packages: str | None, dims: tuple[str, ...],
+             no_debug_handles: bool, quiet: bool, as_json: bool) -> None:
     """Quantize FACTORY (MODULE:FUNCTION returning (model, example_inputs)) and write a program."""
     import warnings
 
@@ -103,8 +108,14 @@ def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str 
         from opforge.quantize import quantize as quantize_model
 
         status.update(f"importing {factory}")
-        ((method, (model, inputs)),) = methods_from_factory(factory, load_factory(factory)(), ()).items()
-        inputs = tuple(inputs)
+        ((method, entry),) = methods_from_factory(factory, load_factory(factory)(), ()).items()
+        model, inputs, dynamic = (tuple(entry) + (None,))[:3]  # the factory's dynamic_shapes
+        if dims:
+            try:
+                _, inputs, dynamic = with_dims(method, (model, inputs), dims)
+            except ExportError as exc:
+                raise click.ClickException(str(exc)) from None
+        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         status.update("reading samples")
         samples = _samples(calibration, "--calibration") if calibration else None
         held_out = _samples(eval_list, "--eval") if eval_list else None
@@ -117,7 +128,7 @@ def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str 
             warnings.simplefilter("always", UserWarning)
             try:
                 result = quantize_model(model, inputs, quantizer=quantizer, calibration=samples,
-                                        on_step=status.update)
+                                        on_step=status.update, dynamic_shapes=dynamic)
                 if held_out is not None:
                     status.update(f"evaluating on {len(held_out)} held-out sample(s)")
                     result.evaluate(held_out)

@@ -155,3 +155,22 @@ def test_importing_quantize_prints_no_torchao_noise():
     assert proc.returncode == 0, proc.stderr
     assert "Failed to load" not in proc.stderr + proc.stdout
     assert "KernelPreference" not in proc.stderr + proc.stdout
+
+
+def test_a_dynamic_dim_lets_calibration_samples_differ_there(tmp_path):
+    rng = np.random.default_rng(1)
+    for i, rows in enumerate((3, 7)):
+        np.save(tmp_path / f"r{i}.npy", rng.standard_normal((rows, 64)).astype(np.float32))
+    (tmp_path / "cal.txt").write_text("r0.npy\nr1.npy\n")
+    out = tmp_path / "m.opf"
+    args = ["quantize", "opforge.examples.zoo:mlp", "--calibration", str(tmp_path / "cal.txt"),
+            "-o", str(out)]
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exit_code != 0 and "valid: (4, 64)" in refused.output
+    result = CliRunner().invoke(cli, args + ["--dim", "0:0:rows:1:16"])
+    assert result.exit_code == 0, result.output
+    from opforge.runtime import load as load_program
+
+    method = load_program(str(out)).method("forward")
+    for rows in (1, 9, 16):  # one program, any row count in the range
+        assert method(rng.standard_normal((rows, 64)).astype(np.float32))[0].shape[0] == rows
