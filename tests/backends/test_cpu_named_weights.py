@@ -112,8 +112,12 @@ def test_the_delegates_share_one_reordered_copy_of_each_weight():
     one = cache_bytes(load(single))
     loaded = load(program)
     both = cache_bytes(loaded)
-    assert one >= sum(p.numel() * 4 for p in (model.a, model.b))  # both weights reordered
-    assert both == one  # the second delegate reordered nothing of its own
+    weights = sum(p.numel() * 4 for p in (model.a, model.b))  # 20 KiB
+    assert one >= weights  # both weights reordered
+    # the second delegate reorders none of the named weights again: at most its own copy of
+    # the 128-byte bias, which each blob holds (cached when the blob's bytes lie 64-byte
+    # aligned in memory, as a file's do and bytes objects may); a weight again is 8 KiB+
+    assert both - one < blob.NAMED_MIN_BYTES, (one, both)
     with torch.no_grad():
         want = model.double()(x.double()).numpy()
         want2 = 2 * want + 1
