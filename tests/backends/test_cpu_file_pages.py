@@ -109,7 +109,7 @@ _TABLE_CHILD = textwrap.dedent("""
     start, end = np.arange(5, dtype=np.int64), np.arange(8185, 8192, dtype=np.int64)
     forward(start)                     # the table's first rows read: their pages mapped
     forward(end)                       # another length: an engine built now
-    print("faults", faults(forward, start), faults(forward, start))
+    print("faults", faults(forward, start), *(faults(forward, start) for _ in range(3)))
 """)
 
 
@@ -127,8 +127,8 @@ def test_a_table_read_in_place_keeps_its_pages_when_another_engine_is_built(tmp_
     proc = subprocess.run([sys.executable, "-c", _TABLE_CHILD, str(path)], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    after_build, repeated = map(int, proc.stdout.split("faults")[1].split()[:2])
-    assert after_build <= repeated, (after_build, repeated)
+    after_build, *repeated = map(int, proc.stdout.split("faults")[1].split()[:4])
+    assert after_build <= max(repeated), (after_build, repeated)
 
 
 _GATHER_CHILD = textwrap.dedent("""
