@@ -107,6 +107,11 @@ class Lowering:
         # node name → its softmax node; a debug="nodes" build lowers the group unfused,
         # so each of its nodes' results is computed and observable
         self.safe_softmax = find_safe_softmax(subgraph) if debug != "nodes" else {}
+        from opforge.backends.cpu.lowering.grouped_matmul import find_grouped_chains
+
+        # grouped-query attention: node name → "chain" | "matmul" (the expanded KV cache
+        # read in place by its matmul; a debug="nodes" build lowers each view on its own)
+        self.grouped = find_grouped_chains(subgraph) if debug != "nodes" else {}
         self.packages = specs.get("_package_nodes") or {}
         # node name → the state input it writes in place (its result is the delegate output
         # that ``Subgraph.state`` names for that input)
@@ -140,6 +145,10 @@ class Lowering:
         """An engine tensor id for an env entry (constants become const tensors once)."""
         if isinstance(value, tuple) and len(value) == 2 and value[0] == "t":
             return value[1]
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "g":
+            from opforge.backends.cpu.lowering.grouped_matmul import materialize
+
+            return materialize(self, value)[1]  # (a grouped view: copied, as views are)
         if isinstance(value, tuple) and len(value) == 2 and value[0] == "c":
             tensor = value[1].detach().contiguous()
             key = id(value[1])
@@ -308,6 +317,16 @@ class Lowering:
             self.plan.impls.append({"node": node.name, "op": name,
                                     "impl": "fused into engine safe softmax"})
             return self.env[softmax.name] if node.target is aten.where.self else ("fused", None)
+        if node.name in self.grouped:
+            from opforge.backends.cpu.lowering.grouped_matmul import lower_grouped
+
+            first = len(self.plan.ops)
+            result = lower_grouped(self, node, args, kwargs)
+            kinds = sorted({op["kind"] for op in self.plan.ops[first:]})
+            self.plan.impls.append({"node": node.name, "op": name, "impl": ", ".join(
+                ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
+                or "view of the grouped KV cache (no copy)"})
+            return result
         if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES and not dynamic:
             return _fold(node, args, kwargs)
         base = name.split(".")[0]
