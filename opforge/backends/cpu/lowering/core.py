@@ -285,18 +285,29 @@ class Lowering:
                 self.plan.debug.append([len(self.plan.outputs) - 1, name, item])
 
     def redirect_or_copy(self, src: int, out: int) -> None:
-        """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads or
-        aliases ``src`` and the layouts agree; else copy it into ``out``."""
+        """Make the ops that wrote ``src`` write ``out`` directly when nothing else reads
+        ``src`` and the layouts agree; else copy it into ``out``. Aliases of ``src`` that
+        are whole row-major reshapes of it (a linear's or layer norm's rows written as
+        [rows, n]) move onto ``out`` with it."""
         s, o = self.spec(src), self.spec(out)
-        writers = [op for op in self.plan.ops if src in op["out"]]
+        aliases = [k for k, t in enumerate(self.plan.tensors) if t.role == "alias" and t.base == src]
+        names = {src, *aliases}
+        writers = [op for op in self.plan.ops if names & set(op["out"])]
         first = min((self.plan.ops.index(w) for w in writers), default=-1)
-        read = any(src in op["in"] or any(p[0] == 1 and p[4] == src for p in op["post"])
+        read = any(names & set(op["in"]) or any(p[0] == 1 and p[4] in names for p in op["post"])
                    for op in self.plan.ops[first:])
-        aliased = any(t.role == "alias" and t.base == src for t in self.plan.tensors)
-        if (writers and s.role == "temp" and not read and not aliased and same(s.dims, o.dims)
+        reshapes = not aliases or (same(s.strides, row_major(s.dims)) and all(
+            same(a.offset, 0) and same(math.prod(a.dims), math.prod(s.dims))
+            and same(a.strides, row_major(a.dims)) for a in map(self.spec, aliases)))
+        if (writers and s.role == "temp" and not read and reshapes and same(s.dims, o.dims)
                 and same(s.strides, o.strides) and s.dtype == o.dtype):
+            moved = {src: out}  # (a blob's alias names an earlier tensor: new ones)
+            for a in aliases:
+                spec = self.spec(a)
+                moved[a] = self.new_tensor(spec.dtype, spec.dims, "alias", strides=spec.strides,
+                                           base=out, offset=spec.offset)
             for w in writers:
-                w["out"] = [out if t == src else t for t in w["out"]]
+                w["out"] = [moved.get(t, t) for t in w["out"]]
             s.role = "dead"
             return
         self.copy(src, out)
