@@ -25,7 +25,7 @@ result [.., Hkv, G, m, n] is the same memory as [.., H, m, n].
 Anything else in the chain (a view that splits, a slice, another reader) or at the matmul
 (ranks that differ, a matrix dim the cache cannot be read along with unit stride) falls
 back to the plain path at that point: the view is materialised with one copy, as before.
-Sizes may be symbolic (the prefill's sequence): every decision is ``same``/``known``.
+Sizes may be symbolic (the prefill's sequence): every decision on a size is ``same``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    Lowering, Unsupported, _is_one, _val, known, row_major, same,
+    Lowering, Unsupported, _is_one, _val, row_major, same,
 )
 
 __all__ = ["GroupedView", "find_grouped_chains", "lower_grouped"]
@@ -263,6 +263,11 @@ def _grouped_matmul(L: Lowering, node, args):
         matrix.append(real[0] if real else None)
     if None in matrix or not (same(phys.strides[matrix[0]], 1) or same(phys.strides[matrix[1]], 1)):
         return None
+    odims = L.shape(fake)
+    for k, grp in enumerate(view.groups[:-2]):
+        size = math.prod(phys.dims[p] for p in grp)
+        if not same(size, so.dims[k]) or not same(size, odims[k]):
+            return None  # (the other operand broadcasting here: plain path)
     out = L.new_tensor(fake.dtype, fake.shape)
     sout = L.spec(out)
     dims = {"x": [], "o": [], "y": []}
@@ -270,8 +275,6 @@ def _grouped_matmul(L: Lowering, node, args):
     bcast = []  # split positions where the grouped operand broadcasts
     for k, grp in enumerate(view.groups[:-2]):
         sizes = [phys.dims[p] for p in grp]
-        if not same(math.prod(sizes), so.dims[k]) or not same(math.prod(sizes), sout.dims[k]):
-            return None  # (the other operand broadcasting here: plain path)
         for j, p in enumerate(grp):
             inner = math.prod(sizes[j + 1:])
             zero = not _is_one(sizes[j]) and same(phys.strides[p], 0)
