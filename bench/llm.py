@@ -47,7 +47,8 @@ def parse_args(argv):
     parser.add_argument("--profile-steps", type=int, default=32,
                         help="decode steps the lean profile traces (32)")
     parser.add_argument("--live", action="store_true",
-                        help="run the checkout as it is, not a snapshot of its last commit")
+                        help="run this checkout's opforge/ as it is (first on the workers' "
+                             "PYTHONPATH), not a snapshot of its last commit")
     parser.add_argument("--workdir", type=pathlib.Path, default=HERE / "work" / "llm")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     return parser.parse_args(argv)
