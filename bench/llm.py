@@ -47,7 +47,8 @@ def parse_args(argv):
     parser.add_argument("--profile-steps", type=int, default=32,
                         help="decode steps the lean profile traces (32)")
     parser.add_argument("--live", action="store_true",
-                        help="run the checkout as it is, not a snapshot of its last commit")
+                        help="run this checkout's opforge/ as it is (first on the workers' "
+                             "PYTHONPATH), not a snapshot of its last commit")
     parser.add_argument("--workdir", type=pathlib.Path, default=HERE / "work" / "llm")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     return parser.parse_args(argv)
@@ -109,7 +110,9 @@ def main(argv=None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     machine = describe_machine(HERE.parent)
-    snapshot = None if args.live else snapshot_opforge(args.workdir)
+    # --live: this checkout first on the workers' PYTHONPATH (without it they imported
+    # whatever opforge the interpreter has installed: another worktree's editable install)
+    snapshot = str(HERE.parent) if args.live else snapshot_opforge(args.workdir)
     with open(args.workdir / "workers.log", "w") as log:
         workers = Workers(args.workdir, snapshot, log)
         for config in args.configs:

@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     machine = describe_machine(HERE.parent)
-    snapshot = None if args.live else snapshot_opforge(args.workdir)
+    # --live: this checkout first on the workers' PYTHONPATH (without it they imported
+    # whatever opforge the interpreter has installed: another worktree's editable install)
+    snapshot = str(HERE.parent) if args.live else snapshot_opforge(args.workdir)
     machine["opforge_source"] = "working tree (--live)" if args.live else \
         f"snapshot of commit {machine['opforge_commit']}"
     with open(args.workdir / "workers.log", "w") as log:

@@ -1,8 +1,9 @@
 """The cpu engine built with AddressSanitizer and UndefinedBehaviorSanitizer
 (OPFORGE_CPU_SANITIZE=1, a separate build-cache entry), running the hostile plans of
 test_cpu_hostile_plans.py and normal plans of every op family, and the state and indexing
-plans of test_cpu_state_plans.py and the RMS norm and rotary plans of test_cpu_rms_norm.py
-and test_cpu_rope.py, in child processes.
+plans of test_cpu_state_plans.py, the RMS norm and rotary plans of test_cpu_rms_norm.py and
+test_cpu_rope.py, and the broadcast matmul plans of test_cpu_matmul_broadcast_plans.py, in
+child processes.
 
 Python is not built with ASan, so the child preloads the compiler's libasan (ASan must be
 the first library loaded). A sanitizer report aborts the child, which fails the test with
@@ -98,3 +99,16 @@ def test_decoder_op_plans_run_clean_under_asan_and_ubsan(module):
     for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
         assert report not in proc.stderr, proc.stderr[-6000:]
     hostile.check_output(names, proc, cases.EXPECT)
+
+
+def test_broadcast_matmul_plans_run_clean_under_asan_and_ubsan():
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    import test_cpu_matmul_broadcast_plans as cases
+
+    names = list(cases.CASES)
+    proc = cases.run_cases(names, env=sanitized_env(), timeout=900)
+    for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
+        assert report not in proc.stderr, proc.stderr[-6000:]
+    cases.check_output(names, proc)

@@ -113,6 +113,17 @@ class Lowering:
         self.safe_softmax = find_safe_softmax(subgraph) if debug != "nodes" else {}
         self.groups = find_rms_norm(subgraph) if debug != "nodes" else {}
         self.groups.update(find_rope(subgraph, self.groups) if debug != "nodes" else {})
+        from opforge.backends.cpu.lowering.grouped_matmul import find_grouped_chains
+
+        # grouped-query attention: node name → "chain" | "matmul" (the expanded KV cache
+        # read in place by its matmul; a debug="nodes" build lowers each view on its own)
+        self.grouped = find_grouped_chains(subgraph) if debug != "nodes" else {}
+        from opforge.backends.cpu.lowering.scaled_matmul import find_scaled_operands
+
+        # q * s, k * s read only by their matmul: multiply node → matmul node; the factors
+        # of those lowered as pass-throughs, per matmul node (lowering/scaled_matmul.py)
+        self.scaled = find_scaled_operands(subgraph) if debug != "nodes" else {}
+        self.scales: dict[str, float] = {}
         self.packages = specs.get("_package_nodes") or {}
         # node name → the state input it writes in place (its result is the delegate output
         # that ``Subgraph.state`` names for that input)
@@ -146,6 +157,10 @@ class Lowering:
         """An engine tensor id for an env entry (constants become const tensors once)."""
         if isinstance(value, tuple) and len(value) == 2 and value[0] == "t":
             return value[1]
+        if isinstance(value, tuple) and len(value) == 2 and value[0] == "g":
+            from opforge.backends.cpu.lowering.grouped_matmul import materialize
+
+            return materialize(self, value)[1]  # (a grouped view: copied, as views are)
         if isinstance(value, tuple) and len(value) == 2 and value[0] == "c":
             tensor = value[1].detach().contiguous()
             key = id(value[1])
@@ -300,6 +315,24 @@ class Lowering:
         return out
 
     def lower(self, node: torch.fx.Node):
+        """The node's value; a scalar multiply of a matmul operand passes its input through
+        and its factor becomes the matmul's first post-op (``lowering/scaled_matmul.py``)."""
+        from opforge.backends.cpu.lowering import scaled_matmul
+
+        feeds = self.scaled.get(node.name)
+        source = self.env.get(node.args[0].name) if feeds is not None else None
+        if isinstance(source, tuple) and len(source) == 2 and source[0] in ("t", "g"):
+            self.scales[feeds] = self.scales.get(feeds, 1.0) * scaled_matmul.scalar_factor(node)
+            self.plan.impls.append({"node": node.name, "op": op_name(node),
+                                    "impl": f"folded into {feeds}'s output scale"})
+            return source
+        first = len(self.plan.ops)
+        result = self._lower(node)
+        if node.name in self.scales:
+            scaled_matmul.apply_scale(self.plan.ops[first:], self.scales[node.name], node.name)
+        return result
+
+    def _lower(self, node: torch.fx.Node):
         if node.target is operator.getitem:
             return self.env[node.args[0].name][node.args[1]]
         name = op_name(node)
@@ -327,6 +360,16 @@ class Lowering:
             self.plan.impls.append({"node": node.name, "op": name, "impl": (
                 "engine " if last else "fused into engine ") + group.kind})
             return group.lower(self) if last else ("fused", None)
+        if node.name in self.grouped:
+            from opforge.backends.cpu.lowering.grouped_matmul import lower_grouped
+
+            first = len(self.plan.ops)
+            result = lower_grouped(self, node, args, kwargs)
+            kinds = sorted({op["kind"] for op in self.plan.ops[first:]})
+            self.plan.impls.append({"node": node.name, "op": name, "impl": ", ".join(
+                ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
+                or "view of the grouped KV cache (no copy)"})
+            return result
         if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES and not dynamic:
             return _fold(node, args, kwargs)
         base = name.split(".")[0]

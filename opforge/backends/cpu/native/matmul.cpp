@@ -3,9 +3,12 @@
 //
 // Contract: ins [a, b, (bias)], outs [dst]; no attributes.
 //   a, b, dst (and bias): f32, one rank in 2..8, no overlapping strides;
+//   a [.., M, K], b [.., K, N], dst [.., M, N]: each batch dim of a and of b is dst's or 1
+//   (broadcast: grouped-query attention reads one KV head for a group of query heads, a
+//   linear on a batch reads its weights once), and dst's is 1 or one of theirs;
 //   bias: broadcasts to dst (each dim equal or 1).
-// oneDNN checks M, K, N and the batch broadcast; every memory descriptor is checked against
-// its tensor's storage before the primitive is made.
+// The shapes are checked here, before oneDNN sees them; every memory descriptor is checked
+// against its tensor's storage before the primitive is made.
 #include "engine.h"
 
 namespace ofc {
@@ -23,6 +26,17 @@ void contract_matmul(const Engine& e, const OpCall& c) {
     need_dtype(e.tensors[(size_t)id], F32, k, "an operand");
     need_dnnl_operand(e, id, k, "an operand");
     need(e.tensors[(size_t)id].dims.size() == dst.dims.size(), k, "operands of different ranks");
+  }
+  const dims_t& a = e.tensors[(size_t)c.ins[0]].dims;
+  const dims_t& w = e.tensors[(size_t)c.ins[1]].dims;
+  const size_t r = dst.dims.size();
+  need(a[r - 2] == dst.dims[r - 2] && w[r - 1] == dst.dims[r - 1] && a[r - 1] == w[r - 2], k,
+       "operand shapes that do not multiply: a [.., M, K] x b [.., K, N] -> dst [.., M, N]");
+  for (size_t d = 0; d + 2 < r; ++d) {
+    const int64_t n = dst.dims[d];
+    need((a[d] == n || a[d] == 1) && (w[d] == n || w[d] == 1) && (n == 1 || a[d] == n || w[d] == n),
+         k, "batch dim " + std::to_string(d) + " of sizes " + std::to_string(a[d]) + " x " +
+         std::to_string(w[d]) + " -> " + std::to_string(n) + ": each operand's is dst's or 1");
   }
   if (c.ins.size() == 3) {
     const Tensor& b = e.tensors[(size_t)c.ins[2]];

@@ -62,8 +62,8 @@ void contract_softmax(const Engine& e, const OpCall& c) {
 // oneDNN's softmax maps a row holding NaN or +inf to numbers; torch's is NaN there. When
 // the source holds a NaN or an inf (checked after each call), the rows holding NaN or +inf
 // are recomputed here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m
-// - log(sum)). A row whose -inf elements are masked ones (its max finite: a causal mask)
-// keeps oneDNN's result, its masked elements set to torch's 0 (log softmax: -inf).
+// - log(sum)). A softmax row whose -inf elements are masked ones (its max finite: a causal
+// mask) keeps oneDNN's result, its masked elements set to torch's 0.
 // A row of only -inf is NaN there (x - m is -inf - -inf), or zeros when `safe`; it holds
 // an inf, so the check above always sends it here.
 constexpr int32_t kNegInfBits = (int32_t)0xff800000;
@@ -110,15 +110,16 @@ struct SoftmaxOp : DnnlOp {
       // the row's max and what it holds: the count of non-finite elements less the count
       // of -inf ones is the NaN and +inf ones
       RowScan r = ss == 1 ? scan_row<true>(x, n, 1) : scan_row<false>(x, n, ss);
-      if (r.nonfinite == r.masked && r.masked < n) {
-        // finite values and masked ones (-inf): oneDNN's result, with each masked element
-        // exactly torch's (0, or -inf for log softmax) whatever oneDNN's exp gave there
+      if (r.nonfinite == 0 || (!log && r.nonfinite == r.masked && r.masked < n)) {
+        // finite values, and for softmax masked ones (-inf): oneDNN's result, with each
+        // masked element exactly torch's 0 whatever oneDNN's exp gave there (a log softmax
+        // row with an inf is recomputed: oneDNN's log of a mostly masked row's sum is off
+        // by a few ulps of the large magnitudes such rows hold)
         if (r.masked) {
-          const float fill = log ? -INFINITY : 0.f;
           if (ss == 1 && ds == 1)
-            for (int64_t j = 0; j < n; ++j) y[j] = x[j] == -INFINITY ? fill : y[j];
+            for (int64_t j = 0; j < n; ++j) y[j] = x[j] == -INFINITY ? 0.f : y[j];
           else
-            for (int64_t j = 0; j < n; ++j) y[j * ds] = x[j * ss] == -INFINITY ? fill : y[j * ds];
+            for (int64_t j = 0; j < n; ++j) y[j * ds] = x[j * ss] == -INFINITY ? 0.f : y[j * ds];
         }
         return;
       }
