@@ -346,7 +346,9 @@ class Lowering:
                               "cat, casts and embedding with symbolic sizes, and this op only "
                               "with static ones; stays on the kernels")
         if node.name in self.packages:
-            return self.lower_package(node, args)
+            from opforge.backends.cpu.lowering.callouts import lower_package
+
+            return lower_package(self, node, args)
         if node.name in self.int8:
             return self.lower_int8(node)
         softmax = self.safe_softmax.get(node.name)
@@ -374,7 +376,9 @@ class Lowering:
             return _fold(node, args, kwargs)
         base = name.split(".")[0]
         if name.split("::")[0] not in ("aten", "quantized_decomposed"):
-            return self.lower_custom(node, args, kwargs)
+            from opforge.backends.cpu.lowering.callouts import lower_custom
+
+            return lower_custom(self, node, args, kwargs)
         fn = LOWERINGS.get(name) or LOWERINGS.get(base)
         if fn is None:
             raise Unsupported("op", f"{name}: no cpu-backend implementation; stays on the kernels")
@@ -437,66 +441,6 @@ class Lowering:
             self.copy(b, same)
             b = same
         return b
-
-    # --- custom ops (kernel ABI) and packages ----------------------------------------------
-    def lower_custom(self, node, args, kwargs):
-        name = op_name(node)
-        key = name.rsplit(".", 1)[0]
-        if key not in self.custom_ops and name not in self.custom_ops:
-            raise Unsupported("compile_spec", f"{name}: a custom op; list it in compile spec "
-                              f"custom_ops (e.g. custom_ops=[\"{key}\"]) to run its native kernel "
-                              "inside the delegate")
-        schema = node.target._schema
-        fakes = _val(node)
-        fakes = list(fakes) if isinstance(fakes, (tuple, list)) else [fakes]
-        ins, arglist = [], []
-        bound = dict(zip([a.name for a in schema.arguments], node.args))
-        bound.update(node.kwargs)
-        for a in schema.arguments:
-            value = bound.get(a.name, a.default_value if a.has_default_value() else None)
-            if isinstance(value, torch.fx.Node):
-                tid = self.contiguous(self.materialize(self.env[value.name]))
-                ins.append(tid)
-                arglist.append(["tensor", len(ins) - 1])
-            elif isinstance(value, bool):
-                arglist.append(["bool", int(value)])
-            elif isinstance(value, int):
-                arglist.append(["int", value])
-            elif isinstance(value, float):
-                arglist.append(["double", value])
-            elif value is None:
-                arglist.append(["none", 0])
-            elif isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-                arglist.append(["int_list", [int(v) for v in value]])
-            elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
-                arglist.append(["double_list", [float(v) for v in value]])
-            else:
-                raise Unsupported("op", f"{name}: argument {a.name} of type {type(value).__name__} "
-                                  "cannot be passed through the kernel ABI from the delegate")
-        outs = []
-        for fake in fakes:
-            if not isinstance(fake, torch.Tensor):
-                raise Unsupported("op", f"{name}: a non-tensor result")
-            outs.append(self.new_tensor(fake.dtype, fake.shape))
-            arglist.append(["tensor", len(ins) + len(outs) - 1])
-        self.op("kernel", ins, outs, name=f"{key}.out")["args"] = arglist
-        self.plan.impls.append({"node": node.name, "op": name, "impl": "native kernel (kernel ABI)"})
-        results = tuple(("t", o) for o in outs)
-        return results if isinstance(_val(node), (tuple, list)) else results[0]
-
-    def lower_package(self, node, args):
-        plan_node = self.packages[node.name]
-        from opforge.backends.oppackage.planner import package_input_nodes
-
-        ins = [self.contiguous(self.materialize(self.env[n.name])) for n in package_input_nodes(node)]
-        fakes = _val(node)
-        fakes = list(fakes) if isinstance(fakes, (tuple, list)) else [fakes]
-        outs = [self.new_tensor(f.dtype, f.shape) for f in fakes]
-        entry = self.op("package", ins, outs, name=plan_node.describe())
-        entry["node"] = plan_node.to_bytes().hex()
-        self.plan.impls.append({"node": node.name, "op": op_name(node), "impl": plan_node.describe()})
-        results = tuple(("t", o) for o in outs)
-        return results if isinstance(_val(node), (tuple, list)) else results[0]
 
 
 FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
