@@ -22,6 +22,7 @@ import torch
 import torch.fx
 
 from opforge.backends.cpu.lowering.core import Lowering, _val, aten
+from opforge.backends.cpu.lowering.normalization import _only_user
 
 __all__ = ["Rope", "find_rope"]
 
@@ -78,10 +79,6 @@ def find_rope(sub, taken: dict) -> dict[str, Rope]:
             for n in match.nodes:
                 found[n.name] = match
     return found
-
-
-def _only_user(node, user) -> bool:
-    return isinstance(node, torch.fx.Node) and list(node.users) == [user]
 
 
 def _product(node, user):
