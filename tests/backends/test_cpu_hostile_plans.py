@@ -84,12 +84,16 @@ class Plan:
         self.ops.append({"kind": kind, "in": list(ins), "out": list(outs), "ia": list(ia),
                          "fa": list(fa), "post": [list(p) for p in post], "name": name})
 
-    def blob(self) -> bytes:
+    def document(self) -> dict:
+        """The plan's JSON document (a subclass adds its fields)."""
         doc = {"tensors": self.tensors, "ops": self.ops, "inputs": self.inputs,
                "outputs": self.outputs, "impls": []}
         if self.symbols:
             doc["symbols"] = self.symbols
-        text = json.dumps(doc).encode()
+        return doc
+
+    def blob(self) -> bytes:
+        text = json.dumps(self.document()).encode()
         pad = bytes(-(blob.HEADER.size + len(text)) % 64)
         body = bytes(self.data)
         head = blob.HEADER.pack(blob.MAGIC, blob.VERSION, len(text), len(body),
@@ -899,17 +903,36 @@ EXPECT.update({name: "ran ok$" for name in NORMAL})
 HOSTILE = sorted(set(EXPECT) - set(NORMAL))
 
 
-def outcome(name: str) -> str:
+# A case file (this one, test_cpu_state_plans.py, ...) has CASES (name → a function that
+# returns what ran, or raises for a refusal) and EXPECT (name → a pattern its outcome must
+# match); its cases run in a child process (``run_case_file``), which reports each one
+# (``report_cases``) for ``check_output`` to match.
+
+def outcome_of(cases: dict, name: str) -> str:
     try:
-        return CASES[name]()
+        return str(cases[name]())
     except OpforgeError as e:  # a BackendError, or one the runtime wraps (KernelError)
         return f"refused: {e}"
 
 
-def run_cases(names, env=None, timeout=120) -> subprocess.CompletedProcess:
-    """Run cases in one child process: one line "CASE <name> <outcome>" each."""
-    return subprocess.run([sys.executable, __file__, *names], capture_output=True, text=True,
+def run_case_file(path, names, env=None, timeout=120) -> subprocess.CompletedProcess:
+    """Run a case file's cases in one child process: one line "CASE <name> <outcome>" each."""
+    return subprocess.run([sys.executable, str(path), *names], capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def report_cases(cases: dict, names) -> None:
+    """A case file's child: run each named case and print its outcome line."""
+    for case in names:
+        print(f"CASE {case} {outcome_of(cases, case)}", flush=True)
+
+
+def outcome(name: str) -> str:
+    return outcome_of(CASES, name)
+
+
+def run_cases(names, env=None, timeout=120) -> subprocess.CompletedProcess:
+    return run_case_file(__file__, names, env, timeout)
 
 
 def check_output(names, proc, expect: dict | None = None) -> None:
@@ -941,8 +964,7 @@ def test_a_stride0_weight_does_not_grow_memory_past_the_limit():
 
 
 if __name__ == "__main__":
-    for case in sys.argv[1:]:
-        print(f"CASE {case} {outcome(case)}", flush=True)
+    report_cases(CASES, sys.argv[1:])
 
 
 def test_a_uint8_binary_post_op_operand_is_refused_on_a_float_op():

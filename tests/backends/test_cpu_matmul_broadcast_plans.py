@@ -81,17 +81,11 @@ EXPECT.update({name: "ran ok$" for name in NORMAL})
 
 
 def outcome(name: str) -> str:
-    try:
-        return CASES[name]()
-    except hostile.OpforgeError as e:
-        return f"refused: {e}"
+    return hostile.outcome_of(CASES, name)
 
 
 def run_cases(names, env=None, timeout=300):
-    import subprocess
-
-    return subprocess.run([sys.executable, __file__, *names], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return hostile.run_case_file(__file__, names, env, timeout)
 
 
 def check_output(names, proc) -> None:
@@ -112,5 +106,4 @@ def test_a_case_can_fail(name, monkeypatch):
 
 
 if __name__ == "__main__":
-    for case in sys.argv[1:]:
-        print(f"CASE {case} {outcome(case)}", flush=True)
+    hostile.report_cases(CASES, sys.argv[1:])

@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_cpu_hostile_plans as hostile  # noqa: E402
 
 from opforge.backends.cpu import blob  # noqa: E402
-from opforge.errors import BackendError  # noqa: E402
 from opforge.export import export  # noqa: E402
 from opforge.runtime import load  # noqa: E402
 
@@ -220,17 +219,11 @@ EXPECT.update({name: "ran ok$" for name in NORMAL})
 
 
 def outcome(name: str) -> str:
-    try:
-        return str(CASES[name]())
-    except BackendError as e:
-        return f"refused: {e}"
+    return hostile.outcome_of(CASES, name)
 
 
 def run_cases(names, env=None, timeout=300):
-    import subprocess
-
-    return subprocess.run([sys.executable, __file__, *names], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return hostile.run_case_file(__file__, names, env, timeout)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -241,5 +234,4 @@ def test_rms_norm_plans_run_right_or_are_refused(name):
 
 
 if __name__ == "__main__":
-    for case in sys.argv[1:]:
-        print(f"CASE {case} {outcome(case)}", flush=True)
+    hostile.report_cases(CASES, sys.argv[1:])

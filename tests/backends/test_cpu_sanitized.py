@@ -57,36 +57,9 @@ def sanitized_env() -> dict:
     return env
 
 
-def test_hostile_and_normal_plans_run_clean_under_asan_and_ubsan():
-    import sys
-
-    sys.path.insert(0, str(HERE))
-    import test_cpu_hostile_plans as cases
-
-    # the torch export (call_after_close) and RSS measurement stay in the plain run
-    names = [n for n in cases.NORMAL + cases.HOSTILE
-             if n not in ("call_after_close", "stride0_weight_memory")]
-    proc = cases.run_cases(names, env=sanitized_env(), timeout=900)
-    for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
-        assert report not in proc.stderr, proc.stderr[-6000:]
-    cases.check_output(names, proc)
-
-
-def test_state_and_indexing_plans_run_clean_under_asan_and_ubsan():
-    import sys
-
-    sys.path.insert(0, str(HERE))
-    import test_cpu_state_plans as cases
-
-    names = list(cases.CASES)
-    proc = cases.run_cases(names, env=sanitized_env(), timeout=900)
-    for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
-        assert report not in proc.stderr, proc.stderr[-6000:]
-    cases.check_output(names, proc)
-
-
-@pytest.mark.parametrize("module", ["test_cpu_rms_norm", "test_cpu_rope"])
-def test_decoder_op_plans_run_clean_under_asan_and_ubsan(module):
+def _run_clean(module: str, names=None) -> None:
+    """A case file's cases (all, or ``names``) in a sanitized child: no sanitizer report,
+    and every case's outcome the file expects."""
     import importlib
     import sys
 
@@ -94,21 +67,26 @@ def test_decoder_op_plans_run_clean_under_asan_and_ubsan(module):
     import test_cpu_hostile_plans as hostile
 
     cases = importlib.import_module(module)
-    names = list(cases.CASES)
-    proc = cases.run_cases(names, env=sanitized_env(), timeout=900)
+    names = list(cases.CASES) if names is None else names
+    proc = hostile.run_case_file(cases.__file__, names, env=sanitized_env(), timeout=900)
     for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
         assert report not in proc.stderr, proc.stderr[-6000:]
     hostile.check_output(names, proc, cases.EXPECT)
 
 
-def test_broadcast_matmul_plans_run_clean_under_asan_and_ubsan():
+def test_hostile_and_normal_plans_run_clean_under_asan_and_ubsan():
     import sys
 
     sys.path.insert(0, str(HERE))
-    import test_cpu_matmul_broadcast_plans as cases
+    import test_cpu_hostile_plans as cases
 
-    names = list(cases.CASES)
-    proc = cases.run_cases(names, env=sanitized_env(), timeout=900)
-    for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
-        assert report not in proc.stderr, proc.stderr[-6000:]
-    cases.check_output(names, proc)
+    # the torch export (call_after_close) and RSS measurement stay in the plain run
+    _run_clean("test_cpu_hostile_plans", [
+        n for n in cases.NORMAL + cases.HOSTILE
+        if n not in ("call_after_close", "stride0_weight_memory")])
+
+
+@pytest.mark.parametrize("module", ["test_cpu_state_plans", "test_cpu_rms_norm", "test_cpu_rope",
+                                    "test_cpu_matmul_broadcast_plans"])
+def test_case_file_plans_run_clean_under_asan_and_ubsan(module):
+    _run_clean(module)

@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_cpu_hostile_plans as hostile  # noqa: E402
 
 from opforge.backends.cpu import engine as cpu_engine  # noqa: E402
-from opforge.errors import BackendError  # noqa: E402
 
 pytestmark = hostile.pytestmark
 F32, I32, I64 = hostile.F32, hostile.I32, hostile.I64
@@ -42,20 +41,8 @@ class Plan(hostile.Plan):
             self.inputs.append(tid)
         return tid
 
-    def blob(self) -> bytes:
-        import json
-        import zlib
-
-        from opforge.backends.cpu import blob
-
-        doc = {"tensors": self.tensors, "ops": self.ops, "inputs": self.inputs,
-               "outputs": self.outputs, "impls": [], "state": self.state}
-        text = json.dumps(doc).encode()
-        pad = bytes(-(blob.HEADER.size + len(text)) % 64)
-        body = bytes(self.data)
-        head = blob.HEADER.pack(blob.MAGIC, blob.VERSION, len(text), len(body),
-                                zlib.crc32(text + body), 0)
-        return head + text + pad + body
+    def document(self) -> dict:
+        return {**super().document(), "state": self.state}
 
 
 def cache_plan(kind="index_put", cache_role="state", rows=8, n=2, index_dtype=I64):
@@ -249,17 +236,11 @@ EXPECT.update({name: "ran ok$" for name in NORMAL})
 
 
 def outcome(name: str) -> str:
-    try:
-        return CASES[name]()
-    except BackendError as e:
-        return f"refused: {e}"
+    return hostile.outcome_of(CASES, name)
 
 
 def run_cases(names, env=None, timeout=300):
-    import subprocess
-
-    return subprocess.run([sys.executable, __file__, *names], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return hostile.run_case_file(__file__, names, env, timeout)
 
 
 def check_output(names, proc) -> None:
@@ -280,5 +261,4 @@ def test_a_case_can_fail(name, monkeypatch):
 
 
 if __name__ == "__main__":
-    for case in sys.argv[1:]:
-        print(f"CASE {case} {outcome(case)}", flush=True)
+    hostile.report_cases(CASES, sys.argv[1:])
