@@ -125,6 +125,18 @@ def _quantized_8a8w(make, size: int):
         return quantize(model, inputs, "8a8w", calibration=calibration), inputs
 
 
+def _within_one_step_of_lean(qmodel, program, inputs) -> None:
+    """The cpu program's output is lean's, but for at most one output quantization step on
+    at most 5% of the elements (values on a rounding boundary)."""
+    x = inputs[0].numpy()
+    want = load(qmodel.export()).method("forward")(x)[0]
+    got = load(program).method("forward")(x)[0]
+    diff = np.abs(got - want)
+    step = _output_step(qmodel.model)
+    assert diff.max() <= step * 1.001, (float(diff.max()), step)
+    assert np.count_nonzero(diff) <= max(1, int(diff.size * 0.05)), np.count_nonzero(diff)
+
+
 def test_8a8w_activations_join_their_convolution_and_depthwise_runs_in_int8():
     qmodel, inputs = _quantized_8a8w(_ConvActivations, 24)
     program = qmodel.export(backends=["cpu"])
@@ -137,16 +149,10 @@ def test_8a8w_activations_join_their_convolution_and_depthwise_runs_in_int8():
     assert kinds.count("qconv") == 4 and kinds.count("qmatmul") == 1, kinds
     assert "eltwise" not in kinds and "conv" not in kinds, kinds
     assert kinds.count("quant") == 4, kinds
-    x = inputs[0].numpy()
-    want = load(qmodel.export()).method("forward")(x)[0]
-    got = load(program).method("forward")(x)[0]
     # lean rounds the convolution's output to its own quantization before the activation;
     # the post-ops round at the same place, in float32, half to even: one output step
     # where a value lies on a rounding boundary, as the plain pattern
-    diff = np.abs(got - want)
-    step = _output_step(qmodel.model)
-    assert diff.max() <= step * 1.001, (float(diff.max()), step)
-    assert np.count_nonzero(diff) <= max(1, int(diff.size * 0.05)), np.count_nonzero(diff)
+    _within_one_step_of_lean(qmodel, program, inputs)
 
 
 class _Residuals(torch.nn.Module):
@@ -183,13 +189,7 @@ def test_8a8w_residual_adds_join_a_convolution_and_match_lean():
     assert kinds.count("qconv") == 7, kinds
     assert "binary" not in kinds and "eltwise" not in kinds and "conv" not in kinds, kinds
     assert kinds.count("quant") == 2, kinds
-    x = inputs[0].numpy()
-    want = load(qmodel.export()).method("forward")(x)[0]
-    got = load(program).method("forward")(x)[0]
     # the add's operand joins in float32 as ((x / s_b - zp_b) + b) · s_b, a sum in another
     # order than lean's x + (b - zp_b) · s_b: one output step where a value lies on a
     # rounding boundary
-    diff = np.abs(got - want)
-    step = _output_step(qmodel.model)
-    assert diff.max() <= step * 1.001, (float(diff.max()), step)
-    assert np.count_nonzero(diff) <= max(1, int(diff.size * 0.05)), np.count_nonzero(diff)
+    _within_one_step_of_lean(qmodel, program, inputs)

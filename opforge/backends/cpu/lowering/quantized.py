@@ -56,6 +56,13 @@ def lower_quant(L: Lowering, node, args, kwargs):
     return ("t", out)
 
 
+def _peel_relu(node):
+    """(the relu, its input) when ``node`` is a relu read once, else (None, ``node``)."""
+    if _is(node, aten.relu.default) and len(node.users) == 1:
+        return node, node.args[0]
+    return None, node
+
+
 @dataclass
 class Int8Pattern:
     dequant: Any
@@ -133,10 +140,7 @@ def find_int8_patterns(sub) -> dict[str, Int8Pattern]:
         q = _per_tensor_u8(node, quantize=True)
         if q is None:
             continue
-        src = node.args[0]
-        relu = None
-        if _is(src, aten.relu.default) and len(src.users) == 1:
-            relu, src = src, src.args[0]
+        relu, src = _peel_relu(node.args[0])
         if not isinstance(src, torch.fx.Node) or len(src.users) != 1:
             continue
         pattern = _match_compute(sub, src)
@@ -192,10 +196,7 @@ def _join_residual_add(found: dict[str, Int8Pattern], node, order: dict) -> None
     out = _per_tensor_u8(node, quantize=True)
     if out is None:
         return
-    top = node.args[0]
-    relu = None
-    if _is(top, aten.relu.default) and len(top.users) == 1:
-        relu, top = top, top.args[0]
+    relu, top = _peel_relu(node.args[0])
     if not _is(top, aten.add.Tensor) or len(top.users) != 1 or len(top.args) != 2 \
             or top.kwargs.get("alpha", 1) != 1:
         return

@@ -73,8 +73,9 @@ def find_rope(sub, taken: dict) -> dict[str, Rope]:
     """Every rotation of the subgraph whose nodes no other group has ``taken``, keyed by
     the name of each of its nodes."""
     found: dict[str, Rope] = {}
+    order = {n: i for i, n in enumerate(sub.graph_module.graph.nodes)}
     for node in sub.graph_module.graph.nodes:
-        match = _rope_match(node)
+        match = _rope_match(node, order)
         if match is not None and not any(n.name in taken or n.name in found for n in match.nodes):
             for n in match.nodes:
                 found[n.name] = match
@@ -120,7 +121,7 @@ def _rotated_half(cat, user, x) -> bool:
         if _slice(x1, cat, x, last, 0, half) else False
 
 
-def _rope_match(add) -> Rope | None:
+def _rope_match(add, order: dict) -> Rope | None:
     if add.op != "call_function" or add.target is not aten.add.Tensor or len(add.args) != 2 \
             or add.kwargs:
         return None
@@ -133,14 +134,9 @@ def _rope_match(add) -> Rope | None:
                 if _fits(x, cos, sin, add) and _rotated_half(cat, second, x):
                     neg, x1 = cat.args[0]
                     nodes = sorted([x1, neg.args[0], neg, cat, first, second, add],
-                                   key=_position(add))
+                                   key=order.__getitem__)
                     return Rope(x, cos, sin, nodes)
     return None
-
-
-def _position(node):
-    order = {n: i for i, n in enumerate(node.graph.nodes)}
-    return order.__getitem__
 
 
 def _fits(x, cos, sin, add) -> bool:
