@@ -192,8 +192,9 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
                          delegation_report(program), explain=explain)
 
 
-def with_dims(method: str, entry: tuple, dims: tuple[str, ...]) -> tuple:
-    """``(module, inputs, dynamic_shapes)`` with the ``--dim`` options applied."""
+def with_dims(method: str, entry: tuple, dims: tuple[str, ...], api: str = _API) -> tuple:
+    """``(module, inputs, dynamic_shapes)`` with the ``--dim`` options applied (``api``:
+    the command errors name)."""
     import torch
 
     module, inputs = entry[0], entry[1]
@@ -209,7 +210,7 @@ def with_dims(method: str, entry: tuple, dims: tuple[str, ...]) -> tuple:
                 raise ValueError(text)
         except (ValueError, IndexError):
             raise ExportError(
-                f"{_API}: --dim {text!r} (method {method!r}) — valid: INPUT:DIM:NAME:MIN:MAX with "
+                f"{api}: --dim {text!r} (method {method!r}) — valid: INPUT:DIM:NAME:MIN:MAX with "
                 f"INPUT in 0..{len(inputs) - 1} and NAME an identifier — fix: e.g. --dim 0:0:batch:1:64"
             ) from None
         if name not in made:

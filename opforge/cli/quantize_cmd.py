@@ -112,7 +112,7 @@ def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str 
         model, inputs, dynamic = (tuple(entry) + (None,))[:3]  # the factory's dynamic_shapes
         if dims:
             try:
-                _, inputs, dynamic = with_dims(method, (model, inputs), dims)
+                _, inputs, dynamic = with_dims(method, (model, inputs), dims, "`opforge quantize`")
             except ExportError as exc:
                 raise click.ClickException(str(exc)) from None
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)

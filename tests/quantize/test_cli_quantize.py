@@ -167,6 +167,8 @@ def test_a_dynamic_dim_lets_calibration_samples_differ_there(tmp_path):
             "-o", str(out)]
     refused = CliRunner().invoke(cli, args)
     assert refused.exit_code != 0 and "valid: (4, 64)" in refused.output
+    malformed = CliRunner().invoke(cli, args + ["--dim", "0:0:rows:1"])
+    assert malformed.exit_code != 0 and "`opforge quantize`: --dim '0:0:rows:1'" in malformed.output
     result = CliRunner().invoke(cli, args + ["--dim", "0:0:rows:1:16"])
     assert result.exit_code == 0, result.output
     from opforge.runtime import load as load_program
