@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from opforge.kernels.portable import normalization
 from opforge.kernels.portable.linalg import KERNELS as LINALG
 from opforge.kernels.portable.normalization import KERNELS as NORMALIZATION
 from opforge.kernels.portable.view_copy import KERNELS as VIEW_COPY
@@ -58,18 +59,59 @@ def _check(kernel, make_args, outs):
         kernel(*reference)
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=f"size {n}")
+        # and exactly what the binder's own pair computes (the same steps)
+        fresh = list(args)
+        for i in outs:
+            fresh[i] = np.empty_like(args[i])
+        fn, bound = kernel.bind(tuple(fresh))
+        fn(*bound)
+        for g, i in zip(got, outs):
+            np.testing.assert_array_equal(g, fresh[i], err_msg=f"size {n}")
 
 
-@pytest.mark.parametrize("affine", [True, False])
-def test_layer_norm(affine):
+@pytest.mark.parametrize("affine", [True, False, "weight"])
+def test_layer_norm(affine, monkeypatch):
+    # the common case: one normalized dimension (its straight-line steps from the second
+    # size on: the first fills the prepared ones and counts)
     slots = Slots((2, MAX, 16), (2, MAX, 16), (2, MAX, 1), (2, MAX, 1))
     weight, bias = (constant(16), constant(16)) if affine else (None, None)
+    if affine == "weight":
+        bias = None
 
     def args(n):
         return (slots.view(0, (2, n, 16)), [16], weight, bias, 1e-5, slots.view(1, (2, n, 16)),
                 slots.view(2, (2, n, 1)), slots.view(3, (2, n, 1)))
 
+    general = []
+    monkeypatch.setattr(normalization, "_layer_norm",
+                        lambda *a, f=normalization._layer_norm: general.append(1) or f(*a))
     _check(NORMALIZATION["aten::native_layer_norm.out"], args, outs=(5, 6, 7))
+    assert len(general) == 1 + len(SIZES)  # the first rebind's, and the binder's per size
+
+
+def test_layer_norm_over_two_dimensions():
+    slots = Slots((MAX, 4, 6), (MAX, 4, 6), (MAX, 1, 1), (MAX, 1, 1))
+    weight, bias = constant(4, 6), constant(4, 6)
+
+    def args(n):
+        return (slots.view(0, (n, 4, 6)), [4, 6], weight, bias, 1e-5, slots.view(1, (n, 4, 6)),
+                slots.view(2, (n, 1, 1)), slots.view(3, (n, 1, 1)))
+
+    _check(NORMALIZATION["aten::native_layer_norm.out"], args, outs=(5, 6, 7))
+
+
+@pytest.mark.parametrize("shape, dim", [
+    (lambda n: (2, n, 40), -1),     # long rows: NumPy's reduce
+    (lambda n: (4, 16, n), -1),     # short rows, many: the transposed maximum (n <= 32)
+    (lambda n: (3, n, 5), 1),       # not the last dimension
+])
+def test_softmax(shape, dim):
+    slots = Slots(shape(MAX), shape(MAX))
+
+    def args(n):
+        return slots.view(0, shape(n)), dim, False, slots.view(1, shape(n))
+
+    _check(NORMALIZATION["aten::_softmax.out"], args, outs=(3,))
 
 
 def test_linear():
