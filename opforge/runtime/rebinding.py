@@ -33,9 +33,10 @@
 # on the arguments at the upper bound (the base table's views), and per shape its
 # ``rebind`` does only the size-dependent part, falling back to the binder when it declines;
 # scratch buffers are prefixes of ones made at the upper bound (one instance runs one shape
-# at a time). On the transformer zoo model (47 instructions, 52 symbolic tensors) a new
-# shape costs ~63 µs: ~15 for the views, ~40 for the instructions, the rest the checks
-# and tables.
+# at a time). Symbolic ints and ``int[]``s are picked from the evaluated sizes, like the
+# views' shapes. On the transformer zoo model (47 instructions, 52 symbolic tensors) a new
+# shape costs ~50 µs (bench/dynamic_shapes.py): ~15 for the views, ~30 for the
+# instructions, the rest the checks and tables.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class RebindPlan:
         self.gather = binder._gather
         base = method._base_values
         growing = method._growing.buffers if method._growing is not None else {}
-        self.views, self.others = [], []
+        self.views, self.ints, self.others = [], [], []
         for index, where in binder._gather:
             value = definition.values[index]
             storage = getattr(value, "storage", None)
@@ -99,6 +100,10 @@ class RebindPlan:
                     index not in growing and value.dim_order == tuple(range(len(where))):
                 self.views.append((index, itemgetter(*where), _numpy_dtype(value.dtype),
                                    method._arenas[storage.mem_id], storage.offset))
+            elif type(value) is IntValue and len(where) == 1:
+                self.ints.append((index, itemgetter(where[0])))
+            elif type(value) is IntListValue and len(where) > 1:  # a tuple, as set_sizes
+                self.ints.append((index, itemgetter(*where)))
             else:
                 self.others.append((index, where))
         # the instruction list: one entry per bound position (Free has none); calls that
@@ -215,6 +220,8 @@ class RebindPlan:
                 method._current = None
         objects = {index: _ndarray(shape(found), dtype, arena, offset)
                    for index, shape, dtype, arena, offset in self.views}
+        for index, size in self.ints:
+            objects[index] = size(found)
         values = ValueTable(method._api, method._program, method._def, method._arenas,
                             base=method._base_values, dependent=self.dependent,
                             growing=growing, objects=objects)

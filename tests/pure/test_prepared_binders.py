@@ -114,12 +114,15 @@ def test_softmax(shape, dim):
     _check(NORMALIZATION["aten::_softmax.out"], args, outs=(3,))
 
 
-def test_linear():
-    slots = Slots((3, MAX, 8), (3, MAX, 5))
-    weight, bias = constant(5, 8), constant(5)
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear(batched, with_bias):
+    lead = (3,) if batched else ()
+    slots = Slots(lead + (MAX, 8), lead + (MAX, 5))
+    weight, bias = constant(5, 8), constant(5) if with_bias else None
 
     def args(n):
-        return slots.view(0, (3, n, 8)), weight, bias, slots.view(1, (3, n, 5))
+        return slots.view(0, lead + (n, 8)), weight, bias, slots.view(1, lead + (n, 5))
 
     _check(LINALG["aten::linear.out"], args, outs=(3,))
 
@@ -147,3 +150,35 @@ def test_overlap_at_the_upper_bound_declines():
     x = slots.view(0, (2, MAX, 3))
     assert layer_norm.bind.prepare((x, [3], None, None, 1e-5, x, np.empty((2, MAX, 1),
                                     np.float32), np.empty((2, MAX, 1), np.float32))) is None
+
+
+def test_relu():
+    from opforge.kernels.portable.activation import KERNELS as ACTIVATION
+
+    slots = Slots((3, MAX), (3, MAX))
+    _check(ACTIVATION["aten::relu.out"], lambda n: (slots.view(0, (3, n)), slots.view(1, (3, n))),
+           outs=(1,))
+
+
+@pytest.mark.parametrize("key", ["aten::zeros_like.out", "aten::ones_like.out"])
+def test_uniform_constants(key):
+    from opforge.kernels.portable.factory import KERNELS as FACTORY
+
+    slots = Slots((2, MAX), (2, MAX))
+    _check(FACTORY[key], lambda n: (slots.view(0, (2, n)), None, slots.view(1, (2, n))),
+           outs=(2,))
+
+
+def test_where():
+    from opforge.kernels.portable.comparison import KERNELS as COMPARISON
+
+    slots = Slots((2, MAX), (2, MAX), (2, MAX))
+    arena = np.zeros(2 * MAX, np.bool_)
+
+    def args(n):
+        condition = np.ndarray((2, n), np.bool_, arena)
+        condition[...] = RNG.standard_normal((2, n)) > 0
+        condition.flags.writeable = False  # _check leaves it as drawn: about half True
+        return condition, slots.view(0, (2, n)), slots.view(1, (2, n)), slots.view(2, (2, n))
+
+    _check(COMPARISON["aten::where.self_out"], args, outs=(3,))

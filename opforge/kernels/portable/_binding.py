@@ -259,7 +259,12 @@ def steps(pairs: Sequence[Step], out: np.ndarray | None = None, *,
     ``out`` (the op's output) enables the threaded path when every array in ``pairs`` is
     elementwise with it; pass None for steps that reduce, gather or multiply matrices.
     """
-    pairs = tuple((_KEYWORD_OUT.get(fn, fn), args) for fn, args in pairs)
+    for fn, _ in pairs:
+        if fn in _KEYWORD_OUT:
+            pairs = tuple((_KEYWORD_OUT.get(fn, fn), args) for fn, args in pairs)
+            break
+    else:
+        pairs = tuple(pairs)
     runner = _run_quiet if quiet else _run
     if out is not None and _chunkable(pairs, out):
         return partial(_run_chunks, runner), (_chunks(pairs, out.size),)

@@ -19,7 +19,9 @@ import numpy as np
 
 from opforge.errors import KernelError
 from opforge.kernels.portable import _binding
-from opforge.kernels.portable._binding import constant_operand, separate, steps, ufunc_step
+from opforge.kernels.portable._binding import (
+    constant_operand, prepares, separate, steps, ufunc_step,
+)
 from opforge.kernels.portable._erf import erf
 from opforge.kernels.portable._normal_cdf import gelu_erf_scratch, gelu_erf_steps
 from opforge.kernels.portable._promotion import accumulate_dtype, result_type
@@ -144,6 +146,19 @@ def _bind_relu(args):
     self, out = args
     zeros = constant_operand(0, self.dtype, out.shape)
     return steps([ufunc_step(np.maximum, self, zeros, out, dtype=self.dtype)], out)
+
+
+@prepares(_bind_relu)
+def _prepare_relu(bound):
+    # one step at every size (not cut into chunks) against a prefix of the zeros at the
+    # upper bound: only the zeros' view depends on the size
+    self, out = bound
+    fn, bound_args = _bind_relu(bound)
+    if _binding.NUM_THREADS > 1 or len(bound_args) != 3 or bound_args[0] is not self or \
+            bound_args[2] is not out:
+        return None
+    zeros = bound_args[1].reshape(-1)
+    return lambda args: (fn, (args[0], zeros[:args[1].size].reshape(args[1].shape), args[1]))
 
 
 def _bound(value, ct: np.dtype, out: np.ndarray) -> np.ndarray:

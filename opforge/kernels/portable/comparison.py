@@ -11,7 +11,7 @@ from functools import partial
 
 import numpy as np
 
-from opforge.kernels.portable._binding import fold_scalar, shape_generic, steps
+from opforge.kernels.portable._binding import fold_scalar, prepares, shape_generic, steps
 from opforge.kernels.portable._promotion import result_type
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 from opforge.kernels.portable.arithmetic import as_operand, bind_binary
@@ -137,8 +137,21 @@ def _bind_where(args):
             isinstance(v, np.ndarray) and np.may_share_memory(v, out)
             for v in (condition, self, other)):
         return where_out, args
-    return steps([(partial(np.copyto, casting="unsafe"), (out, other)),
-                  (_copy_where, (out, self, condition))])
+    return steps([(_copy_unsafe, (out, other)), (_copy_where, (out, self, condition))])
+
+
+def _copy_unsafe(dst: np.ndarray, src) -> None:
+    np.copyto(dst, src, casting="unsafe")
+
+
+@prepares(_bind_where)
+def _prepare_where(bound):
+    # dtypes, and no input overlapping out, hold at every size once they hold at the
+    # upper bound: each size's pair is the same two steps on its own arguments
+    if _bind_where(bound)[0] is where_out:
+        return None
+    return lambda args: steps([(_copy_unsafe, (args[3], args[2])),
+                               (_copy_where, (args[3], args[1], args[0]))])
 
 
 @binder_for(masked_fill_out)

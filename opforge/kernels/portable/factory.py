@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from opforge.errors import KernelError
+from opforge.kernels.portable._binding import prepares
 from opforge.kernels.portable._promotion import is_floating
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
@@ -106,7 +107,7 @@ def arange_out(end, out):
     arange_start_out(0, end, 1, out)
 
 
-def _bind_constant(kernel: Kernel) -> None:
+def _bind_constant(kernel: Kernel, uniform: bool = False) -> None:
     @binder_for(kernel)
     def bind(args):
         out = args[-1]
@@ -115,7 +116,19 @@ def _bind_constant(kernel: Kernel) -> None:
         values.flags.writeable = False
         return np.copyto, (out, values)
 
+    if not uniform:
+        return
 
-for _kernel in (full_out, full_like_out, scalar_tensor_out, zeros_out, ones_out,
-                zeros_like_out, ones_like_out, arange_start_out, arange_out):
+    @prepares(bind)
+    def prepare(bound):
+        # every element the same value whatever the arguments but out's size: a prefix of
+        # the values at the upper bound serves every size
+        values = bind(bound)[1][1].reshape(-1)
+        return lambda args: (np.copyto, (args[-1], values[:args[-1].size].reshape(
+            args[-1].shape)))
+
+
+for _kernel in (full_out, full_like_out, scalar_tensor_out, arange_start_out, arange_out):
     _bind_constant(_kernel)
+for _kernel in (zeros_out, ones_out, zeros_like_out, ones_like_out):
+    _bind_constant(_kernel, uniform=True)

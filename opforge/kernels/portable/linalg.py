@@ -137,9 +137,21 @@ def _bind_linear(args):
 def _prepare_linear(bound):
     if not _linear_fast(bound):
         return None
-    weight = bound[1]
+    weight, bias = bound[1], bound[2]
     transposed = weight.T  # a constant weight is the same object at every shape
-    return lambda args: _linear(args, transposed if args[1] is weight else None)
+    k, n = weight.shape[1], weight.shape[0]
+
+    def rebind(args):
+        input, w, b, out = args
+        if w is not weight or input.ndim <= 2 or not (
+                input.flags.c_contiguous and out.flags.c_contiguous):
+            return _linear(args, transposed if w is weight else None)
+        # the batched common case, straight-line: both operands as matrices (views)
+        product = (np.matmul, (input.reshape(-1, k), transposed, out.reshape(-1, n)))
+        return product if b is None else steps([product, (np.add, (out, b, out))])
+
+    return rebind if bias is None or bias.ndim == 1 else \
+        (lambda args: _linear(args, transposed if args[1] is weight else None))
 
 
 @binder_for(addmm_out)
