@@ -14,6 +14,7 @@ import mmap
 import os
 import stat
 import struct
+import weakref
 import zlib
 
 from opforge._user_files import file_kind, os_error_text, require_regular_file
@@ -74,12 +75,27 @@ def load(path: str | os.PathLike, *, allow_unplanned: bool = False) -> Program:
                 raise program_error("file", "an empty file (0 bytes)",
                                     f"a program file of at least {F.HEADER_SIZE} bytes",
                                     "the export did not finish; re-export the model")
-            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mapping = ProgramMapping.of(f.fileno())
         return _decode(memoryview(mapping).toreadonly(), allow_unplanned)
     except ProgramError as e:
         raise with_api(api, e) from None
     except OSError as e:
         raise ProgramError(f"`{api}`: file {os_error_text(e, path, 'read')}") from e
+
+
+class ProgramMapping(mmap.mmap):
+    """A program file mapped read-only, with ``fd``: the file itself, open for as long as
+    the mapping lives (a backend may read a constant's bytes with ``os.pread`` instead of
+    through the mapping, so that they never become the process's resident pages)."""
+
+    fd: int
+
+    @classmethod
+    def of(cls, fileno: int) -> "ProgramMapping":
+        mapping = cls(fileno, 0, access=mmap.ACCESS_READ)
+        mapping.fd = os.dup(fileno)  # close-on-exec, as every descriptor Python makes
+        weakref.finalize(mapping, os.close, mapping.fd)
+        return mapping
 
 
 def _open_regular(path: str | os.PathLike):

@@ -1,6 +1,6 @@
 """A delegate's weights are resident once, not twice: the engine copies each constant out of
 the program file's read-only mapping at init and gives the mapping's pages back
-(``engine._FilePages``). Measured on the file's own mapping in ``/proc/self/smaps`` (the
+(``file_pages.FilePages``). Measured on the file's own mapping in ``/proc/self/smaps`` (the
 pages of this process that map it), so nothing else in the process moves the number; and
 the values stay eager's, including after the pages are read again.
 """
@@ -166,3 +166,114 @@ def test_a_gathered_table_is_marked_read_at_random(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     size, *flags = proc.stdout.split("largest")[1].split()
     assert int(size) >= 31 << 20 and "rr" in flags and "nh" in flags, proc.stdout
+
+
+_FILE_READ_CHILD = textwrap.dedent("""
+    import sys, numpy as np
+    from opforge.runtime import load
+    path, out = sys.argv[1], sys.argv[2]
+
+    def mapped_kib():
+        total, inside = 0, False
+        for line in open("/proc/self/smaps"):
+            first = line.split()[0]
+            if "-" in first and not first.endswith(":"):
+                inside = line.rstrip().endswith(path)
+            elif inside and first == "Rss:":
+                total += int(line.split()[1])
+        return total
+
+    forward = load(path).method("forward")
+    rows = np.arange(64, dtype=np.int64) * 509 % 32768  # 64 rows spread over the table
+    got = np.stack([forward(rows[i:i + 16])[0] for i in range(0, 64, 16)])
+    print("mapped", mapped_kib())
+    np.save(out, got)
+""")
+
+
+def test_an_embedding_table_is_read_from_the_file_not_through_the_mapping(tmp_path):
+    """An embedding table in a program file is read with one pread per row: however the
+    kernel maps the file's pages (large folios make a few rows' faults map most of a table),
+    none of the table becomes this process's resident memory, and the rows are exact."""
+    torch.manual_seed(0)
+    model = nn.Embedding(32768, 256).eval()  # 32 MiB
+    with torch.no_grad():
+        model.weight.mul_(3.0).add_(0.5)
+    program = export(model, (torch.arange(16),), backends=["cpu"])
+    path = tmp_path / "table.opf"
+    save(program, path)
+    path.read_bytes()  # the whole file in the page cache, as right after an export
+    proc = subprocess.run([sys.executable, "-c", _FILE_READ_CHILD, str(path),
+                           str(tmp_path / "rows.npy")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mapped = int(proc.stdout.split("mapped")[1].split()[0])
+    assert mapped < 2048, proc.stdout  # KiB: the header, the plan, never the 32 MiB table
+    rows = torch.arange(64) * 509 % 32768
+    with torch.no_grad():
+        want = model(rows).numpy().reshape(4, 16, 256)
+    np.testing.assert_array_equal(np.load(tmp_path / "rows.npy"), want)  # copies: exact
+
+
+def test_a_table_also_read_in_place_keeps_the_mapping(tmp_path):
+    """A table some other op reads on every call (here a binary op adds it to itself) stays
+    read through the mapping; the gather still gives eager's rows."""
+
+    class TwoUses(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(64, 8)
+
+        def forward(self, ids):
+            return self.table(ids), self.table.weight * 2.0
+
+    torch.manual_seed(0)
+    model = TwoUses().eval()
+    ids = torch.tensor([3, 63, 0, 3])
+    program = export(model, (ids,), backends=["cpu"])
+    path = tmp_path / "two.opf"
+    save(program, path)
+    got = load(path).method("forward")(ids.numpy())
+    with torch.no_grad():
+        want = model(ids)
+    np.testing.assert_array_equal(got[0], want[0].numpy())
+    np.testing.assert_array_equal(got[1], want[1].numpy())
+
+
+def test_a_file_source_is_checked_against_its_file(tmp_path):
+    """``ofc_tensor_file`` (the engine's only way to read a program file) takes a borrowed
+    constant's range of an open regular file, nothing else: each refusal names why."""
+    import ctypes
+
+    lib = cpu_engine.library()
+    raw = np.zeros(4096 + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    table = raw[start:start + 4096].view(np.float32).reshape(64, 16)  # 64-byte aligned
+    path = tmp_path / "blob.bin"
+    path.write_bytes(bytes(8192))
+    err = ctypes.create_string_buffer(1024)
+    ptr = lib.ofc_new(1, 0, err, 1024)
+    try:
+        dims, strides = (ctypes.c_int64 * 2)(64, 16), (ctypes.c_int64 * 2)(16, 1)
+        f32 = 6  # the engine's dtype code (engine.h)
+        borrowed = lib.ofc_add_tensor(ptr, f32, 2, dims, strides, table.ctypes.data_as(ctypes.c_void_p),
+                                      table.nbytes, -1, 0, 3, err, 1024)
+        intermediate = lib.ofc_add_tensor(ptr, f32, 2, dims, strides, None, 0, -1, 0, 1, err, 1024)
+        assert (borrowed, intermediate) == (0, 1), err.value
+        with open(path, "rb") as f, open(os.devnull, "rb") as device:
+            fd = f.fileno()
+            cases = [
+                (intermediate, fd, 0, b"not a borrowed constant"),
+                (borrowed, -1, 0, b"not an open regular file"),
+                (borrowed, device.fileno(), 0, b"not an open regular file"),
+                (borrowed, fd, 4097, b"outside its file"),    # 4097 + 4096 > 8192
+                (borrowed, fd, -8, b"outside its file"),
+                (borrowed, fd, 1 << 62, b"outside its file"),  # no overflow: checked add
+                (7, fd, 0, b"file source"),                    # no such tensor
+            ]
+            for tid, descriptor, offset, message in cases:
+                assert lib.ofc_tensor_file(ptr, tid, descriptor, offset, err, 1024) == 1
+                assert message in err.value, (tid, descriptor, offset, err.value)
+            assert lib.ofc_tensor_file(ptr, borrowed, fd, 4096, err, 1024) == 0, err.value
+    finally:
+        lib.ofc_destroy(ptr)

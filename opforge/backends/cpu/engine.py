@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import mmap
 import os
 import threading
 import warnings
@@ -18,10 +17,11 @@ import numpy as np
 
 from opforge.backends.cpu import engine_build
 from opforge.backends.cpu.blob import ITEMSIZE
+from opforge.backends.cpu.file_pages import FilePages, PagePlan
 from opforge.errors import BackendError
 from opforge.runtime.threads import note_library_loaded
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()
@@ -161,6 +161,8 @@ def _declare(lib) -> None:
     lib.ofc_use_weight_cache.restype = I32
     lib.ofc_add_tensor.argtypes = [P, I32, I32, I64P, I64P, P, I64, I32, I64, I32, S, I32]
     lib.ofc_add_tensor.restype = I32
+    lib.ofc_tensor_file.argtypes = [P, I32, I32, I64, S, I32]
+    lib.ofc_tensor_file.restype = I32
     lib.ofc_post_op.argtypes = [P, I32, I32, D, D, I32, S, I32]
     lib.ofc_post_op.restype = I32
     lib.ofc_add_op.argtypes = [P, S, I32P, I32, I32P, I32, I64P, I32, DP, I32, S, I32]
@@ -185,67 +187,6 @@ def _declare(lib) -> None:
 def _arr(ctype, values):
     values = list(values)
     return (ctype * max(len(values), 1))(*values)
-
-
-# op kinds whose constant operands after the first (weights, biases, weight scales) the
-# engine copies at init (reorder_const; a quantized op's scales memcpy'd): never read again
-COPIED_AT_INIT = frozenset({"conv", "deconv", "matmul", "qconv", "qmatmul"})
-# op kinds that read a few rows of their first operand per call (a table)
-GATHERED = frozenset({"embedding", "index"})
-
-
-class _FilePages:
-    """Gives back the resident pages of a blob's constants once the engine has copied them.
-
-    A program loaded from a file keeps its segments in a shared read-only mapping
-    (``opforge.program.load``): each constant the engine reads at init becomes resident
-    there, beside the engine's own copy (and the layout oneDNN reorders weights into), so a
-    weight-heavy delegate held its weights twice for as long as it lived, and three times
-    at the peak of its init. ``madvise(MADV_DONTNEED)`` drops this process's pages of such
-    a mapping: a later read (a crash report, ``describe_blob``) faults them in again from
-    the file, unchanged. Only for a mapping nobody can write (its memoryview is read-only):
-    on a private or anonymous mapping the call would discard data. Whole pages inside each
-    constant only; a page it shares with its neighbours stays."""
-
-    _PAGE = mmap.PAGESIZE
-
-    def __init__(self, mapping: mmap.mmap, start: int) -> None:
-        self.mapping = mapping
-        self.start = start  # the mapping's address
-
-    @classmethod
-    def of(cls, data: memoryview) -> "_FilePages | None":
-        mapping = getattr(data, "obj", None)
-        if type(mapping) is not mmap.mmap or not hasattr(mmap, "MADV_DONTNEED"):
-            return None
-        whole = memoryview(mapping)
-        try:
-            if not whole.readonly:  # ACCESS_WRITE / ACCESS_COPY: pages may hold writes
-                return None
-            start = np.frombuffer(whole, np.uint8).ctypes.data
-        finally:
-            whole.release()
-        return cls(mapping, start)
-
-    def __call__(self, address: int, nbytes: int) -> None:
-        self._advise(address, nbytes, mmap.MADV_DONTNEED)
-
-    def gathered(self, address: int, nbytes: int) -> None:
-        """A table read a few rows per call (an embedding): the kernel maps a file's pages
-        in large chunks around each fault, so 160 token rows of a 98 MB embedding table
-        made all of it resident; with huge pages and read-around off on its range, a third
-        of it on the machine this was measured on (how much is the kernel's choice: its
-        page-cache folios can be as large)."""
-        for advice in ("MADV_NOHUGEPAGE", "MADV_RANDOM"):
-            if hasattr(mmap, advice):
-                self._advise(address, nbytes, getattr(mmap, advice))
-
-    def _advise(self, address: int, nbytes: int, advice: int) -> None:
-        page = self._PAGE
-        first = -(-(address - self.start) // page) * page
-        end = (address + nbytes - self.start) // page * page
-        if end > first:
-            self.mapping.madvise(advice, first, end - first)
 
 
 def shared_weight_cache(context: Any) -> int | None:
@@ -348,8 +289,9 @@ class EngineHandle:
         # bytes object cannot be freed under it)
         raw = np.frombuffer(data, np.uint8)
         self.keep.append(raw)
-        pages = {id(data): _FilePages.of(data)}  # per view: its mapping's pages, or None
+        pages = {id(data): FilePages.of(data)}  # per view: its mapping's pages, or None
         spans: dict[int, tuple[int, int, Any]] = {}  # constant tensor → (address, nbytes, pages)
+        borrowed: dict[int, bool] = {}  # constant tensors the engine reads in place
         self._tensors = tensors = plan["tensors"]
         for i, t in enumerate(tensors):
             dims, strides = t["dims"], t["strides"]
@@ -362,11 +304,12 @@ class EngineHandle:
                 address, nbytes, view = self._constant(t, i, raw, named)
                 view = data if view is None else view
                 if id(view) not in pages:
-                    pages[id(view)] = _FilePages.of(view)
+                    pages[id(view)] = FilePages.of(view)
                 spans[i] = (address, nbytes, pages[id(view)])
                 ptr = ctypes.c_void_p(address)
                 if ptr.value % 64 == 0:  # (the engine refuses an unaligned borrow: copied)
                     storage = 3
+                    borrowed[i] = True
             rid = lib.ofc_add_tensor(self.ptr, t["dtype"], len(dims), _arr(ctypes.c_int64, dims),
                                      _arr(ctypes.c_int64, strides), ptr, nbytes,
                                      t.get("base", -1) if t["role"] == "alias" else -1,
@@ -380,24 +323,11 @@ class EngineHandle:
             if t["role"] == "alias":
                 roots[i] = roots[t["base"]]
 
-        # constants some op reads in place on every call (a gather's table, a binary or
-        # post-op operand): their pages stay, or each call would fault them in again (an
-        # embedding table given back cost a decoder 0.56 ms per token in page faults)
-        in_place = {roots[t] for op in plan["ops"] for t in (
-            op["in"] if op["kind"] not in COPIED_AT_INIT else op["in"][:1])}
-        in_place |= {roots[p[4]] for op in plan["ops"] for p in op["post"] if p[0] == 1}
-
-        for op in plan["ops"]:  # tables gathered a few rows per call
-            if op["kind"] in GATHERED and op["in"]:
-                address, nbytes, pages = spans.get(roots[op["in"][0]], (0, 0, None))
-                if pages is not None and nbytes:
-                    pages.gathered(address, nbytes)
-
-        def give_back(op) -> None:  # the file's pages of the constants an op copied at init
-            for tid in op["in"][1:] if op["kind"] in COPIED_AT_INIT else ():
-                address, nbytes, release = spans.get(roots[tid], (0, 0, None))
-                if release is not None and nbytes and roots[tid] not in in_place:
-                    release(address, nbytes)
+        # which of the file's pages to give back, which tables to read from the file
+        pages_plan = PagePlan(plan, roots, spans, borrowed)
+        for root, fd, offset in pages_plan.file_sources:
+            self._check(lib.ofc_tensor_file(self.ptr, root, fd, offset, err, _ERR), err,
+                        f"tensors[{root}] (an embedding table read from its file)")
 
         for i, op in enumerate(plan["ops"]):
             for p in op["post"]:
@@ -413,7 +343,7 @@ class EngineHandle:
                                            _arr(ctypes.c_int32, outs), len(outs), _arr(ctypes.c_int64, op["ia"]),
                                            len(op["ia"]), _arr(ctypes.c_double, op["fa"]), len(op["fa"]),
                                            err, _ERR), err, f"ops[{i}] ({op['name'] or op['kind']})")
-            give_back(op)
+            pages_plan.give_back(op)
         self._check(lib.ofc_finalize(self.ptr, _arr(ctypes.c_int32, plan["inputs"]), len(plan["inputs"]),
                                      _arr(ctypes.c_int32, plan["outputs"]), len(plan["outputs"]), err, _ERR),
                     err, "finalize")

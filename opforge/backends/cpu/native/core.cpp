@@ -13,6 +13,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include <sys/stat.h>
+
 #include "engine.h"
 #include "opforge/cpu_external.h"
 #include "opforge/kernel_abi.h"
@@ -386,6 +388,33 @@ int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t*
   } catch (const std::exception& ex) {
     set_error(error, size, ex.what());
     return -1;
+  }
+}
+
+// constant `id` (a borrowed one, not an alias) is also bytes [offset, offset + its size) of
+// the open, regular file `fd`, which the caller keeps open and unchanged until ofc_destroy
+// (as it keeps the borrowed bytes): gathers read its rows from the file (EmbeddingOp)
+int32_t ofc_tensor_file(void* handle, int32_t id, int32_t fd, int64_t offset, char* error,
+                        int32_t size) {
+  auto* h = static_cast<Handle*>(handle);
+  try {
+    Engine& e = h->e;
+    if (e.finalized) fail("file source set after finalize");
+    check_id(e, id, "file source");
+    Tensor& t = e.tensors[(size_t)id];
+    if (!t.borrowed || t.base >= 0) fail("a file source for a tensor that is not a borrowed constant");
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail("a file source that is not an open regular file");
+    int64_t nbytes = mul_c(t.span, (int64_t)itemsize(t.dtype), "file source");
+    if (offset < 0 || add_c(offset, nbytes, "file source") > (int64_t)st.st_size)
+      fail("a file source outside its file (offset " + std::to_string(offset) + ", " +
+           std::to_string(nbytes) + " bytes, file of " + std::to_string((int64_t)st.st_size) + ")");
+    t.file_fd = fd;
+    t.file_offset = offset;
+    return 0;
+  } catch (const std::exception& ex) {
+    set_error(error, size, ex.what());
+    return 1;
   }
 }
 

@@ -31,7 +31,7 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dims_t = std::vector<int64_t>;
 
-constexpr int32_t kAbiVersion = 4;
+constexpr int32_t kAbiVersion = 5;
 constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
@@ -76,6 +76,11 @@ struct Tensor {
   void* data = nullptr;      // current pointer (set per execute for inputs/outputs)
   bool is_const = false;
   bool borrowed = false;     // a BORROWED_CONST: data is the caller's, stable for the engine's life
+  // a borrowed constant that is also bytes [file_offset, + its size) of the open file
+  // file_fd (ofc_tensor_file): a gather reads its rows with pread instead of through the
+  // mapping, so the rows it reads never become this process's resident pages
+  int file_fd = -1;
+  int64_t file_offset = 0;
   memory::desc md() const {  // a 0-d tensor is one element to oneDNN
     if (dims.empty()) return memory::desc({1}, dnnl_type(dtype), memory::dims{1});
     // a size-1 dim addresses nothing, but oneDNN orders dims by stride when it matches a
