@@ -161,7 +161,7 @@ def _declare(lib) -> None:
     lib.ofc_use_weight_cache.restype = I32
     lib.ofc_add_tensor.argtypes = [P, I32, I32, I64P, I64P, P, I64, I32, I64, I32, S, I32]
     lib.ofc_add_tensor.restype = I32
-    lib.ofc_tensor_file.argtypes = [P, I32, I32, I64, S, I32]
+    lib.ofc_tensor_file.argtypes = [P, I32, I32, I64, I32, S, I32]
     lib.ofc_tensor_file.restype = I32
     lib.ofc_post_op.argtypes = [P, I32, I32, D, D, I32, S, I32]
     lib.ofc_post_op.restype = I32
@@ -325,9 +325,9 @@ class EngineHandle:
 
         # which of the file's pages to give back, which tables to read from the file
         pages_plan = PagePlan(plan, roots, spans, borrowed)
-        for root, fd, offset in pages_plan.file_sources:
-            self._check(lib.ofc_tensor_file(self.ptr, root, fd, offset, err, _ERR), err,
-                        f"tensors[{root}] (an embedding table read from its file)")
+        for root, fd, offset, flags in pages_plan.file_sources:
+            self._check(lib.ofc_tensor_file(self.ptr, root, fd, offset, flags, err, _ERR), err,
+                        f"tensors[{root}] (a constant read from its file)")
 
         for i, op in enumerate(plan["ops"]):
             for p in op["post"]:

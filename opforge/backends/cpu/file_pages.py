@@ -15,6 +15,11 @@ after init, which tables it reads from the file instead of through the mapping.
 # - an embedding's table, from a mapping whose file is open beside it (``ProgramMapping.fd``):
 #   the engine reads its rows with ``pread`` (``ofc_tensor_file``), so its pages are given
 #   back too unless another op reads the table in place.
+#
+# A weight copied at init from such a mapping is also given to the engine as a range of the
+# file, flagged droppable: the engine reorders a large one in chunks and drops each chunk's
+# pages as it goes, so the peak of init is the copies plus one chunk, not plus the largest
+# weight.
 """
 
 from __future__ import annotations
@@ -104,8 +109,9 @@ class FilePages:
 
 
 class PagePlan:
-    """For one engine's plan: the tables to read from the file (``file_sources``: ``(root
-    tensor, fd, file offset)``, for ``ofc_tensor_file``) and, per op as it is built,
+    """For one engine's plan: the constants that are ranges of the program file
+    (``file_sources``: ``(root tensor, fd, file offset, flags)``, for ``ofc_tensor_file``)
+    and, per op as it is built,
     the pages to give back (``give_back``). ``spans``: constant root → (address, bytes,
     its ``FilePages`` or None); ``borrowed``: the roots the engine reads in place."""
 
@@ -122,7 +128,6 @@ class PagePlan:
         # tables gathered a few rows per call: an embedding's rows are read from the program
         # file where the engine borrows the table from a file mapping, else through the
         # mapping, hinted
-        self.file_sources: list[tuple[int, int, int]] = []
         self.file_read: set[int] = set()
         for op in ops:
             if op["kind"] not in GATHERED or not op["in"]:
@@ -131,12 +136,24 @@ class PagePlan:
             address, nbytes, pages = spans.get(root, (0, 0, None))
             if pages is None or not nbytes:
                 continue
-            if op["kind"] == "embedding" and pages.fd is not None and borrowed.get(root) and \
-                    root not in self.file_read:
-                self.file_sources.append((root, pages.fd, address - pages.start))
+            if op["kind"] == "embedding" and pages.fd is not None and borrowed.get(root):
                 self.file_read.add(root)
             pages.gathered(address, nbytes)
         self.in_place -= {r for r in self.file_read if not _read_in_place(plan, roots, r)}
+        # the constants the engine is told are ranges of the file: the tables it reads from
+        # it, and the constants copied at init that nothing reads in place (flag 1: their
+        # pages may be dropped as they are copied; a large weight is reordered in chunks)
+        flags = dict.fromkeys(self.file_read, 0)
+        for op in ops:
+            for tid in op["in"][1:] if op["kind"] in COPIED_AT_INIT else ():
+                root = roots[tid]
+                pages = spans.get(root, (0, 0, None))[2]
+                if pages is not None and pages.fd is not None and borrowed.get(root) and \
+                        root not in self.in_place:
+                    flags[root] = 1
+        self.file_sources: list[tuple[int, int, int, int]] = [
+            (root, spans[root][2].fd, spans[root][0] - spans[root][2].start, flag)
+            for root, flag in flags.items()]
 
     def give_back(self, op: dict) -> None:
         """The file's pages of the constants ``op`` copied at init, and of a table it reads

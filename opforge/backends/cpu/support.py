@@ -59,7 +59,7 @@ def support_check(graph, specs):
     planned, package_rejected = {}, []
     claimed: set[str] = set()
     if specs.get("op_packages"):
-        from opforge.backends.oppackage.planner import claimed_ops, plan_package_nodes, torch_op_name
+        from opforge.backends.oppackage.planner import claimed_ops, plan_package_nodes
         from opforge.backends.oppackage.info import parse_op_package_infos
 
         planned, package_rejected = plan_package_nodes(graph, specs["op_packages"],

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <unordered_map>
 
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "opforge/cpu_external.h"
@@ -229,6 +231,56 @@ void add_scratchpad(Engine& e, DnnlOp* op, const memory::desc& md) {
   op->fixed_args.emplace_back(DNNL_ARG_SCRATCHPAD, new_memory(e, md, "a scratchpad"));
 }
 
+namespace {
+constexpr int64_t kChunkBytes = 8 << 20;  // reordered per chunk from 2 chunks' size up
+
+// A large constant whose pages may be dropped (drop_after_copy: a read-only file mapping),
+// reordered a chunk at a time along its outermost dim, each chunk's source pages dropped
+// after it (MADV_DONTNEED: a later read faults them in again from the file): the peak of
+// init holds one chunk of them, not the whole weight beside its copy (a 98 MB output
+// projection was 94 MB of a decoder's 542 MB peak). False where it does not apply (the
+// caller reorders at once): a small, strided or gapped source, or chunks that would not
+// fall on the destination's blocks along that dim.
+bool reorder_in_chunks(Engine& e, int id, const memory::desc& have, memory& dst) {
+  const Tensor& t = e.tensors[(size_t)id];
+  const Tensor& root = e.tensors[(size_t)e.root(id)];
+  if (!root.drop_after_copy || root.file_fd < 0 || t.dims.empty() || !dense(t)) return false;
+  int64_t item = (int64_t)itemsize(t.dtype), total = mul_c(t.numel, item, "chunks");
+  if (total < 2 * kChunkBytes) return false;
+  size_t d = 0;  // the outermost dim: chunks of it are contiguous byte ranges
+  for (size_t k = 1; k < t.dims.size(); ++k)
+    if (t.strides[k] > t.strides[d]) d = k;
+  int64_t n = t.dims[d], row = t.strides[d] * item;  // dense: row bytes per index of dim d
+  const memory::desc& want = dst.get_desc();
+  if (want.get_format_kind() != memory::format_kind::blocked) return false;
+  int64_t block = 1;
+  memory::dims blks = want.get_inner_blks(), idxs = want.get_inner_idxs();
+  for (size_t k = 0; k < blks.size(); ++k)
+    if (idxs[k] == (int64_t)d) block *= blks[k];
+  if (want.get_padded_dims()[d] != n || n % block != 0) return false;
+  int64_t per = std::max<int64_t>(block, kChunkBytes / row / block * block);
+  long page = sysconf(_SC_PAGESIZE);
+  char* base = static_cast<char*>(e.ptr(id));
+  for (int64_t first = 0; first < n; first += per) {
+    int64_t count = std::min(per, n - first);
+    memory::dims sub = t.dims, at(t.dims.size(), 0);
+    sub[d] = count;
+    at[d] = first;
+    memory src(have.submemory_desc(sub, at), e.eng, base);
+    memory part(want.submemory_desc(sub, at), e.eng, dst.get_data_handle());
+    dnnl::reorder(src, part).execute(e.strm, src, part);
+    e.strm.wait();
+    // whole pages inside the chunk's bytes only (a page it shares with the next stays)
+    uintptr_t lo = reinterpret_cast<uintptr_t>(base + first * row);
+    uintptr_t hi = reinterpret_cast<uintptr_t>(base + (first + count) * row);
+    lo = (lo + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    hi = hi / (uintptr_t)page * (uintptr_t)page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  }
+  return true;
+}
+}  // namespace
+
 // a constant in the layout a primitive wants (weights, biases), made once at init
 memory reorder_const(Engine& e, int id, const memory::desc& want) {
   const Tensor& t = e.tensors[(size_t)id];
@@ -250,10 +302,12 @@ memory reorder_const(Engine& e, int id, const memory::desc& want) {
       if (entry.src == e.ptr(id) && entry.have == have && entry.want == want)
         return memory(want, e.eng, entry.mem.get_data_handle());
   }
-  memory src(have, e.eng, e.ptr(id));
   memory dst = new_memory(e, want, "a reordered constant");
-  dnnl::reorder(src, dst).execute(e.strm, src, dst);
-  e.strm.wait();
+  if (!reorder_in_chunks(e, id, have, dst)) {
+    memory src(have, e.eng, e.ptr(id));
+    dnnl::reorder(src, dst).execute(e.strm, src, dst);
+    e.strm.wait();
+  }
   if (borrowed && e.weights != nullptr) {
     e.weights->entries.push_back({e.ptr(id), have, want, dst});
     e.weights->bytes = add_c(e.weights->bytes, (int64_t)want.get_size(), "weight cache");
@@ -393,9 +447,11 @@ int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t*
 
 // constant `id` (a borrowed one, not an alias) is also bytes [offset, offset + its size) of
 // the open, regular file `fd`, which the caller keeps open and unchanged until ofc_destroy
-// (as it keeps the borrowed bytes): gathers read its rows from the file (EmbeddingOp)
-int32_t ofc_tensor_file(void* handle, int32_t id, int32_t fd, int64_t offset, char* error,
-                        int32_t size) {
+// (as it keeps the borrowed bytes), mapped read-only and shared where it is borrowed from:
+// gathers read its rows from the file (EmbeddingOp); flags bit 0: its pages may be dropped
+// once an op has copied it at init (reorder_const)
+int32_t ofc_tensor_file(void* handle, int32_t id, int32_t fd, int64_t offset, int32_t flags,
+                        char* error, int32_t size) {
   auto* h = static_cast<Handle*>(handle);
   try {
     Engine& e = h->e;
@@ -409,8 +465,10 @@ int32_t ofc_tensor_file(void* handle, int32_t id, int32_t fd, int64_t offset, ch
     if (offset < 0 || add_c(offset, nbytes, "file source") > (int64_t)st.st_size)
       fail("a file source outside its file (offset " + std::to_string(offset) + ", " +
            std::to_string(nbytes) + " bytes, file of " + std::to_string((int64_t)st.st_size) + ")");
+    if (flags & ~1) fail("file source flags " + std::to_string(flags));
     t.file_fd = fd;
     t.file_offset = offset;
+    t.drop_after_copy = (flags & 1) != 0;
     return 0;
   } catch (const std::exception& ex) {
     set_error(error, size, ex.what());

@@ -81,6 +81,9 @@ struct Tensor {
   // mapping, so the rows it reads never become this process's resident pages
   int file_fd = -1;
   int64_t file_offset = 0;
+  // its pages (of a read-only file mapping) may be dropped once copied at init: a large
+  // weight is reordered in chunks, each chunk's source pages dropped after it (reorder_const)
+  bool drop_after_copy = false;
   memory::desc md() const {  // a 0-d tensor is one element to oneDNN
     if (dims.empty()) return memory::desc({1}, dnnl_type(dtype), memory::dims{1});
     // a size-1 dim addresses nothing, but oneDNN orders dims by stride when it matches a
