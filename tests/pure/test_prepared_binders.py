@@ -182,3 +182,35 @@ def test_where():
         return condition, slots.view(0, (2, n)), slots.view(1, (2, n)), slots.view(2, (2, n))
 
     _check(COMPARISON["aten::where.self_out"], args, outs=(3,))
+
+
+@pytest.mark.parametrize("key, dim", [("aten::all.all_out", None), ("aten::any.all_out", None),
+                                      ("aten::all.out", 1), ("aten::any.out", 0),
+                                      ("aten::all.dims_out", [0, 1])])
+def test_logical_reductions(key, dim):
+    from opforge.kernels.portable.reduction import KERNELS as REDUCTION
+
+    arena = np.zeros(3 * MAX, np.bool_)
+    out = np.zeros(3 * MAX, np.bool_)
+    kept = {None: lambda n: (), 1: lambda n: (3,), 0: lambda n: (n,)}.get(
+        dim if not isinstance(dim, list) else None)
+
+    def args(n):
+        x = np.ndarray((3, n), np.bool_, arena)
+        x[...] = RNG.standard_normal((3, n)) > -1.5  # mostly True: both answers occur
+        x.flags.writeable = False  # _check leaves it as drawn
+        y = np.ndarray(kept(n), np.bool_, out)
+        return (x, y) if dim is None else (x, dim, False, y)
+
+    _check(REDUCTION[key], args, outs=(len(args(1)) - 1,))
+
+
+@pytest.mark.parametrize("key, make", [
+    ("aten::select_copy.int_out", lambda s, n: (s.view(0, (2, n, 3)), 1, -1, s.view(1, (2, 3)))),
+    ("aten::select_copy.int_out", lambda s, n: (s.view(0, (n, 3)), 1, 2, s.view(1, (n,)))),
+    ("aten::squeeze_copy.dims_out", lambda s, n: (s.view(0, (2, 1, n)), [1],
+                                                  s.view(1, (2, n)))),
+])
+def test_more_copies(key, make):
+    slots = Slots((2, MAX, 4), (2, MAX, 4))
+    _check(VIEW_COPY[key], lambda n: make(slots, n), outs=(len(make(slots, 1)) - 1,))

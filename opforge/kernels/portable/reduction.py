@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from opforge.errors import KernelError
-from opforge.kernels.portable._binding import separate, steps
+from opforge.kernels.portable._binding import prepares, separate, steps
 from opforge.kernels.portable._promotion import accumulate_dtype, is_floating
 from opforge.kernels.portable._registry import Kernel, binder_for, kernel_decorator
 
@@ -308,3 +308,34 @@ def _bind_all_dim(args):
 def _bind_all(args):
     self, out = args
     return _bind_logical(np.logical_and, self, None, out) or (all_out, args)
+
+
+def _prepare_logical(binder, ufunc: np.ufunc, with_dim: bool):
+    @prepares(binder)
+    def prepare(bound):
+        # the dtypes, the rank and the reduced axes hold at every size: only the shape of
+        # out's view changes (the kept dims' sizes)
+        if binder(bound)[0] != ufunc.reduce:  # (a bound method: equal, not the same)
+            return None
+        self, dim = bound[0], bound[1] if with_dim else None
+        ax = axes(dim, self.ndim)
+        kept = [i for i in range(self.ndim) if not (ax is None or i in ax)]
+
+        def rebind(args):
+            self, out = args[0], args[-1]
+            if with_dim and args[1] != dim or not self.size:
+                return None
+            shape = self.shape
+            reduced = tuple([shape[i] for i in kept])
+            if math.prod(reduced) != out.size:
+                return None
+            return ufunc.reduce, (self, ax, None, out.reshape(reduced), False)
+
+        return rebind
+
+
+for _binder, _ufunc, _with_dim in ((_bind_all, np.logical_and, False),
+                                   (_bind_any, np.logical_or, False),
+                                   (_bind_all_dim, np.logical_and, True),
+                                   (_bind_any_dim, np.logical_or, True)):
+    _prepare_logical(_binder, _ufunc, _with_dim)

@@ -124,6 +124,35 @@ def _transposed(bound):
     return rebind
 
 
+def _reshaped_to_out(bound):
+    # (un)squeeze_copy's source is ``self`` reshaped to out's shape: a view wherever
+    # ``self`` is contiguous (a planned tensor is), else the binder decides
+    def rebind(args):
+        self, out = args[0], args[-1]
+        if not self.flags.c_contiguous or not self.size:
+            return None
+        return np.copyto, (out, self.reshape(out.shape))
+
+    return rebind
+
+
+def _selected(bound):
+    # select_copy's source is ``self`` indexed by the same key at every size (its dim and
+    # index are not symbolic: equal ones, or the binder decides)
+    self, dim, index = bound[0], bound[1], bound[2]
+    if not self.ndim or type(dim) is not int or type(index) is not int:
+        return None
+    key = (slice(None),) * (dim % self.ndim) + (index,)
+
+    def rebind(args):
+        self = args[0]
+        if args[1] != dim or args[2] != index or not self.size:
+            return None
+        return np.copyto, (args[-1], self[key])
+
+    return rebind
+
+
 @_copy_kernel("aten::view_copy.out", "aten::_unsafe_view.out", specialise=_reshaped)
 def view_copy_out(self, size, out):
     # Row-major order is the logical order whatever the strides: copy into out viewed
@@ -164,7 +193,7 @@ def slice_copy_out(self, dim, start, end, step, out):
     return out, self[tuple(index)]
 
 
-@_copy_kernel("aten::select_copy.int_out", views_only=True)
+@_copy_kernel("aten::select_copy.int_out", views_only=True, specialise=_selected)
 def select_copy_out(self, dim, index, out):
     where = [slice(None)] * self.ndim
     where[dim] = index  # a view; negative indices count from the end, as in ATen
@@ -179,7 +208,7 @@ def squeeze_copy_out(self, out):
 
 
 @_copy_kernel("aten::squeeze_copy.dim_out", "aten::squeeze_copy.dims_out",
-              "aten::unsqueeze_copy.out")
+              "aten::unsqueeze_copy.out", specialise=_reshaped_to_out)
 def unsqueeze_copy_out(self, dim, out):
     return out, self.reshape(out.shape)
 
