@@ -90,3 +90,46 @@ def test_hostile_and_normal_plans_run_clean_under_asan_and_ubsan():
                                     "test_cpu_matmul_broadcast_plans"])
 def test_case_file_plans_run_clean_under_asan_and_ubsan(module):
     _run_clean(module)
+
+
+_FILE_CHILD = """
+import sys, numpy as np
+from opforge.runtime import load
+forward = load(sys.argv[1]).method("forward")
+ids = np.array([0, 4095, 17, 2048, 4095], np.int64)
+got = forward(ids)[0]
+np.save(sys.argv[2], got)
+try:
+    forward(np.array([4096], np.int64))
+except Exception as e:
+    print("refused:", type(e).__name__)
+"""
+
+
+def test_constants_read_from_the_program_file_run_clean(tmp_path):
+    """The engine's reads of a program file (an embedding table's rows with pread, a large
+    weight reordered in chunks whose pages are dropped) under ASan and UBSan, with an index
+    one past the table refused; the rows and products eager's."""
+    import sys
+
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from opforge.export import export
+    from opforge.program import save
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(4096, 1024), nn.Linear(1024, 4096)).eval()  # 16+16 MiB
+    ids = torch.tensor([0, 4095, 17, 2048, 4095])
+    path = tmp_path / "model.opf"
+    save(export(model, (ids,), backends=["cpu"]), path)
+    proc = subprocess.run([sys.executable, "-c", _FILE_CHILD, str(path), str(tmp_path / "y.npy")],
+                          capture_output=True, text=True, timeout=900, env=sanitized_env())
+    for report in ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer"):
+        assert report not in proc.stderr, proc.stderr[-6000:]
+    assert proc.returncode == 0 and "refused:" in proc.stdout, proc.stderr[-3000:]
+    with torch.no_grad():
+        want = model.double()(ids).numpy()
+    # float32 sums of 1024 products: rtol 1e-4 is far below a misplaced row or block
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4)
