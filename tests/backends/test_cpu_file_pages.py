@@ -25,22 +25,24 @@ from opforge.runtime import load
 pytestmark = pytest.mark.skipif(cpu_engine.missing() is not None or not sys.platform.startswith("linux"),
                                 reason="cpu backend missing, or no /proc/self/smaps")
 
+# child code: the Rss of every mapping of the program file at `path`, in KiB
+_MAPPED_KIB = """
+def mapped_kib():
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        first = line.split()[0]
+        if "-" in first and not first.endswith(":"):
+            inside = line.rstrip().endswith(path)
+        elif inside and first == "Rss:":
+            total += int(line.split()[1])
+    return total
+"""
+
 _CHILD = textwrap.dedent("""
     import sys, numpy as np
     from opforge.runtime import load
     path, x = sys.argv[1], np.load(sys.argv[2])
-
-    def mapped_kib():
-        # the Rss of every mapping of the program file, in KiB
-        total, inside = 0, False
-        for line in open("/proc/self/smaps"):
-            first = line.split()[0]
-            if "-" in first and not first.endswith(":"):
-                inside = line.rstrip().endswith(path)
-            elif inside and first == "Rss:":
-                total += int(line.split()[1])
-        return total
-
+""") + _MAPPED_KIB + textwrap.dedent("""
     program = load(path)
     forward = program.method("forward")
     y = forward(x)[0]
@@ -172,17 +174,7 @@ _FILE_READ_CHILD = textwrap.dedent("""
     import sys, numpy as np
     from opforge.runtime import load
     path, out = sys.argv[1], sys.argv[2]
-
-    def mapped_kib():
-        total, inside = 0, False
-        for line in open("/proc/self/smaps"):
-            first = line.split()[0]
-            if "-" in first and not first.endswith(":"):
-                inside = line.rstrip().endswith(path)
-            elif inside and first == "Rss:":
-                total += int(line.split()[1])
-        return total
-
+""") + _MAPPED_KIB + textwrap.dedent("""
     forward = load(path).method("forward")
     rows = np.arange(64, dtype=np.int64) * 509 % 32768  # 64 rows spread over the table
     got = np.stack([forward(rows[i:i + 16])[0] for i in range(0, 64, 16)])
