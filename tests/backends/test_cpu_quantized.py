@@ -193,3 +193,41 @@ def test_8a8w_residual_adds_join_a_convolution_and_match_lean():
     # order than lean's x + (b - zp_b) · s_b: one output step where a value lies on a
     # rounding boundary
     _within_one_step_of_lean(qmodel, program, inputs)
+
+
+@pytest.mark.parametrize("dtype, qmin, qmax, zero_point, scale", [
+    (torch.uint8, 0, 255, 128, 0.1),
+    (torch.uint8, 0, 255, 0, 0.0173),
+    (torch.int8, -128, 127, 0, 0.1),
+    (torch.int8, -128, 127, -7, 3.1e-3),
+    (torch.uint8, 10, 200, 37, 0.5),      # a narrower range
+    (torch.int32, -1000, 1000, 5, 0.25),  # not 8 bits: the scalar loop only
+])
+def test_the_engine_quantizes_as_quantized_decomposed_does(dtype, qmin, qmax, zero_point, scale):
+    """The engine's quantize (its 8-bit outputs 16 elements at a time) gives
+    ``quantized_decomposed.quantize_per_tensor``'s integers exactly: ties to even, values far
+    past the range, ±inf and NaN (qmin), over lengths that leave a remainder."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_cpu_hostile_plans import F32, I8, I32, U8, Plan, run
+
+    code = {torch.uint8: U8, torch.int8: I8, torch.int32: I32}[dtype]
+    rng = np.random.default_rng(int(scale * 1e4))
+    for n in (1, 15, 16, 17, 1000, 4099):
+        x = (rng.standard_normal(n) * 40 * scale).astype(np.float32)
+        halves = (np.arange(n) - n // 2 + 0.5).astype(np.float32) * np.float32(scale)
+        x[::3] = halves[::3]  # ties (as near as float32 scaling lands them)
+        specials = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, -0.0], np.float32)
+        x[:min(n, 7)] = specials[:min(n, 7)]
+        p = Plan()
+        xi = p.tensor(F32, [n], role="input")
+        y = p.tensor(code, [n], role="output")
+        p.op("quant", [xi], [y], [0, qmin, qmax], [scale, float(zero_point)])
+        got = run(p.handle(), x)[0]
+        finite = torch.from_numpy(np.nan_to_num(x, nan=0.0))  # torch's NaN cast is undefined
+        want = torch.ops.quantized_decomposed.quantize_per_tensor(
+            finite, scale, zero_point, qmin, qmax, dtype).numpy().copy()
+        want[np.isnan(x)] = qmin
+        np.testing.assert_array_equal(got, want, err_msg=f"n {n}")
