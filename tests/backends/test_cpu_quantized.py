@@ -195,6 +195,46 @@ def test_8a8w_residual_adds_join_a_convolution_and_match_lean():
     _within_one_step_of_lean(qmodel, program, inputs)
 
 
+class _Stem(torch.nn.Module):
+    """ResNet's stem: convolution, batch norm, relu, then a 3×3 stride-2 max pooling (padded),
+    and a convolution after it; a second pooling without padding, ceil mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 5, 2, 2, bias=False), nn.BatchNorm2d(16),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.body = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1), nn.ReLU(),
+                                  nn.MaxPool2d(2, 2, ceil_mode=True), nn.Conv2d(16, 8, 1))
+
+    def forward(self, x):
+        return self.body(self.stem(x))
+
+
+def test_8a8w_max_pooling_runs_on_uint8_exactly():
+    qmodel, inputs = _quantized_8a8w(_Stem, 30)
+    program = qmodel.export(backends=["cpu"])
+    kinds = _ops(program)
+    # both poolings on the uint8 activations (before: a dequantize, a float32 pooling and a
+    # quantize each); quantize/dequantize only at the delegate's edges
+    assert kinds.count("pool") == 2 and kinds.count("qconv") == 3, kinds
+    assert kinds.count("quant") == 2, kinds
+    impls = [r.get("impl", "") for r in _impls(program)]
+    assert sum("uint8 max pooling" in str(i) for i in impls) >= 2, impls
+    _within_one_step_of_lean(qmodel, program, inputs)
+
+
+def _impls(program) -> list[dict]:
+    """The cpu blob's per-node implementations (the delegation report's rows)."""
+    from opforge.backends.cpu import blob
+
+    rows = []
+    for d in program.delegates:
+        plan, _ = blob.parse(program.segments[d.segment].data)
+        rows += plan.get("impls", [])
+    return rows
+
+
 @pytest.mark.parametrize("dtype, qmin, qmax, zero_point, scale", [
     (torch.uint8, 0, 255, 128, 0.1),
     (torch.uint8, 0, 255, 0, 0.0173),
@@ -231,3 +271,36 @@ def test_the_engine_quantizes_as_quantized_decomposed_does(dtype, qmin, qmax, ze
             finite, scale, zero_point, qmin, qmax, dtype).numpy().copy()
         want[np.isnan(x)] = qmin
         np.testing.assert_array_equal(got, want, err_msg=f"n {n}")
+
+
+def test_the_engine_pools_uint8_by_max_only():
+    """A uint8 max pooling gives NumPy's window maxima (padding never wins); average pooling
+    and mixed dtypes are refused by the op's contract, naming the dtypes."""
+    import sys
+    from pathlib import Path
+
+    from opforge.errors import BackendError
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_cpu_hostile_plans import F32, U8, Plan, run
+
+    x = np.random.default_rng(0).integers(0, 256, (1, 4, 7, 7), dtype=np.uint8)
+
+    def plan(kind, out_dtype):
+        p = Plan()
+        xi = p.tensor(U8, [1, 4, 7, 7], role="input")
+        y = p.tensor(out_dtype, [1, 4, 4, 4], role="output")
+        p.op("pool", [xi], [y], [kind, 2, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1])  # 3×3, stride 2, pad 1
+        return p
+
+    got = run(plan(0, U8).handle(), x)[0]
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))  # zeros: never above a uint8 max
+    want = np.empty((1, 4, 4, 4), np.uint8)
+    for i in range(4):
+        for j in range(4):
+            want[:, :, i, j] = padded[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(2, 3))
+    # (a zero pad is not oneDNN's rule, but each 3×3 window here holds an input element ≥ 0)
+    np.testing.assert_array_equal(got, want)
+    for kind, out_dtype in ((1, U8), (0, F32)):
+        with pytest.raises(BackendError, match="dtypes"):
+            plan(kind, out_dtype).handle()

@@ -113,6 +113,10 @@ class Lowering:
         self.safe_softmax = find_safe_softmax(subgraph) if debug != "nodes" else {}
         self.groups = find_rms_norm(subgraph) if debug != "nodes" else {}
         self.groups.update(find_rope(subgraph, self.groups) if debug != "nodes" else {})
+        if specs.get("int8", True) and debug != "nodes":
+            from opforge.backends.cpu.lowering.quantized import find_uint8_max_pools
+
+            self.groups.update(find_uint8_max_pools(subgraph))
         from opforge.backends.cpu.lowering.grouped_matmul import find_grouped_chains
 
         # grouped-query attention: node name → "chain" | "matmul" (the expanded KV cache

@@ -13,12 +13,16 @@ from opforge.backends.cpu.lowering.core import (
 )
 
 
-def lower_pool(L: Lowering, node, args, kwargs):
-    _need_f32(node)
+def lower_pool(L: Lowering, node, args, kwargs, source: int | None = None):
+    """``source``: the engine tensor to pool instead of ``args[0]`` (a uint8 activation a
+    max pooling reads as it is: ``lowering/quantized.py``, ``Uint8MaxPool``); the output
+    takes its dtype."""
+    if source is None:
+        _need_f32(node)
     name = op_name(node).split(".")[0]
     fake = _val(node)
     fakes = list(fake) if isinstance(fake, (tuple, list)) else [fake]
-    x = L.materialize(args[0])
+    x = L.materialize(args[0]) if source is None else source
     spec = L.spec(x)
     nsp = len(spec.dims) - 2
     if nsp < 1:
@@ -47,7 +51,8 @@ def lower_pool(L: Lowering, node, args, kwargs):
         if kind == 1 and pads_r[-1] > padding[k]:
             raise Unsupported("shape", f"{name} with ceil_mode windows past the padding "
                               "(counted differently by oneDNN); stays on the kernels")
-    out = L.new_tensor(fakes[0].dtype, out_dims, strides=_pool_dst_strides(spec, out_dims))
+    out = L.new_tensor(fakes[0].dtype if source is None else spec.dtype, out_dims,
+                       strides=_pool_dst_strides(spec, out_dims))
     L.op("pool", [x], [out], [kind, nsp, *kernel, *stride, *padding, *pads_r, *dilation], name="pooling")
     return (("t", out), None) if isinstance(fake, (tuple, list)) else ("t", out)
 

@@ -12,6 +12,7 @@ lean's, with the same one-step freedom at rounding boundaries the plain pattern 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -316,6 +317,55 @@ def _match_compute(sub, node):
         weight, scales = wq
         return x, False, weight.t().contiguous(), scales, bias, 1 << 1, []
     return None
+
+
+class Uint8MaxPool:
+    """``dequantize(u8) → max_pool [→ getitem 0] → quantize(u8)`` with one scale (> 0) and
+    zero point, each node read by the next alone: max pooling commutes with the dequantize
+    (an increasing map) and that quantize gives back the integers it started from (|q - zp|
+    <= 255 comes back within far less than half a step), so the engine pools the uint8
+    tensor itself: one pass over a quarter of the bytes, no float32 temporaries (resnet18's
+    stem at 224: dequantize 98 µs, float32 pooling 187 µs and quantize 58 µs before)."""
+
+    kind = "uint8 max pooling"
+
+    def __init__(self, dq, pool, nodes: list) -> None:
+        self.dq, self.pool, self.nodes = dq, pool, nodes
+        self.last = nodes[-1]
+
+    def lower(self, L: Lowering):
+        from opforge.backends.cpu.lowering.pooling import lower_pool
+
+        source = L.materialize(L.env[self.dq.args[0].name])
+        if L.spec(source).dtype != torch.uint8:
+            raise Unsupported("dtype", "a uint8 max pooling whose source is not uint8")
+        args = [None] + [L.arg(a) for a in self.pool.args[1:]]
+        value = lower_pool(L, self.pool, args, {}, source=source)
+        return value[0] if isinstance(value[0], tuple) else value
+
+
+def find_uint8_max_pools(sub) -> dict[str, Uint8MaxPool]:
+    """Every ``Uint8MaxPool`` of the subgraph, keyed by the name of each of its nodes."""
+    found: dict[str, Uint8MaxPool] = {}
+    pools = (aten.max_pool2d.default, aten.max_pool2d_with_indices.default)
+    for q in sub.graph_module.graph.nodes:
+        params = _per_tensor_u8(q, quantize=True)
+        if params is None or params[0] <= 0:
+            continue
+        top = q.args[0]
+        getitem = None
+        if isinstance(top, torch.fx.Node) and top.target is operator.getitem and top.args[1] == 0:
+            getitem, top = top, top.args[0]
+        if not _is(top, pools[1] if getitem is not None else pools[0]) or \
+                len(top.users) != 1 or (getitem is not None and len(getitem.users) != 1):
+            continue
+        dq = top.args[0]
+        if _per_tensor_u8(dq, quantize=False) != params or len(dq.users) != 1:
+            continue
+        group = Uint8MaxPool(dq, top, [n for n in (dq, top, getitem, q) if n is not None])
+        for n in group.nodes:
+            found[n.name] = group
+    return found
 
 
 LOWERINGS["quantized_decomposed::quantize_per_tensor"] = lower_quant

@@ -1,8 +1,10 @@
-// Pooling (f32, oneDNN): max, average including padding, average excluding padding.
+// Pooling (f32, oneDNN): max, average including padding, average excluding padding; max
+// pooling of u8 too (a quantized activation, pooled as it is).
 //
 // Contract: ins [src], outs [dst]; ia [kind (0 max, 1 avg incl. pad, 2 avg excl. pad), nsp,
 // kernel[nsp], strides[nsp], pad_l[nsp], pad_r[nsp], dilation[nsp] (1 = none)], 1 <= nsp <= 3.
-//   src, dst: f32, rank nsp+2 (N, C, spatial...), no overlapping strides, N and C equal;
+//   src, dst: f32 (or both u8, for max), rank nsp+2 (N, C, spatial...), no overlapping
+//   strides, N and C equal;
 //   kernel, strides, dilation >= 1, left paddings >= 0, each |value| at most 2^20.
 // oneDNN checks that the spatial sizes agree.
 #include <cmath>
@@ -77,10 +79,10 @@ void contract_pool(const Engine& e, const OpCall& c) {
   size_t rank = (size_t)nsp + 2;
   need_rank(src, rank, rank, k, "the source");
   need_rank(dst, rank, rank, k, "the destination");
-  for (int id : {c.ins[0], c.outs[0]}) {
-    need_dtype(e.tensors[(size_t)id], F32, k, "an operand");
-    need_dnnl_operand(e, id, k, "an operand");
-  }
+  // f32, or u8 for max pooling (a quantized activation pooled as it is: exact)
+  need(src.dtype == dst.dtype && (src.dtype == F32 || (src.dtype == U8 && c.ia[0] == 0)), k,
+       "dtypes: f32 source and destination, or u8 ones for max pooling");
+  for (int id : {c.ins[0], c.outs[0]}) need_dnnl_operand(e, id, k, "an operand");
   need(src.dims[0] == dst.dims[0] && src.dims[1] == dst.dims[1], k,
        "source and destination differ in batch or channels");
 }
@@ -109,7 +111,7 @@ void build_pool(Handle& h, const OpCall& c) {
     // channels-last source: say so for the destination too (a 1×1 output's strides fit
     // either layout, and oneDNN would pick plain and a slow mixed-layout kernel)
     static const tag cl[] = {tag::nwc, tag::nhwc, tag::ndhwc};
-    dst = memory::desc(e.tensors[(size_t)c.outs[0]].dims, memory::data_type::f32, cl[nsp - 1]);
+    dst = memory::desc(e.tensors[(size_t)c.outs[0]].dims, dnnl_type(ts.dtype), cl[nsp - 1]);
   }
   op->arg(DNNL_ARG_SRC, c.ins[0], src);
   op->arg(DNNL_ARG_DST, c.outs[0], dst);
