@@ -27,8 +27,9 @@
 # ``np.copyto``) call on the instruction's own arguments and size-free objects, that pair
 # is a template, and a new shape puts its arguments in place without calling the binder:
 # one ``itemgetter`` over the shape's argument table, where the template's size-free
-# objects sit under keys of their own (below zero). Not where a dependent argument is a symbolic int or ``int[]`` (a binder folds their
-# values), nor for a call that reads a scalar input (rebound per call anyway). And except
+# objects sit under keys of their own (below zero). Not where a dependent argument is a
+# symbolic int or ``int[]`` (a binder folds their values), nor for a call that reads a
+# scalar input (rebound per call anyway). And except
 # for a *prepared* binder (``_binding``: prepared binders): its ``prepare`` runs once, here,
 # on the arguments at the upper bound (the base table's views), and per shape its
 # ``rebind`` does only the size-dependent part, falling back to the binder when it declines;

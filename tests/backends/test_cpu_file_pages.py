@@ -248,8 +248,9 @@ def test_a_file_source_is_checked_against_its_file(tmp_path):
     try:
         dims, strides = (ctypes.c_int64 * 2)(64, 16), (ctypes.c_int64 * 2)(16, 1)
         f32 = 6  # the engine's dtype code (engine.h)
-        borrowed = lib.ofc_add_tensor(ptr, f32, 2, dims, strides, table.ctypes.data_as(ctypes.c_void_p),
-                                      table.nbytes, -1, 0, 3, err, 1024)
+        data = table.ctypes.data_as(ctypes.c_void_p)
+        borrowed = lib.ofc_add_tensor(ptr, f32, 2, dims, strides, data, table.nbytes, -1, 0, 3,
+                                      err, 1024)
         intermediate = lib.ofc_add_tensor(ptr, f32, 2, dims, strides, None, 0, -1, 0, 1, err, 1024)
         assert (borrowed, intermediate) == (0, 1), err.value
         with open(path, "rb") as f, open(os.devnull, "rb") as device:
@@ -298,7 +299,8 @@ def test_a_large_weight_is_reordered_in_chunks_exactly_and_without_its_pages(tmp
     chunk, not the copy and the whole weight; and the copy is the one-shot reorder's, bit
     for bit (the program in memory, not a file mapping, is reordered at once)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1024, 8192), nn.ReLU(), nn.Linear(8192, 1000)).eval()  # 32+31 MiB
+    # weights of 32 and 31 MiB
+    model = nn.Sequential(nn.Linear(1024, 8192), nn.ReLU(), nn.Linear(8192, 1000)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.3).add_(0.01)
