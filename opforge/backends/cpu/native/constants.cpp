@@ -1,0 +1,98 @@
+// Constants in the layouts primitives want (weights, biases), made once at init: shared
+// through the program's weight cache, and a large one from a droppable file mapping
+// reordered a chunk at a time (reorder_const; the C API that flags it is ofc_tensor_file).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "engine.h"
+
+namespace ofc {
+
+namespace {
+constexpr int64_t kChunkBytes = 8 << 20;  // reordered per chunk from 2 chunks' size up
+
+// A large constant whose pages may be dropped (drop_after_copy: a read-only file mapping),
+// reordered a chunk at a time along its outermost dim, each chunk's source pages dropped
+// after it (MADV_DONTNEED: a later read faults them in again from the file): the peak of
+// init holds one chunk of them, not the whole weight beside its copy (a 98 MB output
+// projection was 94 MB of a decoder's 542 MB peak). False where it does not apply (the
+// caller reorders at once): a small, strided or gapped source, or chunks that would not
+// fall on the destination's blocks along that dim.
+bool reorder_in_chunks(Engine& e, int id, const memory::desc& have, memory& dst) {
+  const Tensor& t = e.tensors[(size_t)id];
+  const Tensor& root = e.tensors[(size_t)e.root(id)];
+  if (!root.drop_after_copy || root.file_fd < 0 || t.dims.empty() || !dense(t)) return false;
+  int64_t item = (int64_t)itemsize(t.dtype), total = mul_c(t.numel, item, "chunks");
+  if (total < 2 * kChunkBytes) return false;
+  size_t d = 0;  // the outermost dim: chunks of it are contiguous byte ranges
+  for (size_t k = 1; k < t.dims.size(); ++k)
+    if (t.strides[k] > t.strides[d]) d = k;
+  int64_t n = t.dims[d], row = t.strides[d] * item;  // dense: row bytes per index of dim d
+  const memory::desc& want = dst.get_desc();
+  if (want.get_format_kind() != memory::format_kind::blocked) return false;
+  int64_t block = 1;
+  memory::dims blks = want.get_inner_blks(), idxs = want.get_inner_idxs();
+  for (size_t k = 0; k < blks.size(); ++k)
+    if (idxs[k] == (int64_t)d) block *= blks[k];
+  if (want.get_padded_dims()[d] != n || n % block != 0) return false;
+  int64_t per = std::max<int64_t>(block, kChunkBytes / row / block * block);
+  long page = sysconf(_SC_PAGESIZE);
+  char* base = static_cast<char*>(e.ptr(id));
+  for (int64_t first = 0; first < n; first += per) {
+    int64_t count = std::min(per, n - first);
+    memory::dims sub = t.dims, at(t.dims.size(), 0);
+    sub[d] = count;
+    at[d] = first;
+    memory src(have.submemory_desc(sub, at), e.eng, base);
+    memory part(want.submemory_desc(sub, at), e.eng, dst.get_data_handle());
+    dnnl::reorder(src, part).execute(e.strm, src, part);
+    e.strm.wait();
+    // whole pages inside the chunk's bytes only (a page it shares with the next stays)
+    uintptr_t lo = reinterpret_cast<uintptr_t>(base + first * row);
+    uintptr_t hi = reinterpret_cast<uintptr_t>(base + (first + count) * row);
+    lo = (lo + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    hi = hi / (uintptr_t)page * (uintptr_t)page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  }
+  return true;
+}
+}  // namespace
+
+// a constant in the layout a primitive wants (weights, biases), made once at init
+memory reorder_const(Engine& e, int id, const memory::desc& want) {
+  const Tensor& t = e.tensors[(size_t)id];
+  if (!e.tensors[(size_t)e.root(id)].is_const || e.ptr(id) == nullptr)
+    fail("tensor " + std::to_string(id) + " is reordered at init but is not a constant");
+  memory::desc have = t.md();
+  int64_t item = (int64_t)itemsize(t.dtype);
+  int64_t bytes = mul_c(e.avail(id), item, "storage");
+  if (!injective(t.dims, t.strides) || md_reach_bytes(have, item) > bytes)
+    fail("constant " + std::to_string(id) + ": its layout overlaps or leaves its storage");
+  const bool borrowed = e.tensors[(size_t)e.root(id)].borrowed;
+  // a borrowed constant's reordered copy (even in its own layout: the blob's file-backed
+  // pages made the FFN matmuls of a d=512 transformer layer 1.6x slower than an anonymous
+  // copy) is shared through the weight cache by every engine of the delegate
+  std::unique_lock<std::mutex> lock;
+  if (borrowed && e.weights != nullptr) {
+    lock = std::unique_lock<std::mutex>(e.weights->mu);  // held until the new entry is in
+    for (const auto& entry : e.weights->entries)
+      if (entry.src == e.ptr(id) && entry.have == have && entry.want == want)
+        return memory(want, e.eng, entry.mem.get_data_handle());
+  }
+  memory dst = new_memory(e, want, "a reordered constant");
+  if (!reorder_in_chunks(e, id, have, dst)) {
+    memory src(have, e.eng, e.ptr(id));
+    dnnl::reorder(src, dst).execute(e.strm, src, dst);
+    e.strm.wait();
+  }
+  if (borrowed && e.weights != nullptr) {
+    e.weights->entries.push_back({e.ptr(id), have, want, dst});
+    e.weights->bytes = add_c(e.weights->bytes, (int64_t)want.get_size(), "weight cache");
+  }
+  return dst;
+}
+
+}  // namespace ofc
