@@ -927,6 +927,11 @@ def report_cases(cases: dict, names) -> None:
         print(f"CASE {case} {outcome_of(cases, case)}", flush=True)
 
 
+def check_case_file(path, names, expect: dict, timeout=300) -> None:
+    """Run a case file's cases (``names``) in one child and check each outcome line."""
+    check_output(names, run_case_file(path, names, timeout=timeout), expect)
+
+
 def outcome(name: str) -> str:
     return outcome_of(CASES, name)
 

@@ -218,19 +218,12 @@ EXPECT = {
 EXPECT.update({name: "ran ok$" for name in NORMAL})
 
 
-def outcome(name: str) -> str:
-    return hostile.outcome_of(CASES, name)
-
-
-def run_cases(names, env=None, timeout=300):
-    return hostile.run_case_file(__file__, names, env, timeout)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rms_norm_plans_run_right_or_are_refused(name):
     import re
 
-    assert re.match(EXPECT[name], outcome(name), re.S), outcome(name)
+    result = hostile.outcome_of(CASES, name)
+    assert re.match(EXPECT[name], result, re.S), result
 
 
 if __name__ == "__main__":

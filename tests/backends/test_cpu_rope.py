@@ -234,17 +234,9 @@ EXPECT = {
 EXPECT.update({name: "ran ok$" for name in NORMAL})
 
 
-def outcome(name: str) -> str:
-    return hostile.outcome_of(CASES, name)
-
-
-def run_cases(names, env=None, timeout=300):
-    return hostile.run_case_file(__file__, names, env, timeout)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rope_plans_run_right_or_are_refused(name):
-    result = outcome(name)
+    result = hostile.outcome_of(CASES, name)
     assert re.match(EXPECT[name], result, re.S), result
 
 

@@ -235,21 +235,9 @@ NORMAL = [name for name in CASES if name not in EXPECT]
 EXPECT.update({name: "ran ok$" for name in NORMAL})
 
 
-def outcome(name: str) -> str:
-    return hostile.outcome_of(CASES, name)
-
-
-def run_cases(names, env=None, timeout=300):
-    return hostile.run_case_file(__file__, names, env, timeout)
-
-
-def check_output(names, proc) -> None:
-    hostile.check_output(names, proc, EXPECT)
-
-
 def test_state_and_indexing_plans_run_right_or_are_refused():
     names = list(CASES)
-    check_output(names, run_cases(names))
+    hostile.check_case_file(__file__, names, EXPECT)
 
 
 @pytest.mark.parametrize("name", ["state_write_past_the_end", "write_ordinary_input"])
@@ -257,7 +245,7 @@ def test_a_case_can_fail(name, monkeypatch):
     """The oracle is not vacuous: a case whose expectation is flipped is reported."""
     monkeypatch.setitem(EXPECT, name, "ran ok$")
     with pytest.raises(AssertionError):
-        check_output([name], run_cases([name]))
+        hostile.check_case_file(__file__, [name], EXPECT)
 
 
 if __name__ == "__main__":
