@@ -9,6 +9,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+import threadpoolctl
 
 # Prepended to code run by `python_without_torch`: `import torch` fails, as on a device
 # that has only NumPy (the lean runtime's promise).
@@ -40,32 +41,23 @@ def python_without_torch():
 # loop), and threadpoolctl's symbol names. threadpoolctl looks each get/set function up by
 # a freshly built name, and CPython's type attribute cache keeps the last names looked up
 # (a bounded cache, not a leak: 30,000 calls hold the same ~10 KB as 20).
-_NOT_THE_CALLS = None
-
-
-def _not_the_calls() -> tuple:
-    global _NOT_THE_CALLS
-    if _NOT_THE_CALLS is None:
-        import threadpoolctl
-        _NOT_THE_CALLS = (tracemalloc.Filter(False, tracemalloc.__file__),
-                          tracemalloc.Filter(False, __file__),
-                          tracemalloc.Filter(False, threadpoolctl.__file__))
-    return _NOT_THE_CALLS
+_NOT_THE_CALLS = (tracemalloc.Filter(False, tracemalloc.__file__),
+                  tracemalloc.Filter(False, __file__),
+                  tracemalloc.Filter(False, threadpoolctl.__file__))
 
 
 def _traced(call, repeats: int) -> tuple[int, int]:
     call()  # warm: lazily built tables and caches
-    not_the_calls = _not_the_calls()
     old = np.setbufsize(1024)  # a cast's buffer should not look like an array
     tracemalloc.start()
     try:
-        start = tracemalloc.take_snapshot().filter_traces(not_the_calls)
+        start = tracemalloc.take_snapshot().filter_traces(_NOT_THE_CALLS)
         before, _ = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         for _ in range(repeats):
             call()
         _, peak = tracemalloc.get_traced_memory()
-        end = tracemalloc.take_snapshot().filter_traces(not_the_calls)
+        end = tracemalloc.take_snapshot().filter_traces(_NOT_THE_CALLS)
     finally:
         tracemalloc.stop()
         np.setbufsize(old)

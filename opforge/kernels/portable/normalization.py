@@ -324,14 +324,26 @@ def _layer_norm(args, prepared: dict | None = None):
         if bias is not None and read_only(bias):
             bias = _broadcast(bias, input.shape, prepared)
     axes = tuple(range(ndim - k, ndim))
-    pairs = [
+    return _norm_steps(
+        input, out0, mean, rstd, squares, count, eps_, one, weight, bias,
         _row_sum(input, k, mean, ones) or (np.add.reduce, (input, axes, None, mean, True)),
+        _row_sum(squares, k, rstd, ones) or (np.add.reduce, (squares, axes, None, rstd, True)))
+
+
+def _norm_steps(input, out0, mean, rstd, squares, count, eps, one, weight, bias, sum_input,
+                sum_squares):
+    """A layer norm's steps into ``out0`` (and ``mean``, ``rstd``: keepdims views), given
+    the steps summing ``input`` into ``mean`` and ``squares`` into ``rstd``; ``count``,
+    ``eps`` and ``one`` 0-d arrays, ``weight`` and ``bias`` arrays of input's shape (or
+    broadcastable to it) or None."""
+    pairs = [
+        sum_input,
         (np.divide, (mean, count, mean)),
         (np.subtract, (input, mean, out0)),
         (np.multiply, (out0, out0, squares)),
-        _row_sum(squares, k, rstd, ones) or (np.add.reduce, (squares, axes, None, rstd, True)),
+        sum_squares,
         (np.divide, (rstd, count, rstd)),
-        (np.add, (rstd, eps_, rstd)), (np.sqrt, (rstd, rstd)),
+        (np.add, (rstd, eps, rstd)), (np.sqrt, (rstd, rstd)),
         (np.divide, (one, rstd, rstd)),
         (np.multiply, (out0, rstd, out0)),
     ]
@@ -365,52 +377,36 @@ def _prepare_layer_norm(bound):
             full = _broadcast_copy(v, input.shape).reshape(-1)
             full.flags.writeable = False  # read by every shape's multiply and add
             prepared[id(v)] = (v, full)
-    prepared["affine"] = tuple(prepared.get(id(v), (None, None))[1] for v in (weight, bias))
-    prepared["constants"] = weight, bias
     return lambda args: _layer_norm_rows(args, prepared) or _layer_norm(args, prepared)
 
 
 def _layer_norm_rows(args, prepared: dict):
     """``_layer_norm``'s steps, straight-line, for its common prepared case: one normalized
-    dimension, a small contiguous input, the constant weight and bias (or none) broadcast
-    at the upper bound; None otherwise (about half its cost: 3 instead of 6 µs a shape)."""
+    dimension, a small contiguous input, a constant weight and bias (or none) broadcast at
+    the upper bound; None otherwise (about half its cost: 3 instead of 6 µs a shape)."""
     input, normalized_shape, weight, bias, eps, out0, out1, out2 = args
     size = input.size
-    if len(normalized_shape) != 1 or not 0 < size <= _SMALL or \
-            eps != prepared["eps_value"] or weight is not prepared["constants"][0] or \
-            bias is not prepared["constants"][1] or \
-            not (input.flags.c_contiguous and out0.flags.c_contiguous):
+    if len(normalized_shape) != 1 or not 0 < size <= _SMALL or eps != prepared["eps_value"] \
+            or not (input.flags.c_contiguous and out0.flags.c_contiguous):
         return None
     n = input.shape[-1]
     rows = size // n
     keep = input.shape[:-1] + (1,)
-    if out1.shape != keep or out2.shape != keep or n not in prepared["ones"] or \
-            (weight is not None and prepared["affine"][0] is None) or \
-            (bias is not None and prepared["affine"][1] is None):
+    ones, count = prepared["ones"].get(n), prepared["count"].get(n)
+    if out1.shape != keep or out2.shape != keep or ones is None or count is None:
         return None
-    ones, count = prepared["ones"][n], prepared["count"].get(n)
-    if count is None:
-        return None
+    affine = []
+    for v in (weight, bias):  # prefixes of this very array's broadcast at the upper bound
+        entry = prepared.get(id(v)) if v is not None else (None, None)
+        if entry is None or entry[0] is not v:
+            return None
+        affine.append(None if v is None else entry[1][:size].reshape(input.shape))
     flat = prepared["squares"][:size]
-    squares = flat.reshape(input.shape)
-    rstd = out2
-    pairs = [
+    return _norm_steps(
+        input, out0, out1, out2, flat.reshape(input.shape), count, prepared["eps"],
+        prepared["one"], *affine,
         (np.matmul, (input.reshape(rows, n), ones, out1.reshape(rows))),
-        (np.divide, (out1, count, out1)),
-        (np.subtract, (input, out1, out0)),
-        (np.multiply, (out0, out0, squares)),
-        (np.matmul, (flat.reshape(rows, n), ones, rstd.reshape(rows))),
-        (np.divide, (rstd, count, rstd)),
-        (np.add, (rstd, prepared["eps"], rstd)), (np.sqrt, (rstd, rstd)),
-        (np.divide, (prepared["one"], rstd, rstd)),
-        (np.multiply, (out0, rstd, out0)),
-    ]
-    full_weight, full_bias = prepared["affine"]
-    if weight is not None:
-        pairs.append((np.multiply, (out0, full_weight[:size].reshape(input.shape), out0)))
-    if bias is not None:
-        pairs.append((np.add, (out0, full_bias[:size].reshape(input.shape), out0)))
-    return steps(pairs)
+        (np.matmul, (flat.reshape(rows, n), ones, out2.reshape(rows))))
 
 
 def _broadcast(v: np.ndarray, shape: tuple[int, ...], prepared: dict | None) -> np.ndarray:
