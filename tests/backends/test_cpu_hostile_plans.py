@@ -686,7 +686,8 @@ def normal_nan_paths():
 def normal_safe_softmax():
     # attention's safe softmax: a row of only -inf gives zeros (plain softmax: NaN); a row
     # with a NaN stays NaN; -inf beside finite values is 0; rows of plain numbers as usual
-    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7 - 1
+    # (rows of 20: the AVX-512 row kernel's 16-lane body and a masked tail)
+    x = np.arange(120, dtype=np.float32).reshape(2, 3, 20) / 7 - 1
     x[0, 1] = -np.inf
     x[1, 0, 2] = np.nan
     x[1, 2, :3] = -np.inf

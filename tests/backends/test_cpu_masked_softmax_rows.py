@@ -1,8 +1,9 @@
-"""Softmax rows with -inf entries (an attention mask) keep oneDNN's values when the row's
-max is finite; only rows holding NaN or +inf, rows of only -inf, and log-softmax rows with
-an inf are recomputed by the engine (native/normalization.cpp). Both kinds of row, side by
-side in one call, against float64 torch: masked entries are exactly 0 as in torch, the
-rest within float32 rounding (1e-6 of probabilities at most 1)."""
+"""Softmax rows with -inf entries (an attention mask) keep the fast path's values (the
+row kernel's, or oneDNN's where it runs) when the row's max is finite; only rows holding
+NaN or +inf, rows of only -inf, and log-softmax rows with an inf are recomputed by the
+engine's exact loop (native/softmax.cpp). Both kinds of row, side by side in one call,
+against float64 torch: masked entries are exactly 0 as in torch, the rest within float32
+rounding (1e-6 of probabilities at most 1). test_cpu_softmax_rows.py runs both paths."""
 
 from __future__ import annotations
 

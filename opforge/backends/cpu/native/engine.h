@@ -212,6 +212,8 @@ void need_dtype(const Tensor& t, int32_t dt, const std::string& kind, const char
 void need_count(const OpCall& c, size_t n_in, size_t n_out);
 void need_dnnl_operand(const Engine& e, int id, const std::string& kind, const char* what);
 void need_post_ops_allowed(const OpCall& c, bool allowed);
+// f32 source and destination of one shape (and oneDNN-shaped when dnnl_operands)
+void same_shape_f32(const Engine& e, const OpCall& c, bool dnnl_operands);
 dims_t take(const std::vector<int64_t>& ia, size_t& k, size_t n);
 
 // --- oneDNN glue (core.cpp) ----------------------------------------------------------------
@@ -282,8 +284,8 @@ OFC_FAMILY(matmul)      // matmul.cpp
 OFC_FAMILY(pool)        // pooling.cpp
 OFC_FAMILY(eltwise)     // eltwise.cpp: eltwise, binary
 OFC_FAMILY(binary)
-OFC_FAMILY(softmax)     // normalization.cpp: softmax, layer_norm, rms_norm, group_norm
-OFC_FAMILY(layer_norm)
+OFC_FAMILY(softmax)     // softmax.cpp
+OFC_FAMILY(layer_norm)  // normalization.cpp: layer_norm, rms_norm, group_norm
 OFC_FAMILY(rms_norm)
 OFC_FAMILY(group_norm)
 OFC_FAMILY(rope)        // rotary.cpp

@@ -1,9 +1,5 @@
-// Normalisations: softmax and layer norm (f32, oneDNN), RMS norm and group norm (f32, loops).
+// Normalisations: layer norm (f32, oneDNN), RMS norm and group norm (f32, loops).
 //
-// softmax contract: ins [src], outs [dst]; ia [axis, log (0/1)] or [axis, log, safe (0/1)].
-//   src, dst: f32, one shape, rank >= 1, no overlapping strides; 0 <= axis < rank.
-//   safe (not with log): a row whose every element is -inf gives zeros, not NaN (torch's
-//   _safe_softmax, what scaled_dot_product_attention decomposes into).
 // layer_norm contract (over the last dim): ins [src, (scale), (shift)], outs [dst];
 //   ia [has_scale, has_shift]; fa [eps].
 //   src, dst: f32, one shape, rank 1..8, no overlapping strides; scale and shift: f32,
@@ -25,7 +21,6 @@
 
 namespace ofc {
 
-namespace {
 void same_shape_f32(const Engine& e, const OpCall& c, bool dnnl_operands) {
   const Tensor& src = e.tensors[(size_t)c.ins[0]];
   const Tensor& dst = e.tensors[(size_t)c.outs[0]];
@@ -38,6 +33,7 @@ void same_shape_f32(const Engine& e, const OpCall& c, bool dnnl_operands) {
   }
 }
 
+namespace {
 void per_channel(const Engine& e, int id, int64_t n, const std::string& kind, const char* what) {
   const Tensor& t = e.tensors[(size_t)id];
   need_dtype(t, F32, kind, what);
@@ -45,134 +41,6 @@ void per_channel(const Engine& e, int id, int64_t n, const std::string& kind, co
        std::string(what) + " must be dense, rank 1, " + std::to_string(n) + " values");
 }
 }  // namespace
-
-void contract_softmax(const Engine& e, const OpCall& c) {
-  need_count(c, 1, 1);
-  need_post_ops_allowed(c, false);
-  need((c.ia.size() == 2 || c.ia.size() == 3) && (c.ia[1] == 0 || c.ia[1] == 1), c.kind,
-       "attributes: ia [axis, log] or [axis, log, safe]");
-  need(c.ia.size() == 2 || c.ia[2] == 0 || (c.ia[2] == 1 && c.ia[1] == 0), c.kind,
-       "safe must be 0 or 1, and 0 with log");
-  same_shape_f32(e, c, true);
-  const Tensor& src = e.tensors[(size_t)c.ins[0]];
-  need_rank(src, 1, kMaxRank, c.kind, "the source");
-  need(c.ia[0] >= 0 && c.ia[0] < (int64_t)src.dims.size(), c.kind, "axis out of range");
-}
-
-// oneDNN's softmax maps a row holding NaN or +inf to numbers; torch's is NaN there. When
-// the source holds a NaN or an inf (checked after each call), the rows holding NaN or +inf
-// are recomputed here: m = max (NaN-propagating), e = exp(x - m), y = e / sum(e) (or x - m
-// - log(sum)). A softmax row whose -inf elements are masked ones (its max finite: a causal
-// mask) keeps oneDNN's result, its masked elements set to torch's 0.
-// A row of only -inf is NaN there (x - m is -inf - -inf), or zeros when `safe`; it holds
-// an inf, so the check above always sends it here.
-constexpr int32_t kNegInfBits = (int32_t)0xff800000;
-
-struct RowScan {
-  int64_t nonfinite = 0, masked = 0;  // NaN and ±inf; -inf
-};
-
-// integer counts only, so that the compiler vectorises a contiguous row (Unit: stride 1);
-// a float max would not be (no NaN-aware max reduction without -ffast-math)
-template <bool Unit>
-RowScan scan_row(const float* x, int64_t n, int64_t stride) {
-  const int32_t* bits = reinterpret_cast<const int32_t*>(x);
-  int32_t nonfinite = 0, masked = 0;
-  RowScan r;
-  for (int64_t j = 0; j < n; ++j) {
-    int32_t b = bits[Unit ? j : j * stride];
-    nonfinite += (b & 0x7fffffff) >= 0x7f800000;
-    masked += b == kNegInfBits;
-  }
-  r.nonfinite = nonfinite;
-  r.masked = masked;
-  return r;
-}
-
-struct SoftmaxOp : DnnlOp {
-  int axis = 0;
-  bool log = false, safe = false;
-  void run(Engine& e) override {
-    DnnlOp::run(e);
-    if (has_special(e, ins[0], true)) exact(e);
-  }
-  void exact(Engine& e) {
-    const Tensor& ts = e.tensors[(size_t)ins[0]];
-    const Tensor& td = e.tensors[(size_t)outs[0]];
-    const float* src = static_cast<const float*>(e.ptr(ins[0]));
-    float* dst = static_cast<float*>(e.ptr(outs[0]));
-    dims_t outer = ts.dims;
-    int64_t n = outer[(size_t)axis], ss = ts.strides[(size_t)axis], ds = td.strides[(size_t)axis];
-    outer[(size_t)axis] = 1;
-    for_each_index(outer, [&](const int64_t* idx) {
-      const float* x = src + dot(idx, ts.strides);
-      float* y = dst + dot(idx, td.strides);
-      // the row's max and what it holds: the count of non-finite elements less the count
-      // of -inf ones is the NaN and +inf ones
-      RowScan r = ss == 1 ? scan_row<true>(x, n, 1) : scan_row<false>(x, n, ss);
-      if (r.nonfinite == 0 || (!log && r.nonfinite == r.masked && r.masked < n)) {
-        // finite values, and for softmax masked ones (-inf): oneDNN's result, with each
-        // masked element exactly torch's 0 whatever oneDNN's exp gave there (a log softmax
-        // row with an inf is recomputed: oneDNN's log of a mostly masked row's sum is off
-        // by a few ulps of the large magnitudes such rows hold)
-        if (r.masked) {
-          if (ss == 1 && ds == 1)
-            for (int64_t j = 0; j < n; ++j) y[j] = x[j] == -INFINITY ? 0.f : y[j];
-          else
-            for (int64_t j = 0; j < n; ++j) y[j * ds] = x[j * ss] == -INFINITY ? 0.f : y[j * ds];
-        }
-        return;
-      }
-      float m = -INFINITY;  // NaN-propagating
-      for (int64_t j = 0; j < n; ++j) {
-        float v = x[j * ss];
-        if (v != v) { m = v; break; }
-        if (v > m) m = v;
-      }
-      if (safe && m == -INFINITY) {
-        for (int64_t j = 0; j < n; ++j) y[j * ds] = 0.f;
-        return;
-      }
-      // exp once per element (a masked one, -inf, is exp(-inf) = 0 without the call: a
-      // decoding step's scores are mostly masked), kept in y until the sum is known
-      float sum = 0.f;
-      for (int64_t j = 0; j < n; ++j) {
-        float v = x[j * ss];
-        float ej = v == -INFINITY && m != -INFINITY ? 0.f : std::exp(v - m);
-        sum += ej;
-        if (!log) y[j * ds] = ej;
-      }
-      if (log) {
-        float log_sum = std::log(sum);
-        for (int64_t j = 0; j < n; ++j) y[j * ds] = x[j * ss] - m - log_sum;
-      } else {
-        for (int64_t j = 0; j < n; ++j) y[j * ds] = y[j * ds] / sum;
-      }
-    });
-  }
-};
-
-void build_softmax(Handle& h, const OpCall& c) {
-  Engine& e = h.e;
-  auto op = std::make_unique<SoftmaxOp>();
-  op->axis = (int)c.ia[0];
-  op->log = c.ia[1] != 0;
-  op->safe = c.ia.size() == 3 && c.ia[2] != 0;
-  op->name = op->safe ? "safe softmax" : "softmax";
-  memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
-  op->arg(DNNL_ARG_SRC, c.ins[0], src);
-  op->arg(DNNL_ARG_DST, c.outs[0], dst);
-  auto attr = make_attr(e, c.post, op.get());
-  op->check_fits(e);
-  auto pd = dnnl::softmax_forward::primitive_desc(
-      e.eng, dnnl::prop_kind::forward_inference,
-      c.ia[1] ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate, src, dst,
-      (int)c.ia[0], attr);
-  op->prim = dnnl::softmax_forward(pd);
-  add_scratchpad(e, op.get(), pd.scratchpad_desc());
-  op->bind(e);
-  push_op(e, std::move(op), c);
-}
 
 void contract_layer_norm(const Engine& e, const OpCall& c) {
   need(c.ia.size() == 2 && c.fa.size() == 1, c.kind, "attributes: ia [has_scale, has_shift], fa [eps]");
