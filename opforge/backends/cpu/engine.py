@@ -21,7 +21,7 @@ from opforge.backends.cpu.file_pages import FilePages, PagePlan
 from opforge.errors import BackendError
 from opforge.runtime.threads import note_library_loaded
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()
@@ -182,6 +182,8 @@ def _declare(lib) -> None:
     lib.ofc_threads.restype = I32
     lib.ofc_memory.argtypes = [P, I64P]
     lib.ofc_memory.restype = None
+    lib.ofc_guard_calls.argtypes = [P, I32, I64P]
+    lib.ofc_guard_calls.restype = I32
 
 
 def _arr(ctype, values):
@@ -412,6 +414,18 @@ class EngineHandle:
         buf = ctypes.create_string_buffer(65536)
         self.lib.ofc_describe(self.ptr, buf, 65536)
         return [s for s in buf.value.decode().split(",") if s]
+
+    def guard_calls(self) -> dict[int, tuple[int, int]]:
+        """Op index → (calls run fused, calls run the exact way) for each op with a NaN
+        guard (a convolution or matmul whose NaN-unsafe post-op runs fused when the call's
+        bounds prove no NaN reaches it; docs/backend-cpu.md)."""
+        self._live("guard_calls()")
+        out = (ctypes.c_int64 * 2)()
+        calls = {}
+        for i in range(len(self.describe())):
+            if self.lib.ofc_guard_calls(self.ptr, i, out):
+                calls[i] = (out[0], out[1])
+        return calls
 
     def memory(self) -> dict[str, int]:
         """The engine's bytes: ``total`` (everything it allocated: constants, reordered

@@ -89,8 +89,10 @@ void contract_conv(const Engine& e, const OpCall& c) {
   }
 }
 
-void build_conv(Handle& h, const OpCall& c) {
-  Engine& e = h.e;
+namespace {
+// the op, its post-ops cut at the first NaN-unsafe one (nan_exact) or all in oneDNN; with
+// `weights_of`, its weights and bias are that op's (null when their layout differs)
+std::unique_ptr<DnnlOp> conv_op(Engine& e, const OpCall& c, bool nan_exact, const DnnlOp* weights_of) {
   bool transposed = c.kind == "deconv";
   ConvAttrs a = conv_attrs(c.kind, c.ia, 0);
   bool has_bias = c.ins.size() == 3;
@@ -103,7 +105,7 @@ void build_conv(Handle& h, const OpCall& c) {
                                : memory::desc();
   op->arg(DNNL_ARG_SRC, c.ins[0], src);
   op->arg(DNNL_ARG_DST, c.outs[0], dst);
-  auto attr = make_attr(e, c.post, op.get());
+  auto attr = make_attr(e, c.post, op.get(), nan_exact);
   op->check_fits(e);
   memory::desc wmd, scratch;
   if (!transposed) {
@@ -119,10 +121,32 @@ void build_conv(Handle& h, const OpCall& c) {
     op->prim = dnnl::deconvolution_forward(pd);
     wmd = pd.weights_desc(); scratch = pd.scratchpad_desc();
   }
-  op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, c.ins[1], wmd));
+  if (weights_of != nullptr) {
+    for (const auto& f : weights_of->fixed_args) {
+      if (f.first == DNNL_ARG_WEIGHTS && f.second.get_desc() != wmd) return nullptr;
+      if (f.first == DNNL_ARG_WEIGHTS || f.first == DNNL_ARG_BIAS) op->fixed_args.push_back(f);
+    }
+  } else {
+    op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, c.ins[1], wmd));
+    if (has_bias) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, c.ins[2], bias));
+  }
   add_scratchpad(e, op.get(), scratch);
-  if (has_bias) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, c.ins[2], bias));
   op->bind(e);
+  return op;
+}
+}  // namespace
+
+void build_conv(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  auto op = conv_op(e, c, true, nullptr);
+  if (c.kind == "conv") {  // an output channel reads every weight but its own channel's dims
+    const size_t rank = e.tensors[(size_t)c.ins[1]].dims.size();
+    const size_t nsp = (size_t)conv_attrs(c.kind, c.ia, 0).nsp;
+    std::vector<bool> reduced(rank, false);
+    for (size_t k = rank - nsp - 1; k < rank; ++k) reduced[k] = true;
+    attach_guard(e, *op, c, c.ins[1], c.ins.size() == 3 ? c.ins[2] : -1, reduced,
+                 [&](const DnnlOp& main) { return conv_op(e, c, false, &main); });
+  }
   push_op(e, std::move(op), c);
 }
 

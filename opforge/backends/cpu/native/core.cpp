@@ -47,9 +47,13 @@ Engine::~Engine() {
                "(%lld read before written, alone); engine memory %lld bytes in all\n",
                (long long)intermediate_bytes, (long long)arena_bytes, (long long)unplanned_bytes,
                (long long)used_bytes);
-  for (size_t i = 0; i < ops.size(); ++i)
-    std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us\n", i, ops[i]->name.c_str(),
-                 op_seconds[i] / (double)runs * 1e6);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    int64_t calls[2];
+    std::string guard = guard_counts(*ops[i], calls)
+        ? "  (fused " + std::to_string(calls[0]) + ", exact " + std::to_string(calls[1]) + ")" : "";
+    std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us%s\n", i, ops[i]->name.c_str(),
+                 op_seconds[i] / (double)runs * 1e6, guard.c_str());
+  }
 }
 
 void Engine::reserve(int64_t bytes, const std::string& what) {
@@ -152,6 +156,7 @@ void DnnlOp::bind(Engine& e) {
 }
 
 void DnnlOp::run(Engine& e) {
+  if (guard && guard_run(e, *this)) return;  // ran fused
   // the argument map is made at the first call and kept: its memories are handles shared
   // with ``bound``, so pointing those at this call's tensors updates it (no allocation per
   // call; a decoder step runs hundreds of ops)
@@ -472,6 +477,7 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
       io[(size_t)id] = 1;
     }
     plan_intermediates(e);
+    link_guards(e);
     auto backed = [&](int id) {
       int r = e.root(id);
       return io[(size_t)r] || e.tensors[(size_t)r].data != nullptr;
@@ -550,6 +556,13 @@ int32_t ofc_describe(void* handle, char* out, int32_t size) {
   for (auto& op : h->e.ops) { if (!text.empty()) text += ","; text += op->name; }
   set_error(out, size, text);
   return (int32_t)text.size();
+}
+
+// the NaN guard's calls of op `op`: out [fused, exact]; 0 when the op has no fused variant
+int32_t ofc_guard_calls(void* handle, int32_t op, int64_t* out) {
+  const Engine& e = static_cast<Handle*>(handle)->e;
+  if (op < 0 || (size_t)op >= e.ops.size()) return 0;
+  return guard_counts(*e.ops[(size_t)op], out) ? 1 : 0;
 }
 
 // the engine's memory (bytes): [all it holds, the intermediates' arena, the intermediates in

@@ -123,6 +123,26 @@ void contract_binary(const Engine& e, const OpCall& c) {
     need(b[k] == a[k] || b[k] == 1, c.kind, "the second operand does not broadcast");
 }
 
+namespace {
+// the op, its post-ops cut at the first NaN-unsafe one (nan_exact) or all in oneDNN
+std::unique_ptr<DnnlOp> binary_op(Engine& e, const OpCall& c, bool nan_exact) {
+  auto op = std::make_unique<DnnlOp>();
+  op->name = "binary";
+  memory::desc a = e.tensors[(size_t)c.ins[0]].md(), b = e.tensors[(size_t)c.ins[1]].md(),
+               dst = e.tensors[(size_t)c.outs[0]].md();
+  op->arg(DNNL_ARG_SRC_0, c.ins[0], a);
+  op->arg(DNNL_ARG_SRC_1, c.ins[1], b);
+  op->arg(DNNL_ARG_DST, c.outs[0], dst);
+  auto attr = make_attr(e, c.post, op.get(), nan_exact);
+  op->check_fits(e);
+  auto pd = dnnl::binary::primitive_desc(e.eng, alg_of((int)c.ia[0]), a, b, dst, attr);
+  op->prim = dnnl::binary(pd);
+  add_scratchpad(e, op.get(), pd.scratchpad_desc());
+  op->bind(e);
+  return op;
+}
+}  // namespace
+
 void build_binary(Handle& h, const OpCall& c) {
   Engine& e = h.e;
   PostOp self;
@@ -134,19 +154,8 @@ void build_binary(Handle& h, const OpCall& c) {
     push_op(e, std::move(op), c);
     return;
   }
-  auto op = std::make_unique<DnnlOp>();
-  op->name = "binary";
-  memory::desc a = e.tensors[(size_t)c.ins[0]].md(), b = e.tensors[(size_t)c.ins[1]].md(),
-               dst = e.tensors[(size_t)c.outs[0]].md();
-  op->arg(DNNL_ARG_SRC_0, c.ins[0], a);
-  op->arg(DNNL_ARG_SRC_1, c.ins[1], b);
-  op->arg(DNNL_ARG_DST, c.outs[0], dst);
-  auto attr = make_attr(e, c.post, op.get());
-  op->check_fits(e);
-  auto pd = dnnl::binary::primitive_desc(e.eng, alg_of((int)c.ia[0]), a, b, dst, attr);
-  op->prim = dnnl::binary(pd);
-  add_scratchpad(e, op.get(), pd.scratchpad_desc());
-  op->bind(e);
+  auto op = binary_op(e, c, true);
+  attach_guard(e, *op, c, -1, -1, {}, [&](const DnnlOp&) { return binary_op(e, c, false); });
   push_op(e, std::move(op), c);
 }
 

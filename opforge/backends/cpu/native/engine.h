@@ -16,7 +16,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -31,7 +33,7 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dims_t = std::vector<int64_t>;
 
-constexpr int32_t kAbiVersion = 5;
+constexpr int32_t kAbiVersion = 6;
 constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
@@ -244,9 +246,13 @@ struct Epilogue {
   void reads(std::vector<int>& ids) const { for (auto& s : steps) if (s.p.binary) ids.push_back(s.p.tensor); }
 };
 
+struct Guard;  // guard.cpp
+
 struct DnnlOp : Op {
   dnnl::primitive prim;
   Epilogue epilogue;
+  std::shared_ptr<Guard> guard;    // bounds, and the fused op a NaN-free call runs (guard.cpp)
+  double out_bound = INFINITY;     // this call's bound on |output| when known, else inf
   std::vector<std::pair<int, int>> tensor_args;        // (DNNL_ARG_*, tensor id)
   std::vector<std::pair<int, memory>> fixed_args;      // weights, scratchpad
   std::vector<std::pair<int, memory>> bound;           // memories bound to tensors
@@ -274,6 +280,18 @@ memory new_memory(Engine& e, const memory::desc& md, const char* what);  // coun
 memory reorder_const(Engine& e, int id, const memory::desc& want);
 void add_scratchpad(Engine& e, DnnlOp* op, const memory::desc& md);
 void push_op(Engine& e, std::unique_ptr<Op> op, const OpCall& c);
+
+// --- the NaN guard (guard.cpp) ------------------------------------------------------------
+// attach to a convolution or matmul with constant weights (and bias): `reduced` marks the
+// weight dims one output sums over; `fused` builds the same op with every post-op in
+// oneDNN (weights shared with `op`), or returns null. A binary op passes weights -1.
+void attach_guard(Engine& e, DnnlOp& op, const OpCall& c, int weights, int bias,
+                  const std::vector<bool>& reduced,
+                  const std::function<std::unique_ptr<DnnlOp>(const DnnlOp&)>& fused);
+bool guard_run(Engine& e, DnnlOp& op);  // true: the fused op ran this call
+void link_guards(Engine& e);            // at finalize: each guarded input's producer
+// an op's guard calls: [fused, exact]; false when it has no fused op
+bool guard_counts(const Op& op, int64_t* counts);
 
 // --- op families: each a contract and a builder ------------------------------------------
 #define OFC_FAMILY(name)                                 \

@@ -45,8 +45,10 @@ void contract_matmul(const Engine& e, const OpCall& c) {
   }
 }
 
-void build_matmul(Handle& h, const OpCall& c) {
-  Engine& e = h.e;
+namespace {
+// the op, its post-ops cut at the first NaN-unsafe one (nan_exact) or all in oneDNN; with
+// `weights_of`, its constant weights and bias are that op's (null when their layout differs)
+std::unique_ptr<DnnlOp> matmul_op(Engine& e, const OpCall& c, bool nan_exact, const DnnlOp* weights_of) {
   auto op = std::make_unique<DnnlOp>();
   op->name = "matmul";
   const auto& ins = c.ins;
@@ -61,14 +63,33 @@ void build_matmul(Handle& h, const OpCall& c) {
   op->arg(DNNL_ARG_DST, c.outs[0], dst);
   if (!b_const) op->arg(DNNL_ARG_WEIGHTS, ins[1], wmd);
   if (has_bias && !bias_const) op->arg(DNNL_ARG_BIAS, ins[2], bias);
-  auto attr = make_attr(e, c.post, op.get());
+  auto attr = make_attr(e, c.post, op.get(), nan_exact);
   op->check_fits(e);
   auto pd = dnnl::matmul::primitive_desc(e.eng, src, wmd, bias, dst, attr);
   op->prim = dnnl::matmul(pd);
-  if (b_const) op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, ins[1], pd.weights_desc()));
-  if (bias_const) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, ins[2], bias));
+  if (weights_of != nullptr) {
+    for (const auto& f : weights_of->fixed_args) {
+      if (f.first == DNNL_ARG_WEIGHTS && f.second.get_desc() != pd.weights_desc()) return nullptr;
+      if (f.first == DNNL_ARG_WEIGHTS || f.first == DNNL_ARG_BIAS) op->fixed_args.push_back(f);
+    }
+  } else {
+    if (b_const) op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, ins[1], pd.weights_desc()));
+    if (bias_const) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, ins[2], bias));
+  }
   add_scratchpad(e, op.get(), pd.scratchpad_desc());
   op->bind(e);
+  return op;
+}
+}  // namespace
+
+void build_matmul(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  auto op = matmul_op(e, c, true, nullptr);
+  // an output [.., m, n] reads column n of b [.., K, N]: every dim but K is its own
+  std::vector<bool> reduced(e.tensors[(size_t)c.ins[1]].dims.size(), false);
+  reduced[reduced.size() - 2] = true;
+  attach_guard(e, *op, c, c.ins[1], c.ins.size() == 3 ? c.ins[2] : -1, reduced,
+               [&](const DnnlOp& main) { return matmul_op(e, c, false, &main); });
   push_op(e, std::move(op), c);
 }
 

@@ -1,0 +1,151 @@
+"""The NaN guard (native/guard.cpp): a convolution or matmul whose post-ops hold relu, clip
+(ReLU6) or hardsigmoid, which oneDNN's kernels make map a NaN to a number, runs with them
+fused on a call whose bounds prove no NaN reaches them, and the exact way otherwise.
+
+Each model below runs through the engine directly (its delegate is the whole model), so
+the test reads how many calls of each guarded op ran which way. On ordinary inputs every
+guarded op must run fused and the results match eager within float64's criterion; with a
+NaN or an inf in the input, the first guarded op runs the exact way and the NaN and inf
+positions are eager's; an input whose magnitude makes the bound exceed what float32 holds
+runs the exact way, one just below runs fused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from opforge.backends.cpu import blob
+from opforge.backends.cpu import engine as cpu_engine
+from opforge.backends.named_data import NamedDataMap
+from opforge.export import export
+
+from cpu_reference import check_against_float64, spread
+
+pytestmark = pytest.mark.skipif(cpu_engine.missing() is not None,
+                                reason=f"cpu backend: {cpu_engine.missing()}")
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expansion + ReLU6, depthwise 3x3 + ReLU6, 1x1 projection,
+    residual add; then a hardsigmoid gate."""
+
+    def __init__(self, c=8, expand=3):
+        super().__init__()
+        h = c * expand
+        self.body = nn.Sequential(
+            nn.Conv2d(c, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+            nn.Conv2d(h, h, 3, padding=1, groups=h, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+            nn.Conv2d(h, c, 1, bias=False), nn.BatchNorm2d(c))
+        self.gate = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        y = x + self.body(x)
+        return nn.functional.hardsigmoid(self.gate(y)) * y
+
+
+class BasicBlock(nn.Module):
+    """ResNet's block: conv-BN-ReLU, conv-BN, residual add, ReLU."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return torch.relu(x + self.b(self.a(x)))
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU6(), nn.Linear(32, 4))
+
+
+MODELS = {
+    "inverted_residual": (InvertedResidual, (1, 8, 10, 10)),
+    "basic_block": (BasicBlock, (1, 8, 9, 9)),
+    "mlp": (_mlp, (5, 16)),
+}
+
+
+def _engine(model, x):
+    program = export(model, (x,), backends=["cpu"])
+    assert len(program.delegates) == 1
+    plan, data = blob.parse(program.segments[program.delegates[0].segment].data)
+    return cpu_engine.EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
+
+
+def _run(handle, x):
+    outs = [np.zeros(dims, cpu_engine.NUMPY[dtype]) for dims, dtype in handle.outputs]
+    cpu_engine.Binding(handle, [x], outs)()
+    return outs
+
+
+def _model(name):
+    make, shape = MODELS[name]
+    model = spread(make())
+    return model, torch.randn(shape, generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_ordinary_inputs_run_fused_and_match_eager(name):
+    model, x = _model(name)
+    handle = _engine(model, x)
+    try:
+        calls = 3
+        for _ in range(calls):
+            got = _run(handle, x.numpy())
+        guarded = handle.guard_calls()
+    finally:
+        handle.close()
+    # every relu/ReLU6/hardsigmoid sits on a convolution or linear: each is a guarded op
+    want = {"inverted_residual": 3, "basic_block": 2, "mlp": 2}[name]
+    assert len(guarded) == want, guarded
+    assert all(c == (calls, 0) for c in guarded.values()), guarded
+    check_against_float64(model, (x,), got)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("special", [float("nan"), float("inf"), float("-inf")])
+def test_a_special_input_runs_the_exact_way_as_eager_does(name, special):
+    model, x = _model(name)
+    x.view(-1)[[3, 17]] = special
+    handle = _engine(model, x)
+    try:
+        got = _run(handle, x.numpy())[0]
+        guarded = handle.guard_calls()
+    finally:
+        handle.close()
+    first = min(guarded)
+    assert guarded[first] == (0, 1), guarded
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    both = np.isfinite(want)
+    np.testing.assert_allclose(got[both], want[both], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("scale, fused", [(5e36, False), (1e36, True)])
+def test_a_bound_past_what_float32_holds_runs_the_exact_way(scale, fused):
+    """Linear(16 → 32) + ReLU with every |w| = 0.25 and no bias: the bound is 16 × 0.25 ×
+    max|x| = 4 × scale. 2e37 is past the guard's limit (1e37, where rounding could reach
+    float32's 3.4e38), 4e36 is not; the values themselves stay finite in both."""
+    model = nn.Sequential(nn.Linear(16, 32, bias=False), nn.ReLU()).eval()
+    with torch.no_grad():
+        signs = torch.where(torch.rand(32, 16, generator=torch.Generator().manual_seed(1)) < 0.5, -1.0, 1.0)
+        model[0].weight.copy_(0.25 * signs)
+    x = torch.where(torch.arange(64).reshape(4, 16) % 3 == 0, -scale, scale)
+    handle = _engine(model, x)
+    try:
+        got = _run(handle, x.numpy())[0]
+        guarded = handle.guard_calls()
+    finally:
+        handle.close()
+    assert list(guarded.values()) == [(1, 0) if fused else (0, 1)], guarded
+    with torch.no_grad():
+        want = model.double()(x.double()).numpy()
+    assert np.isfinite(got).all()
+    # 16-term sums of ±scale/4 in float32: off by a few ulps of their terms' scale
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * scale)
