@@ -151,6 +151,12 @@ class Backend(abc.ABC):
     def destroy(self, handle: Any) -> None:
         """Release what ``init`` made (called once per handle)."""
 
+    def own_threads(self, handle: Any) -> bool:
+        """True when every thread a call of ``handle`` starts is sized by the backend itself
+        and no BLAS or OpenMP pool of the caller's is reached: the runtime then holds no pools
+        around a method whose other instructions reach none either (~1 µs a call)."""
+        return False
+
     def describe_blob(self, blob: memoryview, specs: dict[str, Any]) -> dict[str, Any]:
         """What ``opforge inspect`` shows for one blob: at least ``{"ops": [...]}``."""
         return {}

@@ -37,6 +37,7 @@ class DelegateKernel:
     key: str
     origin: str
     target: str = "delegate"
+    own_threads: bool = False  # the backend sizes every thread its calls start (no pool of ours)
 
 
 def _io_count(api: str, index: int, backend: str, specs: dict[str, bytes], key: str) -> int:
@@ -172,4 +173,6 @@ class DelegateSet:
 
     def kernel(self, index: int) -> DelegateKernel:
         blob = self._program.delegates[index]
-        return DelegateKernel(f"delegate {index} ({blob.id})", f"backend {blob.id!r}")
+        backend, handle = self.backends[index], self.handles[index]
+        own = backend is not None and handle is not None and backend.own_threads(handle)
+        return DelegateKernel(f"delegate {index} ({blob.id})", f"backend {blob.id!r}", own_threads=own)

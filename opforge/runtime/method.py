@@ -527,6 +527,8 @@ _BLAS_MODULES = frozenset({"opforge.kernels.portable.linalg", "opforge.kernels.p
 def _reaches_pools(kernel: Kernel) -> bool:
     """Whether a kernel may run on a BLAS or OpenMP pool: native code and delegates may;
     portable kernels only where they call BLAS."""
+    if kernel.target == "delegate":
+        return not kernel.own_threads
     if kernel.target != "portable":
         return True
     return getattr(kernel.fn, "__module__", None) in _BLAS_MODULES

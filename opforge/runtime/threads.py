@@ -15,8 +15,9 @@
 # is made, after every kernel library of the load is open. Around each call the governor
 # reads each pool's size, sets the wanted one where it differs, and puts the old one back
 # after the call; a pool already at the wanted size costs one read (~1 µs). Methods that
-# cannot reach a pool (lean programs with only elementwise kernels) get no governor and pay
-# nothing.
+# cannot reach a pool (lean programs with only elementwise kernels, delegates whose backend
+# sizes its own threads: ``Backend.own_threads``, the cpu engine without call-outs) get no
+# governor and pay nothing.
 """
 
 from __future__ import annotations

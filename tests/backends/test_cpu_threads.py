@@ -85,3 +85,29 @@ def test_one_thread_by_default_even_on_a_multicore_machine():
 def test_two_threads_when_asked():
     busy, _ = thread_counts(2)
     assert busy == 2
+
+
+def test_a_method_of_cpu_delegates_alone_holds_no_pools_around_its_calls():
+    """The engine sizes its own OpenMP regions each call, so a method whose only instruction
+    is a cpu delegate gets no thread governor (threadpoolctl's reads cost ~1 µs a call); the
+    same model on the portable kernels (NumPy's BLAS for the matmul) keeps one, and so does a
+    delegate calling out to a kernel library (whose pools are not the engine's)."""
+    import torch
+
+    from opforge.backends.cpu import CpuBackend
+    from opforge.export import export
+    from opforge.runtime import load
+
+    model, x = torch.nn.Linear(8, 4).eval(), torch.randn(3, 8)
+    cpu = load(export(model, (x,), backends=["cpu"]), num_threads=2).method("forward")
+    lean = load(export(model, (x,)), num_threads=2).method("forward")
+    assert cpu._threads is None and lean._threads is not None
+    got = cpu(x.numpy())[0]
+    with torch.no_grad():
+        want = model.double()(x.double()).numpy()
+    assert abs(got - want).max() < 1e-6
+
+    class Handle:
+        callouts = True
+
+    assert not CpuBackend().own_threads(Handle())

@@ -189,6 +189,11 @@ class CpuBackend(Backend):
             binding.crash_label = label  # the runtime names its frame with it
         return binding
 
+    def own_threads(self, handle) -> bool:
+        """The engine runs its OpenMP regions at its own thread count (set around each call);
+        a delegate calling out to a kernel library or an op package may reach other pools."""
+        return not handle.callouts
+
     def execute(self, handle, inputs, outputs) -> None:
         self.bind(handle, inputs, outputs)()
 

@@ -200,6 +200,7 @@ class DynamicHandle:
             raise _refuse("a dynamic plan with debug outputs, kernels or package ops")
         self.exprs = check_symbolic(plan, data)  # blob.parse checked it; the parsed form
         self.plan, self.data = plan, aligned(data)  # every shape's engine borrows from it
+        self.callouts = any(op["kind"] in ("kernel", "package") for op in plan["ops"])
         self.threads, self.max_memory, self.registry, self.specs = threads, max_memory, registry, specs
         # the engine's own default limit (native/core.cpp ofc_new) when the context gives none
         self.limit = max_memory if max_memory > 0 else 1 << 33

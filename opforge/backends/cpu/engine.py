@@ -220,6 +220,8 @@ class EngineHandle:
         # the engine) sharing their reordered forms (every delegate of the program)
         self.lib = lib = library()
         self.keep: list[Any] = []
+        # ops that call out to a kernel library or an op package (their threads are not ours)
+        self.callouts = any(op["kind"] in ("kernel", "package") for op in plan["ops"])
         err = ctypes.create_string_buffer(_ERR)
         self.ptr = lib.ofc_new(threads, max_memory, err, _ERR)
         if not self.ptr:
