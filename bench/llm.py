@@ -45,7 +45,7 @@ def parse_args(argv):
                         help="generations per worker after the warm-up (3)")
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     parser.add_argument("--profile-steps", type=int, default=32,
-                        help="decode steps the lean profile traces (32)")
+                        help="decode steps the lean profile traces (32; 0: no profile)")
     parser.add_argument("--live", action="store_true",
                         help="run this checkout's opforge/ as it is (first on the workers' "
                              "PYTHONPATH), not a snapshot of its last commit")
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
                              "new_tokens": args.new_tokens}, threads)
             say(f"round {round_ + 1}/{args.rounds}: {len(order)} workers in "
                 f"{time.perf_counter() - start:.0f} s (load {os.getloadavg()[0]:.2f})")
-        if "opforge-lean" in args.runtimes:
+        if "opforge-lean" in args.runtimes and args.profile_steps > 0:
             for config in args.configs:
                 say(f"profile {config} on opforge-lean")
                 workers.run({"mode": "profile", "config": config, "runtime": "opforge-lean",
