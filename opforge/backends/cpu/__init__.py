@@ -11,11 +11,14 @@ is one native ``execute``.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opforge.backends.base import Backend, BackendContext, PartitionResult
 from opforge.backends.compile_specs import SpecDef
 from opforge.errors import BackendError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["CpuBackend", "thread_count", "DEFAULT_THREADS_ENV"]
 
@@ -198,7 +201,7 @@ class CpuBackend(Backend):
         self.bind(handle, inputs, outputs)()
 
     @staticmethod
-    def debug_outputs(handle) -> list[tuple[str, int, "np.ndarray"]]:
+    def debug_outputs(handle) -> list[tuple[str, int, np.ndarray]]:
         """A debug build's node results after the last call: ``(node name, result index,
         array)`` each (the arrays are reused by the next call); [] for a normal blob."""
         return list(handle.debug_outputs)
