@@ -82,6 +82,15 @@ def _run(handle, x):
     return outs
 
 
+def _once(model, x):
+    """One call of the model's engine: (its output, its guard calls)."""
+    handle = _engine(model, x)
+    try:
+        return _run(handle, x.numpy())[0], handle.guard_calls()
+    finally:
+        handle.close()
+
+
 def _model(name):
     make, shape = MODELS[name]
     model = spread(make())
@@ -111,12 +120,7 @@ def test_ordinary_inputs_run_fused_and_match_eager(name):
 def test_a_special_input_runs_the_exact_way_as_eager_does(name, special):
     model, x = _model(name)
     x.view(-1)[[3, 17]] = special
-    handle = _engine(model, x)
-    try:
-        got = _run(handle, x.numpy())[0]
-        guarded = handle.guard_calls()
-    finally:
-        handle.close()
+    got, guarded = _once(model, x)
     first = min(guarded)
     assert guarded[first] == (0, 1), guarded
     with torch.no_grad():
@@ -137,12 +141,7 @@ def test_a_bound_past_what_float32_holds_runs_the_exact_way(scale, fused):
         signs = torch.where(torch.rand(32, 16, generator=torch.Generator().manual_seed(1)) < 0.5, -1.0, 1.0)
         model[0].weight.copy_(0.25 * signs)
     x = torch.where(torch.arange(64).reshape(4, 16) % 3 == 0, -scale, scale)
-    handle = _engine(model, x)
-    try:
-        got = _run(handle, x.numpy())[0]
-        guarded = handle.guard_calls()
-    finally:
-        handle.close()
+    got, guarded = _once(model, x)
     assert list(guarded.values()) == [(1, 0) if fused else (0, 1)], guarded
     with torch.no_grad():
         want = model.double()(x.double()).numpy()
