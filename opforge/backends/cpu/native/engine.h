@@ -289,7 +289,7 @@ void attach_guard(Engine& e, DnnlOp& op, const OpCall& c, int weights, int bias,
                   const std::vector<bool>& reduced,
                   const std::function<std::unique_ptr<DnnlOp>(const DnnlOp&)>& fused);
 bool guard_run(Engine& e, DnnlOp& op);  // true: the fused op ran this call
-void link_guards(Engine& e);            // at finalize: each guarded input's producer
+void link_guards(Engine& e);            // at finalize: producers, and the used guards' weight bounds
 // an op's guard calls: [fused, exact]; false when it has no fused op
 bool guard_counts(const Op& op, int64_t* counts);
 

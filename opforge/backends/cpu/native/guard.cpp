@@ -162,7 +162,9 @@ struct Guard {
   static constexpr int kUnknown = -1;
   int src = -1;
   const DnnlOp* src_from = nullptr;
-  double gain = 0, offset = 0;
+  int weights = -1, bias = -1;  // constants (-1: a binary op, gain 1 / no bias)
+  std::vector<bool> reduced;    // the weight dims one output sums over
+  double gain = 0, offset = 0;  // computed at finalize, for the guards that are used
   std::vector<Term> chain;
   size_t proved = 0;      // the chain's terms up to and with the last unsafe one
   std::unique_ptr<DnnlOp> fused;  // when the chain holds an unsafe post-op
@@ -240,9 +242,9 @@ void attach_guard(Engine& e, DnnlOp& op, const OpCall& c, int weights, int bias,
   }
   for (size_t i = 0; i < g->proved; ++i)
     if (g->chain[i].code == Guard::kUnknown) return;  // an unsafe post-op no bound reaches
-  g->gain = weights >= 0 ? weight_gain(e, weights, reduced) : 1.0;
-  g->offset = bias >= 0 ? max_magnitude(e, bias) : 0.0;
-  if (!(g->gain < INFINITY && g->offset < INFINITY)) return;
+  g->weights = weights;
+  g->bias = bias;
+  g->reduced = reduced;
   if (g->proved > 0) {
     g->fused = fused(op);
     if (!g->fused) return;
@@ -273,6 +275,11 @@ bool guard_run(Engine& e, DnnlOp& op) {
   return false;
 }
 
+// Each guarded input's producer; then, from the last op back, the guards a fused op needs
+// (its own, and those whose bounds reach it): the others are dropped before their weights
+// are read (a decoder's matmuls, with no unsafe post-op, would read every weight at load
+// for nothing). A guard whose weights or bias are not finite is dropped too: its op runs
+// the exact way, and its readers find no bound (they scan).
 void link_guards(Engine& e) {
   // the ops writing each root, and the first of them
   std::vector<int> writers(e.tensors.size(), 0), first(e.tensors.size(), -1);
@@ -281,20 +288,44 @@ void link_guards(Engine& e) {
       size_t r = (size_t)e.root(id);
       if (writers[r]++ == 0) first[r] = (int)i;
     }
-  auto producer = [&](int id, size_t reader) -> const DnnlOp* {
+  // the one earlier guarded op whose bound covers tensor id for op `reader`, else -1
+  auto producer = [&](int id, size_t reader) -> int {
     size_t r = (size_t)e.root(id);
-    if (writers[r] != 1 || first[r] >= (int)reader) return nullptr;
+    if (writers[r] != 1 || first[r] >= (int)reader) return -1;
     auto* d = dynamic_cast<const DnnlOp*>(e.ops[(size_t)first[r]].get());
     // its bound covers its output: the whole root, written by it alone
-    return d != nullptr && d->guard && d->outs[0] == (int)r ? d : nullptr;
+    return d != nullptr && d->guard && d->outs[0] == (int)r ? first[r] : -1;
   };
-  for (size_t i = 0; i < e.ops.size(); ++i) {
+  auto guard_of = [&](size_t i) -> DnnlOp* {
     auto* d = dynamic_cast<DnnlOp*>(e.ops[i].get());
-    if (d == nullptr || !d->guard) continue;
+    return d != nullptr && d->guard ? d : nullptr;
+  };
+  std::vector<char> used(e.ops.size(), 0);
+  for (size_t i = e.ops.size(); i-- > 0;) {
+    DnnlOp* d = guard_of(i);
+    if (d == nullptr) continue;
+    if (!d->guard->fused && !used[i]) {  // no bound of it is needed
+      d->guard.reset();
+      continue;
+    }
     Guard& g = *d->guard;
-    g.src_from = producer(g.src, i);
+    auto link = [&](int id) -> const DnnlOp* {
+      int j = producer(id, i);
+      if (j < 0) return nullptr;
+      used[(size_t)j] = 1;
+      return static_cast<const DnnlOp*>(e.ops[(size_t)j].get());
+    };
+    g.src_from = link(g.src);
     for (auto& t : g.chain)
-      if (t.tensor >= 0 && t.fixed == INFINITY) t.from = producer(t.tensor, i);
+      if (t.tensor >= 0 && t.fixed == INFINITY) t.from = link(t.tensor);
+  }
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    DnnlOp* d = guard_of(i);
+    if (d == nullptr) continue;
+    Guard& g = *d->guard;
+    g.gain = g.weights >= 0 ? weight_gain(e, g.weights, g.reduced) : 1.0;
+    g.offset = g.bias >= 0 ? max_magnitude(e, g.bias) : 0.0;
+    if (!(g.gain < INFINITY && g.offset < INFINITY)) d->guard.reset();
   }
 }
 
