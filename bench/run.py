@@ -134,7 +134,27 @@ def snapshot_opforge(workdir: pathlib.Path) -> str:
         archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", commit, "opforge"],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    install_engine(target / "opforge" / "backends" / "cpu")
     return str(target)
+
+
+def install_engine(cpu_dir: pathlib.Path) -> None:
+    """Compile the snapshot's cpu engine into its ``_engine`` folder, as ``pip install``
+    does: the workers then load an installed engine, as a user's process does, instead of
+    compiling on first use into the build cache (which imports the toolchain modules and
+    adds their resident memory to opforge-cpu's peak). Without a compiler or oneDNN's
+    headers the workers still fall back to that."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_snapshot_engine_build",
+                                                  cpu_dir / "engine_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.build(cpu_dir / module.INSTALL_FOLDER, cpu_dir=cpu_dir)
+    except module.EngineBuildError as e:
+        print(f"note: the snapshot's cpu engine is compiled on first use instead ({e})",
+              file=sys.stderr)
 
 
 def write_results(args: argparse.Namespace, setup: dict, table: dict, micro: dict,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import Iterable
@@ -97,7 +96,7 @@ def write_atomic(path: Path, chunks: Iterable[bytes], *, new_mode: int = 0o666,
     directory = path.parent
     sweep_stale_temps(directory, path.name)
     mode = _existing_mode(path)
-    tmp = directory / f"{_temp_prefix(path.name)}{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    tmp = directory / f"{_temp_prefix(path.name)}{os.getpid()}.{os.urandom(4).hex()}{TEMP_SUFFIX}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                  new_mode)
     try:

@@ -12,7 +12,6 @@ This module imports neither torch nor any backend until one is asked for by name
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import threading
 from typing import Any
 
@@ -36,6 +35,9 @@ _lock = threading.Lock()
 
 
 def _entry_points() -> dict[str, Any]:
+    # Imported here: importlib.metadata brings email, zipfile and socket (~2 MB resident), and a
+    # program that only names built-in backends never needs it.
+    import importlib.metadata
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 

@@ -21,7 +21,6 @@ which ``get`` answers with ``None`` for the backend to refuse.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from typing import Any, Callable
 
@@ -38,6 +37,8 @@ class NamedDataStore:
 
     def add(self, data: bytes | bytearray | memoryview) -> str:
         """Store ``data`` (once per content) and return its key."""
+        import hashlib  # export only: a loaded program never hashes (and never loads libcrypto)
+
         view = memoryview(data).cast("B")
         key = KEY_PREFIX + hashlib.sha256(view).hexdigest()
         if key not in self.entries:

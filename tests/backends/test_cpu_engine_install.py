@@ -62,8 +62,13 @@ from opforge.runtime import load
 x = np.load({x!r})
 out = load({program!r}).method("forward")(x)[0]
 np.save({out!r}, out)
+print(" ".join(m for m in HEAVY if m in sys.modules))
 print(engine.library()._name)
 """
+# What a deploy process must not import to load and run a cpu program: OpenSSL (hashlib),
+# package metadata (email, zipfile, socket) and the compiler toolchain are resident memory
+# (~3.4, ~2 and ~5 MB) spent on nothing but the check of which engine to load.
+HEAVY = ("_hashlib", "importlib.metadata", "opforge.native.toolchain", "cmake")
 
 
 def test_a_cpu_program_runs_with_no_compiler_and_an_empty_cache(installed, tmp_path):
@@ -77,12 +82,13 @@ def test_a_cpu_program_runs_with_no_compiler_and_an_empty_cache(installed, tmp_p
     np.save(tmp_path / "x.npy", x.numpy())
     env = _no_compiler_env(tmp_path)
     assert not any(shutil.which(c, path=env["PATH"]) for c in ("gcc", "g++", "cc", "c++", "cmake"))
-    code = RUN.format(folder=str(installed or ""), x=str(tmp_path / "x.npy"),
+    code = f"HEAVY = {HEAVY!r}\n" + RUN.format(folder=str(installed or ""), x=str(tmp_path / "x.npy"),
                       program=str(tmp_path / "m.opf"), out=str(tmp_path / "y.npy"))
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    loaded = done.stdout.strip().splitlines()[-1]
+    *_, heavy, loaded = done.stdout.splitlines()
+    assert heavy == "", f"a deploy process imported {heavy}"
     assert Path(loaded).name == engine_build.installed_name()
     assert Path(loaded).parent == (installed or engine.INSTALL_DIR)
     cache = tmp_path / "empty-cache"

@@ -26,7 +26,6 @@ for its development fallback (a build on first use, in opforge's build cache).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -45,6 +44,16 @@ FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fopenmp", "-Wl,--no-undefine
 RPATH = "$ORIGIN/../../../../../.."
 
 _CPU = Path(__file__).resolve().parent
+
+# CPython's own SHA-256 (the same digest): hashlib would load OpenSSL's libcrypto, ~3.4 MB
+# resident in every process that runs a cpu delegate, only to hash the sources at load.
+try:
+    from _sha256 import sha256 as _sha256  # CPython 3.11
+except ImportError:
+    try:
+        from _sha2 import sha256 as _sha256  # CPython 3.12 and later
+    except ImportError:
+        from hashlib import sha256 as _sha256
 _OPFORGE = _CPU.parents[1]
 
 
@@ -71,7 +80,7 @@ def source_hash(cpu_dir: Path = _CPU) -> str:
     if cached is not None:
         return cached
     opforge_dir = cpu_dir.parents[1]
-    digest = hashlib.sha256()
+    digest = _sha256()
     digest.update(" ".join(FLAGS).encode() + b"\0")
     for path in source_files(cpu_dir):
         data = path.read_bytes()
@@ -88,7 +97,16 @@ def installed_name(cpu_dir: Path = _CPU) -> str:
 
 def find_onednn(*, headers: bool) -> Path | None:
     """The prefix holding ``lib/libdnnl.so.3`` (and ``include/oneapi/dnnl/dnnl.hpp`` when
-    ``headers``): from the oneDNN wheels' file lists, else ``sys.prefix``."""
+    ``headers``): ``sys.prefix`` (where the wheels put them in a virtual environment), else
+    from the oneDNN wheels' file lists (a user or relocated install)."""
+    def holds(prefix: Path) -> bool:
+        return (prefix / "lib" / "libdnnl.so.3").exists() and (
+            not headers or (prefix / "include" / "oneapi" / "dnnl" / "dnnl.hpp").exists())
+
+    # sys.prefix first: reading the wheels' file lists costs importlib.metadata (email,
+    # zipfile, socket: ~2 MB resident) and a parse of each RECORD on every load
+    if holds(Path(sys.prefix)):
+        return Path(sys.prefix)
     import importlib.metadata as md
 
     candidates = []
@@ -101,12 +119,7 @@ def find_onednn(*, headers: bool) -> Path | None:
             if str(f).endswith("libdnnl.so.3") or str(f).endswith("oneapi/dnnl/dnnl.hpp"):
                 path = Path(f.locate()).resolve()
                 candidates.append(path.parents[1] if path.name == "libdnnl.so.3" else path.parents[3])
-    candidates.append(Path(sys.prefix))
-    for prefix in candidates:
-        if (prefix / "lib" / "libdnnl.so.3").exists() and (
-                not headers or (prefix / "include" / "oneapi" / "dnnl" / "dnnl.hpp").exists()):
-            return prefix
-    return None
+    return next((prefix for prefix in candidates if holds(prefix)), None)
 
 
 def compile_flags(prefix: Path, *, installed: bool = False) -> list[str]:
