@@ -62,7 +62,18 @@ def _mlp():
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU6(), nn.Linear(32, 4))
 
 
+class ElementwiseChain(nn.Module):
+    """Ten elementwise ops reading the input three times: one binary op with the rest as
+    post-ops (the relu, NaN-unsafe, guarded), each later read of x a binary post-op."""
+
+    def forward(self, x):
+        y = torch.relu(x * 1.5 + 0.25) - x
+        y = torch.tanh(torch.sigmoid(y) * x)
+        return -(torch.abs(y) + x)
+
+
 MODELS = {
+    "elementwise_chain": (ElementwiseChain, (4, 300)),
     "inverted_residual": (InvertedResidual, (1, 8, 10, 10)),
     "basic_block": (BasicBlock, (1, 8, 9, 9)),
     "mlp": (_mlp, (5, 16)),
@@ -109,7 +120,7 @@ def test_ordinary_inputs_run_fused_and_match_eager(name):
     finally:
         handle.close()
     # every relu/ReLU6/hardsigmoid sits on a convolution or linear: each is a guarded op
-    want = {"inverted_residual": 3, "basic_block": 2, "mlp": 2}[name]
+    want = {"elementwise_chain": 1, "inverted_residual": 3, "basic_block": 2, "mlp": 2}[name]
     assert len(guarded) == want, guarded
     assert all(c == (calls, 0) for c in guarded.values()), guarded
     check_against_float64(model, (x,), got)

@@ -85,8 +85,9 @@ def fuse(plan: Plan) -> None:
 
 
 def _starts_chain(plan: Plan, op: dict) -> bool:
-    """An eltwise op whose result only another same-layout eltwise op reads (a lone eltwise
-    stays an eltwise primitive, which is as fast)."""
+    """An eltwise op whose result only another same-layout eltwise op, or a binary that can
+    take it as its first operand, reads (a lone eltwise stays an eltwise primitive, which is
+    as fast)."""
     t = op["out"][0]
     spec = plan.tensors[t]
     readers = _readers(plan, t)
@@ -95,7 +96,12 @@ def _starts_chain(plan: Plan, op: dict) -> bool:
         return False
     nxt = plan.ops[readers[0]]
     src = plan.tensors[op["in"][0]]
-    return (nxt["kind"] == "eltwise" and same(src.strides, spec.strides)
+    joins = nxt["kind"] == "eltwise" or (
+        nxt["kind"] == "binary" and t in nxt["in"] and nxt["in"].count(t) == 1
+        and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV)
+        and (nxt["in"][0] == t or nxt["ia"][0] not in (B_SUB, B_DIV))
+        and same(plan.tensors[nxt["in"][0]].dims, plan.tensors[nxt["in"][1]].dims))
+    return (joins and same(src.strides, spec.strides)
             and same(plan.tensors[nxt["out"][0]].strides, spec.strides))
 
 
@@ -163,15 +169,21 @@ def _fuse(plan: Plan) -> None:
                 continue  # oneDNN's fast kernels write the layout they read
             if nxt["kind"] == "eltwise" and not nxt["post"]:
                 op["post"].append([0, nxt["ia"][0], nxt["fa"][0], nxt["fa"][1], -1])
-            elif nxt["kind"] == "binary" and not nxt["post"] and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV):
+            elif nxt["kind"] == "binary" and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV) \
+                    and len(op["post"]) + 1 + len(nxt["post"]) <= MAX_POST_OPS:
+                # nxt's own post-ops follow it (a chain fused before op's start became a
+                # binary: an elementwise chain of ten ops is then one pass, not three)
+                if read not in nxt["in"] or (nxt["post"] and not same(rspec.dims, spec.dims)):
+                    continue  # (t read by a post-op of nxt; nxt's operands in another shape)
                 other = nxt["in"][1] if nxt["in"][0] == read else nxt["in"][0]
                 if nxt["in"][0] != read and nxt["ia"][0] in (B_SUB, B_DIV):
                     continue  # other - t: not expressible as a post-op on t
-                if other in members:
+                operands = [other] + [p[4] for p in nxt["post"] if p[0] == 1]
+                if any(x in members for x in operands):
                     continue
-                if _last_write(plan, other) > i:
+                if any(_last_write(plan, x) > i for x in operands):
                     continue  # computed after op: not available to it
-                if any(p[0] == 1 for p in op["post"]) and op["kind"] == "binary":
+                if any(_post_operand_misread(spec.dims, plan.tensors[x].dims) for x in operands[1:]):
                     continue
                 if not same(rspec.dims, spec.dims):
                     other = _whole_view(plan, other, spec.dims)  # the operand as op's result
@@ -179,7 +191,7 @@ def _fuse(plan: Plan) -> None:
                         continue
                 if _post_operand_misread(spec.dims, plan.tensors[other].dims):
                     continue
-                op["post"].append([1, nxt["ia"][0], 0.0, 0.0, other])
+                op["post"] += [[1, nxt["ia"][0], 0.0, 0.0, other], *nxt["post"]]
             else:
                 continue
             out = nxt["out"][0]

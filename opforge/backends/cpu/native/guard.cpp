@@ -170,18 +170,29 @@ struct Guard {
   std::unique_ptr<DnnlOp> fused;  // when the chain holds an unsafe post-op
   int64_t fused_calls = 0, exact_calls = 0;
 
-  static double operand(Engine& e, int id, const DnnlOp* from, double fixed, bool scan) {
+  // a tensor's bound: its constant bound, its producer's, or (scan) its largest magnitude,
+  // each tensor scanned at most once per call (`seen`: an elementwise chain reading its
+  // input three times scanned 4 MB four times)
+  static double operand(Engine& e, int id, const DnnlOp* from, double fixed, bool scan,
+                        std::vector<std::pair<int, double>>& seen) {
     if (fixed < INFINITY) return fixed;
     double b = from != nullptr ? from->out_bound : INFINITY;
-    return b <= kLimit || !scan ? b : max_magnitude(e, id);
+    if (b <= kLimit || !scan) return b;
+    for (const auto& s : seen)
+      if (s.first == id) return s.second;
+    seen.emplace_back(id, max_magnitude(e, id));
+    return seen.back().second;
   }
   // the output's bound; `peak`: the largest bound up to the last unsafe post-op (at most
-  // kLimit: nothing before it is NaN or inf). scan: unknown operands are scanned
+  // kLimit: nothing before it is NaN or inf). scan: unknown operands up to that post-op are
+  // scanned (past it a bound only serves readers, which scan what they need themselves)
   double walk(Engine& e, bool scan, double* peak) const {
-    double b = operand(e, src, src_from, INFINITY, scan) * gain + offset;
+    std::vector<std::pair<int, double>> seen;
+    double b = operand(e, src, src_from, INFINITY, scan, seen) * gain + offset;
     double top = b;
     for (size_t i = 0; i < chain.size(); ++i) {
       const Term& t = chain[i];
+      const bool look = scan && i < proved;
       switch (t.code) {
         case kLinear: b = std::fabs(t.alpha) * b + std::fabs(t.beta); break;
         case kAbs: case kRelu: break;
@@ -191,8 +202,8 @@ struct Guard {
           b = t.alpha <= 0 && t.beta >= 0 ? std::min(b, cap) : cap;
           break;
         }
-        case kAdd: case kSub: b += operand(e, t.tensor, t.from, t.fixed, scan); break;
-        case kMul: b *= operand(e, t.tensor, t.from, t.fixed, scan); break;
+        case kAdd: case kSub: b += operand(e, t.tensor, t.from, t.fixed, look, seen); break;
+        case kMul: b *= operand(e, t.tensor, t.from, t.fixed, look, seen); break;
         default: b = INFINITY; break;  // kUnknown
       }
       if (i < proved) top = top > b || top != top ? top : b;  // NaN sticks
