@@ -399,6 +399,8 @@ class Lowering:
         """A node of an int8 pattern: the convolution/matmul emits the int8 op (reading the
         dequantize's integer input, writing the quantize's integer output); the relu between
         them is its post-op; the quantize returns that output."""
+        from opforge.backends.cpu.lowering.quantized import fold_scales  # (a family)
+
         pattern = self.int8[node.name]
         if node is not pattern.compute:
             return ("t", pattern.output) if node is pattern.quant else ("q8", node.name)
@@ -418,14 +420,15 @@ class Lowering:
         else:
             out = self.new_tensor(torch.uint8, fake.shape)
         ins += [self.materialize(("c", pattern.weight)), self.materialize(("c", pattern.scales))]
-        if pattern.bias is not None:
-            bias = pattern.bias
+        post, x_scale, y_scale, bias = fold_scales(
+            pattern.post_ops(lambda b: self._residual_operand(b, out)), pattern.x_scale,
+            pattern.y_scale, pattern.bias)
+        if bias is not None:
             if not pattern.conv:
                 bias = bias.reshape(1, -1)
             ins.append(self.materialize(("c", bias.float().contiguous())))
         ia = [pattern.x_zp, pattern.y_zp, pattern.mask, int(pattern.bias is not None), *pattern.conv_ia]
-        post = pattern.post_ops(lambda b: self._residual_operand(b, out))
-        self.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [pattern.x_scale, pattern.y_scale],
+        self.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [x_scale, y_scale],
                 name="int8 " + ("convolution" if pattern.conv else "matmul"), post=post)
         pattern.output = out
         self.plan.impls.append({"node": node.name, "op": op_name(node),
