@@ -293,6 +293,14 @@ void link_guards(Engine& e);            // at finalize: producers, and the used 
 // an op's guard calls: [fused, exact]; false when it has no fused op
 bool guard_counts(const Op& op, int64_t* counts);
 
+// the engine's own vector kernels (the softmax rows, the int8 depthwise convolution) may be
+// used: false with OPFORGE_CPU_CAPABILITY=default (read when an op is built), which keeps
+// oneDNN's primitives everywhere; each kernel also checks its CPU's features
+bool own_kernels_allowed();
+// an int8 depthwise 3×3 convolution on the engine's own kernel (qdepthwise.cpp), when the
+// call and the CPU allow it; false: build it on oneDNN
+bool build_qdepthwise(Handle& h, const OpCall& c);
+
 // --- op families: each a contract and a builder ------------------------------------------
 #define OFC_FAMILY(name)                                 \
   void contract_##name(const Engine& e, const OpCall& c); \

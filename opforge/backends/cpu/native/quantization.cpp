@@ -1,5 +1,6 @@
 // Quantization: per-tensor quantize/dequantize loops ("quant") and int8 convolution and
-// matmul on oneDNN ("qconv", "qmatmul", 8a8w).
+// matmul on oneDNN ("qconv", "qmatmul", 8a8w); a depthwise 3×3 qconv may run on the
+// engine's own kernel instead (qdepthwise.cpp, same contract).
 //
 // quant contract: ins [x], outs [y]; ia [mode 0 quantize / 1 dequantize, qmin, qmax];
 //   fa [scale, zero point]. quantize: f32 → an integer dtype, dequantize: the reverse; x and
@@ -202,6 +203,7 @@ void contract_int8(const Engine& e, const OpCall& c) {
 void build_int8(Handle& h, const OpCall& c) {
   Engine& e = h.e;
   bool conv = c.kind == "qconv";
+  if (conv && build_qdepthwise(h, c)) return;
   const auto& ins = c.ins;
   const auto& ia = c.ia;
   const auto& fa = c.fa;

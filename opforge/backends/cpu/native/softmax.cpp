@@ -183,16 +183,19 @@ OFC_AVX512 bool fast_row(const float* x, float* y, int64_t n) {
 #endif
 
 bool row_kernel_available() {
-  const char* cap = std::getenv("OPFORGE_CPU_CAPABILITY");
-  if (cap != nullptr && std::strcmp(cap, "default") == 0) return false;
 #if defined(__x86_64__)
-  return __builtin_cpu_supports("avx512f");
+  return own_kernels_allowed() && __builtin_cpu_supports("avx512f");
 #else
   return false;
 #endif
 }
 
 }  // namespace
+
+bool own_kernels_allowed() {
+  const char* cap = std::getenv("OPFORGE_CPU_CAPABILITY");
+  return cap == nullptr || std::strcmp(cap, "default") != 0;
+}
 
 struct SoftmaxOp : DnnlOp {
   int axis = 0;
