@@ -351,6 +351,15 @@ def _match_compute(sub, node):
         # scale per output channel, i.e. over the first two dims (mask 0b11)
         grouped = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:])
         return x, True, grouped.contiguous(), scales, bias, 0b11, ia
+    if _is(node, aten.linear.default):  # the portable kernel set keeps linear
+        x, w, b = (list(node.args) + [None])[:3]
+        if node.kwargs or (b is not None and _const(sub, b) is None):
+            return None
+        wq = _int8_weight(sub, w)
+        if wq is None or _val(x) is None or _val(x).dim() != 2:
+            return None
+        weight, scales = wq  # [out, in]: oneDNN's K×N is its transpose
+        return x, False, weight.t().contiguous(), scales, None if b is None else _const(sub, b), 1 << 1, []
     if _is(node, aten.addmm.default) or _is(node, aten.mm.default):
         if _is(node, aten.addmm.default):
             b, x, wt = node.args[:3]
