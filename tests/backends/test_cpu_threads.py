@@ -87,6 +87,70 @@ def test_two_threads_when_asked():
     assert busy == 2
 
 
+SMALL_CHILD = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path.insert(0, {here!r})
+    from test_cpu_hostile_plans import Plan, run, F32, RELU, B_ADD
+
+    # small ops (a matmul of 32 × 64 × 64 multiply-adds, a relu and an add of 2048 elements)
+    # and a large matmul (256^3 = 2^24): the small ones run on one thread at threads=2
+    p = Plan()
+    a = p.tensor(F32, [32, 64], role="input")
+    t = p.tensor(F32, [32, 64])
+    p.op("matmul", [a, p.const(np.full((64, 64), 0.01, np.float32))], [t])
+    u = p.tensor(F32, [32, 64])
+    p.op("eltwise", [t], [u], [RELU], [0.0, 0.0])
+    small = p.tensor(F32, [32, 64], role="output")
+    p.op("binary", [u, a], [small], [B_ADD])
+    big_in = p.tensor(F32, [256, 256], role="input")
+    big = p.tensor(F32, [256, 256], role="output")
+    p.op("matmul", [big_in, p.const(np.full((256, 256), 0.01, np.float32))], [big])
+    handle = p.handle(threads=2)
+    print("THREADS", *handle.op_threads())
+    x, y = np.ones((32, 64), np.float32), np.ones((256, 256), np.float32)
+    got = run(handle, x, y)
+    assert np.allclose(got[0], 1.64) and np.allclose(got[1], 2.56), (got[0][0, :3], got[1][0, :3])
+    # the small ops alone, many calls: the second thread gains no CPU time
+    q = Plan()
+    a = q.tensor(F32, [32, 64], role="input")
+    out = q.tensor(F32, [32, 64], role="output")
+    q.op("matmul", [a, q.const(np.full((64, 64), 0.01, np.float32))], [out])
+    handle = q.handle(threads=2)
+    run(handle, x)
+    before = {{tid: open(f"/proc/self/task/{{tid}}/stat").read() for tid in os.listdir("/proc/self/task")}}
+    def ticks(text):
+        fields = text.rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    for _ in range(100000):
+        run(handle, x)
+    busy = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            now = ticks(open(f"/proc/self/task/{{tid}}/stat").read())
+        except OSError:
+            continue
+        busy += now - ticks(before.get(tid, "x) " + "0 " * 20)) >= 5
+    print("BUSY", busy)
+""")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 processors")
+def test_small_ops_run_on_one_thread_when_the_delegate_has_two():
+    """A small op's second thread costs more (its wake-up, a barrier, and on a shared machine
+    a stall until it is scheduled) than it saves: such ops run on one thread, large ones on
+    the delegate's (docs/backend-cpu.md, "Threads")."""
+    here = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    env.pop("OMP_NUM_THREADS", None)
+    proc = subprocess.run([sys.executable, "-c", SMALL_CHILD.format(here=here)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+    assert lines["THREADS"] == ["1", "1", "1", "2"], lines
+    assert lines["BUSY"] == ["1"], lines
+
+
 def test_a_method_of_cpu_delegates_alone_holds_no_pools_around_its_calls():
     """The engine sizes its own OpenMP regions each call, so a method whose only instruction
     is a cpu delegate gets no thread governor (threadpoolctl's reads cost ~1 µs a call); the

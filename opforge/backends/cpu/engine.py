@@ -21,7 +21,7 @@ from opforge.backends.cpu.file_pages import FilePages, PagePlan
 from opforge.errors import BackendError
 from opforge.runtime.threads import note_library_loaded
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()
@@ -184,6 +184,8 @@ def _declare(lib) -> None:
     lib.ofc_memory.restype = None
     lib.ofc_guard_calls.argtypes = [P, I32, I64P]
     lib.ofc_guard_calls.restype = I32
+    lib.ofc_op_threads.argtypes = [P, I32]
+    lib.ofc_op_threads.restype = I32
 
 
 def _arr(ctype, values):
@@ -428,6 +430,12 @@ class EngineHandle:
             if self.lib.ofc_guard_calls(self.ptr, i, out):
                 calls[i] = (out[0], out[1])
         return calls
+
+    def op_threads(self) -> list[int]:
+        """Each op's OpenMP threads: one for a small op (docs/backend-cpu.md, "Threads"),
+        else the delegate's."""
+        self._live("op_threads()")
+        return [self.lib.ofc_op_threads(self.ptr, i) for i in range(len(self.describe()))]
 
     def memory(self) -> dict[str, int]:
         """The engine's bytes: ``total`` (everything it allocated: constants, reordered

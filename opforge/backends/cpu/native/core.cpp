@@ -51,6 +51,7 @@ Engine::~Engine() {
     int64_t calls[2];
     std::string guard = guard_counts(*ops[i], calls)
         ? "  (fused " + std::to_string(calls[0]) + ", exact " + std::to_string(calls[1]) + ")" : "";
+    if (threads > 1 && ops[i]->threads == 1) guard += "  (1 thread)";
     std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us%s\n", i, ops[i]->name.c_str(),
                  op_seconds[i] / (double)runs * 1e6, guard.c_str());
   }
@@ -117,6 +118,29 @@ const std::unordered_map<std::string, Builder>& builders() {
       {"index", build_indexing},      {"index_put", build_indexing}, {"index_copy", build_indexing},
   };
   return table;
+}
+
+// The threads one op runs with: one for a small op, else the engine's. A second thread
+// costs its wake-up and a barrier per op (~1-2 µs), and on a shared machine a thread that
+// is not scheduled stalls the whole op: the zoo's small models ran up to 2× slower with two
+// threads than with one (transformer_layer 25 → 49 µs in the bench, ONNX Runtime 43 → 60).
+// Work: multiply-adds of a convolution or matmul (below 2^20, ~4 µs on one core), elements
+// of anything else (below 2^15).
+int op_threads(const Engine& e, const OpCall& c) {
+  if (e.threads <= 1 || c.outs.empty()) return e.threads;
+  const Tensor& y = e.tensors[(size_t)c.outs[0]];
+  int64_t per = 1;
+  const std::string& k = c.kind;
+  bool macs = k == "conv" || k == "deconv" || k == "qconv" || k == "matmul" || k == "qmatmul";
+  if (macs && c.ins.size() > 1) {
+    const Tensor& x = e.tensors[(size_t)c.ins[0]];
+    const Tensor& w = e.tensors[(size_t)c.ins[1]];
+    if (k == "matmul" || k == "qmatmul") per = x.dims.empty() ? 1 : x.dims.back();
+    else per = w.numel / std::max<int64_t>(1, y.dims.size() > 1 ? y.dims[1] : 1);
+  }
+  int64_t work;
+  if (__builtin_mul_overflow(y.numel, std::max<int64_t>(per, 1), &work)) return e.threads;
+  return work < (macs ? ((int64_t)1 << 20) : ((int64_t)1 << 15)) ? 1 : e.threads;
 }
 
 }  // namespace
@@ -436,8 +460,11 @@ int32_t ofc_add_op(void* handle, const char* kind, const int32_t* ins, int32_t n
     c.post = std::move(h->pending_post);
     h->pending_post.clear();
     validate(e, c);
-    ThreadScope threads(e.threads);  // primitives size their thread teams now
+    const int threads = op_threads(e, c);
+    const size_t first = e.ops.size();
+    ThreadScope scope(threads);  // primitives size their thread teams now
     builders().at(c.kind)(*h, c);
+    for (size_t i = first; i < e.ops.size(); ++i) e.ops[i]->threads = threads;
     return 0;
   } catch (const dnnl::error& ex) {
     h->pending_post.clear();
@@ -531,17 +558,21 @@ int32_t ofc_execute(void* handle, void* const* inputs, void* const* outputs, cha
     if (!e.finalized) fail("execute before finalize");
     for (size_t k = 0; k < e.inputs.size(); ++k) e.tensors[(size_t)e.inputs[k]].data = inputs[k];
     for (size_t k = 0; k < e.outputs.size(); ++k) e.tensors[(size_t)e.outputs[k]].data = outputs[k];
-    ThreadScope threads(e.threads);
-    if (e.profile) {
-      for (size_t i = 0; i < e.ops.size(); ++i) {
-        double t0 = omp_get_wtime();
-        e.ops[i]->run(e);
-        e.op_seconds[i] += omp_get_wtime() - t0;
+    ThreadScope scope(e.threads);
+    int current = e.threads;
+    for (size_t i = 0; i < e.ops.size(); ++i) {
+      Op& op = *e.ops[i];
+      const int want = op.threads > 0 ? op.threads : e.threads;  // as its primitives were made
+      if (want != current) omp_set_num_threads(current = want);
+      if (!e.profile) {
+        op.run(e);
+        continue;
       }
-      ++e.runs;
-    } else {
-      for (auto& op : e.ops) op->run(e);
+      double t0 = omp_get_wtime();
+      op.run(e);
+      e.op_seconds[i] += omp_get_wtime() - t0;
     }
+    if (e.profile) ++e.runs;
     return 0;
   } catch (const std::exception& ex) {
     set_error(error, size, ex.what());
@@ -563,6 +594,13 @@ int32_t ofc_guard_calls(void* handle, int32_t op, int64_t* out) {
   const Engine& e = static_cast<Handle*>(handle)->e;
   if (op < 0 || (size_t)op >= e.ops.size()) return 0;
   return guard_counts(*e.ops[(size_t)op], out) ? 1 : 0;
+}
+
+// the OpenMP threads op `op` runs with (op_threads); 0 when there is no such op
+int32_t ofc_op_threads(void* handle, int32_t op) {
+  const Engine& e = static_cast<Handle*>(handle)->e;
+  if (op < 0 || (size_t)op >= e.ops.size()) return 0;
+  return e.ops[(size_t)op]->threads > 0 ? e.ops[(size_t)op]->threads : e.threads;
 }
 
 // the engine's memory (bytes): [all it holds, the intermediates' arena, the intermediates in

@@ -33,7 +33,7 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dims_t = std::vector<int64_t>;
 
-constexpr int32_t kAbiVersion = 6;
+constexpr int32_t kAbiVersion = 7;
 constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
@@ -127,6 +127,7 @@ struct WeightCache {
 struct Op {
   std::vector<int> ins, outs;
   std::string name;
+  int threads = 0;  // its OpenMP threads (core.cpp's op_threads); 0: the engine's
   virtual ~Op() = default;
   virtual void run(Engine& e) = 0;
 };

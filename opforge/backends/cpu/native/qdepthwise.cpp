@@ -60,7 +60,6 @@ struct QDepthwiseOp : Op {
   std::vector<uint8_t> zp_row;  // C source zero points: the taps outside the image
   std::vector<Epi> post;
   float inv_y = 1, zp_y = 0;
-  int threads = 1;
 
   void run(Engine& e) override;
 };
@@ -155,8 +154,9 @@ void QDepthwiseOp::run(Engine& e) {
   const uint8_t* x = static_cast<const uint8_t*>(e.ptr(ins[0]));
   uint8_t* y = static_cast<uint8_t*>(e.ptr(outs[0]));
   const int64_t rows = n * oh;
-  const bool parallel = threads > 1 && rows * ow * c >= (1 << 14);
-#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+  const int team = omp_get_max_threads();  // this op's threads (core.cpp's op_threads)
+  const bool parallel = team > 1 && rows * ow * c >= (1 << 14);
+#pragma omp parallel for num_threads(team) schedule(static) if (parallel)
   for (int64_t i = 0; i < rows; ++i) pixel_row(*this, x, y, i / oh, i % oh);
 }
 
@@ -218,7 +218,6 @@ bool build_qdepthwise(Handle& h, const OpCall& c) {
   op->stride = strides[0]; op->pad_t = pl[0]; op->pad_l = pl[1];
   op->blocks = (C + kBlock - 1) / kBlock;
   op->post = std::move(post);
-  op->threads = e.threads;
   const double sx = c.fa[0];
   op->inv_y = (float)(1.0 / c.fa[1]);
   op->zp_y = (float)c.ia[1];

@@ -218,8 +218,9 @@ struct SoftmaxOp : DnnlOp {
     int64_t count = 1;  // the rows: bounded by the tensor's elements (contract)
     for (size_t k = 0; k < rank; ++k) count *= k == (size_t)axis ? 1 : ts.dims[k];
     if (n == 0) return;
-    const bool parallel = fast && e.threads > 1 && count * n >= (1 << 15);
-#pragma omp parallel for num_threads(e.threads) schedule(static) if (parallel)
+    const int team = omp_get_max_threads();  // this op's threads (core.cpp's op_threads)
+    const bool parallel = fast && team > 1 && count * n >= (1 << 15);
+#pragma omp parallel for num_threads(team) schedule(static) if (parallel)
     for (int64_t row = 0; row < count; ++row) {
       int64_t xo = 0, yo = 0, rest = row;
       for (size_t k = rank; k-- > 0;) {
