@@ -145,7 +145,12 @@ class Backend(abc.ABC):
         """A no-argument callable running ``execute(handle, inputs, outputs)`` on these very
         arrays (the runtime's arena views, fixed for a Method's life). Override to check the
         arrays against the blob once (shapes, dtypes: a ``BackendError`` naming the mismatch)
-        and to prepare what makes each call cheap (pointer arrays)."""
+        and to prepare what makes each call cheap (pointer arrays).
+
+        The callable may carry ``direct(inputs, outputs)``: one call on other arrays of the
+        same shapes and dtypes (C-contiguous, aligned; inputs only read), the bound ones
+        again afterwards. A method that is this one call then skips copying its inputs
+        into the arena and its outputs out of it (``runtime/method.py``)."""
         return lambda: self.execute(handle, inputs, outputs)
 
     def destroy(self, handle: Any) -> None:

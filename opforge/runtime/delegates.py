@@ -161,6 +161,12 @@ class DelegateSet:
             with lock:
                 run()
         call.delegate_run = run  # the unlocked call, for a backend's own benchmarks
+        direct = getattr(run, "direct", None)
+        if direct is not None:  # the backend runs a call on other arrays (Method's direct path)
+            def call_direct(inputs: list, outputs: list) -> None:
+                with lock:
+                    direct(inputs, outputs)
+            call.direct = call_direct
         label = getattr(run, "crash_label", None)
         if label is not None:  # native code inside: name this frame for a crash report
             from opforge.runtime.native import _named
