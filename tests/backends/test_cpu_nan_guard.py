@@ -159,3 +159,44 @@ def test_a_bound_past_what_float32_holds_runs_the_exact_way(scale, fused):
     assert np.isfinite(got).all()
     # 16-term sums of ±scale/4 in float32: off by a few ulps of their terms' scale
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * scale)
+
+
+class ConvPoolReduce(nn.Module):
+    """A guarded convolution (its ReLU) read by a max pooling, a max reduction and a
+    softmax: each of those scans its input for NaN unless that convolution's bound this
+    call proves it finite (native/guard.cpp, special_input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return (nn.functional.max_pool2d(y, 2), y.amax(dim=(2, 3)),
+                torch.softmax(y.flatten(2), dim=-1))
+
+
+@pytest.mark.parametrize("special", [None, float("nan"), float("inf")])
+def test_readers_of_a_bounded_output_skip_their_scan_only_when_it_is_proved(special):
+    # a NaN or inf input: the convolution runs the exact way (no bound), so the pooling,
+    # the reduction and the softmax scan, find the NaN the ReLU kept, and give torch's
+    # values; without one the bound proves every value finite and the scans are skipped
+    model = spread(ConvPoolReduce())
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    if special is not None:
+        x[0, 1, 3, 4] = special
+    handle = _engine(model, x)
+    try:
+        got = _run(handle, x.numpy())
+        guarded = handle.guard_calls()
+    finally:
+        handle.close()
+    assert list(guarded.values()) == [(1, 0) if special is None else (0, 1)], guarded
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_array_equal(np.isinf(g), np.isinf(w))
+        assert np.isfinite(w).all() == (special is None)
+        both = np.isfinite(w)
+        np.testing.assert_allclose(g[both], w[both], rtol=1e-5, atol=1e-6)

@@ -254,6 +254,11 @@ struct DnnlOp : Op {
   Epilogue epilogue;
   std::shared_ptr<Guard> guard;    // bounds, and the fused op a NaN-free call runs (guard.cpp)
   double out_bound = INFINITY;     // this call's bound on |output| when known, else inf
+  // an op that scans its input for NaN (max pooling, max/min reductions, oneDNN's softmax)
+  // sets scans_input; link_guards then finds in_from, the guarded op whose bound covers
+  // that input, and a call whose bound proves it finite skips the scan (special_input)
+  bool scans_input = false;
+  const DnnlOp* in_from = nullptr;
   std::vector<std::pair<int, int>> tensor_args;        // (DNNL_ARG_*, tensor id)
   std::vector<std::pair<int, memory>> fixed_args;      // weights, scratchpad
   std::vector<std::pair<int, memory>> bound;           // memories bound to tensors
@@ -291,6 +296,9 @@ void attach_guard(Engine& e, DnnlOp& op, const OpCall& c, int weights, int bias,
                   const std::function<std::unique_ptr<DnnlOp>(const DnnlOp&)>& fused);
 bool guard_run(Engine& e, DnnlOp& op);  // true: the fused op ran this call
 void link_guards(Engine& e);            // at finalize: producers, and the used guards' weight bounds
+// op's input may hold a NaN (or with nonfinite, an inf) this call: false when its
+// producer's bound proves every value finite, else the scan (has_special)
+bool special_input(Engine& e, const DnnlOp& op, bool nonfinite);
 // an op's guard calls: [fused, exact]; false when it has no fused op
 bool guard_counts(const Op& op, int64_t* counts);
 

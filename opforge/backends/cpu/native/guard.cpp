@@ -313,6 +313,13 @@ void link_guards(Engine& e) {
   };
   std::vector<char> used(e.ops.size(), 0);
   for (size_t i = e.ops.size(); i-- > 0;) {
+    if (auto* s = dynamic_cast<DnnlOp*>(e.ops[i].get()); s != nullptr && s->scans_input) {
+      int j = producer(s->ins[0], i);
+      if (j >= 0) {
+        used[(size_t)j] = 1;
+        s->in_from = static_cast<const DnnlOp*>(e.ops[(size_t)j].get());
+      }
+    }
     DnnlOp* d = guard_of(i);
     if (d == nullptr) continue;
     if (!d->guard->fused && !used[i]) {  // no bound of it is needed
@@ -338,6 +345,12 @@ void link_guards(Engine& e) {
     g.offset = g.bias >= 0 ? max_magnitude(e, g.bias) : 0.0;
     if (!(g.gain < INFINITY && g.offset < INFINITY)) d->guard.reset();
   }
+}
+
+bool special_input(Engine& e, const DnnlOp& op, bool nonfinite) {
+  // a bound at most kLimit: every value finite (its producer's guard, this call)
+  if (op.in_from != nullptr && op.in_from->guard && op.in_from->out_bound <= kLimit) return false;
+  return has_special(e, op.ins[0], nonfinite);
 }
 
 bool guard_counts(const Op& op, int64_t* counts) {

@@ -24,7 +24,7 @@ struct MaxPoolOp : DnnlOp {
   dims_t kernel, stride, pad_l, dilation;  // dilation as torch's (1 = none)
   void run(Engine& e) override {
     DnnlOp::run(e);
-    if (!kernel.empty() && has_nan(e, ins[0])) exact(e);
+    if (!kernel.empty() && special_input(e, *this, false)) exact(e);
   }
   void exact(Engine& e) {
     const Tensor& ts = e.tensors[(size_t)ins[0]];
@@ -102,6 +102,7 @@ void build_pool(Handle& h, const OpCall& c) {
   if (ia[0] == 0) {
     op->kernel = kernel; op->stride = s; op->pad_l = pl;
     op->dilation = dil;
+    op->scans_input = true;
     for (auto& d : op->dilation) d += 1;
   }
   op->name = "pooling";

@@ -156,7 +156,7 @@ struct ReductionOp : DnnlOp {
   std::unique_ptr<ReduceOp> exact;
   void run(Engine& e) override {
     DnnlOp::run(e);
-    if (exact && has_nan(e, ins[0])) exact->run(e);
+    if (exact && special_input(e, *this, false)) exact->run(e);
   }
 };
 
@@ -211,6 +211,7 @@ void build_reduction(Handle& h, const OpCall& c) {
   const Tensor& to = e.tensors[(size_t)c.outs[0]];
   if ((c.ia[0] == 2 || c.ia[0] == 3) && row_major(to) && dense(to))
     op->exact = generic_reduce(e, (int)c.ia[0], c);
+  op->scans_input = op->exact != nullptr;
   add_scratchpad(e, op.get(), pd.scratchpad_desc());
   op->bind(e);
   push_op(e, std::move(op), c);

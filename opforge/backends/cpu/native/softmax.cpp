@@ -204,7 +204,7 @@ struct SoftmaxOp : DnnlOp {
   void run(Engine& e) override {
     if (rows) return each_row(e, true);
     DnnlOp::run(e);
-    if (has_special(e, ins[0], true)) each_row(e, false);
+    if (special_input(e, *this, true)) each_row(e, false);
   }
   // every row through the row kernel (fast), or else (a row it declines, or every row after
   // oneDNN's primitive) through the exact loop
@@ -249,6 +249,7 @@ void build_softmax(Handle& h, const OpCall& c) {
   op->rows = !op->log && ts.strides[(size_t)op->axis] == 1 && td.strides[(size_t)op->axis] == 1 &&
              row_kernel_available();
   op->name = std::string(op->safe ? "safe softmax" : "softmax") + (op->rows ? " (row kernel)" : "");
+  op->scans_input = !op->rows;
   memory::desc src = ts.md(), dst = td.md();
   op->arg(DNNL_ARG_SRC, c.ins[0], src);
   op->arg(DNNL_ARG_DST, c.outs[0], dst);
