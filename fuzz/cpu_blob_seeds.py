@@ -137,10 +137,28 @@ def _models():
 def _quantized(name):
     import torch
     from opforge.examples.zoo import ZOO
-    from opforge.quantize import quantize
 
     torch.manual_seed(0)
-    model, inputs = ZOO[name]()
+    return _quantized_model(*ZOO[name]())
+
+
+def _depthwise64():
+    """A 64-channel depthwise 3×3 convolution between two 1×1 ones, ReLU6 after each: in
+    8a8w the engine's own int8 depthwise kernel (native/qdepthwise.cpp) runs it."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 64, 1), nn.ReLU6(),
+                          nn.Conv2d(64, 64, 3, stride=2, padding=1, groups=64), nn.ReLU6(),
+                          nn.Conv2d(64, 8, 1)).eval()
+    return model, (torch.randn(1, 3, 7, 6, generator=torch.Generator().manual_seed(2)),)
+
+
+def _quantized_model(model, inputs):
+    import torch
+    from opforge.quantize import quantize
+
     gen = torch.Generator().manual_seed(1)
     calibration = [tuple(torch.randn(t.shape, generator=gen) if t.is_floating_point() else t
                          for t in inputs) for _ in range(2)]
@@ -171,6 +189,7 @@ def _build(folder: Path) -> None:
         add(name, export(model, inputs, kernels="portable", backends=[("cpu", specs)]))
     for name in ("mlp", "cnn"):
         add(f"8a8w-{name}", _quantized(name).export(backends=["cpu"]))
+    add("8a8w-depthwise64", _quantized_model(*_depthwise64()).export(backends=["cpu"]))
     # a debug build (opforge compare): unfused, every node result an extra delegate output
     from opforge.backends.cpu import CpuBackend
 

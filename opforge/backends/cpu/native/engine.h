@@ -302,6 +302,9 @@ bool special_input(Engine& e, const DnnlOp& op, bool nonfinite);
 // an op's guard calls: [fused, exact]; false when it has no fused op
 bool guard_counts(const Op& op, int64_t* counts);
 
+// the OpenMP threads op `c` runs with: one for a small op, else the engine's (threads.cpp)
+int op_threads(const Engine& e, const OpCall& c);
+
 // the engine's own vector kernels (the softmax rows, the int8 depthwise convolution) may be
 // used: false with OPFORGE_CPU_CAPABILITY=default (read when an op is built), which keeps
 // oneDNN's primitives everywhere; each kernel also checks its CPU's features

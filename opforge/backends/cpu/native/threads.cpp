@@ -1,0 +1,32 @@
+// The OpenMP threads each op runs with: core.cpp makes the op's primitives and runs it with
+// them; the profile marks the small ones "(1 thread)".
+#include <algorithm>
+
+#include "engine.h"
+
+namespace ofc {
+
+// One for a small op, else the engine's. A second thread
+// costs its wake-up and a barrier per op (~1-2 µs), and on a shared machine a thread that
+// is not scheduled stalls the whole op: the zoo's small models ran up to 2× slower with two
+// threads than with one (transformer_layer 25 → 49 µs in the bench, ONNX Runtime 43 → 60).
+// Work: multiply-adds of a convolution or matmul (below 2^20, ~4 µs on one core), elements
+// of anything else (below 2^15).
+int op_threads(const Engine& e, const OpCall& c) {
+  if (e.threads <= 1 || c.outs.empty()) return e.threads;
+  const Tensor& y = e.tensors[(size_t)c.outs[0]];
+  int64_t per = 1;
+  const std::string& k = c.kind;
+  bool macs = k == "conv" || k == "deconv" || k == "qconv" || k == "matmul" || k == "qmatmul";
+  if (macs && c.ins.size() > 1) {
+    const Tensor& x = e.tensors[(size_t)c.ins[0]];
+    const Tensor& w = e.tensors[(size_t)c.ins[1]];
+    if (k == "matmul" || k == "qmatmul") per = x.dims.empty() ? 1 : x.dims.back();
+    else per = w.numel / std::max<int64_t>(1, y.dims.size() > 1 ? y.dims[1] : 1);
+  }
+  int64_t work;
+  if (__builtin_mul_overflow(y.numel, std::max<int64_t>(per, 1), &work)) return e.threads;
+  return work < (macs ? ((int64_t)1 << 20) : ((int64_t)1 << 15)) ? 1 : e.threads;
+}
+
+}  // namespace ofc
