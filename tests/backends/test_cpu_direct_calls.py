@@ -70,6 +70,11 @@ def test_a_large_delegate_only_method_reads_and_writes_the_callers_arrays(tmp_pa
     y3 = f(x1)
     assert not np.shares_memory(y3[0], y2[0])  # views=True outputs are fresh arrays too
     np.testing.assert_array_equal(y3[0], y1[0])
+    # then a call that takes the copying path: the delegate is bound to the arena again
+    y4 = f(np.asfortranarray(x2))
+    np.testing.assert_array_equal(_slot(f), x2)
+    for got, want in zip(y4, y2):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_read_only_input_is_read_in_place(tmp_path):

@@ -528,6 +528,7 @@ class Binding:
         # other arrays per call (the runtime's direct calls: the caller's inputs, fresh
         # outputs); not for a delegate writing state in place or keeping debug outputs
         self.direct = self._direct if not handle.state and not handle.debug_outputs else None
+        self._bound_pointers = (list(self.ins), list(self.outs))
 
     def __call__(self) -> None:
         if self.handle.closed:
@@ -547,8 +548,4 @@ class Binding:
         try:
             self()
         finally:
-            bound_in, bound_out = self.keep
-            for k, a in enumerate(bound_in):
-                ins[k] = a.ctypes.data
-            for k, a in enumerate(bound_out):
-                outs[k] = a.ctypes.data
+            ins[:], outs[:] = self._bound_pointers
