@@ -1,8 +1,10 @@
 """The engine's copy loops on walks its build simplifies (copy.cpp, CopyOp::collapse: size-1
-dims dropped, dims merged where both walks run on contiguously) against NumPy: the element
-pairs must be the same whatever the merge makes of them. Walks under 4096 elements (the
-loops; larger ones may go to oneDNN's reorder), float32 and int8, with broadcast (stride 0),
-reversed (negative stride, the offset at the far end) and transposed dims."""
+dims dropped, dims merged where both walks run on contiguously) and its 8×8 transposes
+(transpose32: a 4-byte dim contiguous on each side), against NumPy: the element pairs must
+be the same whatever the merge makes of them. Walks under 4096 elements (larger ones may go
+to oneDNN's reorder), float32, int32 and int8, with broadcast (stride 0), reversed
+(negative stride, the offset at the far end) and transposed dims, tiles with every edge;
+with the engine's own paths and without (OPFORGE_CPU_CAPABILITY=default)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,13 @@ WALKS = [  # (dims, in_strides, in_offset, out_strides) over an input of `reach`
     ([6, 7], [-7, -1], 41, None),                        # reversed, mergeable
     ([5, 6, 7], [1, 35, 5], 0, None),                    # a 3-d transpose
     ([2, 3, 4], [12, 4, 1], 0, [1, 8, 2]),               # scattered output
+    # transposes of 4-byte elements with a dim contiguous on each side, >= 8 long: 8×8 tiles
+    # (AVX2) and their edges
+    ([1, 20, 9, 11], [1980, 1, 220, 20], 0, None),       # channels-last to row-major, tails
+    ([2, 16, 8, 8], [1024, 64, 8, 1], 0, [1024, 1, 128, 16]),  # row-major to channels-last, a batch
+    ([3, 8, 13], [104, 1, 8], 0, None),                  # one tile row, a 5-wide edge
+    ([9, 8], [1, 9], 0, None),                           # a 1-deep edge in j
+    ([8, 8], [1, 8], 0, [1, 8]),                         # a transpose onto a transpose: one run
 ]
 
 
@@ -35,9 +44,23 @@ def _reach(dims, strides, offset):
     return hi + 1
 
 
-@pytest.mark.parametrize("dtype", [hostile.F32, hostile.I8])
+@pytest.fixture(params=["native", "default"])
+def capability(request, monkeypatch):
+    """The transposes where the CPU has AVX2 ("native"), the loops ("default")."""
+    if request.param == "default":
+        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
+    else:
+        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [hostile.F32, hostile.I32, hostile.I8])
 @pytest.mark.parametrize("walk", WALKS, ids=[str(w[0]) for w in WALKS])
-def test_a_copy_walk_copies_each_element_pair(walk, dtype):
+def test_a_copy_walk_copies_each_element_pair(walk, dtype, capability):
+    _check_walk(walk, dtype)
+
+
+def _check_walk(walk, dtype):
     dims, in_strides, in_off, out_strides = walk
     out_strides = out_strides or hostile.row_major(dims)
     n_in = _reach(dims, in_strides, in_off)
@@ -53,3 +76,20 @@ def test_a_copy_walk_copies_each_element_pair(walk, dtype):
     for idx in np.ndindex(*dims):
         want[sum(i * s for i, s in zip(idx, out_strides))] = x[in_off + sum(i * s for i, s in zip(idx, in_strides))]
     np.testing.assert_array_equal(got, want)
+    return "ran ok"
+
+
+# --- cases for the sanitized run (test_cpu_sanitized.py): the transposes and their edges
+CASES = {f"walk_{k}": (lambda w=w: _check_walk(w, hostile.F32)) for k, w in enumerate(WALKS)
+         if k >= 8}
+for _name, _case in CASES.items():
+    _case.__name__ = _name
+EXPECT = {name: "ran ok$" for name in CASES}
+
+
+def test_the_case_file_runs():
+    hostile.check_case_file(__file__, list(CASES), EXPECT)
+
+
+if __name__ == "__main__":
+    hostile.report_cases(CASES, sys.argv[1:])
