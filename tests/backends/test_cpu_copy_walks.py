@@ -44,14 +44,7 @@ def _reach(dims, strides, offset):
     return hi + 1
 
 
-@pytest.fixture(params=["native", "default"])
-def capability(request, monkeypatch):
-    """The transposes where the CPU has AVX2 ("native"), the loops ("default")."""
-    if request.param == "default":
-        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
-    else:
-        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    return request.param
+capability = hostile.capability  # the engine's own kernels, then oneDNN's paths
 
 
 @pytest.mark.parametrize("dtype", [hostile.F32, hostile.I32, hostile.I8])

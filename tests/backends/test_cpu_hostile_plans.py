@@ -37,6 +37,19 @@ EW = {"div": 3, "where": 10, "fill": 18}
 RELU, B_ADD = 0, 100
 
 
+@pytest.fixture(params=["native", "default"])
+def capability(request, monkeypatch):
+    """The path a plan built now takes: the engine's own kernels where the CPU has their
+    instructions ("native": the softmax row kernel, the int8 depthwise kernel, the copy
+    transposes), oneDNN's primitives and the plain loops everywhere ("default",
+    OPFORGE_CPU_CAPABILITY=default). Case files use it as ``capability = hostile.capability``."""
+    if request.param == "default":
+        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
+    else:
+        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+    return request.param
+
+
 def row_major(dims):
     strides, step = [], 1
     for d in reversed(dims):

@@ -44,13 +44,7 @@ def _cpu_flags() -> set[str]:
 HAS_VNNI = {"avx512_vnni", "avx512bw"} <= _cpu_flags()
 
 
-@pytest.fixture(params=["native", "default"])
-def capability(request, monkeypatch):
-    if request.param == "default":
-        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
-    else:
-        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    return request.param
+capability = hostile.capability  # the engine's own kernels, then oneDNN's paths
 
 
 def channels_last(dims):

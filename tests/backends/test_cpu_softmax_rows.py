@@ -36,15 +36,7 @@ def _has_avx512f() -> bool:
         return False
 
 
-@pytest.fixture(params=["native", "default"])
-def capability(request, monkeypatch):
-    """The path a plan built now takes: the row kernel where the CPU has AVX-512F
-    ("native"), oneDNN's softmax everywhere ("default")."""
-    if request.param == "default":
-        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
-    else:
-        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    return request.param
+capability = hostile.capability  # the engine's own kernels, then oneDNN's paths
 
 
 def _softmax(a: np.ndarray, axis: int, safe: bool, strides=None):
