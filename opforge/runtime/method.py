@@ -305,7 +305,7 @@ class Method:
         module's design notes), else None."""
         steps = [x for x in method.instructions if type(x) is not Free]
         if len(steps) != 1 or type(steps[0]) is not DelegateCall or method.state \
-                or self._fast_count < 0 or len(self._bound) != 1:
+                or self._fast_count < 0:
             return None
         ins, outs = list(method.inputs), list(method.outputs)
         if list(steps[0].args) != ins + outs or len(set(ins + outs)) != len(ins) + len(outs):

@@ -84,6 +84,14 @@ def fuse(plan: Plan) -> None:
         _fuse(plan)
 
 
+def _takes_as_post_op(nxt: dict, t: int) -> bool:
+    """Binary op ``nxt`` reading ``t`` can be a binary post-op on t's producer: an operation
+    a post-op runs, with t its first operand where the order matters (``c - t`` is none)."""
+    return (nxt["kind"] == "binary" and t in nxt["in"]
+            and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV)
+            and (nxt["in"][0] == t or nxt["ia"][0] not in (B_SUB, B_DIV)))
+
+
 def _starts_chain(plan: Plan, op: dict) -> bool:
     """An eltwise op whose result only another same-layout eltwise op, or a binary that can
     take it as its first operand, reads (a lone eltwise stays an eltwise primitive, which is
@@ -97,9 +105,7 @@ def _starts_chain(plan: Plan, op: dict) -> bool:
     nxt = plan.ops[readers[0]]
     src = plan.tensors[op["in"][0]]
     joins = nxt["kind"] == "eltwise" or (
-        nxt["kind"] == "binary" and t in nxt["in"] and nxt["in"].count(t) == 1
-        and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV)
-        and (nxt["in"][0] == t or nxt["ia"][0] not in (B_SUB, B_DIV))
+        _takes_as_post_op(nxt, t) and nxt["in"].count(t) == 1
         and same(plan.tensors[nxt["in"][0]].dims, plan.tensors[nxt["in"][1]].dims))
     return (joins and same(src.strides, spec.strides)
             and same(plan.tensors[nxt["out"][0]].strides, spec.strides))
@@ -169,15 +175,13 @@ def _fuse(plan: Plan) -> None:
                 continue  # oneDNN's fast kernels write the layout they read
             if nxt["kind"] == "eltwise" and not nxt["post"]:
                 op["post"].append([0, nxt["ia"][0], nxt["fa"][0], nxt["fa"][1], -1])
-            elif nxt["kind"] == "binary" and nxt["ia"][0] in (B_ADD, B_MUL, B_MAX, B_MIN, B_SUB, B_DIV) \
+            elif _takes_as_post_op(nxt, read) \
                     and len(op["post"]) + 1 + len(nxt["post"]) <= MAX_POST_OPS:
                 # nxt's own post-ops follow it (a chain fused before op's start became a
                 # binary: an elementwise chain of ten ops is then one pass, not three)
-                if read not in nxt["in"] or (nxt["post"] and not same(rspec.dims, spec.dims)):
-                    continue  # (t read by a post-op of nxt; nxt's operands in another shape)
+                if nxt["post"] and not same(rspec.dims, spec.dims):
+                    continue  # nxt's post-op operands are in another shape than op's result
                 other = nxt["in"][1] if nxt["in"][0] == read else nxt["in"][0]
-                if nxt["in"][0] != read and nxt["ia"][0] in (B_SUB, B_DIV):
-                    continue  # other - t: not expressible as a post-op on t
                 operands = [other] + [p[4] for p in nxt["post"] if p[0] == 1]
                 if any(x in members for x in operands):
                     continue

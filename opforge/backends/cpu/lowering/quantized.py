@@ -128,19 +128,18 @@ def fold_scales(post: list[list], x_scale: float, y_scale: float, bias: torch.Te
     changed = True
     while changed:
         changed = False
-        if len(post) >= 2 and (c := linear(post[-2])) is not None and bounds(post[-1]):
-            lo, hi = bounds(post[-1])
-            post[-2:] = [[0, CLIP, max(lo / c, -3.0e38), min(hi / c, 3.0e38), -1], post[-2]]
+        last = bounds(post[-1]) if post else None
+        if len(post) >= 2 and (c := linear(post[-2])) is not None and last:
+            post[-2:] = [[0, CLIP, max(last[0] / c, -3.0e38), min(last[1] / c, 3.0e38), -1], post[-2]]
             changed = True
-        if post and (c := linear(post[-1])) is not None:
+        elif post and (c := linear(post[-1])) is not None:
             y_scale /= c
             post.pop()
             changed = True
-        if len(post) >= 2 and bounds(post[-2]) and bounds(post[-1]):
-            (l1, h1), (l2, h2) = bounds(post[-2]), bounds(post[-1])
-            if max(l1, l2) <= min(h1, h2):
-                post[-2:] = [[0, CLIP, max(l1, l2), min(h1, h2, 3.0e38), -1]]
-                changed = True
+        elif len(post) >= 2 and last and (before := bounds(post[-2])) \
+                and max(before[0], last[0]) <= min(before[1], last[1]):
+            post[-2:] = [[0, CLIP, max(before[0], last[0]), min(before[1], last[1], 3.0e38), -1]]
+            changed = True
     return post, x_scale, y_scale, bias
 
 
@@ -351,30 +350,24 @@ def _match_compute(sub, node):
         # scale per output channel, i.e. over the first two dims (mask 0b11)
         grouped = weight.reshape(groups, weight.shape[0] // groups, *weight.shape[1:])
         return x, True, grouped.contiguous(), scales, bias, 0b11, ia
-    if _is(node, aten.linear.default):  # the portable kernel set keeps linear
-        x, w, b = (list(node.args) + [None])[:3]
-        if node.kwargs or (b is not None and _const(sub, b) is None):
-            return None
+    linear = _is(node, aten.linear.default)  # the portable kernel set keeps linear
+    addmm = _is(node, aten.addmm.default)
+    if linear or addmm or _is(node, aten.mm.default):
+        if linear:  # x @ w.t() + b, w as it is stored ([out, in])
+            x, w, b = (list(node.args) + [None])[:3]
+        else:  # addmm(b, x, wt) / mm(x, wt) with wt a transpose node of w
+            b, x, wt = node.args[:3] if addmm else (None, *node.args[:2])
+            if len(node.args) > (3 if addmm else 2) or not (
+                    (_is(wt, aten.permute.default) and list(wt.args[1]) == [1, 0])
+                    or _is(wt, aten.t.default)):
+                return None
+            w = wt.args[0]
+        bias = None if b is None else _const(sub, b)
         wq = _int8_weight(sub, w)
-        if wq is None or _val(x) is None or _val(x).dim() != 2:
+        if node.kwargs or (b is not None and bias is None) or wq is None or _val(x) is None \
+                or _val(x).dim() != 2:
             return None
         weight, scales = wq  # [out, in]: oneDNN's K×N is its transpose
-        return x, False, weight.t().contiguous(), scales, None if b is None else _const(sub, b), 1 << 1, []
-    if _is(node, aten.addmm.default) or _is(node, aten.mm.default):
-        if _is(node, aten.addmm.default):
-            b, x, wt = node.args[:3]
-            if len(node.args) > 3 or node.kwargs or _const(sub, b) is None:
-                return None
-            bias = _const(sub, b)
-        else:
-            x, wt = node.args[:2]
-            bias = None
-        if not (_is(wt, aten.permute.default) and list(wt.args[1]) == [1, 0]) and not _is(wt, aten.t.default):
-            return None
-        wq = _int8_weight(sub, wt.args[0])
-        if wq is None or _val(x) is None or _val(x).dim() != 2:
-            return None
-        weight, scales = wq
         return x, False, weight.t().contiguous(), scales, bias, 1 << 1, []
     return None
 

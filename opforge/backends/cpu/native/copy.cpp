@@ -76,30 +76,31 @@ struct CopyOp : Op {
     const Tensor& ti = e.tensors[(size_t)ins[0]];
     const Tensor& to = e.tensors[(size_t)outs[0]];
     dims_t d = dims, a = in_strides, b = out_strides;
-    collapse();
+    collapse(d, a, b);
     // a same-dtype 4-byte copy with one dim contiguous in the input and another in the
     // output, both at least 8 long: the transposes, not oneDNN's reorder or the loop
 #if defined(__x86_64__)
-    if (ti.dtype == to.dtype && itemsize(ti.dtype) == 4 && dims.size() >= 2 &&
+    if (ti.dtype == to.dtype && itemsize(ti.dtype) == 4 && d.size() >= 2 &&
         own_kernels_allowed() && __builtin_cpu_supports("avx2")) {
-      for (size_t k = 0; k < dims.size(); ++k) {
-        if (dims[k] < 8) continue;
-        if (in_strides[k] == 1 && out_strides[k] >= 8) tj = (int)k;
-        if (out_strides[k] == 1 && in_strides[k] >= 8) tio = (int)k;
+      for (size_t k = 0; k < d.size(); ++k) {
+        if (d[k] < 8) continue;
+        if (a[k] == 1 && b[k] >= 8) tj = (int)k;
+        if (b[k] == 1 && a[k] >= 8) tio = (int)k;
       }
       if (tj < 0 || tio < 0) tj = tio = -1;
     }
 #endif
-    if (tj >= 0) return;
+    if (tj < 0) {
+      prepare_reorder(e);  // on the walk as the blob gives it
+      if (use_reorder) return;
+    }
     dims = d; in_strides = a; out_strides = b;
-    prepare_reorder(e);
-    if (!use_reorder) collapse();
   }
-  // the loops' walk with size-1 dims dropped and each dim merged into the one outside it
-  // where both walks run on contiguously (the same pairs of elements, fewer and longer
-  // rows: a channels-last [1, 32, 8, 8] to row-major copy is 32 rows of 64, not 256 of 8;
-  // 2.0 → 1.5 µs)
-  void collapse() {
+  // a walk with size-1 dims dropped and each dim merged into the one outside it where both
+  // walks run on contiguously (the same pairs of elements, fewer and longer rows: a
+  // channels-last [1, 32, 8, 8] to row-major copy is 32 rows of 64, not 256 of 8; 2.0 →
+  // 1.5 µs in the loops)
+  static void collapse(dims_t& dims, dims_t& in_strides, dims_t& out_strides) {
     dims_t d, a, b;
     for (size_t k = 0; k < dims.size(); ++k) {
       if (dims[k] == 1) continue;

@@ -305,9 +305,10 @@ bool guard_counts(const Op& op, int64_t* counts);
 // the OpenMP threads op `c` runs with: one for a small op, else the engine's (threads.cpp)
 int op_threads(const Engine& e, const OpCall& c);
 
-// the engine's own vector kernels (the softmax rows, the int8 depthwise convolution) may be
-// used: false with OPFORGE_CPU_CAPABILITY=default (read when an op is built), which keeps
-// oneDNN's primitives everywhere; each kernel also checks its CPU's features
+// the engine's own vector kernels (the softmax rows, the int8 depthwise convolution, the copy
+// transposes) may be used (threads.cpp): false with OPFORGE_CPU_CAPABILITY=default (read
+// when an op is built), which keeps oneDNN's primitives and the plain loops everywhere; each
+// kernel also checks its CPU's features
 bool own_kernels_allowed();
 // an int8 depthwise 3×3 convolution on the engine's own kernel (qdepthwise.cpp), when the
 // call and the CPU allow it; false: build it on oneDNN

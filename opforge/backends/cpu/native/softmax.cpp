@@ -24,8 +24,6 @@
 #include <omp.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "engine.h"
 #include "loops.h"
@@ -192,10 +190,6 @@ bool row_kernel_available() {
 
 }  // namespace
 
-bool own_kernels_allowed() {
-  const char* cap = std::getenv("OPFORGE_CPU_CAPABILITY");
-  return cap == nullptr || std::strcmp(cap, "default") != 0;
-}
 
 struct SoftmaxOp : DnnlOp {
   int axis = 0;

@@ -1,6 +1,9 @@
-// The OpenMP threads each op runs with: core.cpp makes the op's primitives and runs it with
-// them; the profile marks the small ones "(1 thread)".
+// How each op runs, decided when it is built: with how many OpenMP threads (core.cpp makes
+// the op's primitives and runs it with them; the profile marks the small ones "(1 thread)"),
+// and whether the engine's own vector kernels may be used at all.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "engine.h"
 
@@ -27,6 +30,11 @@ int op_threads(const Engine& e, const OpCall& c) {
   int64_t work;
   if (__builtin_mul_overflow(y.numel, std::max<int64_t>(per, 1), &work)) return e.threads;
   return work < (macs ? ((int64_t)1 << 20) : ((int64_t)1 << 15)) ? 1 : e.threads;
+}
+
+bool own_kernels_allowed() {
+  const char* cap = std::getenv("OPFORGE_CPU_CAPABILITY");
+  return cap == nullptr || std::strcmp(cap, "default") != 0;
 }
 
 }  // namespace ofc
