@@ -59,7 +59,7 @@ from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
 from opforge.runtime.growth import GrowingMemory
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
-from opforge.runtime.rebinding import RebindPlan, ShapeBinding, bind_error, output_copiers
+from opforge.runtime.rebinding import RebindPlan, ShapeBinding, bind_error, output_copier
 from opforge.runtime.shapes import ShapeBinder
 from opforge.runtime.threads import ThreadGovernor, resolve_thread_count
 
@@ -69,7 +69,7 @@ _SCALAR_INPUT_TYPES = {IntValue: int, DoubleValue: float, BoolValue: bool}
 # a 1M-float elementwise chain on the cpu backend: its input and output copies were 200 of
 # 580 µs a call; under ~64 KiB they cost less than the pointers' rebinding (~1 µs)
 DIRECT_MIN_BYTES = 1 << 16
-_ndarray, _copyto = np.ndarray, np.copyto
+_ndarray = np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +155,11 @@ class Method:
         self._scalar_users = self._scalar_input_users(method)
 
         # --- outputs: views (valid until the next call) and how to copy each
-        self._output_views = self._output_copies = ()
+        self._output_views, self._copy_outputs = (), tuple
         self._direct = None
         if not self._dynamic:
             self._output_views = tuple(get(i) for i in method.outputs)
-            self._output_copies = output_copiers(self._output_views)
+            self._copy_outputs = output_copier(self._output_views)
             self._direct = self._direct_call(method)
         else:  # the per-shape bindings, most recently used last (runtime/rebinding.py)
             self._shapes: OrderedDict = OrderedDict()
@@ -258,7 +258,7 @@ class Method:
         self._current = binding
         (self._values, self._bound, self._instruction_index, self._op_names, self._kernels,
          self._fast_inputs, self._input_shapes, self._output_views,
-         self._output_copies) = binding
+         self._copy_outputs) = binding
 
     def _bind_shape(self, key: tuple, inputs: tuple) -> ShapeBinding:
         api = f"{self._api}({self.name!r})(...)"
@@ -348,7 +348,7 @@ class Method:
                         or a.shape != shape:
                     self._load_inputs_slow(inputs)  # converts, or raises naming the input
                     break
-                _copyto(slot, a)
+                slot[...] = a  # dtype and shape checked: np.copyto's checks cost more
         else:
             self._load_inputs_slow(inputs)
         threads = self._threads
@@ -363,7 +363,7 @@ class Method:
                 threads.exit(saved)
         if views:
             return self._output_views
-        return tuple([copy() for copy in self._output_copies])
+        return self._copy_outputs()
 
     def run(self, inputs: Sequence[object], *, views: bool = False, tracer=None) -> tuple:
         """``self(*inputs, views=views)``, recording each instruction into ``tracer``
@@ -385,7 +385,7 @@ class Method:
                     threads.exit(saved)
             if views:
                 return self._output_views
-            return tuple([copy() for copy in self._output_copies])
+            return self._copy_outputs()
         finally:
             self._busy.release()
 

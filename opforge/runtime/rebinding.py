@@ -43,7 +43,7 @@
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
 
@@ -79,7 +79,7 @@ class ShapeBinding(NamedTuple):
     fast_inputs: tuple
     input_shapes: tuple
     output_views: tuple
-    output_copies: tuple
+    copy_outputs: Callable[[], tuple]
 
 
 class RebindPlan:
@@ -244,7 +244,7 @@ class RebindPlan:
             tuple([(get(s.index), s.dtype, shapes[p]) for p, s in enumerate(method.inputs)
                    if s.is_tensor]),
             tuple([shapes.get(p) for p in range(len(method.inputs))]),
-            views, output_copiers(views))
+            views, output_copier(views))
 
     def _bind_instructions(self, values: ValueTable, table: dict[int, object]) -> list[tuple]:
         method, get, shared = self.method, values.get, self.shared
@@ -344,9 +344,14 @@ def bind_error(method: "Method", i: int, kernel, error: Exception) -> KernelErro
         "re-export the program for this kernel set")
 
 
-def output_copiers(views: tuple) -> tuple:
-    """How a call copies each output view out (``views=False``)."""
-    return tuple(o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in views)
+def output_copier(views: tuple) -> Callable[[], tuple]:
+    """A call's outputs copied out of their views (``views=False``), as a tuple; one
+    output (the common case) skips the loop, a third of a small model's output cost."""
+    copies = tuple(o.copy if type(o) is np.ndarray else (lambda o=o: o) for o in views)
+    if len(copies) == 1:
+        only = copies[0]
+        return lambda: (only(),)
+    return lambda: tuple([c() for c in copies])
 
 
 def _compile(expr: SizeExpr):
