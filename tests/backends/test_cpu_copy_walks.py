@@ -1,6 +1,7 @@
 """The engine's copy loops on walks its build simplifies (copy.cpp, CopyOp::collapse: size-1
 dims dropped, dims merged where both walks run on contiguously) and its 8×8 transposes
-(transpose32: a 4-byte dim contiguous on each side), against NumPy: the element pairs must
+(transpose32: a 4-byte dim contiguous on each side) and interleaves (2-4 planes into
+channels-last rows), against NumPy: the element pairs must
 be the same whatever the merge makes of them. Walks under 4096 elements (larger ones may go
 to oneDNN's reorder), float32, int32 and int8, with broadcast (stride 0), reversed
 (negative stride, the offset at the far end) and transposed dims, tiles with every edge;
@@ -36,6 +37,14 @@ WALKS = [  # (dims, in_strides, in_offset, out_strides) over an input of `reach`
     ([3, 8, 13], [104, 1, 8], 0, None),                  # one tile row, a 5-wide edge
     ([9, 8], [1, 9], 0, None),                           # a 1-deep edge in j
     ([8, 8], [1, 8], 0, [1, 8]),                         # a transpose onto a transpose: one run
+    # 2-4 planes, each contiguous in the input, interleaved into channels-last rows
+    # (interleave32, interleave8): vectors of 8 (4 bytes) or 16 (1 byte) pixels and the tails
+    ([1, 3, 5, 7], [105, 35, 7, 1], 0, [105, 1, 21, 3]),  # an image to NHWC: 35 pixels
+    ([1, 3, 16, 16], [768, 256, 16, 1], 0, [768, 1, 48, 3]),  # whole vectors only
+    ([2, 4, 6, 6], [144, 36, 6, 1], 0, [144, 1, 24, 4]),  # a batch of 4-plane images
+    ([2, 33], [40, 1], 0, [1, 2]),                        # 2 planes with a gap between them
+    ([3, 20], [-20, 1], 40, [1, 3]),                      # planes in reverse order
+    ([5, 20], [20, 1], 0, [1, 5]),                        # 5 planes: the loop
 ]
 
 
@@ -72,9 +81,13 @@ def _check_walk(walk, dtype):
     return "ran ok"
 
 
-# --- cases for the sanitized run (test_cpu_sanitized.py): the transposes and their edges
+# --- cases for the sanitized run (test_cpu_sanitized.py): the transposes, the interleaves and
+# their edges
+FIRST_INTERLEAVE = 13  # WALKS[13:]: the interleaves, which also run on bytes
 CASES = {f"walk_{k}": (lambda w=w: _check_walk(w, hostile.F32)) for k, w in enumerate(WALKS)
          if k >= 8}
+CASES.update({f"walk_{k}_i8": (lambda w=w: _check_walk(w, hostile.I8))
+              for k, w in enumerate(WALKS) if k >= FIRST_INTERLEAVE})
 for _name, _case in CASES.items():
     _case.__name__ = _name
 EXPECT = {name: "ran ok$" for name in CASES}

@@ -12,10 +12,6 @@
 //   others 2, at least one a tensor). Every walk stays inside its tensor; the output walk
 //   reaches no element twice. Integer arithmetic wraps as PyTorch's does; integer division
 //   by zero fails the call, as PyTorch raises.
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <cmath>
 #include <limits>
 
@@ -24,43 +20,6 @@
 
 namespace ofc {
 
-#if defined(__x86_64__)
-// out[j·so + i] = in[j + i·si] for j < nj, i < ni (4-byte elements): 8×8 tiles through
-// AVX2 registers (eight rows of eight read along j, unpacked and permuted into eight rows
-// along i), the edges one element at a time. The NCHW↔NHWC copies at a convolution
-// delegate's boundary, before → after: [1, 16, 16, 16] in 1.36 → 0.31 µs and
-// [1, 32, 16, 16] out 2.36 → 0.62 µs (oneDNN's reorder), [1, 32, 8, 8] out 1.5 → 0.17 µs
-// (the loop); depthwise_separable 10.4 → 7.9 µs a call, resnet_block 15.5 → 13.6 µs.
-__attribute__((target("avx2"))) void transpose32(const uint32_t* in, int64_t si, uint32_t* out,
-                                                 int64_t so, int64_t nj, int64_t ni) {
-  const int64_t j8 = nj & ~(int64_t)7, i8 = ni & ~(int64_t)7;
-  for (int64_t i0 = 0; i0 < i8; i0 += 8) {
-    for (int64_t j0 = 0; j0 < j8; j0 += 8) {
-      __m256 r[8];
-      for (int k = 0; k < 8; ++k)  // row k: in[j0.. + (i0 + k)·si], eight j's
-        r[k] = _mm256_loadu_ps(reinterpret_cast<const float*>(in + j0 + (i0 + k) * si));
-      __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
-                     _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
-                     _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
-                     _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
-      for (int k = 0; k < 8; ++k)  // row j0 + k of the output: its i0..i0+7
-        _mm256_storeu_ps(reinterpret_cast<float*>(out + (j0 + k) * so + i0), c[k]);
-    }
-    for (int64_t j = j8; j < nj; ++j)
-      for (int64_t i = i0; i < i0 + 8; ++i) out[j * so + i] = in[j + i * si];
-  }
-  for (int64_t i = i8; i < ni; ++i)
-    for (int64_t j = 0; j < nj; ++j) out[j * so + i] = in[j + i * si];
-}
-#endif
 
 // copy: out[idx] = in[in_off + idx·in_strides] over out dims (any strides, same dtype or cast)
 struct CopyOp : Op {
@@ -68,8 +27,10 @@ struct CopyOp : Op {
   int64_t in_off = 0, out_off = 0;
   bool use_reorder = false;
   // >= 0: the walk is 8×8 transposes (transpose32) of dim tj, contiguous in the input,
-  // against dim tio, contiguous in the output
+  // against dim tio, contiguous in the output; or with `planes`, interleaves (interleave32,
+  // interleave8) of dim tio's few planes along dim tj
   int tj = -1, tio = -1;
+  bool planes = false;
   dnnl::reorder reorder;
   memory src_mem, dst_mem;
   void prepare(Engine& e) {
@@ -88,6 +49,19 @@ struct CopyOp : Op {
         if (b[k] == 1 && a[k] >= 8) tio = (int)k;
       }
       if (tj < 0 || tio < 0) tj = tio = -1;
+    }
+    // a same-dtype 4- or 1-byte copy gathering 2-4 planes, each contiguous in the input,
+    // into channels-last rows (an image's NCHW → NHWC): the interleaves
+    size_t size = itemsize(ti.dtype);
+    if (tj < 0 && ti.dtype == to.dtype && (size == 4 || size == 1) && d.size() >= 2 &&
+        own_kernels_allowed() &&
+        (size == 4 ? __builtin_cpu_supports("avx2") : __builtin_cpu_supports("ssse3"))) {
+      for (size_t k = 0; k < d.size(); ++k)
+        if (b[k] == 1 && d[k] >= 2 && d[k] <= 4) tio = (int)k;
+      for (size_t k = 0; tio >= 0 && k < d.size(); ++k)
+        if (a[k] == 1 && b[k] == d[(size_t)tio] && d[k] >= (size == 4 ? 8 : 16)) tj = (int)k;
+      if (tj < 0 || tio < 0) tj = tio = -1;
+      planes = tj >= 0;
     }
 #endif
     if (tj < 0) {
@@ -158,12 +132,23 @@ struct CopyOp : Op {
     char* dst = static_cast<char*>(e.ptr(outs[0]));
     int64_t is = (int64_t)itemsize(ti.dtype);
 #if defined(__x86_64__)
-    if (tj >= 0) {  // the other dims (a batch) one transpose each
+    if (tj >= 0) {  // the other dims (a batch) one transpose or interleave each
       const size_t j = (size_t)tj, i = (size_t)tio;
       dims_t outer = dims;
       outer[j] = 1;
       outer[i] = 1;
       for_each_index(outer, [&](const int64_t* idx) {
+        if (planes) {
+          if (is == 4)
+            interleave32(reinterpret_cast<const uint32_t*>(src) + in_off + dot(idx, in_strides),
+                         in_strides[i], reinterpret_cast<uint32_t*>(dst) + out_off + dot(idx, out_strides),
+                         dims[i], dims[j]);
+          else
+            interleave8(reinterpret_cast<const uint8_t*>(src) + in_off + dot(idx, in_strides),
+                        in_strides[i], reinterpret_cast<uint8_t*>(dst) + out_off + dot(idx, out_strides),
+                        dims[i], dims[j]);
+          return;
+        }
         transpose32(reinterpret_cast<const uint32_t*>(src) + in_off + dot(idx, in_strides),
                     in_strides[i], reinterpret_cast<uint32_t*>(dst) + out_off + dot(idx, out_strides),
                     out_strides[j], dims[j], dims[i]);

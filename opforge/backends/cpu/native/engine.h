@@ -310,6 +310,14 @@ int op_threads(const Engine& e, const OpCall& c);
 // when an op is built), which keeps oneDNN's primitives and the plain loops everywhere; each
 // kernel also checks its CPU's features
 bool own_kernels_allowed();
+#if defined(__x86_64__)
+// the copy's own kernels (transpose.cpp; the caller checks the CPU's features): 8×8 tiles
+// of out[j·so + i] = in[j + i·si] (avx2), and c (2-4) planes interleaved,
+// out[p·c + ch] = in[ch·si + p] for p < n (4 bytes: avx2, 1 byte: ssse3)
+void transpose32(const uint32_t* in, int64_t si, uint32_t* out, int64_t so, int64_t nj, int64_t ni);
+void interleave32(const uint32_t* in, int64_t si, uint32_t* out, int64_t c, int64_t n);
+void interleave8(const uint8_t* in, int64_t si, uint8_t* out, int64_t c, int64_t n);
+#endif
 // an int8 depthwise 3×3 convolution on the engine's own kernel (qdepthwise.cpp), when the
 // call and the CPU allow it; false: build it on oneDNN
 bool build_qdepthwise(Handle& h, const OpCall& c);
