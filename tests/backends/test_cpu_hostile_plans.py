@@ -40,8 +40,8 @@ RELU, B_ADD = 0, 100
 @pytest.fixture(params=["native", "default"])
 def capability(request, monkeypatch):
     """The path a plan built now takes: the engine's own kernels where the CPU has their
-    instructions ("native": the softmax row kernel, the int8 depthwise kernel, the copy
-    transposes), oneDNN's primitives and the plain loops everywhere ("default",
+    instructions ("native": the softmax row kernel, the int8 depthwise kernel, the few-row
+    matmul, the copy transposes and interleaves, the AVX-512 quantize), oneDNN's primitives and the plain loops everywhere ("default",
     OPFORGE_CPU_CAPABILITY=default). Case files use it as ``capability = hostile.capability``."""
     if request.param == "default":
         monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")

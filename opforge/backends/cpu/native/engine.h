@@ -247,6 +247,17 @@ struct Epilogue {
   void reads(std::vector<int>& ids) const { for (auto& s : steps) if (s.p.binary) ids.push_back(s.p.tensor); }
 };
 
+// a post-op an own kernel runs in its registers: 0 linear (a·x + b), 1 clip [a, b] (relu:
+// [0, inf]), NaN-exact as max(a, v) then min(b, v) with v the operand a NaN passes through
+struct RegisterPostOp {
+  int kind;
+  float a, b;
+};
+// the leading post-ops of the kinds above (eltwise linear, clip, relu without slope) into
+// `out`; returns the index of the first other one (the rest, for an Epilogue), or -1 when a
+// binary post-op comes anywhere (nan.cpp)
+int register_post_ops(const std::vector<PostOp>& post, std::vector<RegisterPostOp>& out);
+
 struct Guard;  // guard.cpp
 
 struct DnnlOp : Op {
@@ -305,10 +316,11 @@ bool guard_counts(const Op& op, int64_t* counts);
 // the OpenMP threads op `c` runs with: one for a small op, else the engine's (threads.cpp)
 int op_threads(const Engine& e, const OpCall& c);
 
-// the engine's own vector kernels (the softmax rows, the int8 depthwise convolution, the copy
-// transposes) may be used (threads.cpp): false with OPFORGE_CPU_CAPABILITY=default (read
-// when an op is built), which keeps oneDNN's primitives and the plain loops everywhere; each
-// kernel also checks its CPU's features
+// the engine's own vector kernels (the softmax rows, the int8 depthwise convolution, the
+// few-row matmul, the copy transposes and interleaves, the AVX-512 quantize) may be used
+// (threads.cpp): false with OPFORGE_CPU_CAPABILITY=default (read when an op is built),
+// which keeps oneDNN's primitives and the plain loops everywhere; each kernel also checks
+// its CPU's features
 bool own_kernels_allowed();
 #if defined(__x86_64__)
 // the copy's own kernels (transpose.cpp; the caller checks the CPU's features): 8×8 tiles
@@ -318,6 +330,9 @@ void transpose32(const uint32_t* in, int64_t si, uint32_t* out, int64_t so, int6
 void interleave32(const uint32_t* in, int64_t si, uint32_t* out, int64_t c, int64_t n);
 void interleave8(const uint8_t* in, int64_t si, uint8_t* out, int64_t c, int64_t n);
 #endif
+// a matmul of at most 8 rows against constant weights on the engine's own kernel
+// (small_matmul.cpp), when the call and the CPU allow it; false: build it on oneDNN
+bool build_small_matmul(Handle& h, const OpCall& c);
 // an int8 depthwise 3×3 convolution on the engine's own kernel (qdepthwise.cpp), when the
 // call and the CPU allow it; false: build it on oneDNN
 bool build_qdepthwise(Handle& h, const OpCall& c);

@@ -83,6 +83,7 @@ std::unique_ptr<DnnlOp> matmul_op(Engine& e, const OpCall& c, bool nan_exact, co
 }  // namespace
 
 void build_matmul(Handle& h, const OpCall& c) {
+  if (build_small_matmul(h, c)) return;  // a few rows against constant weights: own kernel
   Engine& e = h.e;
   auto op = matmul_op(e, c, true, nullptr);
   // an output [.., m, n] reads column n of b [.., K, N]: every dim but K is its own

@@ -117,6 +117,23 @@ bool has_special(Engine& e, int id, bool nonfinite) {
   return found;
 }
 
+int register_post_ops(const std::vector<PostOp>& post, std::vector<RegisterPostOp>& out) {
+  size_t first_rest = 0;
+  for (; first_rest < post.size(); ++first_rest) {
+    const PostOp& p = post[first_rest];
+    if (p.binary) break;
+    if (p.alg == dnnl::algorithm::eltwise_linear) out.push_back({0, p.alpha, p.beta});
+    else if ((p.alg == dnnl::algorithm::eltwise_clip || p.alg == dnnl::algorithm::eltwise_clip_v2) &&
+             p.alpha <= p.beta)
+      out.push_back({1, p.alpha, p.beta});
+    else if (p.alg == dnnl::algorithm::eltwise_relu && p.alpha == 0) out.push_back({1, 0, INFINITY});
+    else break;
+  }
+  for (size_t k = first_rest; k < post.size(); ++k)
+    if (post[k].binary) return -1;
+  return (int)first_rest;
+}
+
 void Epilogue::prepare(Engine& e, int dst) {
   const Tensor& d = e.tensors[(size_t)dst];
   memory::desc dmd = d.md();
