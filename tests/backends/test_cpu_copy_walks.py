@@ -84,17 +84,11 @@ def _check_walk(walk, dtype):
 # --- cases for the sanitized run (test_cpu_sanitized.py): the transposes, the interleaves and
 # their edges
 FIRST_INTERLEAVE = 13  # WALKS[13:]: the interleaves, which also run on bytes
-CASES = {f"walk_{k}": (lambda w=w: _check_walk(w, hostile.F32)) for k, w in enumerate(WALKS)
-         if k >= 8}
-CASES.update({f"walk_{k}_i8": (lambda w=w: _check_walk(w, hostile.I8))
-              for k, w in enumerate(WALKS) if k >= FIRST_INTERLEAVE})
-for _name, _case in CASES.items():
-    _case.__name__ = _name
-EXPECT = {name: "ran ok$" for name in CASES}
-
-
-def test_the_case_file_runs():
-    hostile.check_case_file(__file__, list(CASES), EXPECT)
+CASES, EXPECT = hostile.ran_ok_cases({
+    **{f"walk_{k}": (lambda w=w: _check_walk(w, hostile.F32)) for k, w in enumerate(WALKS) if k >= 8},
+    **{f"walk_{k}_i8": (lambda w=w: _check_walk(w, hostile.I8))
+       for k, w in enumerate(WALKS) if k >= FIRST_INTERLEAVE}})
+test_the_case_file_runs = hostile.case_file_test(__file__, CASES, EXPECT)
 
 
 if __name__ == "__main__":

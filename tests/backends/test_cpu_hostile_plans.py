@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -944,6 +945,31 @@ def report_cases(cases: dict, names) -> None:
 def check_case_file(path, names, expect: dict, timeout=300) -> None:
     """Run a case file's cases (``names``) in one child and check each outcome line."""
     check_output(names, run_case_file(path, names, timeout=timeout), expect)
+
+
+def ran_ok_cases(cases: dict) -> tuple[dict, dict]:
+    """A case file's cases made from one function (lambdas), each renamed after its key (a
+    crash report names the frame), and their outcomes: every one "ran ok"."""
+    for name, case in cases.items():
+        case.__name__ = name
+    return cases, {name: "ran ok$" for name in cases}
+
+
+def case_file_test(path, cases: dict, expect: dict):
+    """The plain run's test of a case file: all its cases in one child, each as expected."""
+    def test_the_case_file_runs():
+        check_case_file(path, list(cases), expect)
+    return test_the_case_file_runs
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (/proc/cpuinfo), empty where they cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
 
 
 def outcome(name: str) -> str:

@@ -30,18 +30,7 @@ pytestmark = hostile.pytestmark
 
 LINEAR, RELU, CLIP, ROUND = 6, 0, 13, 16  # the blob's eltwise codes (lowering/core.py)
 OWN = "int8 depthwise 3x3 (own kernel)"
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
-
-
-HAS_VNNI = {"avx512_vnni", "avx512bw"} <= _cpu_flags()
+HAS_VNNI = {"avx512_vnni", "avx512bw"} <= hostile.cpu_flags()
 
 
 capability = hostile.capability  # the engine's own kernels, then oneDNN's paths

@@ -70,15 +70,9 @@ def _check(rng_name: str, n: int) -> str:
 
 
 # --- cases for the sanitized run (test_cpu_sanitized.py): every range at every length
-CASES = {f"quantize_{r.replace(' ', '_')}_{n}": (lambda r=r, n=n: _check(r, n))
-         for r in RANGES for n in LENGTHS}
-for _name, _case in CASES.items():
-    _case.__name__ = _name
-EXPECT = {name: "ran ok$" for name in CASES}
-
-
-def test_the_case_file_runs():
-    hostile.check_case_file(__file__, list(CASES), EXPECT)
+CASES, EXPECT = hostile.ran_ok_cases({f"quantize_{r.replace(' ', '_')}_{n}": (lambda r=r, n=n: _check(r, n))
+                                      for r in RANGES for n in LENGTHS})
+test_the_case_file_runs = hostile.case_file_test(__file__, CASES, EXPECT)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def test_nan_and_inf_rows_stay_as_torch_computes_them(post, capability):
 
 def test_the_own_kernel_takes_few_rows_against_constants_and_nothing_else(monkeypatch):
     monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    if not {"avx512f"} <= hostile_flags():
+    if "avx512f" not in hostile.cpu_flags():
         pytest.skip("the kernel needs AVX-512 (oneDNN runs these elsewhere; the other tests cover it)")
     assert OWN in _check(4, 64, 128, post="relu")
     assert OWN in _check(2, 16, 16, batch_rank=2, transposed=True)
@@ -131,25 +131,11 @@ def test_the_own_kernel_takes_few_rows_against_constants_and_nothing_else(monkey
     assert OWN not in _check(4, 64, 128)
 
 
-def hostile_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
-
-
 # --- cases for the sanitized run (test_cpu_sanitized.py): the blocks and their edges
-CASES = {f"small_matmul_{m}x{k}x{n}": (lambda m=m, k=k, n=n: (_check(m, k, n, post="relu6"), "ran ok")[1])
-         for m, k, n in SHAPES}
-for _name, _case in CASES.items():
-    _case.__name__ = _name
-EXPECT = {name: "ran ok$" for name in CASES}
-
-
-def test_the_case_file_runs():
-    hostile.check_case_file(__file__, list(CASES), EXPECT)
+CASES, EXPECT = hostile.ran_ok_cases({
+    f"small_matmul_{m}x{k}x{n}": (lambda m=m, k=k, n=n: (_check(m, k, n, post="relu6"), "ran ok")[1])
+    for m, k, n in SHAPES})
+test_the_case_file_runs = hostile.case_file_test(__file__, CASES, EXPECT)
 
 
 if __name__ == "__main__":
