@@ -20,7 +20,6 @@
 
 namespace ofc {
 
-
 // copy: out[idx] = in[in_off + idx·in_strides] over out dims (any strides, same dtype or cast)
 struct CopyOp : Op {
   dims_t dims, in_strides, out_strides;

@@ -69,7 +69,7 @@ int64_t quantize8_sse(const float* x, void* out, int64_t n, float inv, float z, 
 namespace {
 // the same 16 floats at a time in one AVX-512 register each, narrowed by truncation (vpmovdb:
 // exact, the values lie in qmin..qmax); four times the SSE2 loop's rate: an 8a8w model's
-// 3 × 224 × 224 input 45 → 12 µs
+// 3 × 224 × 224 input 44 → 13 µs
 template <bool Unsigned>
 __attribute__((target("avx512f"))) int64_t quantize8_avx512(const float* x, void* out, int64_t n, float inv,
                                                             float z, float lo, float hi) {
@@ -118,16 +118,17 @@ struct QuantOp : Op {
       // the 8-bit outputs' bulk (an integral zero point and a range the packs keep exact)
       bool packed = z == std::floor(z) && std::fabs(z) <= 32768.f &&
                     (to.dtype == U8 ? qmin >= 0 && qmax <= 255 : qmin >= -128 && qmax <= 127);
-      int64_t done = 0;
+      int64_t done = 0;  // the blocks of 16 one of the vector loops wrote; the rest below
 #if defined(__x86_64__)
       if (packed && wide) {
         if (to.dtype == U8) done = quantize8_avx512<true>(x, dst, n, inv, z, lo, hi);
         if (to.dtype == I8) done = quantize8_avx512<false>(x, dst, n, inv, z, lo, hi);
+        packed = false;
       }
 #endif
 #if defined(__SSE2__)
-      if (packed && to.dtype == U8) done += quantize8_sse<true>(x + done, static_cast<uint8_t*>(dst) + done, n - done, inv, z, lo, hi);
-      if (packed && to.dtype == I8) done += quantize8_sse<false>(x + done, static_cast<int8_t*>(dst) + done, n - done, inv, z, lo, hi);
+      if (packed && to.dtype == U8) done = quantize8_sse<true>(x, dst, n, inv, z, lo, hi);
+      if (packed && to.dtype == I8) done = quantize8_sse<false>(x, dst, n, inv, z, lo, hi);
 #else
       (void)packed;
 #endif

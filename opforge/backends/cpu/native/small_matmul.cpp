@@ -3,8 +3,8 @@
 // other matmul, and CPUs without AVX-512 (or with OPFORGE_CPU_CAPABILITY=default), stay on
 // oneDNN (matmul.cpp).
 //
-// Taken when: a [.., M, K] x b [.., K, N] with every batch dim 1, M <= 8, M·K·N <= 2^20
-// (the ops the engine runs on one thread, threads.cpp), K·N <= 2^16, b a constant (any
+// Taken when: a [.., M, K] x b [.., K, N] with every batch dim 1, M <= 8, K·N <= 2^16 (so
+// M·K·N < 2^20: ops the engine runs on one thread, threads.cpp), b a constant (any
 // strides), bias absent or a constant broadcast along the rows, dst's rows contiguous, and
 // no binary post-op. Eltwise linear, clip and relu without slope (a linear layer's relu, relu6,
 // hardtanh, folded scales) run in the kernel's registers; from the first other one (a
@@ -38,7 +38,6 @@ namespace {
 
 constexpr int kPanel = 16;        // columns per panel (one AVX-512 register)
 constexpr int64_t kMaxRows = 8;
-constexpr int64_t kMaxWork = (int64_t)1 << 20;     // M·K·N: threads.cpp's one-thread ops
 constexpr int64_t kMaxWeights = (int64_t)1 << 16;  // K·N: 256 KB (build_small_matmul)
 
 struct SmallMatmulOp : Op {
@@ -128,12 +127,12 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
   for (size_t k = 0; k + 2 < r; ++k)
     if (a.dims[k] != 1 || b.dims[k] != 1 || d.dims[k] != 1) return false;
   const int64_t M = d.dims[r - 2], N = d.dims[r - 1], K = a.dims[r - 1];
-  int64_t work = 0;
+  int64_t weights = 0;
   // at most 256 KB of weights: past that a few rows are memory-bound on either kernel, and
   // it bounds what a weight that oneDNN's matmul also reads in its own layout (a dynamic
   // delegate's larger shapes, a decoder's prefill beside its one-row steps) holds twice
-  if (M < 1 || M > kMaxRows || N < 1 || K < 1 || __builtin_mul_overflow(M * K, N, &work) || work > kMaxWork ||
-      K * N > kMaxWeights)
+  if (M < 1 || M > kMaxRows || N < 1 || K < 1 || __builtin_mul_overflow(K, N, &weights) ||
+      weights > kMaxWeights)
     return false;
   if (!e.tensors[(size_t)e.root(c.ins[1])].is_const ||
       e.root(c.ins[0]) == e.root(c.outs[0]))  // (an output over its input: oneDNN's, as before)
