@@ -184,6 +184,8 @@ def _declare(lib) -> None:
     lib.ofc_memory.restype = None
     lib.ofc_guard_calls.argtypes = [P, I32, I64P]
     lib.ofc_guard_calls.restype = I32
+    lib.ofc_winograd_calls.argtypes = [P, I32, I64P]
+    lib.ofc_winograd_calls.restype = I32
     lib.ofc_op_threads.argtypes = [P, I32]
     lib.ofc_op_threads.restype = I32
 
@@ -428,6 +430,17 @@ class EngineHandle:
         calls = {}
         for i in range(len(self.describe())):
             if self.lib.ofc_guard_calls(self.ptr, i, out):
+                calls[i] = (out[0], out[1])
+        return calls
+
+    def winograd_calls(self) -> dict[int, tuple[int, int]]:
+        """Op index → (calls run as Winograd F(4×4, 3×3), calls run direct) for each
+        convolution built on the Winograd kernel (docs/backend-cpu.md)."""
+        self._live("winograd_calls()")
+        out = (ctypes.c_int64 * 2)()
+        calls = {}
+        for i in range(len(self.describe())):
+            if self.lib.ofc_winograd_calls(self.ptr, i, out):
                 calls[i] = (out[0], out[1])
         return calls
 

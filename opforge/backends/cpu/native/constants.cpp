@@ -95,4 +95,27 @@ memory reorder_const(Engine& e, int id, const memory::desc& want) {
   return dst;
 }
 
+memory derived_const(Engine& e, int id, const memory::desc& want, const std::function<void(float*)>& fill) {
+  const Tensor& t = e.tensors[(size_t)id];
+  if (!e.tensors[(size_t)e.root(id)].is_const || e.ptr(id) == nullptr)
+    fail("tensor " + std::to_string(id) + " is transformed at init but is not a constant");
+  memory::desc have = t.md();
+  if (want.get_dims() == have.get_dims()) fail("a transformed constant keeps its dims");  // the key
+  const bool borrowed = e.tensors[(size_t)e.root(id)].borrowed;
+  std::unique_lock<std::mutex> lock;
+  if (borrowed && e.weights != nullptr) {
+    lock = std::unique_lock<std::mutex>(e.weights->mu);
+    for (const auto& entry : e.weights->entries)
+      if (entry.src == e.ptr(id) && entry.have == have && entry.want == want)
+        return memory(want, e.eng, entry.mem.get_data_handle());
+  }
+  memory dst = new_memory(e, want, "a transformed constant");
+  fill(static_cast<float*>(dst.get_data_handle()));
+  if (borrowed && e.weights != nullptr) {
+    e.weights->entries.push_back({e.ptr(id), have, want, dst});
+    e.weights->bytes = add_c(e.weights->bytes, (int64_t)want.get_size(), "weight cache");
+  }
+  return dst;
+}
+
 }  // namespace ofc

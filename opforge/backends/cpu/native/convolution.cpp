@@ -92,11 +92,13 @@ void contract_conv(const Engine& e, const OpCall& c) {
 namespace {
 // the op, its post-ops cut at the first NaN-unsafe one (nan_exact) or all in oneDNN; with
 // `weights_of`, its weights and bias are that op's (null when their layout differs)
-std::unique_ptr<DnnlOp> conv_op(Engine& e, const OpCall& c, bool nan_exact, const DnnlOp* weights_of) {
+// (`shell`: the op to fill, a Winograd one, else a new DnnlOp)
+std::unique_ptr<DnnlOp> conv_op(Engine& e, const OpCall& c, bool nan_exact, const DnnlOp* weights_of,
+                                std::unique_ptr<DnnlOp> shell = nullptr) {
   bool transposed = c.kind == "deconv";
   ConvAttrs a = conv_attrs(c.kind, c.ia, 0);
   bool has_bias = c.ins.size() == 3;
-  auto op = std::make_unique<DnnlOp>();
+  auto op = shell ? std::move(shell) : std::make_unique<DnnlOp>();
   op->name = transposed ? "deconvolution" : "convolution";
   const Tensor& w = e.tensors[(size_t)c.ins[1]];
   memory::desc src = e.tensors[(size_t)c.ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
@@ -138,7 +140,12 @@ std::unique_ptr<DnnlOp> conv_op(Engine& e, const OpCall& c, bool nan_exact, cons
 
 void build_conv(Handle& h, const OpCall& c) {
   Engine& e = h.e;
-  auto op = conv_op(e, c, true, nullptr);
+  // a 3×3 stride-1 one may run as Winograd (winograd.cpp), on this op's direct convolution
+  // when a call's input is not proved finite
+  auto shell = winograd_shell(e, c);
+  const bool winograd = shell != nullptr;
+  auto op = conv_op(e, c, true, nullptr, std::move(shell));
+  if (winograd) op->name += " (Winograd F(4x4 3x3))";
   if (c.kind == "conv") {  // an output channel reads every weight but its own channel's dims
     const size_t rank = e.tensors[(size_t)c.ins[1]].dims.size();
     const size_t nsp = (size_t)conv_attrs(c.kind, c.ia, 0).nsp;

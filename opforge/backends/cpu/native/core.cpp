@@ -231,6 +231,13 @@ memory new_memory(Engine& e, const memory::desc& md, const char* what) {
   return memory(md, e.eng);
 }
 
+void grow_scratch(Engine& e, int64_t bytes) {
+  const int64_t have = (int64_t)e.scratch.size();
+  if (bytes <= have) return;
+  e.reserve(bytes - have, "the own kernels' scratch");
+  e.scratch.resize((size_t)bytes);
+}
+
 void add_scratchpad(Engine& e, DnnlOp* op, const memory::desc& md) {
   op->fixed_args.emplace_back(DNNL_ARG_SCRATCHPAD, new_memory(e, md, "a scratchpad"));
 }
@@ -571,6 +578,13 @@ int32_t ofc_guard_calls(void* handle, int32_t op, int64_t* out) {
   const Engine& e = static_cast<Handle*>(handle)->e;
   if (op < 0 || (size_t)op >= e.ops.size()) return 0;
   return guard_counts(*e.ops[(size_t)op], out) ? 1 : 0;
+}
+
+// the Winograd convolution's calls of op `op`: out [Winograd, direct]; 0 when it is no such op
+int32_t ofc_winograd_calls(void* handle, int32_t op, int64_t* out) {
+  const Engine& e = static_cast<Handle*>(handle)->e;
+  if (op < 0 || (size_t)op >= e.ops.size()) return 0;
+  return winograd_counts(*e.ops[(size_t)op], out) ? 1 : 0;
 }
 
 // the OpenMP threads op `op` runs with (op_threads); 0 when there is no such op

@@ -149,6 +149,9 @@ struct Engine {
   std::vector<double> op_seconds;
   int64_t runs = 0;
   WeightCache* weights = nullptr;     // shared reordered constants (ofc_use_weight_cache)
+  // the own kernels' working memory (the Winograd convolution's transformed blocks), one
+  // buffer for all of them as ops run one at a time: sized at build (grow_scratch, counted)
+  std::vector<char> scratch;
   ~Engine();
 
   void* ptr(int id) {                 // aliases name their root directly (ofc_add_tensor)
@@ -295,6 +298,11 @@ dnnl::primitive_attr make_attr(Engine& e, const std::vector<PostOp>& post, DnnlO
                                bool nan_exact = true);
 memory new_memory(Engine& e, const memory::desc& md, const char* what);  // counted
 memory reorder_const(Engine& e, int id, const memory::desc& want);
+// a constant's transform made once at init by `fill` into `want`'s bytes (the Winograd
+// weights), shared through the weight cache like reorder_const; `want`'s dims must differ
+// from the constant's (the cache key: no reorder of it has them)
+memory derived_const(Engine& e, int id, const memory::desc& want, const std::function<void(float*)>& fill);
+void grow_scratch(Engine& e, int64_t bytes);  // Engine::scratch to at least `bytes`, counted
 void add_scratchpad(Engine& e, DnnlOp* op, const memory::desc& md);
 void push_op(Engine& e, std::unique_ptr<Op> op, const OpCall& c);
 
@@ -312,6 +320,13 @@ void link_guards(Engine& e);            // at finalize: producers, and the used 
 bool special_input(Engine& e, const DnnlOp& op, bool nonfinite);
 // an op's guard calls: [fused, exact]; false when it has no fused op
 bool guard_counts(const Op& op, int64_t* counts);
+// the bound on |op's input| this call: its producer's (link_guards, scans_input) when that
+// proves it finite, else the input's largest magnitude (a scan; inf for a NaN or inf)
+double input_bound(Engine& e, const DnnlOp& op);
+// an op that computed its output another way (the Winograd kernel) on a call its own check
+// proved finite, every value before its post-ops at most `base`: its out_bound through its
+// guard's chain (inf without a guard), and the call counted as a fused one
+void guard_note(Engine& e, DnnlOp& op, double base);
 
 // the OpenMP threads op `c` runs with: one for a small op, else the engine's (threads.cpp)
 int op_threads(const Engine& e, const OpCall& c);
@@ -336,6 +351,11 @@ bool build_small_matmul(Handle& h, const OpCall& c);
 // an int8 depthwise 3×3 convolution on the engine's own kernel (qdepthwise.cpp), when the
 // call and the CPU allow it; false: build it on oneDNN
 bool build_qdepthwise(Handle& h, const OpCall& c);
+// a 3×3 stride-1 convolution as Winograd F(4×4, 3×3) (winograd.cpp), when the call and the
+// CPU allow it: the op with its kernel's part made (convolution.cpp adds the direct oneDNN
+// convolution it runs on calls the kernel cannot prove finite); else null
+std::unique_ptr<DnnlOp> winograd_shell(Engine& e, const OpCall& c);
+bool winograd_counts(const Op& op, int64_t* counts);  // [Winograd calls, direct calls]
 
 // --- op families: each a contract and a builder ------------------------------------------
 #define OFC_FAMILY(name)                                 \

@@ -186,9 +186,10 @@ struct Guard {
   // the output's bound; `peak`: the largest bound up to the last unsafe post-op (at most
   // kLimit: nothing before it is NaN or inf). scan: unknown operands up to that post-op are
   // scanned (past it a bound only serves readers, which scan what they need themselves)
-  double walk(Engine& e, bool scan, double* peak) const {
+  // (base: the bound before the post-ops when the caller knows it, else NaN)
+  double walk(Engine& e, bool scan, double* peak, double base = NAN) const {
     std::vector<std::pair<int, double>> seen;
-    double b = operand(e, src, src_from, INFINITY, scan, seen) * gain + offset;
+    double b = base == base ? base : operand(e, src, src_from, INFINITY, scan, seen) * gain + offset;
     double top = b;
     for (size_t i = 0; i < chain.size(); ++i) {
       const Term& t = chain[i];
@@ -351,6 +352,23 @@ bool special_input(Engine& e, const DnnlOp& op, bool nonfinite) {
   // a bound at most kLimit: every value finite (its producer's guard, this call)
   if (op.in_from != nullptr && op.in_from->guard && op.in_from->out_bound <= kLimit) return false;
   return has_special(e, op.ins[0], nonfinite);
+}
+
+double input_bound(Engine& e, const DnnlOp& op) {
+  if (op.in_from != nullptr && op.in_from->guard && op.in_from->out_bound <= kLimit) return op.in_from->out_bound;
+  return max_magnitude(e, op.ins[0]);
+}
+
+void guard_note(Engine& e, DnnlOp& op, double base) {
+  if (!op.guard) {
+    op.out_bound = INFINITY;
+    return;
+  }
+  Guard& g = *op.guard;
+  double peak;
+  double b = g.walk(e, false, &peak, base);
+  op.out_bound = peak <= kLimit && b <= kLimit ? b : INFINITY;
+  if (g.fused) ++g.fused_calls;
 }
 
 bool guard_counts(const Op& op, int64_t* counts) {
