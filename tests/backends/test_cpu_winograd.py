@@ -170,9 +170,15 @@ def test_winograd_matches_float64(shape, post, capability):
     check(n, c, k, h, w, pads, post=post, bias=(c + k) % 3 != 0)
 
 
+# U (36·C·K floats) past 1 MiB: blocks of up to 64 tiles, shared by the threads (128×128:
+# 9 tiles, one block; 128×80 at 36×30: 72 tiles, two blocks)
+THREADED = [(1, 64, 64, 56, 56), (2, 32, 32, 9, 9), (1, 16, 16, 4, 4), (1, 128, 128, 10, 10),
+            (1, 128, 80, 36, 30)]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("shape", [(1, 64, 64, 56, 56), (2, 32, 32, 9, 9), (1, 16, 16, 4, 4)],
-                         ids=["56x56x64", "batch2-9x9x32", "one-tile"])
+@pytest.mark.parametrize("shape", THREADED,
+                         ids=["56x56x64", "batch2-9x9x32", "one-tile", "large-u", "large-u-2-blocks"])
 def test_threads_and_sizes(shape, threads, capability):
     n, c, k, h, w = shape
     check(n, c, k, h, w, post="add, relu", threads=threads)
@@ -265,6 +271,7 @@ CASES, EXPECT = hostile.ran_ok_cases({
     **{f"winograd_{i}": (lambda s=s: (check(*s[:5], s[5], post="add, relu"), "ran ok")[1])
        for i, s in zip(IDS, SHAPES)},
     "winograd_two_threads": lambda: (check(2, 32, 48, 9, 9, post="relu", threads=2), "ran ok")[1],
+    "winograd_shared_blocks": lambda: (check(1, 128, 80, 36, 30, post="add, relu", threads=2), "ran ok")[1],
     "winograd_strided": lambda: (check(1, 16, 32, 9, 9, gap=5), "ran ok")[1],
 })
 test_the_case_file_runs = hostile.case_file_test(__file__, CASES, EXPECT)
