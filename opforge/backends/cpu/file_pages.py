@@ -12,9 +12,10 @@ after init, which tables it reads from the file instead of through the mapping.
 #   twice;
 # - read in place on every call (a binary operand, a post-op's, a gathered table read
 #   through the mapping): their pages stay, or each call would fault them in again;
-# - an embedding's table, from a mapping whose file is open beside it (``ProgramMapping.fd``):
-#   the engine reads its rows with ``pread`` (``ofc_tensor_file``), so its pages are given
-#   back too unless another op reads the table in place.
+# - an embedding's table over 1 MiB, from a mapping whose file is open beside it
+#   (``ProgramMapping.fd``): the engine reads its rows with ``pread`` (``ofc_tensor_file``),
+#   so its pages are given back too unless another op reads the table in place (a smaller
+#   table is read in place: its pages cost less than the reads).
 #
 # A weight copied at init from such a mapping is also given to the engine as a range of the
 # file, flagged droppable: the engine reorders a large one in chunks and drops each chunk's
@@ -37,6 +38,10 @@ __all__ = ["COPIED_AT_INIT", "GATHERED", "FilePages", "PagePlan"]
 COPIED_AT_INIT = frozenset({"conv", "deconv", "matmul", "qconv", "qmatmul"})
 # op kinds that read a few rows of their first operand per call (a table)
 GATHERED = frozenset({"embedding", "index"})
+# an embedding table up to this size is read through the mapping, not from the file: all of
+# it resident costs at most this, and a pread per row costs ~0.4 µs (the zoo gpt_decoder's
+# 32 token rows of a 64 KB table took 13.5 µs of its 78 µs call, 0.5 µs as copies)
+FILE_READ_FROM = 1 << 20
 
 
 def _read_in_place(plan: dict, roots: list[int], root: int) -> bool:
@@ -136,7 +141,8 @@ class PagePlan:
             address, nbytes, pages = spans.get(root, (0, 0, None))
             if pages is None or not nbytes:
                 continue
-            if op["kind"] == "embedding" and pages.fd is not None and borrowed.get(root):
+            if op["kind"] == "embedding" and pages.fd is not None and borrowed.get(root) \
+                    and nbytes > FILE_READ_FROM:
                 self.file_read.add(root)
             pages.gathered(address, nbytes)
         self.in_place -= {r for r in self.file_read if not _read_in_place(plan, roots, r)}
