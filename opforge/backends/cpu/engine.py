@@ -425,22 +425,20 @@ class EngineHandle:
         """Op index → (calls run fused, calls run the exact way) for each op with a NaN
         guard (a convolution or matmul whose NaN-unsafe post-op runs fused when the call's
         bounds prove no NaN reaches it; docs/backend-cpu.md)."""
-        self._live("guard_calls()")
-        out = (ctypes.c_int64 * 2)()
-        calls = {}
-        for i in range(len(self.describe())):
-            if self.lib.ofc_guard_calls(self.ptr, i, out):
-                calls[i] = (out[0], out[1])
-        return calls
+        return self._call_counts("guard_calls()", self.lib.ofc_guard_calls)
 
     def winograd_calls(self) -> dict[int, tuple[int, int]]:
         """Op index → (calls run as Winograd F(4×4, 3×3), calls run direct) for each
         convolution built on the Winograd kernel (docs/backend-cpu.md)."""
-        self._live("winograd_calls()")
+        return self._call_counts("winograd_calls()", self.lib.ofc_winograd_calls)
+
+    def _call_counts(self, api: str, count) -> dict[int, tuple[int, int]]:
+        """Op index → the two counts ``count(handle, op, out)`` gives, for each op it knows."""
+        self._live(api)
         out = (ctypes.c_int64 * 2)()
         calls = {}
         for i in range(len(self.describe())):
-            if self.lib.ofc_winograd_calls(self.ptr, i, out):
+            if count(self.ptr, i, out):
                 calls[i] = (out[0], out[1])
         return calls
 
