@@ -123,6 +123,16 @@ def _models():
             q = x.reshape(2, 4, 2, 8).transpose(1, 2)
             return nn.functional.scaled_dot_product_attention(q, q * 0.5, q, attn_mask=self.mask)
 
+    class Winograd(nn.Module):  # 3×3 stride-1 convolutions on the Winograd kernel (16+ channels)
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(16, 16, 3, padding=1)
+            self.c2 = nn.Conv2d(16, 20, 3, padding=(0, 2), bias=False)
+
+        def forward(self, x):
+            y = torch.relu(self.c1(x) + x)        # a residual add and relu in its registers
+            return nn.functional.gelu(self.c2(y))  # uneven padding, a GELU after it
+
     x3 = torch.randn(1, 3, 8, 8, generator=g)
     x16 = torch.randn(2, 4, 16, generator=g)
     xs = torch.randn(2, 6, 6, generator=g)
@@ -131,7 +141,8 @@ def _models():
     return [("conv", Conv().eval(), (x3,), {}), ("dense", Dense().eval(), (x16,), {}),
             ("shapes", Shapes().eval(), (xs, mask), {}), ("embed", Embed().eval(), (ids,), {}),
             ("threads2", Dense().eval(), (x16,), {"num_threads": 2}),
-            ("attention", Attention().eval(), (x16,), {})]
+            ("attention", Attention().eval(), (x16,), {}),
+            ("winograd", Winograd().eval(), (torch.randn(2, 16, 7, 9, generator=g),), {})]
 
 
 def _quantized(name):
