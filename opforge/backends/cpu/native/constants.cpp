@@ -61,20 +61,14 @@ bool reorder_in_chunks(Engine& e, int id, const memory::desc& have, memory& dst)
 }
 }  // namespace
 
-// a constant in the layout a primitive wants (weights, biases), made once at init
-memory reorder_const(Engine& e, int id, const memory::desc& want) {
-  const Tensor& t = e.tensors[(size_t)id];
-  if (!e.tensors[(size_t)e.root(id)].is_const || e.ptr(id) == nullptr)
-    fail("tensor " + std::to_string(id) + " is reordered at init but is not a constant");
-  memory::desc have = t.md();
-  int64_t item = (int64_t)itemsize(t.dtype);
-  int64_t bytes = mul_c(e.avail(id), item, "storage");
-  if (!injective(t.dims, t.strides) || md_reach_bytes(have, item) > bytes)
-    fail("constant " + std::to_string(id) + ": its layout overlaps or leaves its storage");
+namespace {
+// constant `id` made once into `want`'s bytes by `make`, or the copy an engine of the same
+// program made already: a borrowed constant's copy (even in its own layout: the blob's
+// file-backed pages made the FFN matmuls of a d=512 transformer layer 1.6x slower than an
+// anonymous copy) is shared through the weight cache, keyed by its bytes and both layouts
+memory cached_const(Engine& e, int id, const memory::desc& have, const memory::desc& want,
+                    const char* what, const std::function<void(memory&)>& make) {
   const bool borrowed = e.tensors[(size_t)e.root(id)].borrowed;
-  // a borrowed constant's reordered copy (even in its own layout: the blob's file-backed
-  // pages made the FFN matmuls of a d=512 transformer layer 1.6x slower than an anonymous
-  // copy) is shared through the weight cache by every engine of the delegate
   std::unique_lock<std::mutex> lock;
   if (borrowed && e.weights != nullptr) {
     lock = std::unique_lock<std::mutex>(e.weights->mu);  // held until the new entry is in
@@ -82,12 +76,8 @@ memory reorder_const(Engine& e, int id, const memory::desc& want) {
       if (entry.src == e.ptr(id) && entry.have == have && entry.want == want)
         return memory(want, e.eng, entry.mem.get_data_handle());
   }
-  memory dst = new_memory(e, want, "a reordered constant");
-  if (!reorder_in_chunks(e, id, have, dst)) {
-    memory src(have, e.eng, e.ptr(id));
-    dnnl::reorder(src, dst).execute(e.strm, src, dst);
-    e.strm.wait();
-  }
+  memory dst = new_memory(e, want, what);
+  make(dst);
   if (borrowed && e.weights != nullptr) {
     e.weights->entries.push_back({e.ptr(id), have, want, dst});
     e.weights->bytes = add_c(e.weights->bytes, (int64_t)want.get_size(), "weight cache");
@@ -95,27 +85,35 @@ memory reorder_const(Engine& e, int id, const memory::desc& want) {
   return dst;
 }
 
-memory derived_const(Engine& e, int id, const memory::desc& want, const std::function<void(float*)>& fill) {
-  const Tensor& t = e.tensors[(size_t)id];
+void need_constant(Engine& e, int id, const char* how) {
   if (!e.tensors[(size_t)e.root(id)].is_const || e.ptr(id) == nullptr)
-    fail("tensor " + std::to_string(id) + " is transformed at init but is not a constant");
+    fail("tensor " + std::to_string(id) + " is " + how + " at init but is not a constant");
+}
+}  // namespace
+
+// a constant in the layout a primitive wants (weights, biases), made once at init
+memory reorder_const(Engine& e, int id, const memory::desc& want) {
+  need_constant(e, id, "reordered");
+  const Tensor& t = e.tensors[(size_t)id];
   memory::desc have = t.md();
+  int64_t item = (int64_t)itemsize(t.dtype);
+  int64_t bytes = mul_c(e.avail(id), item, "storage");
+  if (!injective(t.dims, t.strides) || md_reach_bytes(have, item) > bytes)
+    fail("constant " + std::to_string(id) + ": its layout overlaps or leaves its storage");
+  return cached_const(e, id, have, want, "a reordered constant", [&](memory& dst) {
+    if (reorder_in_chunks(e, id, have, dst)) return;
+    memory src(have, e.eng, e.ptr(id));
+    dnnl::reorder(src, dst).execute(e.strm, src, dst);
+    e.strm.wait();
+  });
+}
+
+memory derived_const(Engine& e, int id, const memory::desc& want, const std::function<void(float*)>& fill) {
+  need_constant(e, id, "transformed");
+  memory::desc have = e.tensors[(size_t)id].md();
   if (want.get_dims() == have.get_dims()) fail("a transformed constant keeps its dims");  // the key
-  const bool borrowed = e.tensors[(size_t)e.root(id)].borrowed;
-  std::unique_lock<std::mutex> lock;
-  if (borrowed && e.weights != nullptr) {
-    lock = std::unique_lock<std::mutex>(e.weights->mu);
-    for (const auto& entry : e.weights->entries)
-      if (entry.src == e.ptr(id) && entry.have == have && entry.want == want)
-        return memory(want, e.eng, entry.mem.get_data_handle());
-  }
-  memory dst = new_memory(e, want, "a transformed constant");
-  fill(static_cast<float*>(dst.get_data_handle()));
-  if (borrowed && e.weights != nullptr) {
-    e.weights->entries.push_back({e.ptr(id), have, want, dst});
-    e.weights->bytes = add_c(e.weights->bytes, (int64_t)want.get_size(), "weight cache");
-  }
-  return dst;
+  return cached_const(e, id, have, want, "a transformed constant",
+                      [&](memory& dst) { fill(static_cast<float*>(dst.get_data_handle())); });
 }
 
 }  // namespace ofc

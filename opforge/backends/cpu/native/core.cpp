@@ -1,5 +1,6 @@
-// opforge cpu backend engine: the C API (ofc_*), tensors, the memory limit, threads, and
-// the oneDNN glue every primitive family shares. Op kinds live one family per file
+// opforge cpu backend engine: the C API (ofc_*) that builds and runs an engine, tensors,
+// the memory limit, threads, and the oneDNN glue every primitive family shares (what an
+// engine reports about itself, its profile and queries, is inspect.cpp). Op kinds live one family per file
 // (convolution.cpp, matmul.cpp, ...), each with its contract; validate.cpp checks every op
 // against its contract before its family's builder runs.
 //
@@ -41,20 +42,8 @@ memory::data_type dnnl_type(int32_t dt) {
   }
 }
 
-Engine::~Engine() {
-  if (!profile || runs == 0) return;
-  std::fprintf(stderr, "opforge cpu: intermediates %lld bytes in a planned arena of %lld "
-               "(%lld read before written, alone); engine memory %lld bytes in all\n",
-               (long long)intermediate_bytes, (long long)arena_bytes, (long long)unplanned_bytes,
-               (long long)used_bytes);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    int64_t calls[2];
-    std::string guard = guard_counts(*ops[i], calls)
-        ? "  (fused " + std::to_string(calls[0]) + ", exact " + std::to_string(calls[1]) + ")" : "";
-    if (threads > 1 && ops[i]->threads == 1) guard += "  (1 thread)";
-    std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us%s\n", i, ops[i]->name.c_str(),
-                 op_seconds[i] / (double)runs * 1e6, guard.c_str());
-  }
+void set_error(char* error, int32_t size, const std::string& text) {
+  if (error && size > 0) std::snprintf(error, (size_t)size, "%s", text.c_str());
 }
 
 void Engine::reserve(int64_t bytes, const std::string& what) {
@@ -87,10 +76,6 @@ struct ThreadScope {
     if (omp_get_max_threads() != saved) omp_set_num_threads(saved);
   }
 };
-
-void set_error(char* error, int32_t size, const std::string& text) {
-  if (error && size > 0) std::snprintf(error, (size_t)size, "%s", text.c_str());
-}
 
 int check_id(const Engine& e, int64_t id, const char* what) {
   if (id < 0 || id >= (int64_t)e.tensors.size())
@@ -563,46 +548,5 @@ int32_t ofc_execute(void* handle, void* const* inputs, void* const* outputs, cha
     return 1;
   }
 }
-
-// what the engine made of the graph, for inspect and tests: op names, comma-separated
-int32_t ofc_describe(void* handle, char* out, int32_t size) {
-  auto* h = static_cast<Handle*>(handle);
-  std::string text;
-  for (auto& op : h->e.ops) { if (!text.empty()) text += ","; text += op->name; }
-  set_error(out, size, text);
-  return (int32_t)text.size();
-}
-
-// the NaN guard's calls of op `op`: out [fused, exact]; 0 when the op has no fused variant
-int32_t ofc_guard_calls(void* handle, int32_t op, int64_t* out) {
-  const Engine& e = static_cast<Handle*>(handle)->e;
-  if (op < 0 || (size_t)op >= e.ops.size()) return 0;
-  return guard_counts(*e.ops[(size_t)op], out) ? 1 : 0;
-}
-
-// the Winograd convolution's calls of op `op`: out [Winograd, direct]; 0 when it is no such op
-int32_t ofc_winograd_calls(void* handle, int32_t op, int64_t* out) {
-  const Engine& e = static_cast<Handle*>(handle)->e;
-  if (op < 0 || (size_t)op >= e.ops.size()) return 0;
-  return winograd_counts(*e.ops[(size_t)op], out) ? 1 : 0;
-}
-
-// the OpenMP threads op `op` runs with (op_threads); 0 when there is no such op
-int32_t ofc_op_threads(void* handle, int32_t op) {
-  const Engine& e = static_cast<Handle*>(handle)->e;
-  if (op < 0 || (size_t)op >= e.ops.size()) return 0;
-  return e.ops[(size_t)op]->threads > 0 ? e.ops[(size_t)op]->threads : e.threads;
-}
-
-// the engine's memory (bytes): [all it holds, the intermediates' arena, the intermediates in
-// it (one buffer each would take this), intermediates read before written (held alone)]
-void ofc_memory(void* handle, int64_t* out) {
-  const Engine& e = static_cast<Handle*>(handle)->e;
-  out[0] = e.used_bytes; out[1] = e.arena_bytes; out[2] = e.intermediate_bytes;
-  out[3] = e.unplanned_bytes;
-}
-
-// the number of threads the engine runs with (after clamping to this machine)
-int32_t ofc_threads(void* handle) { return static_cast<Handle*>(handle)->e.threads; }
 
 }  // extern "C"

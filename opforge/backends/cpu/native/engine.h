@@ -50,6 +50,8 @@ enum Storage : int32_t { BOUND_OUTPUT = 0, OWNED = 1, BOUND_INPUT = 2, BORROWED_
                          BOUND_STATE = 4 };
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
+// `text` into a caller's buffer of `size` bytes (an error message, a description), cut to fit
+void set_error(char* error, int32_t size, const std::string& text);
 
 // checked int64 arithmetic: a hostile size never wraps
 inline int64_t add_c(int64_t a, int64_t b, const char* what) {

@@ -61,10 +61,6 @@ struct KernelCallOp : Op {
 using namespace ofc;
 
 namespace {
-void set_error(char* error, int32_t size, const std::string& text) {
-  if (error && size > 0) std::snprintf(error, (size_t)size, "%s", text.c_str());
-}
-
 std::vector<int> id_list(const Engine& e, const int32_t* p, int32_t n, const char* what) {
   if (n < 0 || n > 64 || (n > 0 && p == nullptr)) fail(std::string(what) + ": bad count");
   std::vector<int> out;

@@ -85,6 +85,7 @@ struct WinogradOp : DnnlOp {
   double offset = INFINITY;    // max |bias|
   std::vector<float> bias;     // ks, zeros past K
   std::vector<Step> steps;
+  std::vector<const float*> operands;  // this call's residual operands, one per step
   Epilogue rest;               // the post-ops after the steps, in place (nan.cpp)
   int64_t per_thread = 0;      // floats of scratch: V then M
   int threads_built = 1;       // the team its blocks and scratch were sized for
@@ -285,7 +286,6 @@ void WinogradOp::run(Engine& e) {
   ++winograd_calls;
   const float* x = static_cast<const float*>(e.ptr(ins[0]));
   float* y = static_cast<float*>(e.ptr(outs[0]));
-  std::vector<const float*> operands(steps.size(), nullptr);
   for (size_t s = 0; s < steps.size(); ++s)
     if (steps[s].kind == 2) operands[s] = static_cast<const float*>(e.ptr(steps[s].tensor));
   float* scratch = reinterpret_cast<float*>(e.scratch.data());
@@ -415,6 +415,7 @@ std::unique_ptr<DnnlOp> winograd_shell(Engine& e, const OpCall& c) {
     }
     op->steps.push_back(s);
   }
+  op->operands.assign(op->steps.size(), nullptr);
   op->xn = src.strides[0]; op->xy = src.strides[2]; op->xx = src.strides[3];
   op->yn = dst.strides[0]; op->yy = dst.strides[2]; op->yx = dst.strides[3];
   // U through the weight cache (keyed by these dims, which no reorder of the weight has)
