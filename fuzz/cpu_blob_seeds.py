@@ -133,6 +133,16 @@ def _models():
             y = torch.relu(self.c1(x) + x)        # a residual add and relu in its registers
             return nn.functional.gelu(self.c2(y))  # uneven padding, a GELU after it
 
+    class Depthwise(nn.Module):  # depthwise 3×3 convolutions on the engine's own float kernel
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(20, 20, 3, padding=1, groups=20)
+            self.c2 = nn.Conv2d(20, 20, 3, stride=2, padding=(2, 0), groups=20, bias=False)
+
+        def forward(self, x):
+            y = torch.clamp(self.c1(x), 0, 6)       # relu6 in its registers, a partial block
+            return nn.functional.gelu(self.c2(y))  # stride 2, uneven padding, a GELU after it
+
     x3 = torch.randn(1, 3, 8, 8, generator=g)
     x16 = torch.randn(2, 4, 16, generator=g)
     xs = torch.randn(2, 6, 6, generator=g)
@@ -142,7 +152,8 @@ def _models():
             ("shapes", Shapes().eval(), (xs, mask), {}), ("embed", Embed().eval(), (ids,), {}),
             ("threads2", Dense().eval(), (x16,), {"num_threads": 2}),
             ("attention", Attention().eval(), (x16,), {}),
-            ("winograd", Winograd().eval(), (torch.randn(2, 16, 7, 9, generator=g),), {})]
+            ("winograd", Winograd().eval(), (torch.randn(2, 16, 7, 9, generator=g),), {}),
+            ("depthwise", Depthwise().eval(), (torch.randn(2, 20, 9, 11, generator=g),), {})]
 
 
 def _quantized(name):

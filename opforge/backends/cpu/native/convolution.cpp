@@ -139,6 +139,7 @@ std::unique_ptr<DnnlOp> conv_op(Engine& e, const OpCall& c, bool nan_exact, cons
 }  // namespace
 
 void build_conv(Handle& h, const OpCall& c) {
+  if (build_depthwise(h, c)) return;  // a float depthwise 3×3 (depthwise.cpp)
   Engine& e = h.e;
   // a 3×3 stride-1 one may run as Winograd (winograd.cpp), on this op's direct convolution
   // when a call's input is not proved finite

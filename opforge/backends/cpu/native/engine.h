@@ -333,6 +333,19 @@ void guard_note(Engine& e, DnnlOp& op, double base);
 // the OpenMP threads op `c` runs with: one for a small op, else the engine's (threads.cpp)
 int op_threads(const Engine& e, const OpCall& c);
 
+// body(i) for each i in [0, n): on `team` OpenMP threads (a static schedule) when team > 1
+// and n > 1, else a plain loop. A parallel region costs ~0.3-1 µs to enter even with one
+// thread or a false if() clause (libgomp makes a team): a third of a small op's call.
+template <typename F>
+void parallel_for(int team, int64_t n, F&& body) {
+  if (team > 1 && n > 1) {
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (int64_t i = 0; i < n; ++i) body(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) body(i);
+  }
+}
+
 // the engine's own vector kernels (the softmax rows, the int8 depthwise convolution, the
 // few-row matmul, the copy transposes and interleaves, the AVX-512 quantize) may be used
 // (threads.cpp): false with OPFORGE_CPU_CAPABILITY=default (read when an op is built),
@@ -353,6 +366,9 @@ bool build_small_matmul(Handle& h, const OpCall& c);
 // an int8 depthwise 3×3 convolution on the engine's own kernel (qdepthwise.cpp), when the
 // call and the CPU allow it; false: build it on oneDNN
 bool build_qdepthwise(Handle& h, const OpCall& c);
+// a float32 depthwise 3×3 convolution on the engine's own kernel (depthwise.cpp), when the
+// call and the CPU allow it; false: build it on oneDNN
+bool build_depthwise(Handle& h, const OpCall& c);
 // a 3×3 stride-1 convolution as Winograd F(4×4, 3×3) (winograd.cpp), when the call and the
 // CPU allow it: the op with its kernel's part made (convolution.cpp adds the direct oneDNN
 // convolution it runs on calls the kernel cannot prove finite); else null

@@ -93,8 +93,7 @@ struct RmsNormOp : Op {
     const float* xp = static_cast<const float*>(e.ptr(ins[0]));
     const float* wp = has_scale ? static_cast<const float*>(e.ptr(ins[1])) : nullptr;
     float* out = static_cast<float*>(e.ptr(outs[0]));
-#pragma omp parallel for if (rows > 1)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(omp_get_max_threads(), rows, [&](int64_t r) {
       const float* xr = xp + r * n;
       float* yr = out + r * n;
       float lanes[16] = {0};
@@ -109,7 +108,7 @@ struct RmsNormOp : Op {
         for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] * inv) * wp[j];
       else
         for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * inv;
-    }
+    });
   }
 };
 
@@ -149,25 +148,25 @@ struct GroupNormOp : Op {
     const float* bp = has_b ? static_cast<const float*>(e.ptr(ins[1 + (has_w ? 1 : 0)])) : nullptr;
     float* out = static_cast<float*>(e.ptr(outs[0]));
     int64_t cg = C / groups;
-#pragma omp parallel for collapse(2)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t g = 0; g < groups; ++g) {
-        const float* base = xp + (n * C + g * cg) * HW;
-        int64_t m = cg * HW;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < m; ++i) mean += base[i];
-        mean /= (double)m;
-        for (int64_t i = 0; i < m; ++i) { double d = base[i] - mean; var += d * d; }
-        var /= (double)m;
-        double rstd = 1.0 / std::sqrt(var + eps);
-        for (int64_t c = 0; c < cg; ++c) {
-          int64_t ch = g * cg + c;
-          double scale = rstd * (wp ? wp[ch] : 1.0), shift = bp ? bp[ch] : 0.0;
-          const float* xi = base + c * HW;
-          float* oi = out + (n * C + ch) * HW;
-          for (int64_t i = 0; i < HW; ++i) oi[i] = (float)((xi[i] - mean) * scale + shift);
-        }
+    // (N·groups: at most the tensor's elements)
+    parallel_for(omp_get_max_threads(), N * groups, [&](int64_t ng) {
+      const int64_t n = ng / groups, g = ng % groups;
+      const float* base = xp + (n * C + g * cg) * HW;
+      int64_t m = cg * HW;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < m; ++i) mean += base[i];
+      mean /= (double)m;
+      for (int64_t i = 0; i < m; ++i) { double d = base[i] - mean; var += d * d; }
+      var /= (double)m;
+      double rstd = 1.0 / std::sqrt(var + eps);
+      for (int64_t c = 0; c < cg; ++c) {
+        int64_t ch = g * cg + c;
+        double scale = rstd * (wp ? wp[ch] : 1.0), shift = bp ? bp[ch] : 0.0;
+        const float* xi = base + c * HW;
+        float* oi = out + (n * C + ch) * HW;
+        for (int64_t i = 0; i < HW; ++i) oi[i] = (float)((xi[i] - mean) * scale + shift);
       }
+    });
   }
 };
 

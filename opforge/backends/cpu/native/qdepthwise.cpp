@@ -155,9 +155,8 @@ void QDepthwiseOp::run(Engine& e) {
   uint8_t* y = static_cast<uint8_t*>(e.ptr(outs[0]));
   const int64_t rows = n * oh;
   const int team = omp_get_max_threads();  // this op's threads (core.cpp's op_threads)
-  const bool parallel = team > 1 && rows * ow * c >= (1 << 14);
-#pragma omp parallel for num_threads(team) schedule(static) if (parallel)
-  for (int64_t i = 0; i < rows; ++i) pixel_row(*this, x, y, i / oh, i % oh);
+  const bool parallel = rows * ow * c >= (1 << 14);
+  parallel_for(parallel ? team : 1, rows, [&](int64_t i) { pixel_row(*this, x, y, i / oh, i % oh); });
 }
 
 bool channels_last_dense(const Tensor& t) {

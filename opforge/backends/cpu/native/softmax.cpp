@@ -213,9 +213,8 @@ struct SoftmaxOp : DnnlOp {
     for (size_t k = 0; k < rank; ++k) count *= k == (size_t)axis ? 1 : ts.dims[k];
     if (n == 0) return;
     const int team = omp_get_max_threads();  // this op's threads (core.cpp's op_threads)
-    const bool parallel = fast && team > 1 && count * n >= (1 << 15);
-#pragma omp parallel for num_threads(team) schedule(static) if (parallel)
-    for (int64_t row = 0; row < count; ++row) {
+    const bool parallel = fast && count * n >= (1 << 15);
+    parallel_for(parallel ? team : 1, count, [&](int64_t row) {
       int64_t xo = 0, yo = 0, rest = row;
       for (size_t k = rank; k-- > 0;) {
         if (k == (size_t)axis) continue;
@@ -225,10 +224,10 @@ struct SoftmaxOp : DnnlOp {
         yo += i * td.strides[k];
       }
 #if defined(__x86_64__)
-      if (fast && fast_row(src + xo, dst + yo, n)) continue;
+      if (fast && fast_row(src + xo, dst + yo, n)) return;
 #endif
       exact_row(src + xo, dst + yo, n, ss, ds, log, safe);
-    }
+    });
   }
 };
 

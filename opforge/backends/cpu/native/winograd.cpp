@@ -308,15 +308,14 @@ void WinogradOp::run(Engine& e) {
       }
     }
   } else {  // a block per thread
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1 && blocks > 1)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    parallel_for(team, blocks, [&](int64_t blk) {
       float* v = scratch + (int64_t)omp_get_thread_num() * per_thread;
       float* m = v + kPoints * tb * cs;
       const int64_t t0 = blk * tb, nt = std::min(tb, tiles - t0);
       transform_input(*this, x, v, t0, nt, 0);
       products(*this, v, m, nt, 0, kPoints);
       transform_output(*this, operands.data(), m, y, t0, nt, 0);
-    }
+    });
   }
   guard_note(e, *this, top);
   if (!rest.steps.empty()) rest.run(e, outs[0]);
