@@ -143,6 +143,16 @@ def _models():
             y = torch.clamp(self.c1(x), 0, 6)       # relu6 in its registers, a partial block
             return nn.functional.gelu(self.c2(y))  # stride 2, uneven padding, a GELU after it
 
+    class Small(nn.Module):  # small convolutions on the engine's own direct kernel
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(8, 20, 3, stride=2, padding=(1, 2))
+            self.c2 = nn.Conv2d(20, 9, (1, 3), bias=False)
+
+        def forward(self, x):
+            y = torch.relu(self.c1(x))                                   # relu in its registers
+            return nn.functional.max_pool2d(torch.clamp(self.c2(y), -1, 1), 2)  # its bound read
+
     x3 = torch.randn(1, 3, 8, 8, generator=g)
     x16 = torch.randn(2, 4, 16, generator=g)
     xs = torch.randn(2, 6, 6, generator=g)
@@ -153,7 +163,8 @@ def _models():
             ("threads2", Dense().eval(), (x16,), {"num_threads": 2}),
             ("attention", Attention().eval(), (x16,), {}),
             ("winograd", Winograd().eval(), (torch.randn(2, 16, 7, 9, generator=g),), {}),
-            ("depthwise", Depthwise().eval(), (torch.randn(2, 20, 9, 11, generator=g),), {})]
+            ("depthwise", Depthwise().eval(), (torch.randn(2, 20, 9, 11, generator=g),), {}),
+            ("small_conv", Small().eval(), (torch.randn(2, 8, 11, 13, generator=g),), {})]
 
 
 def _quantized(name):

@@ -199,6 +199,27 @@ def test_the_kernel_takes_depthwise_3x3_and_nothing_else(monkeypatch):
     assert names() == ["convolution"]
 
 
+@pytest.mark.parametrize("post", ["relu6", "none", "relu, gelu"])
+def test_its_output_bound_is_the_largest_magnitude_it_stored(post, monkeypatch):
+    """The bound its readers trust to skip their scans for NaN (a max pooling, a guarded
+    convolution): the largest |value| it stored, inf with a NaN in its output, and inf
+    where a post-op runs after the kernel (a GELU)."""
+    _own(monkeypatch)
+    p, x, *_ = _plan(1, 20, 9, 9, post=post)
+    handle = p.handle()
+    got = hostile.run(handle, _feed(x, 0))[0]
+    top = float(np.abs(got).max()) if post != "relu, gelu" else math.inf
+    assert handle.out_bounds() == {0: top}
+    x[0, 3, 2, 2] = np.nan
+    got = hostile.run(handle, _feed(x, 0))[0]
+    assert np.isnan(got).any()
+    assert handle.out_bounds() == {0: math.inf}
+    x[0, 3, 2, 2] = 1.0
+    got = hostile.run(handle, _feed(x, 0))[0]
+    top = float(np.abs(got).max()) if post != "relu, gelu" else math.inf
+    assert handle.out_bounds() == {0: top}  # each call's own
+
+
 # --- cases for the sanitized run (test_cpu_sanitized.py): edges, paddings, strides, threads
 CASES, EXPECT = hostile.ran_ok_cases({
     **{f"depthwise_{i}": (lambda s=s: (check(*s[:5], stride=s[5], post="relu6"), "ran ok")[1])

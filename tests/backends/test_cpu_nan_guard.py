@@ -30,6 +30,15 @@ pytestmark = pytest.mark.skipif(cpu_engine.missing() is not None,
                                 reason=f"cpu backend: {cpu_engine.missing()}")
 
 
+@pytest.fixture(autouse=True)
+def _onednn_convolutions(monkeypatch):
+    """These models' convolutions on oneDNN with the guard: the engine's own depthwise and
+    small-convolution kernels, NaN-exact without a guard, would take them otherwise
+    (test_cpu_depthwise.py and test_cpu_small_conv.py test those with NaN and inf)."""
+    monkeypatch.setenv("OPFORGE_CPU_DEPTHWISE", "0")
+    monkeypatch.setenv("OPFORGE_CPU_SMALL_CONV", "0")
+
+
 class InvertedResidual(nn.Module):
     """MobileNetV2's block: 1x1 expansion + ReLU6, depthwise 3x3 + ReLU6, 1x1 projection,
     residual add; then a hardsigmoid gate."""

@@ -214,6 +214,8 @@ def test_nan_inf_and_huge_inputs_run_direct_with_torchs_numbers(post, monkeypatc
 
 def test_the_kernel_takes_3x3_stride_1_convolutions_and_nothing_else(monkeypatch):
     _own(monkeypatch)
+    # (the small ones it leaves would take the small-convolution kernel: test_cpu_small_conv.py)
+    monkeypatch.setenv("OPFORGE_CPU_SMALL_CONV", "0")
 
     def names(n, c, k, h, w, pads=(1, 1, 1, 1)):
         return _plan(n, c, k, h, w, pads)[0].handle().describe()

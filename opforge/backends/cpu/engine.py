@@ -186,6 +186,8 @@ def _declare(lib) -> None:
     lib.ofc_guard_calls.restype = I32
     lib.ofc_winograd_calls.argtypes = [P, I32, I64P]
     lib.ofc_winograd_calls.restype = I32
+    lib.ofc_out_bound.argtypes = [P, I32, DP]
+    lib.ofc_out_bound.restype = I32
     lib.ofc_op_threads.argtypes = [P, I32]
     lib.ofc_op_threads.restype = I32
 
@@ -431,6 +433,15 @@ class EngineHandle:
         """Op index → (calls run as Winograd F(4×4, 3×3), calls run direct) for each
         convolution built on the Winograd kernel (docs/backend-cpu.md)."""
         return self._call_counts("winograd_calls()", self.lib.ofc_winograd_calls)
+
+    def out_bounds(self) -> dict[int, float]:
+        """Op index → its bound on |its output| from the last call (inf when it proved
+        none), for each op that sets one: a guarded op, and the engine's own convolution
+        kernels (their readers skip their scans for NaN when it is finite)."""
+        self._live("out_bounds()")
+        out = ctypes.c_double()
+        return {i: out.value for i in range(len(self.describe()))
+                if self.lib.ofc_out_bound(self.ptr, i, ctypes.byref(out))}
 
     def _call_counts(self, api: str, count) -> dict[int, tuple[int, int]]:
         """Op index → the two counts ``count(handle, op, out)`` gives, for each op it knows."""

@@ -145,6 +145,7 @@ void build_conv(Handle& h, const OpCall& c) {
   // when a call's input is not proved finite
   auto shell = winograd_shell(e, c);
   const bool winograd = shell != nullptr;
+  if (!winograd && build_small_conv(h, c)) return;  // a small one, direct (smallconv.cpp)
   auto op = conv_op(e, c, true, nullptr, std::move(shell));
   if (winograd) op->name += " (Winograd F(4x4 3x3))";
   if (c.kind == "conv") {  // an output channel reads every weight but its own channel's dims

@@ -3,11 +3,13 @@
 // or OPFORGE_CPU_DEPTHWISE=0), stay on oneDNN (convolution.cpp).
 //
 // Taken when: 2-d, weights [C, 1, 1, 3, 3] (groups == input channels == output channels),
-// stride 1 or 2 (the same both ways), no dilation, paddings 0-2, source and destination
-// channels contiguous, the destination not over the source, constant weights and bias, and
-// no binary post-op. Eltwise linear, clip and relu without slope run in the kernel's
-// registers; from the first other one (a GELU) the chain runs in place after it (the
-// Epilogue of nan.cpp).
+// stride 1 or 2 (the same both ways; 2 over an input of at most 1 MiB), no dilation,
+// paddings 0-2, source and destination channels contiguous, the destination not over the
+// source, constant weights and bias, and no binary post-op. Eltwise linear, clip and relu
+// without slope run in the kernel's registers; from the first other one (a GELU) the chain
+// runs in place after it (the Epilogue of nan.cpp). Each call's output bound (the largest
+// |value| it stored, inf with a NaN or a later post-op) lets its readers skip their scans
+// for NaN, as a guarded oneDNN op's does (guard.cpp).
 //
 // Arithmetic: each output is Σ w·x over the taps inside the image, row by row and left to
 // right, one fused multiply-add per tap in float32, then + bias, then the post-ops; a tap
@@ -24,8 +26,9 @@
 // a call on small ones (the zoo's depthwise_separable: 16 channels at 16×16, 37K
 // multiply-adds, 2.1-2.5 µs; this kernel 1.0-1.2, one thread, Zen 5). In MobileNetV2 at
 // 224 it is level with oneDNN over the 17 layers (32 channels at 112×112: 75-80 against
-// 91 µs; 96 at stride 2 from 112×112: 117-125 against 114; the 7×7 ones 14-15 against
-// 13.4-14), memory-bound where the input comes from L3.
+// 91 µs; the 7×7 ones 14-15 against 13.4-14; 96 at stride 2 from 112×112 136-148 against
+// 114-122, memory-bound where the input comes from L3: a stride-2 one over an input past
+// 1 MiB stays on oneDNN).
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -45,16 +48,10 @@ namespace {
 constexpr int kLanes = 16;  // channels per vector
 constexpr int kRun = 8;     // output pixels per step of the interior
 constexpr int kMaxSteps = 3;  // post-ops in registers (the rest: the Epilogue)
-
-// a register post-op as v = min(hi, max(lo, v·a + b)): linear has lo = -inf, hi = inf;
-// clip has a = 1, b = 0 (exact but for -0, which becomes +0). max(lo, v) and min(hi, v)
-// return v when either is NaN, so a NaN stays NaN as in torch.
-struct Step {
-  float a, b, lo, hi;
-};
+constexpr int64_t kStride2Input = (int64_t)1 << 18;  // floats (1 MiB)
 
 struct DepthwiseOp;
-using RowFn = void (*)(const DepthwiseOp&, const float*, float*, int, int, int64_t, int64_t);
+using RowFn = float (*)(const DepthwiseOp&, const float*, float*, int, int, int64_t, int64_t);
 
 struct DepthwiseOp : Op {
   int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0, stride = 1, pt = 0, pl = 0;
@@ -63,8 +60,9 @@ struct DepthwiseOp : Op {
   int64_t slab = 0;          // channels per pass over a row (a multiple of 16)
   std::vector<float> taps;  // [block][9][16] (the last block padded with zeros)
   std::vector<float> bias;  // [block][16]
-  Step steps[kMaxSteps] = {};
-  RowFn row = nullptr;  // an output row (for this stride and number of steps)
+  ClampStep steps[kMaxSteps] = {};
+  RowFn row = nullptr;  // an output row (for this stride and number of steps): its peak
+  std::vector<float> peaks;  // per output row: the largest |value| it stored (NaN: a NaN)
   Epilogue rest;  // the post-ops after the ones above: elementwise, in place (nan.cpp)
   void run(Engine& e) override;
 };
@@ -78,9 +76,10 @@ OFC_INLINE __m512 load(const float* p, __mmask16 m) {
   return Full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
 }
 
-// + bias, the NP post-ops, stored
+// + bias, the NP post-ops, stored (and into the row's peak)
 template <int J, int NP, bool Full>
-OFC_INLINE void finish(__m512 (&acc)[J], float* y, int64_t yx, __m512 bias, __mmask16 m, const Step* st) {
+OFC_INLINE void finish(__m512 (&acc)[J], float* y, int64_t yx, __m512 bias, __mmask16 m, const ClampStep* st,
+                       Peak& pk) {
   for (int j = 0; j < J; ++j) acc[j] = _mm512_add_ps(acc[j], bias);
   for (int q = 0; q < NP; ++q) {
     const __m512 a = _mm512_set1_ps(st[q].a), b = _mm512_set1_ps(st[q].b);
@@ -90,6 +89,9 @@ OFC_INLINE void finish(__m512 (&acc)[J], float* y, int64_t yx, __m512 bias, __mm
   for (int j = 0; j < J; ++j) {
     if (Full) _mm512_storeu_ps(y + j * yx, acc[j]);
     else _mm512_mask_storeu_ps(y + j * yx, m, acc[j]);
+    // (the lanes past the mask: finite, from zero inputs and weights)
+    pk.top = _mm512_max_ps(pk.top, _mm512_abs_ps(acc[j]));
+    pk.nan = (__mmask16)(pk.nan | _mm512_cmp_ps_mask(acc[j], acc[j], _CMP_UNORD_Q));
   }
 }
 
@@ -97,7 +99,7 @@ OFC_INLINE void finish(__m512 (&acc)[J], float* y, int64_t yx, __m512 bias, __mm
 // first one's tap at row k0, column 0), from the tap rows [k0, k1); stride S
 template <int J, int S, int NP, bool Full>
 OFC_INLINE void pixels(const float* x, float* y, const float* wb, __m512 bias, __mmask16 m, int k0, int k1,
-                       int64_t xy, int64_t xx, int64_t yx, const Step* st) {
+                       int64_t xy, int64_t xx, int64_t yx, const ClampStep* st, Peak& pk) {
   __m512 acc[J];
   for (int j = 0; j < J; ++j) acc[j] = _mm512_setzero_ps();
   for (int kh = k0; kh < k1; ++kh) {
@@ -117,14 +119,15 @@ OFC_INLINE void pixels(const float* x, float* y, const float* wb, __m512 bias, _
       for (int j = 0; j < J; ++j) acc[j] = _mm512_fmadd_ps(load<Full>(xr + (j * S + 2) * xx, m), w2, acc[j]);
     }
   }
-  finish<J, NP, Full>(acc, y, yx, bias, m, st);
+  finish<J, NP, Full>(acc, y, yx, bias, m, st, pk);
 }
 
 // the output pixel at column col, whose taps may reach the padding: the tap columns inside
 // the image only (x: the row's column 0 at tap row k0, y: the output row's column 0)
 template <int S, int NP, bool Full>
 OFC_INLINE void edge(const float* x, float* y, const float* wb, __m512 bias, __mmask16 m, int k0, int k1,
-                     int64_t col, int64_t pl, int64_t w, int64_t xy, int64_t xx, int64_t yx, const Step* st) {
+                     int64_t col, int64_t pl, int64_t w, int64_t xy, int64_t xx, int64_t yx, const ClampStep* st,
+                     Peak& pk) {
   const int64_t ic0 = col * S - pl;
   const int q0 = (int)std::max<int64_t>(0, -ic0), q1 = (int)std::min<int64_t>(3, w - ic0);
   const float* xc = x + (ic0 + q0) * xx;  // tap column q0, the first one inside the image
@@ -133,38 +136,39 @@ OFC_INLINE void edge(const float* x, float* y, const float* wb, __m512 bias, __m
     for (int kw = q0; kw < q1; ++kw)
       acc[0] = _mm512_fmadd_ps(load<Full>(xc + (kh - k0) * xy + (kw - q0) * xx, m),
                                _mm512_loadu_ps(wb + (kh * 3 + kw) * kLanes), acc[0]);
-  finish<1, NP, Full>(acc, y + col * yx, 0, bias, m, st);
+  finish<1, NP, Full>(acc, y + col * yx, 0, bias, m, st, pk);
 }
 
 // J pixels of every channel: the blocks of 16, then the last ones under a mask (x: the
 // first pixel's tap at row k0, column 0, channel 0; y: its output, channel 0)
 template <int J, int S, int NP>
-OFC_INLINE void pixels_all(const DepthwiseOp& op, const float* x, float* y, int k0, int k1, int64_t cb, int64_t C) {
+OFC_INLINE void pixels_all(const DepthwiseOp& op, const float* x, float* y, int k0, int k1, int64_t cb, int64_t C,
+                           Peak& pk) {
   const int64_t xy = op.xy, xx = op.xx, yx = op.yx;
   const float* wb = op.taps.data() + cb * 9;
   const float* bias = op.bias.data();
   int64_t c0 = cb;
   for (; c0 + kLanes <= C; c0 += kLanes, wb += 9 * kLanes)
-    pixels<J, S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, xy, xx, yx, op.steps);
+    pixels<J, S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, xy, xx, yx, op.steps, pk);
   if (c0 < C)
     pixels<J, S, NP, false>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1),
-                            k0, k1, xy, xx, yx, op.steps);
+                            k0, k1, xy, xx, yx, op.steps, pk);
 }
 
 // the output pixel at column col, every channel, its taps inside the image only
 template <int S, int NP>
 OFC_INLINE void edge_all(const DepthwiseOp& op, const float* x, float* y, int64_t col, int k0, int k1, int64_t cb,
-                         int64_t C) {
+                         int64_t C, Peak& pk) {
   const int64_t xy = op.xy, xx = op.xx, yx = op.yx, pl = op.pl, w = op.w;
   const float* wb = op.taps.data() + cb * 9;
   const float* bias = op.bias.data();
   int64_t c0 = cb;
   for (; c0 + kLanes <= C; c0 += kLanes, wb += 9 * kLanes)
     edge<S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, col, pl, w, xy, xx, yx,
-                      op.steps);
+                      op.steps, pk);
   if (c0 < C)
     edge<S, NP, false>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1), k0,
-                       k1, col, pl, w, xy, xx, yx, op.steps);
+                       k1, col, pl, w, xy, xx, yx, op.steps, pk);
 }
 
 // one output row (x: the input row of tap row k0, its column 0, channel 0; y: the output
@@ -172,26 +176,28 @@ OFC_INLINE void edge_all(const DepthwiseOp& op, const float* x, float* y, int64_
 // then 4, 2, 1, each run over all channels while its inputs are in L1 (the channels
 // outermost, a row of MobileNetV2's 144 channels at 56×56 came from L2 thrice: 1.7× slower)
 template <int S, int NP>
-OFC_AVX512 void row(const DepthwiseOp& op, const float* x, float* y, int k0, int k1, int64_t cb, int64_t ce) {
+OFC_AVX512 float row(const DepthwiseOp& op, const float* x, float* y, int k0, int k1, int64_t cb, int64_t ce) {
   const int64_t xx = op.xx, yx = op.yx, lo = op.lo, hi = op.hi, ow = op.ow;
+  Peak pk{_mm512_setzero_ps(), 0};
   int64_t col = 0;
-  for (; col < lo && col < ow; ++col) edge_all<S, NP>(op, x, y, col, k0, k1, cb, ce);
+  for (; col < lo && col < ow; ++col) edge_all<S, NP>(op, x, y, col, k0, k1, cb, ce, pk);
   if (hi > lo) {
     const float* xc = x + (lo * S - op.pl) * xx;
     float* yc = y + lo * yx;
     for (; col + kRun <= hi; col += kRun, xc += kRun * S * xx, yc += kRun * yx)
-      pixels_all<kRun, S, NP>(op, xc, yc, k0, k1, cb, ce);
+      pixels_all<kRun, S, NP>(op, xc, yc, k0, k1, cb, ce, pk);
     if (col + 4 <= hi) {
-      pixels_all<4, S, NP>(op, xc, yc, k0, k1, cb, ce);
+      pixels_all<4, S, NP>(op, xc, yc, k0, k1, cb, ce, pk);
       col += 4; xc += 4 * S * xx; yc += 4 * yx;
     }
     if (col + 2 <= hi) {
-      pixels_all<2, S, NP>(op, xc, yc, k0, k1, cb, ce);
+      pixels_all<2, S, NP>(op, xc, yc, k0, k1, cb, ce, pk);
       col += 2; xc += 2 * S * xx; yc += 2 * yx;
     }
-    if (col < hi) { pixels_all<1, S, NP>(op, xc, yc, k0, k1, cb, ce); ++col; }
+    if (col < hi) { pixels_all<1, S, NP>(op, xc, yc, k0, k1, cb, ce, pk); ++col; }
   }
-  for (; col < ow; ++col) edge_all<S, NP>(op, x, y, col, k0, k1, cb, ce);
+  for (; col < ow; ++col) edge_all<S, NP>(op, x, y, col, k0, k1, cb, ce, pk);
+  return pk.nan ? NAN : _mm512_reduce_max_ps(pk.top);
 }
 
 template <int S>
@@ -204,14 +210,20 @@ RowFn pick(int steps) {
   }
 }
 
-void output_row(const DepthwiseOp& op, const float* src, float* dst, int64_t img, int64_t r) {
+// one output row; the largest |value| it stored (NaN: a NaN)
+float output_row(const DepthwiseOp& op, const float* src, float* dst, int64_t img, int64_t r) {
   const int64_t ir0 = r * op.stride - op.pt;  // the input row of tap row 0
   // the tap rows inside the image
   const int k0 = (int)std::max<int64_t>(0, -ir0), k1 = (int)std::min<int64_t>(3, op.h - ir0);
   // x: the input row of tap row k0, the first one inside the image
   const float* x = src + img * op.xn + (ir0 + k0) * op.xy;
   float* y = dst + img * op.yn + r * op.yy;
-  for (int64_t cb = 0; cb < op.c; cb += op.slab) op.row(op, x, y, k0, k1, cb, std::min(op.c, cb + op.slab));
+  float top = 0;
+  for (int64_t cb = 0; cb < op.c; cb += op.slab) {
+    const float t = op.row(op, x, y, k0, k1, cb, std::min(op.c, cb + op.slab));
+    top = t > top || t != t ? t : top;  // (a NaN, once there, stays: NaN > t is false)
+  }
+  return top;
 }
 
 }  // namespace
@@ -221,12 +233,13 @@ void DepthwiseOp::run(Engine& e) {
   float* y = static_cast<float*>(e.ptr(outs[0]));
   const int64_t rows = n * oh;
   const int team = omp_get_max_threads();  // this op's threads (core.cpp's op_threads)
-  parallel_for(team, rows, [&](int64_t i) { output_row(*this, x, y, i / oh, i % oh); });
+  float* peak = peaks.data();
+  parallel_for(team, rows, [&](int64_t i) { peak[i] = output_row(*this, x, y, i / oh, i % oh); });
+  out_bound = peaks_bound(peaks, !rest.steps.empty());  // for its readers
   if (!rest.steps.empty()) rest.run(e, outs[0]);
 }
 
 namespace {
-bool channels_contiguous(const Tensor& t) { return t.dims[1] == 1 || t.strides[1] == 1; }
 }  // namespace
 #endif
 
@@ -255,6 +268,9 @@ bool build_depthwise(Handle& h, const OpCall& c) {
     return false;
   if (!channels_contiguous(src) || !channels_contiguous(dst) || e.root(c.ins[0]) == e.root(c.outs[0]))
     return false;
+  // stride 2 over an input past L2 (MobileNetV2's 96 channels at 112×112, 4.8 MB): oneDNN's,
+  // which streamed it from L3 faster (114-122 against 136-148 µs a call, one thread, Zen 5)
+  if (s == 2 && src.numel > kStride2Input) return false;
   const float* g = static_cast<const float*>(e.ptr(c.ins[1]));
   if (!e.tensors[(size_t)e.root(c.ins[1])].is_const || g == nullptr) return false;
   const float* bp = nullptr;
@@ -288,14 +304,17 @@ bool build_depthwise(Handle& h, const OpCall& c) {
     if (bp != nullptr) op->bias[(size_t)ch] = bp[ch * e.tensors[(size_t)c.ins[2]].strides[0]];
   }
   for (int q = 0; q < first_rest; ++q) {
-    const RegisterPostOp& p = post[(size_t)q];
-    op->steps[q] = p.kind == 0 ? Step{p.a, p.b, -INFINITY, INFINITY} : Step{1.f, 0.f, p.a, p.b};
+    op->steps[q] = ClampStep::of(post[(size_t)q]);
   }
   op->row = s == 1 ? pick<1>(first_rest) : pick<2>(first_rest);
   // slabs of channels whose inputs for a run (3 rows of 8·s + 2 pixels) take at most 24 KB
   // of L1: MobileNetV2's 960 channels at 7×7 took 18.7 µs a call in one pass over all
   // channels, 14.8 in slabs of 192, 23 in slabs of 16 (one thread, Zen 5)
   op->slab = std::max<int64_t>(kLanes, 24 * 1024 / (3 * (kRun * s + 2) * 4) / kLanes * kLanes);
+  const int64_t rows = mul_c(op->n, op->oh, "depthwise");
+  e.reserve(mul_c(rows, 4, "depthwise"), "depthwise row peaks");
+  op->peaks.assign((size_t)rows, 0.f);
+  op->bounded = true;
   op->rest.pending.assign(c.post.begin() + first_rest, c.post.end());
   op->rest.prepare(e, c.outs[0]);
   push_op(e, std::move(op), c);

@@ -14,6 +14,9 @@
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -130,6 +133,12 @@ struct Op {
   std::vector<int> ins, outs;
   std::string name;
   int threads = 0;  // its OpenMP threads (core.cpp's op_threads); 0: the engine's
+  // this call's bound on |every value of its output| when known, else inf: set by a guarded
+  // op's guard (guard.cpp), and on every call by an op that is `bounded` (the engine's own
+  // convolution kernels, from the values they store), so readers that would scan their
+  // input for NaN or a bound need not (link_guards)
+  double out_bound = INFINITY;
+  bool bounded = false;
   virtual ~Op() = default;
   virtual void run(Engine& e) = 0;
 };
@@ -262,6 +271,27 @@ struct RegisterPostOp {
 // `out`; returns the index of the first other one (the rest, for an Epilogue), or -1 when a
 // binary post-op comes anywhere (nan.cpp)
 int register_post_ops(const std::vector<PostOp>& post, std::vector<RegisterPostOp>& out);
+// a register post-op as one clamped multiply-add, v = min(hi, max(lo, v·a + b)): linear has
+// lo = -inf, hi = inf; clip has a = 1, b = 0 (exact, but -0 becomes +0). max(lo, v) and
+// min(hi, v) return v when either is NaN, so a NaN stays NaN as in torch (the engine's own
+// convolution kernels, depthwise.cpp and smallconv.cpp; nan.cpp)
+struct ClampStep {
+  float a, b, lo, hi;
+  static ClampStep of(const RegisterPostOp& p);
+};
+// the bound an own kernel's call gives its readers (Op::out_bound): the largest of the
+// peaks it stored per row (NaN: a NaN there), inf where one is NaN or where post-ops ran
+// after the kernel (`rest`) (nan.cpp)
+double peaks_bound(const std::vector<float>& peaks, bool rest);
+#if defined(__x86_64__)
+// the largest |value| an own kernel stored in a row, and the lanes that were NaN
+struct Peak {
+  __m512 top;
+  __mmask16 nan;
+};
+#endif
+// a [N, C, ...] tensor's channels one element apart
+inline bool channels_contiguous(const Tensor& t) { return t.dims[1] == 1 || t.strides[1] == 1; }
 
 struct Guard;  // guard.cpp
 
@@ -269,12 +299,11 @@ struct DnnlOp : Op {
   dnnl::primitive prim;
   Epilogue epilogue;
   std::shared_ptr<Guard> guard;    // bounds, and the fused op a NaN-free call runs (guard.cpp)
-  double out_bound = INFINITY;     // this call's bound on |output| when known, else inf
   // an op that scans its input for NaN (max pooling, max/min reductions, oneDNN's softmax)
-  // sets scans_input; link_guards then finds in_from, the guarded op whose bound covers
-  // that input, and a call whose bound proves it finite skips the scan (special_input)
+  // sets scans_input; link_guards then finds in_from, the guarded or bounded op whose bound
+  // covers that input, and a call whose bound proves it finite skips the scan (special_input)
   bool scans_input = false;
-  const DnnlOp* in_from = nullptr;
+  const Op* in_from = nullptr;
   std::vector<std::pair<int, int>> tensor_args;        // (DNNL_ARG_*, tensor id)
   std::vector<std::pair<int, memory>> fixed_args;      // weights, scratchpad
   std::vector<std::pair<int, memory>> bound;           // memories bound to tensors
@@ -320,6 +349,8 @@ void link_guards(Engine& e);            // at finalize: producers, and the used 
 // op's input may hold a NaN (or with nonfinite, an inf) this call: false when its
 // producer's bound proves every value finite, else the scan (has_special)
 bool special_input(Engine& e, const DnnlOp& op, bool nonfinite);
+// op sets out_bound on every call: a `bounded` one, or a DnnlOp with its guard (guard.cpp)
+bool bounds_output(const Op& op);
 // an op's guard calls: [fused, exact]; false when it has no fused op
 bool guard_counts(const Op& op, int64_t* counts);
 // the bound on |op's input| this call: its producer's (link_guards, scans_input) when that
@@ -369,6 +400,9 @@ bool build_qdepthwise(Handle& h, const OpCall& c);
 // a float32 depthwise 3×3 convolution on the engine's own kernel (depthwise.cpp), when the
 // call and the CPU allow it; false: build it on oneDNN
 bool build_depthwise(Handle& h, const OpCall& c);
+// a float32 convolution of at most 2^21 multiply-adds, direct on the engine's own kernel
+// (smallconv.cpp), when the call and the CPU allow it; false: build it on oneDNN
+bool build_small_conv(Handle& h, const OpCall& c);
 // a 3×3 stride-1 convolution as Winograd F(4×4, 3×3) (winograd.cpp), when the call and the
 // CPU allow it: the op with its kernel's part made (convolution.cpp adds the direct oneDNN
 // convolution it runs on calls the kernel cannot prove finite); else null

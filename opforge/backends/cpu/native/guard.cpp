@@ -156,12 +156,12 @@ struct Guard {
     int code = 0;         // kUnknown: a NaN-safe post-op no bound passes (after the last unsafe one)
     double alpha = 0, beta = 0;
     int tensor = -1;      // binary: the other operand
-    const DnnlOp* from = nullptr;  // its producer (link_guards)
+    const Op* from = nullptr;  // its producer (link_guards)
     double fixed = INFINITY;       // a constant operand's bound
   };
   static constexpr int kUnknown = -1;
   int src = -1;
-  const DnnlOp* src_from = nullptr;
+  const Op* src_from = nullptr;
   int weights = -1, bias = -1;  // constants (-1: a binary op, gain 1 / no bias)
   std::vector<bool> reduced;    // the weight dims one output sums over
   double gain = 0, offset = 0;  // computed at finalize, for the guards that are used
@@ -173,7 +173,7 @@ struct Guard {
   // a tensor's bound: its constant bound, its producer's, or (scan) its largest magnitude,
   // each tensor scanned at most once per call (`seen`: an elementwise chain reading its
   // input three times scanned 4 MB four times)
-  static double operand(Engine& e, int id, const DnnlOp* from, double fixed, bool scan,
+  static double operand(Engine& e, int id, const Op* from, double fixed, bool scan,
                         std::vector<std::pair<int, double>>& seen) {
     if (fixed < INFINITY) return fixed;
     double b = from != nullptr ? from->out_bound : INFINITY;
@@ -300,13 +300,14 @@ void link_guards(Engine& e) {
       size_t r = (size_t)e.root(id);
       if (writers[r]++ == 0) first[r] = (int)i;
     }
-  // the one earlier guarded op whose bound covers tensor id for op `reader`, else -1
+  // the one earlier guarded or bounded op whose bound covers tensor id for op `reader`,
+  // else -1
   auto producer = [&](int id, size_t reader) -> int {
     size_t r = (size_t)e.root(id);
     if (writers[r] != 1 || first[r] >= (int)reader) return -1;
-    auto* d = dynamic_cast<const DnnlOp*>(e.ops[(size_t)first[r]].get());
+    const Op& d = *e.ops[(size_t)first[r]];
     // its bound covers its output: the whole root, written by it alone
-    return d != nullptr && d->guard && d->outs[0] == (int)r ? first[r] : -1;
+    return bounds_output(d) && d.outs[0] == (int)r ? first[r] : -1;
   };
   auto guard_of = [&](size_t i) -> DnnlOp* {
     auto* d = dynamic_cast<DnnlOp*>(e.ops[i].get());
@@ -318,7 +319,7 @@ void link_guards(Engine& e) {
       int j = producer(s->ins[0], i);
       if (j >= 0) {
         used[(size_t)j] = 1;
-        s->in_from = static_cast<const DnnlOp*>(e.ops[(size_t)j].get());
+        s->in_from = e.ops[(size_t)j].get();
       }
     }
     DnnlOp* d = guard_of(i);
@@ -328,11 +329,11 @@ void link_guards(Engine& e) {
       continue;
     }
     Guard& g = *d->guard;
-    auto link = [&](int id) -> const DnnlOp* {
+    auto link = [&](int id) -> const Op* {
       int j = producer(id, i);
       if (j < 0) return nullptr;
       used[(size_t)j] = 1;
-      return static_cast<const DnnlOp*>(e.ops[(size_t)j].get());
+      return e.ops[(size_t)j].get();
     };
     g.src_from = link(g.src);
     for (auto& t : g.chain)
@@ -348,14 +349,21 @@ void link_guards(Engine& e) {
   }
 }
 
+bool bounds_output(const Op& op) {
+  if (op.bounded) return true;
+  auto* d = dynamic_cast<const DnnlOp*>(&op);
+  return d != nullptr && d->guard != nullptr;
+}
+
 bool special_input(Engine& e, const DnnlOp& op, bool nonfinite) {
-  // a bound at most kLimit: every value finite (its producer's guard, this call)
-  if (op.in_from != nullptr && op.in_from->guard && op.in_from->out_bound <= kLimit) return false;
+  // a bound at most kLimit: every value finite (its producer's guard or own kernel, this call)
+  if (op.in_from != nullptr && bounds_output(*op.in_from) && op.in_from->out_bound <= kLimit) return false;
   return has_special(e, op.ins[0], nonfinite);
 }
 
 double input_bound(Engine& e, const DnnlOp& op) {
-  if (op.in_from != nullptr && op.in_from->guard && op.in_from->out_bound <= kLimit) return op.in_from->out_bound;
+  if (op.in_from != nullptr && bounds_output(*op.in_from) && op.in_from->out_bound <= kLimit)
+    return op.in_from->out_bound;
   return max_magnitude(e, op.ins[0]);
 }
 

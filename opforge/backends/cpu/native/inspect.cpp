@@ -58,6 +58,15 @@ int32_t ofc_winograd_calls(void* handle, int32_t op, int64_t* out) {
   return o != nullptr && winograd_counts(*o, out) ? 1 : 0;
 }
 
+// op `op`'s bound on |its output| from its last call (inf when it proved none) into out;
+// 0 when the op sets none (neither guarded nor `bounded`)
+int32_t ofc_out_bound(void* handle, int32_t op, double* out) {
+  const Op* o = op_at(handle, op);
+  if (o == nullptr || !bounds_output(*o)) return 0;
+  *out = o->out_bound;
+  return 1;
+}
+
 // the OpenMP threads op `op` runs with (op_threads); 0 when there is no such op
 int32_t ofc_op_threads(void* handle, int32_t op) {
   const Op* o = op_at(handle, op);

@@ -134,6 +134,17 @@ int register_post_ops(const std::vector<PostOp>& post, std::vector<RegisterPostO
   return (int)first_rest;
 }
 
+ClampStep ClampStep::of(const RegisterPostOp& p) {
+  return p.kind == 0 ? ClampStep{p.a, p.b, -INFINITY, INFINITY} : ClampStep{1.f, 0.f, p.a, p.b};
+}
+
+double peaks_bound(const std::vector<float>& peaks, bool rest) {
+  double top = rest ? INFINITY : 0;
+  for (size_t i = 0; i < peaks.size() && top < INFINITY; ++i)
+    top = peaks[i] == peaks[i] ? std::max(top, (double)peaks[i]) : INFINITY;
+  return top;
+}
+
 void Epilogue::prepare(Engine& e, int dst) {
   const Tensor& d = e.tensors[(size_t)dst];
   memory::desc dmd = d.md();

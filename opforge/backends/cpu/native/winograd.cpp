@@ -343,8 +343,6 @@ void transform_weights(const Tensor& wt, const float* g, int64_t kk, int64_t cc,
     }
 }
 
-bool channels_contiguous(const Tensor& t) { return t.dims[1] == 1 || t.strides[1] == 1; }
-
 }  // namespace
 #endif
 
