@@ -136,6 +136,13 @@ def check(n, c, k, h, w, pads=(1, 1, 1, 1), *, post="none", threads=1, gap=0, bi
     _, ref, lipschitz = POSTS[post]
     want = ref(exact, other)
     tol = lipschitz * tol + 8 * U * np.abs(want)  # the post-ops' own roundings
+    assert_within(got, want, tol)
+    return handle
+
+
+def assert_within(got, want, tol):
+    """got's NaNs and infinities where want's are, every other value within tol of want
+    (shared by the own convolution kernels' tests)."""
     with np.errstate(invalid="ignore"):
         assert np.array_equal(np.isnan(got), np.isnan(want)), "NaNs where torch has none, or lost"
         inf = np.isinf(want)
@@ -144,7 +151,22 @@ def check(n, c, k, h, w, pads=(1, 1, 1, 1), *, post="none", threads=1, gap=0, bi
         err = np.abs(got[finite] - want[finite])
     worst = float((err / np.maximum(tol[finite], 1e-30)).max()) if err.size else 0.0
     assert worst <= 1.0, f"error {worst:.3g}× the bound"
-    return handle
+
+
+def assert_bounds_follow_calls(handle, run, x, post):
+    """An own kernel's output bound (out_bounds(), which its readers trust to skip their
+    scans for NaN): the largest |value| of each call's output, inf with a NaN in it, inf
+    where a post-op runs after the kernel (`post` "relu, gelu"). run(x): the output."""
+    def top(got):
+        return float(np.abs(got).max()) if post != "relu, gelu" else math.inf
+    got = run(x)
+    assert handle.out_bounds() == {0: top(got)}
+    x[0, 3, 2, 2] = np.nan
+    assert np.isnan(run(x)).any()
+    assert handle.out_bounds() == {0: math.inf}
+    x[0, 3, 2, 2] = 1.0
+    got = run(x)
+    assert handle.out_bounds() == {0: top(got)}  # each call's own
 
 
 # (N, C, K, H, W, pads): channels around 16 and the 4-panel blocks (K 16, 33: 3 panels, 80: 4

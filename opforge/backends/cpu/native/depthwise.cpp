@@ -35,8 +35,6 @@
 #include <omp.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "engine.h"
 
@@ -47,7 +45,6 @@ namespace {
 
 constexpr int kLanes = 16;  // channels per vector
 constexpr int kRun = 8;     // output pixels per step of the interior
-constexpr int kMaxSteps = 3;  // post-ops in registers (the rest: the Epilogue)
 constexpr int64_t kStride2Input = (int64_t)1 << 18;  // floats (1 MiB)
 
 struct DepthwiseOp;
@@ -60,10 +57,8 @@ struct DepthwiseOp : Op {
   int64_t slab = 0;          // channels per pass over a row (a multiple of 16)
   std::vector<float> taps;  // [block][9][16] (the last block padded with zeros)
   std::vector<float> bias;  // [block][16]
-  ClampStep steps[kMaxSteps] = {};
   RowFn row = nullptr;  // an output row (for this stride and number of steps): its peak
-  std::vector<float> peaks;  // per output row: the largest |value| it stored (NaN: a NaN)
-  Epilogue rest;  // the post-ops after the ones above: elementwise, in place (nan.cpp)
+  KernelTail tail;      // the post-ops; a peak per output row, for the output's bound
   void run(Engine& e) override;
 };
 
@@ -149,10 +144,10 @@ OFC_INLINE void pixels_all(const DepthwiseOp& op, const float* x, float* y, int 
   const float* bias = op.bias.data();
   int64_t c0 = cb;
   for (; c0 + kLanes <= C; c0 += kLanes, wb += 9 * kLanes)
-    pixels<J, S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, xy, xx, yx, op.steps, pk);
+    pixels<J, S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, xy, xx, yx, op.tail.steps, pk);
   if (c0 < C)
     pixels<J, S, NP, false>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1),
-                            k0, k1, xy, xx, yx, op.steps, pk);
+                            k0, k1, xy, xx, yx, op.tail.steps, pk);
 }
 
 // the output pixel at column col, every channel, its taps inside the image only
@@ -165,10 +160,10 @@ OFC_INLINE void edge_all(const DepthwiseOp& op, const float* x, float* y, int64_
   int64_t c0 = cb;
   for (; c0 + kLanes <= C; c0 += kLanes, wb += 9 * kLanes)
     edge<S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, col, pl, w, xy, xx, yx,
-                      op.steps, pk);
+                      op.tail.steps, pk);
   if (c0 < C)
     edge<S, NP, false>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1), k0,
-                       k1, col, pl, w, xy, xx, yx, op.steps, pk);
+                       k1, col, pl, w, xy, xx, yx, op.tail.steps, pk);
 }
 
 // one output row (x: the input row of tap row k0, its column 0, channel 0; y: the output
@@ -233,22 +228,17 @@ void DepthwiseOp::run(Engine& e) {
   float* y = static_cast<float*>(e.ptr(outs[0]));
   const int64_t rows = n * oh;
   const int team = omp_get_max_threads();  // this op's threads (core.cpp's op_threads)
-  float* peak = peaks.data();
+  float* peak = tail.peaks.data();
   parallel_for(team, rows, [&](int64_t i) { peak[i] = output_row(*this, x, y, i / oh, i % oh); });
-  out_bound = peaks_bound(peaks, !rest.steps.empty());  // for its readers
-  if (!rest.steps.empty()) rest.run(e, outs[0]);
+  tail.finish(e, *this);
 }
 
-namespace {
-}  // namespace
 #endif
 
 bool build_depthwise(Handle& h, const OpCall& c) {
 #if defined(__x86_64__)
   Engine& e = h.e;
-  if (c.kind != "conv" || !own_kernels_allowed() || !__builtin_cpu_supports("avx512f")) return false;
-  if (const char* off = std::getenv("OPFORGE_CPU_DEPTHWISE"); off != nullptr && std::strcmp(off, "0") == 0)
-    return false;
+  if (c.kind != "conv" || !avx512_kernel_allowed("OPFORGE_CPU_DEPTHWISE")) return false;
   // [nsp, strides, pad_l, pad_r, dilation (torch's), has_bias] (contract_conv checked them)
   if (c.ia.size() != 10 || c.ia[0] != 2) return false;
   const int64_t s = c.ia[1], pt = c.ia[3], pl = c.ia[4], pb = c.ia[5], pr = c.ia[6];
@@ -279,9 +269,8 @@ bool build_depthwise(Handle& h, const OpCall& c) {
     if (!e.tensors[(size_t)e.root(c.ins[2])].is_const || bp == nullptr) return false;
   }
   std::vector<RegisterPostOp> post;
-  int first_rest = register_post_ops(c.post, post);
+  const int first_rest = register_post_ops(c.post, post);
   if (first_rest < 0) return false;  // a binary one reads another tensor: oneDNN's, as before
-  if (first_rest > kMaxSteps) first_rest = kMaxSteps;  // the others after, in place
   auto op = std::make_unique<DepthwiseOp>();
   op->name = "depthwise convolution 3x3 (own kernel)";
   op->n = src.dims[0]; op->c = C; op->h = hh; op->w = ww;
@@ -303,20 +292,12 @@ bool build_depthwise(Handle& h, const OpCall& c) {
           g[ch * wt.strides[0] + (t / 3) * wt.strides[3] + (t % 3) * wt.strides[4]];
     if (bp != nullptr) op->bias[(size_t)ch] = bp[ch * e.tensors[(size_t)c.ins[2]].strides[0]];
   }
-  for (int q = 0; q < first_rest; ++q) {
-    op->steps[q] = ClampStep::of(post[(size_t)q]);
-  }
-  op->row = s == 1 ? pick<1>(first_rest) : pick<2>(first_rest);
+  const int steps = op->tail.prepare(e, *op, c, post, first_rest, mul_c(op->n, op->oh, "depthwise"));
+  op->row = s == 1 ? pick<1>(steps) : pick<2>(steps);
   // slabs of channels whose inputs for a run (3 rows of 8·s + 2 pixels) take at most 24 KB
   // of L1: MobileNetV2's 960 channels at 7×7 took 18.7 µs a call in one pass over all
   // channels, 14.8 in slabs of 192, 23 in slabs of 16 (one thread, Zen 5)
   op->slab = std::max<int64_t>(kLanes, 24 * 1024 / (3 * (kRun * s + 2) * 4) / kLanes * kLanes);
-  const int64_t rows = mul_c(op->n, op->oh, "depthwise");
-  e.reserve(mul_c(rows, 4, "depthwise"), "depthwise row peaks");
-  op->peaks.assign((size_t)rows, 0.f);
-  op->bounded = true;
-  op->rest.pending.assign(c.post.begin() + first_rest, c.post.end());
-  op->rest.prepare(e, c.outs[0]);
   push_op(e, std::move(op), c);
   return true;
 #else

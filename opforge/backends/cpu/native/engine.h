@@ -279,10 +279,25 @@ struct ClampStep {
   float a, b, lo, hi;
   static ClampStep of(const RegisterPostOp& p);
 };
-// the bound an own kernel's call gives its readers (Op::out_bound): the largest of the
-// peaks it stored per row (NaN: a NaN there), inf where one is NaN or where post-ops ran
-// after the kernel (`rest`) (nan.cpp)
-double peaks_bound(const std::vector<float>& peaks, bool rest);
+// what the engine's own convolution kernels share after their sums (depthwise.cpp,
+// smallconv.cpp; nan.cpp): up to three register post-ops as clamped multiply-adds, the
+// largest |value| stored per output row (NaN: a NaN there) for the op's output bound, and
+// the post-ops that run in place after the kernel
+struct KernelTail {
+  static constexpr int kMaxSteps = 3;
+  ClampStep steps[kMaxSteps] = {};
+  int nsteps = 0;
+  std::vector<float> peaks;
+  Epilogue rest;
+  // c's post-ops from `post` (register_post_ops's, its first other one at first_rest): the
+  // first ones in registers, the others after; `rows` peaks (counted); op becomes bounded.
+  // Returns the number in registers.
+  int prepare(Engine& e, Op& op, const OpCall& c, const std::vector<RegisterPostOp>& post, int first_rest,
+              int64_t rows);
+  // after a call's sums: op's out_bound (the largest peak; inf where one is NaN or post-ops
+  // run after the kernel), then those post-ops
+  void finish(Engine& e, Op& op);
+};
 #if defined(__x86_64__)
 // the largest |value| an own kernel stored in a row, and the lanes that were NaN
 struct Peak {
@@ -383,6 +398,9 @@ void parallel_for(int team, int64_t n, F&& body) {
 // which keeps oneDNN's primitives and the plain loops everywhere; each kernel also checks
 // its CPU's features
 bool own_kernels_allowed();
+// own_kernels_allowed(), on a CPU with AVX-512F, and the kernel's own switch, the
+// environment variable `env`, not "0" (read when an op is built; threads.cpp)
+bool avx512_kernel_allowed(const char* env);
 #if defined(__x86_64__)
 // the copy's own kernels (transpose.cpp; the caller checks the CPU's features): 8×8 tiles
 // of out[j·so + i] = in[j + i·si] (avx2), and c (2-4) planes interleaved,

@@ -138,11 +138,24 @@ ClampStep ClampStep::of(const RegisterPostOp& p) {
   return p.kind == 0 ? ClampStep{p.a, p.b, -INFINITY, INFINITY} : ClampStep{1.f, 0.f, p.a, p.b};
 }
 
-double peaks_bound(const std::vector<float>& peaks, bool rest) {
-  double top = rest ? INFINITY : 0;
+int KernelTail::prepare(Engine& e, Op& op, const OpCall& c, const std::vector<RegisterPostOp>& post,
+                        int first_rest, int64_t rows) {
+  nsteps = std::min(first_rest, kMaxSteps);
+  for (int q = 0; q < nsteps; ++q) steps[q] = ClampStep::of(post[(size_t)q]);
+  e.reserve(mul_c(rows, 4, "row peaks"), "an own kernel's row peaks");
+  peaks.assign((size_t)rows, 0.f);
+  op.bounded = true;
+  rest.pending.assign(c.post.begin() + nsteps, c.post.end());
+  rest.prepare(e, c.outs[0]);
+  return nsteps;
+}
+
+void KernelTail::finish(Engine& e, Op& op) {
+  double top = rest.steps.empty() ? 0 : INFINITY;
   for (size_t i = 0; i < peaks.size() && top < INFINITY; ++i)
     top = peaks[i] == peaks[i] ? std::max(top, (double)peaks[i]) : INFINITY;
-  return top;
+  op.out_bound = top;
+  if (!rest.steps.empty()) rest.run(e, op.outs[0]);
 }
 
 void Epilogue::prepare(Engine& e, int dst) {

@@ -36,7 +36,6 @@
 #include <omp.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "engine.h"
@@ -48,7 +47,6 @@ namespace {
 
 constexpr int kPanel = 16;              // output channels per panel (one register)
 constexpr int kPanels = 4;              // panels per block
-constexpr int kMaxSteps = 3;            // post-ops in registers
 constexpr int64_t kMinChannels = 8;     // input channels
 constexpr int64_t kMaxMacs = (int64_t)1 << 21;
 constexpr int64_t kMaxPadded = (int64_t)1 << 20;  // bytes of the padded input copy
@@ -61,10 +59,7 @@ struct SmallConvOp : Op {
   int64_t hp = 0, wp = 0;   // the padded copy's rows and columns
   std::vector<float> wpk;   // [panel][kh][kw][C][16] (zeros past K)
   std::vector<float> bias;  // panels·16
-  ClampStep steps[kMaxSteps] = {};
-  int nsteps = 0;
-  std::vector<float> peaks;  // per output row of each image: the largest |value| (NaN: a NaN)
-  Epilogue rest;  // the post-ops after the ones above: elementwise, in place (nan.cpp)
+  KernelTail tail;  // the post-ops; a peak per output row of each image, for the output's bound
   void run(Engine& e) override;
 };
 
@@ -105,8 +100,8 @@ OFC_AVX512 void block(const SmallConvOp& op, const float* x, int64_t xy, int64_t
     const __m512 b = _mm512_loadu_ps(op.bias.data() + col);
     for (int r = 0; r < R; ++r) {
       __m512 v = _mm512_add_ps(acc[r][p], b);
-      for (int q = 0; q < op.nsteps; ++q) {
-        const ClampStep& s = op.steps[q];
+      for (int q = 0; q < op.tail.nsteps; ++q) {
+        const ClampStep& s = op.tail.steps[q];
         v = _mm512_min_ps(_mm512_set1_ps(s.hi),
                           _mm512_max_ps(_mm512_set1_ps(s.lo),
                                         _mm512_fmadd_ps(v, _mm512_set1_ps(s.a), _mm512_set1_ps(s.b))));
@@ -174,11 +169,10 @@ void SmallConvOp::run(Engine& e) {
       sx = c;
     }
     float* y = dst + img * yn;
-    float* peak = peaks.data() + img * oh;
+    float* peak = tail.peaks.data() + img * oh;
     parallel_for(team, oh, [&](int64_t oy) { peak[oy] = output_row(*this, x, sy, sx, y, oy); });
   }
-  out_bound = peaks_bound(peaks, !rest.steps.empty());  // for its readers
-  if (!rest.steps.empty()) rest.run(e, outs[0]);
+  tail.finish(e, *this);
 }
 
 
@@ -188,9 +182,7 @@ void SmallConvOp::run(Engine& e) {
 bool build_small_conv(Handle& h, const OpCall& c) {
 #if defined(__x86_64__)
   Engine& e = h.e;
-  if (c.kind != "conv" || !own_kernels_allowed() || !__builtin_cpu_supports("avx512f")) return false;
-  if (const char* off = std::getenv("OPFORGE_CPU_SMALL_CONV"); off != nullptr && std::strcmp(off, "0") == 0)
-    return false;
+  if (c.kind != "conv" || !avx512_kernel_allowed("OPFORGE_CPU_SMALL_CONV")) return false;
   // [nsp, strides, pad_l, pad_r, dilation (torch's), has_bias] (contract_conv checked them)
   if (c.ia.size() != 10 || c.ia[0] != 2 || c.ia[7] != 1 || c.ia[8] != 1) return false;
   const int64_t sh = c.ia[1], sw = c.ia[2], pt = c.ia[3], pl = c.ia[4], pb = c.ia[5], pr = c.ia[6];
@@ -223,9 +215,8 @@ bool build_small_conv(Handle& h, const OpCall& c) {
   int64_t pad_bytes = 0;
   if (padded && (__builtin_mul_overflow(hp * wp, C * 4, &pad_bytes) || pad_bytes > kMaxPadded)) return false;
   std::vector<RegisterPostOp> post;
-  int first_rest = register_post_ops(c.post, post);
+  const int first_rest = register_post_ops(c.post, post);
   if (first_rest < 0) return false;  // a binary one reads another tensor: oneDNN's, as before
-  if (first_rest > kMaxSteps) first_rest = kMaxSteps;  // the others after, in place
   auto op = std::make_unique<SmallConvOp>();
   op->name = "convolution (own small kernel)";
   op->n = N; op->c = C; op->h = H; op->w = W; op->oh = OH; op->ow = OW;
@@ -251,17 +242,8 @@ bool build_small_conv(Handle& h, const OpCall& c) {
         }
   if (bp != nullptr)
     for (int64_t kk = 0; kk < K; ++kk) op->bias[(size_t)kk] = bp[kk * e.tensors[(size_t)c.ins[2]].strides[0]];
-  for (int q = 0; q < first_rest; ++q) {
-    op->steps[q] = ClampStep::of(post[(size_t)q]);
-  }
-  op->nsteps = first_rest;
   if (padded) grow_scratch(e, pad_bytes);
-  const int64_t rows = mul_c(N, OH, "small conv");
-  e.reserve(mul_c(rows, 4, "small conv"), "small convolution row peaks");
-  op->peaks.assign((size_t)rows, 0.f);
-  op->bounded = true;
-  op->rest.pending.assign(c.post.begin() + first_rest, c.post.end());
-  op->rest.prepare(e, c.outs[0]);
+  op->tail.prepare(e, *op, c, post, first_rest, mul_c(N, OH, "small conv"));
   push_op(e, std::move(op), c);
   return true;
 #else

@@ -44,7 +44,6 @@
 #endif
 #include <omp.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "engine.h"
@@ -348,9 +347,7 @@ void transform_weights(const Tensor& wt, const float* g, int64_t kk, int64_t cc,
 
 std::unique_ptr<DnnlOp> winograd_shell(Engine& e, const OpCall& c) {
 #if defined(__x86_64__)
-  if (c.kind != "conv" || !own_kernels_allowed() || !__builtin_cpu_supports("avx512f")) return nullptr;
-  if (const char* off = std::getenv("OPFORGE_CPU_WINOGRAD"); off != nullptr && std::strcmp(off, "0") == 0)
-    return nullptr;
+  if (c.kind != "conv" || !avx512_kernel_allowed("OPFORGE_CPU_WINOGRAD")) return nullptr;
   // [nsp, strides, pad_l, pad_r, dilation (torch's), has_bias] (contract_conv checked them)
   if (c.ia.size() != 10 || c.ia[0] != 2) return nullptr;
   const int64_t pt = c.ia[3], pl = c.ia[4], pb = c.ia[5], pr = c.ia[6];
