@@ -23,7 +23,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_cpu_hostile_plans as hostile  # noqa: E402
-from test_cpu_winograd import POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc  # noqa: E402
+from test_cpu_winograd import (  # noqa: E402
+    POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc, own_kernel)
 
 pytestmark = hostile.pytestmark
 capability = hostile.capability  # the engine's own kernels, then oneDNN's paths
@@ -136,10 +137,7 @@ def test_strided_source(capability):
 
 
 def _own(monkeypatch):
-    monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    monkeypatch.delenv("OPFORGE_CPU_DEPTHWISE", raising=False)
-    if "avx512f" not in hostile.cpu_flags():
-        pytest.skip("the kernel needs AVX-512 (oneDNN runs these elsewhere; the other tests cover it)")
+    own_kernel(monkeypatch, "OPFORGE_CPU_DEPTHWISE")
 
 
 @pytest.mark.parametrize("post", ["relu", "relu6", "none"])

@@ -23,7 +23,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_cpu_hostile_plans as hostile  # noqa: E402
-from test_cpu_winograd import POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc  # noqa: E402
+from test_cpu_winograd import (  # noqa: E402
+    POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc, own_kernel)
 
 pytestmark = hostile.pytestmark
 capability = hostile.capability  # the engine's own kernels, then oneDNN's paths
@@ -160,10 +161,7 @@ def test_nan_and_inf_come_out_as_torchs(post, capability):
 
 
 def _own(monkeypatch):
-    monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    monkeypatch.delenv("OPFORGE_CPU_SMALL_CONV", raising=False)
-    if "avx512f" not in hostile.cpu_flags():
-        pytest.skip("the kernel needs AVX-512 (oneDNN runs these elsewhere; the other tests cover it)")
+    own_kernel(monkeypatch, "OPFORGE_CPU_SMALL_CONV")
 
 
 def test_the_kernel_takes_small_convolutions_and_nothing_else(monkeypatch):

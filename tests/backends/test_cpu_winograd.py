@@ -211,11 +211,18 @@ def test_strided_and_grouped_sources(capability):
     check(2, 20, 16, 8, 6, grouped=True)        # weights [1, K, C, 3, 3]
 
 
-def _own(monkeypatch):
+def own_kernel(monkeypatch, switch):
+    """The engine's own kernels allowed, the one behind `switch` (its OPFORGE_CPU_* variable)
+    too; the test skipped on a CPU without AVX-512 (shared by the own convolution kernels'
+    tests)."""
     monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    monkeypatch.delenv("OPFORGE_CPU_WINOGRAD", raising=False)
+    monkeypatch.delenv(switch, raising=False)
     if "avx512f" not in hostile.cpu_flags():
         pytest.skip("the kernel needs AVX-512 (oneDNN runs these elsewhere; the other tests cover it)")
+
+
+def _own(monkeypatch):
+    own_kernel(monkeypatch, "OPFORGE_CPU_WINOGRAD")
 
 
 @pytest.mark.parametrize("post", ["relu", "add, relu", "none"])

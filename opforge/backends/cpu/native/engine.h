@@ -133,10 +133,10 @@ struct Op {
   std::vector<int> ins, outs;
   std::string name;
   int threads = 0;  // its OpenMP threads (core.cpp's op_threads); 0: the engine's
-  // this call's bound on |every value of its output| when known, else inf: set by a guarded
-  // op's guard (guard.cpp), and on every call by an op that is `bounded` (the engine's own
-  // convolution kernels, from the values they store), so readers that would scan their
-  // input for NaN or a bound need not (link_guards)
+  // this call's bound on |every value of its output| when known, else inf, so readers that
+  // would scan their input for NaN or a bound need not (link_guards). `bounded`: the op sets
+  // it on every call: a DnnlOp while it has its guard (guard.cpp), the engine's own
+  // convolution kernels from the values they store (KernelTail)
   double out_bound = INFINITY;
   bool bounded = false;
   virtual ~Op() = default;
@@ -364,8 +364,6 @@ void link_guards(Engine& e);            // at finalize: producers, and the used 
 // op's input may hold a NaN (or with nonfinite, an inf) this call: false when its
 // producer's bound proves every value finite, else the scan (has_special)
 bool special_input(Engine& e, const DnnlOp& op, bool nonfinite);
-// op sets out_bound on every call: a `bounded` one, or a DnnlOp with its guard (guard.cpp)
-bool bounds_output(const Op& op);
 // an op's guard calls: [fused, exact]; false when it has no fused op
 bool guard_counts(const Op& op, int64_t* counts);
 // the bound on |op's input| this call: its producer's (link_guards, scans_input) when that
@@ -392,8 +390,9 @@ void parallel_for(int team, int64_t n, F&& body) {
   }
 }
 
-// the engine's own vector kernels (the softmax rows, the int8 depthwise convolution, the
-// few-row matmul, the copy transposes and interleaves, the AVX-512 quantize) may be used
+// the engine's own vector kernels (the softmax rows, the int8 and float depthwise and the
+// small and Winograd convolutions, the few-row matmul, the copy transposes and interleaves,
+// the AVX-512 quantize) may be used
 // (threads.cpp): false with OPFORGE_CPU_CAPABILITY=default (read when an op is built),
 // which keeps oneDNN's primitives and the plain loops everywhere; each kernel also checks
 // its CPU's features

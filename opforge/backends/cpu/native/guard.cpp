@@ -265,6 +265,7 @@ void attach_guard(Engine& e, DnnlOp& op, const OpCall& c, int weights, int bias,
     g->fused->outs = c.outs;
   }
   op.guard = std::move(g);
+  op.bounded = true;  // its guard sets out_bound on every call
 }
 
 bool guard_run(Engine& e, DnnlOp& op) {
@@ -307,7 +308,7 @@ void link_guards(Engine& e) {
     if (writers[r] != 1 || first[r] >= (int)reader) return -1;
     const Op& d = *e.ops[(size_t)first[r]];
     // its bound covers its output: the whole root, written by it alone
-    return bounds_output(d) && d.outs[0] == (int)r ? first[r] : -1;
+    return d.bounded && d.outs[0] == (int)r ? first[r] : -1;
   };
   auto guard_of = [&](size_t i) -> DnnlOp* {
     auto* d = dynamic_cast<DnnlOp*>(e.ops[i].get());
@@ -326,6 +327,7 @@ void link_guards(Engine& e) {
     if (d == nullptr) continue;
     if (!d->guard->fused && !used[i]) {  // no bound of it is needed
       d->guard.reset();
+      d->bounded = false;
       continue;
     }
     Guard& g = *d->guard;
@@ -345,24 +347,21 @@ void link_guards(Engine& e) {
     Guard& g = *d->guard;
     g.gain = g.weights >= 0 ? weight_gain(e, g.weights, g.reduced) : 1.0;
     g.offset = g.bias >= 0 ? max_magnitude(e, g.bias) : 0.0;
-    if (!(g.gain < INFINITY && g.offset < INFINITY)) d->guard.reset();
+    if (!(g.gain < INFINITY && g.offset < INFINITY)) {
+      d->guard.reset();
+      d->bounded = false;
+    }
   }
-}
-
-bool bounds_output(const Op& op) {
-  if (op.bounded) return true;
-  auto* d = dynamic_cast<const DnnlOp*>(&op);
-  return d != nullptr && d->guard != nullptr;
 }
 
 bool special_input(Engine& e, const DnnlOp& op, bool nonfinite) {
   // a bound at most kLimit: every value finite (its producer's guard or own kernel, this call)
-  if (op.in_from != nullptr && bounds_output(*op.in_from) && op.in_from->out_bound <= kLimit) return false;
+  if (op.in_from != nullptr && op.in_from->bounded && op.in_from->out_bound <= kLimit) return false;
   return has_special(e, op.ins[0], nonfinite);
 }
 
 double input_bound(Engine& e, const DnnlOp& op) {
-  if (op.in_from != nullptr && bounds_output(*op.in_from) && op.in_from->out_bound <= kLimit)
+  if (op.in_from != nullptr && op.in_from->bounded && op.in_from->out_bound <= kLimit)
     return op.in_from->out_bound;
   return max_magnitude(e, op.ins[0]);
 }

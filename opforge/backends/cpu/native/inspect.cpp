@@ -62,7 +62,7 @@ int32_t ofc_winograd_calls(void* handle, int32_t op, int64_t* out) {
 // 0 when the op sets none (neither guarded nor `bounded`)
 int32_t ofc_out_bound(void* handle, int32_t op, double* out) {
   const Op* o = op_at(handle, op);
-  if (o == nullptr || !bounds_output(*o)) return 0;
+  if (o == nullptr || !o->bounded) return 0;
   *out = o->out_bound;
   return 1;
 }

@@ -153,10 +153,14 @@ void SmallConvOp::run(Engine& e) {
   for (int64_t img = 0; img < n; ++img) {
     const float* x = src + img * xn;
     int64_t sy = xy, sx = xx;
-    if (padded) {  // the image inside zeros: [hp][wp][C]
-      std::memset(pad, 0, (size_t)(hp * wp * c) * sizeof(float));
+    if (padded) {  // the image inside zeros: [hp][wp][C] (only the zeros are set apart)
+      const size_t px = (size_t)c * sizeof(float), line = (size_t)wp * px;
+      std::memset(pad, 0, (size_t)pt * line);
+      std::memset(pad + (pt + h) * wp * c, 0, (size_t)(hp - pt - h) * line);
       for (int64_t r = 0; r < h; ++r) {
         float* row = pad + ((r + pt) * wp + pl) * c;
+        std::memset(row - pl * c, 0, (size_t)pl * px);
+        std::memset(row + w * c, 0, (size_t)(wp - pl - w) * px);
         if (xx == c) {  // the row's pixels one dense run
           std::memcpy(row, x + r * xy, (size_t)(w * c) * sizeof(float));
         } else {
