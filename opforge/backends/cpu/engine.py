@@ -190,6 +190,8 @@ def _declare(lib) -> None:
     lib.ofc_out_bound.restype = I32
     lib.ofc_op_threads.argtypes = [P, I32]
     lib.ofc_op_threads.restype = I32
+    lib.ofc_op_impl.argtypes = [P, I32, S, I32]
+    lib.ofc_op_impl.restype = I32
 
 
 def _arr(ctype, values):
@@ -452,6 +454,17 @@ class EngineHandle:
             if count(self.ptr, i, out):
                 calls[i] = (out[0], out[1])
         return calls
+
+    def impls(self) -> list[str]:
+        """Each op's oneDNN implementation, as oneDNN names it (e.g.
+        ``brgconv_1x1:avx512_core_vnni``); "" for an op on the engine's own kernels."""
+        self._live("impls()")
+        buf = ctypes.create_string_buffer(256)
+        names = []
+        for i in range(len(self.describe())):
+            self.lib.ofc_op_impl(self.ptr, i, buf, 256)
+            names.append(buf.value.decode())
+        return names
 
     def op_threads(self) -> list[int]:
         """Each op's OpenMP threads: one for a small op (docs/backend-cpu.md, "Threads"),

@@ -7,6 +7,18 @@
 
 namespace ofc {
 
+// oneDNN's name for the implementation an op's primitive runs (e.g. brgconv_1x1:avx512_core_vnni);
+// "" for the engine's own kernels
+std::string impl_of(const Op& op) {
+  const auto* d = dynamic_cast<const DnnlOp*>(&op);
+  if (d == nullptr || d->prim.get(true) == nullptr) return "";
+  const char* text = nullptr;
+  if (dnnl_primitive_desc_query(d->prim.get_primitive_desc(), dnnl_query_impl_info_str, 0, &text) !=
+          dnnl_success || text == nullptr)
+    return "";
+  return text;
+}
+
 Engine::~Engine() {
   if (!profile || runs == 0) return;
   std::fprintf(stderr, "opforge cpu: intermediates %lld bytes in a planned arena of %lld "
@@ -18,6 +30,8 @@ Engine::~Engine() {
     std::string guard = guard_counts(*ops[i], calls)
         ? "  (fused " + std::to_string(calls[0]) + ", exact " + std::to_string(calls[1]) + ")" : "";
     if (threads > 1 && ops[i]->threads == 1) guard += "  (1 thread)";
+    const std::string impl = impl_of(*ops[i]);
+    if (!impl.empty()) guard += "  [" + impl + "]";
     std::fprintf(stderr, "opforge cpu: op %zu %-28s %9.2f us%s\n", i, ops[i]->name.c_str(),
                  op_seconds[i] / (double)runs * 1e6, guard.c_str());
   }
@@ -68,6 +82,16 @@ int32_t ofc_out_bound(void* handle, int32_t op, double* out) {
 }
 
 // the OpenMP threads op `op` runs with (op_threads); 0 when there is no such op
+// oneDNN's implementation name of op `op` (impl_of) into out; its length, -1 when there is
+// no such op
+int32_t ofc_op_impl(void* handle, int32_t op, char* out, int32_t size) {
+  const Op* o = op_at(handle, op);
+  if (o == nullptr) return -1;
+  const std::string text = impl_of(*o);
+  set_error(out, size, text);
+  return (int32_t)text.size();
+}
+
 int32_t ofc_op_threads(void* handle, int32_t op) {
   const Op* o = op_at(handle, op);
   if (o == nullptr) return 0;
