@@ -1,4 +1,6 @@
 """No oneDNN eltwise op on a gapped operand: oneDNN runs those in its reference loop.
+And, checked by the name oneDNN gives each op's implementation: no op of the zoo or of the
+models here runs a reference kernel, with the engine's own kernels or without them.
 
 Measured on a ``TransformerEncoderLayer`` (d=256, 4 heads, sequence 128, one thread): the
 scaling of one head of the fused QKV projection (a ``(1, 4, 128, 64)`` view with strides
@@ -15,7 +17,10 @@ import torch
 import torch.nn as nn
 
 from opforge.backends.cpu import blob
+from opforge.backends.cpu import engine as cpu_engine
 from opforge.backends.cpu.lowering.core import _dense
+from opforge.backends.named_data import NamedDataMap
+from opforge.examples.zoo import ZOO
 from opforge.export import export
 from opforge.runtime import load
 
@@ -61,3 +66,36 @@ def test_eltwise_operands_are_dense_and_results_match(name, monkeypatch):
             assert _dense(spec), (op["name"], spec.dims, spec.strides)
     got = load(program).method("forward")(*[t.numpy() for t in inputs])
     check_against_float64(model, inputs, got)
+
+
+def _reference_kernel(impl: str) -> bool:
+    """oneDNN's reference implementations: ``ref:any``, ``ref_int8:any`` and other plain C++
+    loops, whose ISA is ``any`` (jit kernels name theirs: ``jit:avx512_core``, ``jit:uni``)."""
+    name, _, isa = impl.partition(":")
+    return name.startswith("ref") or isa == "any"
+
+
+@pytest.mark.parametrize("path", ["native", "default"])
+@pytest.mark.parametrize("name", [*ZOO, "transformer_layer_batch2", "head_scale"])
+def test_no_op_runs_a_onednn_reference_kernel(name, path, monkeypatch):
+    if path == "default":
+        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
+    else:
+        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+    if name in ZOO:
+        model, inputs = ZOO[name]()
+    else:
+        model, inputs = _models()[name.removesuffix("_batch2")]
+    program = export(model.eval(), inputs, backends=["cpu"])
+    assert program.delegates
+    seen = []
+    for delegate in program.delegates:
+        plan, data = blob.parse(program.segments[delegate.segment].data)
+        handle = cpu_engine.EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
+        try:
+            seen += [(op, impl) for op, impl in zip(handle.describe(), handle.impls()) if impl]
+        finally:
+            handle.close()
+    assert seen or path == "native", "without its own kernels the engine runs oneDNN's"
+    slow = [(op, impl) for op, impl in seen if _reference_kernel(impl)]
+    assert not slow, slow
