@@ -151,6 +151,36 @@ def test_small_ops_run_on_one_thread_when_the_delegate_has_two():
     assert lines["BUSY"] == ["1"], lines
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 processors")
+@pytest.mark.parametrize("capability", ["native", "default"])
+def test_ops_that_move_more_than_they_compute_count_their_work_four_times(capability, monkeypatch):
+    """A depthwise convolution's few multiply-adds per output leave it bound by memory:
+    MobileNetV2's 14×14×384 one (0.68 M multiply-adds, under the 2^20 of a small op) runs on
+    two threads, a matmul of 0.52 M over 128 terms an output and a 16×16×16 depthwise one
+    (37 K) on one; the own depthwise kernel and oneDNN's alike."""
+    import numpy as np
+
+    import test_cpu_depthwise as dw
+    from test_cpu_hostile_plans import F32, Plan
+
+    if capability == "default":
+        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
+    else:
+        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+
+    def depthwise(c, h):
+        plan = dw._plan(1, c, h, h, post="relu6")[0]
+        return plan.handle(threads=2).op_threads()
+
+    p = Plan()
+    a = p.tensor(F32, [32, 128], role="input")
+    out = p.tensor(F32, [32, 128], role="output")
+    p.op("matmul", [a, p.const(np.full((128, 128), 0.01, np.float32))], [out])
+    assert depthwise(384, 14) == [2]
+    assert depthwise(16, 16) == [1]
+    assert p.handle(threads=2).op_threads() == [1]
+
+
 def test_a_method_of_cpu_delegates_alone_holds_no_pools_around_its_calls():
     """The engine sizes its own OpenMP regions each call, so a method whose only instruction
     is a cpu delegate gets no thread governor (threadpoolctl's reads cost ~1 µs a call); the
