@@ -21,7 +21,7 @@ from opforge.backends.cpu.file_pages import FilePages, PagePlan
 from opforge.errors import BackendError
 from opforge.runtime.threads import note_library_loaded
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 _ERR = 1024
 _lib = None
 _lib_lock = threading.Lock()

@@ -36,7 +36,7 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dims_t = std::vector<int64_t>;
 
-constexpr int32_t kAbiVersion = 7;
+constexpr int32_t kAbiVersion = 8;
 constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
