@@ -25,6 +25,7 @@ from opforge.export import export
 from opforge.runtime import load
 
 from cpu_reference import check_against_float64, spread
+from test_cpu_hostile_plans import capability  # noqa: F401 (a fixture: own kernels, then oneDNN's)
 
 
 class HeadScale(nn.Module):
@@ -75,13 +76,8 @@ def _reference_kernel(impl: str) -> bool:
     return name.startswith("ref") or isa == "any"
 
 
-@pytest.mark.parametrize("path", ["native", "default"])
 @pytest.mark.parametrize("name", [*ZOO, "transformer_layer_batch2", "head_scale"])
-def test_no_op_runs_a_onednn_reference_kernel(name, path, monkeypatch):
-    if path == "default":
-        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
-    else:
-        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+def test_no_op_runs_a_onednn_reference_kernel(name, capability):
     if name in ZOO:
         model, inputs = ZOO[name]()
     else:
@@ -96,6 +92,6 @@ def test_no_op_runs_a_onednn_reference_kernel(name, path, monkeypatch):
             seen += [(op, impl) for op, impl in zip(handle.describe(), handle.impls()) if impl]
         finally:
             handle.close()
-    assert seen or path == "native", "without its own kernels the engine runs oneDNN's"
+    assert seen or capability == "native", "without its own kernels the engine runs oneDNN's"
     slow = [(op, impl) for op, impl in seen if _reference_kernel(impl)]
     assert not slow, slow

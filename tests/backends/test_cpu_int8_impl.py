@@ -1,7 +1,7 @@
 """Which oneDNN implementation the cpu backend's int8 convolutions run, and that the one it
 steps to computes the same: oneDNN's AMX kernel for 1×1 convolutions loses to its
 AVX512-VNNI one when the reduction is short (at most 64 input channels per group), so the
-engine takes the next implementation without AMX there (quantization.cpp, skip_amx_1x1).
+engine takes the next implementation without AMX there (quantization.cpp, short_1x1_without_amx).
 On CPUs without AMX oneDNN never offers it, and the same checks hold.
 
 Reference: float64 of the exact integer sums (the one rounding at the end compared as in
@@ -50,18 +50,7 @@ def _pointwise(c_in, c_out, h, w, *, seed, post):
     acc = np.einsum("nchw,kc->nkhw", x.astype(np.int64), weights[:, :, 0, 0].astype(np.int64))
     acc -= x_q[1] * weights.astype(np.int64).sum(axis=(1, 2, 3))[None, :, None, None]
     f = acc * (x_q[0] * scales.astype(np.float64))[None, :, None, None] + bias.astype(np.float64)[None, :, None, None]
-    rounded = []
-    for _, code, a, b, _ in post:
-        if code == qdw.LINEAR:
-            f = a * f + b
-        elif code == qdw.ROUND:
-            rounded.append(f.copy())
-            f = np.round(f)
-        elif code == qdw.CLIP:
-            f = np.clip(f, a, b)
-    v = f / y_q[0]
-    rounded.append(v)
-    return got, handle.impls()[0], np.clip(np.round(v) + y_q[1], 0, 255), rounded
+    return (got, handle.impls()[0], *qdw.requantized(f, post, y_q))
 
 
 @pytest.mark.parametrize("c_in,c_out,h", [(16, 96, 12), (24, 144, 7), (32, 16, 9), (64, 40, 5)])

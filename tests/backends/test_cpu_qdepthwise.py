@@ -83,6 +83,12 @@ def _reference(x, weights, scales, bias, *, stride, pads, x_q, y_q, post):
     acc -= x_q[1] * weights.astype(np.int64).sum(axis=(1, 2))[None, :, None, None]
     s = np.broadcast_to(scales.astype(np.float64), (c,))[None, :, None, None]
     f = acc * (x_q[0] * s) + (0.0 if bias is None else bias.astype(np.float64)[None, :, None, None])
+    return requantized(f, post, y_q)
+
+
+def requantized(f, post, y_q):
+    """The u8 output of the float64 accumulator values f after the post-ops, and the values
+    before each rounding (the int8 convolutions' epilogue, exactly)."""
     rounded = []
     for _, code, a, b, _ in post:
         if code == LINEAR:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from opforge.backends.cpu import engine as cpu_engine
+from test_cpu_hostile_plans import capability  # noqa: F401 (a fixture: own kernels, then oneDNN's)
 
 pytestmark = [
     pytest.mark.skipif(cpu_engine.missing() is not None, reason=f"cpu backend: {cpu_engine.missing()}"),
@@ -152,8 +153,7 @@ def test_small_ops_run_on_one_thread_when_the_delegate_has_two():
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 processors")
-@pytest.mark.parametrize("capability", ["native", "default"])
-def test_ops_that_move_more_than_they_compute_count_their_work_four_times(capability, monkeypatch):
+def test_ops_that_move_more_than_they_compute_count_their_work_four_times(capability):
     """A depthwise convolution's few multiply-adds per output leave it bound by memory:
     MobileNetV2's 14×14×384 one (0.68 M multiply-adds, under the 2^20 of a small op) runs on
     two threads, a matmul of 0.52 M over 128 terms an output and a 16×16×16 depthwise one
@@ -162,11 +162,6 @@ def test_ops_that_move_more_than_they_compute_count_their_work_four_times(capabi
 
     import test_cpu_depthwise as dw
     from test_cpu_hostile_plans import F32, Plan
-
-    if capability == "default":
-        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
-    else:
-        monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
 
     def depthwise(c, h):
         plan = dw._plan(1, c, h, h, post="relu6")[0]

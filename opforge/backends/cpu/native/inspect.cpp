@@ -81,7 +81,6 @@ int32_t ofc_out_bound(void* handle, int32_t op, double* out) {
   return 1;
 }
 
-// the OpenMP threads op `op` runs with (op_threads); 0 when there is no such op
 // oneDNN's implementation name of op `op` (impl_of) into out; its length, -1 when there is
 // no such op
 int32_t ofc_op_impl(void* handle, int32_t op, char* out, int32_t size) {
@@ -92,6 +91,7 @@ int32_t ofc_op_impl(void* handle, int32_t op, char* out, int32_t size) {
   return (int32_t)text.size();
 }
 
+// the OpenMP threads op `op` runs with (op_threads); 0 when there is no such op
 int32_t ofc_op_threads(void* handle, int32_t op) {
   const Op* o = op_at(handle, op);
   if (o == nullptr) return 0;

@@ -247,17 +247,19 @@ namespace {
 // while their loads and stores still run; from 96 channels on the two were level or AMX
 // won (96→24: 36 against 47), and AMX won every ResNet-18 layer, 3×3 and strided 1×1 ones
 // (another kernel, jit:avx512_core_amx) included. So such a convolution steps to oneDNN's
-// next implementation without AMX, unless that is a reference kernel. True when there was
-// no such one: pd is then another one, and the caller makes the first again.
-bool skip_amx_1x1(dnnl::convolution_forward::primitive_desc& pd, int64_t in_channels) {
-  auto amx_1x1 = [&] {
+// next implementation without AMX, unless that is a reference kernel (then, or when there
+// is none, oneDNN's first choice stays). make() gives the convolution's descriptor.
+template <class Make>
+dnnl::convolution_forward::primitive_desc short_1x1_without_amx(const Make& make, int64_t in_channels) {
+  auto pd = make();
+  const char* first = pd.impl_info_str();
+  if (in_channels > 64 || std::strncmp(first, "jit_1x1:", 8) != 0 || std::strstr(first, "amx") == nullptr)
+    return pd;
+  while (pd.next_impl()) {
     const char* impl = pd.impl_info_str();
-    return std::strncmp(impl, "jit_1x1:", 8) == 0 && std::strstr(impl, "amx") != nullptr;
-  };
-  if (in_channels > 64 || !amx_1x1()) return false;
-  while (pd.next_impl())
-    if (std::strstr(pd.impl_info_str(), "amx") == nullptr) return std::strstr(pd.impl_info_str(), "ref") != nullptr;
-  return true;
+    if (std::strstr(impl, "amx") == nullptr) return std::strstr(impl, "ref") == nullptr ? pd : make();
+  }
+  return make();
 }
 }  // namespace
 
@@ -297,8 +299,7 @@ void build_int8(Handle& h, const OpCall& c) {
           e.eng, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wany,
           bias, dst, strides, dil, pl, pr, attr);
     };
-    auto pd = make();
-    if (skip_amx_1x1(pd, w.dims[w.dims.size() - 3])) pd = make();  // no other implementation
+    auto pd = short_1x1_without_amx(make, w.dims[w.dims.size() - 3]);  // (input channels per group)
     op->prim = dnnl::convolution_forward(pd);
     wmd = pd.weights_desc(); scratch = pd.scratchpad_desc();
   } else {
