@@ -1,6 +1,6 @@
-"""The package build's one native step: the cpu backend's engine, compiled when opforge is
+"""The package build's native steps: the cpu backend's engine, compiled when opforge is
 installed (a wheel, ``pip install .``, ``pip install -e .``), so a deploy machine needs no
-compiler. Everything else is in pyproject.toml; why setuptools' build_ext, and how the
+compiler, and the extension that calls it from Python (opforge/backends/cpu/fastcall.py). Everything else is in pyproject.toml; why setuptools' build_ext, and how the
 installed engine is found and checked, is in opforge/backends/cpu/engine_build.py.
 
 Without oneDNN's headers or a C++ compiler the step is skipped with a message (the lean
@@ -21,16 +21,28 @@ HERE = Path(__file__).resolve().parent
 # libopforge_cpu.<source hash>.so (setuptools asks for its file name with the whole dotted
 # name and with its last part; both get the hashed name)
 ENGINE = "opforge.backends.cpu._engine.libopforge_cpu"
+# The Extension that stands for the call extension: _engine/_fastcall.<hash><EXT_SUFFIX>
+FASTCALL = "opforge.backends.cpu._engine._fastcall"
 
 
-def _engine_build():
-    """opforge/backends/cpu/engine_build.py, loaded by path (opforge's dependencies are not
+def _load(name: str):
+    """opforge/backends/cpu/<name>.py, loaded by path (opforge's dependencies are not
     installed in the build environment)."""
-    path = HERE / "opforge" / "backends" / "cpu" / "engine_build.py"
-    spec = importlib.util.spec_from_file_location("_opforge_engine_build", path)
+    path = HERE / "opforge" / "backends" / "cpu" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_opforge_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _engine_build():
+    return _load("engine_build")
+
+
+def _fastcall_name() -> str:
+    import numpy
+
+    return _load("fastcall").installed_name(numpy.__version__)
 
 
 class BuildEngine(build_ext):
@@ -39,9 +51,13 @@ class BuildEngine(build_ext):
     def get_ext_filename(self, fullname):
         if fullname in (ENGINE, ENGINE.rpartition(".")[2]):
             return os.path.join(*fullname.split(".")[:-1], _engine_build().installed_name())
+        if fullname in (FASTCALL, FASTCALL.rpartition(".")[2]):
+            return os.path.join(*fullname.split(".")[:-1], _fastcall_name())
         return super().get_ext_filename(fullname)
 
     def build_extension(self, ext):
+        if ext.name == FASTCALL:
+            return self._build_fastcall(ext)
         if ext.name != ENGINE:
             return super().build_extension(ext)
         eb = _engine_build()
@@ -58,6 +74,22 @@ class BuildEngine(build_ext):
             return
         print(f"opforge: built the cpu backend's engine {built}", file=sys.stderr)
 
+    def _build_fastcall(self, ext):
+        """The call extension; without it the runtime calls the engine through ctypes."""
+        import numpy
+
+        fc = _load("fastcall")
+        out = Path(self.get_ext_fullpath(ext.name)).parent
+        try:
+            built = fc.build(out, numpy.get_include(), numpy.__version__)
+        except fc.FastcallBuildError as e:
+            print(f"opforge: the cpu backend's call extension was not built ({e}); it will be "
+                  "compiled on first use where a compiler and Python's headers are present, "
+                  "else the engine is called through ctypes", file=sys.stderr)
+            self._skipped_fastcall = True
+            return
+        print(f"opforge: built the cpu backend's call extension {built}", file=sys.stderr)
+
     def copy_extensions_to_source(self):
         """In place (``pip install -e .``): into the checkout's _engine/, replacing engines
         built from older sources."""
@@ -68,16 +100,26 @@ class BuildEngine(build_ext):
             for old in folder.glob(f"{eb.ENGINE_NAME}.*.so"):
                 if old.name != eb.installed_name():
                     old.unlink()
+        if not getattr(self, "_skipped_fastcall", False):
+            for old in folder.glob("_fastcall.*"):
+                if old.name != _fastcall_name():
+                    old.unlink()
         super().copy_extensions_to_source()
 
     def get_outputs(self):
+        outputs = super().get_outputs()
         if getattr(self, "_skipped", False):
-            return [o for o in super().get_outputs() if Path(o).parent.name != "_engine"]
-        return super().get_outputs()
+            outputs = [o for o in outputs if not (Path(o).parent.name == "_engine"
+                                                  and Path(o).name.startswith("libopforge_cpu"))]
+        if getattr(self, "_skipped_fastcall", False):
+            outputs = [o for o in outputs if not (Path(o).parent.name == "_engine"
+                                                  and Path(o).name.startswith("_fastcall"))]
+        return outputs
 
 
 setup(
     ext_modules=[Extension(ENGINE, optional=True, sources=sorted(
-        str(p.relative_to(HERE)) for p in (HERE / "opforge/backends/cpu/native").glob("*.cpp")))],
+        str(p.relative_to(HERE)) for p in (HERE / "opforge/backends/cpu/native").glob("*.cpp"))),
+                 Extension(FASTCALL, optional=True, sources=["opforge/backends/cpu/pycall/fastcall.cpp"])],
     cmdclass={"build_ext": BuildEngine},
 )

@@ -167,6 +167,9 @@ class DelegateSet:
                 with lock:
                     direct(inputs, outputs)
             call.direct = call_direct
+        native = getattr(run, "native_call", None)
+        if native is not None:  # the same on an extension's call object: no Python per call
+            call.native_call = lambda busy, error: native(busy, lock, error)
         label = getattr(run, "crash_label", None)
         if label is not None:  # native code inside: name this frame for a crash report
             from opforge.runtime.native import _named

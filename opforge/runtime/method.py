@@ -37,11 +37,16 @@
 # caller's arrays (C-contiguous, aligned, of the bound dtype and shape) and writes fresh
 # output arrays, which are what the call returns (views=True too: they outlive the call).
 # Below DIRECT_MIN_BYTES of inputs and outputs the copies cost less than binding pointers.
+# A backend may offer the same direct call as a native object (``native_call``: the cpu
+# backend's ``_fastcall`` extension) that checks the inputs and binds the pointers with no
+# Python per argument, so it runs at every size; it hands anything it does not take (other
+# layouts or dtypes, a busy instance) back to the Python path, which raises or copies.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -156,11 +161,12 @@ class Method:
 
         # --- outputs: views (valid until the next call) and how to copy each
         self._output_views, self._copy_outputs = (), tuple
-        self._direct = None
+        self._direct = self._native = None
         if not self._dynamic:
             self._output_views = tuple(get(i) for i in method.outputs)
             self._copy_outputs = output_copier(self._output_views)
             self._direct = self._direct_call(method)
+            self._native = self._native_call(method)
         else:  # the per-shape bindings, most recently used last (runtime/rebinding.py)
             self._shapes: OrderedDict = OrderedDict()
             self._current = None
@@ -293,6 +299,11 @@ class Method:
         raises ``ConcurrentCallError`` (make one instance per thread with
         ``LoadedProgram.method(name)``; instances share only the read-only constants).
         """
+        native = self._native
+        if native is not None:
+            outputs = native(inputs)  # None: inputs it does not take, or a busy instance
+            if outputs is not None:
+                return outputs
         if not self._busy.acquire(False):
             raise self._concurrent()
         try:
@@ -300,15 +311,38 @@ class Method:
         finally:
             self._busy.release()
 
+    @staticmethod
+    def _calls_one_delegate(method: MethodDef) -> bool:
+        """The method is one delegate call on exactly its inputs and outputs, all tensors."""
+        steps = [x for x in method.instructions if type(x) is not Free]
+        if len(steps) != 1 or type(steps[0]) is not DelegateCall or method.state:
+            return False
+        ins, outs = list(method.inputs), list(method.outputs)
+        return list(steps[0].args) == ins + outs and len(set(ins + outs)) == len(ins) + len(outs)
+
+    def _native_call(self, method: MethodDef):
+        """The backend's native call object for a direct call at any size (the module's
+        design notes), else None: not where a thread governor must run around the call, nor
+        where native code inside is named by this frame for a crash report."""
+        if self._fast_count < 0 or self._threads is not None \
+                or not self._calls_one_delegate(method):
+            return None
+        fn = self._bound[0][0]
+        native = getattr(fn, "native_call", None)
+        if native is None or getattr(fn, "crash_label", None) is not None:
+            return None
+
+        this, args = weakref.ref(self), self._bound[0][1]  # the call object holds no cycle
+
+        def error(e: Exception) -> Exception:
+            method = this()
+            return e if method is None else method._kernel_error(fn, args, e)
+        return native(self._busy, error)
+
     def _direct_call(self, method: MethodDef):
         """The delegate's call on other arrays when this method can call it directly (the
         module's design notes), else None."""
-        steps = [x for x in method.instructions if type(x) is not Free]
-        if len(steps) != 1 or type(steps[0]) is not DelegateCall or method.state \
-                or self._fast_count < 0:
-            return None
-        ins, outs = list(method.inputs), list(method.outputs)
-        if list(steps[0].args) != ins + outs or len(set(ins + outs)) != len(ins) + len(outs):
+        if self._fast_count < 0 or not self._calls_one_delegate(method):
             return None
         direct = getattr(self._bound[0][0], "direct", None)
         size = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize

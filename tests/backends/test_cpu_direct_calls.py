@@ -2,7 +2,10 @@
 inputs and outputs runs the delegate on the caller's arrays and returns fresh output arrays,
 without the two copies through the arena, when the tensors are large (DIRECT_MIN_BYTES);
 anything that does not qualify (a non-contiguous or unaligned input, a small model, a
-method with other instructions) takes the copying path with the same results."""
+method with other instructions) takes the copying path with the same results.
+
+These are the Python path's tests: the cpu backend's ``_fastcall`` extension, which makes
+the same direct call at every size, is off here (test_cpu_native_calls.py tests it)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,18 @@ import torch
 from torch import nn
 
 from opforge.backends.cpu import engine as cpu_engine
+from opforge.backends.cpu import fastcall
 from opforge.export import export
 from opforge.runtime import load
 from opforge.runtime.method import DIRECT_MIN_BYTES
 
 pytestmark = pytest.mark.skipif(cpu_engine.missing() is not None,
                                 reason=f"cpu backend: {cpu_engine.missing()}")
+
+
+@pytest.fixture(autouse=True)
+def _python_path(monkeypatch):
+    monkeypatch.setenv(fastcall.DISABLE_ENV, "0")
 
 
 class Chain(nn.Module):

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import opforge.backends.cpu.engine as engine
-from opforge.backends.cpu import engine_build
+from opforge.backends.cpu import engine_build, fastcall
 from opforge.errors import BackendError
 from opforge.export import export
 from opforge.program import save
@@ -39,6 +39,8 @@ def installed(tmp_path_factory) -> Path | None:
         pytest.skip("no installed engine for these sources, and no compiler to build one")
     folder = tmp_path_factory.mktemp("site") / "_engine"
     engine_build.build(folder)
+    if fastcall.problem() is None:  # and the call extension beside it, as setup.py does
+        fastcall.build(folder, np.get_include(), np.__version__)
     return folder
 
 
@@ -63,6 +65,8 @@ x = np.load({x!r})
 out = load({program!r}).method("forward")(x)[0]
 np.save({out!r}, out)
 print(" ".join(m for m in HEAVY if m in sys.modules))
+from opforge.backends.cpu import fastcall
+print(getattr(fastcall.module(), "__file__", fastcall.problem()))
 print(engine.library()._name)
 """
 # What a deploy process must not import to load and run a cpu program: OpenSSL (hashlib),
@@ -87,8 +91,10 @@ def test_a_cpu_program_runs_with_no_compiler_and_an_empty_cache(installed, tmp_p
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    *_, heavy, loaded = done.stdout.splitlines()
+    *_, heavy, called, loaded = done.stdout.splitlines()
     assert heavy == "", f"a deploy process imported {heavy}"
+    if fastcall.problem() is None:  # the installed call extension, not one compiled now
+        assert Path(called).parent == (installed or engine.INSTALL_DIR), called
     assert Path(loaded).name == engine_build.installed_name()
     assert Path(loaded).parent == (installed or engine.INSTALL_DIR)
     cache = tmp_path / "empty-cache"

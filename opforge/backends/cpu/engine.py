@@ -576,6 +576,28 @@ class Binding:
         if self.execute(self.ptr, self.ins, self.outs, self.err, self.err_size):
             raise BackendError(f"cpu backend: {self.err.value.decode(errors='replace')}")
 
+    def native_call(self, busy, lock, error):
+        """This binding's call as the ``_fastcall`` extension's ``Call`` (``fastcall.py``):
+        ``call(inputs)`` runs the engine on the caller's arrays and returns fresh outputs,
+        or None for inputs it does not take. ``busy`` is the calling method's lock (taken
+        without waiting), ``lock`` the delegate's, ``error(exception)`` raises an engine
+        failure. None without the extension, or when direct calls do not apply."""
+        from opforge.backends.cpu import fastcall
+
+        module = fastcall.module() if self.direct is not None else None
+        if module is None:
+            return None
+        inputs, outputs = self.keep
+        entry = ctypes.cast(self.execute, ctypes.c_void_p).value
+
+        def failed(message: str):
+            raise error(BackendError(f"cpu backend: {message}"))
+        return module.Call(entry, self.handle.ptr, ctypes.addressof(self.ins),
+                           ctypes.addressof(self.outs), *self._bound_pointers,
+                           [(a.dtype, a.shape) for a in inputs],
+                           [(a.dtype, a.shape) for a in outputs], ctypes.addressof(self.err),
+                           _ERR, busy, lock, self.handle, failed, self)
+
     def _direct(self, inputs, outputs) -> None:
         """One call on other arrays of the bound shapes and dtypes, C-contiguous and aligned
         (the caller checks: ``Method``'s direct path), outputs writable; the bound arrays
