@@ -56,6 +56,12 @@ POSTS = {
                    lambda v, r: _gelu(np.maximum(v, 0)), 1.13),
     # an add of one value per channel (broadcast): after the kernel, in place
     "add per channel": ([[1, ADD, 0.0, 0.0, "channel"]], lambda v, r: v + r, 1.0),
+    # five register-able steps: the Winograd kernel holds four (kMaxSteps), the fifth runs
+    # after it in place; the two scales multiply the error by 2 × 0.5
+    "five steps": ([[0, LINEAR, 2.0, 0.5, -1], [0, CLIP, -3.0, 3.0, -1], [0, LINEAR, -0.5, 0.25, -1],
+                    [0, CLIP, -1.0, 1.0, -1], [0, RELU, 0.0, 0.0, -1]],
+                   lambda v, r: np.maximum(np.clip(np.clip(v * 2.0 + 0.5, -3, 3) * -0.5 + 0.25, -1, 1), 0),
+                   1.0),
 }
 
 

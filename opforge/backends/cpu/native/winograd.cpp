@@ -62,6 +62,7 @@ constexpr int64_t kMaxTransformed = 16 << 20;    // bytes of U
 constexpr int64_t kMaxPerTile = 2 << 20;         // bytes of U per tile
 constexpr double kGrowth = 100.0 * 361.0;        // Bᵀ·B times Aᵀ·A, in magnitude
 constexpr double kLimit = 1e37;
+constexpr int kMaxSteps = 4;                     // post-ops in registers; the others after
 
 #define OFC_AVX512 __attribute__((target("avx512f")))
 
@@ -232,43 +233,75 @@ OFC_AVX512 void products(const WinogradOp& op, const float* v, float* mm, int64_
   }
 }
 
+// a register step with its constants broadcast and its operand's address, held in locals
+// for the whole output transform (op's fields are floats a store through y may alias, so
+// the compiler would reload them for every pixel)
+struct LiveStep {
+  int kind;
+  __m512 a, b;
+  const float* operand;
+  int64_t sn, sy, sx;
+};
+
+// bias, the register steps, stored: one output pixel of 16 channels under mask m
+OFC_AVX512 inline void emit(__m512 v, __m512 bias, const LiveStep* st, int ns, int64_t at, int64_t img, int64_t oy,
+                            int64_t ox, int64_t ch, __mmask16 m, float* y) {
+  v = _mm512_add_ps(v, bias);
+  for (int s = 0; s < ns; ++s) {
+    const LiveStep& q = st[s];
+    if (q.kind == 0) {
+      v = _mm512_fmadd_ps(v, q.a, q.b);
+    } else if (q.kind == 1) {
+      v = _mm512_min_ps(q.b, _mm512_max_ps(q.a, v));
+    } else {
+      v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, q.operand + img * q.sn + oy * q.sy + ox * q.sx + ch));
+    }
+  }
+  _mm512_mask_storeu_ps(y + at, m, v);
+}
+
 // Aᵀ M A + bias, the register steps, stored (the outputs of the tile inside the destination)
 // for M's rows [r0, r0 + nt), tiles [t0, t0 + nt)
 OFC_AVX512 void transform_output(const WinogradOp& op, const float* const* operands, const float* mm,
                                  float* y, int64_t t0, int64_t nt, int64_t r0) {
+  const int ns = (int)op.steps.size();  // at most kMaxSteps (winograd_shell)
+  LiveStep st[kMaxSteps];
+  for (int s = 0; s < ns; ++s) {
+    const Step& q = op.steps[(size_t)s];
+    st[s] = {q.kind, _mm512_set1_ps(q.a), _mm512_set1_ps(q.b), operands[s], q.sn, q.sy, q.sx};
+  }
+  const int64_t per_image = op.per_image, tw = op.tw, oh = op.oh, ow = op.ow, k = op.k, tb = op.tb, ks = op.ks;
+  const int64_t yn = op.yn, yy = op.yy, yx = op.yx;
+  const float* bias_at = op.bias.data();
   for (int64_t i = r0; i < r0 + nt; ++i) {
-    const int64_t t = t0 + i - r0, img = t / op.per_image, r = t % op.per_image;
-    const int64_t oy0 = (r / op.tw) * 4, ox0 = (r % op.tw) * 4;
-    const int64_t rows = std::min<int64_t>(4, op.oh - oy0), cols = std::min<int64_t>(4, op.ow - ox0);
-    for (int64_t ch = 0; ch < op.k; ch += 16) {
-      const __mmask16 m = lanes(op.k - ch);
+    const int64_t t = t0 + i - r0, img = t / per_image, r = t % per_image;
+    const int64_t oy0 = (r / tw) * 4, ox0 = (r % tw) * 4;
+    const int64_t rows = std::min<int64_t>(4, oh - oy0), cols = std::min<int64_t>(4, ow - ox0);
+    const int64_t base = img * yn + oy0 * yy + ox0 * yx;
+    for (int64_t ch = 0; ch < k; ch += 16) {
+      const __mmask16 m = lanes(k - ch);
       __m512 half[4][6];  // Aᵀ M, by column
       for (int col = 0; col < 6; ++col) {
         __m512 s[6], o[4];
-        for (int row = 0; row < 6; ++row) s[row] = _mm512_loadu_ps(mm + ((row * 6 + col) * op.tb + i) * op.ks + ch);
+        for (int row = 0; row < 6; ++row) s[row] = _mm512_loadu_ps(mm + ((row * 6 + col) * tb + i) * ks + ch);
         output_rows(s, o);
         for (int row = 0; row < 4; ++row) half[row][col] = o[row];
       }
-      const __m512 bias = _mm512_loadu_ps(op.bias.data() + ch);
+      const __m512 bias = _mm512_loadu_ps(bias_at + ch);
+      if (rows == 4 && cols == 4) {  // a whole tile: every loop bound a constant
+        for (int row = 0; row < 4; ++row) {
+          __m512 o[4];
+          output_rows(half[row], o);
+          for (int col = 0; col < 4; ++col)
+            emit(o[col], bias, st, ns, base + row * yy + col * yx + ch, img, oy0 + row, ox0 + col, ch, m, y);
+        }
+        continue;
+      }
       for (int64_t row = 0; row < rows; ++row) {
         __m512 o[4];
         output_rows(half[row], o);
-        for (int64_t col = 0; col < cols; ++col) {
-          const int64_t oy = oy0 + row, ox = ox0 + col;
-          __m512 v = _mm512_add_ps(o[col], bias);
-          for (size_t s = 0; s < op.steps.size(); ++s) {
-            const Step& q = op.steps[s];
-            if (q.kind == 0) {
-              v = _mm512_fmadd_ps(v, _mm512_set1_ps(q.a), _mm512_set1_ps(q.b));
-            } else if (q.kind == 1) {
-              v = _mm512_min_ps(_mm512_set1_ps(q.b), _mm512_max_ps(_mm512_set1_ps(q.a), v));
-            } else {
-              const float* other = operands[s] + img * q.sn + oy * q.sy + ox * q.sx + ch;
-              v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, other));
-            }
-          }
-          _mm512_mask_storeu_ps(y + img * op.yn + oy * op.yy + ox * op.yx + ch, m, v);
-        }
+        for (int64_t col = 0; col < cols; ++col)
+          emit(o[col], bias, st, ns, base + row * yy + col * yx + ch, img, oy0 + row, ox0 + col, ch, m, y);
       }
     }
   }
@@ -384,7 +417,7 @@ std::unique_ptr<DnnlOp> winograd_shell(Engine& e, const OpCall& c) {
   // post-ops in registers while they are linear, clip, relu or the add of a same-shaped
   // tensor that is not a part of the destination at other positions; the rest after
   size_t first_rest = 0;
-  for (; first_rest < c.post.size(); ++first_rest) {
+  for (; first_rest < c.post.size() && op->steps.size() < (size_t)kMaxSteps; ++first_rest) {
     const PostOp& p = c.post[first_rest];
     Step s;
     if (p.binary) {
