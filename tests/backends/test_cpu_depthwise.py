@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_cpu_hostile_plans as hostile  # noqa: E402
 from test_cpu_winograd import (  # noqa: E402
-    POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc, own_kernel)
+    POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc, own_kernel, read_through_pool)
 
 pytestmark = hostile.pytestmark
 capability = hostile.capability  # the engine's own kernels, then oneDNN's paths
@@ -37,7 +37,8 @@ def _out(size: int, pad_lo: int, pad_hi: int, stride: int) -> int:
     return (size + pad_lo + pad_hi - 3) // stride + 1
 
 
-def _plan(n, c, h, w, pads=(1, 1, 1, 1), *, stride=1, post="none", bias=True, gap=0, seed=0):
+def _plan(n, c, h, w, pads=(1, 1, 1, 1), *, stride=1, post="none", bias=True, gap=0, seed=0,
+          reader=False):
     """A depthwise convolution of channels-last views of row-major [N, H, W, C(+gap)] input
     and [N, OH, OW, C] output; the pads are (top, left, bottom, right)."""
     rng = np.random.default_rng(seed)
@@ -59,7 +60,13 @@ def _plan(n, c, h, w, pads=(1, 1, 1, 1), *, stride=1, post="none", bias=True, ga
         elif e[4] == "residual":
             raise ValueError("a residual add is another test's")
         entries.append(e)
-    p.op("conv", ins, [yi], [2, stride, stride, *pads, 1, 1, int(bias)], post=entries)
+
+    def conv(out):
+        p.op("conv", ins, [out], [2, stride, stride, *pads, 1, 1, int(bias)], post=entries)
+    if reader:  # through a max pooling, which reads the kernel's bound
+        read_through_pool(p, yi, [n, c, oh, ow], conv)
+    else:
+        conv(yi)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     return p, x, wt, b, operand
 
@@ -186,12 +193,84 @@ def test_the_kernel_takes_depthwise_3x3_and_nothing_else(monkeypatch):
 
 @pytest.mark.parametrize("post", ["relu6", "none", "relu, gelu"])
 def test_its_output_bound_is_the_largest_magnitude_it_stored(post, monkeypatch):
-    """The bound its readers trust to skip their scans for NaN (a max pooling, a guarded
-    convolution)."""
+    """The bound its readers trust to skip their scans for NaN (here a max pooling; a guarded
+    convolution too)."""
+    _own(monkeypatch)
+    p, x, *_ = _plan(1, 20, 9, 9, post=post, reader=True)
+    handle = p.handle()
+    assert_bounds_follow_calls(handle, lambda v: hostile.run(handle, _feed(v, 0))[0], x, post)
+
+
+@pytest.mark.parametrize("post", ["relu6", "none"])
+def test_a_bound_no_op_reads_is_not_tracked(post, monkeypatch):
+    """Without a reader of its bound the kernel skips the per-value peak (a fifth of its
+    vector instructions) and sets none; its numbers are the same."""
     _own(monkeypatch)
     p, x, *_ = _plan(1, 20, 9, 9, post=post)
     handle = p.handle()
-    assert_bounds_follow_calls(handle, lambda v: hostile.run(handle, _feed(v, 0))[0], x, post)
+    got = hostile.run(handle, _feed(x, 0))[0]
+    assert handle.out_bounds() == {}
+    p, x, *_ = _plan(1, 20, 9, 9, post=post, reader=True)
+    read = p.handle()
+    np.testing.assert_array_equal(got, hostile.run(read, _feed(x, 0))[0])
+    assert list(read.out_bounds()) == [0]
+
+
+def _chain(weights, post, n=1, c=24, h=10, w=9):
+    """Depthwise convolutions (3×3, padding 1) one after another, each with its (weights,
+    bias) and the post-ops ``post``, the last one read by a 1×1 max pooling (which reads
+    its bound) into the output: [N, H, W, C] in and out."""
+    p = hostile.Plan()
+    dims = [n, c, h, w]
+    xr = p.tensor(hostile.F32, [n, h, w, c], role="input")
+    x = p.alias(xr, dims, nhwc(dims))
+    yr = p.tensor(hostile.F32, [n, h, w, c], role="output")
+    y = p.alias(yr, dims, nhwc(dims))
+    for k, (wt, b) in enumerate(weights):
+        ins = [x, p.const(wt, dims=[c, 1, 1, 3, 3]), p.const(b)]
+
+        def conv(out, ins=ins):
+            p.op("conv", ins, [out], [2, 1, 1, 1, 1, 1, 1, 1, 1, 1], post=POSTS[post][0])
+        if k + 1 < len(weights):
+            x = p.tensor(hostile.F32, dims, nhwc(dims))
+            conv(x)
+        else:
+            read_through_pool(p, y, dims, conv)
+    return p
+
+
+@pytest.mark.parametrize("post", ["relu6", "none"])
+def test_a_bound_proved_from_the_input_replaces_the_peaks(post, monkeypatch):
+    """A depthwise convolution whose input comes from an op with a bound (here another
+    one) proves its own: |sum| ≤ bound·max Σ|taps| + max|bias|, through the clamps. Its
+    numbers are those of the same convolution run alone (which tracks its peaks), its
+    bound covers every value, and a NaN in the input falls back to the peaks (inf)."""
+    _own(monkeypatch)
+    rng = np.random.default_rng(7)
+    c = 24
+    layers = [((rng.standard_normal((c, 1, 3, 3)) / 2).astype(np.float32),
+               rng.standard_normal(c).astype(np.float32)) for _ in range(2)]
+    x = rng.standard_normal((1, 10, 9, c)).astype(np.float32)
+    chain = _chain(layers, post).handle()
+    got = hostile.run(chain, x)[0]
+    first = hostile.run(_chain(layers[:1], post).handle(), x)[0]
+    alone = _chain(layers[1:], post).handle()
+    np.testing.assert_array_equal(got, hostile.run(alone, first)[0])
+    bounds = chain.out_bounds()
+    assert bounds[0] == float(np.abs(first).max())  # the first one's peaks (no producer)
+    wt, b = layers[1]
+    proof = (bounds[0] * np.abs(wt.astype(np.float64)).sum((1, 2, 3)).max()
+             + np.abs(b.astype(np.float64)).max()) * (1 + 1e-5)
+    top = float(np.abs(got).max())
+    if post == "relu6":
+        assert bounds[1] == 6.0 and top < 6.0  # the clamp's, not the largest value stored
+    else:
+        assert top <= bounds[1] <= proof * (1 + 1e-5) and bounds[1] > top
+    assert alone.out_bounds()[0] == top  # alone: its peaks
+    x[0, 4, 4, 3] = np.nan
+    got = hostile.run(chain, x)[0]
+    assert np.isnan(got).any()
+    assert chain.out_bounds() == {0: np.inf, 1: np.inf}
 
 
 # --- cases for the sanitized run (test_cpu_sanitized.py): edges, paddings, strides, threads

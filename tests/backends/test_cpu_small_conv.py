@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_cpu_hostile_plans as hostile  # noqa: E402
 from test_cpu_winograd import (  # noqa: E402
-    POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc, own_kernel)
+    POSTS, _feed, assert_bounds_follow_calls, assert_within, nhwc, own_kernel, read_through_pool)
 
 pytestmark = hostile.pytestmark
 capability = hostile.capability  # the engine's own kernels, then oneDNN's paths
@@ -38,7 +38,7 @@ def _out(size, lo, hi, k, s):
 
 
 def _plan(n, c, k, h, w, kernel=(3, 3), stride=(1, 1), pads=(1, 1, 1, 1), *, post="none", bias=True,
-          gap=0, grouped=False, seed=0, weights=None):
+          gap=0, grouped=False, seed=0, weights=None, reader=False):
     """A convolution of channels-last views of row-major [N, H, W, C(+gap)] input and
     [N, OH, OW, K] output; pads are (top, left, bottom, right)."""
     rng = np.random.default_rng(seed)
@@ -64,7 +64,13 @@ def _plan(n, c, k, h, w, kernel=(3, 3), stride=(1, 1), pads=(1, 1, 1, 1), *, pos
         elif e[4] == "residual":
             raise ValueError("a residual add is another test's")
         entries.append(e)
-    p.op("conv", ins, [yi], [2, *stride, *pads, 1, 1, int(bias)], post=entries)
+
+    def conv(out):
+        p.op("conv", ins, [out], [2, *stride, *pads, 1, 1, int(bias)], post=entries)
+    if reader:  # through a max pooling, which reads the kernel's bound
+        read_through_pool(p, yi, [n, k, oh, ow], conv)
+    else:
+        conv(yi)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     return p, x, wt, b, operand
 
@@ -195,12 +201,27 @@ def test_the_kernel_takes_small_convolutions_and_nothing_else(monkeypatch):
 
 @pytest.mark.parametrize("post", ["relu6", "none", "relu, gelu"])
 def test_its_output_bound_is_the_largest_magnitude_it_stored(post, monkeypatch):
-    """The bound its readers trust to skip their scans for NaN (a max pooling, a guarded
-    convolution)."""
+    """The bound its readers trust to skip their scans for NaN (here a max pooling; a guarded
+    convolution too)."""
+    _own(monkeypatch)
+    p, x, *_ = _plan(1, 8, 20, 9, 9, post=post, reader=True)
+    handle = p.handle()
+    assert_bounds_follow_calls(handle, lambda v: hostile.run(handle, _feed(v, 0))[0], x, post)
+
+
+@pytest.mark.parametrize("post", ["relu6", "none"])
+def test_a_bound_no_op_reads_is_not_tracked(post, monkeypatch):
+    """Without a reader of its bound the kernel skips the per-value peak (a fifth of its
+    vector instructions) and sets none; its numbers are the same."""
     _own(monkeypatch)
     p, x, *_ = _plan(1, 8, 20, 9, 9, post=post)
     handle = p.handle()
-    assert_bounds_follow_calls(handle, lambda v: hostile.run(handle, _feed(v, 0))[0], x, post)
+    got = hostile.run(handle, _feed(x, 0))[0]
+    assert handle.out_bounds() == {}
+    p, x, *_ = _plan(1, 8, 20, 9, 9, post=post, reader=True)
+    read = p.handle()
+    np.testing.assert_array_equal(got, hostile.run(read, _feed(x, 0))[0])
+    assert list(read.out_bounds()) == [0]
 
 
 # --- cases for the sanitized run (test_cpu_sanitized.py): blocks, edges, paddings, threads

@@ -159,6 +159,15 @@ def assert_within(got, want, tol):
     assert worst <= 1.0, f"error {worst:.3g}× the bound"
 
 
+def read_through_pool(p, y, dims, conv) -> None:
+    """Add ``conv(target)``, an op writing ``target``, then a 1×1 max pooling (the identity)
+    of ``target`` into ``y`` (an NCHW view, ``dims``): an op that reads the convolution's
+    bound to skip its scan for NaN, which an own kernel tracks only for such a reader."""
+    target = p.tensor(hostile.F32, list(dims), nhwc(list(dims)))
+    conv(target)
+    p.op("pool", [target], [y], [0, 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1])
+
+
 def assert_bounds_follow_calls(handle, run, x, post):
     """An own kernel's output bound (out_bounds(), which its readers trust to skip their
     scans for NaN): the largest |value| of each call's output, inf with a NaN in it, inf

@@ -7,9 +7,11 @@
 // paddings 0-2, source and destination channels contiguous, the destination not over the
 // source, constant weights and bias, and no binary post-op. Eltwise linear, clip and relu
 // without slope run in the kernel's registers; from the first other one (a GELU) the chain
-// runs in place after it (the Epilogue of nan.cpp). Each call's output bound (the largest
-// |value| it stored, inf with a NaN or a later post-op) lets its readers skip their scans
-// for NaN, as a guarded oneDNN op's does (guard.cpp).
+// runs in place after it (the Epilogue of nan.cpp). Each call's output bound lets its
+// readers skip their scans for NaN, as a guarded oneDNN op's does (guard.cpp): proved from
+// its input's bound when that is finite (input bound · max Σ|taps| + max |bias|, through
+// the clamps: a row kernel without peaks), else the largest |value| it stored (inf with a
+// NaN or a later post-op); with no reader, none (KernelTail::track).
 //
 // Arithmetic: each output is Σ w·x over the taps inside the image, row by row and left to
 // right, one fused multiply-add per tap in float32, then + bias, then the post-ops; a tap
@@ -57,9 +59,12 @@ struct DepthwiseOp : Op {
   int64_t slab = 0;          // channels per pass over a row (a multiple of 16)
   std::vector<float> taps;  // [block][9][16] (the last block padded with zeros)
   std::vector<float> bias;  // [block][16]
-  RowFn row = nullptr;  // an output row (for this stride and number of steps): its peak
+  RowFn row = nullptr;    // an output row (for this stride and number of steps): its peak
+  RowFn plain = nullptr;  // the same without the peak (a call whose bound is proved, or unread)
+  double gain = INFINITY, offset = INFINITY;  // max over channels of Σ|taps|, of |bias|
   KernelTail tail;      // the post-ops; a peak per output row, for the output's bound
   void run(Engine& e) override;
+  KernelTail* kernel_tail() override { return &tail; }
 };
 
 #define OFC_AVX512 __attribute__((target("avx512f")))
@@ -71,8 +76,8 @@ OFC_INLINE __m512 load(const float* p, __mmask16 m) {
   return Full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
 }
 
-// + bias, the NP post-ops, stored (and into the row's peak)
-template <int J, int NP, bool Full>
+// + bias, the NP post-ops, stored (and into the row's peak when T, KernelTail::track)
+template <int J, int NP, bool Full, bool T>
 OFC_INLINE void finish(__m512 (&acc)[J], float* y, int64_t yx, __m512 bias, __mmask16 m, const ClampStep* st,
                        Peak& pk) {
   for (int j = 0; j < J; ++j) acc[j] = _mm512_add_ps(acc[j], bias);
@@ -84,6 +89,7 @@ OFC_INLINE void finish(__m512 (&acc)[J], float* y, int64_t yx, __m512 bias, __mm
   for (int j = 0; j < J; ++j) {
     if (Full) _mm512_storeu_ps(y + j * yx, acc[j]);
     else _mm512_mask_storeu_ps(y + j * yx, m, acc[j]);
+    if (!T) continue;
     // (the lanes past the mask: finite, from zero inputs and weights)
     pk.top = _mm512_max_ps(pk.top, _mm512_abs_ps(acc[j]));
     pk.nan = (__mmask16)(pk.nan | _mm512_cmp_ps_mask(acc[j], acc[j], _CMP_UNORD_Q));
@@ -92,7 +98,7 @@ OFC_INLINE void finish(__m512 (&acc)[J], float* y, int64_t yx, __m512 bias, __mm
 
 // J output pixels of 16 channels whose taps are all inside the image's columns (x: the
 // first one's tap at row k0, column 0), from the tap rows [k0, k1); stride S
-template <int J, int S, int NP, bool Full>
+template <int J, int S, int NP, bool Full, bool T>
 OFC_INLINE void pixels(const float* x, float* y, const float* wb, __m512 bias, __mmask16 m, int k0, int k1,
                        int64_t xy, int64_t xx, int64_t yx, const ClampStep* st, Peak& pk) {
   __m512 acc[J];
@@ -114,12 +120,12 @@ OFC_INLINE void pixels(const float* x, float* y, const float* wb, __m512 bias, _
       for (int j = 0; j < J; ++j) acc[j] = _mm512_fmadd_ps(load<Full>(xr + (j * S + 2) * xx, m), w2, acc[j]);
     }
   }
-  finish<J, NP, Full>(acc, y, yx, bias, m, st, pk);
+  finish<J, NP, Full, T>(acc, y, yx, bias, m, st, pk);
 }
 
 // the output pixel at column col, whose taps may reach the padding: the tap columns inside
 // the image only (x: the row's column 0 at tap row k0, y: the output row's column 0)
-template <int S, int NP, bool Full>
+template <int S, int NP, bool Full, bool T>
 OFC_INLINE void edge(const float* x, float* y, const float* wb, __m512 bias, __mmask16 m, int k0, int k1,
                      int64_t col, int64_t pl, int64_t w, int64_t xy, int64_t xx, int64_t yx, const ClampStep* st,
                      Peak& pk) {
@@ -131,12 +137,12 @@ OFC_INLINE void edge(const float* x, float* y, const float* wb, __m512 bias, __m
     for (int kw = q0; kw < q1; ++kw)
       acc[0] = _mm512_fmadd_ps(load<Full>(xc + (kh - k0) * xy + (kw - q0) * xx, m),
                                _mm512_loadu_ps(wb + (kh * 3 + kw) * kLanes), acc[0]);
-  finish<1, NP, Full>(acc, y + col * yx, 0, bias, m, st, pk);
+  finish<1, NP, Full, T>(acc, y + col * yx, 0, bias, m, st, pk);
 }
 
 // J pixels of every channel: the blocks of 16, then the last ones under a mask (x: the
 // first pixel's tap at row k0, column 0, channel 0; y: its output, channel 0)
-template <int J, int S, int NP>
+template <int J, int S, int NP, bool T>
 OFC_INLINE void pixels_all(const DepthwiseOp& op, const float* x, float* y, int k0, int k1, int64_t cb, int64_t C,
                            Peak& pk) {
   const int64_t xy = op.xy, xx = op.xx, yx = op.yx;
@@ -144,14 +150,14 @@ OFC_INLINE void pixels_all(const DepthwiseOp& op, const float* x, float* y, int 
   const float* bias = op.bias.data();
   int64_t c0 = cb;
   for (; c0 + kLanes <= C; c0 += kLanes, wb += 9 * kLanes)
-    pixels<J, S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, xy, xx, yx, op.tail.steps, pk);
+    pixels<J, S, NP, true, T>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, xy, xx, yx, op.tail.steps, pk);
   if (c0 < C)
-    pixels<J, S, NP, false>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1),
+    pixels<J, S, NP, false, T>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1),
                             k0, k1, xy, xx, yx, op.tail.steps, pk);
 }
 
 // the output pixel at column col, every channel, its taps inside the image only
-template <int S, int NP>
+template <int S, int NP, bool T>
 OFC_INLINE void edge_all(const DepthwiseOp& op, const float* x, float* y, int64_t col, int k0, int k1, int64_t cb,
                          int64_t C, Peak& pk) {
   const int64_t xy = op.xy, xx = op.xx, yx = op.yx, pl = op.pl, w = op.w;
@@ -159,10 +165,10 @@ OFC_INLINE void edge_all(const DepthwiseOp& op, const float* x, float* y, int64_
   const float* bias = op.bias.data();
   int64_t c0 = cb;
   for (; c0 + kLanes <= C; c0 += kLanes, wb += 9 * kLanes)
-    edge<S, NP, true>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, col, pl, w, xy, xx, yx,
+    edge<S, NP, true, T>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), 0xFFFF, k0, k1, col, pl, w, xy, xx, yx,
                       op.tail.steps, pk);
   if (c0 < C)
-    edge<S, NP, false>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1), k0,
+    edge<S, NP, false, T>(x + c0, y + c0, wb, _mm512_loadu_ps(bias + c0), (__mmask16)((1u << (C - c0)) - 1), k0,
                        k1, col, pl, w, xy, xx, yx, op.tail.steps, pk);
 }
 
@@ -170,43 +176,49 @@ OFC_INLINE void edge_all(const DepthwiseOp& op, const float* x, float* y, int64_
 // row, channel 0): the edge columns one by one, the columns [lo, hi) in runs of 8 pixels,
 // then 4, 2, 1, each run over all channels while its inputs are in L1 (the channels
 // outermost, a row of MobileNetV2's 144 channels at 56×56 came from L2 thrice: 1.7× slower)
-template <int S, int NP>
+template <int S, int NP, bool T>
 OFC_AVX512 float row(const DepthwiseOp& op, const float* x, float* y, int k0, int k1, int64_t cb, int64_t ce) {
   const int64_t xx = op.xx, yx = op.yx, lo = op.lo, hi = op.hi, ow = op.ow;
   Peak pk{_mm512_setzero_ps(), 0};
   int64_t col = 0;
-  for (; col < lo && col < ow; ++col) edge_all<S, NP>(op, x, y, col, k0, k1, cb, ce, pk);
+  for (; col < lo && col < ow; ++col) edge_all<S, NP, T>(op, x, y, col, k0, k1, cb, ce, pk);
   if (hi > lo) {
     const float* xc = x + (lo * S - op.pl) * xx;
     float* yc = y + lo * yx;
     for (; col + kRun <= hi; col += kRun, xc += kRun * S * xx, yc += kRun * yx)
-      pixels_all<kRun, S, NP>(op, xc, yc, k0, k1, cb, ce, pk);
+      pixels_all<kRun, S, NP, T>(op, xc, yc, k0, k1, cb, ce, pk);
     if (col + 4 <= hi) {
-      pixels_all<4, S, NP>(op, xc, yc, k0, k1, cb, ce, pk);
+      pixels_all<4, S, NP, T>(op, xc, yc, k0, k1, cb, ce, pk);
       col += 4; xc += 4 * S * xx; yc += 4 * yx;
     }
     if (col + 2 <= hi) {
-      pixels_all<2, S, NP>(op, xc, yc, k0, k1, cb, ce, pk);
+      pixels_all<2, S, NP, T>(op, xc, yc, k0, k1, cb, ce, pk);
       col += 2; xc += 2 * S * xx; yc += 2 * yx;
     }
-    if (col < hi) { pixels_all<1, S, NP>(op, xc, yc, k0, k1, cb, ce, pk); ++col; }
+    if (col < hi) { pixels_all<1, S, NP, T>(op, xc, yc, k0, k1, cb, ce, pk); ++col; }
   }
-  for (; col < ow; ++col) edge_all<S, NP>(op, x, y, col, k0, k1, cb, ce, pk);
+  for (; col < ow; ++col) edge_all<S, NP, T>(op, x, y, col, k0, k1, cb, ce, pk);
   return pk.nan ? NAN : _mm512_reduce_max_ps(pk.top);
 }
 
-template <int S>
+template <int S, bool T>
 RowFn pick(int steps) {
   switch (steps) {
-    case 0: return row<S, 0>;
-    case 1: return row<S, 1>;
-    case 2: return row<S, 2>;
-    default: return row<S, 3>;
+    case 0: return row<S, 0, T>;
+    case 1: return row<S, 1, T>;
+    case 2: return row<S, 2, T>;
+    default: return row<S, 3, T>;
   }
 }
 
+// the row kernel for this op's stride, register post-ops and tracking (known at finalize)
+RowFn pick(int64_t stride, int steps, bool track) {
+  if (stride == 1) return track ? pick<1, true>(steps) : pick<1, false>(steps);
+  return track ? pick<2, true>(steps) : pick<2, false>(steps);
+}
+
 // one output row; the largest |value| it stored (NaN: a NaN)
-float output_row(const DepthwiseOp& op, const float* src, float* dst, int64_t img, int64_t r) {
+float output_row(const DepthwiseOp& op, RowFn fn, const float* src, float* dst, int64_t img, int64_t r) {
   const int64_t ir0 = r * op.stride - op.pt;  // the input row of tap row 0
   // the tap rows inside the image
   const int k0 = (int)std::max<int64_t>(0, -ir0), k1 = (int)std::min<int64_t>(3, op.h - ir0);
@@ -215,7 +227,7 @@ float output_row(const DepthwiseOp& op, const float* src, float* dst, int64_t im
   float* y = dst + img * op.yn + r * op.yy;
   float top = 0;
   for (int64_t cb = 0; cb < op.c; cb += op.slab) {
-    const float t = op.row(op, x, y, k0, k1, cb, std::min(op.c, cb + op.slab));
+    const float t = fn(op, x, y, k0, k1, cb, std::min(op.c, cb + op.slab));
     top = t > top || t != t ? t : top;  // (a NaN, once there, stays: NaN > t is false)
   }
   return top;
@@ -229,8 +241,14 @@ void DepthwiseOp::run(Engine& e) {
   const int64_t rows = n * oh;
   const int team = omp_get_max_threads();  // this op's threads (core.cpp's op_threads)
   float* peak = tail.peaks.data();
-  parallel_for(team, rows, [&](int64_t i) { peak[i] = output_row(*this, x, y, i / oh, i % oh); });
-  tail.finish(e, *this);
+  // the bound proved from the input's (a finite input and finite weights make finite sums,
+  // each at most bound·gain + offset up to rounding), else the rows' peaks
+  const double proved = tail.track ? tail.through_steps((tail.input_bound() * gain + offset) * (1 + 1e-5))
+                                   : INFINITY;
+  const RowFn fn = tail.track && !(proved < INFINITY) ? row : plain;
+  parallel_for(team, rows, [&](int64_t i) { peak[i] = output_row(*this, fn, x, y, i / oh, i % oh); });
+  if (fn == row) tail.finish(e, *this);
+  else tail.finish_proven(e, *this, proved);
 }
 
 #endif
@@ -293,7 +311,23 @@ bool build_depthwise(Handle& h, const OpCall& c) {
     if (bp != nullptr) op->bias[(size_t)ch] = bp[ch * e.tensors[(size_t)c.ins[2]].strides[0]];
   }
   const int steps = op->tail.prepare(e, *op, c, post, first_rest, mul_c(op->n, op->oh, "depthwise"));
-  op->row = s == 1 ? pick<1>(steps) : pick<2>(steps);
+  op->row = pick(s, steps, true);
+  op->plain = pick(s, steps, false);
+  op->tail.wants_input = true;
+  double gain = 0, offset = 0;
+  bool finite = true;  // a NaN or inf weight or bias leaves gain and offset inf: no proof
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double sum = 0;
+    for (int t = 0; t < 9; ++t) sum += std::fabs((double)op->taps[(size_t)(((ch / kLanes) * 9 + t) * kLanes + ch % kLanes)]);
+    const double b = std::fabs((double)op->bias[(size_t)ch]);
+    finite = finite && std::isfinite(sum) && std::isfinite(b);
+    gain = std::max(gain, sum);
+    offset = std::max(offset, b);
+  }
+  if (finite) {
+    op->gain = gain;
+    op->offset = offset;
+  }
   // slabs of channels whose inputs for a run (3 rows of 8·s + 2 pixels) take at most 24 KB
   // of L1: MobileNetV2's 960 channels at 7×7 took 18.7 µs a call in one pass over all
   // channels, 14.8 in slabs of 192, 23 in slabs of 16 (one thread, Zen 5)

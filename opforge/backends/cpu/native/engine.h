@@ -129,6 +129,8 @@ struct WeightCache {
   int64_t bytes = 0;
 };
 
+struct KernelTail;
+
 struct Op {
   std::vector<int> ins, outs;
   std::string name;
@@ -141,6 +143,8 @@ struct Op {
   bool bounded = false;
   virtual ~Op() = default;
   virtual void run(Engine& e) = 0;
+  // an own kernel's post-ops and output peaks (KernelTail), else null
+  virtual KernelTail* kernel_tail() { return nullptr; }
 };
 
 struct Engine {
@@ -288,6 +292,13 @@ struct KernelTail {
   ClampStep steps[kMaxSteps] = {};
   int nsteps = 0;
   std::vector<float> peaks;
+  // the kernel tracks the peaks: false when no reader uses the op's bound (link_guards),
+  // which saves the kernel an |abs|, a max and a NaN test per vector it stores
+  bool track = true;
+  // the op can prove its bound from its input's instead (wants_input: link_guards finds
+  // in_from, the earlier op whose bound covers the input)
+  bool wants_input = false;
+  const Op* in_from = nullptr;
   Epilogue rest;
   // c's post-ops from `post` (register_post_ops's, its first other one at first_rest): the
   // first ones in registers, the others after; `rows` peaks (counted); op becomes bounded.
@@ -297,6 +308,13 @@ struct KernelTail {
   // after a call's sums: op's out_bound (the largest peak; inf where one is NaN or post-ops
   // run after the kernel), then those post-ops
   void finish(Engine& e, Op& op);
+  // this call's input bound from in_from: inf when there is none or it proves nothing
+  double input_bound() const;
+  // a bound on |every output| from a bound `pre` on |every sum + bias| (finite inputs and
+  // weights, so no NaN): through the register post-ops; inf with post-ops after the kernel
+  double through_steps(double pre) const;
+  // finish() for a call whose sums were bounded by through_steps' `bound` (no peaks)
+  void finish_proven(Engine& e, Op& op, double bound);
 };
 #if defined(__x86_64__)
 // the largest |value| an own kernel stored in a row, and the lanes that were NaN

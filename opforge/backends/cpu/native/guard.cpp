@@ -323,6 +323,13 @@ void link_guards(Engine& e) {
         s->in_from = e.ops[(size_t)j].get();
       }
     }
+    if (KernelTail* t = e.ops[i]->kernel_tail(); t != nullptr && t->wants_input) {
+      int j = producer(e.ops[i]->ins[0], i);
+      if (j >= 0) {
+        used[(size_t)j] = 1;
+        t->in_from = e.ops[(size_t)j].get();
+      }
+    }
     DnnlOp* d = guard_of(i);
     if (d == nullptr) continue;
     if (!d->guard->fused && !used[i]) {  // no bound of it is needed
@@ -351,6 +358,14 @@ void link_guards(Engine& e) {
       d->guard.reset();
       d->bounded = false;
     }
+  }
+  // an own kernel's bound that no reader uses: not tracked (KernelTail::track)
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    KernelTail* tail = used[i] ? nullptr : e.ops[i]->kernel_tail();
+    if (tail == nullptr) continue;
+    tail->track = false;
+    e.ops[i]->bounded = false;
+    e.ops[i]->out_bound = INFINITY;
   }
 }
 

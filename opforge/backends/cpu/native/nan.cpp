@@ -151,10 +151,34 @@ int KernelTail::prepare(Engine& e, Op& op, const OpCall& c, const std::vector<Re
 }
 
 void KernelTail::finish(Engine& e, Op& op) {
-  double top = rest.steps.empty() ? 0 : INFINITY;
+  double top = rest.steps.empty() && track ? 0 : INFINITY;
   for (size_t i = 0; i < peaks.size() && top < INFINITY; ++i)
     top = peaks[i] == peaks[i] ? std::max(top, (double)peaks[i]) : INFINITY;
   op.out_bound = top;
+  if (!rest.steps.empty()) rest.run(e, op.outs[0]);
+}
+
+double KernelTail::input_bound() const {
+  return in_from != nullptr && in_from->bounded && in_from->out_bound <= 1e30 ? in_from->out_bound : INFINITY;
+}
+
+double KernelTail::through_steps(double pre) const {
+  if (!rest.steps.empty() || !(pre <= 1e30)) return INFINITY;
+  double lo = -pre, hi = pre;  // the values' interval, widened for each step's rounding
+  for (int q = 0; q < nsteps; ++q) {
+    const ClampStep& s = steps[q];
+    double a = (double)s.a * lo + s.b, b = (double)s.a * hi + s.b;
+    if (a > b) std::swap(a, b);
+    const double slack = 1e-6 * std::max(std::fabs(a), std::fabs(b));  // the multiply-add's rounding
+    lo = std::min((double)s.hi, std::max((double)s.lo, a - slack));
+    hi = std::min((double)s.hi, std::max((double)s.lo, b + slack));
+    if (!(std::fabs(lo) <= 1e30 && std::fabs(hi) <= 1e30)) return INFINITY;
+  }
+  return std::max(std::fabs(lo), std::fabs(hi));
+}
+
+void KernelTail::finish_proven(Engine& e, Op& op, double bound) {
+  op.out_bound = rest.steps.empty() ? bound : INFINITY;
   if (!rest.steps.empty()) rest.run(e, op.outs[0]);
 }
 

@@ -61,13 +61,14 @@ struct SmallConvOp : Op {
   std::vector<float> bias;  // panels·16
   KernelTail tail;  // the post-ops; a peak per output row of each image, for the output's bound
   void run(Engine& e) override;
+  KernelTail* kernel_tail() override { return &tail; }
 };
 
 #define OFC_AVX512 __attribute__((target("avx512f")))
 
 // R output pixels from column ox0 of output row oy × P panels from p0 (x: the image, with
 // its row and pixel strides xy, xx, already padded when the op is; y: the output image)
-template <int R, int P>
+template <int R, int P, bool T>
 OFC_AVX512 void block(const SmallConvOp& op, const float* x, int64_t xy, int64_t xx, float* y, int64_t oy,
                       int64_t ox0, int64_t p0, Peak& pk) {
   __m512 acc[R][P];
@@ -107,6 +108,7 @@ OFC_AVX512 void block(const SmallConvOp& op, const float* x, int64_t xy, int64_t
                                         _mm512_fmadd_ps(v, _mm512_set1_ps(s.a), _mm512_set1_ps(s.b))));
       }
       _mm512_mask_storeu_ps(y + oy * op.yy + (ox0 + r) * op.yx + col, m, v);
+      if (!T) continue;  // no reader of the bound (KernelTail::track)
       // (the lanes past the mask: finite, from zero weights and bias)
       pk.top = _mm512_max_ps(pk.top, _mm512_abs_ps(v));
       pk.nan = (__mmask16)(pk.nan | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
@@ -115,31 +117,32 @@ OFC_AVX512 void block(const SmallConvOp& op, const float* x, int64_t xy, int64_t
 }
 
 // the pixels [ox, ow) of output row oy × P panels from p0: blocks of R pixels, then 4, 2, 1
-template <int P, int R>
+template <int P, int R, bool T>
 OFC_AVX512 void pixels(const SmallConvOp& op, const float* x, int64_t xy, int64_t xx, float* y, int64_t oy,
                        int64_t p0, Peak& pk) {
   int64_t ox = 0;
   const int64_t ow = op.ow;
   constexpr int R8 = R > 8 ? 8 : 1, R4 = R > 4 ? 4 : 1;  // (1: not taken)
-  for (; ox + R <= ow; ox += R) block<R, P>(op, x, xy, xx, y, oy, ox, p0, pk);
-  if (R > 8 && ox + 8 <= ow) { block<R8, P>(op, x, xy, xx, y, oy, ox, p0, pk); ox += R8; }
-  if (R > 4 && ox + 4 <= ow) { block<R4, P>(op, x, xy, xx, y, oy, ox, p0, pk); ox += R4; }
-  if (ox + 2 <= ow) { block<2, P>(op, x, xy, xx, y, oy, ox, p0, pk); ox += 2; }
-  if (ox < ow) block<1, P>(op, x, xy, xx, y, oy, ox, p0, pk);
+  for (; ox + R <= ow; ox += R) block<R, P, T>(op, x, xy, xx, y, oy, ox, p0, pk);
+  if (R > 8 && ox + 8 <= ow) { block<R8, P, T>(op, x, xy, xx, y, oy, ox, p0, pk); ox += R8; }
+  if (R > 4 && ox + 4 <= ow) { block<R4, P, T>(op, x, xy, xx, y, oy, ox, p0, pk); ox += R4; }
+  if (ox + 2 <= ow) { block<2, P, T>(op, x, xy, xx, y, oy, ox, p0, pk); ox += 2; }
+  if (ox < ow) block<1, P, T>(op, x, xy, xx, y, oy, ox, p0, pk);
 }
 
 // one output row: the panels in groups of 4, then the 1-3 left; more pixels a block where
 // there are fewer panels, so each block has at least 16 independent sums (one panel of 6
 // pixels left the sums' chains of multiply-adds waiting on each other)
 // (the largest |value| the row stored; NaN: a NaN)
+template <bool T>
 OFC_AVX512 float output_row(const SmallConvOp& op, const float* x, int64_t xy, int64_t xx, float* y, int64_t oy) {
   Peak pk{_mm512_setzero_ps(), 0};
   int64_t p0 = 0;
-  for (; p0 + kPanels <= op.panels; p0 += kPanels) pixels<kPanels, 6>(op, x, xy, xx, y, oy, p0, pk);
+  for (; p0 + kPanels <= op.panels; p0 += kPanels) pixels<kPanels, 6, T>(op, x, xy, xx, y, oy, p0, pk);
   switch (op.panels - p0) {
-    case 3: pixels<3, 6>(op, x, xy, xx, y, oy, p0, pk); break;
-    case 2: pixels<2, 8>(op, x, xy, xx, y, oy, p0, pk); break;
-    case 1: pixels<1, 16>(op, x, xy, xx, y, oy, p0, pk); break;
+    case 3: pixels<3, 6, T>(op, x, xy, xx, y, oy, p0, pk); break;
+    case 2: pixels<2, 8, T>(op, x, xy, xx, y, oy, p0, pk); break;
+    case 1: pixels<1, 16, T>(op, x, xy, xx, y, oy, p0, pk); break;
     default: break;
   }
   return pk.nan ? NAN : _mm512_reduce_max_ps(pk.top);
@@ -174,7 +177,10 @@ void SmallConvOp::run(Engine& e) {
     }
     float* y = dst + img * yn;
     float* peak = tail.peaks.data() + img * oh;
-    parallel_for(team, oh, [&](int64_t oy) { peak[oy] = output_row(*this, x, sy, sx, y, oy); });
+    if (tail.track)
+      parallel_for(team, oh, [&](int64_t oy) { peak[oy] = output_row<true>(*this, x, sy, sx, y, oy); });
+    else
+      parallel_for(team, oh, [&](int64_t oy) { peak[oy] = output_row<false>(*this, x, sy, sx, y, oy); });
   }
   tail.finish(e, *this);
 }
