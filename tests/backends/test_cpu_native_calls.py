@@ -61,6 +61,15 @@ class Gather(nn.Module):
         return self.table[idx], x[:, idx]
 
 
+@pytest.fixture
+def small(tmp_path):
+    """The Small model's program file and a method of it on the native path."""
+    if fastcall.module() is None:
+        pytest.skip(f"no extension: {fastcall.problem()}")
+    path = _program(tmp_path, Small(), (torch.randn(5, 16),))
+    return path, load(path).method("forward")
+
+
 def _program(tmp_path, model, inputs, name="m.opf"):
     torch.manual_seed(0)
     path = tmp_path / name
@@ -158,11 +167,8 @@ def test_inputs_it_does_not_take_go_the_python_path(tmp_path, layout):
         np.testing.assert_array_equal(g, w)
 
 
-def test_bad_inputs_get_the_same_errors(tmp_path, monkeypatch):
-    if fastcall.module() is None:
-        pytest.skip(f"no extension: {fastcall.problem()}")
-    path = _program(tmp_path, Small(), (torch.randn(5, 16),))
-    native, plain = _pair(path, monkeypatch)
+def test_bad_inputs_get_the_same_errors(small, monkeypatch):
+    native, plain = _pair(small[0], monkeypatch)
     for args in ((np.zeros((5, 15), np.float32),), (np.zeros((5, 16), np.float64),),
                  (), (np.zeros((5, 16), np.float32),) * 2):
         with pytest.raises(OpforgeError) as a:
@@ -191,11 +197,8 @@ def test_an_engine_error_names_the_instruction(tmp_path, monkeypatch):
         np.testing.assert_array_equal(g, w)
 
 
-def test_a_busy_instance_raises_and_the_delegate_lock_is_taken(tmp_path):
-    if fastcall.module() is None:
-        pytest.skip(f"no extension: {fastcall.problem()}")
-    path = _program(tmp_path, Small(), (torch.randn(5, 16),))
-    f = load(path).method("forward")
+def test_a_busy_instance_raises_and_the_delegate_lock_is_taken(small):
+    f = small[1]
     x = np.ones((5, 16), np.float32)
     want = f(x)
     assert f._busy.acquire(False)  # another thread is inside this instance
@@ -220,21 +223,15 @@ def test_a_busy_instance_raises_and_the_delegate_lock_is_taken(tmp_path):
         np.testing.assert_array_equal(g, w)
 
 
-def test_a_closed_delegate_is_refused(tmp_path):
-    if fastcall.module() is None:
-        pytest.skip(f"no extension: {fastcall.problem()}")
-    path = _program(tmp_path, Small(), (torch.randn(5, 16),))
-    f = load(path).method("forward")
+def test_a_closed_delegate_is_refused(small):
+    f = small[1]
     f._delegates.close()
     with pytest.raises(OpforgeError, match="closed"):
         f(np.ones((5, 16), np.float32))
 
 
-def test_a_dropped_method_is_freed_without_the_collector(tmp_path):
-    if fastcall.module() is None:
-        pytest.skip(f"no extension: {fastcall.problem()}")
-    path = _program(tmp_path, Small(), (torch.randn(5, 16),))
-    program = load(path)
+def test_a_dropped_method_is_freed_without_the_collector(small):
+    program = load(small[0])
     gc.disable()
     try:
         f = program.method("forward")

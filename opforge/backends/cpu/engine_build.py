@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["ENGINE_NAME", "INSTALL_FOLDER", "EngineBuildError", "source_files", "source_hash",
-           "installed_name", "compile_flags", "find_onednn", "build"]
+           "installed_name", "compile_flags", "find_onednn", "build", "compile_into"]
 
 ENGINE_NAME = "libopforge_cpu"
 INSTALL_FOLDER = "_engine"  # beside this file: opforge/backends/cpu/_engine/
@@ -153,25 +153,32 @@ def build(out_dir: Path, *, cpu_dir: Path = _CPU, cxx: str | None = None) -> Pat
     if target.is_file():  # built from these very sources and flags already
         return target
     sources = [p for p in source_files(cpu_dir) if p.suffix == ".cpp"]
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=out_dir)
-    os.close(fd)
     flags = compile_flags(prefix, installed=True)
     link = [f for f in flags if f.startswith(("-l", "-L", "-Wl,"))]
-    command = [compiler, *[f for f in flags if f not in link],
-               *(f"-I{d}" for d in include_dirs(cpu_dir)), "-o", tmp, *map(str, sources), *link]
+    return compile_into(target, lambda tmp: [
+        compiler, *[f for f in flags if f not in link], *(f"-I{d}" for d in include_dirs(cpu_dir)),
+        "-o", tmp, *map(str, sources), *link], EngineBuildError, f"{ENGINE_NAME}.*.so")
+
+
+def compile_into(target: Path, command, error: type[Exception], stale: str) -> Path:
+    """Run ``command(output path)`` (a compiler call) into ``target``, written whole to a
+    temporary file beside it and then renamed; remove the other files matching ``stale``
+    there (builds from older sources). A failed compile raises ``error`` with its output."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    call = command(tmp)
     try:
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.run(call, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, errors="replace")
         if proc.returncode != 0:
-            raise EngineBuildError(f"the compiler failed (exit {proc.returncode}):\n"
-                                   + "\n".join(proc.stdout.splitlines()[-20:])
-                                   + f"\ncommand: {' '.join(command)}")
+            raise error(f"the compiler failed (exit {proc.returncode}):\n"
+                        + "\n".join(proc.stdout.splitlines()[-20:]) + f"\ncommand: {' '.join(call)}")
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    for old in out_dir.glob(f"{ENGINE_NAME}.*.so"):
+    for old in target.parent.glob(stale):
         if old != target:
             old.unlink()
     return target

@@ -16,10 +16,8 @@ build cache. Standard library only at import: ``setup.py`` loads this file by pa
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 from pathlib import Path
 
@@ -79,25 +77,20 @@ def build(out_dir: Path, numpy_include: str, numpy_version: str, cxx: str | None
     target = out_dir / installed_name(numpy_version)
     if target.is_file():
         return target
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=out_dir)
-    os.close(fd)
-    command = [compiler, *FLAGS, *(f"-I{d}" for d in includes), "-o", tmp, str(SOURCE)]
-    try:
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace")
-        if proc.returncode != 0:
-            raise FastcallBuildError(f"the compiler failed (exit {proc.returncode}):\n"
-                                     + "\n".join(proc.stdout.splitlines()[-20:])
-                                     + f"\ncommand: {' '.join(command)}")
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    for old in out_dir.glob("_fastcall.*"):
-        if old != target:
-            old.unlink()
-    return target
+    return _engine_build().compile_into(
+        target, lambda tmp: [compiler, *FLAGS, *(f"-I{d}" for d in includes), "-o", tmp, str(SOURCE)],
+        FastcallBuildError, "_fastcall.*")
+
+
+def _engine_build():
+    """engine_build.py beside this file, loaded by path as ``setup.py`` loads both (the
+    package build's environment cannot import opforge)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_opforge_engine_build", _CPU / "engine_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _compile_on_first_use() -> Path:
