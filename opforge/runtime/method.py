@@ -31,22 +31,12 @@
 # (``ShapeBinding``, runtime/rebinding.py) and swaps the current one in before the same
 # call loop; a static method never touches that code.
 #
-# A direct call: a static method whose one instruction is a delegate call taking exactly the
-# method's inputs and writing exactly its outputs, when the backend can run a call on other
-# arrays (the cpu backend), skips both copies for large tensors: the delegate reads the
-# caller's arrays (C-contiguous, aligned, of the bound dtype and shape) and writes fresh
-# output arrays, which are what the call returns (views=True too: they outlive the call).
-# Below DIRECT_MIN_BYTES of inputs and outputs the copies cost less than binding pointers.
-# A backend may offer the same direct call as a native object (``native_call``: the cpu
-# backend's ``_fastcall`` extension) that checks the inputs and binds the pointers with no
-# Python per argument, so it runs at every size; it hands anything it does not take (other
-# layouts or dtypes, a busy instance) back to the Python path, which raises or copies.
+# Direct calls (one delegate call on the caller's arrays, no copies): runtime/direct.py.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -56,11 +46,12 @@ import numpy as np
 
 from opforge.errors import BackendError, ConcurrentCallError, KernelError, ProgramError
 from opforge.program import (
-    BoolValue, DelegateCall, DoubleValue, Free, IntValue, KernelCall, Method as MethodDef, Move,
+    BoolValue, DoubleValue, Free, IntValue, KernelCall, Method as MethodDef, Move,
     Program, TensorValue,
 )
 from opforge.program.symbolic import growing_values
 from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
+from opforge.runtime.direct import call_direct, direct_calls
 from opforge.runtime.growth import GrowingMemory
 from opforge.runtime.limits import max_memory, memory_limit
 from opforge.runtime.registry import Kernel
@@ -71,9 +62,6 @@ from opforge.runtime.threads import ThreadGovernor, resolve_thread_count
 __all__ = ["Method", "IOSpec"]
 
 _SCALAR_INPUT_TYPES = {IntValue: int, DoubleValue: float, BoolValue: bool}
-# a 1M-float elementwise chain on the cpu backend: its input and output copies were 200 of
-# 580 µs a call; under ~64 KiB they cost less than the pointers' rebinding (~1 µs)
-DIRECT_MIN_BYTES = 1 << 16
 _ndarray = np.ndarray
 
 
@@ -165,8 +153,7 @@ class Method:
         if not self._dynamic:
             self._output_views = tuple(get(i) for i in method.outputs)
             self._copy_outputs = output_copier(self._output_views)
-            self._direct = self._direct_call(method)
-            self._native = self._native_call(method)
+            self._direct, self._native = direct_calls(self, method)
         else:  # the per-shape bindings, most recently used last (runtime/rebinding.py)
             self._shapes: OrderedDict = OrderedDict()
             self._current = None
@@ -311,69 +298,9 @@ class Method:
         finally:
             self._busy.release()
 
-    @staticmethod
-    def _calls_one_delegate(method: MethodDef) -> bool:
-        """The method is one delegate call on exactly its inputs and outputs, all tensors."""
-        steps = [x for x in method.instructions if type(x) is not Free]
-        if len(steps) != 1 or type(steps[0]) is not DelegateCall or method.state:
-            return False
-        ins, outs = list(method.inputs), list(method.outputs)
-        return list(steps[0].args) == ins + outs and len(set(ins + outs)) == len(ins) + len(outs)
-
-    def _native_call(self, method: MethodDef):
-        """The backend's native call object for a direct call at any size (the module's
-        design notes), else None: not where a thread governor must run around the call, nor
-        where native code inside is named by this frame for a crash report."""
-        if self._fast_count < 0 or self._threads is not None \
-                or not self._calls_one_delegate(method):
-            return None
-        fn = self._bound[0][0]
-        native = getattr(fn, "native_call", None)
-        if native is None or getattr(fn, "crash_label", None) is not None:
-            return None
-
-        this, args = weakref.ref(self), self._bound[0][1]  # the call object holds no cycle
-
-        def error(e: Exception) -> Exception:
-            method = this()
-            return e if method is None else method._kernel_error(fn, args, e)
-        return native(self._busy, error)
-
-    def _direct_call(self, method: MethodDef):
-        """The delegate's call on other arrays when this method can call it directly (the
-        module's design notes), else None."""
-        if self._fast_count < 0 or not self._calls_one_delegate(method):
-            return None
-        direct = getattr(self._bound[0][0], "direct", None)
-        size = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize
-                   for s in (*self.inputs, *self.outputs))
-        if direct is None or size < DIRECT_MIN_BYTES:
-            return None
-        return direct, tuple((np.dtype(s.dtype), s.shape) for s in self.outputs)
-
-    def _call_direct(self, inputs: tuple) -> tuple | None:
-        """The direct call on the caller's arrays, or None when one does not qualify."""
-        for a, (_, dtype, shape) in zip(inputs, self._fast_inputs):
-            if type(a) is not _ndarray or (a.dtype is not dtype and a.dtype != dtype) \
-                    or a.shape != shape or not a.flags.c_contiguous or not a.flags.aligned:
-                return None
-        direct, specs = self._direct
-        outputs = [np.empty(shape, dtype) for dtype, shape in specs]
-        threads = self._threads
-        saved = threads.enter() if threads is not None else None
-        try:
-            direct(list(inputs), outputs)
-        except Exception as e:
-            fn, args = self._bound[0]
-            raise self._kernel_error(fn, args, e) from e
-        finally:
-            if saved:
-                threads.exit(saved)
-        return tuple(outputs)
-
     def _call(self, inputs: tuple, views: bool) -> tuple:
         if self._direct is not None and len(inputs) == self._fast_count:
-            result = self._call_direct(inputs)
+            result = call_direct(self, inputs)
             if result is not None:
                 return result
         if len(inputs) == self._fast_count:

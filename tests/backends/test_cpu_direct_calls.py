@@ -18,7 +18,7 @@ from opforge.backends.cpu import engine as cpu_engine
 from opforge.backends.cpu import fastcall
 from opforge.export import export
 from opforge.runtime import load
-from opforge.runtime.method import DIRECT_MIN_BYTES
+from opforge.runtime.direct import DIRECT_MIN_BYTES
 
 pytestmark = pytest.mark.skipif(cpu_engine.missing() is not None,
                                 reason=f"cpu backend: {cpu_engine.missing()}")

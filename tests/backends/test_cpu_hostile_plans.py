@@ -27,6 +27,7 @@ import pytest
 
 from opforge.backends.cpu import blob
 from opforge.backends.cpu import engine as cpu_engine
+from opforge.backends.cpu.binding import Binding
 from opforge.errors import BackendError, OpforgeError
 
 pytestmark = pytest.mark.skipif(cpu_engine.missing() is not None,
@@ -121,7 +122,7 @@ class Plan:
 
 def run(handle, *inputs):
     outputs = [np.zeros(dims, NUMPY[dtype]) for dims, dtype in handle.outputs]
-    cpu_engine.Binding(handle, list(inputs), outputs)()
+    Binding(handle, list(inputs), outputs)()
     return outputs
 
 

@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_cpu_hostile_plans as hostile  # noqa: E402
 
-from opforge.backends.cpu import engine as cpu_engine  # noqa: E402
+from opforge.backends.cpu.binding import Binding  # noqa: E402
 
 pytestmark = hostile.pytestmark
 F32, I32, I64 = hostile.F32, hostile.I32, hostile.I64
@@ -65,7 +65,7 @@ def cache_plan(kind="index_put", cache_role="state", rows=8, n=2, index_dtype=I6
 def call(p, cache, pos, values):
     handle = p.handle()
     outputs = [np.zeros((8, 2, 3), np.float32), cache]
-    cpu_engine.Binding(handle, [cache, pos, values], outputs)()
+    Binding(handle, [cache, pos, values], outputs)()
     return outputs[0]
 
 
@@ -189,7 +189,7 @@ def state_output_another_array():
     p = cache_plan()
     handle = p.handle()
     cache = np.zeros((8, 2, 3), np.float32)
-    cpu_engine.Binding(handle, [cache, np.array([0, 1]), _values()],
+    Binding(handle, [cache, np.array([0, 1]), _values()],
                        [np.zeros((8, 2, 3), np.float32), cache.copy()])
     return "ran"
 

@@ -182,7 +182,7 @@ class CpuBackend(Backend):
 
     def bind(self, handle, inputs, outputs):
         from opforge.backends.cpu.crash_report import frame_label
-        from opforge.backends.cpu.engine import Binding
+        from opforge.backends.cpu.binding import Binding
 
         if hasattr(handle, "engines"):  # DynamicHandle
             return handle.bind(inputs, outputs)

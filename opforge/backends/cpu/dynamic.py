@@ -319,7 +319,7 @@ class DynamicBinding:
     binding, or after an eviction), else as a hit."""
 
     def __init__(self, owner: DynamicHandle, key: tuple, inputs, outputs) -> None:
-        from opforge.backends.cpu.engine import Binding
+        from opforge.backends.cpu.binding import Binding
 
         self.owner, self.key = owner, key
         self.inputs, self.outputs = list(inputs), list(outputs)
@@ -335,7 +335,7 @@ class DynamicBinding:
         else:
             owner.hits += 1
         if engine is not self._engine:
-            from opforge.backends.cpu.engine import Binding
+            from opforge.backends.cpu.binding import Binding
 
             self._bound = Binding(engine, self.inputs, self.outputs)
             self._engine = engine

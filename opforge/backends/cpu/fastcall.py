@@ -3,7 +3,7 @@ that runs one delegate call on a method's inputs with no Python per argument (it
 says what it checks). A small model's call was ~2 µs of Python and ctypes around ~2 µs of
 engine work; this path makes it ~0.5 µs.
 
-It is optional: the runtime's ctypes path does the same work (``engine.Binding``) and is
+It is optional: the runtime's ctypes path does the same work (``binding.Binding``) and is
 what runs when this module cannot be built or loaded, when ``OPFORGE_CPU_FASTCALL=0``, or
 for inputs the extension does not take. ``problem()`` says why it is not in use, and the
 engine's profile (``OPFORGE_CPU_PROFILE=1``) prints which path calls it.
