@@ -21,6 +21,7 @@ from torch import nn
 
 from opforge.backends.cpu import blob
 from opforge.backends.cpu import engine as cpu_engine
+from opforge.backends.cpu.binding import Binding
 from opforge.backends.named_data import NamedDataMap
 from opforge.export import export
 
@@ -100,7 +101,7 @@ def _engine(model, x):
 
 def _run(handle, x):
     outs = [np.zeros(dims, cpu_engine.NUMPY[dtype]) for dims, dtype in handle.outputs]
-    cpu_engine.Binding(handle, [x], outs)()
+    Binding(handle, [x], outs)()
     return outs
 
 
