@@ -20,7 +20,9 @@ For each sample (generated from the schema, plus the manifest's ``samples:``), i
 
 A kernel that reports a failure mentioning a dtype does not take that dtype: the sample is
 skipped. Any other failure it reports on a valid sample is counted as refused (shown, not
-a failure) unless the sample is the user's. Without a reference the values are checked
+a failure) unless the sample is the user's, or the fake disagrees with the reference on it:
+the kernel was handed outputs shaped by that fake, so the refusal (or a crash) is reported
+as the "fake vs real" failure it is. Without a reference the values are checked
 against nothing: the report says so in ``warnings`` and ``verified`` is False.
 """
 
@@ -309,7 +311,17 @@ def _judge(report: OpReport, p: _Prepared, run, kernel) -> None:
         report.crashed += 1
         message = (f"kernel {_kernel_label(kernel, p.job.args)} crashed on sample "
                    f"{sample.index} ({run.crash})\n    {p.where}")
-        report.fail("crash", message)
+        if p.fake_problem:  # its outputs were allocated from a wrong fake
+            message += f"\n    fake vs real: {p.fake_problem}"
+        report.fail("crash", message, also=("fake",) if p.fake_problem else ())
+        return
+    if run.error is not None and p.fake_problem:
+        # The kernel was given outputs shaped by the fake, and the fake disagrees with the
+        # reference: its refusal is the wrong fake's doing, not a sample the op does not
+        # take, so it is the "fake vs real" failure the manifest docs promise, never a note.
+        report.failed += 1
+        report.fail("fake", f"{p.where}\n    fake vs real: {p.fake_problem}\n    the kernel, "
+                    f"given outputs shaped by the fake, refused the sample: {run.error}")
         return
     if run.error is not None:
         if "dtype" in run.error and not sample.from_user:

@@ -203,3 +203,26 @@ def test_shapes_per_argument_come_from_the_fake():
     bad = check_op(mm.opdef, wrong, eager=False, isolate=False)
     assert not bad.ok and bad.failed > 8
     assert any("(generated, per-argument)" in m for m in bad.messages)
+
+
+def test_a_wrong_fake_is_a_fake_vs_real_failure_even_when_the_kernel_refuses_the_sample():
+    import opforge
+    from opforge.errors import KernelError
+
+    @opforge.op("chk_fake::gelu_mul(Tensor w, Tensor x) -> Tensor")
+    def gelu_mul(w, x):  # no fake: the default one shapes the output like w (wrong here)
+        return torch.nn.functional.gelu(w) * x
+
+    def kernel(w, x, out):  # a careful kernel: refuses an output that does not broadcast
+        shape = np.broadcast_shapes(w.shape, x.shape)
+        if out.shape != shape:
+            raise KernelError(f"gelu_mul: out {out.shape}, inputs broadcast to {shape}")
+        out[...] = (torch.nn.functional.gelu(torch.from_numpy(np.ascontiguousarray(w)))
+                    * torch.from_numpy(np.ascontiguousarray(x))).numpy()
+
+    report = check_op(gelu_mul.opdef, kernel, eager=False, isolate=False)
+    assert not report.ok and "fake" in report.failures, (report.failures, report.notes)
+    assert report.refused == 0 and not any("refused sample" in n for n in report.notes)
+    message = report.failures["fake"]
+    assert "fake vs real: fake [((3, 1), 'float32')], reference [((3, 4), 'float32')]" in message
+    assert "refused the sample: gelu_mul: out (3, 1)" in message
