@@ -32,8 +32,8 @@ from contextvars import ContextVar
 from opforge.errors import OpforgeError, ProgramError, shown
 
 __all__ = [
-    "DEFAULT_MAX_MEMORY", "MAX_MEMORY_ENV", "check_memory", "max_memory", "memory_limit",
-    "parse_size",
+    "DEFAULT_MAX_MEMORY", "MAX_MEMORY_ENV", "check_memory", "human_bytes", "max_memory",
+    "memory_limit", "parse_size",
 ]
 
 DEFAULT_MAX_MEMORY = 8 << 30
@@ -110,14 +110,15 @@ def check_memory(api: str, subject: str, nbytes: int, *, limit: int | None = Non
     limit = max_memory(limit, api=api)
     if nbytes > limit:
         raise error(
-            f"`{api}`: {subject} — needs {nbytes} bytes ({_human(nbytes)}) — valid: at most "
-            f"the memory limit, {limit} bytes ({_human(limit)}) — fix: "
+            f"`{api}`: {subject} — needs {nbytes} bytes ({human_bytes(nbytes)}) — valid: at most "
+            f"the memory limit, {limit} bytes ({human_bytes(limit)}) — fix: "
             + (fix or "1. check that the program file is the one exported (a corrupt or hostile "
                       "file asks for absurd sizes); 2. if the model really needs it, raise the "
                       f"limit: load(..., max_memory=N) or {MAX_MEMORY_ENV}=N"))
 
 
-def _human(nbytes: int) -> str:
+def human_bytes(nbytes: int) -> str:
+    """``"4.0 GiB"``: a byte count for a message."""
     for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if nbytes >= 1 << shift:
             return f"{nbytes / (1 << shift):.1f} {unit}"

@@ -27,8 +27,9 @@ import mmap
 
 import numpy as np
 
+from opforge.errors import ProgramError
 from opforge.program import PACKING_SPLAT, ConstantStorage, Program, constant_array
-from opforge.runtime.limits import MAX_MEMORY_ENV, check_memory
+from opforge.runtime.limits import MAX_MEMORY_ENV, check_memory, human_bytes, max_memory
 
 __all__ = ["LiveState", "initial_value", "state_bytes"]
 
@@ -63,7 +64,7 @@ class LiveState:
                      fix="1. check that the file is the program you exported (a corrupt or "
                          "hostile file asks for absurd state); 2. if the model really needs "
                          f"it, raise the limit: load(..., max_memory=N) or {MAX_MEMORY_ENV}=N")
-        self._program = program
+        self._program, self._api, self._limit = program, api, max_memory(limit, api=api)
         self.arrays: dict[str, np.ndarray] = {}
         self._maps: dict[str, mmap.mmap] = {}  # zero-initialised state: lazily committed pages
         for method in program.methods:
@@ -72,6 +73,18 @@ class LiveState:
                     self.arrays[slot.name] = self._live(slot.name, method.values[slot.value])
 
     def _live(self, name: str, value) -> np.ndarray:
+        try:
+            return self._allocate(name, value)
+        except (OSError, MemoryError) as exc:  # within the limit, beyond what the system gives
+            raise ProgramError(
+                f"`{self._api}`: state {name!r} — needs {value.nbytes} bytes ({human_bytes(value.nbytes)}) "
+                f"and the system refused them ({type(exc).__name__}: {exc}) — valid: state that "
+                f"fits this machine's memory (the memory limit, {self._limit} bytes, allows more "
+                "than it has) — fix: 1. lower the limit to what the machine has "
+                f"(load(..., max_memory=N) or {MAX_MEMORY_ENV}=N), so that such a file is refused "
+                "plainly; 2. re-export the model with a smaller state (a shorter cache)") from None
+
+    def _allocate(self, name: str, value) -> np.ndarray:
         initial = constant_array(self._program, value)
         storage = value.storage
         if type(storage) is ConstantStorage and storage.packing == PACKING_SPLAT and \

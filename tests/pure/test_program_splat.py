@@ -90,3 +90,14 @@ def test_splat_storage_survives_replace():
         ConstantStorage(0, 0, 3)
     # a splat of any dtype (int4 packing alone is int8-only)
     TensorValue(ScalarType.INT64, (4,), storage=storage)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's overcommit refuses it")
+@pytest.mark.parametrize("element", [0.0, 1.0])  # mapped lazily / copied densely
+def test_state_the_system_cannot_map_under_a_raised_limit_is_a_program_error(element):
+    # 4 TiB of state under a 1 PiB limit: no raw OSError / MemoryError out of load()
+    data = to_bytes(_with_state((2**40,), np.array([element], np.float32)))
+    with pytest.raises(ProgramError, match=r"state 's' — needs 4398046511104 bytes \(4.0 TiB\) "
+                                           r"and the system refused them") as info:
+        load(data, max_memory=2**50)
+    assert "lower the limit" in str(info.value)
