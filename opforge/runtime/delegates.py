@@ -12,11 +12,32 @@ weights), which outlives every handle.
 A handle is shared by every Method instance of the loaded program; calls through it are
 serialised by a lock per handle (a backend keeps per-handle scratch memory), while
 kernel instructions of different instances still run in parallel.
+
+# Closing while a call runs
+#
+# A call runs native code without the GIL, so another thread may destroy the handle it is
+# using: ``LoadedProgram.delegates.close()``, or the finalizer at interpreter exit while a
+# daemon thread is still calling (the engine freed under ``ofc_execute`` was a SIGSEGV).
+# Destroying therefore takes the delegate's lock first, the one every call holds:
+#
+#   close()  marks the set closing, then per delegate waits for the call in flight (up to
+#            CLOSE_WAIT_S) and destroys the handle; a later call is refused by the backend
+#            (its handle is closed)
+#   exit     the same, waiting up to EXIT_WAIT_S, and the lock is never released: a call
+#            started after that waits for the end of the process instead of finding its
+#            handle gone
+#   timeout  a call still running (a daemon thread stuck in a long call): its handle, the
+#            shared resources and everything they reference are leaked on purpose (a
+#            reference never dropped), so the running call keeps valid memory until the
+#            process ends
 """
 
 from __future__ import annotations
 
+import atexit
+import sys
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,6 +49,34 @@ from opforge.program.verify_symbolic import state_values
 __all__ = ["DelegateSet", "DelegateKernel", "IO_INPUTS", "IO_OUTPUTS"]
 
 IO_INPUTS, IO_OUTPUTS = "opforge.inputs", "opforge.outputs"  # see opforge.export.delegation
+
+CLOSE_WAIT_S = 30.0  # close(): how long to wait for a call in flight (see the module's design)
+EXIT_WAIT_S = 2.0  # at interpreter exit
+
+
+_exit = threading.Event()
+
+
+def _exiting() -> bool:
+    """The interpreter is shutting down: finalizers run from ``atexit`` or later, during
+    finalization."""
+    return _exit.is_set() or sys.is_finalizing()
+
+
+# weakref.finalize runs the finalizers left at exit from an atexit function it registers
+# with its first instance; atexit runs the last registered first, so ``_exit`` is set before
+# they run once that one is registered before this one (the throwaway instance ensures it)
+weakref.finalize(_exit, lambda: None)
+atexit.register(_exit.set)
+
+
+def _leak(*objects: Any) -> None:
+    """Keep ``objects`` (and all they reference) alive until the process ends: one more
+    reference that is never dropped, which module teardown at exit cannot clear either."""
+    import ctypes
+
+    for obj in objects:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 @dataclass(frozen=True)
@@ -110,24 +159,47 @@ class DelegateSet:
             self.close()
             raise
         self._finalizer = weakref.finalize(self, DelegateSet._destroy, list(self.backends),
-                                           list(self.handles), self.shared)
+                                           list(self.handles), self.shared, list(self.locks))
 
     @staticmethod
-    def _destroy(backends: list, handles: list, shared: Any) -> None:
+    def _destroy(backends: list, handles: list, shared: Any, locks: list) -> None:
+        """Destroy each handle once no call is inside it (the module's design: "Closing
+        while a call runs"); the shared resources after every handle that may use them."""
+        exiting = _exiting()
+        wait = EXIT_WAIT_S if exiting else CLOSE_WAIT_S
+        leaked = []
         try:
-            for backend, handle in zip(backends, handles):
-                if backend is not None and handle is not None:
+            for backend, handle, lock in zip(backends, handles, locks):
+                if backend is None or handle is None:
+                    continue
+                if not lock.acquire(timeout=wait):
+                    leaked.append(handle)  # a call is still running in it: never freed
+                    continue
+                try:
                     backend.destroy(handle)
+                finally:
+                    if not exiting:  # at exit: held, so no later call starts
+                        lock.release()
         finally:
-            shared.close()  # after every handle that may use it
+            if leaked:
+                _leak(shared, *leaked)
+                if not exiting:
+                    warnings.warn(f"opforge: {len(leaked)} delegate(s) still running a call "
+                                  f"after {wait:g} s were not destroyed (their memory stays "
+                                  "allocated until the process ends)", ResourceWarning,
+                                  stacklevel=3)
+            else:
+                shared.close()
 
     def close(self) -> None:
-        """Destroy every handle now (also done when the set is garbage collected)."""
+        """Destroy every handle now (also done when the set is garbage collected, and at
+        interpreter exit). A call in flight in another thread is waited for; a later call
+        is refused."""
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer()
         else:
-            DelegateSet._destroy(self.backends, self.handles, self.shared)
+            DelegateSet._destroy(self.backends, self.handles, self.shared, self.locks)
             self.handles = [None] * len(self.handles)
 
     def check_call(self, method: Any, i: int, instruction: DelegateCall) -> None:

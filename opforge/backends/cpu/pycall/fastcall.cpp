@@ -6,7 +6,8 @@
 // A Call object stands for one engine bound to one method instance (engine.Binding). Called
 // with the method's input tuple it checks each input against the bound dtype and shape (an
 // exact ndarray, C-contiguous, aligned, native byte order), takes the method's busy lock
-// without waiting, allocates the outputs, takes the delegate's lock, points the engine's
+// without waiting, allocates the outputs, takes the delegate's lock, checks under it that
+// the engine was not closed (closing takes the same lock), points the engine's
 // pointer tables at the caller's inputs and the new outputs, runs ofc_execute without the GIL
 // and puts the bound pointers back. It returns the outputs as a tuple, or None when the
 // inputs do not qualify, the method is busy or the engine was closed: the caller's Python
@@ -209,6 +210,15 @@ void release(PyObject* lock) {
   }
 }
 
+// the handle's `closed`: 1 closed, 0 not, -1 an exception
+int handle_closed(PyObject* handle) {
+  PyObject* closed = PyObject_GetAttr(handle, s_closed);
+  if (!closed) return -1;
+  const int is_closed = PyObject_IsTrue(closed);
+  Py_DECREF(closed);
+  return is_closed;
+}
+
 bool qualifies(PyObject* a, const Spec& spec) {
   if (!PyArray_CheckExact(a)) return false;
   auto* arr = reinterpret_cast<PyArrayObject*>(a);
@@ -238,14 +248,6 @@ PyObject* Call_call(Call* self, PyObject* args, PyObject* kwargs) {
   if ((size_t)PyTuple_GET_SIZE(inputs) != n_in) Py_RETURN_NONE;
   for (size_t k = 0; k < n_in; ++k)
     if (!qualifies(PyTuple_GET_ITEM(inputs, (Py_ssize_t)k), in_specs[k])) Py_RETURN_NONE;
-  PyObject* closed = PyObject_GetAttr(self->handle, s_closed);
-  if (!closed) return nullptr;
-  const int is_closed = PyObject_IsTrue(closed);
-  Py_DECREF(closed);
-  if (is_closed != 0) {
-    if (is_closed < 0) return nullptr;
-    Py_RETURN_NONE;  // the Python path raises the closed-delegate error
-  }
   const int free_now = acquire(self->busy, false);
   if (free_now <= 0) {
     if (free_now < 0) return nullptr;
@@ -273,6 +275,16 @@ PyObject* Call_call(Call* self, PyObject* args, PyObject* kwargs) {
     release(self->busy);
     if (locked == 0) PyErr_SetString(PyExc_RuntimeError, "the delegate's lock was not taken");
     return nullptr;
+  }
+  // read under the delegate's lock, which closing the delegate takes before it frees the
+  // engine: read before it, a close between the two freed the engine under this call
+  const int is_closed = handle_closed(self->handle);
+  if (is_closed != 0) {
+    Py_DECREF(outputs);
+    release(self->lock);
+    release(self->busy);
+    if (is_closed < 0) return nullptr;
+    Py_RETURN_NONE;  // the Python path raises the closed-delegate error
   }
   for (size_t k = 0; k < n_in; ++k)
     self->ins[k] = PyArray_DATA(reinterpret_cast<PyArrayObject*>(PyTuple_GET_ITEM(inputs, (Py_ssize_t)k)));
