@@ -33,6 +33,7 @@ from opforge.mindspore.attrs import attr_values
 from opforge.mindspore.extra import ExtraObject
 from opforge.mindspore.dtypes import DTYPES, dtype_name
 from opforge.manifest.references import resolve_reference
+from opforge.runtime.limits import MAX_MEMORY_ENV, check_memory
 
 __all__ = ["AotOp", "AotKernel", "NAMESPACE", "dtype_of"]
 
@@ -399,7 +400,17 @@ class AotKernel:
             if status != 0:
                 raise KernelError(f"{where}: {op.symbol}Init returned {status} — valid: 0 — fix: "
                                   "see the kernel's own log for why it refused these shapes")
-            for k, size in enumerate(extra.workspace()):
+            sizes = extra.workspace()
+            # sizes a kernel chose: checked like every allocation made for a program
+            # (load(max_memory=...), OPFORGE_MAX_MEMORY), before any is made
+            check_memory(self.key, f"the workspace {op.symbol}Init asked for with SetWorkSpace "
+                         f"({' + '.join(map(str, sizes))} bytes, {os.path.basename(op.library)})",
+                         sum(sizes), error=KernelError,
+                         fix=f"1. check {op.symbol}Init's SetWorkSpace sizes for these shapes "
+                             f"({', '.join(str(list(s)) for s in shapes)}); 2. if the kernel "
+                             "really needs it, raise the limit: load(..., max_memory=N) or "
+                             f"{MAX_MEMORY_ENV}=N")
+            for k, size in enumerate(sizes):
                 zone = _GuardedBuffer((size,), np.dtype(np.uint8), f"workspace {k}")
                 workspaces.append(zone)
                 arrays.append(zone.view)
@@ -466,8 +477,11 @@ class _GuardedBuffer:
         self.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         self.tail = max(256, min(self.nbytes, 1 << 20))
         self.tail += -self.tail % 8
-        self.buffer = np.empty(self.HEAD + self.nbytes + self.tail + 8, np.uint8)
-        start = -self.buffer.ctypes.data % 64  # the array 64-byte aligned, like MindSpore's
+        # the array 64-byte aligned, like MindSpore's: up to 63 bytes skipped at the start (8
+        # spare bytes were too few: the zone after the array came out up to 55 bytes short,
+        # and the checks then compared memory past the buffer and missed writes there)
+        self.buffer = np.empty(self.HEAD + self.nbytes + self.tail + 63, np.uint8)
+        start = -self.buffer.ctypes.data % 64
         self.buffer = self.buffer[start:start + self.HEAD + self.nbytes + self.tail]
         body = self.buffer[self.HEAD:self.HEAD + self.nbytes]
         self.view = body.view(dtype).reshape(shape)

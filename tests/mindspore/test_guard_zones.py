@@ -61,3 +61,49 @@ def test_a_correct_kernel_is_unaffected(add_lib, shape):
     for _ in range(2):
         kernel(x, x, z)
         np.testing.assert_array_equal(z, x + x)
+
+
+# y[i] for a 5-float output: its guard zones are 64 bytes before it (16 floats) and 256
+# after it (64 floats). Each side at its first and last element and one between: a check of
+# part of a zone (its first byte, the first bytes after the output) misses some of them.
+STRAY = {-1: "wrote 4 byte(s) before its start", -8: "wrote 32 byte(s) before its start",
+         -16: "wrote 64 byte(s) before its start", 5: "wrote at least 4 byte(s) past its end",
+         36: "wrote at least 128 byte(s) past its end", 68: "wrote at least 256 byte(s) past its end"}
+
+
+@pytest.mark.parametrize("index", list(STRAY))
+def test_one_stray_write_anywhere_in_either_guard_zone_is_a_kernel_error(cache, index):
+    from opforge.errors import KernelError
+    from opforge.mindspore import AotKernel, define
+    from opforge.mindspore.compile import compile_library
+
+    lib = compile_library([KERNELS / "bad_writes.cc"], "bad_writes", cache_root=cache)
+    kernel = AotKernel(define(f"{lib}:StrayCustom", lambda x: x, lambda x: x))
+    x = np.array([index, 1, 2, 3, 4], np.float32)
+    y = np.full(5, -1.0, np.float32)
+    with pytest.raises(KernelError) as info:
+        kernel(x, y)
+    side = "before its start" if index < 0 else "past its end"
+    assert STRAY[index] in str(info.value), (
+        f"a write to y[{index}] ({side}) was not reported as {STRAY[index]!r}: {info.value}")
+    assert (y == -1).all()  # the results were discarded
+    # the zones are whole again: a write inside the output is no error, every call
+    for _ in range(2):
+        kernel(np.array([2, 1, 2, 3, 4], np.float32), y)
+        np.testing.assert_array_equal(y, [2, 1, 7, 3, 4])
+
+
+def test_every_guard_zone_is_whole_and_every_output_64_byte_aligned():
+    """Whatever address NumPy hands out, the output starts 64-byte aligned and both zones
+    have their full size (8 spare bytes were too few for the alignment: the zone after the
+    output came out short, and a write at its far end went past the buffer, unseen)."""
+    from opforge.mindspore.op import _GuardedBuffer
+
+    for size in [1, 5, 7, 16, 63, 64, 65, 300, 1000, 5000]:
+        for _ in range(8):  # other addresses
+            zone = _GuardedBuffer((size,), np.dtype(np.float32), "output")
+            assert zone.body_address % 64 == 0
+            assert zone.head_zone.size == zone.HEAD and zone.tail_zone.size == zone.tail, (
+                f"a {size}-float output's zones are {zone.head_zone.size} and "
+                f"{zone.tail_zone.size} bytes, not {zone.HEAD} and {zone.tail}")
+            assert (zone.head_zone == zone.FILL).all() and (zone.tail_zone == zone.FILL).all()

@@ -1,5 +1,6 @@
 // Kernels that write the wrong amount: OverCustom writes 8 elements past its output (a
-// kernel sized by something other than out_shape), UnderCustom writes only the first half.
+// kernel sized by something other than out_shape), UnderCustom writes only the first half,
+// StrayCustom one element where its input says (before its output, or past its end).
 #include <stdint.h>
 
 static int64_t Numel(int ndim, const int64_t* shape) {
@@ -22,5 +23,17 @@ extern "C" int UnderCustom(int nparam, void** params, int* ndims, int64_t** shap
   const float* x = static_cast<const float*>(params[0]);
   float* y = static_cast<float*>(params[1]);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+  return 0;
+}
+
+// StrayCustom copies its input, then writes 7 at y[x[0]]: before its output (a negative
+// index), inside it, or past its end, wherever the input says.
+extern "C" int StrayCustom(int nparam, void** params, int* ndims, int64_t** shapes,
+                           const char** dtypes, void* stream, void* extra) {
+  int64_t n = Numel(ndims[1], shapes[1]);
+  const float* x = static_cast<const float*>(params[0]);
+  float* y = static_cast<float*>(params[1]);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+  y[static_cast<int64_t>(x[0])] = 7.0f;
   return 0;
 }
