@@ -71,6 +71,30 @@ def test_init_workspace_and_attribute(extra_lib):
     np.testing.assert_array_equal(y, x * 2.5)
 
 
+
+def _workspace_kernel(extra_lib, nbytes):
+    return AotKernel(define(f"{extra_lib}:WorkspaceCustom", lambda x: x, lambda x: x, reg_info=(
+        {"op_name": "WorkspaceCustom", "inputs": ["x"], "outputs": ["y"],
+         "attr": [{"name": "bytes", "paramType": "required", "type": "int", "value": nbytes}],
+         "dtype_format": [[["float32", ""]] * 2]})))
+
+
+@pytest.mark.parametrize("nbytes, limit", [(2**62, None), (2**20, 2**16)])
+def test_init_workspace_sizes_count_against_the_memory_limit(extra_lib, monkeypatch, nbytes,
+                                                             limit):
+    # 2**62 bytes: a raw MemoryError before; 1 MiB under a 64 KiB limit: really allocated
+    from opforge.runtime.limits import MAX_MEMORY_ENV
+
+    if limit is not None:
+        monkeypatch.setenv(MAX_MEMORY_ENV, str(limit))
+    x = np.arange(7, dtype=np.float32)
+    with pytest.raises(KernelError, match=rf"WorkspaceCustomInit asked for with SetWorkSpace "
+                                          rf"\({nbytes} bytes, .*needs {nbytes} bytes"):
+        _workspace_kernel(extra_lib, nbytes)(x, np.empty_like(x))
+    y = np.empty_like(x)
+    _workspace_kernel(extra_lib, 1024)(x, y)  # within the limit: runs
+    np.testing.assert_array_equal(y, x)
+
 @pytest.mark.parametrize("make, words", [
     (lambda: (np.ones(3, np.float32), np.ones(3, np.float32), np.empty(4, np.float32)),
      ["output z — found float32[4]", "valid: float32[3]"]),

@@ -1,5 +1,6 @@
 // Test kernels of MindSpore's AOT signature: several outputs, Init with a workspace and an
-// attribute, a kernel that fails, a kernel with a prototype, and a C++ (mangled) name.
+// attribute, a kernel that fails, a kernel with a prototype, a C++ (mangled) name, and an
+// Init asking for any workspace size.
 #include <stdint.h>
 #include <string.h>
 
@@ -104,4 +105,17 @@ extern "C" int BadInitCustomInit(int* ndims, int64_t** shapes, const char** dtyp
 extern "C" int BadInitCustom(int nparam, void** params, int* ndims, int64_t** shapes,
                              const char** dtypes, void* stream, void* extra) {
   return 99;
+}
+
+// WorkspaceCustom(x) -> x: its Init asks SetWorkSpace for `bytes` bytes (an attribute), so
+// a test can ask for more than the memory limit allows (or than any machine has).
+extern "C" int WorkspaceCustomInit(int* ndims, int64_t** shapes, const char** dtypes, AotExtra* extra) {
+  extra->SetWorkSpace({static_cast<size_t>(extra->Attr<int64_t>("bytes"))});
+  return 0;
+}
+
+extern "C" int WorkspaceCustom(int nparam, void** params, int* ndims, int64_t** shapes,
+                               const char** dtypes, void* stream, void* extra) {
+  memcpy(params[1], params[0], Numel(ndims[0], shapes[0]) * sizeof(float));
+  return 0;
 }
