@@ -18,6 +18,7 @@ from torch import nn
 
 from opforge.errors import ExportError
 from opforge.export.diagnostics import user_frame_of_exception
+from opforge.export.fake_check import check_fakes
 from opforge.export.method_graph import InputKind, MethodGraph
 
 __all__ = ["MethodSpec", "method_specs", "capture", "method_graph_from_exported"]
@@ -139,7 +140,11 @@ def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:
     """Run ``torch.export.export`` on one method; user errors become ``ExportError``.
     A method given as an ``ExportedProgram`` is taken as it is."""
     if spec.exported is not None:
-        return _with_dim_names(method_graph_from_exported(spec.name, spec.exported), None)
+        method = method_graph_from_exported(spec.name, spec.exported)
+        example = getattr(spec.exported, "example_inputs", None)  # (args, kwargs) or None
+        if example is not None and not example[1]:
+            check_fakes(method, example[0])
+        return _with_dim_names(method, None)
     module = spec.module
     was_training = module.training
     try:
@@ -163,6 +168,7 @@ def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:
     finally:
         module.train(was_training)
     method = method_graph_from_exported(spec.name, exported)
+    check_fakes(method, spec.example_inputs)  # a wrong fake would plan wrong shapes
     if isinstance(module, _BoundMethod):  # model.decode's buffers are model's: 'cache', not 'owner.cache'
         method.notes["buffer_prefix"] = "owner."
         method.notes["buffer_names"] = {p: name.removeprefix("owner.")

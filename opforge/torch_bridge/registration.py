@@ -26,7 +26,8 @@ from opforge.errors import KernelError, RegistrationError
 from opforge.manifest import OpDef, resolve_reference
 from opforge.schema import BaseType, FunctionSchema, ListType
 
-__all__ = ["register", "registered_ops", "set_out_kernel", "is_registered", "registered_opdef"]
+__all__ = ["register", "registered_ops", "set_out_kernel", "has_out_kernel", "is_registered",
+           "registered_opdef"]
 
 _TENSOR, _TENSOR_LIST = BaseType("Tensor"), ListType(BaseType("Tensor"))
 
@@ -129,6 +130,12 @@ def set_out_kernel(name: str, kernel: Callable | None) -> None:
         _OUT_KERNELS.pop(name, None)
     else:
         _OUT_KERNELS[name] = kernel
+
+
+def has_out_kernel(name: str) -> bool:
+    """Is a kernel bound to op ``name`` by :func:`set_out_kernel` (its eager outputs are
+    then allocated from the fake's shapes)?"""
+    return name in _OUT_KERNELS
 
 
 def _default_fake(opdef: OpDef) -> Callable:
