@@ -117,10 +117,16 @@ def generate(program: str, prompt_ids: list[int] | None, prompt_text: str | None
         console.print(f"text: {text!r}", soft_wrap=True)
     style = "yellow" if result.stop_reason == "capacity" else "green"
     console.print(f"[{style}]{result.message}[/{style}]", soft_wrap=True)
+    if result.decode_steps:
+        decode = (f"decode: {result.decode_steps} tokens in {result.decode_seconds * 1e3:.1f} ms "
+                  f"({result.decode_tokens_per_s:.1f} tokens/s)")
+    elif result.stop_reason == "capacity":
+        decode = (f"decode: none — the cache is full: the prompt filled its {result.capacity} "
+                  "positions, so no token was decoded (the one new token is the prefill's)")
+    else:
+        decode = "decode: none — the prefill's token was the last one (no decode call ran)"
     console.print(f"prefill: {len(result.prompt)} tokens in {result.prefill_seconds * 1e3:.1f} "
-                  f"ms ({result.prefill_tokens_per_s:.1f} tokens/s); decode: "
-                  f"{result.decode_steps} tokens in {result.decode_seconds * 1e3:.1f} ms "
-                  f"({result.decode_tokens_per_s:.1f} tokens/s)"
+                  f"ms ({result.prefill_tokens_per_s:.1f} tokens/s); {decode}"
                   + (" (profiling: every instruction timed)" if profile else ""),
                   soft_wrap=True)
     if profile:

@@ -48,6 +48,10 @@ class Sampler:
         if top_k is not None and (type(top_k) is not int or top_k < 1):
             raise GenerationError(f"`{api}(top_k=...)`: found {top_k!r} — valid: an integer "
                                   ">= 1, or None for the whole vocabulary — fix: e.g. 40")
+        if seed is not None and (type(seed) is not int or seed < 0):
+            raise GenerationError(f"`{api}(seed=...)`: found {seed!r} — valid: an integer >= 0 "
+                                  "(NumPy's generators take no negative seed), or None for a "
+                                  "fresh one each run — fix: e.g. --seed 0")
         self.temperature = float(temperature)
         self.top_k = top_k
         self.seed = seed

@@ -48,7 +48,7 @@ def test_temperature_sharpens_the_distribution():
 @pytest.mark.parametrize("options, message", [
     ({"temperature": -0.5}, "temperature"), ({"temperature": float("nan")}, "temperature"),
     ({"temperature": float("inf")}, "temperature"), ({"top_k": 0}, "top_k"),
-    ({"top_k": 2.5}, "top_k"),
+    ({"top_k": 2.5}, "top_k"), ({"seed": -1}, "seed=...\\)`: found -1"), ({"seed": 1.5}, "seed"),
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(GenerationError, match=message):

@@ -59,6 +59,16 @@ def test_capacity_and_end_token_messages(decoder_file):
     assert code == 0 and f"stopped at end token {eos}" in text, text
 
 
+
+def test_a_prompt_that_fills_the_cache_says_so_instead_of_decoding_zero_tokens(decoder_file):
+    code, text = _cli("generate", decoder_file, "--prompt-ids", ",".join(map(str, range(48))))
+    assert code == 0, text
+    assert "decode: none — the cache is full: the prompt filled its 48 positions, so no " \
+           "token was decoded" in text, text
+    assert "0.0 tokens/s" not in text
+    code, text = _cli("generate", decoder_file, "--prompt-ids", "1,2", "--max-new-tokens", 1)
+    assert code == 0 and "decode: none — the prefill's token was the last one" in text, text
+
 @pytest.mark.parametrize("args, message", [
     (("--prompt-ids", "5,64"), "found [64] — valid: token ids, integers in [0, 64)"),
     (("--prompt-ids", "5,x"), "token ids separated by commas or spaces"),
@@ -66,6 +76,8 @@ def test_capacity_and_end_token_messages(decoder_file):
     ((), "exactly one of them"),
     (("--prompt", "hello"), "--prompt TEXT needs --tokenizer"),
     (("--prompt-ids", "1", "--method", "nope"), "method 'nope' — not in the program"),
+    (("--prompt-ids", "1", "--temperature", "0.7", "--seed", "-1"),
+     "Sampler(seed=...)`: found -1 — valid: an integer >= 0"),
 ])
 def test_bad_input_is_refused(decoder_file, args, message):
     code, text = _cli("generate", decoder_file, *args)
