@@ -13,10 +13,15 @@ read and reordered twice. Instead (ExecuTorch's named data map does the same):
                    view per key, so every delegate reading a key sees the same address
                    (what lets a backend share work per weight, e.g. reordered layouts)
 
-Keys are content addresses (``sha256:`` and the bytes' hex digest): equal bytes get one key
-whichever method, delegate or parameter name they came from, and a key never names two
-different contents. A blob is untrusted: a key it names may be missing from the program,
-which ``get`` answers with ``None`` for the backend to refuse.
+Keys are content addresses (``sha256:`` and the hex digest of the bytes, after their
+layout when the backend gives one: ``float32[64,48]``): equal tensors get one key whichever
+method, delegate or parameter name they came from, a key never names two different
+contents, and equal bytes read as two dtypes or shapes get two keys. So every reader of one
+key reads one tensor: export checks that the blobs agree on each key's layout
+(``check_layouts``), and at load ``get(key, layout)`` refuses a reader whose layout differs
+from the first one's (a file altered to share a key between two layouts; the bytes' size
+alone matched before). A blob is untrusted: a key it names may be missing from the
+program, which ``get`` answers with ``None`` for the backend to refuse.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-__all__ = ["NamedDataStore", "NamedDataMap", "SharedResources", "KEY_PREFIX", "aligned"]
+__all__ = ["NamedDataStore", "NamedDataMap", "SharedResources", "KEY_PREFIX", "aligned", "layout",
+           "check_layouts"]
 
 KEY_PREFIX = "sha256:"
 
@@ -34,16 +40,47 @@ class NamedDataStore:
 
     def __init__(self) -> None:
         self.entries: dict[str, bytes] = {}
+        self.layouts: dict[str, str] = {}  # key → the layout it was stored with, if given
 
-    def add(self, data: bytes | bytearray | memoryview) -> str:
-        """Store ``data`` (once per content) and return its key."""
+    def add(self, data: bytes | bytearray | memoryview, layout: str | None = None) -> str:
+        """Store ``data`` (once per content and ``layout``, e.g. ``layout("float32",
+        (64, 48))``) and return its key."""
         import hashlib  # export only: a loaded program never hashes (and never loads libcrypto)
 
         view = memoryview(data).cast("B")
-        key = KEY_PREFIX + hashlib.sha256(view).hexdigest()
+        digest = hashlib.sha256()
+        if layout is not None:
+            digest.update(layout.encode() + b"\0")
+        digest.update(view)
+        key = KEY_PREFIX + digest.hexdigest()
         if key not in self.entries:
             self.entries[key] = bytes(view)
+            if layout is not None:
+                self.layouts[key] = layout
         return key
+
+
+def layout(dtype: str, shape) -> str:
+    """How a tensor's bytes are read: ``float32[64,48]`` (a scalar: ``float32[]``)."""
+    return f"{dtype}[{','.join(str(int(d)) for d in shape)}]"
+
+
+def check_layouts(readers) -> None:
+    """Export's check across every delegate's ``NamedDataStore.layouts`` (``(what,
+    layouts)`` pairs): one layout per key, so that the delegates sharing a key read one
+    tensor."""
+    from opforge.errors import ExportError
+
+    seen: dict[str, tuple[str, str]] = {}
+    for what, layouts in readers:
+        for key, found in layouts.items():
+            first = seen.setdefault(key, (found, what))
+            if first[0] != found:
+                raise ExportError(
+                    f"`opforge.export`: named data {key[:80]!r} — {what} stores it as {found}, "
+                    f"{first[1]} as {first[0]} — valid: one dtype and shape per key — fix: this "
+                    "is a backend bug (its preprocess must pass each tensor's layout to "
+                    "NamedDataStore.add); report it with the model")
 
 
 class NamedDataMap:
@@ -54,15 +91,30 @@ class NamedDataMap:
     def __init__(self, program: Any) -> None:
         self._segments = {n.key: program.segments[n.segment].data for n in program.named_data}
         self._views: dict[str, memoryview] = {}
+        self._layouts: dict[str, tuple[str, str]] = {}  # key → (layout, its first reader)
         self._lock = threading.Lock()
+        self.reader = "a delegate"  # who reads through this map (``for_reader``)
 
     def __len__(self) -> int:
         return len(self._segments)
 
-    def get(self, key: str) -> memoryview | None:
+    def for_reader(self, reader: str) -> "NamedDataMap":
+        """This map (the same views and layouts) as ``reader`` reads it: what its error
+        messages call the delegate reading through it (e.g. ``delegates[1] ('cpu')``)."""
+        import copy
+
+        view = copy.copy(self)  # shares the tables and the lock
+        view.reader = reader
+        return view
+
+    def get(self, key: str, layout: str | None = None, where: str = "") -> memoryview | None:
         """The bytes named ``key``, or None when the program has no such key. A segment of
         a mapped file is aligned already; one that is not (a program built in memory) is
-        copied once, so every caller gets the same aligned view."""
+        copied once, so every caller gets the same aligned view.
+
+        ``layout`` (``layout(dtype, shape)``): how the caller reads them; a key read with
+        another layout than its first reader's is refused with ``BackendError`` (``where``
+        names the caller's tensor in the message)."""
         with self._lock:
             view = self._views.get(key)
             if view is None:
@@ -70,6 +122,17 @@ class NamedDataMap:
                 if data is None:
                     return None
                 view = self._views[key] = aligned(data, self.ALIGNMENT)
+            if layout is not None:
+                reader = f"{self.reader}{' ' + where if where else ''}"
+                first = self._layouts.setdefault(key, (layout, reader))
+                if first[0] != layout:
+                    from opforge.errors import BackendError
+
+                    raise BackendError(
+                        f"named data {key[:80]!r} — {reader} reads it as {layout}, {first[1]} "
+                        f"as {first[0]} — valid: one dtype and shape per key (export stores "
+                        "a key per layout) — fix: re-export the program; this one was altered "
+                        "or corrupted")
             return view
 
 

@@ -178,6 +178,7 @@ class Delegate(ExportPass):
                     if (position := state.get(placeholder.name)) is not None}
                 lowered.op_nodes = subgraph.op_nodes
                 lowered.named_data = subgraph.named_data.entries  # stored once by emit
+                lowered.named_layouts = subgraph.named_data.layouts  # checked by emit
                 self._replace(method, nodes, [o for _, o in runtime_inputs], list(outputs), lowered)
                 lowered.report = {
                     "backend": backend.name, "nodes": len(lowered.nodes), "ops": ops,

@@ -23,6 +23,7 @@ from opforge.export.memory_planning import DEFAULT_ALIGNMENT, align_up
 from opforge.export.method_graph import InputKind, MethodGraph, is_alloc
 from opforge.export.out_variants import bind_arguments
 from opforge.export.delegation import METADATA_KEY
+from opforge.backends.named_data import check_layouts
 from opforge.export.lowered import DelegateOut
 from opforge.export.debug_table import DebugTable
 from opforge.program.debug import DEBUG_KEY, DebugInfo
@@ -79,11 +80,13 @@ class _Delegates:
         self.blobs: list[tuple[str, bytes, tuple]] = []
         self.index: dict[int, int] = {}
         self.named: dict[str, bytes] = {}
+        self.lowered: list[Any] = []
 
     def add(self, lowered: Any) -> int:
         if id(lowered) not in self.index:
             self.blobs.append((lowered.backend, lowered.blob, lowered.specs))
             self.index[id(lowered)] = len(self.blobs) - 1
+            self.lowered.append(lowered)
             getattr(lowered, "report", {})["delegate"] = len(self.blobs) - 1
             for key, data in getattr(lowered, "named_data", {}).items():
                 self.named.setdefault(key, data)  # keys are content addresses
@@ -94,6 +97,8 @@ class _Delegates:
         segments = tuple(Segment(blob) for _, blob, _ in self.blobs)
         delegates = tuple(DelegateBlob(backend, first_segment + i, specs)
                           for i, (backend, _, specs) in enumerate(self.blobs))
+        check_layouts((f"delegate {self.index[id(lowered)]} ({lowered.backend!r})",
+                       getattr(lowered, "named_layouts", {})) for lowered in self.lowered)
         first_named = first_segment + len(segments)
         named = tuple(NamedData(key, first_named + i) for i, key in enumerate(self.named))
         return segments + tuple(Segment(data) for data in self.named.values()), delegates, named

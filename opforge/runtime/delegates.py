@@ -146,8 +146,10 @@ class DelegateSet:
                 own = [(k, v) for k, v in blob.compile_specs if not k.startswith("opforge.")]
                 specs = decode_specs(blob.id, backend.compile_spec_defs, own)
                 data = program.segments[blob.segment].data
+                reader = dataclasses.replace(context, named_data=self.named_data.for_reader(
+                    f"delegates[{index}] ({blob.id!r})"))
                 try:
-                    handle = backend.init(data, specs, context)
+                    handle = backend.init(data, specs, reader)
                 except BackendError as e:
                     raise BackendError(f"`{api}`: delegates[{index}] ({blob.id!r}, "
                                        f"{data.nbytes} bytes) refused: {e}") from None

@@ -251,3 +251,76 @@ def test_a_version_6_table_in_a_version_5_file_is_not_read():
     struct.pack_into("<I", data, 40, zlib.crc32(metadata))  # a consistent header otherwise
     with pytest.raises(ProgramError):
         from_bytes(bytes(data))
+
+
+# --- one layout per key (issue 43 item 6) -------------------------------------------------------
+
+class _SameBytes(torch.nn.Module):
+    """Two weights of equal bytes (4 KiB of ones each) read with different shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.square = torch.nn.Parameter(torch.ones(32, 32), requires_grad=False)
+        self.wide = torch.nn.Parameter(torch.ones(16, 64), requires_grad=False)
+
+    def forward(self, x):
+        return x @ self.square, x.reshape(8, 16) @ self.wide
+
+
+def test_equal_bytes_read_as_two_shapes_get_two_keys_and_run():
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(2))
+    model = _SameBytes().eval()
+    program = from_bytes(to_bytes(_quiet_export(model, (x,))))
+    refs = [t["named"] for p in _blob_plans(program) for t in p["tensors"] if "named" in t]
+    assert len(refs) == 2 and refs[0][0] != refs[1][0]  # one key per layout
+    assert len(program.named_data) == 2
+    got = load(program).method("forward")(x.numpy())
+    with torch.no_grad():
+        for g, w in zip(got, model(x)):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _retype(plan, key, dtype=None, dims=None):
+    t = next(t for t in plan["tensors"] if "named" in t and t["named"][0] == key)
+    if dtype is not None:
+        t["dtype"] = dtype
+    if dims is not None:
+        t["dims"], t["strides"] = dims, [int(np.prod(dims[k + 1:])) for k in range(len(dims))]
+
+
+@pytest.mark.parametrize("change, found", [
+    (dict(dtype=3), r"int32\[\d+,\d+\]"),  # the bytes of a float32 weight read as int32
+    (dict(dims=None), r"float32\[\d+,\d+\]"),  # the same bytes as another shape
+])
+def test_a_key_read_with_another_dtype_or_shape_than_its_first_reader_is_refused(change, found):
+    """Delegate 1's blob altered to read a weight delegate 0 also reads as another dtype or
+    shape of the same byte size: refused at load, naming both readers (only the byte size
+    was compared before)."""
+    program, _ = _two_methods(_Mlp().eval())
+    plans = _blob_plans(program)
+    key, _ = _first_named(plans[1])["named"]
+    first = next(t for t in plans[0]["tensors"] if "named" in t and t["named"][0] == key)
+    if "dims" in change:
+        change = dict(dims=list(reversed(first["dims"])))
+    data = bytes(program.segments[program.delegates[1].segment].data)
+    hostile = _with_blob(program, 1, _reseal(data, lambda p: _retype(p, key, **change)))
+    with pytest.raises(BackendError, match=(
+            rf"delegates\[1\] .*named data '{key[:20]}.* delegates\[1\] \('cpu'\) \(cpu blob "
+            rf"tensors\[\d+\]\) reads it as {found}, delegates\[0\] \('cpu'\) \(cpu blob "
+            rf"tensors\[\d+\]\) as float32\[.*one dtype and shape per key.*re-export")):
+        load(hostile)
+
+
+def test_named_data_stores_a_key_per_layout_and_export_refuses_two_layouts_for_one_key():
+    from opforge.backends.named_data import NamedDataStore, check_layouts, layout
+    from opforge.errors import ExportError
+
+    store = NamedDataStore()
+    data = bytes(range(256)) * 16
+    a, b = store.add(data, layout("float32", (32, 32))), store.add(data, layout("int32", (1024,)))
+    assert a != b and store.add(data, "float32[32,32]") == a and len(store.entries) == 2
+    assert store.add(data) not in (a, b)  # no layout: the bytes' own hash, as before
+    check_layouts([("delegate 0", {a: "float32[32,32]"}), ("delegate 1", {a: "float32[32,32]"})])
+    with pytest.raises(ExportError, match=r"named data 'sha256:.* delegate 1 stores it as "
+                       r"int32\[1024\], delegate 0 as float32\[32,32\]"):
+        check_layouts([("delegate 0", {a: "float32[32,32]"}), ("delegate 1", {a: "int32[1024]"})])

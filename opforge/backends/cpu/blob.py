@@ -47,6 +47,8 @@ MAX_TENSORS = 1 << 20
 MAX_RANK = 8
 DTYPES = {0, 1, 2, 3, 4, 6, 7, 11}
 ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 6: 4, 7: 8, 11: 1}
+DTYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 6: "float32",
+               7: "float64", 11: "bool"}
 ROLES = ("input", "output", "const", "temp", "alias", "dead", "state")
 OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
             "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
@@ -65,7 +67,7 @@ def encode(plan, named_data=None) -> bytes:
     for t in plan.tensors:
         offset, key = None, None
         if t.data is not None and named_data is not None and len(t.data) >= NAMED_MIN_BYTES:
-            key = named_data.add(t.data)
+            key = named_data.add(t.data, _layout(t))
         elif t.data is not None:
             data += bytes(_align(len(data)) - len(data))
             offset = len(data)
@@ -89,6 +91,20 @@ def encode(plan, named_data=None) -> bytes:
     crc = zlib.crc32(text + bytes(data))
     version = version_for(tensors)
     return HEADER.pack(MAGIC, version, len(text), len(data), crc, 0) + text + pad + bytes(data)
+
+
+def _layout(t) -> str:
+    """A lowering tensor's layout as ``named_layout`` writes it."""
+    j = t.as_json(None)
+    return named_layout(j["dtype"], j["dims"])
+
+
+def named_layout(dtype: int, dims: list) -> str:
+    """How a named constant's bytes are read (``named_data.layout``): its dtype and dims,
+    which every reader of its key must share."""
+    from opforge.backends.named_data import layout
+
+    return layout(DTYPE_NAMES.get(dtype, f"dtype{dtype}"), dims)
 
 
 def version_for(tensors: list) -> int:

@@ -284,7 +284,11 @@ class EngineHandle:
             offset, nbytes = t["data"]  # checked against the data size by blob.parse
             return blob.ctypes.data + offset, nbytes, None
         key, nbytes = t["named"]
-        view = named.get(key) if named is not None else None
+        from opforge.backends.cpu.blob import named_layout
+
+        # every reader of a key reads one tensor: the first reader's dtype and dims
+        view = named.get(key, named_layout(t["dtype"], t["dims"]), f"(cpu blob tensors[{i}])") \
+            if named is not None else None
         if view is None or view.nbytes != nbytes:
             found = "is missing from the program" if view is None else f"holds {view.nbytes} bytes"
             raise BackendError(f"cpu backend blob: tensors[{i}] names constant {key[:80]!r} of "
