@@ -201,6 +201,7 @@ def with_dims(method: str, entry: tuple, dims: tuple[str, ...], api: str = _API)
     inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
     shapes: list[dict] = [{} for _ in inputs]
     made: dict[str, Any] = {}
+    ranges: dict[str, tuple[int, int | None]] = {}
     for text in dims:
         parts = text.split(":")
         try:
@@ -213,11 +214,50 @@ def with_dims(method: str, entry: tuple, dims: tuple[str, ...], api: str = _API)
                 f"{api}: --dim {text!r} (method {method!r}) — valid: INPUT:DIM:NAME:MIN:MAX with "
                 f"INPUT in 0..{len(inputs) - 1} and NAME an identifier — fix: e.g. --dim 0:0:batch:1:64"
             ) from None
+        _check_dim(api, method, text, inputs[position], position, dim, name, low, high)
+        if ranges.setdefault(name, (low, high)) != (low, high):
+            first = ranges[name]
+            raise ExportError(
+                f"{api}: --dim {text!r} (method {method!r}) — {name!r} is already in "
+                f"[{first[0]}, {'inf' if first[1] is None else first[1]}] — valid: one range per "
+                "name (dimensions sharing a name are one size) — fix: give both the same "
+                "MIN:MAX, or another NAME")
         if name not in made:
             made[name] = (torch.export.Dim(name, min=low) if high is None
                           else torch.export.Dim(name, min=low, max=high))
         shapes[position][dim] = made[name]
     return (module, inputs, tuple(s or None for s in shapes))
+
+
+def _check_dim(api: str, method: str, text: str, value: Any, position: int, dim: int,
+               name: str, low: int, high: int | None) -> None:
+    """One ``--dim``'s DIM, MIN and MAX against the example input it names."""
+    import torch
+
+    where = f"{api}: --dim {text!r} (method {method!r})"
+    if not isinstance(value, torch.Tensor):
+        raise ExportError(f"{where} — input {position} is a {type(value).__name__}, not a tensor "
+                          "— valid: the number of a tensor input — fix: count the tensor inputs "
+                          "from 0")
+    if not 0 <= dim < value.dim():
+        raise ExportError(
+            f"{where} — DIM {dim}, but input {position} has {value.dim()} dimension(s) (shape "
+            f"{tuple(value.shape)}) — valid: DIM in 0..{value.dim() - 1} — fix: e.g. --dim "
+            f"{position}:{max(value.dim() - 1, 0)}:{name}:{low}:{'inf' if high is None else high}")
+    if low < 0 or (high is not None and high < low):
+        fix = (f"swap them: --dim {position}:{dim}:{name}:{high}:{low}" if low >= 0 else
+               f"a size is never negative: --dim {position}:{dim}:{name}:0:"
+               f"{'inf' if high is None else max(high, 0)}")
+        raise ExportError(
+            f"{where} — MIN {low}, MAX {'inf' if high is None else high} — valid: 0 <= MIN <= "
+            f"MAX (or MAX 'inf') — fix: {fix}")
+    size = value.shape[dim]
+    if size < low or (high is not None and size > high):
+        raise ExportError(
+            f"{where} — the example input {position} has size {size} in dimension {dim}, "
+            f"outside [{low}, {'inf' if high is None else high}] — valid: a range holding the "
+            f"example's size — fix: widen the range to hold {size}, or export with an example "
+            "of a size inside it")
 
 
 def _compile_specs(items: tuple[str, ...], op_packages: str | None,

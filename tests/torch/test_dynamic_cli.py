@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from click.testing import CliRunner
 
 from opforge.cli import cli
+from opforge.errors import ExportError
 from opforge.program import load as load_file
 
 FACTORY = '''
@@ -63,6 +65,24 @@ def test_bad_dim_option_is_an_export_error(tmp_path):
     code, text = _cli("export", f"{tmp_path}/factory.py:mlp", "-o", tmp_path / "x.opf", "--dim", "0:0:1batch")
     assert code != 0 and "INPUT:DIM:NAME:MIN:MAX" in text
 
+
+
+@pytest.mark.parametrize("dim, message", [
+    ("0:0:s:8:1", "MIN 8, MAX 1 — valid: 0 <= MIN <= MAX (or MAX 'inf') — fix: swap them: "
+                  "--dim 0:0:s:1:8"),
+    ("0:0:s:-1:8", "MIN -1, MAX 8 — valid: 0 <= MIN <= MAX"),
+    ("0:5:s:1:8", "DIM 5, but input 0 has 2 dimension(s) (shape (3, 4)) — valid: DIM in 0..1"),
+    ("0:0:s:4:8", "the example input 0 has size 3 in dimension 0, outside [4, 8]"),
+])
+def test_a_dim_that_does_not_fit_the_example_is_one_clear_error(tmp_path, dim, message):
+    (tmp_path / "factory.py").write_text(FACTORY)
+    result = CliRunner().invoke(cli, ["export", f"{tmp_path}/factory.py:mlp", "-o",
+                                      str(tmp_path / "x.opf"), "--dim", dim])
+    # an OpforgeError: `opforge` prints it as one line (no traceback, no torch.export text)
+    assert isinstance(result.exception, ExportError), repr(result.exception)
+    text = str(result.exception)
+    assert f"--dim '{dim}' (method 'forward') — {message}" in text, text
+    assert "torch.export failed" not in text and "\n" not in text
 
 def test_factory_may_return_dynamic_shapes(tmp_path):
     (tmp_path / "factory.py").write_text(FACTORY)
