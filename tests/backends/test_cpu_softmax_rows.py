@@ -162,3 +162,27 @@ def test_exp_within_two_ulps(monkeypatch):
     assert (got[:, 0] == 1).all()
     ref = np.exp(t.astype(np.float64))
     assert (np.abs(got[:, 1:] - ref) / ref).max() <= 2.4e-7
+
+
+@pytest.mark.parametrize("n", [17, 20, 31, 33, 47, 1000])
+@pytest.mark.parametrize("high", [40.0, 1e4])
+def test_a_rows_max_in_its_tail_is_its_max(capability, n, high):
+    """Rows longer than 16 whose max is in the tail (the lanes past the last whole 16), far
+    above everything before it: the max pass must cover the tail too. (A row shorter than 16
+    is all tail, so a max pass over whole 16s alone gives -inf there and the row goes to the
+    exact loop: only longer rows can show it.) Softmax of such a row is ~1 at that element
+    and ~exp(-high) elsewhere; with the body's max instead, exp(x - max) > 1 there."""
+    rng = np.random.default_rng(n)
+    rows = 6
+    a = rng.standard_normal((rows, n)).astype(np.float32)
+    full = n - n % 16
+    at = [full + r % (n - full) for r in range(rows)]  # each tail position, the last too
+    at[-1] = n - 1
+    for r, j in enumerate(at):
+        a[r, j] = np.float32(high + r)
+    got, _ = _softmax(a, 1, False)
+    for r, j in enumerate(at):
+        assert got[r].argmax() == j and abs(float(got[r, j]) - 1.0) < 1e-5, (
+            f"row {r} of {n}: its max {a[r, j]} at {j}, in the tail past lane {full}, got "
+            f"softmax {got[r, j]!r} there (float64: ~1), the row's largest at {got[r].argmax()}")
+    _check(got, a, 1, safe=False)
