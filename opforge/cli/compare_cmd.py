@@ -100,6 +100,8 @@ def _compare_model(target, inputs, against, rtol, atol, min_sqnr, scheme, librar
     if inputs and len(inputs) != len(example):
         raise click.ClickException(f"{_API}: --inputs — found {len(inputs)} file(s) — valid: "
                                    f"{len(example)}, one per model input — fix: pass them in order")
+    if inputs:
+        _check_model_takes(model, inputs, example)
     if against is None:
         from opforge.backends.cpu.engine import missing
 
@@ -107,6 +109,31 @@ def _compare_model(target, inputs, against, rtol, atol, min_sqnr, scheme, librar
     return run_compare(model, inputs or list(example), against=against.split(","), rtol=rtol,
                        atol=atol, min_sqnr=min_sqnr, scheme=scheme, kernels=libraries,
                        on_step=step)
+
+
+def _check_model_takes(model, inputs, example) -> None:
+    """Run the model once on the --inputs: inputs it refuses (a wrong shape) are one clear
+    error here, not a torch.export failure deep in the comparison."""
+    import numpy as np
+    import torch
+
+    def shown(values) -> str:
+        return ", ".join(f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}"
+                         if hasattr(v, "shape") else type(v).__name__ for v in values)
+
+    given = [torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
+             for a in inputs]
+    buffers = {name: b.clone() for name, b in model.named_buffers()}  # a cache stays as it is
+    try:
+        with torch.no_grad():
+            torch.func.functional_call(model, buffers, tuple(given))
+    except Exception as exc:  # noqa: BLE001 - whatever the model raises on these inputs
+        reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise click.ClickException(
+            f"{_API}: --inputs ({shown(inputs)}) — the model refuses them: "
+            f"{type(exc).__name__}: {reason} — valid: inputs the model runs on, like its "
+            f"example inputs ({shown(example)}) — fix: pass .npy files of those shapes and "
+            "dtypes, in input order") from None
 
 
 def _compare_program(target, inputs, against, rtol, atol, libraries, method_name, seed):

@@ -8,6 +8,7 @@ flow → ``torch.cond``, unsupported Python → non-strict mode).
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 
 from dataclasses import dataclass
@@ -127,13 +128,25 @@ def method_specs(
     return specs
 
 
+def _not_a_meta_failure(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("failed while attempting to run meta")
+
+
 @contextlib.contextmanager
 def quiet_torch_internals():
     """torch 2.13 warns about its own pytree internals on every export and decomposition;
-    the warning is not about the user's model, so it is not shown to them."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec.*", category=FutureWarning)
-        yield
+    the warning is not about the user's model, so it is not shown to them. And when an op
+    refuses its fake inputs (a shape mismatch), torch logs ~20 lines of traceback before
+    raising the error that capture turns into one ExportError: that log is dropped too."""
+    fake_tensor_log = logging.getLogger("torch._subclasses.fake_tensor")
+    fake_tensor_log.addFilter(_not_a_meta_failure)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec.*",
+                                    category=FutureWarning)
+            yield
+    finally:
+        fake_tensor_log.removeFilter(_not_a_meta_failure)
 
 
 def capture(spec: MethodSpec, *, strict: bool = False) -> MethodGraph:

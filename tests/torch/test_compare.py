@@ -186,3 +186,23 @@ def test_cli_compares_a_program_file_and_refuses_unknown_runs(inputs, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "opforge", "compare", str(stripped)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode != 0 and "no debug table" in proc.stderr
+
+
+def test_cli_inputs_the_model_refuses_are_one_clear_error(tmp_path):
+    factory = tmp_path / "chain_model.py"
+    factory.write_text(
+        "import torch\n"
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_compare import Chain\n"
+        "def make():\n"
+        "    return Chain(), (torch.randn(4, 16),)\n")
+    np.save(tmp_path / "wrong.npy", np.ones((4, 15), np.float32))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{Path(__file__).parent}"}
+    proc = subprocess.run([sys.executable, "-m", "opforge", "compare", f"{factory}:make",
+                           "--inputs", str(tmp_path / "wrong.npy")], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode != 0
+    assert "--inputs (float32[4, 15]) — the model refuses them: RuntimeError: " in proc.stderr
+    assert "like its example inputs (float32[4, 16])" in proc.stderr
+    # one message: no torch log of the failing meta kernel, no traceback before it
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

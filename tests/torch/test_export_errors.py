@@ -176,3 +176,15 @@ def test_buffer_update_becomes_program_state():
 
     program = export(Train(), X)
     assert [slot.name for slot in program.method("forward").state] == ["count"]
+
+
+def test_an_op_refusing_its_fake_inputs_is_one_error_without_torchs_log(capfd):
+    # torch logs ~20 lines of traceback ("failed while attempting to run meta for
+    # aten.mm.default") before raising what capture turns into one ExportError
+    class Mismatch(torch.nn.Module):
+        def forward(self, x):
+            return x @ torch.ones(4, 8)
+
+    with pytest.raises(ExportError, match="torch.export failed: RuntimeError"):
+        export(Mismatch(), (torch.randn(3, 5),))
+    assert "failed while attempting to run meta" not in capfd.readouterr().err
