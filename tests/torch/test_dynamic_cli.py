@@ -60,6 +60,20 @@ def test_export_dim_inspect_and_run_at_several_sizes(tmp_path):
     assert code != 0 and "batch in [1, 32]" in text
 
 
+def test_a_wrong_input_count_shows_dynamic_shapes_by_their_symbols_and_ranges(tmp_path):
+    (tmp_path / "factory.py").write_text(FACTORY)
+    out = tmp_path / "mlp.opf"
+    code, text = _cli("export", f"{tmp_path}/factory.py:mlp", "-o", out, "--dim", "0:0:batch:1:32", "-q")
+    assert code == 0, text
+    np.save(tmp_path / "x.npy", np.ones((3, 4), np.float32))
+    code, text = _cli("run", out, "--input", tmp_path / "x.npy", "--input", tmp_path / "x.npy")
+    assert code != 0
+    assert "valid: exactly 1 (float32 of shape (batch, 4) with batch in [1, 32])" in text, text
+    assert "(32, 4)" not in text  # the upper bound the arena is planned for
+    np.save(tmp_path / "i.npy", np.ones((3, 4), np.int64))
+    code, text = _cli("run", out, "--input", tmp_path / "i.npy")
+    assert code != 0 and "valid: float32 of shape (batch, 4) with batch in [1, 32]" in text, text
+
 def test_bad_dim_option_is_an_export_error(tmp_path):
     (tmp_path / "factory.py").write_text(FACTORY)
     code, text = _cli("export", f"{tmp_path}/factory.py:mlp", "-o", tmp_path / "x.opf", "--dim", "0:0:1batch")
