@@ -70,12 +70,11 @@ def _print(data: dict, path: str, show_values: bool) -> None:
     from rich.table import Table
 
     from opforge.cli.tables import table_console
+    from opforge.program.describe import data_sizes
 
     console = table_console()
     console.print(f"[bold]{escape(path)}[/bold] — format {data['format_version']}, "
-                  f"{len(data['methods'])} method(s), constants {data['constant_bytes']} bytes"
-                  + (f", named data {data['named_bytes']} bytes in {len(data['named_data'])} "
-                     "segment(s) shared by the delegates" if data.get("named_data") else ""))
+                  f"{len(data['methods'])} method(s), {data_sizes(data)}")
     for method in data["methods"]:
         plan = method["memory_plan"]
         console.rule(f"method [bold]{escape(method['name'])}[/bold]")

@@ -153,8 +153,11 @@ def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str 
         return
     console = table_console()
     result.report.print_table(console)
-    size = sum(s.nbytes for s in program.segments)
-    console.print(f"wrote {output} ({scheme}, constants {size:,} bytes)")
+    from opforge.program.describe import data_sizes, describe
+
+    # the same breakdown as `opforge inspect`: the segments summed would count the delegate
+    # blobs and the named data they share as "constants"
+    console.print(f"wrote {output} ({scheme}, {data_sizes(describe(program))})")
     if backends:
         from opforge.cli.delegation_view import print_delegation
         from opforge.export import delegation_report

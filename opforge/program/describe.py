@@ -12,7 +12,7 @@ from opforge.program.values import (
     TensorListValue, TensorValue,
 )
 
-__all__ = ["describe"]
+__all__ = ["describe", "data_sizes"]
 
 
 def describe(program: Program) -> dict:
@@ -44,6 +44,24 @@ def describe(program: Program) -> dict:
                            if 0 <= i < len(program.segments)),
     }
 
+
+def data_sizes(described: dict) -> str:
+    """What a program's data segments hold, from :func:`describe`'s summary: constants
+    (the methods' own), named data (shared by delegates) and delegate blobs — one text for
+    ``opforge inspect`` and ``opforge quantize``, so that the two never disagree.
+
+    >>> data_sizes({"constant_bytes": 0, "named_bytes": 4096, "named_data": [{}, {}],
+    ...             "delegate_bytes": 7208, "delegates": [{}]})
+    'constants 0 bytes, named data 4,096 bytes in 2 segment(s) shared by the delegates, 1 delegate blob(s) 7,208 bytes'
+    """
+    text = f"constants {described['constant_bytes']:,} bytes"
+    if described.get("named_data"):
+        text += (f", named data {described['named_bytes']:,} bytes in "
+                 f"{len(described['named_data'])} segment(s) shared by the delegates")
+    if described.get("delegates"):
+        text += (f", {len(described['delegates'])} delegate blob(s) "
+                 f"{described['delegate_bytes']:,} bytes")
+    return text
 
 def _method(program: Program, method: Method) -> dict:
     calls = Counter(i.op for i in method.instructions if type(i) is KernelCall)

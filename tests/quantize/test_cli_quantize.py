@@ -176,3 +176,21 @@ def test_a_dynamic_dim_lets_calibration_samples_differ_there(tmp_path):
     method = load_program(str(out)).method("forward")
     for rows in (1, 9, 16):  # one program, any row count in the range
         assert method(rng.standard_normal((rows, 64)).astype(np.float32))[0].shape[0] == rows
+
+
+def test_quantize_and_inspect_report_the_same_constants(tmp_path, calibration):
+    """With the cpu backend the weights live in named data and a delegate blob: quantize
+    counted all of it as "constants" (31,784 bytes) where inspect said 0."""
+    from opforge.backends.cpu.engine import missing
+
+    if missing() is not None:
+        pytest.skip(f"cpu backend: {missing()}")
+    out = tmp_path / "m.opf"
+    result = CliRunner().invoke(cli, ["quantize", "opforge.examples.zoo:mlp", "--calibration",
+                                      str(calibration), "--backend", "cpu", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    wrote = next(line for line in result.output.splitlines() if line.startswith("wrote "))
+    shown = CliRunner().invoke(cli, ["inspect", str(out)])
+    summary = shown.output.splitlines()[0].split(" method(s), ", 1)[1]
+    assert summary.startswith("constants 0 bytes, named data ") and "delegate blob(s)" in summary
+    assert wrote == f"wrote {out} (8a8w, {summary})", (wrote, summary)
