@@ -43,11 +43,16 @@ def signature(manifest: str, ops: tuple[str, ...], stub: str | None, as_json: bo
             raise click.ClickException(f"`opforge signature --stub`: {os_error_text(e, stub, 'write')}")
     if as_json:
         click.echo(json.dumps([{"declaration": d.text, "without_context": d.without_context,
-                                "serves": list(d.ops)} for d in decls], indent=2))
+                                "serves": list(d.ops),
+                                "renamed": [{"schema": old, "cpp": new, "why": why}
+                                            for old, new, why in d.renamed]}
+                               for d in decls], indent=2))
         return
     for d in decls:
         for served in d.ops:
             click.echo(f"// {served}")
+        if d.renamed_note:
+            click.echo(f"// {d.renamed_note}")
         click.echo(d.text + ";")
         click.echo("")
     if stub:

@@ -35,7 +35,7 @@ from opforge.errors import BuildError
 from opforge.manifest import OpDef
 from opforge.schema import Argument, BaseType, FunctionSchema, ListType, OptionalType
 
-__all__ = ["CppArg", "CppSignature", "cpp_signature"]
+__all__ = ["CppArg", "CppSignature", "cpp_signature", "renamed_parameters"]
 
 _T = "opforge::"
 # base type name -> (C++ type, kind, unboxing expression of `a`, the opforge_arg)
@@ -164,6 +164,9 @@ def _cpp_arg(opdef: OpDef, arg: Argument, is_out: bool) -> CppArg:
     raise _unsupported(opdef, arg)
 
 
+# Names the generated glue's own code uses in the scope where it calls the kernel (the
+# context `ctx`, the ABI's argument array `args`, loop and count variables): a schema
+# argument of one of these names becomes the parameter `name_`.
 _RESERVED = {"ctx", "args", "a", "c", "n"}
 
 
@@ -172,3 +175,24 @@ def _cpp_ident(name: str) -> str:
     from opforge.manifest.model import _CPP_KEYWORDS
 
     return f"{name}_" if name in _CPP_KEYWORDS or name in _RESERVED else name
+
+
+def renamed_parameters(opdef: OpDef) -> list[tuple[str, str, str]]:
+    """``(schema name, C++ parameter name, why)`` of each argument of ``opdef``'s out
+    overload whose C++ parameter is not named as in the schema.
+
+    >>> from opforge.manifest import parse_manifest
+    >>> op = parse_manifest("- func: t::f.out(Tensor a, Tensor new, *, Tensor(a!) out) -> Tensor(a!)", "t.yaml")[0]
+    >>> [(old, new) for old, new, _ in renamed_parameters(op)]
+    [('a', 'a_'), ('new', 'new_')]
+    """
+    from opforge.manifest.model import _CPP_KEYWORDS
+
+    renamed = []
+    for arg in opdef.out.arguments.flat:
+        cpp = _cpp_ident(arg.name)
+        if cpp != arg.name:
+            why = ("C++ keywords" if arg.name in _CPP_KEYWORDS else
+                   "names the generated glue uses where it calls the kernel")
+            renamed.append((arg.name, cpp, why))
+    return renamed

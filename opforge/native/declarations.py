@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from opforge.native.abi import KIND_OUT
 from opforge.native.codegen import kernel_entries
-from opforge.native.cpp_signature import CppSignature
+from opforge.native.cpp_signature import CppSignature, renamed_parameters
 from opforge.manifest import OpDef
 
 __all__ = ["KernelDeclaration", "declarations", "render_stub"]
@@ -34,6 +34,20 @@ class KernelDeclaration:
 
     signature: CppSignature
     ops: tuple[str, ...]  # "my_ops::mul3.out [default] (my_ops.yaml:8)"
+    # (schema name, C++ name, why) of each parameter not named as in the schema: `a` → `a_`
+    renamed: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def renamed_note(self) -> str | None:
+        """``renamed: a → a_ (a name the generated glue uses ...)``, or None: the C++
+        parameters must not shadow the glue's own names or be C++ keywords."""
+        if not self.renamed:
+            return None
+        by_reason: dict[str, list[str]] = {}
+        for old, new, why in self.renamed:
+            by_reason.setdefault(why, []).append(f"{old} → {new}")
+        return "renamed: " + "; ".join(f"{', '.join(pairs)} ({why})"
+                                       for why, pairs in by_reason.items())
 
     @property
     def text(self) -> str:
@@ -48,15 +62,17 @@ class KernelDeclaration:
 def declarations(opdefs: list[OpDef], ops: tuple[str, ...] = ()) -> list[KernelDeclaration]:
     """The kernels ``opdefs`` bind, once each, optionally only for op names in ``ops``
     (``"my_ops::mul3"`` or ``"mul3"``)."""
-    found: dict[tuple[str, str], tuple[CppSignature, list[str]]] = {}
+    found: dict[tuple[str, str], tuple[CppSignature, list[str], list]] = {}
     for entry in kernel_entries(opdefs):
         name = entry.op
         if ops and name not in ops and name.split("::")[-1] not in ops:
             continue
         marker = (entry.sig.qualified, entry.sig.params(False, False))
-        signature, served = found.setdefault(marker, (entry.sig, []))
+        signature, served, renamed = found.setdefault(marker, (entry.sig, [], []))
         served.append(f"{entry.key} [{entry.dtype_key}] ({entry.source})")
-    return [KernelDeclaration(sig, tuple(served)) for sig, served in found.values()]
+        renamed += [r for r in renamed_parameters(entry.opdef) if r not in renamed]
+    return [KernelDeclaration(sig, tuple(served), tuple(renamed))
+            for sig, served, renamed in found.values()]
 
 
 def _stub_body(signature: CppSignature, served: tuple[str, ...]) -> list[str]:

@@ -101,3 +101,24 @@ def test_build_manifest_errors_name_opforge_build(tmp_path):
         build_library(bad, [tmp_path / "k.cpp"], tmp_path / "libk.so")
     assert str(info.value).startswith("`opforge build`: "), str(info.value)
     assert "unknown key 'colour'" in str(info.value)
+
+
+def test_signature_says_why_it_renamed_a_parameter(tmp_path):
+    """`opforge signature` printed `a_` for a schema argument `a` without a word (issue 43,
+    item 7): `a` is a name the generated glue uses, `new` a C++ keyword."""
+    import json
+
+    from click.testing import CliRunner
+
+    from opforge.cli import cli
+
+    manifest = tmp_path / "ren.yaml"
+    manifest.write_text("- func: ren::f.out(Tensor a, Tensor x, float new, *, Tensor(a!) out) "
+                        "-> Tensor(a!)\n  kernels: [{arg_meta: null, kernel_name: custom::f_out}]\n")
+    result = CliRunner().invoke(cli, ["signature", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert ("// renamed: a → a_ (names the generated glue uses where it calls the kernel); "
+            "new → new_ (C++ keywords)") in result.output, result.output
+    assert "const opforge::Tensor& a_, const opforge::Tensor& x, double new_" in result.output
+    data = json.loads(CliRunner().invoke(cli, ["signature", str(manifest), "--json"]).output)
+    assert [r["schema"] for r in data[0]["renamed"]] == ["a", "new"]
