@@ -22,6 +22,7 @@ from opforge.errors import ProgramError
 from opforge.program import _format as F
 from opforge.program._errors import program_error, with_api
 from opforge.program._reader import Reader
+from opforge.program.file_guard import FileWatch
 from opforge.program.model import (
     DelegateBlob, DelegateCall, Free, KernelCall, MemoryPlan, Method, Move, NamedData, Operator,
     Program, Segment,
@@ -64,8 +65,9 @@ def load(path: str | os.PathLike, *, allow_unplanned: bool = False) -> Program:
     """Map the file at ``path`` read-only, decode and verify it.
 
     Constants are never copied: ``Segment.data`` are views into the mapping, which lives as
-    long as any of them. The file must not be modified in place while loaded (``save``
-    replaces files atomically, which is safe).
+    long as any of them. Replace a loaded file by renaming a new one over it (``save``
+    does): a file changed in place while loaded (``cp new.opf old.opf``) is refused by the
+    runtime's next call with ``ProgramError``, never a crash (``file_guard.py``).
     """
     api = f"opforge.program.load({os.fspath(path)!r})"
     try:
@@ -75,7 +77,7 @@ def load(path: str | os.PathLike, *, allow_unplanned: bool = False) -> Program:
                 raise program_error("file", "an empty file (0 bytes)",
                                     f"a program file of at least {F.HEADER_SIZE} bytes",
                                     "the export did not finish; re-export the model")
-            mapping = ProgramMapping.of(f.fileno())
+            mapping = ProgramMapping.of(f.fileno(), os.fspath(path))
         return _decode(memoryview(mapping).toreadonly(), allow_unplanned)
     except ProgramError as e:
         raise with_api(api, e) from None
@@ -86,15 +88,19 @@ def load(path: str | os.PathLike, *, allow_unplanned: bool = False) -> Program:
 class ProgramMapping(mmap.mmap):
     """A program file mapped read-only, with ``fd``: the file itself, open for as long as
     the mapping lives (a backend may read a constant's bytes with ``os.pread`` instead of
-    through the mapping, so that they never become the process's resident pages)."""
+    through the mapping, so that they never become the process's resident pages), and
+    ``watch``: what the file was at load, for the runtime to notice a change under it
+    (``file_guard.py``: a file changed in place after load is refused, never a crash)."""
 
     fd: int
+    watch: FileWatch
 
     @classmethod
-    def of(cls, fileno: int) -> "ProgramMapping":
+    def of(cls, fileno: int, path: str = "") -> "ProgramMapping":
         mapping = cls(fileno, 0, access=mmap.ACCESS_READ)
         mapping.fd = os.dup(fileno)  # close-on-exec, as every descriptor Python makes
         weakref.finalize(mapping, os.close, mapping.fd)
+        mapping.watch = FileWatch(mapping, mapping.fd, path or f"<fd {fileno}>")
         return mapping
 
 

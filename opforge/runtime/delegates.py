@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 from opforge.errors import BackendError, ProgramError
 from opforge.program import ConstantStorage, DelegateCall, Program, TensorValue
+from opforge.program.file_guard import watch_of
 from opforge.program.verify_symbolic import state_values
 
 __all__ = ["DelegateSet", "DelegateKernel", "IO_INPUTS", "IO_OUTPUTS"]
@@ -124,6 +125,11 @@ class DelegateSet:
         self.locks: list[threading.Lock] = []
         used = {ins.delegate for m in program.methods for ins in m.instructions
                 if type(ins) is DelegateCall}
+        # the backends read the program's file at init: guarded, and checked after
+        # (opforge/program/file_guard.py)
+        watch = watch_of(program)
+        if watch is not None:
+            watch.guard()
         try:
             for index, blob in enumerate(program.delegates):
                 if index not in used:
@@ -157,6 +163,8 @@ class DelegateSet:
                 self.handles.append(handle)
                 self.io.append(io)
                 self.locks.append(threading.Lock())
+            if watch is not None:
+                watch.check(api, "its delegates cannot be initialised from it")
         except BaseException:
             self.close()
             raise

@@ -49,6 +49,7 @@ from opforge.program import (
     BoolValue, DoubleValue, Free, IntValue, KernelCall, Method as MethodDef, Move,
     Program, TensorValue,
 )
+from opforge.program.file_guard import watch_of
 from opforge.program.symbolic import growing_values
 from opforge.runtime.arena import ValueTable, allocate_arenas, tensor_dtype
 from opforge.runtime.direct import call_direct, direct_calls
@@ -125,6 +126,15 @@ class Method:
                          if self._dynamic and growing_values(method) else None)
         self._values = self._base_values = self._value_table(program, method)
         self._program = program
+        # the file the constants are read from, if any: a call refuses it once it changed
+        # (opforge/program/file_guard.py); _fault_flag: the guard's flag, read per call
+        self._file = watch_of(program)
+        self._fault_flag = None
+        self._call_api = f"{api}({self.name!r})(...)"  # (what a call's errors name)
+        if self._file is not None:
+            self._file.guard()
+            self._file.check(f"{api}({self.name!r})")
+            self._fault_flag = self._file._flag
         # a dynamic method binds per input shape (``_select``); a static one once, here
         self._instruction_index, self._op_names, self._kernels = [], [], []
         self._bound = [] if self._dynamic else self._bind_all(method)
@@ -290,6 +300,8 @@ class Method:
         if native is not None:
             outputs = native(inputs)  # None: inputs it does not take, or a busy instance
             if outputs is not None:
+                if self._fault_flag is not None and self._fault_flag.value:
+                    self._file.check_faulted(self._call_api)
                 return outputs
         if not self._busy.acquire(False):
             raise self._concurrent()
@@ -299,9 +311,14 @@ class Method:
             self._busy.release()
 
     def _call(self, inputs: tuple, views: bool) -> tuple:
+        file = self._file
+        if file is not None:
+            file.check(self._call_api, now=False)
         if self._direct is not None and len(inputs) == self._fast_count:
             result = call_direct(self, inputs)
             if result is not None:
+                if file is not None:
+                    file.check_faulted(self._call_api)
                 return result
         if len(inputs) == self._fast_count:
             for a, (slot, dtype, shape) in zip(inputs, self._fast_inputs):
@@ -318,10 +335,14 @@ class Method:
             for fn, args in self._bound:
                 fn(*args)
         except Exception as e:
+            if file is not None:  # a kernel failing on the zeros a truncated file reads as
+                file.check_faulted(self._call_api)
             raise self._kernel_error(fn, args, e) from e  # noqa: F821 (bound in the loop)
         finally:
             if saved:
                 threads.exit(saved)
+        if self._fault_flag is not None and self._fault_flag.value:
+            file.check_faulted(self._call_api)
         if views:
             return self._output_views
         return self._copy_outputs()
@@ -334,6 +355,9 @@ class Method:
         if not self._busy.acquire(False):
             raise self._concurrent()
         try:
+            file = self._file
+            if file is not None:
+                file.check(self._call_api)
             if self._dynamic:
                 self._select(tuple(inputs))
             self._load_inputs_slow(tuple(inputs))
@@ -344,6 +368,8 @@ class Method:
             finally:
                 if saved:
                     threads.exit(saved)
+            if file is not None:
+                file.check_faulted(self._call_api)
             if views:
                 return self._output_views
             return self._copy_outputs()
