@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-__all__ = ["TinyDecoder", "greedy_decode", "export_decoder"]
+__all__ = ["TinyDecoder", "greedy_decode", "export_decoder", "tiny_decoder"]
 
 
 class RMSNorm(nn.Module):
@@ -131,6 +131,17 @@ def greedy_decode(step: Callable, prompt: Sequence[int], new_tokens: int) -> lis
         tokens.append(call(torch.tensor([tokens[-1]]), torch.tensor([position])))
         position += 1
     return tokens
+
+
+def tiny_decoder() -> tuple[TinyDecoder, tuple[torch.Tensor, torch.Tensor]]:
+    """A factory for ``opforge export``: the model and a 3-token example
+    (``tokens``, ``positions``). The sequence is made dynamic on the command line, the
+    same name on both inputs (docs/generation.md, "Exporting a decoder")::
+
+        opforge export opforge.examples.decoder:tiny_decoder -o decoder.opf \\
+            --dim 0:0:seq:1:48 --dim 1:0:seq:1:48
+    """
+    return TinyDecoder().eval(), (torch.tensor([1, 2, 3]), torch.arange(3))
 
 
 def export_decoder(model: TinyDecoder, **kwargs):

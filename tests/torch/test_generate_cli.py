@@ -135,3 +135,35 @@ def test_without_tokenizers_text_is_refused_with_the_fix(decoder_file, tmp_path)
     code, text = _cli("generate", decoder_file, "--tokenizer", tmp_path / "tokenizer.json",
                       "--prompt", "hello")
     assert code != 0 and "pip install 'opforge[text]'" in text, text
+
+
+def test_the_documented_decoder_export_commands_run(tmp_path, monkeypatch):
+    """docs/generation.md, "Exporting a decoder from the command line": every `opforge`
+    command there runs as written (the factory file written from the page), and each
+    generate continues the eager model's greedy tokens."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from opforge.backends.cpu.engine import missing
+    from opforge.examples.decoder import TinyDecoder, greedy_decode
+
+    page = (Path(__file__).parents[2] / "docs" / "generation.md").read_text()
+    section = page.split("## Exporting a decoder from the command line", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    for language, body in blocks:
+        if language == "python" and body.startswith("# my_decoder.py"):
+            (tmp_path / "my_decoder.py").write_text(body)
+    commands = [line for language, body in blocks if language == "bash"
+                for line in body.splitlines() if line.startswith("opforge ")]
+    assert len(commands) == 6 and (tmp_path / "my_decoder.py").is_file()
+    monkeypatch.chdir(tmp_path)
+    model = TinyDecoder().eval()
+    expected = " ".join(map(str, greedy_decode(lambda t, p: model(t, p), [5, 9, 1, 3], 8)))
+    for command in commands:
+        if "--backend cpu" in command and missing() is not None:
+            continue
+        code, text = _cli(*shlex.split(command)[1:])
+        assert code == 0, (command, text)
+        if command.startswith("opforge generate"):
+            assert f"generated (8 tokens): {expected}" in text, (command, text)
