@@ -110,22 +110,45 @@ def check_fakes(method: MethodGraph, example_inputs: tuple | None, *,
 
 def _graph_inputs(method: MethodGraph, example_inputs: tuple) -> list | None:
     """The graph's placeholder values: the example inputs' leaves for the user inputs,
-    the method's constants (parameters, buffers) for the rest; None if they do not match."""
+    the method's constants (parameters, buffers) for the rest; None if they do not match.
+    A placeholder the graph writes (a KV cache's ``index_copy_``: torch.export's graph
+    keeps in-place updates of buffers) is given a copy, so the model is left as it was."""
     leaves = torch.utils._pytree.tree_leaves(tuple(example_inputs))
     placeholders = method.placeholders()
     users = [n for n in placeholders if method.input_kinds.get(n.name) == InputKind.USER]
     if len(leaves) != len(users):
         return None
+    written = _written_placeholders(method.graph)
     given = iter(leaves)
     values = []
     for node in placeholders:
         if method.input_kinds.get(node.name) == InputKind.USER:
-            values.append(next(given))
+            value = next(given)
         elif node.name in method.constants:
-            values.append(method.constants[node.name])
+            value = method.constants[node.name]
         else:
             return None
+        values.append(value.clone() if node in written and isinstance(value, torch.Tensor)
+                      else value)
     return values
+
+
+def _written_placeholders(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """Placeholders an in-place op writes, directly or through views of them."""
+    written = set()
+    for node in graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        for argument, value in zip(target._schema.arguments, node.args):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            while isinstance(value, torch.fx.Node) and value.op == "call_function" and \
+                    isinstance(value.target, torch._ops.OpOverload) and value.target.is_view:
+                value = value.args[0]
+            if isinstance(value, torch.fx.Node) and value.op == "placeholder":
+                written.add(value)
+    return written
 
 
 def _meta(value: Any) -> tuple | None:

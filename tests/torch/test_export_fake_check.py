@@ -145,3 +145,20 @@ def test_a_graph_without_custom_ops_runs_nothing_eagerly(monkeypatch):
 
     monkeypatch.setattr(fake_check, "_RealRun", refuse)
     export(torch.nn.Linear(16, 4), (X,))
+
+
+def test_the_check_leaves_the_models_buffers_as_they_were():
+    # torch.export's graph updates a cache buffer in place (index_copy_): interpreting it
+    # on the model's own buffers would write them
+    class Cached(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(8, 16))
+
+        def forward(self, x, positions):
+            self.cache.index_copy_(0, positions, x)  # before the custom op: the check runs it
+            return torch.ops.fake_check_test.gelu_mul_ok(self.cache, self.cache)
+
+    model = Cached()
+    export(model, (X, torch.arange(6)))
+    assert not model.cache.any()
