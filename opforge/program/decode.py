@@ -99,7 +99,9 @@ class ProgramMapping(mmap.mmap):
     def of(cls, fileno: int, path: str = "") -> "ProgramMapping":
         mapping = cls(fileno, 0, access=mmap.ACCESS_READ)
         mapping.fd = os.dup(fileno)  # close-on-exec, as every descriptor Python makes
-        weakref.finalize(mapping, os.close, mapping.fd)
+        # closed with the mapping, but not at exit: a daemon thread may still read through it
+        # (and a number closed early could be reused for another file)
+        weakref.finalize(mapping, os.close, mapping.fd).atexit = False
         mapping.watch = FileWatch(mapping, mapping.fd, path or f"<fd {fileno}>")
         return mapping
 

@@ -154,7 +154,8 @@ class FileWatch:
         self._flag = ctypes.c_int32.from_address(lib.ofg_flag(slot))
         # the slot is freed with the mapping (a finalizer of the mapping runs after
         # munmap; the guard then maps nothing over an address no mapping of ours holds)
-        weakref.finalize(mapping, lib.ofg_remove, slot)
+        # not at exit: the mapping outlives the finalizers there, for a daemon thread's call
+        weakref.finalize(mapping, lib.ofg_remove, slot).atexit = False
 
     def faulted(self) -> bool:
         """A read of the mapping faulted: the file was truncated under it."""
@@ -185,8 +186,11 @@ class FileWatch:
                 if t - self._checked < FSTAT_EVERY_NS:
                     return
                 self._checked = t
-            st = os.fstat(self.fd)
-            if st.st_mtime_ns == self._mtime and st.st_size == self.size:
+            try:
+                st = os.fstat(self.fd)
+            except OSError:
+                st = None  # (changed() says why)
+            if st is not None and st.st_mtime_ns == self._mtime and st.st_size == self.size:
                 return
         raise self.error(api, self.changed() or "changed", doing)
 

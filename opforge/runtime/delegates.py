@@ -23,9 +23,9 @@ kernel instructions of different instances still run in parallel.
 #   close()  marks the set closing, then per delegate waits for the call in flight (up to
 #            CLOSE_WAIT_S) and destroys the handle; a later call is refused by the backend
 #            (its handle is closed)
-#   exit     the same, waiting up to EXIT_WAIT_S, and the lock is never released: a call
-#            started after that waits for the end of the process instead of finding its
-#            handle gone
+#   exit     the same, waiting up to EXIT_WAIT_S; a daemon thread's later call, refused
+#            (its handle is closed), waits for the end of the process instead of raising
+#            (``_park_at_exit``), and the main thread's (an atexit function's) raises
 #   timeout  a call still running (a daemon thread stuck in a long call): its handle, the
 #            shared resources and everything they reference are leaked on purpose (a
 #            reference never dropped), so the running call keeps valid memory until the
@@ -69,6 +69,15 @@ def _exiting() -> bool:
 # they run once that one is registered before this one (the throwaway instance ensures it)
 weakref.finalize(_exit, lambda: None)
 atexit.register(_exit.set)
+
+
+def _park_at_exit() -> None:
+    """A daemon thread whose call failed once the interpreter is exiting (its delegate was
+    destroyed at exit) waits for the end of the process instead of raising: the error would
+    only print a traceback from a thread that is about to be ended anyway. Any other caller
+    (the main thread in an atexit function, any thread before exit) gets the error."""
+    if _exiting() and threading.current_thread().daemon:
+        threading.Event().wait()
 
 
 def _leak(*objects: Any) -> None:
@@ -188,8 +197,7 @@ class DelegateSet:
                 try:
                     backend.destroy(handle)
                 finally:
-                    if not exiting:  # at exit: held, so no later call starts
-                        lock.release()
+                    lock.release()
         finally:
             if leaked:
                 _leak(shared, *leaked)
@@ -240,14 +248,22 @@ class DelegateSet:
         run = backend.bind(handle, arrays[:n_in], arrays[n_in:])
 
         def call() -> None:
-            with lock:
-                run()
+            try:
+                with lock:
+                    run()
+            except BackendError:
+                _park_at_exit()
+                raise
         call.delegate_run = run  # the unlocked call, for a backend's own benchmarks
         direct = getattr(run, "direct", None)
         if direct is not None:  # the backend runs a call on other arrays (Method's direct path)
             def call_direct(inputs: list, outputs: list) -> None:
-                with lock:
-                    direct(inputs, outputs)
+                try:
+                    with lock:
+                        direct(inputs, outputs)
+                except BackendError:
+                    _park_at_exit()
+                    raise
             call.direct = call_direct
         native = getattr(run, "native_call", None)
         if native is not None:  # the same on an extension's call object: no Python per call

@@ -131,3 +131,29 @@ def test_close_from_another_thread_while_calling_in_a_loop(program, monkeypatch,
     worker.join(30)
     assert not worker.is_alive() and calls[0] >= 1
     assert len(errors) == 1 and "closed" in str(errors[0])
+
+
+def test_a_call_from_an_atexit_function_after_the_delegates_are_destroyed_is_refused(program):
+    """An atexit function registered before the program was loaded runs after the exit
+    finalizer destroyed its delegates: its call is refused (no hang on the delegate's lock,
+    no freed engine)."""
+    code = textwrap.dedent("""
+        import atexit, sys
+        import numpy as np
+        from opforge.errors import OpforgeError
+        holder = {}
+        def late():
+            try:
+                holder["m"](np.ones((256, 512), np.float32))
+                print("ran")
+            except OpforgeError as e:
+                print("refused", "closed" in str(e))
+        atexit.register(late)
+        from opforge.runtime import load
+        holder["m"] = load(sys.argv[1]).method("forward")
+        holder["m"](np.ones((256, 512), np.float32))
+    """)
+    done = subprocess.run([sys.executable, "-c", code, str(program)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "refused True", (done.stdout, done.stderr[-2000:])
