@@ -1,10 +1,12 @@
 """``opforge.export.export``: a PyTorch model → a verified ``Program``.
 
-    method specs → capture (torch.export) → run_front (passes to a functional graph, every
-    method) → run_back (delegation, out variants, memory plan) → kernel check → emit → verify
+    method specs → capture (torch.export, then each custom op's fake against its real
+    implementation) → run_front (passes to a functional graph, every method) → run_back
+    (delegation, out variants, memory plan) → kernel check → emit → verify
 
-The kernel check runs before emission, so a program that would die on the device with
-"missing operator" is never produced (unless ``allow_missing``).
+The fake check (``fake_check.py``) runs right after capture, since every shape planned
+later comes from the fakes. The kernel check runs before emission, so a program that would
+die on the device with "missing operator" is never produced (unless ``allow_missing``).
 """
 
 from __future__ import annotations
