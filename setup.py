@@ -1,6 +1,8 @@
 """The package build's native steps: the cpu backend's engine, compiled when opforge is
 installed (a wheel, ``pip install .``, ``pip install -e .``), so a deploy machine needs no
-compiler, and the extension that calls it from Python (opforge/backends/cpu/fastcall.py). Everything else is in pyproject.toml; why setuptools' build_ext, and how the
+compiler, the extension that calls it from Python (opforge/backends/cpu/fastcall.py), and
+the program-file guard (opforge/program/file_guard.py: a SIGBUS handler, so that a loaded
+file truncated on disk is a ProgramError). Everything else is in pyproject.toml; why setuptools' build_ext, and how the
 installed engine is found and checked, is in opforge/backends/cpu/engine_build.py.
 
 Without oneDNN's headers or a C++ compiler the step is skipped with a message (the lean
@@ -23,6 +25,8 @@ HERE = Path(__file__).resolve().parent
 ENGINE = "opforge.backends.cpu._engine.libopforge_cpu"
 # The Extension that stands for the call extension: _engine/_fastcall.<hash><EXT_SUFFIX>
 FASTCALL = "opforge.backends.cpu._engine._fastcall"
+# The Extension that stands for the file guard: opforge/program/_guard/opforge_file_guard.<hash>.so
+GUARD = "opforge.program._guard.opforge_file_guard"
 
 
 def _load(name: str):
@@ -39,6 +43,14 @@ def _engine_build():
     return _load("engine_build")
 
 
+def _file_guard():
+    path = HERE / "opforge" / "program" / "file_guard.py"
+    spec = importlib.util.spec_from_file_location("_opforge_file_guard", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _fastcall_name() -> str:
     import numpy
 
@@ -53,11 +65,15 @@ class BuildEngine(build_ext):
             return os.path.join(*fullname.split(".")[:-1], _engine_build().installed_name())
         if fullname in (FASTCALL, FASTCALL.rpartition(".")[2]):
             return os.path.join(*fullname.split(".")[:-1], _fastcall_name())
+        if fullname in (GUARD, GUARD.rpartition(".")[2]):
+            return os.path.join(*fullname.split(".")[:-1], _file_guard().installed_name())
         return super().get_ext_filename(fullname)
 
     def build_extension(self, ext):
         if ext.name == FASTCALL:
             return self._build_fastcall(ext)
+        if ext.name == GUARD:
+            return self._build_guard(ext)
         if ext.name != ENGINE:
             return super().build_extension(ext)
         eb = _engine_build()
@@ -90,6 +106,20 @@ class BuildEngine(build_ext):
             return
         print(f"opforge: built the cpu backend's call extension {built}", file=sys.stderr)
 
+    def _build_guard(self, ext):
+        """The program-file guard; without it the runtime compiles it on first use, or
+        runs without it (a file truncated under a call then ends the process)."""
+        fg = _file_guard()
+        out = Path(self.get_ext_fullpath(ext.name)).parent
+        try:
+            built = fg.build(out)
+        except fg.GuardBuildError as e:
+            print(f"opforge: the program-file guard was not built ({e}); it will be compiled "
+                  "on first use where a compiler is present", file=sys.stderr)
+            self._skipped_guard = True
+            return
+        print(f"opforge: built the program-file guard {built}", file=sys.stderr)
+
     def copy_extensions_to_source(self):
         """In place (``pip install -e .``): into the checkout's _engine/, replacing engines
         built from older sources."""
@@ -104,6 +134,12 @@ class BuildEngine(build_ext):
             for old in folder.glob("_fastcall.*"):
                 if old.name != _fastcall_name():
                     old.unlink()
+        guards = HERE / "opforge" / "program" / "_guard"
+        guards.mkdir(exist_ok=True)
+        if not getattr(self, "_skipped_guard", False):
+            for old in guards.glob("opforge_file_guard.*.so"):
+                if old.name != _file_guard().installed_name():
+                    old.unlink()
         super().copy_extensions_to_source()
 
     def get_outputs(self):
@@ -114,12 +150,15 @@ class BuildEngine(build_ext):
         if getattr(self, "_skipped_fastcall", False):
             outputs = [o for o in outputs if not (Path(o).parent.name == "_engine"
                                                   and Path(o).name.startswith("_fastcall"))]
+        if getattr(self, "_skipped_guard", False):
+            outputs = [o for o in outputs if not (Path(o).parent.name == "_guard")]
         return outputs
 
 
 setup(
     ext_modules=[Extension(ENGINE, optional=True, sources=sorted(
         str(p.relative_to(HERE)) for p in (HERE / "opforge/backends/cpu/native").glob("*.cpp"))),
-                 Extension(FASTCALL, optional=True, sources=["opforge/backends/cpu/pycall/fastcall.cpp"])],
+                 Extension(FASTCALL, optional=True, sources=["opforge/backends/cpu/pycall/fastcall.cpp"]),
+                 Extension(GUARD, optional=True, sources=["opforge/program/file_guard.cpp"])],
     cmdclass={"build_ext": BuildEngine},
 )

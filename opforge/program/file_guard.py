@@ -20,9 +20,12 @@
 #   pages, unchanged. This is the safe way to update a served program.
 #
 # The error names the file and says what to do: load it again; write new files beside the
-# old one and rename them over it. Without a C++ compiler and without an installed guard
-# (``problem()`` says why) only the fstat check runs: a file truncated during a call still
-# ends the process with SIGBUS.
+# old one and rename them over it. The guard is built when opforge is installed (setup.py,
+# into ``_guard/``), else compiled on first use into opforge's cache folder; where neither
+# is possible (``problem()`` says why) only the fstat check runs: a file truncated during a
+# call then still ends the process with SIGBUS.
+#
+# Standard library only at import: setup.py loads this file by path to build the guard.
 """
 
 from __future__ import annotations
@@ -35,19 +38,90 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
-from opforge.errors import ProgramError
-
-__all__ = ["FileWatch", "watch_of", "problem"]
+__all__ = ["FileWatch", "watch_of", "problem", "build", "installed_name", "DISABLE_ENV"]
 
 SOURCE = Path(__file__).resolve().parent / "file_guard.cpp"
 FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O2", "-fvisibility=hidden")
 DISABLE_ENV = "OPFORGE_FILE_GUARD"  # =0: no SIGBUS guard (the fstat check only)
-
+# where the package build (setup.py) puts the guard built for SOURCE
+INSTALL_DIR = Path(__file__).resolve().parent / "_guard"
 # a call's check runs fstat at most this often: ~1 µs in a VM, an eighth of a small lean call
 FSTAT_EVERY_NS = 5_000_000
 
 _lock = threading.Lock()
+_guard_lock = threading.Lock()
 _state: dict = {}  # "lib" and "problem" once decided
+
+
+class GuardBuildError(Exception):
+    """The guard could not be built here (no compiler, a failed compile)."""
+
+
+def _sha256(data: bytes) -> str:
+    try:  # not hashlib: a deploy process does not load OpenSSL to find its libraries
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
+    return sha256(data).hexdigest()
+
+
+def installed_name() -> str:
+    """The guard library's file name for ``SOURCE`` built with ``FLAGS``."""
+    return f"opforge_file_guard.{_sha256(SOURCE.read_bytes() + ' '.join(FLAGS).encode())[:16]}.so"
+
+
+def build(out_dir: Path, cxx: str | None = None) -> Path:
+    """Compile the guard into ``out_dir/installed_name()`` (written whole, then renamed)
+    and remove older builds there: the package build's step (standard library only, as
+    ``setup.py`` loads this file by path)."""
+    import importlib.util
+    import shutil
+
+    compiler = cxx or os.environ.get("CXX") or next(
+        (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    if compiler is None or shutil.which(compiler) is None:
+        raise GuardBuildError("no C++ compiler (c++, g++, clang++ not on PATH)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / installed_name()
+    if target.is_file():
+        return target
+    path = SOURCE.parents[1] / "backends" / "cpu" / "engine_build.py"  # its compile helper
+    spec = importlib.util.spec_from_file_location("_opforge_engine_build", path)
+    engine_build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine_build)
+    return engine_build.compile_into(target, lambda tmp: [compiler, *FLAGS, "-o", tmp, str(SOURCE)],
+                                     GuardBuildError, "opforge_file_guard.*.so")
+
+
+def _built() -> Path:
+    """The guard library for ``SOURCE``: the installed one (``setup.py``), else a verified
+    copy under opforge's cache folder, else compiled now (the development fallback, which
+    needs a compiler) into that folder. Neither lookup imports the toolchain or OpenSSL."""
+    import shutil
+
+    installed = INSTALL_DIR / installed_name()
+    if installed.is_file():
+        return installed
+    root = os.environ.get("OPFORGE_CACHE_DIR")  # opforge.native.cache.cache_dir()
+    folder = (Path(root) if root else Path.home() / ".cache" / "opforge") / "file-guard"
+    copy = folder / installed_name()
+    digest = copy.with_suffix(".sha256")
+    try:
+        if _sha256(copy.read_bytes()) == digest.read_text().strip():
+            return copy
+    except OSError:
+        pass
+    if not any(shutil.which(c) for c in (os.environ.get("CXX") or "c++", "g++", "clang++")):
+        raise GuardBuildError("not installed, and no C++ compiler to build it (c++, g++, "
+                              "clang++ not on PATH) — fix: reinstall opforge (pip install "
+                              "opforge, or pip install -e . in a checkout), which builds it")
+    folder.mkdir(parents=True, exist_ok=True)
+    built = build(folder)
+    tmp = digest.with_name(f".{digest.name}.{os.getpid()}.tmp")
+    tmp.write_text(_sha256(built.read_bytes()))
+    os.replace(tmp, digest)
+    return built
 
 
 def _library():
@@ -58,40 +132,6 @@ def _library():
         if "lib" not in _state:
             _state["lib"], _state["problem"] = _load()
     return _state["lib"]
-
-
-def _built() -> Path:
-    """The guard library for ``SOURCE``: a verified copy under opforge's cache folder, else
-    compiled (once) through the build cache and copied there. The copy spares every later
-    process the toolchain lookup a build-cache hit costs (~0.2 s: it runs the compiler)."""
-    import hashlib
-
-    from opforge.native.cache import cache_dir
-
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]
-    copy = cache_dir() / "file-guard" / f"opforge_file_guard.{key}.so"
-    digest = copy.with_suffix(".sha256")
-    try:
-        if hashlib.sha256(copy.read_bytes()).hexdigest() == digest.read_text().strip():
-            return copy
-    except OSError:
-        pass
-    from opforge.native.shared_library import compile_shared
-
-    built = compile_shared([SOURCE], "opforge_file_guard", flags=list(FLAGS),
-                           kind="program-file-guard", api="opforge program file guard")
-    data = built.read_bytes()
-    try:  # written whole, then renamed: a reader sees the old copy or the new one
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        for target, content in ((copy, data),
-                                (digest, hashlib.sha256(data).hexdigest().encode())):
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(content)
-            os.replace(tmp, target)
-    except OSError:
-        return built  # a read-only cache folder: the build cache's entry serves
-    return copy
 
 
 def _load():
@@ -136,7 +176,12 @@ class FileWatch:
         """Put the mapping under the SIGBUS guard (once; a no-op without one)."""
         if self._guarded:
             return
-        self._guarded = True
+        with _guard_lock:  # methods made in two threads at once: one slot, set when seen
+            if not self._guarded:
+                self._add()
+                self._guarded = True
+
+    def _add(self) -> None:
         mapping = self._mapping()
         lib = _library()
         if lib is None or mapping is None or len(mapping) == 0:
@@ -201,7 +246,9 @@ class FileWatch:
             raise self.error(api, "truncated in place (a read past its new end was stopped)",
                              "this call's results are discarded")
 
-    def error(self, api: str, what: str, doing: str) -> ProgramError:
+    def error(self, api: str, what: str, doing: str):
+        from opforge.errors import ProgramError
+
         return ProgramError(
             f"`{api}`: program file {self.path} — {what} after it was loaded; its constants "
             f"are read from the file, so {doing} — valid: a loaded program's file stays as "

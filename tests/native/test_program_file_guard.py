@@ -167,3 +167,37 @@ def test_without_the_guard_the_fstat_check_still_refuses(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("disabled by OPFORGE_FILE_GUARD=0 | ProgramError"), done.stdout
     assert "truncated or rewritten in place" in done.stdout
+
+
+def test_an_installed_guard_loads_with_no_compiler_and_no_toolchain_import(tmp_path):
+    """What setup.py builds (``file_guard.build`` into ``_guard/``) is what a deploy process
+    loads: no compiler on PATH, an empty cache, and neither OpenSSL nor the toolchain
+    imported to find it."""
+    site = tmp_path / "_guard"
+    built = file_guard.build(site)
+    assert built == site / file_guard.installed_name() and built.is_file()
+    (tmp_path / "bin").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("CXX", "CC", "PATH")}
+    env.update(PATH=str(tmp_path / "bin"), OPFORGE_CACHE_DIR=str(tmp_path / "cache"))
+    code = """
+        import sys
+        from pathlib import Path
+        from opforge.program import file_guard
+        file_guard.INSTALL_DIR = Path(sys.argv[1])
+        problem = file_guard.problem()
+        print(problem, getattr(file_guard._state["lib"], "_name", None))
+        print(" ".join(m for m in ("_hashlib", "opforge.native.toolchain") if m in sys.modules))
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(site)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded, heavy = (done.stdout.splitlines() + [""])[:2]
+    assert loaded == f"None {built}" and heavy == "", done.stdout
+    assert not (tmp_path / "cache").exists()  # nothing compiled or copied
+    # and without it, no compiler: no guard, said why, nothing imported either
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "none")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said, heavy = (done.stdout.splitlines() + [""])[:2]
+    assert said.startswith("GuardBuildError: not installed, and no C++ compiler") and \
+        said.endswith(" None") and heavy == "", done.stdout
