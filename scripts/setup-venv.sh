@@ -19,7 +19,8 @@ install_inputs() {
     # one path a line, sorted: a file added or removed changes the hash too
     local f
     for f in pyproject.toml setup.py setup.cfg MANIFEST.in scripts/setup-venv.sh \
-             opforge/backends/cpu/engine_build.py opforge/backends/cpu/fastcall.py; do
+             opforge/backends/cpu/engine_build.py opforge/backends/cpu/fastcall.py \
+             opforge/program/file_guard.py; do
         if [[ -f "$f" ]]; then echo "$f"; fi
     done
     find opforge -name _engine -prune -o -type f \
