@@ -20,16 +20,16 @@ For each sample (generated from the schema, plus the manifest's ``samples:``), i
 
 A kernel that reports a failure mentioning a dtype does not take that dtype: the sample is
 skipped. Any other failure it reports on a valid sample is counted as refused (shown, not
-a failure) unless the sample is the user's, or the fake disagrees with the reference on it:
-the kernel was handed outputs shaped by that fake, so the refusal (or a crash) is reported
-as the "fake vs real" failure it is. Without a reference the values are checked
+a failure) unless the sample is the user's, or the fake disagrees with the reference on it
+and the kernel, run again on outputs of the reference's shapes, takes the sample: the
+refusal was then the wrong fake's doing, the "fake vs real" failure it is. Without a reference the values are checked
 against nothing: the report says so in ``warnings`` and ``verified`` is False.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -183,6 +183,31 @@ class _Prepared:
     want: list | None  # reference outputs (numpy)
     fake_problem: str | None
     where: str
+    # a kernel that refused outputs shaped by a disagreeing fake, run again on outputs
+    # shaped by the reference (``_retry_with_real_shapes``)
+    retry: object | None = None
+
+
+def _retry_with_real_shapes(kernel, prepared: list, runs: list, timeout: float,
+                            isolate: bool) -> None:
+    """Tell a wrong fake from a sample the op does not take. Where the fake disagrees with
+    the reference and the kernel refused the outputs the fake shaped, the kernel runs once
+    more on outputs of the reference's shapes and dtypes: if it takes those, the refusal
+    was the fake's doing (a "fake vs real" failure); if it refuses them too, the sample is
+    one the op does not take (AddCustom's kernel refuses x[3, 1] + y[1, 4] whatever the
+    outputs; a broadcasting reference is wider than the op), a refusal as before."""
+    again = []
+    for p, run in zip(prepared, runs):
+        if run.error is None or not p.fake_problem or p.want is None or \
+                not all(isinstance(w, np.ndarray) for w in p.want) or \
+                len(p.want) != len(p.job.out_meta):
+            continue
+        again.append((p, replace(p.job, out_meta=[(w.shape, w.dtype) for w in p.want],
+                                 eager=None)))
+    if again:
+        for (p, _), run in zip(again, run_isolated(kernel, [job for _, job in again],
+                                                   timeout=timeout, isolate=isolate)):
+            p.retry = run
 
 
 def check_op(opdef: OpDef, kernel: Callable, *, eager: bool = True,
@@ -217,6 +242,7 @@ def check_op(opdef: OpDef, kernel: Callable, *, eager: bool = True,
                     f"the reference refused all of them) — fix: add `samples: module:function` "
                     f"to {opdef.source}")
     runs = run_isolated(kernel, [p.job for p in prepared], timeout=timeout, isolate=isolate)
+    _retry_with_real_shapes(kernel, prepared, runs, timeout, isolate)
     report.samples = len(prepared)
     for p, run in zip(prepared, runs):
         _judge(report, p, run, kernel)
@@ -315,13 +341,14 @@ def _judge(report: OpReport, p: _Prepared, run, kernel) -> None:
             message += f"\n    fake vs real: {p.fake_problem}"
         report.fail("crash", message, also=("fake",) if p.fake_problem else ())
         return
-    if run.error is not None and p.fake_problem:
-        # The kernel was given outputs shaped by the fake, and the fake disagrees with the
-        # reference: its refusal is the wrong fake's doing, not a sample the op does not
-        # take, so it is the "fake vs real" failure the manifest docs promise, never a note.
+    retry = p.retry
+    if run.error is not None and retry is not None and retry.error is None and not retry.crash:
+        # the kernel refused the outputs the fake shaped and took the reference's: the
+        # wrong fake's doing, the "fake vs real" failure the manifest docs promise
         report.failed += 1
-        report.fail("fake", f"{p.where}\n    fake vs real: {p.fake_problem}\n    the kernel, "
-                    f"given outputs shaped by the fake, refused the sample: {run.error}")
+        report.fail("fake", f"{p.where}\n    fake vs real: {p.fake_problem}\n    the kernel "
+                    f"refused outputs of the fake's shapes ({run.error}) and ran on outputs "
+                    "of the reference's")
         return
     if run.error is not None:
         if "dtype" in run.error and not sample.from_user:
@@ -336,8 +363,11 @@ def _judge(report: OpReport, p: _Prepared, run, kernel) -> None:
             report.fail("kernel", f"{p.where}\n    the kernel refused it: {run.error}")
         else:
             report.refused += 1
+            also = (f" (the fake disagrees with the reference here, {p.fake_problem}; the "
+                    "kernel refused outputs of the reference's shapes too)"
+                    if retry is not None else "")
             if len(report.notes) < _MAX_MESSAGES:
-                report.notes.append(f"refused {p.where}: {run.error}")
+                report.notes.append(f"refused {p.where}: {run.error}{also}")
         return
     if sample.dtype and sample.dtype not in report.dtypes:
         report.dtypes.append(sample.dtype)

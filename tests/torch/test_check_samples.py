@@ -225,4 +225,28 @@ def test_a_wrong_fake_is_a_fake_vs_real_failure_even_when_the_kernel_refuses_the
     assert report.refused == 0 and not any("refused sample" in n for n in report.notes)
     message = report.failures["fake"]
     assert "fake vs real: fake [((3, 1), 'float32')], reference [((3, 4), 'float32')]" in message
-    assert "refused the sample: gelu_mul: out (3, 1)" in message
+    assert "the kernel refused outputs of the fake's shapes (gelu_mul: out (3, 1)" in message
+    assert "and ran on outputs of the reference's" in message
+
+
+def test_a_sample_the_kernel_refuses_whatever_the_outputs_stays_a_refusal():
+    """AddCustom's way: the op does not broadcast (its kernel refuses x[3, 1] + y[1, 4]
+    whatever outputs it is given), its fake shapes z like x, and a broadcasting reference
+    is wider than the op. The fake is judged on samples the kernel takes."""
+    import opforge
+    from opforge.errors import KernelError
+
+    @opforge.op("chk_fake::same_add(Tensor x, Tensor y) -> Tensor")
+    def same_add(x, y):
+        return x + y
+
+    def kernel(x, y, out):
+        if x.shape != y.shape or out.shape != x.shape:
+            raise KernelError(f"same_add: shapes {x.shape}, {y.shape} -> {out.shape}")
+        out[...] = x + y
+
+    report = check_op(same_add.opdef, kernel, eager=False, isolate=False)
+    assert report.ok and "fake" not in report.failures, report.failures
+    assert report.refused > 0
+    assert any("the kernel refused outputs of the reference's shapes too" in n
+               for n in report.notes), report.notes
