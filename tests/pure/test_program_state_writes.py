@@ -19,8 +19,9 @@ SHAPE = (2, 3)
 INITIAL = np.arange(6, dtype=np.float32).reshape(SHAPE)
 
 
-def _accumulator() -> Program:
-    """forward(x): state = state + x; returns the new state (float32 [2, 3], initially 0..5)."""
+def _accumulator(state: bool = True) -> Program:
+    """forward(x): state = state + x; returns the new state (float32 [2, 3], initially 0..5).
+    Without state: returns constant + x."""
     f32, nbytes = ScalarType.FLOAT32, INITIAL.nbytes
     values = (
         TensorValue(f32, SHAPE, storage=ConstantStorage(0, 0)),  # the state
@@ -28,9 +29,10 @@ def _accumulator() -> Program:
         TensorValue(f32, SHAPE, storage=ArenaStorage(0, 64)),  # state + x
         DoubleValue(1.0),
     )
-    method = Method("forward", values, (1,), (2,), (KernelCall(0, (0, 1, 3, 2)), Move(2, 0)),
+    add = KernelCall(0, (0, 1, 3, 2))
+    method = Method("forward", values, (1,), (2,), (add, Move(2, 0)) if state else (add,),
                     (Operator("aten::add", "out"),), MemoryPlan((64 + nbytes,)),
-                    state=(StateSlot("acc", 0),))
+                    state=(StateSlot("acc", 0),) if state else ())
     return from_bytes(to_bytes(Program(methods=(method,), segments=(Segment(INITIAL.tobytes()),))))
 
 
@@ -44,9 +46,13 @@ WRONG_SHAPES = [(), (1,), (3,), (1, 3), (2, 1), (1, 1), (3, 2), (6,), (2, 3, 1),
 def test_a_state_write_of_any_other_shape_is_refused_even_of_the_right_dtype(shape):
     loaded = load(_accumulator())
     value = np.full(shape, 7.0, np.float32)
-    with pytest.raises(ProgramError) as info:
+    try:
         loaded.write_state("acc", value)
-    message = str(info.value)
+    except ProgramError as e:
+        message = str(e)
+    else:
+        pytest.fail(f"write_state took a float32 value of shape {shape} for a (2, 3) state: "
+                    f"the state is now {loaded.read_state('acc').tolist()}")
     assert f"shape {shape}" in message and "valid: float32 of shape (2, 3)" in message, (
         f"write_state accepted or misreported a float32 value of shape {shape} for a (2, 3) "
         f"state: {message}")
@@ -91,3 +97,12 @@ def test_a_state_read_is_a_copy_and_reset_restores_the_initial_value():
     np.testing.assert_array_equal(loaded.read_state("acc"), INITIAL)
     with pytest.raises(ProgramError, match="valid: 'acc'"):
         loaded.write_state("other", INITIAL)
+
+
+def test_a_program_without_state_says_so():
+    loaded = load(_accumulator(state=False))
+    for api in (loaded.read_state, loaded.reset_state):
+        with pytest.raises(ProgramError, match=r"valid: \(the program has no state\)"):
+            api("acc")
+    with pytest.raises(ProgramError, match=r"valid: \(the program has no state\)"):
+        loaded.write_state("acc", INITIAL)
