@@ -81,15 +81,21 @@ def test_one_stray_write_anywhere_in_either_guard_zone_is_a_kernel_error(cache, 
     kernel = AotKernel(define(f"{lib}:StrayCustom", lambda x: x, lambda x: x))
     x = np.array([index, 1, 2, 3, 4], np.float32)
     y = np.full(5, -1.0, np.float32)
-    with pytest.raises(KernelError) as info:
-        kernel(x, y)
+    call, _ = kernel.bind((x, y))  # as the executor calls it: bound once, called again
     side = "before its start" if index < 0 else "past its end"
-    assert STRAY[index] in str(info.value), (
-        f"a write to y[{index}] ({side}) was not reported as {STRAY[index]!r}: {info.value}")
+    try:
+        call()
+    except KernelError as e:
+        assert STRAY[index] in str(e), (
+            f"a write to y[{index}] ({side}) was not reported as {STRAY[index]!r}: {e}")
+    else:
+        pytest.fail(f"a write to y[{index}] of a 5-float output ({side}, in its guard zone) "
+                    "went unnoticed")
     assert (y == -1).all()  # the results were discarded
     # the zones are whole again: a write inside the output is no error, every call
+    x[0] = 2
     for _ in range(2):
-        kernel(np.array([2, 1, 2, 3, 4], np.float32), y)
+        call()
         np.testing.assert_array_equal(y, [2, 1, 7, 3, 4])
 
 
@@ -107,3 +113,56 @@ def test_every_guard_zone_is_whole_and_every_output_64_byte_aligned():
                 f"a {size}-float output's zones are {zone.head_zone.size} and "
                 f"{zone.tail_zone.size} bytes, not {zone.HEAD} and {zone.tail}")
             assert (zone.head_zone == zone.FILL).all() and (zone.tail_zone == zone.FILL).all()
+
+
+def test_a_kernel_writing_less_on_a_later_call_leaves_zeros_not_the_earlier_output(cache):
+    """Each call's output starts as zeros: what a call does not write is 0, never what an
+    earlier call of the same kernel wrote there."""
+    from opforge.mindspore import AotKernel, define
+    from opforge.mindspore.compile import compile_library
+
+    lib = compile_library([KERNELS / "bad_writes.cc"], "bad_writes", cache_root=cache)
+    kernel = AotKernel(define(f"{lib}:PrefixCustom", lambda x: x, lambda x: x))
+    x, y = np.array([6, 5, 4, 3, 2, 1], np.float32), np.empty(6, np.float32)
+    call, _ = kernel.bind((x, y))  # as the executor calls it: bound once, called again
+    call()
+    np.testing.assert_array_equal(y, [6, 5, 4, 3, 2, 1])
+    x[:] = [2, 9, 9, 9, 9, 9]
+    call()
+    np.testing.assert_array_equal(y, [2, 9, 0, 0, 0, 0], err_msg="the earlier call's output "
+                                  "showed through where this call wrote nothing")
+
+
+def test_a_kernel_writing_past_its_workspace_is_a_kernel_error(cache):
+    from opforge.errors import KernelError
+    from opforge.mindspore import AotKernel, define
+    from opforge.mindspore.compile import compile_library
+
+    lib = compile_library([KERNELS / "bad_writes.cc"], "bad_writes", cache_root=cache)
+    kernel = AotKernel(define(f"{lib}:OverWorkspaceCustom", lambda x: x, lambda x: x))
+    x = np.arange(10, dtype=np.float32)
+    y = np.zeros_like(x)
+    call, _ = kernel.bind((x, y))
+    for _ in range(2):
+        with pytest.raises(KernelError, match="past its end of workspace 0 "):
+            call()
+    assert not y.any()  # the results were discarded
+
+
+def test_a_write_at_the_far_end_of_a_large_zone_is_caught_whatever_the_output_holds(cache):
+    """Each call compares the zone before the output, the first 4 KiB of the zone after it
+    and that zone's last 64 bytes (the whole zones only when one of those changed). An
+    8 KiB output has an 8 KiB zone after it: a write at its far end is seen by the last
+    comparison alone, even when the output's own last bytes hold the zones' fill pattern."""
+    from opforge.errors import KernelError
+    from opforge.mindspore import AotKernel, define
+    from opforge.mindspore.compile import compile_library
+
+    lib = compile_library([KERNELS / "bad_writes.cc"], "bad_writes", cache_root=cache)
+    kernel = AotKernel(define(f"{lib}:StrayCustom", lambda x: x, lambda x: x))
+    n = 2048
+    x = np.full(n, 0xA5, np.uint8).repeat(4).view(np.float32)  # the fill pattern, as floats
+    x[0] = n + n - 1  # y's last float of the 8 KiB zone after it
+    y = np.zeros(n, np.float32)
+    with pytest.raises(KernelError, match="wrote at least 8192 byte"):
+        kernel(x, y)

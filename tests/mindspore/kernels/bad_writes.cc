@@ -1,7 +1,12 @@
 // Kernels that write the wrong amount: OverCustom writes 8 elements past its output (a
 // kernel sized by something other than out_shape), UnderCustom writes only the first half,
-// StrayCustom one element where its input says (before its output, or past its end).
+// StrayCustom one element where its input says (before its output, or past its end),
+// PrefixCustom as many as its input says, OverWorkspaceCustom one float past its workspace.
 #include <stdint.h>
+
+#include <vector>
+
+#include "custom_aot_extra.h"
 
 static int64_t Numel(int ndim, const int64_t* shape) {
   int64_t n = 1;
@@ -35,5 +40,33 @@ extern "C" int StrayCustom(int nparam, void** params, int* ndims, int64_t** shap
   float* y = static_cast<float*>(params[1]);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i];
   y[static_cast<int64_t>(x[0])] = 7.0f;
+  return 0;
+}
+
+// PrefixCustom writes y[i] = x[i] for i < x[0] only: how much it writes depends on its input.
+extern "C" int PrefixCustom(int nparam, void** params, int* ndims, int64_t** shapes,
+                            const char** dtypes, void* stream, void* extra) {
+  const float* x = static_cast<const float*>(params[0]);
+  float* y = static_cast<float*>(params[1]);
+  for (int64_t i = 0; i < static_cast<int64_t>(x[0]); ++i) y[i] = x[i];
+  return 0;
+}
+
+// OverWorkspaceCustom(x) -> x, with a workspace of numel(x) floats from its Init, into which
+// it writes numel(x) + 1.
+extern "C" int OverWorkspaceCustomInit(int* ndims, int64_t** shapes, const char** dtypes,
+                                       AotExtra* extra) {
+  extra->SetWorkSpace({static_cast<size_t>(Numel(ndims[0], shapes[0])) * sizeof(float)});
+  return 0;
+}
+
+extern "C" int OverWorkspaceCustom(int nparam, void** params, int* ndims, int64_t** shapes,
+                                   const char** dtypes, void* stream, void* extra) {
+  int64_t n = Numel(ndims[0], shapes[0]);
+  const float* x = static_cast<const float*>(params[0]);
+  float* y = static_cast<float*>(params[1]);
+  float* tmp = static_cast<float*>(params[2]);
+  for (int64_t i = 0; i <= n; ++i) tmp[i] = 1.0f;
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i];
   return 0;
 }
