@@ -8,6 +8,7 @@ that kills it) or an equivalent mutant (it computes the same thing; list it in
     .venv/bin/python scripts/mutation_test.py --list             # the mutants, not run
     .venv/bin/python scripts/mutation_test.py --target softmax --function _bind_softmax
     .venv/bin/python scripts/mutation_test.py --mutant 'KEY' --mutant 'KEY'  # reruns
+    .venv/bin/python scripts/mutation_test.py --operators semantic --target engine_guard
 
 # Design
 #
@@ -16,11 +17,12 @@ that kills it) or an equivalent mutant (it computes the same thing; list it in
 # ``or`` swapped, a ``not`` or a unary minus dropped, True / False flipped, a NumPy
 # function swapped for its twin (maximum / minimum, add / subtract, ...), ``a - b`` reduced
 # to ``a`` (a dropped max subtraction), a call statement or augmented assignment dropped,
-# a step dropped from a list of steps). Error messages, docstrings and annotations are
+# a step dropped from a list of steps), and the semantic operators of issue 45
+# (mutation_semantic.py; --operators picks). Error messages, docstrings and annotations are
 # never mutated: a wrong message is not a wrong result. Each mutant replaces just the
 # source span of its node, so the rest of the file keeps its text.
 #
-# Mutants never touch the checkout: opforge/, tests/ and pyproject.toml are copied into a
+# Mutants never touch the checkout: opforge/, tests/, fuzz/ and pyproject.toml are copied into a
 # temporary directory once; each mutant rewrites one file there, runs its target's tests
 # (``pytest -x``: the first failure kills it) and puts the file back. PyTorch, NumPy and
 # pytest are imported once in this process, which then forks one child per mutant (the
@@ -49,6 +51,7 @@ sys.dont_write_bytecode = True  # before anything imports opforge or the tests
 ROOT = Path(__file__).resolve().parent.parent
 
 from mutation_equivalent import EQUIVALENT  # noqa: E402  (beside this script, on sys.path)
+from mutation_semantic import SEMANTIC, semantic  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Target:
 
 
 PORTABLE = "opforge/kernels/portable"
+NATIVE = "opforge/backends/cpu/native"
 # tests/torch/test_kernels_unary.py::test_special_values and the bound GELU special-value
 # tests fail on AVX-512 machines before any mutation (torch's vectorised float32 GELU of
 # +inf is nan there, inf elsewhere): deselected so that the clean run passes everywhere.
@@ -126,6 +130,31 @@ TARGETS: dict[str, Target] = {
     "engine_bounds": Target("opforge/backends/cpu/native/validate.cpp", (
         "row_major", "dense", "injective", "check_reach", "count_of", "need_rank", "need_count"), (
         "tests/backends/test_cpu_hostile_plans.py", "tests/backends/test_cpu_contract.py")),
+    # issue 45: the NaN guard, the engine's own kernels, state writes, MindSpore's guard zones
+    # (run with --operators semantic; docs/testing.md)
+    "engine_guard": Target(f"{NATIVE}/guard.cpp", (
+        "max_magnitude", "operand", "walk", "guard_run", "special_input", "input_bound",
+        "guard_note"), (
+        "tests/backends/test_cpu_nan_post_ops.py", "tests/backends/test_cpu_nan_guard.py")),
+    "engine_winograd": Target(f"{NATIVE}/winograd.cpp", ("emit", "run"), (
+        "tests/backends/test_cpu_nan_post_ops.py", "tests/backends/test_cpu_winograd.py",
+        "tests/backends/test_cpu_own_kernels_shared.py")),
+    "engine_small_conv": Target(f"{NATIVE}/smallconv.cpp", ("output_row", "run"), (
+        "tests/backends/test_cpu_own_kernels_shared.py", "tests/backends/test_cpu_small_conv.py",
+        "tests/backends/test_cpu_differential.py::"
+        "test_own_kernels_of_different_shapes_in_one_engine_agree")),
+    "engine_softmax_rows": Target(f"{NATIVE}/softmax.cpp", ("scan_row", "exact_row", "fast_row"), (
+        "tests/backends/test_cpu_softmax_rows.py", "tests/backends/test_cpu_safe_softmax.py",
+        "tests/backends/test_cpu_masked_softmax_rows.py")),
+    "state": Target("opforge/runtime/loader.py", (
+        "LoadedProgram.read_state", "LoadedProgram.write_state", "LoadedProgram.reset_state",
+        "LoadedProgram._state_array"), (
+        "tests/pure/test_program_state_writes.py", "tests/pure/test_program_symbolic.py",
+        "-k", "state")),
+    "mindspore_guard_zones": Target("opforge/mindspore/op.py", (
+        "AotKernel._aot_call", "_GuardedBuffer.__init__", "_GuardedBuffer.checks",
+        "_GuardedBuffer.check"), (
+        "tests/mindspore/test_guard_zones.py", "tests/mindspore/test_aot_lean.py")),
 }
 
 # Calls whose arguments only build an error message.
@@ -175,6 +204,7 @@ class _Collector:
     source: bytes
     line_starts: list[int] = field(default_factory=list)
     mutants: list[Mutant] = field(default_factory=list)
+    operators: str = "all"  # "mechanical", "semantic" or "all"
 
     def __post_init__(self) -> None:
         offset = 0
@@ -207,7 +237,14 @@ class _Collector:
             return
         if isinstance(node, ast.Call) and _called_name(node) in _MESSAGE_CALLS:
             return
-        self.mutate(function, node)
+        if self.operators != "semantic":
+            self.mutate(function, node)
+        if self.operators != "mechanical":
+            for operator, new in semantic(node):
+                if isinstance(new, tuple):  # a part of the node: (field, its new value)
+                    self.add(function, getattr(node, new[0]), operator, new[1])
+                else:
+                    self.add(function, node, operator, new)
         for name, value in ast.iter_fields(node):
             if name in ("annotation", "returns", "decorator_list", "type_comment"):
                 continue
@@ -291,14 +328,16 @@ def _functions(tree: ast.Module):
                     yield f"{node.name}.{item.name}", item
 
 
-def make_mutants(target: Target, only: set[str] | None = None) -> list[Mutant]:
+def make_mutants(target: Target, only: set[str] | None = None,
+                 operators: str = "all") -> list[Mutant]:
+    """``operators``: "mechanical", "semantic" or "all" (the semantic ones: ``SEMANTIC``)."""
     if target.path.endswith(".cpp"):
         from mutation_cpp import make_cpp_mutants
 
-        return make_cpp_mutants(target, only, ROOT, Mutant)
+        return make_cpp_mutants(target, only, ROOT, Mutant, operators)
     source = (ROOT / target.path).read_bytes()
     tree = ast.parse(source)
-    collector = _Collector(target.path, source)
+    collector = _Collector(target.path, source, operators=operators)
     functions = dict(_functions(tree))
     missing = set(target.functions or ()) - set(functions)
     if missing:
@@ -308,6 +347,17 @@ def make_mutants(target: Target, only: set[str] | None = None) -> list[Mutant]:
         if (target.functions is None or name in target.functions) and \
                 (not only or name in only):
             collector.visit(name, node)
+    # a semantic mutant that makes the same source as an earlier mutant is left out (`a + b`
+    # -> `a` is also the mechanical drop operand): the mechanical mutants keep their keys
+    made: set[bytes] = set()
+    kept = []
+    for mutant in collector.mutants:
+        mutated = source[:mutant.start] + mutant.replacement.encode() + source[mutant.end:]
+        if mutant.operator in SEMANTIC and mutated in made:
+            continue
+        made.add(mutated)
+        kept.append(mutant)
+    collector.mutants = kept
     seen: dict[str, int] = {}
     for mutant in collector.mutants:
         base = mutant.key  # twin is still 0: no suffix
@@ -320,7 +370,7 @@ def make_mutants(target: Target, only: set[str] | None = None) -> list[Mutant]:
 
 def _copy_tree(into: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.so", ".opforge-cache")
-    for name in ("opforge", "tests"):
+    for name in ("opforge", "tests", "fuzz"):  # fuzz/: the differential tester's tests use it
         shutil.copytree(ROOT / name, into / name, ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", into / "pyproject.toml")
 
@@ -356,8 +406,10 @@ def _run_tests(tests: tuple[str, ...], timeout: float, log: Path) -> tuple[str, 
     seconds = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
     # 0: every test passed; 1: a test failed; 2: collection failed (the mutant broke an
-    # import); 5: no test ran (a bad -k); anything else: pytest itself went wrong.
-    return {0: "survived", 1: "killed", 2: "killed"}.get(code, f"error (exit {code})"), seconds
+    # import); a signal (< 0: SIGSEGV, SIGABRT): the mutant crashed the tests, which kills it
+    # too; 5: no test ran (a bad -k); anything else: pytest itself went wrong.
+    verdict = {0: "survived", 1: "killed", 2: "killed"}.get(code)
+    return verdict or ("killed" if code < 0 else f"error (exit {code})"), seconds
 
 
 def run(targets: dict[str, Target], mutants: dict[str, list[Mutant]], results: Path) -> int:
@@ -503,13 +555,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant", action="append", metavar="KEY",
                         help="only the mutant with this key, as printed (repeatable): rerun "
                              "a survivor after adding the test that should kill it")
+    parser.add_argument("--operators", choices=("all", "mechanical", "semantic"), default="all",
+                        help="which mutation operators (default: all; semantic: the mistakes "
+                             "of issue 45's kinds, see SEMANTIC)")
     parser.add_argument("--list", action="store_true", help="print the mutants; run nothing")
     parser.add_argument("--json", type=Path, default=Path("mutation-results.json"),
                         help="where the results go (default: ./mutation-results.json)")
     args = parser.parse_args(argv)
     targets = {name: TARGETS[name] for name in (args.target or TARGETS)}
     only = set(args.function) if args.function else None
-    mutants = {name: make_mutants(t, only) for name, t in targets.items()}
+    mutants = {name: make_mutants(t, only, args.operators) for name, t in targets.items()}
     if args.mutant:
         mutants = {name: [m for m in found if m.key in args.mutant]
                    for name, found in mutants.items()}
@@ -518,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"mutation_test.py: no such mutant in the chosen targets: "
                              f"{sorted(unknown)}")
         targets = {name: t for name, t in targets.items() if mutants[name]}
-    if not args.target and not only and not args.mutant:
+    if not args.target and not only and not args.mutant and args.operators == "all":
         keys = {m.key for found in mutants.values() for m in found}
         for stale in sorted(set(EQUIVALENT) - keys):
             print(f"mutation_test.py: EQUIVALENT names no mutant (the code changed?): {stale}")
