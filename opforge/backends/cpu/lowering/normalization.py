@@ -14,7 +14,7 @@ from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
     SYMBOLIC_SIZES,
     B_ADD, B_MUL, LOWERINGS, Lowering, Unsupported, _dense_operand, _need_f32,
-    _post_operand_misread, _uses_output, _val, aten,
+    _post_operand_misread, _uses_output, _val, aten, row_major,
 )
 
 
@@ -99,17 +99,53 @@ def lower_group_norm(L: Lowering, node, args, kwargs):
     return (("t", out), None, None)
 
 
+# A softmax over an axis that is not innermost in memory (CoaT's softmax over the tokens of
+# k [B, heads, N, C/heads], a permuted view's) runs on rows: the source is copied once into
+# the layout whose innermost dim is the axis (the other dims in the source's memory order),
+# the softmax runs there on a row-major view with the axis last, and its result keeps that
+# layout (a reader that wants another copies it, as for any strided tensor; CoaT's next
+# matmul reads k's transpose, which is then row-major). oneDNN (2023.2) has no jit softmax
+# for a strided axis: its reference kernel took 28.8 ms on [1, 8, 3137, 8] over dim 2 (one
+# thread, Zen 4), the copy and the row kernel 0.3 ms (bench/results/reference_cliffs.md).
+def _axis_innermost(spec, dim: int) -> list[int] | None:
+    """The dim order (outermost first) of a layout whose innermost dim is ``dim``, the rest
+    in ``spec``'s memory order; None when ``dim`` is innermost already (or sizes are
+    symbolic: a decision that must hold for every size is not made here)."""
+    if any(type(v) is not int for v in (*spec.dims, *spec.strides)) or spec.dims[dim] <= 1 \
+            or spec.strides[dim] == 1:
+        return None  # (a gapped source with the axis innermost: its row-major copy, as before)
+    rest = sorted((k for k in range(len(spec.dims)) if k != dim),
+                  key=lambda k: (-spec.strides[k], k))
+    return [*rest, dim]
+
+
 def lower_softmax(L, node, args, kwargs):
     _need_f32(node)
-    src = _dense_operand(L, L.materialize(args[0]))
-    spec = L.spec(src)
-    dim = args[1] % max(len(spec.dims), 1)
-    out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
+    src = L.materialize(args[0])
+    dim = args[1] % max(len(L.spec(src).dims), 1)
+    order = _axis_innermost(L.spec(src), dim) if len(L.spec(src).dims) > 1 else None
+    if order is None:
+        src = _dense_operand(L, src)
+        spec = L.spec(src)
+        out = L.new_tensor(torch.float32, spec.dims, strides=spec.strides)
+        ins, outs = [src], [out]
+    else:  # a row-major view of the rows layout, axis last
+        dims = L.spec(src).dims
+        view_dims = tuple(dims[k] for k in order)
+        view_strides = row_major(view_dims)
+        strides = [0] * len(dims)
+        for k, s in zip(order, view_strides):
+            strides[k] = s
+        rows = L.new_tensor(torch.float32, dims, strides=strides)
+        L.copy(src, rows)
+        out = L.new_tensor(torch.float32, dims, strides=strides)
+        ins, outs = [L.alias(rows, view_dims, view_strides)], [L.alias(out, view_dims, view_strides)]
+        dim = len(dims) - 1
     log = op_name(node).startswith("aten::_log_softmax")
     if L.safe_softmax.get(node.name) is node:
-        L.op("softmax", [src], [out], [dim, 0, 1], name="safe softmax")
+        L.op("softmax", ins, outs, [dim, 0, 1], name="safe softmax")
     else:
-        L.op("softmax", [src], [out], [dim, int(log)], name="log_softmax" if log else "softmax")
+        L.op("softmax", ins, outs, [dim, int(log)], name="log_softmax" if log else "softmax")
     return ("t", out)
 
 
