@@ -18,7 +18,10 @@ from opforge.backends.cpu.lowering.core import (
     ABS, B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, CLIP, ELU, EW, EXP, GELU_ERF, GELU_TANH,
     GENERIC_DTYPES, HARDSIGMOID, HARDSWISH, LINEAR, LOG, LOGISTIC, LOWERINGS, Lowering, MISH,
     POW, RELU, SOFT_RELU, SQRT, SQUARE, SWISH, TANH, Unsupported, _broadcast_strides, _dense,
-    _dense_operand, _need_f32, _out, _val,
+    _dense_operand, _need_f32, _out, _val, row_major,
+)
+from opforge.backends.cpu.lowering.layouts import (
+    jit_binary_broadcast, jit_broadcast_expansion, merged_broadcast,
 )
 
 
@@ -174,7 +177,7 @@ def lower_binary(L: Lowering, node, args, kwargs):
                 out_dims = L.shape(fake)
                 if not same(sa.dims, out_dims) and same(sb.dims, out_dims) and base in (
                         "aten::add", "aten::mul", "aten::maximum", "aten::minimum"):
-                    ta, tb, sa, sb = tb, ta, sb, sa
+                    ta, tb, sa, sb, a, b = tb, ta, sb, sa, b, a
                 if same(sa.dims, out_dims):
                     if not _dense(sa):
                         ta = L.contiguous(ta)
@@ -188,9 +191,53 @@ def lower_binary(L: Lowering, node, args, kwargs):
                         tb = L.alias(tb, (1,) * (len(out_dims) - len(sb.dims)) + tuple(sb.dims),
                                      (0,) * (len(out_dims) - len(sb.dims)) + tuple(sb.strides))
                     out = _out(L, node, strides=sa.strides)
-                    L.op("binary", [ta, tb], [out], [BINARY[base]], name=base.split("::")[1])
+                    ins, outs = _jit_broadcast(L, ta, tb, out, b)
+                    L.op("binary", ins, outs, [BINARY[base]], name=base.split("::")[1])
                     return ("t", out)
     return lower_generic_ew(L, node, args, kwargs, base.split("::")[1], alpha)
+
+
+def _jit_broadcast(L: Lowering, ta: int, tb: int, out: int, b_value) -> tuple[list[int], list[int]]:
+    """The binary op's operands and result, as views oneDNN's jit binary runs: unchanged
+    when it runs them as they are (or sizes are symbolic, or the layout is not row-major);
+    else in the fewest dims (``merged_broadcast``: Swin's mask, (1, 64, 1, 49, 49) over
+    (1, 64, 3, 49, 49), is (64, 1, 2401) over (64, 3, 2401)), with src1 expanded over the
+    dims no supported pattern broadcasts (``jit_broadcast_expansion``): a constant once at
+    export, a run-time tensor by a copy before the op. Swin-T's mask add took 42.7 ms in
+    the reference kernel, 0.2 ms so (bench/results/reference_cliffs.md)."""
+    sa, sb = L.spec(ta), L.spec(tb)
+    dims = tuple(sa.dims)
+    if any(type(v) is not int for v in (*dims, *sa.strides, *sb.dims, *sb.strides)) \
+            or sa.strides != row_major(dims) or math.prod(dims) == 0:
+        return [ta, tb], [out]
+    kept = [bd == d and d != 1 for bd, d in zip(sb.dims, dims)]
+    kept_dims = tuple(d for d, keep in zip(sb.dims, kept) if keep)
+    packed = [s for s, keep in zip(sb.strides, kept) if keep] == list(row_major(kept_dims))
+    if all(kept) or (jit_binary_broadcast(kept) and packed):
+        return [ta, tb], [out]
+    if not packed:  # (a run-time view: the patterns above are those of a row-major src1)
+        tb = L.contiguous(tb)
+        if jit_binary_broadcast(kept):
+            return [ta, tb], [out]
+    merged, merged_kept = merged_broadcast(dims, kept)
+    mask = jit_broadcast_expansion(merged, merged_kept)
+    b_dims = tuple(d if k else 1 for d, k in zip(merged, merged_kept))
+    wide_dims = tuple(d if k else 1 for d, k in zip(merged, mask))
+    if wide_dims != b_dims and isinstance(b_value, tuple) and b_value[0] == "c":
+        # a constant: expanded once, here (a row-major copy of src1 with no dims dropped
+        # is read as the merged dims by the alias below)
+        const = b_value[1].detach().to(torch.float32).reshape(b_dims).expand(wide_dims).contiguous()
+        tb = L.materialize(("c", const))
+    elif wide_dims != b_dims:
+        source = L.alias(tb, wide_dims, tuple(
+            0 if not k else s for k, s in zip(merged_kept, row_major(b_dims))))
+        tb = L.new_tensor(torch.float32, wide_dims)
+        L.copy(source, tb)
+    final, final_kept = merged_broadcast(merged, mask)  # the expanded runs joined
+    final_b = tuple(d if k else 1 for d, k in zip(final, final_kept))
+    view = row_major(final)
+    return ([L.alias(ta, final, view), L.alias(tb, final_b, row_major(final_b))],
+            [L.alias(out, final, view)])
 
 
 def lower_generic_ew(L: Lowering, node, args, kwargs, code_name, alpha=1):

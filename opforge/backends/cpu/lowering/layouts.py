@@ -6,6 +6,8 @@ symbolic sizes), shared by every op family.
 
 from __future__ import annotations
 
+import math
+
 from opforge.backends.cpu.lowering.symbolic import _at_least_one, _is_one, same
 from opforge.backends.cpu.lowering.unsupported import Unsupported
 
@@ -86,3 +88,59 @@ def _post_operand_misread(dst_dims, operand_dims) -> bool:
     return (len(dst_dims) >= 3 and dst_dims[0] > 1 and all(d == 1 for d in dst_dims[2:])
             and len(operand_dims) == len(dst_dims) and operand_dims[0] == 1
             and any(d > 1 for d in operand_dims[1:]))
+
+
+# oneDNN's (2023.2) jit binary takes a row-major src1 that broadcasts over some dims of a
+# row-major src0 in these patterns only (measured: every keep/broadcast mask of ranks 2 to 5,
+# `impl_info_str` of the primitive; "k" a dim src1 keeps, "1" one it broadcasts; N = dim 0,
+# C = dim 1, the rest spatial): rank <= 2, none or all kept, (N|1, C, 1...) (per channel),
+# (N|1, 1, 1..., k...) (a suffix of the spatial dims, at least one), (1, C, k...) (per
+# channel and all spatial). Any other (Swin's attention mask, (1, nW, 1, 49, 49) over
+# (1, nW, heads, 49, 49); (N, 1, 1): per sample) runs its reference kernel, 100x slower.
+def jit_binary_broadcast(kept) -> bool:
+    """Whether src1 keeping the dims ``kept`` (True) of src0 and broadcasting the others is
+    a pattern oneDNN's jit binary runs (row-major layouts)."""
+    kept = [bool(k) for k in kept]
+    if len(kept) <= 2 or all(kept) or not any(kept):
+        return True
+    channel, spatial = kept[1], kept[2:]
+    if not any(spatial):
+        return channel
+    if channel:
+        return all(spatial)
+    return all(spatial[spatial.index(True):])
+
+
+def merged_broadcast(dims, kept) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """``dims`` with their size-1 dims dropped and each run of neighbours that src1 keeps
+    alike (all kept or all broadcast) merged into one dim: the same row-major binary op in
+    the fewest dims (at least one)."""
+    out_dims: list[int] = []
+    out_kept: list[bool] = []
+    for d, k in zip(dims, kept):
+        if d == 1:
+            continue
+        if out_kept and out_kept[-1] == bool(k):
+            out_dims[-1] *= d
+        else:
+            out_dims.append(d)
+            out_kept.append(bool(k))
+    return (tuple(out_dims), tuple(out_kept)) if out_dims else ((1,), (True,))
+
+
+def jit_broadcast_expansion(dims, kept) -> tuple[bool, ...]:
+    """The keep mask, a superset of ``kept`` (merged dims, from ``merged_broadcast``), that
+    oneDNN's jit binary runs with the fewest src1 elements: src1 copied out (expanded) over
+    the dims it adds. ``kept`` itself when it runs already; all kept runs always."""
+    runs = [k for k, keep in enumerate(kept) if not keep]
+    best = tuple(True for _ in kept)
+    size = math.prod(dims)
+    for choice in range(1 << len(runs)):
+        mask = list(kept)
+        for bit, k in enumerate(runs):
+            if choice >> bit & 1:
+                mask[k] = True
+        elements = math.prod(d for d, keep in zip(dims, mask) if keep)
+        if elements < size and jit_binary_broadcast(merged_broadcast(dims, mask)[1]):
+            best, size = tuple(mask), elements
+    return best
