@@ -1,6 +1,8 @@
 """No oneDNN eltwise op on a gapped operand: oneDNN runs those in its reference loop.
-And, checked by the name oneDNN gives each op's implementation: no op of the zoo or of the
-models here runs a reference kernel, with the engine's own kernels or without them.
+And, checked by the name oneDNN gives each op's implementation: no op of the zoo, of the
+models here or of the patterns of models written elsewhere (test_cpu_reference_cliffs.py:
+CoaT's softmax over tokens, Swin's window-attention bias and mask) runs a reference kernel,
+with the engine's own kernels or without them.
 
 Measured on a ``TransformerEncoderLayer`` (d=256, 4 heads, sequence 128, one thread): the
 scaling of one head of the fused QKV projection (a ``(1, 4, 128, 64)`` view with strides
@@ -26,6 +28,7 @@ from opforge.runtime import load
 
 from cpu_reference import check_against_float64, spread
 from test_cpu_hostile_plans import capability  # noqa: F401 (a fixture: own kernels, then oneDNN's)
+from test_cpu_reference_cliffs import pattern_models
 
 
 class HeadScale(nn.Module):
@@ -76,10 +79,12 @@ def _reference_kernel(impl: str) -> bool:
     return name.startswith("ref") or isa == "any"
 
 
-@pytest.mark.parametrize("name", [*ZOO, "transformer_layer_batch2", "head_scale"])
+@pytest.mark.parametrize("name", [*ZOO, "transformer_layer_batch2", "head_scale", *pattern_models()])
 def test_no_op_runs_a_onednn_reference_kernel(name, capability):
     if name in ZOO:
         model, inputs = ZOO[name]()
+    elif name in pattern_models():
+        model, inputs = pattern_models()[name]
     else:
         model, inputs = _models()[name.removesuffix("_batch2")]
     program = export(model.eval(), inputs, backends=["cpu"])

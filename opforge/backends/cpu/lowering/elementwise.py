@@ -204,7 +204,7 @@ def _jit_broadcast(L: Lowering, ta: int, tb: int, out: int, b_value) -> tuple[li
     (1, 64, 3, 49, 49), is (64, 1, 2401) over (64, 3, 2401)), with src1 expanded over the
     dims no supported pattern broadcasts (``jit_broadcast_expansion``): a constant once at
     export, a run-time tensor by a copy before the op. Swin-T's mask add took 42.7 ms in
-    the reference kernel, 0.2 ms so (bench/results/reference_cliffs.md)."""
+    the reference kernel, about 0.1 ms so (one thread; bench/results/reference_cliffs.md)."""
     sa, sb = L.spec(ta), L.spec(tb)
     dims = tuple(sa.dims)
     if any(type(v) is not int for v in (*dims, *sa.strides, *sb.dims, *sb.strides)) \

@@ -106,7 +106,9 @@ def lower_group_norm(L: Lowering, node, args, kwargs):
 # layout (a reader that wants another copies it, as for any strided tensor; CoaT's next
 # matmul reads k's transpose, which is then row-major). oneDNN (2023.2) has no jit softmax
 # for a strided axis: its reference kernel took 28.8 ms on [1, 8, 3137, 8] over dim 2 (one
-# thread, Zen 4), the copy and the row kernel 0.3 ms (bench/results/reference_cliffs.md).
+# thread, AMD EPYC Zen 4), the copy about 0.04 ms and the row kernel 0.07 ms (oneDNN's jit
+# softmax, without the engine's own kernels, 0.16 ms; bench/results/reference_cliffs.md).
+# An own kernel over the strided axis would save the copy, not the next matmul's transpose.
 def _axis_innermost(spec, dim: int) -> list[int] | None:
     """The dim order (outermost first) of a layout whose innermost dim is ``dim``, the rest
     in ``spec``'s memory order; None when ``dim`` is innermost already (or sizes are
