@@ -14,6 +14,7 @@ own roundings. A lost term, channel or bias, or a weight off by 0.1%, is far pas
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -207,6 +208,22 @@ def test_its_output_bound_is_the_largest_magnitude_it_stored(post, monkeypatch):
     p, x, *_ = _plan(1, 8, 20, 9, 9, post=post, reader=True)
     handle = p.handle()
     assert_bounds_follow_calls(handle, lambda v: hostile.run(handle, _feed(v, 0))[0], x, post)
+
+
+def test_its_output_bound_covers_every_image_of_a_batch(monkeypatch):
+    """A batch of 3 whose first image holds the largest value, then a NaN: the bound is over
+    all images (each image's rows keep their own peaks), not the last image's alone."""
+    _own(monkeypatch)
+    p, x, *_ = _plan(3, 8, 20, 9, 9, post="none", reader=True)
+    handle = p.handle()
+    x[0] *= 50
+    got = hostile.run(handle, _feed(x, 0))[0]
+    assert handle.out_bounds() == {0: float(np.abs(got).max())}, (
+        f"the bound {handle.out_bounds()} is not the largest magnitude of the batch's output, "
+        f"{float(np.abs(got).max())} (image 0's), last image's {float(np.abs(got[-1]).max())}")
+    x[0, 3, 2, 2] = np.nan
+    assert np.isnan(hostile.run(handle, _feed(x, 0))[0][0]).any()
+    assert handle.out_bounds() == {0: math.inf}, "a NaN in image 0 of 3 left the bound finite"
 
 
 @pytest.mark.parametrize("post", ["relu6", "none"])
