@@ -342,3 +342,33 @@ def test_a_nan_in_the_bound_sticks_through_a_post_op_that_bounds_its_output():
         handle.close()
     assert_as_torch(got, want, "relu(sigmoid(Linear(x) * zeros)) with an inf in x")
     assert list(guarded.values()) == [(0, 1)], guarded
+
+
+def test_a_winograd_convolutions_bias_counts_in_the_bound_it_passes_on(monkeypatch):
+    """Two Winograd-sized 3×3 convolutions, the first with a bias of 3e38 on one channel:
+    its outputs there are ~3e38 however small its input, so they prove nothing to the second
+    one, which must run direct (its transforms would overflow; its sums do overflow, to ±inf
+    and NaN as torch's do). (The first runs direct too: the engine passes on the bound its
+    proof allows, 1e37.) A bound without the bias let the second run Winograd."""
+    monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("OPFORGE_CPU_WINOGRAD", raising=False)
+    if "avx512f" not in cpu_flags():
+        pytest.skip("Winograd needs AVX-512")
+    model = spread(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                                 nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()))
+    with torch.no_grad():
+        model[0].bias[5] = 3e38
+    x = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(10))
+    handle = _handle(model, [x], binary_chain=False)
+    try:
+        got = _call(handle, [x.numpy()])
+        calls = handle.winograd_calls()
+    finally:
+        handle.close()
+    assert list(calls.values())[1] == (0, 1), (
+        f"Winograd (calls, direct calls) per convolution: {list(calls.values())}: the second "
+        "took the first one's bound without its bias (3e38) as proof")
+    with torch.no_grad():
+        want = model(x).numpy()
+    both = np.isfinite(want) & np.isfinite(got)
+    np.testing.assert_allclose(got[both], want[both], rtol=1e-4, atol=1e-4)
