@@ -183,6 +183,37 @@ def test_a_rows_max_in_its_tail_is_its_max(capability, n, high):
     got, _ = _softmax(a, 1, False)
     for r, j in enumerate(at):
         assert got[r].argmax() == j and abs(float(got[r, j]) - 1.0) < 1e-5, (
-            f"row {r} of {n}: its max {a[r, j]} at {j}, in the tail past lane {full}, got "
-            f"softmax {got[r, j]!r} there (float64: ~1), the row's largest at {got[r].argmax()}")
+            f"row {r} of {n}: its max {float(a[r, j])} at {j}, in the tail past lane {full}, "
+            f"got softmax {float(got[r, j])} there (float64: ~1), the row's largest at "
+            f"{int(got[r].argmax())}")
     _check(got, a, 1, safe=False)
+
+
+@pytest.mark.parametrize("strided", ["source", "destination"])
+def test_masked_rows_with_source_and_destination_of_different_strides(capability, strided):
+    """Softmax over an axis of stride 1 on one side and 40 on the other (a transposed view):
+    oneDNN's path on every CPU, each masked (-inf) element then set to exactly 0 by the exact
+    loop, which must step through each side by its own stride."""
+    a = _scores((40, 33), 1, 10.0, seed=5)
+    a[a == np.inf] = 1.0  # masked rows and finite ones only: the masked-element fix-up
+    a[np.isnan(a)] = 2.0
+    a[0] = -np.inf
+    a[0, 3] = 0.5
+    rows, n = a.shape
+    p = hostile.Plan()
+    transposed = [1, rows]  # [rows, n] elements of a row-major [n, rows] buffer
+    if strided == "source":
+        x = p.alias(p.tensor(hostile.F32, [n, rows], role="input"), [rows, n], transposed)
+        y = p.tensor(hostile.F32, [rows, n], role="output")
+        feed = np.ascontiguousarray(a.T)
+    else:
+        x = p.tensor(hostile.F32, [rows, n], role="input")
+        y = p.alias(p.tensor(hostile.F32, [n, rows], role="output"), [rows, n], transposed)
+        feed = a
+    p.op("softmax", [x], [y], [1, 0, 0])
+    got = hostile.run(p.handle(), feed)[0]
+    got = got.T if strided == "destination" else got
+    masked = np.isneginf(a)
+    assert (got[masked] == 0).all(), (
+        f"masked elements not 0 with the {strided} strided: {got[masked][got[masked] != 0][:4]}")
+    _check(np.ascontiguousarray(got), a, 1, safe=False)
