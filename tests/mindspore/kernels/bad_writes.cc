@@ -1,7 +1,8 @@
 // Kernels that write the wrong amount: OverCustom writes 8 elements past its output (a
 // kernel sized by something other than out_shape), UnderCustom writes only the first half,
 // StrayCustom one element where its input says (before its output, or past its end),
-// PrefixCustom as many as its input says, OverWorkspaceCustom one float past its workspace.
+// PrefixCustom as many as its input says, OverWorkspaceCustom one float past its workspace;
+// WorkspaceDtypesCustom checks the dtypes it is given, its workspace's too.
 #include <stdint.h>
 
 #include <vector>
@@ -67,6 +68,31 @@ extern "C" int OverWorkspaceCustom(int nparam, void** params, int* ndims, int64_
   float* y = static_cast<float*>(params[1]);
   float* tmp = static_cast<float*>(params[2]);
   for (int64_t i = 0; i <= n; ++i) tmp[i] = 1.0f;
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+  return 0;
+}
+
+// WorkspaceDtypesCustom(x) -> x, with a workspace of 16 bytes: returns 3 unless it is called
+// with 3 parameters whose dtypes are float32, float32 and uint8 (the workspace's).
+extern "C" int WorkspaceDtypesCustomInit(int* ndims, int64_t** shapes, const char** dtypes,
+                                         AotExtra* extra) {
+  extra->SetWorkSpace({16});
+  return 0;
+}
+
+extern "C" int WorkspaceDtypesCustom(int nparam, void** params, int* ndims, int64_t** shapes,
+                                     const char** dtypes, void* stream, void* extra) {
+  const char* want[3] = {"float32", "float32", "uint8"};
+  if (nparam != 3) return 3;
+  for (int i = 0; i < 3; ++i) {
+    const char* a = dtypes[i];
+    const char* b = want[i];
+    while (*a && *a == *b) ++a, ++b;
+    if (*a != *b) return 3;
+  }
+  int64_t n = Numel(ndims[0], shapes[0]);
+  const float* x = static_cast<const float*>(params[0]);
+  float* y = static_cast<float*>(params[1]);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i];
   return 0;
 }
