@@ -175,3 +175,71 @@ EQUIVALENT: dict[str, str] = {
     "opforge/export/passes/plan_memory.py::tensor_lifetimes::off by one: `0` -> `-1` #2":
         _FIRST_SET + ": the default of `first.get` is never used",
 }
+
+# --- the semantic operators' run (issue 45; docs/testing.md, run S) -----------------------------
+_SOFTMAX = "opforge/backends/cpu/native/softmax.cpp"
+_GUARD = "opforge/backends/cpu/native/guard.cpp"
+_WINOGRAD = "opforge/backends/cpu/native/winograd.cpp"
+_TEAM_PATH = ("which of Winograd's two ways of splitting the work runs (the whole team on "
+              "each block, or a block per thread): each computes every tile of every block "
+              "with the same instructions, so the same values; the choice is only speed")
+_EXACT_PATH = ("the row goes to the exact loop instead of taking oneDNN's result (with each "
+               "masked element set to 0): the exact loop computes the same softmax (torch's "
+               "algorithm, every masked element exactly 0), only slower")
+_NAN_APART = ("`m = max(m, v)` with its operands swapped: the two differ only for NaN (and "
+              "in the sign of a zero max, which x - max does not see), and a NaN is found by "
+              "the unordered compare beside it, which sends the row to the exact loop")
+_STEP_16 = ("`j < full - 1` for `j < full`: j steps by 16 from 0 and full is a multiple of "
+            "16, so j < full and j < full - 1 hold for the same j")
+_MASKED_LAST = ("the loop setting each masked element of oneDNN's result to exactly 0 skips "
+                "the last element: oneDNN's softmax (2023.2) gives exactly 0 at -inf on this "
+                "machine's kernels (AVX-512, checked by every masked-row test), so the fix-up "
+                "changes nothing here; on a CPU where oneDNN's exp of -inf were not 0 the "
+                "mutant would leave that value (not killable on this machine)")
+_HUGE_IS_NONE = ("an out_bound above kLimit is no proof to any reader (each reader tests "
+                 "`out_bound <= kLimit`, or scans, as for inf): the same decisions as inf")
+_UNBOUNDED_IS_INF = ("an op that is not `bounded` has out_bound inf on every call (its "
+                     "initial value; link_guards and guard_note set inf wherever they clear "
+                     "`bounded`), so `out_bound <= kLimit` already fails")
+_MORE_SCANS = ("it scans an operand where the original takes its producer's bound or none: "
+               "a scan is a proof too (the largest magnitude this call), never larger than "
+               "a producer's bound, so the decisions stay sound; only more scans")
+EQUIVALENT.update({
+    f"{_SOFTMAX}::scan_row::drop update: `masked += b == kNegInfBits`": _EXACT_PATH,
+    f"{_SOFTMAX}::exact_row::drop check: `r.nonfinite == 0` of `r.nonfinite == 0 || "
+    "(!log && r.nonfinite == r.masked && r.masked < n)`": "a finite log-softmax row is "
+    "recomputed by the exact loop instead of keeping oneDNN's result: the same log-softmax, "
+    "only slower (finite softmax rows still take the other condition)",
+    f"{_SOFTMAX}::exact_row::drop check: `(!log && r.nonfinite == r.masked && r.masked < n)` "
+    "of `r.nonfinite == 0 || (!log && r.nonfinite == r.masked && r.masked < n)`": _EXACT_PATH,
+    f"{_SOFTMAX}::exact_row::drop check: `m != -INFINITY` of `v == -INFINITY && m != "
+    "-INFINITY`": "m is -inf only when every element is -inf (a NaN would be m): such a "
+    "safe row returned zeros above; otherwise exp(-inf - -inf) is NaN and so is 0 / 0 "
+    "(softmax) or -inf - -inf - log 0 (log): NaN either way, as torch gives",
+    f"{_SOFTMAX}::exact_row::shrink bound: `j < n` -> `... n - 1`": _MASKED_LAST,
+    f"{_SOFTMAX}::exact_row::shrink bound: `j < n` -> `... n - 1` #2": _MASKED_LAST,
+    f"{_SOFTMAX}::fast_row::swap operands: `_mm512_max_ps(m, v)`": _NAN_APART,
+    f"{_SOFTMAX}::fast_row::swap operands: `_mm512_max_ps(m, v)` #2": _NAN_APART,
+    f"{_SOFTMAX}::fast_row::shrink bound: `j < full` -> `... full - 1`": _STEP_16,
+    f"{_SOFTMAX}::fast_row::shrink bound: `j < full` -> `... full - 1` #2": _STEP_16,
+    f"{_SOFTMAX}::fast_row::shrink bound: `j < full` -> `... full - 1` #3": _STEP_16,
+    f"{_GUARD}::guard_run::drop check: `b <= kLimit` of `peak <= kLimit && b <= kLimit`":
+        _HUGE_IS_NONE,
+    f"{_GUARD}::guard_note::drop check: `b <= kLimit` of `peak <= kLimit && b <= kLimit`":
+        _HUGE_IS_NONE,
+    f"{_GUARD}::special_input::drop check: `op.in_from->bounded` of `op.in_from != nullptr "
+    "&& op.in_from->bounded`": _UNBOUNDED_IS_INF,
+    f"{_GUARD}::input_bound::drop check: `op.in_from->bounded` of `op.in_from != nullptr && "
+    "op.in_from->bounded`": _UNBOUNDED_IS_INF,
+    f"{_GUARD}::operand::drop check: `b <= kLimit` of `b <= kLimit || !scan`": _MORE_SCANS,
+    f"{_GUARD}::operand::drop check: `!scan` of `b <= kLimit || !scan`": _MORE_SCANS,
+    f"{_GUARD}::walk::drop check: `scan` of `scan && i < proved`": _MORE_SCANS,
+    f"{_GUARD}::walk::drop check: `i < proved` of `scan && i < proved`": _MORE_SCANS,
+    f"{_GUARD}::walk::swap operands: `std::max(std::fabs(t.alpha), std::fabs(t.beta))`":
+        "a clip's limits are numbers or ±inf, never NaN: max of two non-NaN values either way",
+    f"{_GUARD}::walk::swap operands: `std::min(b, cap)`": "they differ only for a NaN b "
+    "(inf · 0 of a multiply before the clip): a clip is NaN-unsafe, so every term up to it "
+    "is in the proved part, where the NaN already stuck in `top` (no proof) before the clip",
+    f"{_WINOGRAD}::run::drop check: `team > 1` of `team > 1 && large`": _TEAM_PATH,
+    f"{_WINOGRAD}::run::drop check: `large` of `team > 1 && large`": _TEAM_PATH,
+})

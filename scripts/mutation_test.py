@@ -135,7 +135,8 @@ TARGETS: dict[str, Target] = {
     "engine_guard": Target(f"{NATIVE}/guard.cpp", (
         "max_magnitude", "operand", "walk", "guard_run", "special_input", "input_bound",
         "guard_note"), (
-        "tests/backends/test_cpu_nan_post_ops.py", "tests/backends/test_cpu_nan_guard.py")),
+        "tests/backends/test_cpu_nan_post_ops.py", "tests/backends/test_cpu_nan_guard.py",
+        "tests/backends/test_cpu_nan.py")),
     "engine_winograd": Target(f"{NATIVE}/winograd.cpp", ("emit", "run"), (
         "tests/backends/test_cpu_nan_post_ops.py", "tests/backends/test_cpu_winograd.py",
         "tests/backends/test_cpu_own_kernels_shared.py")),
@@ -154,7 +155,8 @@ TARGETS: dict[str, Target] = {
     "mindspore_guard_zones": Target("opforge/mindspore/op.py", (
         "AotKernel._aot_call", "_GuardedBuffer.__init__", "_GuardedBuffer.checks",
         "_GuardedBuffer.check"), (
-        "tests/mindspore/test_guard_zones.py", "tests/mindspore/test_aot_lean.py")),
+        "tests/mindspore/test_guard_zones.py", "tests/mindspore/test_converted_calls.py",
+        "tests/mindspore/test_aot_lean.py")),
 }
 
 # Calls whose arguments only build an error message.
