@@ -224,8 +224,8 @@ def _jit_broadcast(L: Lowering, ta: int, tb: int, out: int, b_value) -> tuple[li
     b_dims = tuple(d if k else 1 for d, k in zip(merged, merged_kept))
     wide_dims = tuple(d if k else 1 for d, k in zip(merged, mask))
     if wide_dims != b_dims and isinstance(b_value, tuple) and b_value[0] == "c":
-        # a constant: expanded once, here (a row-major copy of src1 with no dims dropped
-        # is read as the merged dims by the alias below)
+        # a constant: expanded once, here (its values in the merged dims, row-major; the
+        # constant it was stays in the blob, the smaller of the two)
         const = b_value[1].detach().to(torch.float32).reshape(b_dims).expand(wide_dims).contiguous()
         tb = L.materialize(("c", const))
     elif wide_dims != b_dims:
