@@ -3,10 +3,10 @@ rounding put back in, op by op.
 
 The oracle's first measure of how hard a graph is for float32 is eager float32's own error.
 That measure fails where eager happens to be exact and another correct runtime is not:
-ATen sums ``mean`` and the average pools in its own order (often exactly, for a few
-terms), while oneDNN adds left to right and the portable kernels pairwise. A sum that
+ATen sums ``mean`` and the average pools in its own order (seed 4945's ten values: to the
+nearest float32), while oneDNN adds left to right and the portable kernels pairwise. A sum that
 cancels is the usual case: the mean of 10 values of size ~3 that is 0.03 (seed 4945) is
-off by 20 ulp of the result after a left-to-right float32 sum, which is 0.2 of the
+off by 20 ulp of the result after a left-to-right float32 sum, which is 0.05 of the
 textbook bound (n-1)·u·Σ|x|/n; the mean of a group norm's output is 0 up to rounding, so
 eager's error (1e-16) allows nothing, and a float32 group norm's outputs, eager's
 included, are each a few ulp off (seed 4953).

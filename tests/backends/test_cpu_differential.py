@@ -146,7 +146,7 @@ def test_own_kernels_of_different_shapes_in_one_engine_agree(name):
 
 # Outputs that cancel, where eager float32 happens to be exact and so allowed nothing:
 # seed 4945, the mean of 10 values of size ~3 that is 0.031 (oneDNN's left-to-right float32
-# sum is 20 ulp of it off, 0.2 of the textbook bound); seed 4953, the mean of a group norm's
+# sum is 20 ulp of it off, 0.05 of the textbook bound); seed 4953, the mean of a group norm's
 # output, 0 up to rounding (the portable kernels' 4e-8 is what eager float32 itself is off by
 # on other inputs). Both are float32's rounding, not a wrong kernel: the oracle models it
 # (fuzz/cpu_diff/rounding.py).
