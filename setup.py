@@ -120,6 +120,16 @@ class BuildEngine(build_ext):
             return
         print(f"opforge: built the program-file guard {built}", file=sys.stderr)
 
+    def copy_file(self, infile, outfile, preserve_mode=1, preserve_times=1, link=None, level=1):
+        """The in-place copy (``pip install -e .``) of a library into the checkout, where
+        other processes load it at any time: atomic (engine_build.install_file), not the
+        unlink-and-rewrite of setuptools' copy, whose half-written engine kills a process
+        that loads it (SIGBUS)."""
+        if self.dry_run:
+            return outfile, 1
+        _engine_build().install_file(Path(infile), Path(outfile))
+        return outfile, 1
+
     def copy_extensions_to_source(self):
         """In place (``pip install -e .``): into the checkout's _engine/, replacing engines
         built from older sources."""

@@ -166,3 +166,74 @@ def test_setup_py_builds_the_engine_into_the_package(tmp_path):
     if readelf:  # finds libdnnl.so.3 through the wheel's lib folder of a standard layout
         dynamic = subprocess.run([readelf, "-d", str(built)], capture_output=True, text=True).stdout
         assert "libdnnl.so.3" in dynamic and "$ORIGIN/../../../../../.." in dynamic
+
+
+def _setup_py_build_ext():
+    """setup.py's build_ext command (BuildEngine), without running setup()."""
+    import runpy
+
+    import setuptools
+
+    captured: dict = {}
+    real = setuptools.setup
+    setuptools.setup = lambda **kw: captured.update(kw)
+    try:
+        runpy.run_path(str(REPO / "setup.py"), run_name="setup_py_under_test")
+    finally:
+        setuptools.setup = real
+    return captured["cmdclass"]["build_ext"](setuptools.Distribution())
+
+
+def test_setup_py_installs_in_place_atomically(tmp_path, monkeypatch):
+    """`pip install -e .` copies the built engine (and the call extension and file guard)
+    into the checkout's _engine/, where another engineer's test processes load it at any
+    time. setuptools' copy unlinked the installed file and rewrote it in pieces: a copy
+    cut short (here the disk full after 64 KiB) left a truncated library under the name
+    `library()` loads, and a process loading one that short dies of SIGBUS. The installed
+    file must be the old one, whole, until the new one is whole."""
+    import builtins
+
+    command = _setup_py_build_ext()
+    src, dst = tmp_path / "build" / "libopforge_cpu.x.so", tmp_path / "_engine" / "libopforge_cpu.x.so"
+    src.parent.mkdir()
+    dst.parent.mkdir()
+    old, new = os.urandom(200_000), os.urandom(300_000)
+    dst.write_bytes(old)
+    src.write_bytes(new)
+    src.chmod(0o755)
+    real_open = builtins.open
+
+    class DiskFull:  # a file whose writes stop after 64 KiB
+        def __init__(self, f):
+            self.f, self.left = f, 1 << 16
+
+        def write(self, data):
+            if len(data) > self.left:
+                self.f.write(data[:self.left])
+                self.left = 0
+                raise OSError(28, "No space left on device")
+            self.left -= len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def opened(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        writes_dst_folder = "w" in mode and Path(os.fsdecode(file)).parent == dst.parent
+        return DiskFull(f) if writes_dst_folder else f
+
+    monkeypatch.setattr(builtins, "open", opened)
+    with pytest.raises(Exception):
+        command.copy_file(str(src), str(dst))
+    monkeypatch.undo()
+    assert dst.read_bytes() == old, "a failed in-place install left a partial engine behind"
+    assert sorted(p.name for p in dst.parent.iterdir()) == [dst.name]  # no temporary file left
+    command.copy_file(str(src), str(dst))
+    assert dst.read_bytes() == new and os.access(dst, os.X_OK)

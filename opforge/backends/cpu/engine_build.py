@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["ENGINE_NAME", "INSTALL_FOLDER", "EngineBuildError", "source_files", "source_hash",
-           "installed_name", "compile_flags", "find_onednn", "build", "compile_into"]
+           "installed_name", "compile_flags", "find_onednn", "build", "compile_into", "install_file"]
 
 ENGINE_NAME = "libopforge_cpu"
 INSTALL_FOLDER = "_engine"  # beside this file: opforge/backends/cpu/_engine/
@@ -158,6 +158,32 @@ def build(out_dir: Path, *, cpu_dir: Path = _CPU, cxx: str | None = None) -> Pat
     return compile_into(target, lambda tmp: [
         compiler, *[f for f in flags if f not in link], *(f"-I{d}" for d in include_dirs(cpu_dir)),
         "-o", tmp, *map(str, sources), *link], EngineBuildError, f"{ENGINE_NAME}.*.so")
+
+
+def install_file(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` the way every library here is published: written whole to a
+    temporary file beside ``dst`` and renamed over it, so that ``dst`` is always either the
+    old file or the new one. setup.py installs the engine, the call extension and the file
+    guard into a checkout with this (``pip install -e .``): setuptools' own copy unlinks
+    ``dst`` and rewrites it in 16 KiB pieces, and a process loading the engine in that
+    window maps a library shorter than its segments: measured with copies of the engine cut
+    short, any cut before the end of its last loaded segment ended the process with SIGBUS
+    (a cut past it loaded and ran: only the symbol tables were missing)."""
+    src, dst = Path(src), Path(dst)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as out, open(src, "rb") as inp:
+            while True:
+                chunk = inp.read(1 << 20)
+                if not chunk:
+                    break
+                out.write(chunk)
+        os.chmod(tmp, os.stat(src).st_mode & 0o7777)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def compile_into(target: Path, command, error: type[Exception], stale: str) -> Path:
