@@ -237,3 +237,38 @@ def test_setup_py_installs_in_place_atomically(tmp_path, monkeypatch):
     assert sorted(p.name for p in dst.parent.iterdir()) == [dst.name]  # no temporary file left
     command.copy_file(str(src), str(dst))
     assert dst.read_bytes() == new and os.access(dst, os.X_OK)
+
+
+@needs_compiler
+def test_a_source_saved_during_the_install_build_is_not_installed_under_the_old_name(tmp_path):
+    """engine_build.build names the engine by the hash of its sources, taken before the
+    compiler reads them: a source saved mid-compile (another engineer's edit) installed a
+    library of the new sources under the old sources' name, which `library()` of a checkout
+    with the old sources then loads as theirs. Here the compiler saves the edit itself, on
+    its first compile: what is installed is named for the sources it was compiled from."""
+    import ctypes
+    import stat
+
+    cpu = tmp_path / "opforge" / "backends" / "cpu"
+    (cpu / "native").mkdir(parents=True)
+    source = cpu / "native" / "value.cpp"
+    source.write_text('extern "C" int value() { return 1; }\n')
+    first_name = engine_build.installed_name(cpu)
+    engine_build._hash_cache.clear()
+    compiler = shutil.which("g++") or shutil.which("c++")
+    marker = tmp_path / "edited"
+    wrapper = tmp_path / "cxx-editing"
+    wrapper.write_text(f"""#!/bin/sh
+if [ ! -e {marker} ]; then
+  touch {marker}
+  printf 'extern "C" int value() {{ return 2; }}\\n' > {source}
+fi
+exec {compiler} "$@"
+""")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    built = engine_build.build(tmp_path / "out", cpu_dir=cpu, cxx=str(wrapper))
+    engine_build._hash_cache.clear()
+    assert built.name == engine_build.installed_name(cpu) != first_name
+    assert not (tmp_path / "out" / first_name).exists(), "the edited sources' engine has the old name"
+    assert ctypes.CDLL(str(built)).value() == 2
+    engine_build._hash_cache.clear()

@@ -149,15 +149,32 @@ def build(out_dir: Path, *, cpu_dir: Path = _CPU, cxx: str | None = None) -> Pat
         raise EngineBuildError(f"no C++ compiler ({compiler or 'c++, g++, clang++'} not on PATH)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / installed_name(cpu_dir)
-    if target.is_file():  # built from these very sources and flags already
-        return target
-    sources = [p for p in source_files(cpu_dir) if p.suffix == ".cpp"]
     flags = compile_flags(prefix, installed=True)
     link = [f for f in flags if f.startswith(("-l", "-L", "-Wl,"))]
-    return compile_into(target, lambda tmp: [
-        compiler, *[f for f in flags if f not in link], *(f"-I{d}" for d in include_dirs(cpu_dir)),
-        "-o", tmp, *map(str, sources), *link], EngineBuildError, f"{ENGINE_NAME}.*.so")
+    # the name hashes the sources before the compiler reads them (one call, ~30 translation
+    # units over minutes): one saved meanwhile would install a library of other sources, or
+    # of a mix of two versions, under the name of these; such a build is not installed but
+    # made again (as compile_shared does for the build on first use)
+    for _ in range(3):
+        _hash_cache.pop(cpu_dir, None)
+        name = installed_name(cpu_dir)
+        target = out_dir / name
+        if target.is_file():  # built from these very sources and flags already
+            return target
+        sources = [p for p in source_files(cpu_dir) if p.suffix == ".cpp"]
+
+        def unchanged() -> bool:
+            _hash_cache.pop(cpu_dir, None)
+            return installed_name(cpu_dir) == name
+
+        built = compile_into(target, lambda tmp: [
+            compiler, *[f for f in flags if f not in link], *(f"-I{d}" for d in include_dirs(cpu_dir)),
+            "-o", tmp, *map(str, sources), *link], EngineBuildError, f"{ENGINE_NAME}.*.so",
+            unchanged=unchanged)
+        if built is not None:
+            return built
+    raise EngineBuildError("the engine's sources changed during each of 3 compiles — fix: "
+                           "install again once the edits are saved")
 
 
 def install_file(src: Path, dst: Path) -> None:
@@ -186,10 +203,13 @@ def install_file(src: Path, dst: Path) -> None:
             os.unlink(tmp)
 
 
-def compile_into(target: Path, command, error: type[Exception], stale: str) -> Path:
+def compile_into(target: Path, command, error: type[Exception], stale: str, *,
+                 unchanged=None) -> Path | None:
     """Run ``command(output path)`` (a compiler call) into ``target``, written whole to a
     temporary file beside it and then renamed; remove the other files matching ``stale``
-    there (builds from older sources). A failed compile raises ``error`` with its output."""
+    there (builds from older sources). A failed compile raises ``error`` with its output;
+    when ``unchanged()`` is false after the compile (its sources changed under it), nothing
+    is installed and the result is None."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     call = command(tmp)
@@ -199,6 +219,8 @@ def compile_into(target: Path, command, error: type[Exception], stale: str) -> P
         if proc.returncode != 0:
             raise error(f"the compiler failed (exit {proc.returncode}):\n"
                         + "\n".join(proc.stdout.splitlines()[-20:]) + f"\ncommand: {' '.join(call)}")
+        if unchanged is not None and not unchanged():
+            return None
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
     finally:
