@@ -137,7 +137,11 @@ OWN_KERNEL_GRAPHS = {
 
 
 @pytest.mark.parametrize("name", list(OWN_KERNEL_GRAPHS))
-def test_own_kernels_of_different_shapes_in_one_engine_agree(name):
+def test_own_kernels_of_different_shapes_in_one_engine_agree(name, monkeypatch):
+    # the own kernels whatever the shell or an earlier test set (as in
+    # test_cpu_own_kernels_shared.py): with one of these set, oneDNN ran them all instead
+    for switch in ("OPFORGE_CPU_CAPABILITY", "OPFORGE_CPU_WINOGRAD", "OPFORGE_CPU_SMALL_CONV"):
+        monkeypatch.delenv(switch, raising=False)
     outcome = check(OWN_KERNEL_GRAPHS[name])
     assert outcome.status == "agreed", (
         f"{name}: {outcome.status} on {outcome.where} (the engine's own kernels of different "
