@@ -106,6 +106,7 @@ class AtenOpKernel:
         overload = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
         self._in_place = _IN_PLACE.get(overload)
         self._linear = overload == "aten::linear.out"
+        self._matmul = overload == "aten::matmul.out"
 
     def __repr__(self) -> str:
         return f"AtenOpKernel({self.schema})"
@@ -144,6 +145,11 @@ class AtenOpKernel:
         if self._linear and positional[0].dim() == 1:
             # ATen's linear.out resizes a 1-D input's out to (1, N) and back (a deprecated
             # resize, an error in a later torch): give it the (1, N) view it wants
+            return functools.partial(self.op, out=keyword["out"].unsqueeze(0)), (
+                positional[0].unsqueeze(0), *positional[1:])
+        if self._matmul and positional[0].dim() == 1 and positional[1].dim() == 2:
+            # so does matmul.out of a vector and a matrix (mm_out into out, then squeeze_(0)):
+            # the planned (N,) out is right; (1, K) @ (K, N) into its (1, N) view is that mm
             return functools.partial(self.op, out=keyword["out"].unsqueeze(0)), (
                 positional[0].unsqueeze(0), *positional[1:])
         return functools.partial(self.op, **keyword), tuple(positional)

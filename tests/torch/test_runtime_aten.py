@@ -123,3 +123,36 @@ def test_linear_of_a_vector_writes_its_out_without_a_resize(bias, capfd):
         want = model.double()(x.double()).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert "resized" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("shapes", [((5,), (5, 1)), ((8,), (8, 4))])
+def test_matmul_of_a_vector_and_a_matrix_writes_its_out_without_a_resize(shapes, capfd):
+    """ATen's matmul.out of (K,) @ (K, N) resizes its (N,) out to (1, N) and squeezes it
+    back (the differential tester's seeds 4707 and 4745). The planned (N,) is matmul's
+    shape; ATen mode hands it the (1, N) view of the same memory."""
+    import warnings
+
+    import torch
+
+    from opforge.export import export
+
+    class MatMul(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.matmul(a, b)
+
+    a, b = torch.randn(shapes[0]), torch.randn(shapes[1])
+    program = export(MatMul(), (a, b), kernels="portable")  # keeps matmul whole
+    loaded = load(program, mode="aten")
+    calls = range(len(program.method("forward").instructions))
+    assert [loaded.kernel_for("forward", i).key for i in calls] == ["aten::matmul.out"]
+    forward = loaded.method("forward")
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):  # the second call runs over the first call's memory
+            (got,) = forward(a.numpy(), b.numpy())
+            assert got.shape == torch.matmul(a, b).shape
+            np.testing.assert_allclose(got, (a.double() @ b.double()).numpy(),
+                                       rtol=1e-5, atol=1e-6)
+    assert not [w for w in caught if "resized" in str(w.message)]
+    assert "resized" not in capfd.readouterr().err
