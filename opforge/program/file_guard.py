@@ -75,21 +75,17 @@ def build(out_dir: Path, cxx: str | None = None) -> Path:
     and remove older builds there: the package build's step (standard library only, as
     ``setup.py`` loads this file by path)."""
     import importlib.util
-    import shutil
 
-    compiler = cxx or os.environ.get("CXX") or next(
-        (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
-    if compiler is None or shutil.which(compiler) is None:
-        raise GuardBuildError("no C++ compiler (c++, g++, clang++ not on PATH)")
+    path = SOURCE.parents[1] / "backends" / "cpu" / "engine_build.py"  # its build helpers
+    spec = importlib.util.spec_from_file_location("_opforge_engine_build", path)
+    engine_build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine_build)
+    compiler = engine_build.find_compiler(cxx, GuardBuildError)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / installed_name()
     if target.is_file():
         return target
-    path = SOURCE.parents[1] / "backends" / "cpu" / "engine_build.py"  # its compile helper
-    spec = importlib.util.spec_from_file_location("_opforge_engine_build", path)
-    engine_build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(engine_build)
     return engine_build.compile_into(target, lambda tmp: [compiler, *FLAGS, "-o", tmp, str(SOURCE)],
                                      GuardBuildError, "opforge_file_guard.*.so")
 

@@ -134,19 +134,26 @@ def include_dirs(cpu_dir: Path = _CPU) -> list[Path]:
     return [cpu_dir / "include", cpu_dir.parents[1] / "native" / "include"]
 
 
+def find_compiler(cxx: str | None, error: type[Exception]) -> str:
+    """The C++ compiler for a package build step: ``cxx``, else ``$CXX``, else the first of
+    c++, g++, clang++ on PATH; ``error`` (the caller's build error) when there is none."""
+    import shutil
+
+    compiler = cxx or os.environ.get("CXX") or next(
+        (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    if compiler is None or shutil.which(compiler) is None:
+        raise error(f"no C++ compiler ({compiler or 'c++, g++, clang++'} not on PATH)")
+    return compiler
+
+
 def build(out_dir: Path, *, cpu_dir: Path = _CPU, cxx: str | None = None) -> Path:
     """Compile the engine into ``out_dir/installed_name()`` (written whole, then renamed);
     remove older engines there. ``EngineBuildError`` says what is missing."""
-    import shutil
-
     prefix = find_onednn(headers=True)
     if prefix is None:
         raise EngineBuildError("oneDNN's headers and libdnnl.so.3 were not found (the wheels "
                                "onednn-devel-cpu-gomp==2023.2.0 and onednn-cpu-gomp==2023.2.0)")
-    compiler = cxx or os.environ.get("CXX") or next(
-        (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
-    if compiler is None or shutil.which(compiler) is None:
-        raise EngineBuildError(f"no C++ compiler ({compiler or 'c++, g++, clang++'} not on PATH)")
+    compiler = find_compiler(cxx, EngineBuildError)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     flags = compile_flags(prefix, installed=True)

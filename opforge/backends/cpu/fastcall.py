@@ -65,13 +65,8 @@ def _include_dirs(numpy_include: str) -> list[str]:
 def build(out_dir: Path, numpy_include: str, numpy_version: str, cxx: str | None = None) -> Path:
     """Compile the extension into ``out_dir/installed_name(numpy_version)`` (written whole,
     then renamed) and remove older builds there; the package build's step."""
-    import shutil
-
     includes = _include_dirs(numpy_include)
-    compiler = cxx or os.environ.get("CXX") or next(
-        (c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
-    if compiler is None or shutil.which(compiler) is None:
-        raise FastcallBuildError("no C++ compiler (c++, g++, clang++ not on PATH)")
+    compiler = _engine_build().find_compiler(cxx, FastcallBuildError)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / installed_name(numpy_version)
