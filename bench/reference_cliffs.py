@@ -39,9 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-from opforge.backends.cpu import blob  # noqa: E402
 from opforge.backends.cpu import engine as cpu_engine  # noqa: E402
-from opforge.backends.named_data import NamedDataMap  # noqa: E402
 from opforge.export import export  # noqa: E402
 from opforge.runtime import load  # noqa: E402
 from test_cpu_reference_cliffs import CoatFactorAttention, SwinWindowAttention  # noqa: E402
@@ -72,18 +70,6 @@ def flops(name: str, inputs) -> float:
         return 0.0
     a, b = inputs
     return 2.0 * a.shape[:-1].numel() * a.shape[-1] * b.shape[-1]
-
-
-def impls(program) -> list[tuple[str, str]]:
-    seen = []
-    for delegate in program.delegates:
-        plan, data = blob.parse(program.segments[delegate.segment].data)
-        handle = cpu_engine.EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
-        try:
-            seen += list(zip(handle.describe(), handle.impls()))
-        finally:
-            handle.close()
-    return seen
 
 
 def median_ms(call, rounds: int, calls: int) -> float:
@@ -128,7 +114,7 @@ def main() -> None:
         error = float((got - want).abs().max() / want.abs().max())
         work = flops(name, inputs)
         rates = f"{work / cpu / 1e6:.1f} | {work / eager / 1e6:.1f}" if work else "– | –"
-        ops = ", ".join(f"{op} [{impl}]" if impl else op for op, impl in impls(program))
+        ops = ", ".join(f"{op} [{impl}]" if impl else op for op, impl in cpu_engine.program_impls(program))
         print(f"| {name} | {cpu:.3f} | {eager:.3f} | {eager / cpu:.2f} | {rates} | {error:.1e} | {ops} |")
 
 

@@ -21,7 +21,6 @@ import torch.nn as nn
 from opforge.backends.cpu import blob
 from opforge.backends.cpu import engine as cpu_engine
 from opforge.backends.cpu.lowering.core import _dense
-from opforge.backends.named_data import NamedDataMap
 from opforge.examples.zoo import ZOO
 from opforge.export import export
 from opforge.runtime import load
@@ -89,14 +88,7 @@ def test_no_op_runs_a_onednn_reference_kernel(name, capability):
         model, inputs = _models()[name.removesuffix("_batch2")]
     program = export(model.eval(), inputs, backends=["cpu"])
     assert program.delegates
-    seen = []
-    for delegate in program.delegates:
-        plan, data = blob.parse(program.segments[delegate.segment].data)
-        handle = cpu_engine.EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
-        try:
-            seen += [(op, impl) for op, impl in zip(handle.describe(), handle.impls()) if impl]
-        finally:
-            handle.close()
+    seen = [(op, impl) for op, impl in cpu_engine.program_impls(program) if impl]
     assert seen or capability == "native", "without its own kernels the engine runs oneDNN's"
     slow = [(op, impl) for op, impl in seen if _reference_kernel(impl)]
     assert not slow, slow

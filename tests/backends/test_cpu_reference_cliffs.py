@@ -26,12 +26,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from opforge.backends.cpu import blob
 from opforge.backends.cpu import engine as cpu_engine
 from opforge.backends.cpu.lowering.layouts import (
     jit_binary_broadcast, jit_broadcast_expansion, merged_broadcast,
 )
-from opforge.backends.named_data import NamedDataMap
 from opforge.export import export
 from opforge.runtime import load
 
@@ -115,18 +113,6 @@ def pattern_models() -> dict:
     }
 
 
-def _impls(program) -> list[tuple[str, str]]:
-    seen = []
-    for delegate in program.delegates:
-        plan, data = blob.parse(program.segments[delegate.segment].data)
-        handle = cpu_engine.EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
-        try:
-            seen += list(zip(handle.describe(), handle.impls()))
-        finally:
-            handle.close()
-    return seen
-
-
 def _reference(impl: str) -> bool:
     name, _, isa = impl.partition(":")
     return bool(impl) and (name.startswith("ref") or isa == "any")
@@ -137,7 +123,7 @@ def test_patterns_match_float64_without_reference_kernels(name, capability):
     model, inputs = pattern_models()[name]
     model = spread(model)
     program = export(model, inputs, backends=["cpu"])
-    impls = _impls(program)
+    impls = cpu_engine.program_impls(program)
     assert any(op.startswith("softmax") for op, _ in impls), impls
     assert not [p for p in impls if _reference(p[1])], impls
     got = load(program).method("forward")(*[t.numpy() for t in inputs])
@@ -152,7 +138,7 @@ def test_softmax_over_a_strided_axis_runs_on_rows(dim, log, perm, capability):
     model = SoftmaxOverAxis(dim, log, perm).eval()
     inputs = (torch.randn(2, 5, 37, 6, generator=torch.Generator().manual_seed(dim + 7)) * 3,)
     program = export(model, inputs, backends=["cpu"])
-    impls = _impls(program)
+    impls = cpu_engine.program_impls(program)
     softmax = [p for p in impls if p[0].startswith(("softmax", "log_softmax"))]
     assert softmax and not [p for p in impls if _reference(p[1])], impls
     if capability == "native" and not log:
@@ -167,7 +153,7 @@ def test_runtime_masks_broadcast_in_the_middle(capability):
     inputs = (torch.randn(4, 3, 9, 9, generator=g), torch.randn(4, 9, 9, generator=g),
               torch.randn(4, 1, 1, generator=g))
     program = export(model, inputs, backends=["cpu"])
-    impls = _impls(program)
+    impls = cpu_engine.program_impls(program)
     assert [p for p in impls if p[0].startswith("binary")], impls
     assert not [p for p in impls if _reference(p[1])], impls
     got = load(program).method("forward")(*[t.numpy() for t in inputs])

@@ -530,3 +530,21 @@ def _native_entry(kernel, op, plan_tensors):
         return select(args).fn or None
     except Exception:  # noqa: BLE001 - no binding for these dtypes: reported by the caller
         return None
+
+
+def program_impls(program: Any) -> list[tuple[str, str]]:
+    """(op, oneDNN implementation) of every op of a program's cpu delegates, in order, from
+    an engine made for each delegate and closed again (``EngineHandle.impls``: "" for an op
+    on the engine's own kernels)."""
+    from opforge.backends.cpu import blob
+    from opforge.backends.named_data import NamedDataMap
+
+    seen: list[tuple[str, str]] = []
+    for delegate in program.delegates:
+        plan, data = blob.parse(program.segments[delegate.segment].data)
+        handle = EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
+        try:
+            seen += list(zip(handle.describe(), handle.impls()))
+        finally:
+            handle.close()
+    return seen
