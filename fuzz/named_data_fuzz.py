@@ -32,7 +32,6 @@ import random
 import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -81,17 +80,15 @@ def seed_program():
 # --- mutations ---------------------------------------------------------------------------------
 
 def _reseal_blob(data: bytes, edit) -> bytes:
+    """The blob with its plan edited, written back whole (CRC made valid again)."""
+    from fuzz.cpu_blob_write import write_blob
     from opforge.backends.cpu import blob
 
-    magic, version, plan_len, data_len, _, reserved = blob.HEADER.unpack_from(data, 0)
+    _, version, plan_len, data_len, _, reserved = blob.HEADER.unpack_from(data, 0)
     plan = json.loads(data[blob.HEADER.size:blob.HEADER.size + plan_len])
     edit(plan)
-    text = json.dumps(plan, separators=(",", ":")).encode()
-    payload = data[-data_len:] if data_len else b""
-    head = blob.HEADER.size + len(text)
-    crc = zlib.crc32(text + payload)
-    return blob.HEADER.pack(magic, version, len(text), data_len, crc, reserved) + text + \
-        bytes(-head % 64) + payload
+    return write_blob(plan, data[-data_len:] if data_len else b"", version=version,
+                      reserved=reserved)
 
 
 def _table(rng: random.Random, program):

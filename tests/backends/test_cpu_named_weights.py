@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from fuzz.cpu_blob_write import write_blob
 from opforge.backends import get_backend
 from opforge.backends.cpu import blob
 from opforge.errors import BackendError, ProgramError
@@ -167,15 +168,11 @@ def test_a_program_built_in_memory_reads_its_named_weights_from_aligned_copies()
 
 def _reseal(data: bytes, edit) -> bytes:
     """The blob with its plan edited and its CRC made valid again."""
-    magic, version, plan_len, data_len, _, reserved = blob.HEADER.unpack_from(data, 0)
+    _, version, plan_len, data_len, _, reserved = blob.HEADER.unpack_from(data, 0)
     plan = json.loads(data[blob.HEADER.size:blob.HEADER.size + plan_len])
     edit(plan)
-    text = json.dumps(plan, separators=(",", ":")).encode()
-    payload = data[-data_len:] if data_len else b""
-    head = blob.HEADER.size + len(text)
-    pad = bytes(-head % 64)
-    crc = zlib.crc32(text + payload)
-    return blob.HEADER.pack(magic, version, len(text), data_len, crc, reserved) + text + pad + payload
+    return write_blob(plan, data[-data_len:] if data_len else b"", version=version,
+                      reserved=reserved)
 
 
 def _with_blob(program, index, data):
