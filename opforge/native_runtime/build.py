@@ -87,14 +87,15 @@ def build_runtime(*, sanitize: bool = False, cxx: str | None = None,
         cache.sweep_stale(key)
         work = cache.temp_dir(key)
         try:
-            finished = _compile(work, toolchain, sanitize)
+            # one persistent CMake tree per variant: Ninja rebuilds only what changed
+            with cache.work_area(f"native-runtime-{'asan' if sanitize else 'release'}") as area:
+                finished = _compile(area / "build", work, toolchain, sanitize)
             return BuiltRuntime(cache.commit(key, finished), sanitize)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _compile(work: Path, toolchain, sanitize: bool) -> Path:
-    build_dir = work / "build"
+def _compile(build_dir: Path, work: Path, toolchain, sanitize: bool) -> Path:
     finished = work / "finished"
     finished.mkdir()
     configure = [toolchain.cmake, "-S", str(_HERE), "-B", str(build_dir), "-G", "Ninja",
