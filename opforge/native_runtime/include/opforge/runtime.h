@@ -113,6 +113,9 @@ OPF_API opf_status opf_program_load_buffer(const void* data, size_t size, int32_
                                            const opf_registry* registry,
                                            const opf_load_options* options, opf_program** out);
 OPF_API void opf_program_free(opf_program* program);
+/* Verify a whole program file's bytes without loading it (no kernels needed): OPF_OK or
+ * OPF_ERR_PROGRAM with the same rules and messages as opforge.program.verify. */
+OPF_API opf_status opf_program_verify(const void* data, size_t size);
 
 OPF_API int64_t opf_program_num_methods(const opf_program* program);
 OPF_API const char* opf_program_method_name(const opf_program* program, int64_t index);
