@@ -39,4 +39,15 @@ OPF_API const char* opf_status_name(opf_status status) {
   }
 }
 
+OPF_API int64_t opf_dtype_itemsize(int32_t dtype) {
+  switch (dtype) {
+    case 0: case 1: case 11: return 1;           // uint8, int8, bool
+    case 2: case 5: case 15: case 27: return 2;  // int16, float16, bfloat16, uint16
+    case 3: case 6: case 8: case 28: return 4;   // int32, float32, complex32, uint32
+    case 4: case 7: case 9: case 29: return 8;   // int64, float64, complex64, uint64
+    case 10: return 16;                          // complex128
+    default: return 0;
+  }
+}
+
 }  // extern "C"

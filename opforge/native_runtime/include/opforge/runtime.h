@@ -73,6 +73,8 @@ OPF_API const char* opf_version_string(void); /* "opforge-runtime 0.1.0" */
  * found — valid — fix, and name the method, instruction, operator and node. */
 OPF_API const char* opf_last_error(void);
 OPF_API const char* opf_status_name(opf_status status); /* "OPF_ERR_PROGRAM" */
+/* Bytes per element of a c10::ScalarType number; 0 for a number no program may use. */
+OPF_API int64_t opf_dtype_itemsize(int32_t dtype);
 
 /* ---- kernel registry ------------------------------------------------------------- */
 /* A registry starts with the portable kernels linked into this library (all of them, or
