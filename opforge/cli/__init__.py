@@ -42,6 +42,7 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "check": ("opforge.cli.check_cmd", "check", "opcheck for compiled kernels: shapes, reference, eager vs runtime."),
     "msop": ("opforge.cli.msop_cmd", "msop", "MindSpore-style AOT ops: build and install vendor packages."),
     "quantize": ("opforge.cli.quantize_cmd", "quantize", "Quantize MODULE:FACTORY (PT2E) to a program file, with a per-node report."),
+    "bundle": ("opforge.cli.bundle_cmd", "bundle", "Write an app folder (CMake, main.c, selected kernels) that runs programs without Python."),
     "oppackage": ("opforge.cli.oppackage_cmd", "oppackage", "Op packages: skeleton from an OpDef XML, build for a target."),
 }
 

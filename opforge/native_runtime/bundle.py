@@ -1,0 +1,186 @@
+"""``opforge bundle``: what an app needs to run programs with the native runtime.
+
+    programs → the operator keys they call → the kernels that serve them (portable rows,
+    native libraries) → a copy of the runtime's sources with only those kernel rows →
+    CMakeLists.txt + main.c + README.md
+
+The output builds with CMake alone: no Python in the build or in the process.
+
+# Selective build
+#
+# ExecuTorch selects kernels with a YAML list fed to its codegen. Here every portable
+# kernel family is one C++ file ending in a table of rows ``{"aten::add.out", "T T S T!",
+# fn}``; the bundle's copy of each family keeps only the rows of the keys its programs
+# call (a family with none is left out), so the compiler never emits the others (they are
+# static functions nobody references) and `--gc-sections` drops whatever is left. The
+# rows are found by a pattern, and the keys found must be exactly the keys the built
+# portable library registers: a row the pattern missed is an error here, not a kernel
+# silently missing from an app.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import jinja2
+
+from opforge.errors import BuildError, ProgramError
+from opforge.native_runtime.build import source_dir
+
+__all__ = ["Bundle", "bundle", "family_rows"]
+
+_ROW = re.compile(r'^\s*\{\s*"(?P<key>[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]+)"\s*,\s*"[^"]*"\s*,'
+                  r'[^{}]*\}\s*,?\s*(//.*)?$')
+_API = "`opforge bundle`"
+_SOURCE_PARTS = ("CMakeLists.txt", "include", "src", "kernels")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """What ``bundle`` wrote: the folder, the app's name and the kernel keys it selected."""
+
+    path: Path
+    app: str
+    programs: tuple[str, ...]
+    selected: tuple[str, ...]
+    libraries: tuple[str, ...]
+
+
+def family_rows(path: Path) -> list[tuple[int, str]]:
+    """``(line index, key)`` of each kernel row in a family source file."""
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines()):
+        match = _ROW.match(line)
+        if match:
+            rows.append((i, match.group("key")))
+    return rows
+
+
+def bundle(programs: Sequence[str | Path], out_dir: str | Path, *,
+           kernels: Iterable[str | Path] = (), method: str = "forward",
+           app: str = "opforge_app", portable_keys: Iterable[str] | None = None) -> Bundle:
+    """Write a self-contained app folder for ``programs`` into ``out_dir``.
+
+    ``kernels`` are native kernel libraries (``opforge build`` outputs) for the operators
+    the portable kernels do not serve; they are copied into ``kernels/`` and loaded by the
+    app. ``portable_keys`` is the set of keys the built portable library registers (the
+    check that every kernel row was found); default: build the runtime and ask it.
+
+    >>> bundle(["model.opf"], "app")                          # doctest: +SKIP
+    Bundle(path=PosixPath('app'), app='opforge_app', ...)
+    """
+    if not programs:
+        raise BuildError(f"{_API}: no program given — valid: one or more .opf files — "
+                         "fix: name the program files to bundle")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise BuildError(f"{_API}: {out} — exists and is not empty — valid: a new or empty "
+                         "folder — fix: remove it or choose another -o")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", app):
+        raise BuildError(f"{_API}: app name {app!r} — valid: letters, digits, '_' and '-' — "
+                         "fix: choose another --app")
+    needed = _operator_keys(programs, method)
+    library_keys = {Path(lib): _library_keys(Path(lib)) for lib in kernels}
+    families = sorted((source_dir() / "kernels" / "ops").glob("*.cpp"))
+    rows = {f: family_rows(f) for f in families}
+    found = {key for f in families for _, key in rows[f]}
+    known = set(portable_keys) if portable_keys is not None else _built_portable_keys()
+    if found != known:
+        raise BuildError(
+            f"{_API}: the kernel rows found in kernels/ops/*.cpp differ from the keys the "
+            f"portable library registers — only in the sources: {sorted(found - known)[:8]}; "
+            f"only in the library: {sorted(known - found)[:8]} — fix: this is a bug in "
+            "opforge (a kernel row written across lines?); report it")
+    served_by_library = set().union(*library_keys.values()) if library_keys else set()
+    missing = sorted(k for k in needed if k not in found and k not in served_by_library)
+    if missing:
+        raise BuildError(
+            f"{_API}: {len(missing)} operator(s) without a kernel — " + "; ".join(missing)
+            + " — fix: 1. build the custom operators' kernels with `opforge build` and pass the "
+            "library with --kernels; 2. export with kernels the portable library has")
+    # a native library's kernel wins at load (override), so its keys need no portable row
+    selected = sorted(k for k in needed if k in found and k not in served_by_library)
+
+    out.mkdir(parents=True, exist_ok=True)
+    _write_runtime(out / "runtime", rows, set(selected))
+    (out / "programs").mkdir()
+    program_names = []
+    for p in programs:
+        shutil.copy2(p, out / "programs" / Path(p).name)
+        program_names.append(f"programs/{Path(p).name}")
+    library_names = []
+    if library_keys:
+        (out / "kernels").mkdir()
+        for lib in library_keys:
+            shutil.copy2(lib, out / "kernels" / lib.name)
+            library_names.append(f"kernels/{lib.name}")
+    (out / "selected_kernels.txt").write_text("".join(k + "\n" for k in selected))
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(source_dir() / "templates"),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    context = dict(app=app, program=program_names[0], programs=program_names, method=method,
+                   libraries=library_names)
+    (out / "main.c").write_text(env.get_template("main.c.j2").render(context))
+    (out / "CMakeLists.txt").write_text(env.get_template("CMakeLists.txt.j2").render(context))
+    (out / "README.md").write_text(env.get_template("README.md.j2").render(
+        context, selected=selected))
+    return Bundle(out, app, tuple(program_names), tuple(selected), tuple(library_names))
+
+
+def _operator_keys(programs: Sequence[str | Path], method: str) -> set[str]:
+    from opforge.program import load
+
+    keys: set[str] = set()
+    for path in programs:
+        program = load(path)
+        if program.delegates:
+            ids = sorted({d.id for d in program.delegates})
+            raise BuildError(
+                f"{_API}: {path} — holds {len(program.delegates)} delegate(s) ({', '.join(ids)}) "
+                "— valid: programs whose every instruction is a kernel call (the native runtime "
+                "does not link backends yet) — fix: export without delegation")
+        if method not in [m.name for m in program.methods]:
+            raise ProgramError(f"{_API}: {path} — has no method {method!r} — valid: "
+                               f"{', '.join(m.name for m in program.methods)} — fix: pass --method")
+        for m in program.methods:
+            keys.update(op.key for op in m.operators)
+    return keys
+
+
+def _library_keys(path: Path) -> set[str]:
+    from opforge.runtime.native import NativeLibrary
+
+    return set(NativeLibrary(path).keys())
+
+
+def _built_portable_keys() -> set[str]:
+    from opforge.native_runtime.build import build_runtime
+    from opforge.runtime.native import NativeLibrary
+
+    return set(NativeLibrary(build_runtime().portable_library).keys())
+
+
+def _write_runtime(dst: Path, rows: dict[Path, list[tuple[int, str]]], selected: set[str]) -> None:
+    src = source_dir()
+    for part in _SOURCE_PARTS:
+        if (src / part).is_dir():
+            shutil.copytree(src / part, dst / part,
+                            ignore=shutil.ignore_patterns("ops", "__pycache__"))
+        else:
+            shutil.copy2(src / part, dst / part)
+    abi = src.parent / "native" / "include" / "opforge" / "kernel_abi.h"
+    (dst / "abi" / "opforge").mkdir(parents=True)
+    shutil.copy2(abi, dst / "abi" / "opforge" / "kernel_abi.h")
+    (dst / "kernels" / "ops").mkdir(parents=True)
+    for family, family_rows_ in rows.items():
+        keep = {i for i, key in family_rows_ if key in selected}
+        if not keep:
+            continue  # nothing of this family is called: leave the file out
+        drop = {i for i, _ in family_rows_} - keep
+        lines = family.read_text().splitlines(keepends=True)
+        text = "".join(f"    // not selected: {line.strip()}\n" if i in drop else line
+                       for i, line in enumerate(lines))
+        (dst / "kernels" / "ops" / family.name).write_text(text)
