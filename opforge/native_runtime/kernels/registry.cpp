@@ -14,6 +14,7 @@ struct Table {
   std::vector<opforge_kernel_entry> entries;
   std::vector<std::vector<int32_t>> kinds;     // one per entry, owned here
   std::vector<std::string> names, overloads;   // split keys
+  std::vector<std::string> schemas;            // "ns::op.overload(Tensor a0, ...) -> ()"
   opforge_library library{};
   std::string problem;                         // a malformed kinds string (a bug here)
 };
@@ -37,6 +38,37 @@ int32_t parse_kind(const std::string& token, bool* ok) {
   return 0;
 }
 
+// A schema the Python bridge parses (it finds the written arguments in it), spelled from
+// the kinds: "aten::add.out(Tensor a0, Tensor a1, Scalar a2, *, Tensor(a!) a3) -> ()".
+std::string schema_of(const std::string& key, const std::vector<int32_t>& kinds) {
+  std::string s = key + "(";
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    int32_t base = kinds[i] & 0xff;
+    bool optional = kinds[i] & OPFORGE_KIND_OPTIONAL, out = kinds[i] & OPFORGE_KIND_OUT;
+    const char* type = "Tensor";
+    switch (base) {
+      case OPFORGE_ARG_TENSOR_LIST: type = out ? "Tensor(a!)[]" : "Tensor[]"; break;
+      case OPFORGE_ARG_OPT_TENSOR_LIST: type = "Tensor?[]"; optional = false; break;
+      case OPFORGE_KIND_SCALAR: type = "Scalar"; break;
+      case OPFORGE_ARG_INT: type = "int"; break;
+      case OPFORGE_ARG_DOUBLE: type = "float"; break;
+      case OPFORGE_ARG_BOOL: type = "bool"; break;
+      case OPFORGE_ARG_INT_LIST: type = "int[]"; break;
+      case OPFORGE_ARG_DOUBLE_LIST: type = "float[]"; break;
+      case OPFORGE_ARG_BOOL_LIST: type = "bool[]"; break;
+      case OPFORGE_ARG_SCALAR_TYPE: type = "ScalarType"; break;
+      case OPFORGE_ARG_STRING: type = "str"; break;
+      default: type = out ? "Tensor(a!)" : "Tensor"; break;
+    }
+    if (i) s += ", ";
+    if (out && (i == 0 || !(kinds[i - 1] & OPFORGE_KIND_OUT))) s += "*, ";
+    s += type;
+    if (optional) s += "?";
+    s += " a" + std::to_string(i);
+  }
+  return s + ") -> ()";
+}
+
 bool selected(const char* key) {
   size_t count = 0;
   const char* const* keys = selected_keys(&count);
@@ -56,6 +88,7 @@ Table* build() {
   t->kinds.reserve(total);
   t->names.reserve(total);
   t->overloads.reserve(total);
+  t->schemas.reserve(total);
   for (size_t f = 0; f < nfam; ++f) {
     for (size_t k = 0; k < fams[f]->count; ++k) {
       const KernelDef& def = fams[f]->kernels[k];
@@ -82,6 +115,7 @@ Table* build() {
       }
       t->names.push_back(key.substr(0, dot));
       t->overloads.push_back(key.substr(dot + 1));
+      t->schemas.push_back(schema_of(def.key, kinds));
       t->kinds.push_back(std::move(kinds));
     }
   }
@@ -96,7 +130,7 @@ Table* build() {
       opforge_kernel_entry e{};
       e.op = t->names[i].c_str();
       e.overload = t->overloads[i].c_str();
-      e.schema = def.kinds;
+      e.schema = t->schemas[i].c_str();
       e.kernel_name = def.key;
       e.dtype_key = "default";
       e.source = fams[f]->name;
