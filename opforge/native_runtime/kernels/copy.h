@@ -1,0 +1,73 @@
+// The strided copy every copy-shaped kernel is made of (view copies, cat, split, indexing,
+// padding), with dtype conversion as NumPy's unsafe casting does it, and the float16 /
+// bfloat16 conversions they need.
+//
+// A copy is described by its sizes and two stride lists in elements (any sign; a 0 stride
+// on the source broadcasts). Dimensions of size 1 are dropped, dimensions are ordered by
+// the destination's strides and merged wherever both operands are contiguous across them,
+// and a run that is contiguous in both goes through memcpy: a contiguous source copies at
+// memcpy speed, a permuted one walks its innermost dimension with a typed loop (a 2-d
+// transpose in cache-sized tiles).
+#pragma once
+
+#include <cstdint>
+
+#include "tensor.h"
+
+namespace opforge::portable {
+
+// Up to this many dimensions in one copy (repeat and pixel_shuffle split every dim in two).
+constexpr int kMaxCopyRank = 2 * kMaxRank;
+
+uint16_t float_to_half(float f);      // round to nearest even, as NumPy
+uint16_t double_to_half(double d);    // one rounding (not through float)
+float half_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+float bf16_to_float(uint16_t b);
+
+// Copy `rank` dims of `sizes` elements of `itemsize` bytes from src to dst.
+void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
+                  const int64_t* src_strides, const int64_t* sizes, int rank, int64_t itemsize);
+
+// Is `dtype` one the conversions handle (every real dtype, float16 and bfloat16)?
+bool convertible(int32_t dtype);
+
+// Copy with conversion from src_dtype to dst_dtype (NumPy's casting="unsafe": floats to
+// integers truncate, out-of-range and NaN give what x86's truncating conversion gives);
+// equal dtypes copy bytes. Both dtypes must be convertible().
+void convert_strided(char* dst, int32_t dst_dtype, const int64_t* dst_strides, const char* src,
+                     int32_t src_dtype, const int64_t* src_strides, const int64_t* sizes, int rank);
+
+// Copy `src` (any strides) into `dst` of the same sizes, converting dtypes: false (ctx
+// failed naming op) for a dtype no conversion handles.
+bool copy_view(opforge_context* ctx, const char* op, const View& dst, const View& src);
+
+// Fill every element of `out` with a scalar (an int64 when integral, else a double),
+// cast to out's dtype as NumPy's fill does.
+bool fill_scalar(opforge_context* ctx, const char* op, const View& out, double d, int64_t i,
+                 bool integral);
+
+// Row-major (C-contiguous) strides of sizes.
+void contiguous_strides(const int64_t* sizes, int rank, int64_t* strides);
+
+// A tensor list argument (TL): its items; a TL? list marks absent items with dtype -1.
+bool tensor_list_arg(opforge_context* ctx, const opforge_arg* args, int64_t n, int64_t i,
+                     const char* op, const char* what, const opforge_tensor** items,
+                     int64_t* count);
+// One item of a tensor list, checked as tensor_arg checks an argument.
+bool list_item(opforge_context* ctx, const opforge_tensor& item, const char* op,
+               const char* what, View* v);
+
+// A read of an integer tensor element (int64, int32, int16, int8, uint8) as int64.
+bool index_dtype(int32_t dtype);
+inline int64_t read_index(const char* p, int32_t dtype) {
+  switch (dtype) {
+    case kInt64: { int64_t v; std::memcpy(&v, p, 8); return v; }
+    case kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case kInt16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case kInt8: return static_cast<int8_t>(*p);
+    default: return static_cast<uint8_t>(*p);
+  }
+}
+
+}  // namespace opforge::portable
