@@ -1,0 +1,39 @@
+// The portable kernels' matrix product: a blocked GEMM of our own (no BLAS), and the
+// per-thread scratch buffers the GEMM-based kernels (convolution's columns) fill.
+//
+// Why our own: the runtime stays dependency-free and cross-compiles (aarch64), and the
+// products the zoo and the decoders run are small enough (4x64x128 ... 128x768x768,
+// 1x768x3072) that a compact BLIS-style kernel reaches OpenBLAS's single-thread speed.
+// gemm.cpp explains the blocking and the microkernels.
+#pragma once
+
+#include <cstdint>
+
+namespace opforge::portable {
+
+// C = A·B, or C += A·B with `accumulate`; A is m×k, B k×n, C m×n, element (i, j) of a
+// matrix X at x[i * rsx + j * csx] (any strides: a transposed view costs nothing). C must
+// not overlap A or B. Without `accumulate` C is only written (NaN in it does not leak).
+// Returns false only when the packing buffers cannot be allocated (then C is untouched).
+bool gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
+          const float* b, int64_t rsb, int64_t csb, float* c, int64_t rsc, int64_t csc,
+          bool accumulate);
+bool gemm(int64_t m, int64_t n, int64_t k, const double* a, int64_t rsa, int64_t csa,
+          const double* b, int64_t rsb, int64_t csb, double* c, int64_t rsc, int64_t csc,
+          bool accumulate);
+
+// Which microkernel gemm runs on this machine: "avx512f", "avx2" or "generic".
+const char* gemm_isa();
+
+// A per-thread buffer of at least `bytes` bytes, 64-byte aligned, for slot 0..3 (one
+// kernel's distinct workspaces). It grows and is never shrunk, so a kernel called again at
+// the same shape allocates nothing; nullptr when the allocation fails or `bytes` exceeds
+// workspace_limit().
+void* scratch(int slot, int64_t bytes);
+
+// The most bytes a kernel's workspace may take: OPFORGE_MAX_MEMORY if set (bytes), else
+// 8 GiB — the lean runtime's limit (opforge.runtime.limits), so a hostile program's
+// padding or dilation is refused rather than allocated.
+int64_t workspace_limit();
+
+}  // namespace opforge::portable
