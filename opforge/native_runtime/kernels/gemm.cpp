@@ -3,7 +3,7 @@
 // # Design
 //
 // No BLAS: the runtime is dependency-free and must cross-compile (aarch64), so the product
-// is our own, in the classic BLIS shape (gemm_arch.inc): B packed in KC x NC panels of
+// is our own, in the classic BLIS shape (gemm_arch.h): B packed in KC x NC panels of
 // NR-column strips, A in MC x KC blocks of MR-row strips, and a register-blocked
 // microkernel computing an MR x NR tile of C as 2*MR vector accumulators, one broadcast
 // of A and two vector loads of B per step. Packing makes every operand layout the same
@@ -11,7 +11,7 @@
 // its loads contiguous and cache-resident.
 //
 // The microkernel is written with GCC vector extensions (vector_size), not intrinsics, so
-// the one source compiles for any target: gemm_arch.inc is compiled three times, under
+// the one source compiles for any target: gemm_arch.h is compiled three times, under
 // `#pragma GCC target("avx512f,fma")` (64-byte vectors, 8x32 float tiles), under
 // `target("avx2,fma")` (32-byte vectors, 6x16) and for the build's own target (16-byte
 // vectors, 6x8: SSE2 on any x86-64, NEON on aarch64), and the first call picks the widest
@@ -84,7 +84,7 @@ void* scratch(int slot, int64_t bytes) {
 #define GEMM_MR_F 8
 #define GEMM_MR_D 8
 namespace opforge::portable {
-#include "gemm_arch.inc"
+#include "gemm_arch.h"
 }
 #undef GEMM_NS
 #undef GEMM_VBYTES
@@ -99,7 +99,7 @@ namespace opforge::portable {
 #define GEMM_MR_F 6
 #define GEMM_MR_D 6
 namespace opforge::portable {
-#include "gemm_arch.inc"
+#include "gemm_arch.h"
 }
 #undef GEMM_NS
 #undef GEMM_VBYTES
@@ -113,7 +113,7 @@ namespace opforge::portable {
 #define GEMM_MR_F 6
 #define GEMM_MR_D 6
 namespace opforge::portable {
-#include "gemm_arch.inc"
+#include "gemm_arch.h"
 }
 #undef GEMM_NS
 #undef GEMM_VBYTES

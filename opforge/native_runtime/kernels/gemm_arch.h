@@ -1,4 +1,4 @@
-// One instruction set's GEMM (gemm.cpp includes this once per target, inside a
+// One instruction set's GEMM — no include guard: gemm.cpp includes this once per target, inside a
 // `#pragma GCC target` region, with these defined):
 //   GEMM_NS        the namespace of this copy (avx512, avx2, generic)
 //   GEMM_VBYTES    the vector width in bytes (64, 32, 16)
