@@ -138,7 +138,8 @@ class LoadedProgram:
 def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *,
          mode: str = "lean", registry: KernelRegistry | None = None,
          kernels: Iterable[str | os.PathLike] = (), allow_ops: Iterable[str] = (),
-         max_memory: int | None = None, num_threads: int | None = None) -> LoadedProgram:
+         max_memory: int | None = None, num_threads: int | None = None,
+         executor: str = "lean") -> LoadedProgram:
     """Load, verify and resolve a program for running.
 
     ``source`` is a path (memory-mapped; constants are never copied), the file's bytes, or
@@ -178,7 +179,15 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
     >>> program = load(Program(methods=(forward,)))
     >>> program.method("forward")(np.array([-1.0, 0.0, 2.0], np.float32))[0].tolist()
     [0.0, 0.0, 2.0]
+
+    ``executor="native"`` runs the program in the native C++ runtime instead (a
+    ``opforge.runtime.native_executor.NativeProgram``: same ``method(name)`` and state
+    calls; ``kernels`` then names native kernel libraries only); ``"lean"``, the default,
+    is this NumPy runtime.
     """
+    if executor != "lean":
+        return _load_native(source, executor, mode, registry, kernels, allow_ops, max_memory,
+                            num_threads)
     api, label, program = _read(source, mode)
     if mode not in MODES:
         raise ProgramError(f"`{api}`: mode {mode!r} — valid: " + ", ".join(map(repr, MODES))
@@ -219,6 +228,26 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview | Program, *
                     delegates.check_call(method, i, instruction)
     return LoadedProgram(program, registry, mode, resolved, label, max_memory=limit,
                          delegates=delegates, num_threads=threads)
+
+
+EXECUTORS = ("lean", "native")
+
+
+def _load_native(source, executor, mode, registry, kernels, allow_ops, max_memory, num_threads):
+    """``load(..., executor="native")``: the native runtime's program, after refusing what
+    it does not take (ATen mode, a Python registry)."""
+    if executor not in EXECUTORS or mode != "lean" or registry is not None or allow_ops:
+        found = (f"executor {executor!r}" if executor not in EXECUTORS else
+                 f"mode {mode!r}" if mode != "lean" else
+                 "a registry" if registry is not None else "allow_ops")
+        raise ProgramError(
+            f"`opforge.runtime.load(executor={executor!r})`: {found} — valid: executor 'lean' "
+            "(the NumPy runtime, any mode or registry) or 'native' (the C++ runtime: its "
+            "portable kernels plus native kernel libraries in kernels=[...]) — fix: drop the "
+            "option, or use executor='lean'")
+    from opforge.runtime.native_executor import load_native
+
+    return load_native(source, kernels=kernels, max_memory=max_memory, num_threads=num_threads)
 
 
 def _read(source: object, mode: str) -> tuple[str, str, Program]:

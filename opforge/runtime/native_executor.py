@@ -1,0 +1,514 @@
+"""``executor="native"``: a program run by the native C++ runtime (libopforge_runtime).
+
+    build_runtime() (or $OPFORGE_RUNTIME_LIBRARY) → ctypes over the C API
+    (opforge/native_runtime/include/opforge/runtime.h) → NativeProgram (registry + loaded,
+    verified program; state) → NativeMethod (one method instance: set inputs, execute,
+    read outputs)
+
+A thin binding: one ctypes call per input, one ``opf_method_execute`` for the whole
+instruction loop, one per output; nothing per instruction runs in Python. The NumPy lean
+runtime stays the reference and the default (``opforge.runtime.load(..., executor="lean")``);
+``opforge.runtime.load(source, executor="native")`` returns a ``NativeProgram`` shaped like
+``LoadedProgram`` (``method(name)``, ``read_state``/``write_state``/``reset_state``), whose
+methods are called like ``opforge.runtime.Method``: NumPy inputs in, NumPy outputs out
+(copies, or with ``views=True`` arrays over the instance's memory, valid until its next call).
+
+Not here yet: capturing intermediates by debug handle (``opforge compare`` compares the
+native run's outputs only), Python kernel registrars (only native kernel libraries load
+into the native registry), ATen mode.
+
+>>> import numpy as np                                                 # doctest: +SKIP
+>>> from opforge.runtime import load                                   # doctest: +SKIP
+>>> forward = load("model.opf", executor="native").method("forward")   # doctest: +SKIP
+>>> (y,) = forward(np.ones((1, 4), np.float32))                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+import time
+import weakref
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from opforge.errors import (
+    BuildError, ConcurrentCallError, InternalError, KernelError, MissingKernelError, ProgramError,
+    RegistrationError,
+)
+from opforge.program import Program, ScalarType, to_bytes
+from opforge.runtime.method import IOSpec
+
+__all__ = ["NativeProgram", "NativeMethod", "load_native", "runtime_library", "LIBRARY_ENV"]
+
+LIBRARY_ENV = "OPFORGE_RUNTIME_LIBRARY"  # a prebuilt libopforge_runtime.so to use instead
+API_VERSION = 1
+
+_OK, _VALUE_TENSOR, _VALUE_INT, _VALUE_DOUBLE, _VALUE_BOOL = 0, 0, 1, 2, 3
+_ERRORS = {1: ProgramError, 2: ProgramError, 3: ProgramError, 4: MissingKernelError,
+           5: BuildError, 6: ProgramError, 7: KernelError, 8: ProgramError,
+           9: ConcurrentCallError, 10: ProgramError, 11: ProgramError, 12: InternalError}
+_REGISTRAR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
+_SCALARS = {_VALUE_INT: int, _VALUE_DOUBLE: float, _VALUE_BOOL: bool}
+
+
+class _LoadOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("max_memory", ctypes.c_int64)]
+
+
+class _IOInfo(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("reserved", ctypes.c_int32), ("sizes", ctypes.POINTER(ctypes.c_int64)),
+                ("min_sizes", ctypes.POINTER(ctypes.c_int64)),
+                ("max_sizes", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _MethodOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("num_threads", ctypes.c_int32),
+                ("num_arenas", ctypes.c_int64), ("arenas", ctypes.POINTER(ctypes.c_void_p)),
+                ("arena_sizes", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _TensorView(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("sizes", ctypes.POINTER(ctypes.c_int64)), ("nbytes", ctypes.c_int64)]
+
+
+_P, _I32, _I64, _STR = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_char_p
+_PI64 = ctypes.POINTER(ctypes.c_int64)
+_SIGNATURES = {  # name: (restype, argtypes)
+    "opf_api_version": (ctypes.c_uint32, []),
+    "opf_last_error": (_STR, []),
+    "opf_registry_new": (_I32, [ctypes.POINTER(_P)]),
+    "opf_registry_free": (None, [_P]),
+    "opf_registry_load_library": (_I32, [_P, _STR, _I32]),
+    "opf_registry_num_operators": (_I64, [_P]),
+    "opf_registry_operator": (_STR, [_P, _I64]),
+    "opf_program_load_path": (_I32, [_STR, _P, ctypes.POINTER(_LoadOptions), ctypes.POINTER(_P)]),
+    "opf_program_load_buffer": (_I32, [_P, ctypes.c_size_t, _I32, _P,
+                                       ctypes.POINTER(_LoadOptions), ctypes.POINTER(_P)]),
+    "opf_program_free": (None, [_P]),
+    "opf_program_num_methods": (_I64, [_P]),
+    "opf_program_method_name": (_STR, [_P, _I64]),
+    "opf_program_method_io": (_I32, [_P, _STR, _PI64, _PI64]),
+    "opf_program_input_info": (_I32, [_P, _STR, _I64, ctypes.POINTER(_IOInfo)]),
+    "opf_program_output_info": (_I32, [_P, _STR, _I64, ctypes.POINTER(_IOInfo)]),
+    "opf_program_num_states": (_I64, [_P]),
+    "opf_program_state_name": (_STR, [_P, _I64]),
+    "opf_program_state_info": (_I32, [_P, _STR, ctypes.POINTER(_I32), ctypes.POINTER(_I32),
+                                       ctypes.POINTER(_PI64), _PI64]),
+    "opf_program_state_read": (_I32, [_P, _STR, _P, _I64]),
+    "opf_program_state_write": (_I32, [_P, _STR, _P, _I64]),
+    "opf_program_state_reset": (_I32, [_P, _STR]),
+    "opf_method_new": (_I32, [_P, _STR, ctypes.POINTER(_MethodOptions), ctypes.POINTER(_P)]),
+    "opf_method_free": (None, [_P]),
+    "opf_method_set_input": (_I32, [_P, _I64, _P, _I32, _I32, _P, _I32]),
+    "opf_method_set_input_int": (_I32, [_P, _I64, _I64]),
+    "opf_method_set_input_double": (_I32, [_P, _I64, ctypes.c_double]),
+    "opf_method_set_input_bool": (_I32, [_P, _I64, _I32]),
+    "opf_method_execute": (_I32, [_P]),
+    "opf_method_output": (_I32, [_P, _I64, ctypes.POINTER(_TensorView)]),
+    "opf_method_output_scalar": (_I32, [_P, _I64, ctypes.POINTER(_I32), _PI64,
+                                        ctypes.POINTER(ctypes.c_double)]),
+    "opf_method_set_profiling": (_I32, [_P, _I32]),
+    "opf_method_num_instructions": (_I64, [_P]),
+    "opf_method_instruction_profile": (_I32, [_P, _I64, ctypes.POINTER(_STR),
+                                              ctypes.POINTER(_STR), _PI64]),
+}
+
+_library: ctypes.CDLL | None = None
+_library_lock = threading.Lock()
+
+
+def runtime_library() -> ctypes.CDLL:
+    """libopforge_runtime, loaded once: ``$OPFORGE_RUNTIME_LIBRARY`` if set, else the one
+    ``opforge.native_runtime.build.build_runtime()`` builds (or finds in the cache)."""
+    global _library
+    with _library_lock:
+        if _library is None:
+            _library = _open(_library_path())
+        return _library
+
+
+def _library_path() -> str:
+    given = os.environ.get(LIBRARY_ENV)
+    if given:
+        return given
+    from opforge.native_runtime.build import build_runtime
+
+    try:
+        return str(build_runtime().runtime_library)
+    except BuildError as e:
+        raise BuildError(
+            "`opforge.runtime.load(..., executor='native')`: libopforge_runtime — cannot be "
+            f"built here ({e}) — valid: a C++17 compiler, CMake and Ninja to build it, or a "
+            f"prebuilt library in ${LIBRARY_ENV} — fix: 1. install g++, cmake and ninja; "
+            f"2. or set {LIBRARY_ENV}=/path/to/libopforge_runtime.so; 3. or use the lean "
+            "runtime (executor='lean', the default)") from None
+
+
+def _open(path: str) -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise BuildError(f"`opforge.runtime.native_executor`: {path!r} — cannot be loaded ({e}) — "
+                         f"valid: libopforge_runtime.so — fix: check {LIBRARY_ENV} or rebuild "
+                         "with build_runtime()") from None
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        function = getattr(lib, name, None)
+        if function is None:
+            raise BuildError(f"`opforge.runtime.native_executor`: {path!r} — has no {name} — "
+                             "valid: a libopforge_runtime of this opforge — fix: rebuild it")
+        function.restype, function.argtypes = restype, argtypes
+    version = lib.opf_api_version()
+    if version != API_VERSION:
+        raise BuildError(f"`opforge.runtime.native_executor`: {path!r} — C API version {version} "
+                         f"— valid: {API_VERSION} — fix: rebuild it with build_runtime()")
+    return lib
+
+
+def _check(lib: ctypes.CDLL, status: int, api: str) -> None:
+    if status != _OK:
+        message = (lib.opf_last_error() or b"").decode("utf-8", "replace")
+        raise _ERRORS.get(status, InternalError)(f"`{api}`: {message}")
+
+
+def _numpy_dtype(code: int) -> np.dtype | None:
+    try:
+        return ScalarType(code).numpy_dtype()
+    except (ValueError, ProgramError):
+        return None  # bfloat16, complex32: read as raw bits below
+
+
+def _raw_dtype(code: int) -> np.dtype:
+    """The NumPy dtype an output of ``code`` is returned as: its own, or the raw bits
+    (uint16) of bfloat16 / complex32, which NumPy has no dtype for."""
+    dtype = _numpy_dtype(code)
+    return dtype if dtype is not None else np.dtype(np.uint16 if code == 15 else np.uint32)
+
+
+class NativeProgram:
+    """A program loaded and verified by the native runtime, with its kernel registry.
+
+    ``source`` is a path (memory-mapped by the runtime), the file's bytes (copied) or an
+    ``opforge.program.Program`` (serialized, then copied). ``kernels`` are native kernel
+    library paths added to the portable kernels. Raises ``ProgramError`` for a bad file and
+    ``MissingKernelError`` listing every operator without a kernel.
+    """
+
+    mode = "native"
+
+    def __init__(self, source, *, kernels: Iterable[str | os.PathLike] = (),
+                 max_memory: int | None = None, num_threads: int | None = None) -> None:
+        from opforge.runtime.threads import resolve_thread_count
+
+        lib = self._lib = runtime_library()
+        self._source = source
+        self.source = (f"<{len(source)} bytes>" if isinstance(source, (bytes, bytearray, memoryview))
+                       else "<Program>" if isinstance(source, Program) else repr(os.fspath(source)))
+        api = self._api = f"opforge.runtime.load({self.source}, executor='native')"
+        self.num_threads = resolve_thread_count(num_threads, api=api)
+        registry = ctypes.c_void_p()
+        _check(lib, lib.opf_registry_new(ctypes.byref(registry)), api)
+        self._registry = registry
+        self._registry_finalizer = weakref.finalize(self, lib.opf_registry_free, registry)
+        for library in kernels:
+            self._load_library(os.fspath(library))
+        options = _LoadOptions(ctypes.sizeof(_LoadOptions), 0, int(max_memory or 0))
+        handle = ctypes.c_void_p()
+        if isinstance(source, Program):
+            source = to_bytes(source)
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+            status = lib.opf_program_load_buffer(data, len(data), 1, registry, ctypes.byref(options),
+                                                 ctypes.byref(handle))
+        elif isinstance(source, (str, os.PathLike)):
+            status = lib.opf_program_load_path(os.fsencode(source), registry, ctypes.byref(options),
+                                               ctypes.byref(handle))
+        else:
+            raise ProgramError(f"`opforge.runtime.load()`: source — found {type(source).__name__} — "
+                               "valid: a path, the file's bytes, or an opforge.program.Program — "
+                               "fix: pass the .opf file's path")
+        _check(lib, status, api)
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, lib.opf_program_free, handle)
+        self._program = None
+
+    def _load_library(self, spec: str) -> None:
+        if _REGISTRAR.match(spec) and not os.path.exists(spec):
+            raise RegistrationError(
+                f"`{self._api}`: kernel registrar {spec!r} — Python kernels cannot run in the "
+                "native runtime — valid: native kernel libraries (`opforge build`) — fix: "
+                "1. build the kernels as a native library; 2. or use executor='lean'")
+        if not os.path.lexists(spec):
+            raise RegistrationError(f"`{self._api}`: kernel library {spec!r} — no such file "
+                                    f"({os.path.abspath(spec)}) — fix: check the path")
+        _check(self._lib, self._lib.opf_registry_load_library(self._registry, os.fsencode(spec), 0),
+               self._api)
+
+    @property
+    def method_names(self) -> tuple[str, ...]:
+        lib, handle = self._lib, self._handle
+        return tuple(lib.opf_program_method_name(handle, i).decode()
+                     for i in range(lib.opf_program_num_methods(handle)))
+
+    @property
+    def program(self) -> Program:
+        """The program as ``opforge.program`` reads it (parsed on first use, in Python), for
+        what reads the program's data: ``Generator``'s decoder signature, the debug table."""
+        if self._program is None:
+            from opforge.program import from_bytes, load as load_file
+
+            source = self._source
+            self._program = (source if isinstance(source, Program) else
+                             from_bytes(bytes(source)) if isinstance(source, (bytes, bytearray, memoryview))
+                             else load_file(source))
+        return self._program
+
+    @property
+    def operators(self) -> tuple[str, ...]:
+        """The operator keys the registry serves (portable kernels and loaded libraries)."""
+        lib, registry = self._lib, self._registry
+        return tuple(lib.opf_registry_operator(registry, i).decode()
+                     for i in range(lib.opf_registry_num_operators(registry)))
+
+    def method(self, name: str = "forward") -> "NativeMethod":
+        """A new instance of method ``name`` with its own arenas (one per thread)."""
+        return NativeMethod(self, name)
+
+    # --- state: shared by name across the program's methods ---------------------------------
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        lib, handle = self._lib, self._handle
+        return tuple(lib.opf_program_state_name(handle, i).decode()
+                     for i in range(lib.opf_program_num_states(handle)))
+
+    def _state_info(self, name: str, api: str) -> tuple[np.dtype, tuple[int, ...], int]:
+        dtype, rank, sizes, nbytes = ctypes.c_int32(), ctypes.c_int32(), _PI64(), ctypes.c_int64()
+        _check(self._lib, self._lib.opf_program_state_info(
+            self._handle, name.encode(), ctypes.byref(dtype), ctypes.byref(rank),
+            ctypes.byref(sizes), ctypes.byref(nbytes)), f"NativeProgram.{api}({name!r})")
+        return _raw_dtype(dtype.value), tuple(sizes[i] for i in range(rank.value)), nbytes.value
+
+    def read_state(self, name: str) -> np.ndarray:
+        """A copy of the live state tensor ``name``."""
+        dtype, shape, nbytes = self._state_info(name, "read_state")
+        out = np.empty(shape, dtype)
+        _check(self._lib, self._lib.opf_program_state_read(self._handle, name.encode(),
+                                                           out.ctypes.data, nbytes),
+               f"NativeProgram.read_state({name!r})")
+        return out
+
+    def write_state(self, name: str, value: object) -> None:
+        """Overwrite the live state tensor ``name`` (same shape and dtype)."""
+        dtype, shape, nbytes = self._state_info(name, "write_state")
+        array = np.asarray(value)
+        if array.shape != shape or array.dtype != dtype:
+            raise ProgramError(
+                f"`NativeProgram.write_state({name!r})`: value — found {array.dtype} of shape "
+                f"{array.shape} — valid: {dtype} of shape {shape} — fix: convert it, e.g. "
+                f"numpy.asarray(v, numpy.{dtype}).reshape({shape})")
+        array = np.ascontiguousarray(array)
+        _check(self._lib, self._lib.opf_program_state_write(self._handle, name.encode(),
+                                                            array.ctypes.data, nbytes),
+               f"NativeProgram.write_state({name!r})")
+
+    def reset_state(self, name: str | None = None) -> None:
+        """Restore state ``name`` (every state without a name) to its initial value."""
+        _check(self._lib, self._lib.opf_program_state_reset(
+            self._handle, None if name is None else name.encode()),
+            f"NativeProgram.reset_state({name!r})")
+
+    def __repr__(self) -> str:
+        return f"<NativeProgram {self.source} methods={self.method_names}>"
+
+
+class NativeMethod:
+    """One instance of a method in the native runtime: its own arenas, one call at a time
+    (a second thread entering gets ``ConcurrentCallError`` from the runtime itself).
+
+    ``method(*inputs)`` checks each input's dtype here (the runtime checks ranks and sizes
+    against the method's bounds), copies the inputs in, runs every instruction natively and
+    returns the outputs as new arrays (``views=True``: arrays over the instance's memory,
+    valid until its next call). A bfloat16 output comes back as its raw uint16 bits.
+    """
+
+    def __init__(self, program: NativeProgram, name: str) -> None:
+        lib = self._lib = program._lib
+        self._program = program  # keeps the program (and its registry) alive
+        self.name = name
+        self._api = f"{program._api}.method({name!r})"
+        key = self._key = name.encode()
+        options = _MethodOptions(ctypes.sizeof(_MethodOptions), program.num_threads, 0, None, None)
+        handle = ctypes.c_void_p()
+        _check(lib, lib.opf_method_new(program._handle, key, ctypes.byref(options),
+                                       ctypes.byref(handle)), self._api)
+        self._handle = handle.value
+        self._finalizer = weakref.finalize(self, lib.opf_method_free, handle)
+        n_in, n_out = ctypes.c_int64(), ctypes.c_int64()
+        _check(lib, lib.opf_program_method_io(program._handle, key, ctypes.byref(n_in),
+                                              ctypes.byref(n_out)), self._api)
+        self.inputs = tuple(self._spec(lib.opf_program_input_info, i) for i in range(n_in.value))
+        self.outputs = tuple(self._spec(lib.opf_program_output_info, i) for i in range(n_out.value))
+        # per input: (kind, NumPy dtype, c10 code); the sizes arrays made per shape, kept
+        self._input_plan = tuple(self._plan(lib.opf_program_input_info, i) for i in range(n_in.value))
+        self._sizes: dict[tuple[int, ...], ctypes.Array] = {}
+        self._view = _TensorView()
+        self._view_ref = ctypes.pointer(self._view)
+        self._scalar = (ctypes.c_int32(), ctypes.c_int64(), ctypes.c_double())
+
+    def _info(self, read, index: int) -> _IOInfo:
+        info = _IOInfo()
+        _check(self._lib, read(self._program._handle, self._key, index, ctypes.byref(info)), self._api)
+        return info
+
+    def _spec(self, read, index: int) -> IOSpec:
+        info = self._info(read, index)
+        if info.kind != _VALUE_TENSOR:
+            return IOSpec(index, _SCALARS[info.kind], None)
+        return IOSpec(index, _raw_dtype(info.dtype), tuple(info.sizes[d] for d in range(info.rank)))
+
+    def _plan(self, read, index: int) -> tuple:
+        info = self._info(read, index)
+        return info.kind, (_raw_dtype(info.dtype) if info.kind == _VALUE_TENSOR else None), info.dtype
+
+    def __call__(self, *inputs: object, views: bool = False) -> tuple:
+        """Run the method on ``inputs`` (in order); return its outputs as a tuple."""
+        lib, handle = self._lib, self._handle
+        plan = self._input_plan
+        if len(inputs) != len(plan):
+            expected = ", ".join(s.describe() for s in self.inputs) or "none"
+            raise ProgramError(f"`{self._api}(...)`: inputs — found {len(inputs)} input(s) — valid: "
+                               f"exactly {len(plan)} ({expected}) — fix: pass the inputs in order")
+        keep = []  # the converted arrays, alive until execute has copied them
+        for index, (given, (kind, dtype, code)) in enumerate(zip(inputs, plan)):
+            if kind == _VALUE_TENSOR:
+                array = given if type(given) is np.ndarray else np.asarray(given)
+                if array.dtype != dtype:
+                    raise ProgramError(
+                        f"`{self._api}(...)`: input {index} — found dtype {array.dtype} — valid: "
+                        f"{self.inputs[index].describe()} — fix: convert it, e.g. "
+                        f"a.astype(numpy.{dtype})")
+                if not array.flags.c_contiguous:
+                    array = np.ascontiguousarray(array)
+                keep.append(array)
+                shape = array.shape
+                sizes = self._sizes.get(shape)
+                if sizes is None:
+                    sizes = self._sizes[shape] = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+                status = lib.opf_method_set_input(handle, index, array.ctypes.data, code,
+                                                  len(shape), sizes, 0)
+            else:
+                status = self._set_scalar(index, kind, given)
+            if status:
+                _check(lib, status, f"{self._api}(...)")
+        status = lib.opf_method_execute(handle)
+        if status:
+            _check(lib, status, f"{self._api}(...)")
+        return self._read_outputs(views)
+
+    def _set_scalar(self, index: int, kind: int, given: object) -> int:
+        lib, handle = self._lib, self._handle
+        python = _SCALARS[kind]
+        if type(given) is not python and not (python is float and type(given) is int) and not (
+                isinstance(given, np.generic) and np.ndim(given) == 0):
+            raise ProgramError(f"`{self._api}(...)`: input {index} — found {type(given).__name__} "
+                               f"{given!r} — valid: a Python {python.__name__} — fix: pass a "
+                               f"{python.__name__}")
+        if kind == _VALUE_INT:
+            return lib.opf_method_set_input_int(handle, index, int(given))
+        if kind == _VALUE_DOUBLE:
+            return lib.opf_method_set_input_double(handle, index, float(given))
+        return lib.opf_method_set_input_bool(handle, index, int(bool(given)))
+
+    def _read_outputs(self, views: bool) -> tuple:
+        lib, handle, view, ref = self._lib, self._handle, self._view, self._view_ref
+        outputs = []
+        for index, spec in enumerate(self.outputs):
+            if spec.shape is None:
+                kind, i, d = self._scalar
+                _check(lib, lib.opf_method_output_scalar(handle, index, ctypes.byref(kind),
+                                                         ctypes.byref(i), ctypes.byref(d)),
+                       f"{self._api}(...)")
+                outputs.append(d.value if kind.value == _VALUE_DOUBLE else
+                               bool(i.value) if kind.value == _VALUE_BOOL else i.value)
+                continue
+            status = lib.opf_method_output(handle, index, ref)
+            if status:
+                _check(lib, status, f"{self._api}(...)")
+            sizes = view.sizes
+            shape = tuple([sizes[d] for d in range(view.rank)])
+            nbytes = view.nbytes
+            if nbytes == 0:
+                outputs.append(np.empty(shape, spec.dtype))
+                continue
+            memory = (ctypes.c_char * nbytes).from_address(view.data)
+            array = np.frombuffer(memory, spec.dtype).reshape(shape)
+            outputs.append(array if views else array.copy())
+        return tuple(outputs)
+
+    def run(self, inputs: Sequence[object], *, views: bool = False, tracer=None) -> tuple:
+        """``self(*inputs, views=views)``; with ``tracer`` (an ``opforge.runtime.Tracer``),
+        the runtime times every instruction and each one is recorded (laid end to end from
+        the call's start: the C API gives durations)."""
+        if tracer is None:
+            return self(*inputs, views=views)
+        lib, handle = self._lib, self._handle
+        _check(lib, lib.opf_method_set_profiling(handle, 1), self._api)
+        try:
+            start = time.perf_counter_ns()
+            outputs = self(*inputs, views=views)
+            duration = time.perf_counter_ns() - start
+        finally:
+            lib.opf_method_set_profiling(handle, 0)
+        at = start
+        for index, label, node, ns in self._profile():
+            tracer.record(self.name, index, label, at, ns)
+            at += ns
+        tracer.record(self.name, -1, f"method {self.name}", start, duration)
+        return outputs
+
+    def _profile(self) -> list[tuple[int, str, str, int]]:
+        lib, handle = self._lib, self._handle
+        label, node, ns = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int64()
+        rows = []
+        for index in range(lib.opf_method_num_instructions(handle)):
+            _check(lib, lib.opf_method_instruction_profile(handle, index, ctypes.byref(label),
+                                                           ctypes.byref(node), ctypes.byref(ns)),
+                   self._api)
+            if ns.value >= 0:
+                rows.append((index, (label.value or b"").decode(), (node.value or b"").decode(),
+                             ns.value))
+        return rows
+
+    @property
+    def instructions(self) -> list[tuple[int, str]]:
+        """``(instruction index, label)`` of every instruction, in execution order."""
+        lib, handle = self._lib, self._handle
+        label, node, ns = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int64()
+        rows = []
+        for index in range(lib.opf_method_num_instructions(handle)):
+            _check(lib, lib.opf_method_instruction_profile(handle, index, ctypes.byref(label),
+                                                           ctypes.byref(node), ctypes.byref(ns)),
+                   self._api)
+            rows.append((index, (label.value or b"").decode()))
+        return rows
+
+    memory_growths = 0  # what `opforge run` reports for the lean runtime's growing tensors
+    growing_bytes = 0
+
+    def __repr__(self) -> str:
+        return (f"<NativeMethod {self.name!r}: {len(self.inputs)} input(s), "
+                f"{len(self.outputs)} output(s)>")
+
+
+def load_native(source, *, kernels: Iterable[str | os.PathLike] = (), max_memory: int | None = None,
+                num_threads: int | None = None) -> NativeProgram:
+    """``opforge.runtime.load(source, executor="native", ...)``."""
+    return NativeProgram(source, kernels=kernels, max_memory=max_memory, num_threads=num_threads)
+
