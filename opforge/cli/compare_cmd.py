@@ -26,9 +26,9 @@ _API = "`opforge compare`"
               help="Input .npy files in input order (repeat, or comma-separate). Default: the "
                    "factory's example inputs; random ones (--seed) for a PROGRAM.")
 @click.option("--against", default=None, metavar="RUNS",
-              help="Comma-separated runs: eager, lean, aten, cpu, cpu-fused, quantized. Default: "
-                   "eager,lean,aten (and cpu when the backend is installed); lean,aten for a "
-                   "PROGRAM, the first being the reference.")
+              help="Comma-separated runs: eager, lean, aten, native (the C++ runtime; outputs "
+                   "only), cpu, cpu-fused, quantized. Default: eager,lean,aten (and cpu when the "
+                   "backend is installed); lean,aten for a PROGRAM, the first being the reference.")
 @click.option("--rtol", type=float, default=1e-3, show_default=True,
               help="Float runs: a node is out when max|x - r| > atol + rtol * max|r|.")
 @click.option("--atol", type=float, default=1e-5, show_default=True, help="See --rtol.")

@@ -33,6 +33,10 @@ __all__ = ["run", "profile_table"]
               help="lean: portable NumPy kernels (no torch); aten: PyTorch's own kernels.")
 @click.option("--method", "method_name", default="forward", show_default=True,
               help="The method to run.")
+@click.option("--executor", type=click.Choice(["lean", "native"]), default="lean",
+              show_default=True,
+              help="lean: the NumPy runtime; native: the C++ runtime (libopforge_runtime, "
+                   "lean mode, native kernel libraries only).")
 @click.option("--kernels", "libraries", multiple=True,
               help="A native kernel library, or a Python registrar 'pkg.module:function' "
                    "called with the registry (module found from the current directory "
@@ -47,7 +51,8 @@ __all__ = ["run", "profile_table"]
               help="JSON/YAML op-package list: the package libraries the program's delegates "
                    "may load (a program naming any other library is refused).")
 def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
-        output_dir: str | None, mode: str, method_name: str, libraries: tuple[str, ...],
+        output_dir: str | None, mode: str, method_name: str, executor: str,
+        libraries: tuple[str, ...],
         iterations: int, profile: bool, trace_path: str | None, seed: int,
         op_packages: str | None) -> None:
     """Run PROGRAM (an .opf file) and report its outputs, latency and profile."""
@@ -62,10 +67,11 @@ def run(program: str, input_paths: tuple[str, ...], input_list: str | None,
         from opforge.backends.oppackage.runtime import trust_packages
 
         trust_packages(info.op_package_path for info in load_op_package_infos(op_packages))
-    loaded = load(program, mode=mode, kernels=libraries)
+    loaded = load(program, mode=mode, kernels=libraries, executor=executor)
     method = loaded.method(method_name)
-    console.print(f"[bold]{program}[/bold]: method {method_name!r}, mode {mode}, "
-                  f"{len(method.instructions)} instruction(s)")
+    console.print(f"[bold]{program}[/bold]: method {method_name!r}, "
+                  + ("native runtime" if executor == "native" else f"mode {mode}")
+                  + f", {len(method.instructions)} instruction(s)")
     if input_list:
         inferences = [[_read_npy(p) for p in line] for line in _read_input_list(input_list)]
     elif input_paths:

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from opforge.compare.metrics import NodeError, Tolerance, node_error
-from opforge.compare.runs import RUNS, Run, model_runs, program_run
+from opforge.compare.runs import RUNS, Run, model_runs, native_run, program_run
 from opforge.errors import OpforgeError
 
 __all__ = ["compare", "compare_program", "Comparison", "NodeRow", "CompareError"]
@@ -129,12 +129,13 @@ def compare_program(program: Any, inputs: Sequence[Any], *, against: Iterable[st
                     rtol: float = 1e-3, atol: float = 1e-5, kernels: Sequence[str] = (),
                     method: str = "forward") -> Comparison:
     """Compare runs of a program file (no model, so no eager reference): the first of
-    ``against`` (``lean`` or ``aten``) is the reference the others are measured against."""
+    ``against`` (``lean``, ``aten`` or ``native``) is the reference the others are measured
+    against. The ``native`` run has the method's outputs only (no capture natively yet)."""
     from opforge.program import debug_info, load
 
     if not hasattr(program, "methods"):
         program = load(program)
-    against = _check_runs(against, ("lean", "aten"))
+    against = _check_runs(against, ("lean", "aten", "native"))
     info = debug_info(program)
     if info is None or method not in info.methods:
         raise CompareError(
@@ -142,7 +143,9 @@ def compare_program(program: Any, inputs: Sequence[Any], *, against: Iterable[st
             "program exported with its debug handles — fix: re-export it without "
             "--no-debug-handles, or compare the model (MODULE:FACTORY) instead")
     tolerance = Tolerance(rtol, atol)
-    runs = [program_run(program, inputs, name, mode=name, kernels=kernels, tolerance=tolerance,
+    runs = [native_run(program, inputs, kernels=kernels, tolerance=tolerance, method=method)
+            if name == "native" else
+            program_run(program, inputs, name, mode=name, kernels=kernels, tolerance=tolerance,
                         method=method) for name in against]
     base, others = runs[0], runs[1:]
     nodes = [(n.name, n.op, n.source) for n in info.methods[method].nodes]

@@ -5,6 +5,7 @@
 | ``eager`` | the decomposed graph in PyTorch, in the model's dtypes | the interpreter (``reference.py``) |
 | ``lean`` | the program on the lean runtime (portable NumPy and native kernels) | the debug table's captures |
 | ``aten`` | the same program on PyTorch's kernels (``mode="aten"``) | the same |
+| ``native`` | the same program on the native C++ runtime (``executor="native"``) | its outputs only, under the nodes that produce them (no capture natively yet) |
 | ``cpu`` | a program exported for the ``cpu`` backend's debug build (``CpuBackend(debug="nodes")``: fusion off, every engine result kept) on the lean runtime | delegate outputs and the engine's kept results |
 | ``cpu-fused`` | the same with fusion as in production (``CpuBackend(debug="groups")``) | delegate outputs and each fused group's result, under its last node |
 | ``quantized`` | the model quantized (PT2E, ``scheme``) and exported, on the lean runtime | captures; a result that is quantized is compared as its dequantized integer tensor |
@@ -26,13 +27,13 @@ import numpy as np
 
 from opforge.compare.metrics import Tolerance
 from opforge.compare.reference import ReferenceGraph
-from opforge.program import KernelCall
+from opforge.program import KernelCall, Move
 from opforge.runtime import load
 from opforge.runtime.capture import Capture
 
-__all__ = ["Run", "RUNS", "model_runs", "program_run"]
+__all__ = ["Run", "RUNS", "model_runs", "program_run", "native_run"]
 
-RUNS = ("eager", "lean", "aten", "cpu", "cpu-fused", "quantized")
+RUNS = ("eager", "lean", "aten", "native", "cpu", "cpu-fused", "quantized")
 _QDQ = "quantized_decomposed::"
 
 
@@ -69,6 +70,10 @@ def model_runs(ref: ReferenceGraph, inputs: Sequence[np.ndarray], against: Itera
                 program = export(ref.exported, None)
             runs.append(program_run(program, inputs, name, mode=name, kernels=kernels,
                                     tolerance=tolerance))
+        elif name == "native":
+            if program is None:
+                program = export(ref.exported, None)
+            runs.append(native_run(program, inputs, kernels=kernels, tolerance=tolerance))
         elif name in ("cpu", "cpu-fused"):
             from opforge.backends.cpu import CpuBackend
 
@@ -96,6 +101,32 @@ def program_run(program, inputs, name: str, *, mode: str = "lean", kernels: Sequ
     values = {k: v.array for k, v in capture.results.items()}
     where = {k: v.where + _group_of(capture.debug, v) for k, v in capture.results.items()}
     return Run(name, values, tolerance, where, outputs=tuple(outputs))
+
+
+def native_run(program, inputs, *, kernels: Sequence[str] = (), tolerance: Tolerance,
+               method: str = "forward") -> Run:
+    """Run a program once on the native C++ runtime. It does not capture intermediates yet,
+    so the run holds the method's outputs only, each under the node (and result index) the
+    debug table says produces it (through Moves); the other nodes are not observed."""
+    from opforge.program import debug_info
+
+    outputs = load(program, executor="native", kernels=list(kernels)).method(method)(*inputs)
+    info = debug_info(program)
+    debug = info.methods.get(method) if info else None
+    values, where = {}, {}
+    if debug is not None:
+        definition = program.method(method)
+        node_of = {c.value: (debug.nodes[c.node].name, c.item) for c in debug.captures}
+        for instruction in definition.instructions:
+            if type(instruction) is Move and instruction.src in node_of:
+                node_of[instruction.dst] = node_of[instruction.src]
+        for value, output in zip(definition.outputs, outputs):
+            key = node_of.get(value)
+            if key is not None and isinstance(output, np.ndarray):
+                values[key], where[key] = output, "native output"
+    return Run("native", values, tolerance, where, outputs=tuple(outputs),
+               note="the native C++ runtime: outputs only (intermediates are not captured "
+                    "natively yet)")
 
 
 def _group_of(debug, result) -> str:
