@@ -43,7 +43,7 @@ struct ScratchSlot {
   ~ScratchSlot() { std::free(data); }
 };
 
-thread_local ScratchSlot tls_scratch[4];
+thread_local ScratchSlot tls_scratch[kScratchSlots];
 
 }  // namespace
 
@@ -61,7 +61,7 @@ int64_t workspace_limit() {
 }
 
 void* scratch(int slot, int64_t bytes) {
-  if (slot < 0 || slot >= 4 || bytes < 0 || bytes > workspace_limit()) return nullptr;
+  if (slot < 0 || slot >= kScratchSlots || bytes < 0 || bytes > workspace_limit()) return nullptr;
   ScratchSlot& s = tls_scratch[slot];
   if (bytes <= s.bytes && s.data) return s.data;
   int64_t size = (bytes + 63) / 64 * 64;

@@ -25,11 +25,12 @@ bool gemm(int64_t m, int64_t n, int64_t k, const double* a, int64_t rsa, int64_t
 // Which microkernel gemm runs on this machine: "avx512f", "avx2" or "generic".
 const char* gemm_isa();
 
-// A per-thread buffer of at least `bytes` bytes, 64-byte aligned, for slot 0..3 (one
-// kernel's distinct workspaces). It grows and is never shrunk, so a kernel called again at
+// A per-thread buffer of at least `bytes` bytes, 64-byte aligned, for slot 0..5 (one
+// kernel's distinct workspaces; gemm itself packs into slots 6 and 7). It grows and is never shrunk, so a kernel called again at
 // the same shape allocates nothing; nullptr when the allocation fails or `bytes` exceeds
 // workspace_limit().
 void* scratch(int slot, int64_t bytes);
+constexpr int kScratchSlots = 8, kGemmSlotB = 6, kGemmSlotA = 7;
 
 // The most bytes a kernel's workspace may take: OPFORGE_MAX_MEMORY if set (bytes), else
 // 8 GiB — the lean runtime's limit (opforge.runtime.limits), so a hostile program's

@@ -1,5 +1,5 @@
 // One instruction set's GEMM — no include guard: gemm.cpp includes this once per target, inside a
-// `#pragma GCC target` region, with these defined):
+// `#pragma GCC target` region, with these defined:
 //   GEMM_NS        the namespace of this copy (avx512, avx2, generic)
 //   GEMM_VBYTES    the vector width in bytes (64, 32, 16)
 //   GEMM_MR_F / GEMM_MR_D   rows of the float / double microkernel
@@ -271,8 +271,8 @@ static bool gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, int64
   int64_t kc_max = k < A::kKC ? k : A::kKC;
   int64_t nc_max = n < A::kNC ? ((n + NR - 1) / NR) * NR : A::kNC;
   int64_t mc_max = m < A::kMC ? ((m + MR - 1) / MR) * MR : A::kMC;
-  T* bpack = static_cast<T*>(buffer(2, kc_max * nc_max * static_cast<int64_t>(sizeof(T))));
-  T* apack = static_cast<T*>(buffer(3, kc_max * mc_max * static_cast<int64_t>(sizeof(T))));
+  T* bpack = static_cast<T*>(buffer(kGemmSlotB, kc_max * nc_max * static_cast<int64_t>(sizeof(T))));
+  T* apack = static_cast<T*>(buffer(kGemmSlotA, kc_max * mc_max * static_cast<int64_t>(sizeof(T))));
   if (!bpack || !apack) return false;
   for (int64_t jc = 0; jc < n; jc += A::kNC) {
     int64_t nc = n - jc < A::kNC ? n - jc : A::kNC;
