@@ -328,15 +328,21 @@ void convert_strided(char* dst, int32_t dst_dtype, const int64_t* dst_strides, c
   walk(p, last, dst, src, [&](char* d, const char* s) { fn(d, dstep, s, sstep, n); });
 }
 
-bool copy_view(opforge_context* ctx, const char* op, const View& dst, const View& src) {
-  if (dst.dtype != src.dtype && (!convertible(dst.dtype) || !convertible(src.dtype))) {
+bool copy_checked(opforge_context* ctx, const char* op, char* dst, int32_t dst_dtype,
+                  const int64_t* dst_strides, const char* src, int32_t src_dtype,
+                  const int64_t* src_strides, const int64_t* sizes, int rank) {
+  if (dst_dtype != src_dtype && (!convertible(dst_dtype) || !convertible(src_dtype))) {
     fail(ctx, "%s: cannot convert %s to %s — valid: bool, integer and floating dtypes", op,
-         dtype_name(src.dtype), dtype_name(dst.dtype));
+         dtype_name(src_dtype), dtype_name(dst_dtype));
     return false;
   }
-  convert_strided(dst.data, dst.dtype, dst.strides, src.data, src.dtype, src.strides, dst.sizes,
-                  dst.rank);
+  convert_strided(dst, dst_dtype, dst_strides, src, src_dtype, src_strides, sizes, rank);
   return true;
+}
+
+bool copy_view(opforge_context* ctx, const char* op, const View& dst, const View& src) {
+  return copy_checked(ctx, op, dst.data, dst.dtype, dst.strides, src.data, src.dtype,
+                      src.strides, dst.sizes, dst.rank);
 }
 
 bool fill_scalar(opforge_context* ctx, const char* op, const View& out, double d, int64_t i,

@@ -42,6 +42,11 @@ void convert_strided(char* dst, int32_t dst_dtype, const int64_t* dst_strides, c
 // failed naming op) for a dtype no conversion handles.
 bool copy_view(opforge_context* ctx, const char* op, const View& dst, const View& src);
 
+// convert_strided after checking both dtypes (ctx failed naming op otherwise).
+bool copy_checked(opforge_context* ctx, const char* op, char* dst, int32_t dst_dtype,
+                  const int64_t* dst_strides, const char* src, int32_t src_dtype,
+                  const int64_t* src_strides, const int64_t* sizes, int rank);
+
 // Fill every element of `out` with a scalar (an int64 when integral, else a double),
 // cast to out's dtype as NumPy's fill does.
 bool fill_scalar(opforge_context* ctx, const char* op, const View& out, double d, int64_t i,
@@ -71,3 +76,19 @@ inline int64_t read_index(const char* p, int32_t dtype) {
 }
 
 }  // namespace opforge::portable
+
+// Argument reads for a kernel body with (ctx, args, n) and a `kOp` name in scope: declare
+// `view` / `value` and return from the kernel when the argument is malformed.
+#define OPF_TENSOR(index, name, view)                                  \
+  ::opforge::portable::View view;                                      \
+  if (!::opforge::portable::tensor_arg(ctx, args, n, index, kOp, name, &view)) return
+#define OPF_INT(index, name, value)                                    \
+  int64_t value;                                                       \
+  if (!::opforge::portable::int_arg(ctx, args, n, index, kOp, name, &value)) return
+#define OPF_BOOL(index, name, value)                                   \
+  bool value;                                                          \
+  if (!::opforge::portable::bool_arg(ctx, args, n, index, kOp, name, &value)) return
+#define OPF_INTS(index, name, data, count)                              \
+  const int64_t* data;                                                 \
+  int64_t count;                                                       \
+  if (!::opforge::portable::int_list_arg(ctx, args, n, index, kOp, name, &data, &count)) return

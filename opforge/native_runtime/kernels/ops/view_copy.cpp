@@ -11,17 +11,6 @@
 namespace opforge::portable {
 namespace {
 
-#define OPF_TENSOR(index, name, view)                                  \
-  View view;                                                           \
-  if (!tensor_arg(ctx, args, n, index, kOp, name, &view)) return
-#define OPF_INT(index, name, value)                                    \
-  int64_t value;                                                       \
-  if (!int_arg(ctx, args, n, index, kOp, name, &value)) return
-#define OPF_INTS(index, name, data, count)                              \
-  const int64_t* data;                                                 \
-  int64_t count;                                                       \
-  if (!int_list_arg(ctx, args, n, index, kOp, name, &data, &count)) return
-
 // Copy self's elements in row-major order into out's row-major order (a reshape):
 // whichever side is contiguous is viewed with the other's shape.
 bool reshape_copy(opforge_context* ctx, const char* op, const View& self, const View& out) {
