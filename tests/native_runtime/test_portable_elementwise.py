@@ -1,0 +1,302 @@
+"""The portable C++ elementwise kernels against the NumPy kernels of the same keys.
+
+The NumPy library (``opforge.kernels.portable.portable_kernels()``) is the specification:
+each C++ kernel is called through the kernel ABI bridge (``NativeLibrary``) on the same
+arguments as the NumPy kernel, over broadcasting shapes, zero-dim and empty tensors,
+strided views, every dtype the runtime computes in and the special values (NaN, +-inf,
+-0.0, integer zero divisors, INT_MIN / -1), and the two outs are compared: bit for bit
+(NaN payloads aside) for everything but the transcendental functions; a failure the NumPy
+kernel reports must be a failure of the C++ kernel too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opforge.errors import KernelError
+from opforge.kernels.portable import portable_kernels
+from opforge.runtime.native import NativeLibrary
+
+SPEC = portable_kernels()
+
+DTYPES = ["bool", "uint8", "int8", "int32", "int64", "float32", "float64"]
+INTS = ["uint8", "int8", "int32", "int64"]
+FLOATS = ["float32", "float64"]
+
+# (self shape, other shape): equal, broadcast both ways, zero-dim, empty, size-1 dims
+SHAPES = [((), ()), ((7,), (7,)), ((3, 4), (4,)), ((4,), (3, 4)), ((2, 1, 5), (3, 1)),
+          ((3, 4), ()), ((), (2, 3)), ((0, 3), (3,)), ((1, 1), (1, 6)), ((37,), (1,)),
+          ((2, 3, 70), (2, 3, 70))]
+
+
+@pytest.fixture(scope="module")
+def lib(native_runtime):
+    return NativeLibrary(native_runtime.portable_library)
+
+
+def values(dtype: str, shape: tuple, rng: np.random.Generator, *, special: bool = True,
+           nonzero: bool = False) -> np.ndarray:
+    """Random values of ``dtype``; floats mix in NaN, +-inf, +-0 and extremes."""
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        a = rng.integers(0, 2, shape).astype(bool)
+        return np.ones(shape, bool) if nonzero else a
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        a = np.asarray(rng.integers(max(info.min, -100), min(info.max, 100), shape,
+                                    endpoint=True)).astype(dt)
+        if special and a.size > 4:
+            flat = a.reshape(-1)
+            flat[0], flat[1] = info.min, info.max
+            if dt.kind == "i":
+                flat[2] = -1
+        if nonzero:
+            a[a == 0] = 3
+        return a
+    a = np.asarray(rng.standard_normal(shape) * 4).astype(dt)
+    if special and a.size > 8:
+        flat = a.reshape(-1)
+        specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-30, -1e30, 2.5], dt)
+        flat[rng.permutation(flat.size)[:8]] = specials
+    if nonzero:
+        a[a == 0] = 1.5
+    return a
+
+
+def same(got: np.ndarray, want: np.ndarray, ulps: int = 0, what: str = "") -> None:
+    """Equal dtype and values: floats bit for bit (NaN as NaN; -0.0 is not 0.0), or
+    within ``ulps`` units in the last place."""
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    if got.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    nan_got, nan_want = np.isnan(got), np.isnan(want)
+    np.testing.assert_array_equal(nan_got, nan_want, err_msg=f"{what}: NaN positions")
+    g, w = got[~nan_got], want[~nan_want]
+    if ulps == 0:
+        bad = (g != w) | (np.signbit(g) != np.signbit(w))
+    else:
+        bits = {4: np.int32, 8: np.int64}[got.itemsize]
+        gi, wi = g.view(bits).astype(np.int64), w.view(bits).astype(np.int64)
+        # map the sign-magnitude bit patterns onto a line, so that adjacent floats differ by 1
+        top = np.int64(np.iinfo(bits).min)
+        gi = np.where(gi < 0, top - gi, gi)
+        wi = np.where(wi < 0, top - wi, wi)
+        bad = (np.abs(gi - wi) > ulps) & ~((g == w) & np.isinf(g))
+    if bad.any():
+        i = np.flatnonzero(bad)[:5]
+        raise AssertionError(f"{what}: {bad.sum()} of {bad.size} differ, e.g. got {g[i]} want {w[i]}")
+
+
+def compare(lib, key: str, *args, ulps: int = 0, out_dtype=None, out_shape=None) -> None:
+    """Run the NumPy and the C++ kernel of ``key`` on ``args`` (the out is appended, with
+    the dtype the NumPy kernel's caller would plan); both refuse or both agree."""
+    if out_dtype is None or out_shape is None:
+        raise ValueError("give the out's dtype and shape")
+    want = np.full(out_shape, 7, out_dtype)
+    got = want.copy()
+    try:
+        SPEC[key](*args, want)
+    except TypeError as e:
+        if "Cannot cast ufunc" in str(e):
+            # NumPy's same-kind rule, not an ATen refusal: add's alpha product of an int8
+            # 0-d tensor in a uint8 computation (ATen wraps it, as the C++ kernel does)
+            lib.kernel(key)(*args, got)
+            return "spec-limit"
+        with pytest.raises(KernelError):
+            lib.kernel(key)(*args, got)
+        return type(e)
+    except Exception as e:  # noqa: BLE001 - any refusal of the spec
+        with pytest.raises(KernelError):
+            lib.kernel(key)(*args, got)
+        return type(e)
+    lib.kernel(key)(*args, got)
+    same(got, want, ulps, f"{key} {[getattr(a, 'dtype', a) for a in args]}")
+    return None
+
+
+def torch_dtype_result(*arrays_and_scalars) -> np.dtype:
+    from opforge.kernels.portable._promotion import result_type
+
+    return result_type(*arrays_and_scalars)
+
+
+# --- binary arithmetic --------------------------------------------------------------------
+
+ARITH = ["aten::add.out", "aten::sub.out", "aten::mul.out", "aten::rsub.Tensor_out",
+         "aten::div.out", "aten::maximum.out", "aten::minimum.out", "aten::max.out",
+         "aten::min.out", "aten::atan2.out", "aten::floor_divide.out",
+         "aten::remainder.Tensor_out", "aten::fmod.Tensor_out", "aten::pow.Tensor_Tensor_out"]
+ALPHA = {"aten::add.out", "aten::sub.out", "aten::rsub.Tensor_out"}
+# the libm functions: NumPy's SIMD atan2/pow and glibc's may round differently in the last
+# place; both are within 1 ulp of the exact value, so they are within 2 ulp of each other
+LIBM_ULPS = {"aten::atan2.out": 2, "aten::pow.Tensor_Tensor_out": 2}
+FLOAT_RESULT = {"aten::div.out", "aten::atan2.out"}
+
+
+def out_dtype_of(key: str, *operands) -> np.dtype:
+    ct = torch_dtype_result(*operands)
+    if key in FLOAT_RESULT and ct.kind != "f":
+        return np.dtype(np.float32)
+    return ct
+
+
+@pytest.mark.parametrize("key", ARITH)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_binary_same_dtype(lib, key, dtype):
+    rng = np.random.default_rng(hash((key, dtype)) % 2**32)
+    for sa, sb in SHAPES:
+        a = values(dtype, sa, rng)
+        nonzero = key in ("aten::floor_divide.out", "aten::remainder.Tensor_out",
+                          "aten::fmod.Tensor_out")
+        b = values(dtype, sb, rng, nonzero=nonzero)
+        if key == "aten::pow.Tensor_Tensor_out" and np.dtype(dtype).kind in "iu":
+            b = np.asarray(np.abs(b.astype(np.int64)) % 9
+                           - (2 if np.dtype(dtype).kind == "i" else 0)).astype(dtype)
+        extra = (2,) if key in ALPHA else ()
+        shape = np.broadcast_shapes(sa, sb)
+        compare(lib, key, a, b, *extra, out_dtype=out_dtype_of(key, a, b), out_shape=shape,
+                ulps=LIBM_ULPS.get(key, 0))
+        if key in ALPHA:  # alpha == 1 is a path of its own
+            compare(lib, key, a, b, 1, out_dtype=out_dtype_of(key, a, b), out_shape=shape)
+
+
+SCALAR_KEYS = {  # key: (position of the Scalar, has alpha)
+    "aten::add.Scalar_out": (1, True), "aten::sub.Scalar_out": (1, True),
+    "aten::rsub.Scalar_out": (1, True), "aten::mul.Scalar_out": (1, False),
+    "aten::div.Scalar_out": (1, False), "aten::floor_divide.Scalar_out": (1, False),
+    "aten::remainder.Scalar_out": (1, False), "aten::remainder.Scalar_Tensor_out": (0, False),
+    "aten::fmod.Scalar_out": (1, False), "aten::pow.Tensor_Scalar_out": (1, False),
+    "aten::pow.Scalar_out": (0, False),
+}
+SCALARS = [True, False, 3, -2, 0, 300, 2.5, -0.0, float("nan"), float("inf"), 1e10]
+
+
+@pytest.mark.parametrize("key", sorted(SCALAR_KEYS))
+def test_binary_scalar_overloads(lib, key):
+    """Wrapped-number promotion: an int scalar keeps an int8 tensor int8 (300 wraps), a
+    float one makes an integer tensor float32 and leaves float64 float64."""
+    position, alpha = SCALAR_KEYS[key]
+    rng = np.random.default_rng(1)
+    for dtype in DTYPES:
+        for scalar in SCALARS:
+            for shape in [(), (5,), (2, 33)]:
+                t = values(dtype, shape, rng)
+                args = [scalar, t] if position == 0 else [t, scalar]
+                out = out_dtype_of("aten::div.out" if key == "aten::div.Scalar_out" else key, *args)
+                compare(lib, key, *args, *((2.5,) if alpha and scalar != 0 else (1,) if alpha else ()),
+                        out_dtype=out, out_shape=shape,
+                        ulps=2 if "pow" in key else 0)
+
+
+MIXED = [("int32", "float32"), ("uint8", "int8"), ("bool", "int64"), ("float32", "float64"),
+         ("int64", "float32"), ("bool", "float32"), ("uint8", "int32"), ("int8", "bool")]
+
+
+@pytest.mark.parametrize("key", ARITH)
+def test_binary_mixed_dtypes(lib, key):
+    """Promotion between tensors, and a zero-dim tensor that does not promote a dimensioned
+    one of the same category (int64 0-d with int8 stays int8; float 0-d with int is float)."""
+    rng = np.random.default_rng(2)
+    nonzero = key in ("aten::floor_divide.out", "aten::remainder.Tensor_out", "aten::fmod.Tensor_out")
+    for da, db in MIXED + [(b, a) for a, b in MIXED]:
+        for sa, sb in [((4, 5), (4, 5)), ((4, 5), ()), ((), (3,)), ((2, 1), (1, 3))]:
+            a = values(da, sa, rng)
+            b = values(db, sb, rng, nonzero=nonzero)
+            if "pow" in key:
+                b = np.asarray(np.abs(b.astype(np.float64)) % 5).astype(db)
+            extra = (2,) if key in ALPHA else ()
+            compare(lib, key, a, b, *extra, out_dtype=out_dtype_of(key, a, b),
+                    out_shape=np.broadcast_shapes(sa, sb), ulps=LIBM_ULPS.get(key, 0))
+
+
+def test_binary_into_other_out_dtypes(lib):
+    """The result is cast into whatever dtype out has (NumPy's unsafe cast)."""
+    rng = np.random.default_rng(3)
+    a, b = values("float32", (3, 9), rng, special=False), values("float32", (9,), rng, special=False)
+    for out in ["float64", "int32", "int8", "bool", "float16"]:
+        compare(lib, "aten::add.out", a, b, 1, out_dtype=out, out_shape=(3, 9))
+    i = values("int32", (3, 9), rng)
+    compare(lib, "aten::mul.out", i, i, out_dtype="int64", out_shape=(3, 9))
+
+
+def test_binary_strided_views(lib):
+    """Transposed, sliced and reversed views, and an out that is itself a view."""
+    rng = np.random.default_rng(4)
+    base = values("float32", (6, 8), rng)
+    other = values("float32", (8, 6), rng)
+    for a, b in [(base.T, other), (base[::2, 1::3], other[:3, ::-3][:, :3].repeat(1, 0)[:, [0, 1, 1]]), (base[:, ::-1], other.T)]:
+        for key in ["aten::add.out", "aten::mul.out", "aten::div.out", "aten::maximum.out"]:
+            extra = (3,) if key in ALPHA else ()
+            compare(lib, key, a, b, *extra, out_dtype="float32", out_shape=np.broadcast_shapes(a.shape, b.shape))
+    want = np.zeros((8, 6), np.float32)
+    got = np.zeros((8, 6), np.float32)
+    SPEC["aten::add.out"](base.T, other, 1, want.T.T[:, :])
+    lib.kernel("aten::add.out")(base.T, other, 1, got[:, :])
+    same(got, want)
+    got_t = np.zeros((6, 8), np.float32).T  # an out in column-major order
+    lib.kernel("aten::add.out")(base.T, other, 1, got_t)
+    same(np.ascontiguousarray(got_t), want)
+
+
+def test_integer_division_edges(lib):
+    """INT_MIN // -1 and INT_MIN % -1 as NumPy gives them; a zero divisor is refused."""
+    for dt in ["int8", "int32", "int64"]:
+        info = np.iinfo(dt)
+        a = np.array([info.min, info.min, info.max, -7, 7, -7, 7, 0], dt)
+        b = np.array([-1, 1, -1, 2, -2, -2, 2, -3], dt)
+        for key in ["aten::floor_divide.out", "aten::remainder.Tensor_out", "aten::fmod.Tensor_out"]:
+            compare(lib, key, a, b, out_dtype=dt, out_shape=a.shape)
+        for mode in ["floor", "trunc", None]:
+            compare(lib, "aten::div.out_mode", a, b, mode, out_dtype=dt if mode else "float32",
+                    out_shape=a.shape)
+        zero = b.copy()
+        zero[3] = 0
+        for key in ["aten::floor_divide.out", "aten::remainder.Tensor_out", "aten::fmod.Tensor_out"]:
+            assert compare(lib, key, a, zero, out_dtype=dt, out_shape=a.shape) is KernelError
+        assert compare(lib, "aten::div.Scalar_mode_out", a, 0, "trunc", out_dtype=dt,
+                       out_shape=a.shape) is KernelError
+    # A divisor that is zero only once converted to the compute dtype (256 into uint8): the
+    # C++ kernel refuses it as ATen does; the NumPy kernel checks before converting and
+    # writes NumPy's 0 with a RuntimeWarning (a documented difference).
+    with pytest.raises(KernelError, match="divisor is zero"):
+        lib.kernel("aten::remainder.Tensor_out")(np.arange(4, dtype=np.uint8), np.array(256),
+                                                 np.empty(4, np.uint8))
+
+
+@pytest.mark.parametrize("mode", [None, "floor", "trunc"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_div_modes(lib, mode, dtype):
+    rng = np.random.default_rng(5)
+    for sa, sb in SHAPES[:6]:
+        a, b = values(dtype, sa, rng), values(dtype, sb, rng, nonzero=dtype not in FLOATS)
+        ct = torch_dtype_result(a, b)
+        out = "float32" if mode is None and ct.kind != "f" else ct
+        compare(lib, "aten::div.out_mode", a, b, mode, out_dtype=out, out_shape=np.broadcast_shapes(sa, sb))
+        compare(lib, "aten::div.Scalar_mode_out", a, 2.5, mode,
+                out_dtype=out_dtype_of("aten::div.out", a, 2.5) if mode is None else torch_dtype_result(a, 2.5),
+                out_shape=sa)
+    assert compare(lib, "aten::div.out_mode", a, b, "round", out_dtype=out,
+                   out_shape=np.broadcast_shapes(a.shape, b.shape)) is KernelError
+
+
+def test_integer_power_edges(lib):
+    base = np.array([2, 3, -1, -1, 1, 5, 0, 7], np.int32)
+    exponent = np.array([-1, 2, -3, -4, -5, 40, 0, 13], np.int32)
+    compare(lib, "aten::pow.Tensor_Tensor_out", base, exponent, out_dtype="int32", out_shape=(8,))
+    assert compare(lib, "aten::pow.Tensor_Scalar_out", base, -1, out_dtype="int32",
+                   out_shape=(8,)) is KernelError
+    compare(lib, "aten::pow.Tensor_Scalar_out", base.astype(np.uint8), -1, out_dtype="uint8",
+            out_shape=(8,))  # -1 is 255 in uint8: not negative
+    compare(lib, "aten::pow.Scalar_out", 2, exponent, out_dtype="int64", out_shape=(8,))
+
+
+def test_broadcast_refusals(lib):
+    a, b = np.ones((3, 4), np.float32), np.ones((5,), np.float32)
+    with pytest.raises(KernelError, match="broadcast"):
+        lib.kernel("aten::add.out")(a, b, 1, np.empty((3, 4), np.float32))
+    with pytest.raises(KernelError, match="shape"):
+        lib.kernel("aten::add.out")(a, a, 1, np.empty((4, 3), np.float32))
+    with pytest.raises(KernelError, match="bool"):
+        lib.kernel("aten::sub.out")(a > 0, a > 0, 1, np.empty((3, 4), bool))
