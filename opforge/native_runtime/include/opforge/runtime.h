@@ -94,6 +94,14 @@ OPF_API int64_t opf_registry_num_operators(const opf_registry* registry);
 /* The i-th registered operator key ("aten::add.out"); NULL when out of range. */
 OPF_API const char* opf_registry_operator(const opf_registry* registry, int64_t index);
 
+/* ---- delegate backends ------------------------------------------------------------- */
+/* The shared library a backend's delegates run on, for this process: for "cpu", the cpu
+ * backend's engine (libopforge_cpu.<hash>.so, which needs oneDNN's libdnnl.so.3
+ * loadable), dlopen()ed when the first program with a cpu delegate is loaded; without
+ * it, the environment variable OPFORGE_CPU_ENGINE. A program whose delegates cannot run
+ * is refused at load with OPF_ERR_UNSUPPORTED naming the delegate. */
+OPF_API opf_status opf_backend_set_library(const char* backend, const char* path);
+
 /* ---- programs -------------------------------------------------------------------- */
 typedef struct opf_load_options {
   uint32_t struct_size;   /* sizeof(opf_load_options): lets the struct grow */
