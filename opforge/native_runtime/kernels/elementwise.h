@@ -242,8 +242,9 @@ template <> inline int32_t dtype_of<double>() { return kFloat64; }
 
 // Run `row(out, in, step, n)` over every row of the loop: `in[k]` points at n values of CT
 // (step[k] == 1) or at one value used for all n (step[k] == 0); `out` receives n values of
-// OT. NIN inputs (operands 1..NIN of the loop).
-template <typename CT, typename OT, int NIN, typename Row>
+// OT. NIN inputs (operands 1..NIN of the loop); the first one is read as C0 (where's and
+// masked_fill's bool condition), the others as CT.
+template <typename CT, typename OT, int NIN, typename C0 = CT, typename Row>
 void run(const Loop& L, Row&& row) {
   if (L.numel == 0) return;
   const int r = L.rank;
@@ -254,11 +255,13 @@ void run(const Loop& L, Row&& row) {
   bool direct[kMaxOperands] = {};
   bool stage = !out_direct;
   for (int k = 1; k <= NIN; ++k) {
-    direct[k] = L.dtype[k] == dtype_of<CT>() && inner[k] == int64_t(sizeof(CT));
+    direct[k] = k == 1 ? L.dtype[k] == dtype_of<C0>() && inner[k] == int64_t(sizeof(C0))
+                       : L.dtype[k] == dtype_of<CT>() && inner[k] == int64_t(sizeof(CT));
     if (!direct[k] && inner[k] != 0) stage = true;
   }
   const int64_t block = stage ? kBlock : n;
   alignas(64) CT buf[NIN > 0 ? NIN : 1][kBlock];
+  alignas(64) C0 buf0[kBlock];
   alignas(64) OT obuf[kBlock];
   int64_t index[kMaxRank] = {};
   char* base[kMaxOperands];
@@ -267,21 +270,25 @@ void run(const Loop& L, Row&& row) {
   for (int64_t row_i = 0; row_i < rows; ++row_i) {
     for (int64_t lo = 0; lo < n; lo += block) {
       const int64_t m = n - lo < block ? n - lo : block;
-      const CT* in[NIN > 0 ? NIN : 1];
+      const void* in[NIN > 0 ? NIN : 1];
       int64_t step[NIN > 0 ? NIN : 1];
       CT single[NIN > 0 ? NIN : 1];
+      C0 single0;
       for (int k = 1; k <= NIN; ++k) {
         const char* p = base[k] + lo * inner[k];
+        const size_t align = k == 1 ? alignof(C0) : alignof(CT);
         if (inner[k] == 0) {
-          load_row<CT>(p, L.dtype[k], 0, &single[k - 1], 1);
-          in[k - 1] = &single[k - 1];
+          if (k == 1) load_row<C0>(p, L.dtype[k], 0, &single0, 1);
+          else load_row<CT>(p, L.dtype[k], 0, &single[k - 1], 1);
+          in[k - 1] = k == 1 ? static_cast<const void*>(&single0) : &single[k - 1];
           step[k - 1] = 0;
-        } else if (direct[k] && reinterpret_cast<uintptr_t>(p) % alignof(CT) == 0) {
-          in[k - 1] = reinterpret_cast<const CT*>(p);
+        } else if (direct[k] && reinterpret_cast<uintptr_t>(p) % align == 0) {
+          in[k - 1] = p;
           step[k - 1] = 1;
         } else {
-          load_row<CT>(p, L.dtype[k], inner[k], buf[k - 1], m);
-          in[k - 1] = buf[k - 1];
+          if (k == 1) load_row<C0>(p, L.dtype[k], inner[k], buf0, m);
+          else load_row<CT>(p, L.dtype[k], inner[k], buf[k - 1], m);
+          in[k - 1] = k == 1 ? static_cast<const void*>(buf0) : buf[k - 1];
           step[k - 1] = 1;
         }
       }
@@ -308,8 +315,8 @@ void run(const Loop& L, Row&& row) {
 template <typename CT, typename OT, typename Op>
 struct UnaryRow {
   Op op;
-  void operator()(OT* o, const CT* const* in, const int64_t* step, int64_t n) const {
-    const CT* a = in[0];
+  void operator()(OT* o, const void* const* in, const int64_t* step, int64_t n) const {
+    const CT* a = static_cast<const CT*>(in[0]);
     if (step[0]) {
       for (int64_t i = 0; i < n; ++i) o[i] = op(a[i]);
     } else {
@@ -322,9 +329,9 @@ struct UnaryRow {
 template <typename CT, typename OT, typename Op>
 struct BinaryRow {
   Op op;
-  void operator()(OT* o, const CT* const* in, const int64_t* step, int64_t n) const {
-    const CT* a = in[0];
-    const CT* b = in[1];
+  void operator()(OT* o, const void* const* in, const int64_t* step, int64_t n) const {
+    const CT* a = static_cast<const CT*>(in[0]);
+    const CT* b = static_cast<const CT*>(in[1]);
     if (step[0] && step[1]) {
       for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
     } else if (step[0]) {
@@ -340,11 +347,13 @@ struct BinaryRow {
   }
 };
 
-template <typename CT, typename OT, typename Op>
+template <typename CT, typename OT, typename Op, typename C0 = CT>
 struct TernaryRow {
   Op op;
-  void operator()(OT* o, const CT* const* in, const int64_t* step, int64_t n) const {
-    const CT *a = in[0], *b = in[1], *c = in[2];
+  void operator()(OT* o, const void* const* in, const int64_t* step, int64_t n) const {
+    const C0* a = static_cast<const C0*>(in[0]);
+    const CT* b = static_cast<const CT*>(in[1]);
+    const CT* c = static_cast<const CT*>(in[2]);
     const int64_t sa = step[0], sb = step[1], sc = step[2];
     for (int64_t i = 0; i < n; ++i) o[i] = op(a[i * sa], b[i * sb], c[i * sc]);
   }
@@ -354,8 +363,8 @@ template <typename CT, typename OT, typename Op>
 void run_unary(const Loop& L, Op op) { run<CT, OT, 1>(L, UnaryRow<CT, OT, Op>{op}); }
 template <typename CT, typename OT, typename Op>
 void run_binary(const Loop& L, Op op) { run<CT, OT, 2>(L, BinaryRow<CT, OT, Op>{op}); }
-template <typename CT, typename OT, typename Op>
-void run_ternary(const Loop& L, Op op) { run<CT, OT, 3>(L, TernaryRow<CT, OT, Op>{op}); }
+template <typename CT, typename OT, typename Op, typename C0 = CT>
+void run_ternary(const Loop& L, Op op) { run<CT, OT, 3, C0>(L, TernaryRow<CT, OT, Op, C0>{op}); }
 
 // ---- operands that may be a tensor or a Scalar --------------------------------------
 
