@@ -364,6 +364,29 @@ bool fill_scalar(opforge_context* ctx, const char* op, const View& out, double d
   return true;
 }
 
+double load_double(const char* p, int32_t dtype) {
+  double v = 0;
+  static const int64_t kZero[1] = {0};
+  const int64_t one = 1;
+  convert_strided(reinterpret_cast<char*>(&v), kFloat64, kZero, p, dtype, kZero, &one, 1);
+  return v;
+}
+
+void store_double(char* p, int32_t dtype, double v) {
+  static const int64_t kZero[1] = {0};
+  const int64_t one = 1;
+  convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&v), kFloat64, kZero, &one, 1);
+}
+
+void store_scalar(char* p, int32_t dtype, double d, int64_t i, bool integral) {
+  static const int64_t kZero[1] = {0};
+  const int64_t one = 1;
+  if (integral)
+    convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&i), kInt64, kZero, &one, 1);
+  else
+    convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&d), kFloat64, kZero, &one, 1);
+}
+
 void contiguous_strides(const int64_t* sizes, int rank, int64_t* strides) {
   int64_t s = 1;
   for (int d = rank - 1; d >= 0; --d) {

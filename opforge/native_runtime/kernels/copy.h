@@ -52,6 +52,39 @@ bool copy_checked(opforge_context* ctx, const char* op, char* dst, int32_t dst_d
 bool fill_scalar(opforge_context* ctx, const char* op, const View& out, double d, int64_t i,
                  bool integral);
 
+// One element as a double (any convertible dtype), and a double stored into one element
+// with NumPy's unsafe cast (what convert_strided does to a float64 source).
+double load_double(const char* p, int32_t dtype);
+void store_double(char* p, int32_t dtype, double v);
+// A scalar (int64 when integral, else double) stored into one element of dtype.
+void store_scalar(char* p, int32_t dtype, double d, int64_t i, bool integral);
+
+// Visit every element of a and b (equal sizes) in row-major order:
+// f(pointer into a, pointer into b, coordinates).
+template <typename F>
+void for_each_element(const View& a, const View& b, F&& f) {
+  if (a.numel == 0) return;
+  int64_t idx[kMaxRank] = {};
+  int64_t ia = itemsize(a.dtype), ib = itemsize(b.dtype);
+  char* pa = a.data;
+  char* pb = b.data;
+  for (;;) {
+    f(pa, pb, static_cast<const int64_t*>(idx));
+    int k = a.rank - 1;
+    for (; k >= 0; --k) {
+      if (++idx[k] < a.sizes[k]) {
+        pa += a.strides[k] * ia;
+        pb += b.strides[k] * ib;
+        break;
+      }
+      pa -= a.strides[k] * ia * (a.sizes[k] - 1);
+      pb -= b.strides[k] * ib * (b.sizes[k] - 1);
+      idx[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
 // Row-major (C-contiguous) strides of sizes.
 void contiguous_strides(const int64_t* sizes, int rank, int64_t* strides);
 
