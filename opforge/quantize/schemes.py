@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from opforge.errors import OpforgeError
 
-__all__ = ["SCHEMES", "QuantConfig", "QuantizeError", "OBSERVERS"]
+__all__ = ["SCHEMES", "QuantConfig", "QuantizeError", "OBSERVERS", "default_headroom"]
 
 
 class QuantizeError(OpforgeError, ValueError):
@@ -52,6 +52,21 @@ SCHEMES: dict[str, tuple[int, int, bool]] = {
 
 # name -> how activations are observed during calibration (PTQ)
 OBSERVERS = ("minmax", "moving_average", "histogram")
+
+
+def default_headroom(activation_bits: int) -> float:
+    """How much wider than the calibration's range an activation's integer range is.
+
+    An observer's range is what the calibration samples showed; other inputs go past it
+    (a token the samples did not hold, a longer context), and past it values clip: the
+    error is the whole excess, not a rounding step. On the bundled decoder, held-out
+    prompts go up to 1.25x past the calibrated bounds, and the clipping cost 16a16w 35 dB
+    (docs/quantization.md, "Decoders"). A 16-bit range has 65,536 steps: doubling it costs
+    one bit of rounding noise (6 dB, from ~90 dB per tensor) and holds excursions up to
+    2x. An 8-bit range has 256: one bit is half the SQNR headroom the scheme has, as much
+    as the clipping it would save, so 8-bit ranges stay as observed.
+    """
+    return 2.0 if activation_bits >= 16 else 1.0
 
 
 def _check_scheme(scheme: str) -> None:
@@ -74,7 +89,9 @@ class QuantConfig:
     ``is_qat`` inserts fake-quantize modules instead of observers (train, then convert).
     ``block_size`` is the default block of block-wise weights (``16a4w_block``), e.g.
     ``(1, 32)`` for a linear weight or ``(1, 32, 1, 1)`` for a convolution's;
-    ``Quantizer.set_block_size_map`` overrides it per node.
+    ``Quantizer.set_block_size_map`` overrides it per node. ``act_headroom`` widens every
+    observed activation range by that factor (zero stays where it was): ``None`` means 2
+    for 16-bit activations and 1 for 8-bit ones (see :func:`default_headroom`).
     """
 
     scheme: str = "8a8w"
@@ -85,9 +102,15 @@ class QuantConfig:
     is_qat: bool = False
     block_size: tuple[int, ...] | None = None
     eps: float = 2**-20
+    act_headroom: float | None = None
 
     def __post_init__(self) -> None:
         _check_scheme(self.scheme)
+        if self.act_headroom is not None and not self.act_headroom >= 1.0:
+            raise QuantizeError(
+                f"`opforge.quantize.QuantConfig(act_headroom={self.act_headroom!r})`: headroom — "
+                "below 1 — valid: a factor >= 1 (1: the observed range as it is) or None (the "
+                "scheme's default) — fix: pass e.g. 2.0, or leave it out")
         if isinstance(self.act_observer, str) and self.act_observer not in OBSERVERS:
             raise QuantizeError(
                 f"`opforge.quantize.QuantConfig(act_observer={self.act_observer!r})`: observer — "
@@ -107,6 +130,12 @@ class QuantConfig:
     @property
     def block_wise(self) -> bool:
         return SCHEMES[self.scheme][2]
+
+    @property
+    def headroom(self) -> float:
+        """The factor observed activation ranges are widened by (``act_headroom`` or the
+        scheme's default)."""
+        return default_headroom(self.activation_bits) if self.act_headroom is None else self.act_headroom
 
     def with_(self, **changes: Any) -> "QuantConfig":
         """A copy with ``changes`` (``cfg.with_(scheme="16a8w")``)."""

@@ -27,6 +27,26 @@ _ACT_OBSERVERS = {
 }
 
 
+def _widened(observer: type, factor: float) -> type:
+    """``observer`` whose qparams cover ``factor`` times the observed range (both bounds
+    scaled, so real 0 keeps its integer; ``schemes.default_headroom`` says why)."""
+    if factor == 1.0:
+        return observer
+    key = (observer, factor)
+    if key not in _WIDENED:
+        def _calculate_qparams(self, min_val, max_val):
+            return super(cls, self)._calculate_qparams(min_val * factor, max_val * factor)
+
+        cls = type(f"{observer.__name__}Headroom{factor:g}", (observer,),
+                   {"_calculate_qparams": _calculate_qparams, "headroom": factor,
+                    "__module__": __name__})
+        _WIDENED[key] = cls
+    return _WIDENED[key]
+
+
+_WIDENED: dict[tuple[type, float], type] = {}
+
+
 def activation_range(cfg: QuantConfig) -> tuple[torch.dtype, int, int]:
     """(storage dtype, quant_min, quant_max) of the activations of ``cfg``."""
     if cfg.activation_bits == 8:
@@ -50,9 +70,10 @@ def activation_spec(cfg: QuantConfig) -> QuantizationSpec:
     observer = cfg.act_observer
     if isinstance(observer, str):
         observer = _ACT_OBSERVERS[observer]
+    if cfg.is_qat and observer is MinMaxObserver:  # QAT tracks a moving range while the weights move
+        observer = MovingAverageMinMaxObserver
+    observer = _widened(observer, cfg.headroom)
     if cfg.is_qat:
-        if observer is MinMaxObserver:  # QAT tracks a moving range while the weights move
-            observer = MovingAverageMinMaxObserver
         ctr = FakeQuantize.with_args(observer=observer, quant_min=qmin, quant_max=qmax,
                                      dtype=dtype, qscheme=qscheme, eps=cfg.eps)
     else:
