@@ -1,7 +1,8 @@
 // A small, bounded JSON reader for the cpu blob's plan (backend_cpu_blob.cpp): the
 // grammar of Python's json.loads, NaN / Infinity / -Infinity included (the plan is written
 // with allow_nan=True), into a flat table of values. Nesting is limited to kMaxDepth (a
-// plan needs 5 levels), so the recursion is bounded; the table grows with the text (a
+// plan needs 5 levels; Python's json stops near its recursion limit, ~1000), so the
+// recursion is bounded; the table grows with the text (a
 // value takes at least one byte of it). Strict UTF-8 is checked by the caller.
 //
 // TODO(issue 44): use src/json.h, the runtime's JSON parser, once it lands (it did not
@@ -29,7 +30,7 @@ struct JValue {
 
 class Json {
  public:
-  static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxDepth = 512;
   // Parse `text`; false with `error` set ("at byte 12: ...") when it is not JSON.
   bool parse(const char* text, size_t size, std::string* error);
 
