@@ -378,6 +378,17 @@ void store_double(char* p, int32_t dtype, double v) {
   convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&v), kFloat64, kZero, &one, 1);
 }
 
+int64_t load_int64(const char* p, int32_t dtype) {
+  switch (dtype) {
+    case kBool: case kUInt8: return static_cast<uint8_t>(*p);
+    case kInt8: case kInt16: case kInt32: case kInt64: return read_index(p, dtype);
+    case kUInt16: { uint16_t v; std::memcpy(&v, p, 2); return v; }
+    case kUInt32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+    case kUInt64: { uint64_t v; std::memcpy(&v, p, 8); return static_cast<int64_t>(v); }
+    default: return trunc64(load_double(p, dtype));
+  }
+}
+
 void store_scalar(char* p, int32_t dtype, double d, int64_t i, bool integral) {
   static const int64_t kZero[1] = {0};
   const int64_t one = 1;
@@ -385,6 +396,29 @@ void store_scalar(char* p, int32_t dtype, double d, int64_t i, bool integral) {
     convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&i), kInt64, kZero, &one, 1);
   else
     convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&d), kFloat64, kZero, &one, 1);
+}
+
+bool broadcast_strides(opforge_context* ctx, const char* op, const char* what, const View& in,
+                       const int64_t* sizes, int rank, int64_t* strides) {
+  if (in.rank > rank) {
+    fail(ctx, "%s: %s — found rank %d — valid: at most rank %d to broadcast to the result — "
+         "re-export the program", op, what, in.rank, rank);
+    return false;
+  }
+  for (int d = 0; d < rank; ++d) {
+    int k = d - (rank - in.rank);
+    if (k < 0) { strides[d] = 0; continue; }
+    if (in.sizes[k] == sizes[d]) {
+      strides[d] = sizes[d] == 1 ? 0 : in.strides[k];
+    } else if (in.sizes[k] == 1) {
+      strides[d] = 0;
+    } else {
+      fail(ctx, "%s: %s — found size %lld in dim %d against %lld — valid: equal sizes or 1 — "
+           "re-export the program", op, what, (long long)in.sizes[k], k, (long long)sizes[d]);
+      return false;
+    }
+  }
+  return true;
 }
 
 void contiguous_strides(const int64_t* sizes, int rank, int64_t* strides) {

@@ -56,6 +56,8 @@ bool fill_scalar(opforge_context* ctx, const char* op, const View& out, double d
 // with NumPy's unsafe cast (what convert_strided does to a float64 source).
 double load_double(const char* p, int32_t dtype);
 void store_double(char* p, int32_t dtype, double v);
+// One element as int64: integers exactly (uint64 wraps), floats truncated.
+int64_t load_int64(const char* p, int32_t dtype);
 // A scalar (int64 when integral, else double) stored into one element of dtype.
 void store_scalar(char* p, int32_t dtype, double d, int64_t i, bool integral);
 
@@ -84,6 +86,11 @@ void for_each_element(const View& a, const View& b, F&& f) {
     if (k < 0) return;
   }
 }
+
+// Strides reading `in` broadcast to `rank` dims of `sizes` (0 where it broadcasts); false
+// (ctx failed naming op and what) when it does not broadcast.
+bool broadcast_strides(opforge_context* ctx, const char* op, const char* what, const View& in,
+                       const int64_t* sizes, int rank, int64_t* strides);
 
 // Row-major (C-contiguous) strides of sizes.
 void contiguous_strides(const int64_t* sizes, int rank, int64_t* strides);

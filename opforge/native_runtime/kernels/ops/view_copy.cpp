@@ -139,31 +139,6 @@ void t_copy_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   copy_into(ctx, kOp, out, self.data, self.dtype, strides);
 }
 
-// Strides reading `in` broadcast to `rank` dims of `sizes` (0 where it broadcasts); false
-// (ctx failed) when it does not broadcast.
-bool broadcast_strides(opforge_context* ctx, const char* op, const char* what, const View& in,
-                       const int64_t* sizes, int rank, int64_t* strides) {
-  if (in.rank > rank) {
-    fail(ctx, "%s: %s — found rank %d — valid: at most rank %d to broadcast to the result — "
-         "re-export the program", op, what, in.rank, rank);
-    return false;
-  }
-  for (int d = 0; d < rank; ++d) {
-    int k = d - (rank - in.rank);
-    if (k < 0) { strides[d] = 0; continue; }
-    if (in.sizes[k] == sizes[d]) {
-      strides[d] = sizes[d] == 1 ? 0 : in.strides[k];
-    } else if (in.sizes[k] == 1) {
-      strides[d] = 0;
-    } else {
-      fail(ctx, "%s: %s — found size %lld in dim %d against %lld — valid: equal sizes or 1 — "
-           "re-export the program", op, what, (long long)in.sizes[k], k, (long long)sizes[d]);
-      return false;
-    }
-  }
-  return true;
-}
-
 void expand_copy_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   static const char kOp[] = "aten::expand_copy.out";
   OPF_TENSOR(0, "self", self);
