@@ -122,6 +122,13 @@ def test_advanced_index(lib, dtype):
                     for i in indices)
         ref = x[key]
         compare(lib, "aten::index.Tensor_out", x, indices, np.empty(ref.shape, dtype))
+    # not adjacent after a kept dim: B moves to the front, before the kept dim
+    x4 = _x((3, 4, 5, 6), dtype)
+    indices = [None, _i([1, 3]), None, _i([0, 5])]
+    ref = x4[:, [1, 3], :, [0, 5]]
+    assert ref.shape == (2, 3, 5)
+    compare(lib, "aten::index.Tensor_out", x4, indices, np.empty(ref.shape, dtype))
+    compare(lib, "aten::index_put.out", x4, indices, _x(ref.shape, dtype, 3), False, np.empty(x4.shape, dtype))
     refused(lib, "aten::index.Tensor_out", x, [None, _i([6])], np.empty((5, 1, 7), dtype),
             match="found 6 for dim 1 of size 6")
 
