@@ -3,6 +3,7 @@
 // made in memory and given to DelegateSet (src/backend.h) as the loader gives a loaded
 // one, so the cpu backend is tested without the reader and the executor. Built by the test
 // against libopforge_runtime.a and called with ctypes.
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -81,4 +82,15 @@ extern "C" __attribute__((visibility("default"))) int32_t probe_call(void* handl
 
 extern "C" __attribute__((visibility("default"))) void probe_free(void* handle) {
   delete static_cast<Probe*>(handle);
+}
+
+// Nanoseconds per call of `iters` calls on the same views (the per-call cost of the
+// delegate path from C: DelegateSet::call's checks, the per-handle lock, ofc_execute).
+extern "C" __attribute__((visibility("default"))) double probe_bench(void* handle, const opforge_tensor* args,
+                                                                     int64_t n, int64_t iters) {
+  auto* set = static_cast<Probe*>(handle)->set.get();
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iters; ++i) set->call(0, args, n);
+  auto end = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(end - start).count() / (double)iters;
 }

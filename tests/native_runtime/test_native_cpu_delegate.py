@@ -57,13 +57,12 @@ def _engine_path() -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def probe(native_runtime, tmp_path_factory):
+def build_probe(native_runtime, folder: Path) -> ctypes.CDLL:
     """The probe library linked against the static runtime, set to the installed engine."""
     src = ROOT / "opforge" / "native_runtime"
-    out = tmp_path_factory.mktemp("probe") / "libprobe.so"
+    out = folder / "libprobe.so"
     includes = [src / "include", src / "src", src / "kernels", ROOT / "opforge" / "native" / "include"]
-    cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", str(HERE / "cpu_delegate_probe.cpp"),
+    cmd = ["g++", "-std=c++17", "-O2", "-shared", "-fPIC", str(HERE / "cpu_delegate_probe.cpp"),
            *[f"-I{p}" for p in includes], str(native_runtime.static_library), "-ldl", "-lpthread",
            "-o", str(out)]
     subprocess.run(cmd, check=True, capture_output=True)
@@ -77,10 +76,17 @@ def probe(native_runtime, tmp_path_factory):
     lib.probe_call.argtypes = [P, ctypes.POINTER(Tensor), I64, ctypes.c_char_p, I64]
     lib.probe_call.restype = I32
     lib.probe_free.argtypes = [P]
+    lib.probe_bench.argtypes = [P, ctypes.POINTER(Tensor), I64, I64]
+    lib.probe_bench.restype = ctypes.c_double
     lib.opf_backend_set_library.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     lib.opf_backend_set_library.restype = I32
     assert lib.opf_backend_set_library(b"cpu", str(_engine_path()).encode()) == 0
     return lib
+
+
+@pytest.fixture(scope="module")
+def probe(native_runtime, tmp_path_factory):
+    return build_probe(native_runtime, tmp_path_factory.mktemp("probe"))
 
 
 class NativeDelegate:
