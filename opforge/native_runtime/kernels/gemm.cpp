@@ -47,15 +47,35 @@ thread_local ScratchSlot tls_scratch[kScratchSlots];
 
 }  // namespace
 
+// OPFORGE_MAX_MEMORY as opforge.runtime.limits.parse_size reads it: bytes, or a number
+// with a binary suffix K, M, G or T (optionally followed by B or iB); -1 if malformed.
+static int64_t parse_size(const char* s) {
+  while (*s == ' ' || *s == '\t') ++s;
+  if (*s < '0' || *s > '9') return -1;
+  int64_t v = 0;
+  for (; *s >= '0' && *s <= '9'; ++s)
+    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *s - '0', &v)) return -1;
+  while (*s == ' ' || *s == '\t') ++s;
+  int shift = 0;
+  switch (*s | 0x20) {
+    case 'k': shift = 10; ++s; break;
+    case 'm': shift = 20; ++s; break;
+    case 'g': shift = 30; ++s; break;
+    case 't': shift = 40; ++s; break;
+    default: break;
+  }
+  if (shift && (*s | 0x20) == 'i') ++s;
+  if ((*s | 0x20) == 'b') ++s;
+  while (*s == ' ' || *s == '\t') ++s;
+  if (*s != '\0' || (shift && v > (INT64_MAX >> shift))) return -1;
+  return v << shift;
+}
+
 int64_t workspace_limit() {
   static const int64_t limit = [] {
     const char* env = std::getenv("OPFORGE_MAX_MEMORY");
-    if (env && *env) {
-      char* end = nullptr;
-      long long v = std::strtoll(env, &end, 10);
-      if (end && *end == '\0' && v > 0) return static_cast<int64_t>(v);
-    }
-    return static_cast<int64_t>(8) << 30;
+    int64_t v = env && *env ? parse_size(env) : -1;
+    return v > 0 ? v : static_cast<int64_t>(8) << 30;
   }();
   return limit;
 }
