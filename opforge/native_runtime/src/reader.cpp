@@ -1,0 +1,598 @@
+// Bytes → Program: the header (magic, version, sizes, the metadata CRC-32), then the
+// metadata with a bounds-checked little-endian reader, then the segment table against the
+// file, then verify_program. Mirrors opforge/program/decode.py and _reader.py check for
+// check; the messages name the same field (methods[i], values[j], header.file_size, ...).
+//
+// Safety: every read checks the bytes left first; every count is checked against the bytes
+// left (each element takes at least a known number of bytes) before anything is allocated
+// for it, so decoding never allocates more than a constant times the file's size and never
+// loops longer than its length. Nothing outside [data, data + size) is read.
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "program.h"
+#include "symbolic.h"
+#include "program_text.h"
+
+namespace opforge::rt {
+namespace {
+
+const uint8_t kMagic[8] = {0x89, 'O', 'P', 'F', '\r', '\n', 0x1a, '\n'};
+constexpr uint64_t kHeaderSize = 64;
+constexpr uint64_t kAlignment = 64;
+const char* const kReexport = "re-export the model with this opforge version";
+const char* const kCorrupt = "the file is corrupt; re-export it";
+
+[[noreturn]] void fail(const std::string& subject, const std::string& found,
+                       const std::string& valid, const std::string& fix = "") {
+  throw ProgramError{program_message(subject, found, valid, fix)};
+}
+
+uint32_t le32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+uint64_t le64(const uint8_t* p) { return uint64_t(le32(p)) | uint64_t(le32(p + 4)) << 32; }
+
+uint32_t crc32(const uint8_t* p, size_t n) {
+  static uint32_t table[256];
+  static bool ready = [] {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    return true;
+  }();
+  (void)ready;
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+// Runs fn; a ProgramError from it gets "what: " in front (decode.py's _in).
+template <typename Fn>
+auto in(const std::string& what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (ProgramError& e) {
+    e.message = what + ": " + e.message;
+    throw;
+  }
+}
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n, uint64_t base) : p_(p), end_(n), base_(base) {}
+
+  const uint8_t* take(size_t n) {
+    if (n > end_ - pos_) short_of(n);
+    const uint8_t* at = p_ + pos_;
+    pos_ += n;
+    return at;
+  }
+  uint8_t u8() { return *take(1); }
+  uint32_t u32() { return le32(take(4)); }
+  int64_t i64() { return static_cast<int64_t>(le64(take(8))); }
+  double f64() {
+    uint64_t bits = le64(take(8));
+    double d;
+    std::memcpy(&d, &bits, 8);
+    return d;
+  }
+  // A u32 count whose elements (at least min_item_bytes each) fit in the bytes left.
+  uint32_t count(uint64_t min_item_bytes) {
+    uint32_t n = u32();
+    if (uint64_t(n) * min_item_bytes > end_ - pos_) {
+      fail("metadata at file offset " + std::to_string(base_ + pos_ - 4),
+           "count " + std::to_string(n) + " (≥ " + std::to_string(uint64_t(n) * min_item_bytes) +
+               " bytes) but only " + std::to_string(end_ - pos_) +
+               " bytes left in the metadata section",
+           "a count whose elements fit in the section", "the file is corrupt; re-export it");
+    }
+    return n;
+  }
+  std::string raw() {
+    uint32_t n = count(1);
+    const uint8_t* at = take(n);
+    return std::string(reinterpret_cast<const char*>(at), n);
+  }
+  std::string string() {
+    size_t at = pos_;
+    std::string s = raw();
+    size_t bad = 0;
+    if (!valid_utf8(s, &bad)) {
+      fail("metadata string at file offset " + std::to_string(base_ + at),
+           "invalid UTF-8 at byte " + std::to_string(bad), "a UTF-8 string",
+           "the file is corrupt; re-export it");
+    }
+    return s;
+  }
+  std::vector<uint32_t> u32s() {
+    uint32_t n = count(4);
+    std::vector<uint32_t> out(n);
+    const uint8_t* at = take(size_t(n) * 4);
+    for (uint32_t i = 0; i < n; ++i) out[i] = le32(at + 4 * i);
+    return out;
+  }
+  std::vector<int64_t> i64s() {
+    uint32_t n = count(8);
+    std::vector<int64_t> out(n);
+    const uint8_t* at = take(size_t(n) * 8);
+    for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(le64(at + 8 * i));
+    return out;
+  }
+  void expect_end() {
+    if (pos_ != end_) {
+      fail("metadata at file offset " + std::to_string(base_ + pos_),
+           std::to_string(end_ - pos_) + " unread bytes after the last table",
+           "a metadata section that ends with its last table",
+           "the file is corrupt or was written by a different opforge; re-export it");
+    }
+  }
+
+ private:
+  [[noreturn]] void short_of(size_t n) {
+    fail("metadata at file offset " + std::to_string(base_ + pos_),
+         std::to_string(n) + " bytes needed but only " + std::to_string(end_ - pos_) +
+             " left in the metadata section",
+         "a complete metadata section", "the file is truncated or corrupt; re-export it");
+  }
+  const uint8_t* p_;
+  size_t pos_ = 0, end_;
+  uint64_t base_;
+};
+
+bool bool_byte(uint8_t b) {
+  if (b > 1) fail("bool", "byte " + std::to_string(b), "0 (False) or 1 (True)", kReexport);
+  return b == 1;
+}
+
+int64_t checked_dtype(int number) {
+  if (itemsize_of(number) == 0) {
+    fail("dtype", "unknown dtype number " + std::to_string(number), kDtypeList,
+         "re-export the program with this opforge version");
+  }
+  return number;
+}
+
+void check_tensor(const TensorDef& t) {
+  // TensorValue.__post_init__: sizes >= 0, a permutation, the 2**48-byte cap, int4 of int8
+  const size_t rank = t.sizes.size();
+  int64_t extent = 1;
+  bool over = false;
+  for (size_t d = 0; d < rank; ++d) {
+    if (t.sizes[d] < 0) {
+      fail("`TensorValue`: sizes[" + std::to_string(d) + "]", std::to_string(t.sizes[d]),
+           "an int in [0, 9223372036854775807]",
+           "pass a Python int in range (in a loaded file: the file is corrupt, re-export it)");
+    }
+    int64_t s = t.sizes[d] ? t.sizes[d] : 1;
+    if (!over && __builtin_mul_overflow(extent, s, &extent)) over = true;
+    if (extent > kMaxTensorBytes) over = true;
+  }
+  bool seen[kMaxRank] = {};
+  bool permutation = true;
+  for (uint8_t d : t.dim_order) {
+    if (d >= rank || seen[d]) permutation = false;
+    else seen[d] = true;
+  }
+  if (!permutation) {
+    fail("`TensorValue`: dim_order", "a dim order that is no permutation",
+         "a permutation of 0.." + std::to_string(int64_t(rank) - 1) + " (rank " +
+             std::to_string(rank) + ")");
+  }
+  int64_t bytes = 0;
+  if (over || __builtin_mul_overflow(extent, itemsize_of(t.dtype), &bytes) ||
+      bytes > kMaxTensorBytes) {
+    fail("`TensorValue`: sizes", "sizes of more than 2**48 bytes (zero sizes counted as 1)",
+         "at most 281474976710656 bytes (2**48), for an empty tensor too");
+  }
+  if (t.storage == StorageKind::ConstantInt4 && t.dtype != 1) {
+    fail("`TensorValue`: storage.packing", "int4 packing of a " + dtype_name(t.dtype) + " tensor",
+         "int4 packing of int8 tensors only (values in [-8, 7])",
+         "store the tensor unpacked, or as int8");
+  }
+}
+
+Value read_value(Reader& r) {
+  Value v;
+  uint8_t tag = r.u8();
+  switch (tag) {
+    case 8: {  // tensor: dtype, rank, storage kind, index, offset; sizes; dim_order
+      const uint8_t* head = r.take(15);
+      int dtype = head[0];
+      int rank = head[1];
+      int kind = head[2];
+      uint32_t index = le32(head + 3);
+      int64_t offset = static_cast<int64_t>(le64(head + 7));
+      if (rank > kMaxRank) fail("tensor rank", std::to_string(rank), "at most 64", kReexport);
+      const uint8_t* body = r.take(size_t(rank) * 9);
+      TensorDef& t = v.tensor;
+      for (int d = 0; d < rank; ++d) t.sizes.push_back(static_cast<int64_t>(le64(body + 8 * d)));
+      for (int d = 0; d < rank; ++d) t.dim_order.push_back(body[8 * rank + d]);
+      if (kind >= 1 && kind <= 4) {
+        t.storage = static_cast<StorageKind>(kind);
+        if (offset < 0) {
+          fail(std::string("`") + (kind == 1 ? "ArenaStorage" : "ConstantStorage") + "`: offset",
+               std::to_string(offset), "an int in [0, 9223372036854775807]",
+               "pass a Python int in range (in a loaded file: the file is corrupt, re-export it)");
+        }
+      } else if (kind == 0 && index == 0 && offset == 0) {
+        t.storage = StorageKind::None;
+      } else {
+        fail("tensor storage", "kind " + std::to_string(kind) + ", index " +
+                                   std::to_string(index) + ", offset " + std::to_string(offset),
+             "kind 0 (none, index and offset 0), 1 (arena), 2 (constant), 3 (constant, "
+             "int4-packed; format version 2), 4 (constant, splat; format version 5)",
+             kReexport);
+      }
+      t.storage_index = index;
+      t.storage_offset = offset;
+      t.dtype = static_cast<int32_t>(checked_dtype(dtype));
+      v.tag = ValueTag::Tensor;
+      check_tensor(t);
+      return v;
+    }
+    case 1: v.tag = ValueTag::Int; v.i = r.i64(); return v;
+    case 2: v.tag = ValueTag::Double; v.d = r.f64(); return v;
+    case 3: v.tag = ValueTag::Bool; v.i = bool_byte(r.u8()); return v;
+    case 0: v.tag = ValueTag::None; return v;
+    case 4: v.tag = ValueTag::String; v.s = r.string(); return v;
+    case 11: v.tag = ValueTag::ScalarType; v.i = checked_dtype(r.u8()); return v;
+    case 5: v.tag = ValueTag::IntList; v.ints = r.i64s(); return v;
+    case 6: {
+      v.tag = ValueTag::DoubleList;
+      for (int64_t bits : r.i64s()) {
+        double d;
+        std::memcpy(&d, &bits, 8);
+        v.doubles.push_back(d);
+      }
+      return v;
+    }
+    case 7: {
+      v.tag = ValueTag::BoolList;
+      uint32_t n = r.count(1);
+      const uint8_t* at = r.take(n);
+      v.ints.reserve(n);
+      for (uint32_t i = 0; i < n; ++i) v.ints.push_back(bool_byte(at[i]));
+      return v;
+    }
+    case 9: v.tag = ValueTag::TensorList; v.items = r.u32s(); return v;
+    case 10: v.tag = ValueTag::OptionalTensorList; v.items = r.u32s(); return v;
+    default:
+      fail("tag", "tag " + std::to_string(tag), "0..11 (see docs/program-format.md, Values)",
+           kReexport);
+  }
+}
+
+Instruction read_instruction(Reader& r) {
+  Instruction ins;
+  uint8_t kind = r.u8();
+  switch (kind) {
+    case 0: case 1:
+      ins.kind = kind == 0 ? InstructionKind::KernelCall : InstructionKind::DelegateCall;
+      ins.index = r.u32();
+      ins.args = r.u32s();
+      return ins;
+    case 2:
+      ins.kind = InstructionKind::Move;
+      ins.index = r.u32();
+      ins.dst = r.u32();
+      return ins;
+    case 3:
+      ins.kind = InstructionKind::Free;
+      ins.index = r.u32();
+      return ins;
+    default:
+      fail("kind", "kind " + std::to_string(kind), "0 KernelCall, 1 DelegateCall, 2 Move, 3 Free",
+           kReexport);
+  }
+}
+
+Operator read_operator(Reader& r) {
+  Operator op;
+  op.name = r.string();
+  op.overload = r.string();
+  if (!is_operator_name(op.name)) {
+    fail("`Operator`: name", quoted(op.name), "'namespace::op' of identifier characters");
+  }
+  for (char c : op.overload) {
+    if (!is_ident_char(c)) {
+      fail("`Operator`: overload", quoted(op.overload), "letters, digits and '_' (may be '')");
+    }
+  }
+  return op;
+}
+
+void read_symbolic(Reader& r, uint32_t version, Method& m) {
+  uint32_t n = r.count(20);
+  for (uint32_t i = 0; i < n; ++i) {
+    Symbol s;
+    s.name = r.string();
+    s.min = r.i64();
+    s.max = r.i64();
+    if (!is_identifier(s.name)) fail("`Symbol`: name", quoted(s.name), "an identifier");
+    if (s.min < 0) fail("`Symbol`: min", std::to_string(s.min), "an int in [0, 2**63 - 1]");
+    if (s.max < 0) fail("`Symbol`: max", std::to_string(s.max), "an int in [0, 2**63 - 1]");
+    if (s.min > s.max) {
+      fail("`Symbol`", s.name + " in [" + std::to_string(s.min) + ", " + std::to_string(s.max) +
+                           "]", "min <= max");
+    }
+    m.symbols.push_back(std::move(s));
+  }
+  n = r.count(8);
+  for (uint32_t i = 0; i < n; ++i) {
+    SymbolicValue sv;
+    sv.value = r.u32();
+    uint32_t exprs = r.u32();
+    if (exprs > uint32_t(kMaxRank)) {
+      fail("symbolic value", std::to_string(exprs) + " expressions", "at most 64");
+    }
+    for (uint32_t k = 0; k < exprs; ++k) {
+      sv.exprs.push_back(r.string());
+    }
+    m.symbolic_values.push_back(std::move(sv));
+  }
+  n = r.count(12);
+  for (uint32_t i = 0; i < n; ++i) {
+    Guard g;
+    g.lhs = r.string();
+    g.relation = r.string();
+    g.rhs = r.string();
+    if (g.relation != "==" && g.relation != "!=" && g.relation != "<=" && g.relation != "<") {
+      fail("`Guard`: relation", quoted(g.relation), "==, !=, <=, <");
+    }
+    m.guards.push_back(std::move(g));
+  }
+  n = r.count(8);
+  for (uint32_t i = 0; i < n; ++i) {
+    StateSlot slot;
+    slot.name = r.string();
+    slot.value = r.u32();
+    size_t chars = utf8_length(slot.name);
+    if (chars == 0 || chars > 256) fail("`StateSlot`: name", quoted(slot.name), "a non-empty str");
+    m.state.push_back(std::move(slot));
+  }
+  if (version >= 4) {
+    n = r.count(4);
+    std::vector<bool> grows(m.symbols.size(), false);
+    for (uint32_t k = 0; k < n; ++k) {
+      uint32_t i = r.u32();
+      if (i >= m.symbols.size() || grows[i]) {
+        fail("growing symbol", "index " + std::to_string(i),
+             "a symbol index below " + std::to_string(m.symbols.size()) + ", each once");
+      }
+      grows[i] = true;
+      m.growing.push_back(i);
+    }
+  }
+}
+
+Method read_method(Reader& r, uint32_t index, uint32_t version) {
+  Method m;
+  m.name = in("methods[" + std::to_string(index) + "].name", [&] { return r.string(); });
+  const std::string where = "method " + quoted(m.name);
+  uint32_t n = in(where + " values", [&] { return r.count(1); });
+  m.values.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    m.values.push_back(in(where + " values[" + std::to_string(i) + "]", [&] { return read_value(r); }));
+  }
+  m.inputs = in(where + " inputs", [&] { return r.u32s(); });
+  m.outputs = in(where + " outputs", [&] { return r.u32s(); });
+  n = in(where + " operators", [&] { return r.count(8); });
+  for (uint32_t i = 0; i < n; ++i) {
+    m.operators.push_back(in(where + " operators[" + std::to_string(i) + "]",
+                             [&] { return read_operator(r); }));
+  }
+  m.arena_sizes = in(where + " memory_plan", [&] {
+    std::vector<int64_t> sizes = r.i64s();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] < 0 || sizes[i] > kMaxTensorBytes) {
+        fail("`MemoryPlan`: arena_sizes[" + std::to_string(i) + "]", std::to_string(sizes[i]),
+             "an int in [0, 281474976710656]",
+             "pass a Python int in range (in a loaded file: the file is corrupt, re-export it)");
+      }
+    }
+    return sizes;
+  });
+  n = in(where + " instructions", [&] { return r.count(5); });
+  m.instructions.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    m.instructions.push_back(in(where + " instructions[" + std::to_string(i) + "]",
+                                [&] { return read_instruction(r); }));
+  }
+  if (version >= 3) in(where + " symbolic sizes", [&] { read_symbolic(r, version, m); return 0; });
+  in(where, [&] {
+    if (m.name.empty()) fail("`Method`: name", "''", "a non-empty str");
+    if (m.symbols.size() > size_t(kMaxSymbols)) {
+      fail("`Method`: symbols", std::to_string(m.symbols.size()), "at most 64");
+    }
+    return 0;
+  });
+  return m;
+}
+
+struct Header {
+  uint32_t version;
+  uint64_t metadata_offset, metadata_size, data_offset;
+};
+
+Header check_header(const uint8_t* data, size_t size) {
+  if (size == 0) {
+    fail("file", "an empty file (0 bytes)", "a program file of at least 64 bytes",
+         "the export did not finish; re-export the model");
+  }
+  if (std::memcmp(data, kMagic, size < 8 ? size : 8) != 0) {
+    fail("header.magic", hex_bytes(data, size < 8 ? size : 8),
+         "b'\\x89OPF\\r\\n\\x1a\\n' (an opforge program file)",
+         "pass a file written by opforge.program.save()");
+  }
+  if (size < kHeaderSize) {
+    fail("header", "a truncated file of " + std::to_string(size) + " bytes",
+         "at least the 64-byte header", kReexport);
+  }
+  Header h;
+  h.version = le32(data + 8);
+  uint32_t header_size = le32(data + 12);
+  uint64_t file_size = le64(data + 16);
+  h.metadata_offset = le64(data + 24);
+  h.metadata_size = le64(data + 32);
+  uint32_t crc = le32(data + 40);
+  uint32_t flags = le32(data + 44);
+  h.data_offset = le64(data + 48);
+  uint64_t reserved = le64(data + 56);
+  if (h.version > kMaxFormatVersion || h.version < kMinFormatVersion) {
+    bool newer = h.version > kMaxFormatVersion;
+    fail("header.format_version", "version " + std::to_string(h.version) + (newer ? " (newer)" : ""),
+         "versions 1..6", newer ? "upgrade opforge to load this file" : kReexport);
+  }
+  if (header_size != kHeaderSize) {
+    fail("header.header_size", std::to_string(header_size), "64", kReexport);
+  }
+  if (flags != 0) {
+    fail("header.flags", std::to_string(flags), "0 (no flags are defined in versions 1 to 6)",
+         kReexport);
+  }
+  if (reserved != 0) fail("header.reserved", std::to_string(reserved), "0", kReexport);
+  if (file_size != size) {
+    fail("header.file_size", std::to_string(file_size) + " but the file has " +
+                                 std::to_string(size) + " bytes " +
+                                 (size < file_size ? "(truncated)" : "(trailing bytes)"),
+         "the file's real length",
+         "the file was cut short or appended to (an interrupted copy?); copy it again or "
+         "re-export it");
+  }
+  if (h.metadata_offset != kHeaderSize) {
+    fail("header.metadata_offset", std::to_string(h.metadata_offset),
+         "64 (right after the header)", kReexport);
+  }
+  if (h.data_offset % kAlignment != 0 || h.data_offset < kHeaderSize || h.data_offset > file_size) {
+    fail("header.data_offset", std::to_string(h.data_offset),
+         "a multiple of 64 in [64, file_size=" + std::to_string(file_size) + "]", kReexport);
+  }
+  if (h.metadata_size > h.data_offset - h.metadata_offset) {
+    fail("header.metadata_size", std::to_string(h.metadata_size),
+         "at most data_offset - metadata_offset = " +
+             std::to_string(h.data_offset - h.metadata_offset), kReexport);
+  }
+  uint32_t actual = crc32(data + h.metadata_offset, h.metadata_size);
+  if (actual != crc) {
+    fail("header.metadata_crc32", hex32(crc) + " but the metadata hashes to " + hex32(actual),
+         "the CRC-32 of the metadata section", "the file is corrupt; copy or re-export it");
+  }
+  return h;
+}
+
+void refuse_newer_packings(const Program& p) {
+  for (const Method& m : p.methods) {
+    for (size_t i = 0; i < m.values.size(); ++i) {
+      const Value& v = m.values[i];
+      if (v.tag != ValueTag::Tensor) continue;
+      StorageKind k = v.tensor.storage;
+      uint32_t since = k == StorageKind::ConstantInt4 ? 2 : k == StorageKind::ConstantSplat ? 5 : 0;
+      if (since && p.format_version < since) {
+        const char* what = k == StorageKind::ConstantInt4 ? "an int4-packed constant"
+                                                          : "a splat constant";
+        fail("method " + quoted(m.name) + " values[" + std::to_string(i) + "].storage",
+             std::string(what) + " in a version-" + std::to_string(p.format_version) + " file",
+             std::string(what + 2) + "s only in format version " + std::to_string(since) +
+                 " or later",
+             kCorrupt);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Program read_program(const uint8_t* data, size_t size) {
+  try {
+    Header h = check_header(data, size);
+    Reader r(data + h.metadata_offset, h.metadata_size, h.metadata_offset);
+    Program p;
+    p.format_version = h.version;
+    uint32_t n = in("methods", [&] { return r.count(1); });
+    for (uint32_t i = 0; i < n; ++i) p.methods.push_back(read_method(r, i, h.version));
+    n = in("segments", [&] { return r.count(16); });
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::string at = "segments[" + std::to_string(i) + "]";
+      const uint8_t* pair = in(at, [&] { return r.take(16); });
+      int64_t offset = static_cast<int64_t>(le64(pair));
+      int64_t length = static_cast<int64_t>(le64(pair + 8));
+      // start + length <= size, computed without overflow (Python's ints cannot overflow)
+      uint64_t room = size - h.data_offset;  // data_offset <= file_size == size
+      bool ok = offset >= 0 && offset % int64_t(kAlignment) == 0 && length >= 0 &&
+                uint64_t(offset) <= room && uint64_t(length) <= room - uint64_t(offset);
+      if (!ok) {
+        fail(at, "offset " + std::to_string(offset) + ", size " + std::to_string(length),
+             "a non-negative offset that is a multiple of 64 and bytes within the file (" +
+                 std::to_string(size) + " bytes)", kReexport);
+      }
+      Segment s;
+      s.offset = offset;
+      s.size = length;
+      s.data = data + h.data_offset + offset;
+      p.segments.push_back(s);
+    }
+    n = in("delegates", [&] { return r.count(13); });
+    for (uint32_t i = 0; i < n; ++i) {
+      p.delegates.push_back(in("delegates[" + std::to_string(i) + "]", [&] {
+        Delegate d;
+        d.id = r.string();
+        d.segment = r.u32();
+        uint32_t specs = r.count(8);
+        for (uint32_t k = 0; k < specs; ++k) {
+          std::string key = r.string();
+          d.compile_specs.emplace_back(std::move(key), r.raw());
+        }
+        if (d.id.empty()) fail("`DelegateBlob`: id", "''", "a non-empty backend id");
+        return d;
+      }));
+    }
+    n = in("user_metadata", [&] { return r.count(8); });
+    for (uint32_t i = 0; i < n; ++i) {
+      p.user_metadata.push_back(in("user_metadata[" + std::to_string(i) + "]", [&] {
+        std::string key = r.string();
+        return std::make_pair(std::move(key), r.string());
+      }));
+    }
+    if (h.version >= 6) {
+      n = in("named_data", [&] { return r.count(8); });
+      for (uint32_t i = 0; i < n; ++i) {
+        p.named_data.push_back(in("named_data[" + std::to_string(i) + "]", [&] {
+          NamedData nd;
+          nd.key = r.string();
+          nd.segment = r.u32();
+          size_t chars = utf8_length(nd.key);
+          if (chars == 0 || chars > 256 || !is_printable_utf8(nd.key)) {
+            fail("`NamedData`: key", quoted(nd.key.substr(0, 80)),
+                 "a printable string of 1 to 256 characters");
+          }
+          return nd;
+        }));
+      }
+    }
+    r.expect_end();
+    in("program", [&] {
+      std::set<std::string> seen;
+      for (size_t i = 0; i < p.user_metadata.size(); ++i) {
+        if (!seen.insert(p.user_metadata[i].first).second) {
+          fail("`Program`: user_metadata[" + std::to_string(i) + "]",
+               "duplicate key " + quoted(p.user_metadata[i].first), "unique keys",
+               "merge the two entries");
+        }
+      }
+      return 0;
+    });
+    if (p.format_version < 5) refuse_newer_packings(p);
+    verify_program(p, data, size);
+    return p;
+  } catch (ProgramError& e) {
+    e.message = "`opforge_runtime read_program(<" + std::to_string(size) + " bytes>)`: " + e.message;
+    throw;
+  }
+}
+
+}  // namespace opforge::rt
