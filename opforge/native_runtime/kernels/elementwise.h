@@ -456,4 +456,16 @@ template <typename T> inline T wrap_mul(T a, T b) {
   return static_cast<T>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b)));
 }
 
+// NumPy's maximum/minimum: NaN propagates (a NaN first operand wins), and between equal
+// values (-0.0 and 0.0) the second operand is returned, as its SIMD loops do; on bool,
+// or / and.
+template <typename T> inline T numpy_maximum(T a, T b) {
+  if constexpr (std::is_same<T, bool>::value) return a || b;
+  else return (a > b || a != a) ? a : b;
+}
+template <typename T> inline T numpy_minimum(T a, T b) {
+  if constexpr (std::is_same<T, bool>::value) return a && b;
+  else return (a < b || a != a) ? a : b;
+}
+
 }  // namespace opforge::portable

@@ -112,17 +112,6 @@ template <typename T> inline T int_pow(T base, T e) {
   return result;
 }
 
-// NumPy's maximum/minimum: NaN propagates (a NaN first operand wins), and between equal
-// values (-0.0 and 0.0) the second operand is returned, as its SIMD loops do.
-template <typename T> inline T op_max(T a, T b) {
-  if constexpr (is_bool_v<T>) return a || b;
-  else return (a > b || a != a) ? a : b;
-}
-template <typename T> inline T op_min(T a, T b) {
-  if constexpr (is_bool_v<T>) return a && b;
-  else return (a < b || a != a) ? a : b;
-}
-
 template <typename CT>
 void run_op(const Loop& L, Bin kind, const Scalar* alpha) {
   constexpr bool kFloat = std::is_floating_point<CT>::value;
@@ -144,8 +133,8 @@ void run_op(const Loop& L, Bin kind, const Scalar* alpha) {
       return;
     }
     case Bin::kMul: run_binary<CT, CT>(L, [](CT a, CT b) { return op_mul(a, b); }); return;
-    case Bin::kMax: run_binary<CT, CT>(L, [](CT a, CT b) { return op_max(a, b); }); return;
-    case Bin::kMin: run_binary<CT, CT>(L, [](CT a, CT b) { return op_min(a, b); }); return;
+    case Bin::kMax: run_binary<CT, CT>(L, [](CT a, CT b) { return numpy_maximum(a, b); }); return;
+    case Bin::kMin: run_binary<CT, CT>(L, [](CT a, CT b) { return numpy_minimum(a, b); }); return;
     default: break;
   }
   if constexpr (kFloat) {

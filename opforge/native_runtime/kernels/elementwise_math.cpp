@@ -1,0 +1,51 @@
+// The float32 row loops of elementwise_math.h, vectorized by the compiler; on x86-64 each
+// is also compiled for AVX2 and AVX-512 and picked at load time (OPFORGE_HOT).
+#include "elementwise_math.h"
+
+#include "elementwise.h"
+
+namespace opforge::portable {
+
+OPFORGE_HOT void exp_row_f32(float* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = exp_f32(in[i]);
+}
+
+// 1 / (1 + exp(-x)), each step rounded to float32 as the NumPy kernel's ufunc steps are.
+OPFORGE_HOT void sigmoid_row_f32(float* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = exp_f32(-in[i]);
+    const float d = 1.0f + e;
+    out[i] = 1.0f / d;
+  }
+}
+
+// x / (1 + exp(-x))
+OPFORGE_HOT void silu_row_f32(float* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = exp_f32(-in[i]);
+    const float d = 1.0f + e;
+    out[i] = in[i] / d;
+  }
+}
+
+OPFORGE_HOT void gelu_erf_row_f32(float* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_erf_f32(in[i]);
+}
+
+// 0.5 x (1 + tanh z) = x / (1 + exp(-2 z)), z = sqrt(2/pi) (x + 0.044715 x^3) rounded
+// step by step in float32 as the NumPy kernel computes it.
+OPFORGE_HOT void gelu_tanh_row_f32(float* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = in[i];
+    const float c = 0.044715f * x;
+    const float c2 = c * x;
+    const float c3 = c2 * x;
+    const float inner = x + c3;
+    const float z = 0.797884560802865355f * inner;
+    const float e = exp_f32(-2.0f * z);
+    const float d = 1.0f + e;
+    out[i] = x / d;
+  }
+}
+
+}  // namespace opforge::portable
