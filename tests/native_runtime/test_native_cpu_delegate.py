@@ -485,3 +485,108 @@ def test_a_missing_engine_names_the_delegate_and_the_fix(probe, tmp_path):
         assert "OPFORGE_CPU_ENGINE" in native.error and "LD_LIBRARY_PATH" in native.error
     finally:
         assert probe.opf_backend_set_library(b"cpu", str(_engine_path()).encode()) == 0
+
+
+# --- the blob fuzzer's mutations: refused by both readers, or run by both alike ------------
+
+def _seeds():
+    import torch
+
+    from opforge.examples.decoder import TinyDecoder
+    from opforge.examples.zoo import ZOO
+    from opforge.program import to_bytes
+
+    sys.path.insert(0, str(ROOT / "fuzz"))
+    from cpu_blob_write import ParsedSeed
+
+    seeds = [ParsedSeed.of("mlp", to_bytes(_mlp()))]
+    for name in ("cnn", "transformer_layer"):
+        torch.manual_seed(0)
+        model, inputs = ZOO[name]()
+        seeds.append(ParsedSeed.of(name, to_bytes(_export(model.eval(), inputs))))
+    decoder = TinyDecoder(vocab=50, dim=24, heads=4, kv_heads=2, hidden=40, layers=1, max_len=16,
+                          seed=7).eval()
+    seeds.append(ParsedSeed.of("decoder", to_bytes(_export(decoder, (torch.tensor([0]),
+                                                                     torch.tensor([0]))))))
+    return seeds
+
+
+def _python_run(program, index, inputs, outputs) -> tuple[str, str]:
+    """("refused", message) at init, ("failed", message) in the call, or ("ran", "")."""
+    from opforge.backends import decode_specs
+    from opforge.backends.base import BackendContext
+    from opforge.backends.named_data import NamedDataMap, SharedResources
+    from opforge.errors import BackendError
+
+    backend = get_backend("cpu")
+    blob = program.delegates[index]
+    try:
+        own = [(k, v) for k, v in blob.compile_specs if not k.startswith("opforge.")]
+        specs = decode_specs("cpu", backend.compile_spec_defs, own)
+        context = BackendContext(max_memory=1 << 30, named_data=NamedDataMap(program),
+                                 shared=SharedResources())
+        handle = backend.init(program.segments[blob.segment].data, specs, context)
+    except BackendError as e:
+        return "refused", str(e)
+    try:
+        backend.execute(handle, inputs, outputs)
+        return "ran", ""
+    except BackendError as e:
+        return "failed", str(e)
+    finally:
+        backend.destroy(handle)
+
+
+@pytest.mark.slow
+def test_fuzzed_blobs_get_the_same_verdict_from_both_backends(probe):
+    """300 cases of fuzz/cpu_blob_mutate.py (ids, dims, strides, aliases, dtypes, roles,
+    constants, named data, attributes, post-ops, io and state lists, header, specs) on four
+    seeds: each is refused at init by both backends, or fails in the call in both, or runs
+    in both with the same outputs bit for bit."""
+    import random
+
+    from opforge.backends.cpu import blob as B
+    from opforge.program import from_bytes
+
+    seeds = _seeds()  # (puts fuzz/ on the path)
+    from cpu_blob_mutate import mutate
+    rng = random.Random(4401)
+    verdicts = {}
+    for case in range(300):
+        seed = seeds[case % len(seeds)]
+        data, mutations = mutate(rng, seed)
+        program = from_bytes(data)
+        index = next(i for i, d in enumerate(program.delegates) if d.id == "cpu"
+                     and any(i == j for j, _, _ in seed.plans))
+        blob = bytes(program.segments[program.delegates[index].segment].data)
+        try:
+            plan, _ = B.parse(blob)
+            ins, outs = _call_arrays(plan, case)
+        except Exception:  # noqa: BLE001 - a plan the arrays cannot be made for: init only
+            plan, ins, outs = None, [], []
+        ins_py = [a.copy() for a in ins]
+        state = {out: pos for pos, out in (plan or {}).get("state", [])} if plan else {}
+        outs_py = [ins_py[state[p]] if p in state else a.copy() for p, a in enumerate(outs)]
+        python, python_message = _python_run(program, index, ins_py, outs_py) if plan else \
+            _python_run(program, index, [], [])
+        native = NativeDelegate(probe, blob, program.delegates[index].compile_specs,
+                                _named(program), max_memory=1 << 30)
+        try:
+            if native.status != 0:
+                verdict = "refused"
+                assert native.error, "a refusal without a message"
+            elif python == "refused":
+                verdict = "ran"  # not called: the Python backend took nothing to compare with
+            else:
+                rc, message = native(ins, outs)
+                verdict = "ran" if rc == 0 else "failed"
+            what = f"case {case} ({seed.name}: {[str(m) for m in mutations]})"
+            assert verdict == python, f"{what}: native {verdict} ({native.error}), Python " \
+                                      f"{python} ({python_message})"
+            if verdict == "ran":
+                for got, want in zip([*ins, *outs], [*ins_py, *outs_py]):
+                    assert got.tobytes() == want.tobytes(), what
+        finally:
+            native.close()
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+    assert verdicts.get("refused", 0) > 30 and verdicts.get("ran", 0) > 30, verdicts

@@ -42,40 +42,6 @@ int32_t storage_of(Role role) {
   }
 }
 
-// The backend's own compile specs (cpu/__init__.py compile_spec_defs), strictly as
-// decode_specs reads them; only num_threads matters at run time.
-int64_t num_threads_spec(const DelegateInit& init) {
-  static const struct { const char* key; char letter; } kDefs[] = {
-      {"num_threads", 'i'}, {"custom_ops", 'j'}, {"op_packages", 'j'}, {"fuse", 'b'}, {"min_ops", 'i'}};
-  int64_t threads = 0;
-  for (const auto& kv : init.specs) {
-    const auto* def = std::find_if(std::begin(kDefs), std::end(kDefs),
-                                   [&](const auto& d) { return kv.first == d.key; });
-    if (def == std::end(kDefs))
-      raise(OPF_ERR_PROGRAM, "backend 'cpu': the program stores compile spec '" + kv.first.substr(0, 80) +
-                                 "', which this backend does not know — valid: num_threads, custom_ops, "
-                                 "op_packages, fuse, min_ops — fix: load the program with the opforge "
-                                 "version that exported it, or re-export it");
-    if (kv.second.size() < 2 || kv.second[0] != def->letter || kv.second[1] != ':')
-      raise(OPF_ERR_PROGRAM, "backend 'cpu': stored compile spec '" + kv.first + "' is not a '" +
-                                 def->letter + ":' value — valid: what export writes — fix: "
-                                 "re-export the program; this one was altered or corrupted");
-    if (kv.first != "num_threads") continue;
-    const std::string text = kv.second.substr(2);
-    bool ok = !text.empty() && text.size() <= 9;
-    threads = 0;
-    for (char c : text) {
-      if (c < '0' || c > '9') ok = false;
-      else threads = threads * 10 + (c - '0');
-    }
-    if (!ok)
-      raise(OPF_ERR_PROGRAM, "backend 'cpu' compile spec 'num_threads': value '" + text.substr(0, 40) +
-                                 "' — not a count >= 0 — valid: engine threads; 0 = OPFORGE_NUM_THREADS, "
-                                 "else 1 — fix: re-export the program with a valid value");
-  }
-  return threads;
-}
-
 // cpu/__init__.py thread_count: the spec when > 0, else OPFORGE_NUM_THREADS, else 1.
 int32_t thread_count(int64_t spec) {
   if (spec > 0) return (int32_t)std::min<int64_t>(spec, 1 << 20);
@@ -107,7 +73,7 @@ class CpuHandle final : public DelegateHandle {
  public:
   CpuHandle(Plan plan, const EngineApi& api, const DelegateInit& init) : plan_(std::move(plan)), api_(api) {
     char err[kEngineError] = {0};
-    engine_ = api_.create(thread_count(num_threads_spec(init)), init.max_memory, err, kEngineError);
+    engine_ = api_.create(thread_count(decode_num_threads(init.specs)), init.max_memory, err, kEngineError);
     if (engine_ == nullptr) raise(OPF_ERR_MEMORY, std::string("cpu backend: ") + err);
     try {
       build(init);

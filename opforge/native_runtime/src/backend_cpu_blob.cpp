@@ -41,7 +41,7 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
 }
 
 // Strict UTF-8 (Python's bytes.decode("utf-8")): no overlong forms, no surrogates.
-bool valid_utf8(const uint8_t* p, size_t n) {
+bool utf8_ok(const uint8_t* p, size_t n) {
   size_t i = 0;
   while (i < n) {
     uint8_t c = p[i];
@@ -340,6 +340,8 @@ void check_io_state_debug(const Json& j, const Checker& c, const JValue& doc, Pl
 
 }  // namespace
 
+bool valid_utf8(const uint8_t* p, size_t n) { return utf8_ok(p, n); }
+
 int64_t dtype_itemsize(int32_t dtype) {
   switch (dtype) {
     case 0: case 1: case 11: return 1;
@@ -381,7 +383,7 @@ Plan parse_blob(const uint8_t* blob, size_t size) {
     refuse("a CRC-32 that does not match its contents");
   Json j;
   std::string problem;
-  if (!valid_utf8(text, (size_t)plan_len)) refuse("a plan that is not JSON (UnicodeDecodeError)");
+  if (!utf8_ok(text, (size_t)plan_len)) refuse("a plan that is not JSON (UnicodeDecodeError)");
   if (!j.parse(reinterpret_cast<const char*>(text), (size_t)plan_len, &problem))
     refuse("a plan that is not JSON (" + problem + ")");
   const JValue& doc = j.root();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace opforge::rt::cpu {
@@ -72,6 +73,11 @@ constexpr int64_t kNamedMaxBytes = int64_t(1) << 48;
 // comes back with `symbolic` set and only its header checked.
 Plan parse_blob(const uint8_t* blob, size_t size);
 
+// The delegate's own compile specs (not "opforge.*"), checked as decode_specs checks
+// them (backend_cpu_specs.cpp); its num_threads (0: OPFORGE_NUM_THREADS, else 1).
+int64_t decode_num_threads(const std::vector<std::pair<std::string, std::string>>& specs);
+
+bool valid_utf8(const uint8_t* p, size_t n);  // strict, as Python's bytes.decode("utf-8")
 int64_t dtype_itemsize(int32_t dtype);  // the blob's dtypes; 0 for any other
 const char* dtype_name(int32_t dtype);  // "float32"
 
