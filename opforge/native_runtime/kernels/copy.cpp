@@ -169,7 +169,7 @@ void run_bytes(char* d, int64_t dstep, const char* s, int64_t sstep, int64_t n, 
 template <typename T>
 void transpose_tiles(char* dst, int64_t drow, const char* src, int64_t scol, int64_t rows,
                      int64_t cols) {
-  constexpr int64_t kTile = 32;
+  constexpr int64_t kTile = 16;
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     int64_t r1 = r0 + kTile < rows ? r0 + kTile : rows;
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
