@@ -8,11 +8,42 @@
 #include <memory>
 #include <string>
 
+#include <dlfcn.h>
+
 #include "backend.h"
 
 using namespace opforge::rt;
 
 namespace {
+// A kernel library's table (probe_set_kernels): the probe's stand-in for the registry's
+// lookup, so a delegate's custom-op kernels are found as the loader will find them.
+const opforge_library* g_kernels = nullptr;
+
+opforge_kernel_fn find_kernel(const std::string& key, const opforge_arg* args, int64_t n) {
+  if (g_kernels == nullptr) return nullptr;
+  opforge_kernel_fn fallback = nullptr;
+  for (int64_t i = 0; i < g_kernels->num_kernels; ++i) {
+    const opforge_kernel_entry& e = g_kernels->kernels[i];
+    if (std::string(e.op) + "." + e.overload != key || e.fn == nullptr) continue;
+    if (std::string(e.dtype_key) == "default") {
+      fallback = e.fn;
+      continue;
+    }
+    // "v1/6|6": the dtype of each meta argument, in order (dim orders not checked here)
+    std::string spec = std::string(e.dtype_key).substr(3);
+    bool match = true;
+    for (int32_t m = 0; m < e.num_meta && match; ++m) {
+      size_t bar = spec.find('|');
+      std::string part = spec.substr(0, bar);
+      spec = bar == std::string::npos ? "" : spec.substr(bar + 1);
+      int32_t arg = e.meta_args[m];
+      match = arg >= 0 && arg < n && args[arg].tag == OPFORGE_ARG_TENSOR &&
+              std::to_string(args[arg].v.tensor.dtype) == part.substr(0, part.find(';'));
+    }
+    if (match) return e.fn;
+  }
+  return fallback;
+}
 struct Probe {
   Program program;
   std::unique_ptr<DelegateSet> set;
@@ -56,6 +87,7 @@ extern "C" __attribute__((visibility("default"))) void* probe_new(
     DelegateSet::Options options;
     options.api = "probe";
     options.max_memory = max_memory;
+    options.kernels = find_kernel;
     probe->set = std::make_unique<DelegateSet>(probe->program, options);
     *status = 0;
     return probe.release();
@@ -67,6 +99,14 @@ extern "C" __attribute__((visibility("default"))) void* probe_new(
     put(err, err_size, e.what());
   }
   return nullptr;
+}
+
+// Use the kernels of the library at `path` (one exporting opforge_register_kernels).
+extern "C" __attribute__((visibility("default"))) int32_t probe_set_kernels(const char* path) {
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  auto reg = lib ? reinterpret_cast<opforge_register_kernels_fn>(dlsym(lib, OPFORGE_REGISTER_SYMBOL)) : nullptr;
+  g_kernels = reg ? reg() : nullptr;
+  return g_kernels != nullptr ? 0 : 1;
 }
 
 extern "C" __attribute__((visibility("default"))) int32_t probe_call(void* handle, const opforge_tensor* args,

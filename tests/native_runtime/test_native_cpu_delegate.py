@@ -78,6 +78,8 @@ def build_probe(native_runtime, folder: Path) -> ctypes.CDLL:
     lib.probe_free.argtypes = [P]
     lib.probe_bench.argtypes = [P, ctypes.POINTER(Tensor), I64, I64]
     lib.probe_bench.restype = ctypes.c_double
+    lib.probe_set_kernels.argtypes = [ctypes.c_char_p]
+    lib.probe_set_kernels.restype = I32
     lib.opf_backend_set_library.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     lib.opf_backend_set_library.restype = I32
     assert lib.opf_backend_set_library(b"cpu", str(_engine_path()).encode()) == 0
@@ -286,6 +288,43 @@ def test_named_weights_and_state_written_in_place(probe):
     plans = [B.parse(program.segments[d.segment].data)[0] for d in program.delegates]
     assert any(p.get("state") for p in plans), "the decode delegate writes its KV cache"
     assert _compare_delegates(probe, program) == len(program.delegates)
+
+
+def test_custom_ops_in_the_delegate_call_the_kernel_librarys_native_kernels(probe, tmp_path):
+    """A delegate with "kernel" ops (custom ops run through the kernel ABI from inside the
+    engine): the kernel comes from the library given to the runtime, the outputs are the
+    Python backend's bit for bit, and without the library the program is refused."""
+    from opforge.examples.custom_model import custom_op_model
+    from opforge.examples.my_ops import manifest_path
+    from opforge.export import export
+    from opforge.native import build_library
+    from opforge.runtime import load
+
+    library = build_library(manifest_path(), sorted((manifest_path().parent / "kernels").glob("*.cpp")),
+                            tmp_path / "libmy_ops.so", cache_root=tmp_path / "cache")
+    model, inputs = custom_op_model(0)
+    custom = ["my_ops::mul3", "my_ops::mul4", "my_ops::minmax", "my_ops::scaled_sum"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = export(model, inputs, kernels=["portable", set(library.ops)],
+                         backends=[("cpu", {"custom_ops": custom})])
+    d = program.delegates[0]
+    blob = bytes(program.segments[d.segment].data)
+    assert probe.probe_set_kernels(b"/nonexistent.so") == 1
+    missing = NativeDelegate(probe, blob, d.compile_specs, _named(program))
+    assert missing.status == 4 and "custom op my_ops::" in missing.error, missing.error
+    assert probe.probe_set_kernels(str(library.path).encode()) == 0
+    native = NativeDelegate(probe, blob, d.compile_specs, _named(program))
+    assert native.status == 0, native.error
+    arrays = [t.numpy() for t in inputs]
+    want = load(program, kernels=[library.path]).method("forward")(*arrays)
+    outs = [np.zeros_like(w) for w in want]
+    rc, message = native([np.ascontiguousarray(a) for a in arrays], outs)
+    native.close()
+    probe.probe_set_kernels(b"/nonexistent.so")
+    assert rc == 0, message
+    for got, w in zip(outs, want):
+        assert got.tobytes() == np.ascontiguousarray(w).tobytes()
 
 
 # --- refusals --------------------------------------------------------------------------------
@@ -511,6 +550,9 @@ def _seeds():
     return seeds
 
 
+FUZZ_CASES, FUZZ_SEED = 300, 4401  # a longer run: set these on the module and call the test
+
+
 def _python_run(program, index, inputs, outputs) -> tuple[str, str]:
     """("refused", message) at init, ("failed", message) in the call, or ("ran", "")."""
     from opforge.backends import decode_specs
@@ -550,9 +592,9 @@ def test_fuzzed_blobs_get_the_same_verdict_from_both_backends(probe):
 
     seeds = _seeds()  # (puts fuzz/ on the path)
     from cpu_blob_mutate import mutate
-    rng = random.Random(4401)
+    rng = random.Random(FUZZ_SEED)
     verdicts = {}
-    for case in range(300):
+    for case in range(FUZZ_CASES):
         seed = seeds[case % len(seeds)]
         data, mutations = mutate(rng, seed)
         program = from_bytes(data)
