@@ -2,6 +2,7 @@
 // and opf_backend_set_library.
 #include "backend.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -152,7 +153,7 @@ DelegateSet::~DelegateSet() {
   }
 }
 
-void DelegateSet::call(uint32_t delegate, const opforge_tensor* args, int64_t num_args) {
+DelegateSet::Slot& DelegateSet::checked(uint32_t delegate, int64_t num_args) {
   if (!ready(delegate))
     raise(OPF_ERR_INTERNAL, "DelegateCall " + std::to_string(delegate) + " — a delegate that was not "
                             "initialised at load — this is a bug in opforge: please report it");
@@ -163,8 +164,48 @@ void DelegateSet::call(uint32_t delegate, const opforge_tensor* args, int64_t nu
                                std::to_string(slot.num_inputs) + " input(s) + " +
                                std::to_string(slot.num_outputs) + " output(s), as its delegate "
                                "stores — fix: re-export the program; this one was altered or corrupted");
+  return slot;
+}
+
+void DelegateSet::call(uint32_t delegate, const opforge_tensor* args, int64_t num_args) {
+  Slot& slot = checked(delegate, num_args);
   std::lock_guard<std::mutex> lock(*slot.mu);
   slot.handle->execute(args, slot.num_inputs, args + slot.num_inputs, slot.num_outputs);
+}
+
+void DelegateSet::call(uint32_t delegate, const opforge_arg* args, int64_t num_args) {
+  Slot& slot = checked(delegate, num_args);
+  std::lock_guard<std::mutex> lock(*slot.mu);
+  slot.views.resize((size_t)num_args);
+  for (int64_t k = 0; k < num_args; ++k) {
+    if (args[k].tag != OPFORGE_ARG_TENSOR)
+      raise(OPF_ERR_PROGRAM, "DelegateCall " + std::to_string(delegate) + " (" + shown(slot.id) + ") — argument " +
+                                 std::to_string(k) + " is not a tensor — valid: tensors only — fix: re-export");
+    slot.views[(size_t)k] = args[k].v.tensor;
+  }
+  slot.handle->execute(slot.views.data(), slot.num_inputs, slot.views.data() + slot.num_inputs, slot.num_outputs);
+}
+
+opforge_arg delegate_call_arg(DelegateSet* set, uint32_t delegate) {
+  opforge_arg arg;
+  std::memset(&arg, 0, sizeof(arg));
+  arg.tag = OPFORGE_ARG_NONE;
+  arg.v.list.data = set;
+  arg.v.list.size = delegate;
+  return arg;
+}
+
+void delegate_call_kernel(opforge_context* ctx, opforge_arg* args, int64_t num_args) {
+  try {
+    auto* set = static_cast<DelegateSet*>(const_cast<void*>(args[0].v.list.data));
+    set->call(static_cast<uint32_t>(args[0].v.list.size), args + 1, num_args - 1);
+  } catch (const Error& e) {
+    ctx->status = e.status;
+    std::snprintf(ctx->message, sizeof(ctx->message), "%s", e.message.c_str());
+  } catch (const std::bad_alloc&) {
+    ctx->status = OPF_ERR_MEMORY;
+    std::snprintf(ctx->message, sizeof(ctx->message), "delegate call: out of memory");
+  }
 }
 
 }  // namespace opforge::rt

@@ -124,9 +124,12 @@ class DelegateSet {
   bool ready(uint32_t delegate) const { return delegate < slots_.size() && slots_[delegate].handle; }
   int64_t num_inputs(uint32_t delegate) const { return slots_.at(delegate).num_inputs; }
   int64_t num_outputs(uint32_t delegate) const { return slots_.at(delegate).num_outputs; }
+  const std::string& id(uint32_t delegate) const { return slots_.at(delegate).id; }
   // One DelegateCall: args are the call's inputs then outputs (num_inputs + num_outputs).
   // Throws Error naming the delegate.
   void call(uint32_t delegate, const opforge_tensor* args, int64_t num_args);
+  // The same with the tensors inside kernel-ABI arguments (the executor's bound form).
+  void call(uint32_t delegate, const opforge_arg* args, int64_t num_args);
 
  private:
   struct Slot {
@@ -134,10 +137,19 @@ class DelegateSet {
     int64_t num_inputs = 0, num_outputs = 0;
     std::unique_ptr<DelegateHandle> handle;
     std::unique_ptr<std::mutex> mu;
+    std::vector<opforge_tensor> views;  // call(opforge_arg*)'s gathered views (under mu)
   };
+  Slot& checked(uint32_t delegate, int64_t num_args);  // Error unless ready and num_args fit
   DelegateShared shared_;     // destroyed after the slots (declared first)
   std::vector<Slot> slots_;
 };
+
+// A DelegateCall bound like a KernelCall (method.cpp): delegate_call_kernel is its
+// kernel-ABI function, args[0] (delegate_call_arg) names the program's DelegateSet and the
+// delegate, args[1...] are the call's tensors, inputs then outputs. A failure sets ctx's
+// status and message as a kernel's does.
+void delegate_call_kernel(opforge_context* ctx, opforge_arg* args, int64_t num_args);
+opforge_arg delegate_call_arg(DelegateSet* set, uint32_t delegate);
 
 // The shared library a backend runs on (the cpu engine), set by
 // opf_backend_set_library or the backend's environment variable: the path given for
