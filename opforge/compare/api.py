@@ -85,6 +85,9 @@ def _cell(row: NodeRow, run: Run) -> dict | None:
     out = {**error.as_dict(), "where": run.where.get(key, "")}
     if key in run.integers:
         out["integer"] = run.integers[key]
+    if key in run.clipped:
+        count, size, ratio = run.clipped[key]
+        out["clipped"] = {"values": count, "of": size, "ratio": ratio}
     return out
 
 

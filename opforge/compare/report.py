@@ -15,7 +15,7 @@ import math
 
 from opforge.compare.api import Comparison, NodeRow
 
-__all__ = ["print_comparison", "to_json", "to_html", "summary_lines"]
+__all__ = ["print_comparison", "to_json", "to_html", "summary_lines", "clipping_line"]
 
 SQNR_CAP = 150.0  # dB: where an exact match (inf) is drawn
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -81,6 +81,26 @@ def print_comparison(console, result: Comparison, *, rows: str = "all") -> None:
         for key, text in run.integers.items() if firsts[run.name] is not None else ():
             if key == (firsts[run.name].name, firsts[run.name].item):
                 console.print(f"    integer tensor there: {text}", highlight=False)
+        line = clipping_line(result, run)
+        if line:
+            console.print(f"    {line}", soft_wrap=True, highlight=False)
+
+
+def clipping_line(result: Comparison, run) -> str:
+    """For a quantized run: the nodes whose values went past their integer range (the
+    calibration did not show such values), the worst first; '' when none did."""
+    clipped = getattr(run, "clipped", {})
+    if not clipped:
+        return ""
+    rows = {(row.name, row.item): row for row in result.rows}
+    worst = sorted(clipped.items(), key=lambda kv: -kv[1][2])
+    named = [f"#{rows[k].index} `{rows[k].label}` ({c}/{n}, {r:.3g}x)"
+             for k, (c, n, r) in worst[:5] if k in rows]
+    more = f" and {len(worst) - 5} more" if len(worst) > 5 else ""
+    return (f"values past the calibrated range (clipped) at {len(clipped)} node(s): "
+            f"{', '.join(named)}{more} — clipping costs the whole excess, not a rounding "
+            "step — fix: calibrate on more representative inputs, or widen the ranges "
+            "(QuantConfig(act_headroom=...))")
 
 
 def to_json(result: Comparison) -> str:

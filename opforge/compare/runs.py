@@ -46,6 +46,9 @@ class Run:
     tolerance: Tolerance
     where: dict[tuple[str, int], str] = field(default_factory=dict)
     integers: dict[tuple[str, int], str] = field(default_factory=dict)  # quantized results
+    # quantized results whose float value went past the integer range: (values clipped,
+    # values, how far past: max |x| / the range's bound on that side)
+    clipped: dict[tuple[str, int], tuple[int, int, float]] = field(default_factory=dict)
     note: str = ""
     outputs: tuple = ()
 
@@ -160,13 +163,19 @@ def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kern
     # which node's value each quantize op reads: the capture that last wrote its input
     writer: dict[int, tuple[str, int]] = {}
     quantized_of: dict[tuple[str, int], Any] = {}
+    clipped_of: dict[tuple[str, int], tuple[int, int, float]] = {}
     for c in debug.captures:
         node = debug.nodes[c.node]
         ins = definition.instructions[c.instruction]
         if node.op.startswith(_QDQ + "quantize_per_tensor") and type(ins) is KernelCall:
             source = writer.get(ins.args[0])
             if source is not None and (node.name, c.item) in capture.results:
-                quantized_of[source] = capture.results[(node.name, c.item)]
+                q = capture.results[(node.name, c.item)]
+                quantized_of[source] = q
+                if source in capture.results:
+                    clip = _clipping(capture.results[source].array, q, definition.values, ins)
+                    if clip is not None:
+                        clipped_of[source] = clip
         writer[c.value] = (node.name, c.item)
     # match the quantized graph's nodes to the reference's by op and occurrence
     by_op: dict[str, list[str]] = {}
@@ -174,7 +183,7 @@ def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kern
         by_op.setdefault(op, []).append(name)
     folded = _folded_batch_norms(ref, debug.nodes)
     seen: dict[str, int] = {}
-    values, where, integers = {}, {}, {}
+    values, where, integers, clipped = {}, {}, {}, {}
     for node in debug.nodes:
         if node.op.startswith(_QDQ):
             continue
@@ -193,14 +202,42 @@ def _quantized_run(ref: ReferenceGraph, model, inputs, scheme, calibration, kern
                 lo, hi = int(q.array.min()), int(q.array.max())
                 integers[key] = (f"{q.array.dtype} [{lo}, {hi}] scale {q.scale:.3g} "
                                  f"zp {q.zero_point}")
+                clip = clipped_of.get((name, item))
+                if clip is not None:
+                    clipped[key] = clip
+                    integers[key] += (f"; {clip[0]} of {clip[1]} values clipped, up to "
+                                      f"{clip[2]:.3g}x the range's bound")
                 where[key] = "quantized"
             else:
                 values[key] = result.array
                 where[key] = result.where
-    return Run("quantized", values, tolerance, where, integers,
+    return Run("quantized", values, tolerance, where, integers, clipped,
                note=f"{scheme} (PT2E), calibrated on {len(samples)} sample(s); a quantized "
                     "result is compared as its dequantized integer tensor",
                outputs=tuple(outputs))
+
+
+def _clipping(x: np.ndarray, q, values, ins) -> tuple[int, int, float] | None:
+    """How many values of ``x`` a quantize op clipped (they lie past its integer range
+    ``[(qmin - zp) * s, (qmax - zp) * s]``; an observer's range is what the calibration
+    showed, so other inputs may go past it) and how far: ``(count, size, max |x| / bound)``.
+    None when nothing was clipped or the range is not known."""
+    from opforge.program import IntValue
+
+    bounds = [values[a] for a in ins.args[3:5]] if len(ins.args) >= 5 else []
+    if q.scale is None or len(bounds) != 2 or any(type(b) is not IntValue for b in bounds):
+        return None
+    low = (bounds[0].value - q.zero_point) * q.scale
+    high = (bounds[1].value - q.zero_point) * q.scale
+    x = np.asarray(x, dtype=np.float64)
+    # half a step of slack: values within it round to the end of the range, not clipped
+    half = 0.5 * q.scale
+    out = (x < low - half) | (x > high + half)
+    count = int(out.sum())
+    if count == 0:
+        return None
+    ratio = max(float(x.min()) / low if low < 0 else 0.0, float(x.max()) / high if high > 0 else 0.0)
+    return count, int(x.size), ratio
 
 
 def _folded_batch_norms(ref: ReferenceGraph, quantized_nodes) -> dict[str, str]:

@@ -8,8 +8,10 @@ groups differ:
 * weighted ops (``conv*``, ``linear``): argument 1, a constant, gets the weight spec (per
   channel, per tensor or per block); the bias stays float; an ``embedding`` table gets the
   weight spec too (one scale per row);
-* value-preserving ops (reshapes, permutes, max pooling, ``split``...): the output shares the
-  qparams of the input, so no requantization happens between them;
+* value-preserving ops (reshapes, permutes, max pooling, ``split``, ``repeat_interleave``...):
+  the output shares the qparams of the input, so no requantization happens between them;
+  so does a write into a buffer (``index_copy_`` / ``index_put_`` into a KV cache) with the
+  values it writes;
 * custom ops: their manifest contract (``contracts.py``); without one they stay float.
 
 Each decision is recorded (:class:`Decision`) for the quantization report.
@@ -25,7 +27,7 @@ import torch
 import torch.fx
 from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
 
-__all__ = ["Decision", "WEIGHTED", "PASSTHROUGH", "is_float_tensor", "float_output",
+__all__ = ["Decision", "WEIGHTED", "PASSTHROUGH", "CACHE_WRITES", "is_float_tensor", "float_output",
            "annotate_default_node", "ANNOTATION_KEY"]
 
 ANNOTATION_KEY = "quantization_annotation"
@@ -42,8 +44,13 @@ PASSTHROUGH = {
     _aten.unflatten.int, _aten.contiguous.default, _aten.clone.default, _aten.select.int,
     _aten.slice.Tensor, _aten.expand.default, _aten.max_pool2d.default, _aten.max_pool1d.default,
     _aten.split.Tensor, _aten.chunk.default, _aten.dropout.default, _aten.alias.default,
-    _aten.t.default,
+    _aten.t.default, _aten.repeat_interleave.self_int,
 }
+# writes into a buffer (a KV cache): the output holds what earlier calls wrote with the same
+# qparams and the new values, so it shares the new values' qparams (no requantization
+# between a key or value and the cache that keeps it)
+CACHE_WRITES = {_aten.index_copy_.default, _aten.index_copy.default, _aten.index_put_.default,
+                _aten.index_put.default}
 # never quantized around: not a numeric tensor computation
 _SKIP = {operator.getitem, _aten.arange.default, _aten.arange.start, _aten.sym_size.int}
 
@@ -141,7 +148,7 @@ def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
     if not inputs:
         return None
     qmap = {x: act for x in inputs}
-    shared = node.target in PASSTHROUGH
+    shared = node.target in PASSTHROUGH or (node.target in CACHE_WRITES and is_constant(node.args[0]))
     if kind is None:  # several outputs: the specs go on the getitem users
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=qmap, _annotated=True)
         for user in node.users:
@@ -152,4 +159,6 @@ def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
     output = SharedQuantizationSpec((inputs[0], node)) if shared else act
     node.meta[ANNOTATION_KEY] = QuantizationAnnotation(
         input_qspec_map=qmap, output_qspec=output, _annotated=True)
+    if shared and node.target in CACHE_WRITES:
+        return "cache write: output shares the written values' qparams"
     return "output shares the input's qparams" if shared else "activations"
