@@ -129,6 +129,7 @@ class MethodInstance {
   };
   std::vector<ShapeEntry> shapes_;           // most recently used last
   std::vector<int64_t> key_;                 // scratch: this call's input sizes
+  std::vector<const int64_t*> input_sizes_;  // scratch: each input's sizes
 };
 
 }  // namespace opforge::rt

@@ -23,33 +23,34 @@ std::string shape_text(const int64_t* sizes, int32_t rank) {
 
 void MethodInstance::set_input(int64_t index, const void* data, int32_t dtype, int32_t rank, const int64_t* sizes,
                                bool zero_copy) {
-  const std::string where = api("opf_method_set_input");
+  // messages are made only when refusing: the accepted path allocates nothing
+  auto where = [&]() { return api("opf_method_set_input"); };
   if (index < 0 || index >= int64_t(method_.inputs.size()))
-    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where + "`: input " + std::to_string(index) + " — out of range — valid: 0.." +
+    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where() + "`: input " + std::to_string(index) + " — out of range — valid: 0.." +
                                         std::to_string(int64_t(method_.inputs.size()) - 1) +
                                         " — fix: pass an input position below opf_program_method_io's count");
   const uint32_t value = method_.inputs[index];
   ValueRt& r = values_[value];
-  const std::string subject = "`" + where + "`: input " + std::to_string(index);
+  auto subject = [&]() { return "`" + where() + "`: input " + std::to_string(index); };
   auto describe = [&]() {
     if (binder_) return std::string(dtype_name(r.dtype)) + " of shape " + binder_->describe_input(size_t(index));
     return std::string(dtype_name(r.dtype)) + " of shape " + shape_text(method_.values[value].tensor.sizes.data(), r.rank);
   };
   if (r.tag != ValueTag::Tensor)
-    raise(OPF_ERR_INPUT, subject + " — found a tensor — valid: " + tag_name_of(r.tag) +
+    raise(OPF_ERR_INPUT, subject() + " — found a tensor — valid: " + tag_name_of(r.tag) +
                              " — fix: pass it with opf_method_set_input_int / _double / _bool");
   if (dtype != r.dtype)
-    raise(OPF_ERR_INPUT, subject + " — found dtype " + dtype_name(dtype) + " (" + std::to_string(dtype) +
+    raise(OPF_ERR_INPUT, subject() + " — found dtype " + dtype_name(dtype) + " (" + std::to_string(dtype) +
                              ") — valid: " + describe() + " — fix: convert it to " + dtype_name(r.dtype));
   if (rank != r.rank || (rank > 0 && sizes == nullptr))
-    raise(OPF_ERR_INPUT, subject + " — found rank " + std::to_string(rank) + " — valid: " + describe() +
+    raise(OPF_ERR_INPUT, subject() + " — found rank " + std::to_string(rank) + " — valid: " + describe() +
                              " — fix: pass a tensor of rank " + std::to_string(r.rank));
   const std::vector<int64_t>& upper = method_.values[value].tensor.sizes;
   for (int32_t d = 0; d < rank; ++d) {
     int64_t lo = binder_ ? binder_->min_size(size_t(index), size_t(d)) : upper[d];
     int64_t hi = binder_ ? binder_->max_size(size_t(index), size_t(d)) : upper[d];
     if (sizes[d] < lo || sizes[d] > hi)
-      raise(OPF_ERR_INPUT, subject + " — found shape " + shape_text(sizes, rank) + " (dimension " + std::to_string(d) +
+      raise(OPF_ERR_INPUT, subject() + " — found shape " + shape_text(sizes, rank) + " (dimension " + std::to_string(d) +
                                " of size " + std::to_string(sizes[d]) + ") — valid: " + describe() +
                                (binder_ ? std::string("") : " (the program was exported with static shapes)") +
                                " — fix: " + (binder_ ? "pass sizes in range, or re-export with a larger max" :
@@ -59,17 +60,18 @@ void MethodInstance::set_input(int64_t index, const void* data, int32_t dtype, i
   for (int32_t d = 0; d < rank; ++d) numel = checked_mul(numel, sizes[d], "an input's element count");
   const int64_t nbytes = checked_mul(numel, itemsize_of(dtype), "an input's bytes");
   if (nbytes > 0 && data == nullptr)
-    raise(OPF_ERR_INVALID_ARGUMENT, subject + " — found data NULL — valid: " + std::to_string(nbytes) +
+    raise(OPF_ERR_INVALID_ARGUMENT, subject() + " — found data NULL — valid: " + std::to_string(nbytes) +
                                         " bytes — fix: pass the tensor's data");
   if (zero_copy) {
     if (reinterpret_cast<uintptr_t>(data) % kAlignment)
-      raise(OPF_ERR_INPUT, subject + " — found data at an address not 64-byte aligned — valid: zero-copy data "
+      raise(OPF_ERR_INPUT, subject() + " — found data at an address not 64-byte aligned — valid: zero-copy data "
                                "64-byte aligned — fix: allocate it with aligned_alloc(64, n), or pass zero_copy = 0");
     point(r, static_cast<uint8_t*>(const_cast<void*>(data)));
   } else {
-    if (r.growing) ensure_capacity(value, nbytes, "input " + std::to_string(index) + " at shape " + shape_text(sizes, rank));
+    if (r.growing && nbytes > r.capacity)
+      ensure_capacity(value, nbytes, "input " + std::to_string(index) + " at shape " + shape_text(sizes, rank));
     if (nbytes > r.capacity)
-      raise(OPF_ERR_INTERNAL, subject + " — " + std::to_string(nbytes) + " bytes over its slot's " +
+      raise(OPF_ERR_INTERNAL, subject() + " — " + std::to_string(nbytes) + " bytes over its slot's " +
                                   std::to_string(r.capacity) + " — a bug in opforge: please report it");
     if (nbytes) std::memcpy(r.home, data, static_cast<size_t>(nbytes));
     if (r.data != r.home) point(r, r.home);
@@ -82,15 +84,15 @@ void MethodInstance::set_input(int64_t index, const void* data, int32_t dtype, i
 }
 
 void MethodInstance::set_input_scalar(int64_t index, ValueTag tag, int64_t i, double d) {
-  const std::string where = api("opf_method_set_input");
+  auto where = [&]() { return api("opf_method_set_input"); };
   if (index < 0 || index >= int64_t(method_.inputs.size()))
-    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where + "`: input " + std::to_string(index) + " — out of range — valid: 0.." +
+    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where() + "`: input " + std::to_string(index) + " — out of range — valid: 0.." +
                                         std::to_string(int64_t(method_.inputs.size()) - 1) +
                                         " — fix: pass an input position below opf_program_method_io's count");
   ValueRt& r = values_[method_.inputs[index]];
   bool ok = r.tag == tag || (r.tag == ValueTag::Double && tag == ValueTag::Int);
   if (!ok)
-    raise(OPF_ERR_INPUT, "`" + where + "`: input " + std::to_string(index) + " — found " + tag_name_of(tag) +
+    raise(OPF_ERR_INPUT, "`" + where() + "`: input " + std::to_string(index) + " — found " + tag_name_of(tag) +
                              " — valid: " + tag_name_of(r.tag) + " — fix: use the setter of that kind "
                              "(opf_method_set_input for a tensor)");
   if (r.tag == ValueTag::Double) r.d = tag == ValueTag::Int ? double(i) : d;
@@ -103,7 +105,8 @@ void MethodInstance::set_input_scalar(int64_t index, ValueTag tag, int64_t i, do
 
 void MethodInstance::select_shape() {
   key_.clear();
-  std::vector<const int64_t*> sizes(method_.inputs.size(), nullptr);
+  std::vector<const int64_t*>& sizes = input_sizes_;  // sized once: a call allocates nothing here
+  sizes.assign(method_.inputs.size(), nullptr);
   for (size_t p = 0; p < method_.inputs.size(); ++p) {
     const ValueRt& r = values_[method_.inputs[p]];
     if (r.tag != ValueTag::Tensor) continue;
@@ -237,14 +240,14 @@ void MethodInstance::kernel_failed(size_t position) {
 // --- outputs --------------------------------------------------------------------------
 
 void MethodInstance::output(int64_t index, opf_tensor_view* out) const {
-  const std::string where = api("opf_method_output");
+  auto where = [&]() { return api("opf_method_output"); };
   if (index < 0 || index >= int64_t(method_.outputs.size()))
-    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where + "`: output " + std::to_string(index) + " — out of range — valid: 0.." +
+    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where() + "`: output " + std::to_string(index) + " — out of range — valid: 0.." +
                                         std::to_string(int64_t(method_.outputs.size()) - 1) + " — fix: pass a position "
                                         "below opf_program_method_io's output count");
   const ValueRt& r = values_[method_.outputs[index]];
   if (r.tag != ValueTag::Tensor)
-    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where + "`: output " + std::to_string(index) + " — is " + tag_name_of(r.tag) +
+    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where() + "`: output " + std::to_string(index) + " — is " + tag_name_of(r.tag) +
                                         " — valid: a tensor output — fix: read it with opf_method_output_scalar");
   out->data = r.data;
   out->dtype = r.dtype;
@@ -254,16 +257,16 @@ void MethodInstance::output(int64_t index, opf_tensor_view* out) const {
 }
 
 void MethodInstance::output_scalar(int64_t index, int32_t* kind, int64_t* i, double* d) const {
-  const std::string where = api("opf_method_output_scalar");
+  auto where = [&]() { return api("opf_method_output_scalar"); };
   if (index < 0 || index >= int64_t(method_.outputs.size()))
-    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where + "`: output " + std::to_string(index) + " — out of range — valid: 0.." +
+    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where() + "`: output " + std::to_string(index) + " — out of range — valid: 0.." +
                                         std::to_string(int64_t(method_.outputs.size()) - 1) + " — fix: pass a position "
                                         "below opf_program_method_io's output count");
   const ValueRt& r = values_[method_.outputs[index]];
   int32_t k = r.tag == ValueTag::Double ? OPF_VALUE_DOUBLE : r.tag == ValueTag::Bool ? OPF_VALUE_BOOL
             : r.tag == ValueTag::Int ? OPF_VALUE_INT : -1;
   if (k < 0)
-    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where + "`: output " + std::to_string(index) + " — is " + tag_name_of(r.tag) +
+    raise(OPF_ERR_INVALID_ARGUMENT, "`" + where() + "`: output " + std::to_string(index) + " — is " + tag_name_of(r.tag) +
                                         " — valid: an int, double or bool output — fix: read a tensor with "
                                         "opf_method_output");
   if (kind) *kind = k;
