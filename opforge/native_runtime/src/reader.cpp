@@ -590,7 +590,11 @@ Program read_program(const uint8_t* data, size_t size) {
     verify_program(p, data, size);
     return p;
   } catch (ProgramError& e) {
-    e.message = "`opforge_runtime read_program(<" + std::to_string(size) + " bytes>)`: " + e.message;
+    // the API that was called, once (a message that already names one keeps it: with_api)
+    if (e.message.empty() || e.message[0] != '`') {
+      e.message = "`opforge_runtime read_program(<" + std::to_string(size) + " bytes>)`: " +
+                  e.message;
+    }
     throw;
   }
 }

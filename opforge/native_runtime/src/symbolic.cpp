@@ -35,8 +35,9 @@ std::string excerpt(const std::string& text) {
 // those is the same language, with no second printing pass.
 class Parser {
  public:
-  Parser(const std::string& text, const std::vector<Symbol>& symbols, const std::string& where)
-      : text_(text), symbols_(symbols), where_(where) {}
+  Parser(const std::string& text, const std::vector<Symbol>& symbols, const std::string& where,
+         std::string* unknown)
+      : text_(text), symbols_(symbols), where_(where), unknown_(unknown) {}
 
   SizeExpr run() {
     if (text_.empty() || text_.size() > kMaxExprText) {
@@ -106,7 +107,9 @@ class Parser {
       for (size_t i = 0; i < symbols_.size(); ++i) {
         if (symbols_[i].name == name) { index = static_cast<int>(i); break; }
       }
-      if (index < 0) {
+      if (index < 0 && unknown_ != nullptr) {
+        if (unknown_->empty()) *unknown_ = name;
+      } else if (index < 0) {
         throw ProgramError{where_ + ": `SizeExpr` — found " + excerpt(text_) +
                            " reads undeclared symbol '" + name +
                            "' — valid: expressions over the method's symbols — fix: the file "
@@ -163,6 +166,7 @@ class Parser {
   const std::string& text_;
   const std::vector<Symbol>& symbols_;
   const std::string& where_;
+  std::string* unknown_;
   size_t pos_ = 0;
   SizeExpr expr_;
 };
@@ -275,7 +279,12 @@ bool SizeExpr::is_symbolic() const {
 
 SizeExpr parse_size_expr(const std::string& text, const std::vector<Symbol>& symbols,
                          const std::string& where) {
-  return Parser(text, symbols, where).run();
+  return Parser(text, symbols, where, nullptr).run();
+}
+
+SizeExpr parse_size_expr(const std::string& text, const std::vector<Symbol>& symbols,
+                         const std::string& where, std::string* unknown) {
+  return Parser(text, symbols, where, unknown).run();
 }
 
 std::string to_string(const SizeExpr& e, const std::vector<Symbol>& symbols) {

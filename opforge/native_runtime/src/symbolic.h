@@ -45,6 +45,11 @@ struct SizeExpr {
 // ProgramError naming `where` on any other spelling or an unknown symbol.
 SizeExpr parse_size_expr(const std::string& text, const std::vector<Symbol>& symbols,
                          const std::string& where);
+// The same, except that an unknown symbol is not an error: its name goes to *unknown (the
+// first one) and its node reads symbol -1. The caller must refuse such an expression before
+// it evaluates or bounds it (the verifier does, naming the entry as Python does).
+SizeExpr parse_size_expr(const std::string& text, const std::vector<Symbol>& symbols,
+                         const std::string& where, std::string* unknown);
 
 // The printed form (what parse_size_expr reads back).
 std::string to_string(const SizeExpr& e, const std::vector<Symbol>& symbols);

@@ -10,9 +10,15 @@
 namespace opforge::rt {
 
 // A method's size expressions, parsed (symbolic_values[i].exprs[d], guards[i] lhs/rhs).
+// An expression reading an undeclared symbol is kept with that name (refused, naming its
+// entry, by verify_symbolic before anything bounds it).
+struct ParsedExpr {
+  SizeExpr expr;
+  std::string unknown;  // the first undeclared symbol it reads, or ""
+};
 struct ParsedSymbolic {
-  std::vector<std::vector<SizeExpr>> values;
-  std::vector<SizeExpr> lhs, rhs;
+  std::vector<std::vector<ParsedExpr>> values;
+  std::vector<ParsedExpr> lhs, rhs;
 };
 
 // Parses every expression of `m` against its symbols; ProgramError naming the entry.

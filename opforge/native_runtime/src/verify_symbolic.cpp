@@ -23,9 +23,14 @@ const char* const kCorrupt = "the file is corrupt or hostile; re-export the mode
   throw ProgramError{program_message(subject, found, valid, fix)};
 }
 
-void expr_bounds(const SizeExpr& e, const Method& m, const std::vector<int64_t>& mins,
+void expr_bounds(const ParsedExpr& p, const Method& m, const std::vector<int64_t>& mins,
                  const std::vector<int64_t>& maxs, const std::string& subject, int64_t* lo,
                  int64_t* hi) {
+  const SizeExpr& e = p.expr;
+  if (!p.unknown.empty()) {
+    fail(subject, to_string(e, m.symbols) + " reads undeclared symbol(s) ['" + p.unknown + "']",
+         "expressions over the method's symbols", kCorrupt);
+  }
   if (!bounds(e, mins.data(), maxs.data(), lo, hi)) {
     fail(subject, to_string(e, m.symbols) +
                       " divides by a value that can be zero, or leaves int64 on the way",
@@ -40,14 +45,17 @@ ParsedSymbolic parse_symbolic(const Method& m, const std::string& where) {
   const std::string at = where + " symbolic sizes";
   out.values.reserve(m.symbolic_values.size());
   for (const SymbolicValue& sv : m.symbolic_values) {
-    std::vector<SizeExpr> exprs;
-    exprs.reserve(sv.exprs.size());
-    for (const std::string& text : sv.exprs) exprs.push_back(parse_size_expr(text, m.symbols, at));
+    std::vector<ParsedExpr> exprs(sv.exprs.size());
+    for (size_t d = 0; d < sv.exprs.size(); ++d) {
+      exprs[d].expr = parse_size_expr(sv.exprs[d], m.symbols, at, &exprs[d].unknown);
+    }
     out.values.push_back(std::move(exprs));
   }
   for (const Guard& g : m.guards) {
-    out.lhs.push_back(parse_size_expr(g.lhs, m.symbols, at));
-    out.rhs.push_back(parse_size_expr(g.rhs, m.symbols, at));
+    out.lhs.emplace_back();
+    out.lhs.back().expr = parse_size_expr(g.lhs, m.symbols, at, &out.lhs.back().unknown);
+    out.rhs.emplace_back();
+    out.rhs.back().expr = parse_size_expr(g.rhs, m.symbols, at, &out.rhs.back().unknown);
   }
   return out;
 }
@@ -61,9 +69,9 @@ std::vector<bool> growing_values(const Method& m, const ParsedSymbolic& parsed) 
         m.values[v].tensor.storage != StorageKind::None) {
       continue;
     }
-    for (const SizeExpr& e : parsed.values[i]) {
+    for (const ParsedExpr& e : parsed.values[i]) {
       for (uint32_t s : m.growing) {
-        if (e.reads(static_cast<int>(s))) out[v] = true;
+        if (e.expr.reads(static_cast<int>(s))) out[v] = true;
       }
     }
   }
@@ -114,10 +122,10 @@ void verify_symbolic(const Method& m, const ParsedSymbolic& parsed, const std::s
     }
     bool symbolic = false;
     for (size_t d = 0; d < expected; ++d) {
-      const SizeExpr& e = parsed.values[i][d];
+      const SizeExpr& e = parsed.values[i][d].expr;
       const std::string sub = at + ".exprs[" + std::to_string(d) + "]";
       int64_t lo, hi;
-      expr_bounds(e, m, mins, maxs, sub, &lo, &hi);
+      expr_bounds(parsed.values[i][d], m, mins, maxs, sub, &lo, &hi);
       if (value.tag == ValueTag::Tensor &&
           (lo < 0 || (hi > value.tensor.sizes[d] && !growing[sv.value]))) {
         fail(sub, to_string(e, m.symbols) + " in [" + std::to_string(lo) + ", " +
@@ -146,9 +154,9 @@ void verify_symbolic(const Method& m, const ParsedSymbolic& parsed, const std::s
     for (uint32_t index : m.inputs) {
       auto it = entry_of.find(index);
       if (it == entry_of.end()) continue;
-      for (const SizeExpr& e : parsed.values[it->second]) {
-        if (e.is_const()) continue;
-        int s = affine_symbol(e);
+      for (const ParsedExpr& p : parsed.values[it->second]) {
+        if (p.expr.is_const()) continue;
+        int s = affine_symbol(p.expr);
         if (s >= 0) bound[s] = true;
       }
     }
