@@ -24,6 +24,12 @@
 // rows against broadcast A; a transposed B (linear's W^T) makes each output a dot product
 // of two contiguous rows.
 //
+// The kernels' build turns floating-point contraction off (CMakeLists.txt: elementwise
+// kernels round as NumPy does); the microkernels turn it back on (`optimize
+// ("fp-contract=fast")` in each target region), so that acc += a * b is one FMA, as in
+// every BLAS: an FMA rounds once where a multiply and an add round twice, inside the
+// summation bound below either way, and it doubles the peak rate.
+//
 // The summation order differs from OpenBLAS's (blocks of KC, vector lanes), so results
 // agree to rounding, not bit for bit: |error| <= ~K * eps * sum|a||b| as for any
 // ordinary float sum.
@@ -99,6 +105,7 @@ void* scratch(int slot, int64_t bytes) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC push_options
 #pragma GCC target("avx512f,fma")
+#pragma GCC optimize("fp-contract=fast")
 #define GEMM_NS avx512
 #define GEMM_VBYTES 64
 #define GEMM_MR_F 8
@@ -114,6 +121,7 @@ namespace opforge::portable {
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#pragma GCC optimize("fp-contract=fast")
 #define GEMM_NS avx2
 #define GEMM_VBYTES 32
 #define GEMM_MR_F 6
@@ -128,6 +136,10 @@ namespace opforge::portable {
 #pragma GCC pop_options
 #endif
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=fast")
+#endif
 #define GEMM_NS generic
 #define GEMM_VBYTES 16
 #define GEMM_MR_F 6
@@ -139,6 +151,9 @@ namespace opforge::portable {
 #undef GEMM_VBYTES
 #undef GEMM_MR_F
 #undef GEMM_MR_D
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 namespace opforge::portable {
 

@@ -129,10 +129,17 @@ static void pack_b(int64_t kc, int64_t nc, const T* b, int64_t rsb, int64_t csb,
         store<T>(out + p * NR + L, load<T>(row + L));
       }
     } else if (rsb == 1 && cols == NR) {  // B is a transposed view: columns contiguous
-      for (int j = 0; j < NR; ++j) {
-        const T* col = base + j * csb;
-        for (int64_t p = 0; p < kc; ++p) out[p * NR + j] = col[p];
-      }
+      // blocks of 8 steps: each column's 8 values are one read, the block's writes stay
+      // within 8 rows of the strip
+      int64_t p0 = 0;
+      for (; p0 + 8 <= kc; p0 += 8)
+        for (int j = 0; j < NR; ++j) {
+          const T* col = base + j * csb + p0;
+          T* dst = out + p0 * NR + j;
+          for (int q = 0; q < 8; ++q) dst[q * NR] = col[q];
+        }
+      for (; p0 < kc; ++p0)
+        for (int j = 0; j < NR; ++j) out[p0 * NR + j] = base[j * csb + p0];
     } else {
       for (int64_t p = 0; p < kc; ++p) {
         for (int j = 0; j < cols; ++j) out[p * NR + j] = base[p * rsb + j * csb];

@@ -3,17 +3,12 @@
 // opforge/kernels/portable/normalization.py). float32 and float64; statistics in the
 // input's dtype, the variance biased (population), as in ATen. The arithmetic is the NumPy
 // kernel's, step by step (centred values, their mean square, 1 / sqrt(var + eps), then
-// weight and bias), with floating-point contraction off so that no step is fused into an
-// FMA the NumPy kernel does not do; sums run in double for float32 (NumPy's pairwise sum
+// weight and bias), with floating-point contraction off (CMakeLists.txt) so that no step is fused
+// into an FMA the NumPy kernel does not do; sums run in double for float32 (NumPy's pairwise sum
 // is about as exact), so results agree to rounding.
 //
 // Tensors of any strides: a normalised block that is not contiguous is gathered into a
 // per-thread scratch row first.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
 
 #include <cmath>
 #include <initializer_list>

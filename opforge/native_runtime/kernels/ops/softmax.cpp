@@ -8,11 +8,6 @@
 // 2 ulp, exact 0 below the underflow bound and inf above the overflow one) so that the
 // loop over a row vectorises; libm's expf is a call per element. float64 uses std::exp.
 // Rows along the last, contiguous dim run straight; other dims are read through strides.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
 
 #include <cmath>
 #include <cstdint>
