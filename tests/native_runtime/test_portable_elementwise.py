@@ -547,3 +547,47 @@ def test_activations(lib, key, params, ulps):
     compare(lib, key, x, *params, out_dtype="float32", out_shape=x.shape, ulps=ulps)
     x = values("float32", (6, 8), rng)[::2, ::3]
     compare(lib, key, x, *params, out_dtype="float64", out_shape=x.shape, ulps=ulps)
+
+
+# --- the key set and the kinds strings -------------------------------------------------------
+
+FAMILIES = ("binary", "comparison", "logical", "unary", "activation")
+
+
+def elementwise_entries(native_runtime):
+    from opforge.runtime.native import kernel_table
+
+    return [e for e in kernel_table(native_runtime.portable_library)
+            if e.source in FAMILIES]
+
+
+def test_keys_match_the_numpy_modules(native_runtime):
+    """Every key of these families is a NumPy kernel (the specification), and every kernel
+    of the NumPy modules they restate has a C++ kernel here."""
+    from opforge.kernels.portable import activation, arithmetic, comparison, unary
+
+    ours = {e.key for e in elementwise_entries(native_runtime)}
+    spec = set().union(*(m.KERNELS for m in (arithmetic, comparison, unary, activation)))
+    assert ours - set(SPEC) == set()
+    assert spec - ours == set()
+
+
+def test_kinds_match_the_schemas(native_runtime):
+    """One kind per schema argument, outs included, and each kind fits the argument's type
+    (base kind, optional, out) — the kinds strings of the families' tables, checked against
+    torch's schemas of the out overloads."""
+    torch = pytest.importorskip("torch")
+    from opforge.native.abi import KIND_OPTIONAL, KIND_SCALAR, ArgTag
+
+    base_of = {"Tensor": ArgTag.TENSOR, "Scalar": KIND_SCALAR, "number": KIND_SCALAR, "int": ArgTag.INT,
+               "float": ArgTag.DOUBLE, "bool": ArgTag.BOOL, "str": ArgTag.STRING}
+    for entry in elementwise_entries(native_runtime):
+        op, overload = entry.key.split("::")[1].split(".")
+        schema = getattr(getattr(torch.ops.aten, op), overload)._schema
+        assert len(entry.arg_kinds) == len(schema.arguments), (entry.key, str(schema))
+        for kind, argument in zip(entry.arg_kinds, schema.arguments):
+            optional = isinstance(argument.type, torch.OptionalType)
+            base = argument.type.getElementType() if optional else argument.type
+            assert kind & 0xFF == base_of[str(base)], (entry.key, argument.name)
+            assert bool(kind & KIND_OPTIONAL) == optional, (entry.key, argument.name)
+            assert bool(kind & 0x200) == argument.is_out, (entry.key, argument.name)

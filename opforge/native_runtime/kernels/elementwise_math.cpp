@@ -48,4 +48,48 @@ OPFORGE_HOT void gelu_tanh_row_f32(float* out, const float* in, int64_t n) {
   }
 }
 
+namespace {
+
+template <typename O, typename Op>
+inline void row2(O* o, const float* a, int64_t sa, const float* b, int64_t sb, int64_t n, Op op) {
+  if (sa && sb) {
+    for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
+  } else if (sa) {
+    const float bv = b[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv);
+  } else if (sb) {
+    const float av = a[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = op(av, b[i]);
+  } else {
+    const O v = op(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) o[i] = v;
+  }
+}
+
+}  // namespace
+
+OPFORGE_HOT void binary_row_f32(RowOp op, float* o, const float* a, int64_t sa, const float* b,
+                                int64_t sb, int64_t n) {
+  switch (op) {
+    case RowOp::kAdd: row2(o, a, sa, b, sb, n, [](float x, float y) { return x + y; }); return;
+    case RowOp::kSub: row2(o, a, sa, b, sb, n, [](float x, float y) { return x - y; }); return;
+    case RowOp::kMul: row2(o, a, sa, b, sb, n, [](float x, float y) { return x * y; }); return;
+    case RowOp::kDiv: row2(o, a, sa, b, sb, n, [](float x, float y) { return x / y; }); return;
+    case RowOp::kMax: row2(o, a, sa, b, sb, n, [](float x, float y) { return numpy_maximum(x, y); }); return;
+    case RowOp::kMin: row2(o, a, sa, b, sb, n, [](float x, float y) { return numpy_minimum(x, y); }); return;
+  }
+}
+
+OPFORGE_HOT void compare_row_f32(RowCmp op, bool* o, const float* a, int64_t sa, const float* b,
+                                 int64_t sb, int64_t n) {
+  switch (op) {
+    case RowCmp::kEq: row2(o, a, sa, b, sb, n, [](float x, float y) { return x == y; }); return;
+    case RowCmp::kNe: row2(o, a, sa, b, sb, n, [](float x, float y) { return x != y; }); return;
+    case RowCmp::kLt: row2(o, a, sa, b, sb, n, [](float x, float y) { return x < y; }); return;
+    case RowCmp::kLe: row2(o, a, sa, b, sb, n, [](float x, float y) { return x <= y; }); return;
+    case RowCmp::kGt: row2(o, a, sa, b, sb, n, [](float x, float y) { return x > y; }); return;
+    case RowCmp::kGe: row2(o, a, sa, b, sb, n, [](float x, float y) { return x >= y; }); return;
+  }
+}
+
 }  // namespace opforge::portable

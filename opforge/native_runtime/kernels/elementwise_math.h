@@ -48,11 +48,10 @@ inline int64_t double_to_bits(double d) {
 }
 
 inline float exp_f32(float x) {
-  float xc = x > 88.8f ? 88.8f : x;  // above: inf anyway; NaN passes through both
-  xc = xc < -103.98f ? -103.98f : xc;  // below: 0 anyway
+  float xc = x < 88.8f ? x : 88.8f;  // above: inf anyway; NaN becomes 88.8 here, and
+  xc = xc > -103.98f ? xc : -103.98f;  // below: 0 anyway      is put back at the end
   const float z = xc * 1.44269504088896341f;
-  float nf = (z + 12582912.0f) - 12582912.0f;  // round to nearest (|z| < 2^22)
-  nf = nf == nf ? nf : 0.0f;
+  const float nf = (z + 12582912.0f) - 12582912.0f;  // round to nearest (|z| < 2^22)
   float r = xc - nf * 0.693359375f;
   r = r - nf * -2.12194440e-4f;
   float p = 1.98412698e-4f;  // 1/7!
@@ -64,7 +63,7 @@ inline float exp_f32(float x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   const int32_t n = static_cast<int32_t>(nf);
-  const int32_t n1 = n / 2, n2 = n - n1;  // both in [-75, 64]: 2^n1, 2^n2 normal
+  const int32_t n1 = n >> 1, n2 = n - n1;  // both in [-75, 64]: 2^n1, 2^n2 normal
   const float y = p * bits_to_float((n1 + 127) * (1 << 23)) * bits_to_float((n2 + 127) * (1 << 23));
   return x != x ? x : y;
 }
@@ -132,5 +131,14 @@ void sigmoid_row_f32(float* out, const float* in, int64_t n);
 void silu_row_f32(float* out, const float* in, int64_t n);
 void gelu_erf_row_f32(float* out, const float* in, int64_t n);
 void gelu_tanh_row_f32(float* out, const float* in, int64_t n);
+
+// float32 binary arithmetic and comparisons over one row: a and b contiguous (step 1) or
+// one value for the whole row (step 0). The loops of elementwise.h's BinaryRow, cloned.
+enum class RowOp : int { kAdd, kSub, kMul, kDiv, kMax, kMin };
+enum class RowCmp : int { kEq, kNe, kLt, kLe, kGt, kGe };
+void binary_row_f32(RowOp op, float* out, const float* a, int64_t step_a, const float* b,
+                    int64_t step_b, int64_t n);
+void compare_row_f32(RowCmp op, bool* out, const float* a, int64_t step_a, const float* b,
+                     int64_t step_b, int64_t n);
 
 }  // namespace opforge::portable

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "elementwise.h"
+#include "elementwise_math.h"
 
 namespace opforge::portable {
 namespace {
@@ -112,9 +113,29 @@ template <typename T> inline T int_pow(T base, T e) {
   return result;
 }
 
+// float32 add/sub/mul/div/max/min rows on elementwise_math's cloned loops
+struct F32Row {
+  RowOp op;
+  void operator()(float* o, const void* const* in, const int64_t* step, int64_t n) const {
+    binary_row_f32(op, o, static_cast<const float*>(in[0]), step[0],
+                   static_cast<const float*>(in[1]), step[1], n);
+  }
+};
+
 template <typename CT>
 void run_op(const Loop& L, Bin kind, const Scalar* alpha) {
   constexpr bool kFloat = std::is_floating_point<CT>::value;
+  if constexpr (std::is_same<CT, float>::value) {
+    const RowOp op = kind == Bin::kAdd ? RowOp::kAdd : kind == Bin::kSub ? RowOp::kSub
+                     : kind == Bin::kMul ? RowOp::kMul : kind == Bin::kDiv ? RowOp::kDiv
+                     : kind == Bin::kMax ? RowOp::kMax : RowOp::kMin;
+    const bool simple = kind == Bin::kAdd || kind == Bin::kSub || kind == Bin::kMul ||
+                        kind == Bin::kDiv || kind == Bin::kMax || kind == Bin::kMin;
+    if (simple && !alpha) {
+      run<float, float, 2>(L, F32Row{op});
+      return;
+    }
+  }
   switch (kind) {
     case Bin::kAdd:
     case Bin::kSub: {

@@ -6,14 +6,27 @@
 // where and masked_fill do not promote: each value is cast straight into out's dtype
 // (NumPy's copyto), the condition or mask taken by its truth value.
 #include "elementwise.h"
+#include "elementwise_math.h"
 
 namespace opforge::portable {
 namespace {
 
 enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe };
 
+struct F32CompareRow {
+  RowCmp op;
+  void operator()(bool* o, const void* const* in, const int64_t* step, int64_t n) const {
+    compare_row_f32(op, o, static_cast<const float*>(in[0]), step[0],
+                    static_cast<const float*>(in[1]), step[1], n);
+  }
+};
+
 template <typename CT>
 void run_compare(const Loop& L, Cmp kind) {
+  if constexpr (std::is_same<CT, float>::value) {
+    run<float, bool, 2>(L, F32CompareRow{static_cast<RowCmp>(static_cast<int>(kind))});
+    return;
+  }
   switch (kind) {
     case Cmp::kEq: run_binary<CT, bool>(L, [](CT a, CT b) { return a == b; }); return;
     case Cmp::kNe: run_binary<CT, bool>(L, [](CT a, CT b) { return a != b; }); return;
