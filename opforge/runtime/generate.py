@@ -87,13 +87,14 @@ class Generator:
                  mode: str = "lean", num_threads: int | None = None,
                  tokenizer: object = None) -> None:
         from opforge.runtime.loader import LoadedProgram, load
+        from opforge.runtime.native_executor import NativeProgram
         from opforge.runtime.tokenizer import TextTokenizer
 
         if tokenizer is not None and not isinstance(tokenizer, TextTokenizer):
             tokenizer = TextTokenizer.from_file(tokenizer)  # a tokenizer.json path
         self.tokenizer = tokenizer
 
-        if not isinstance(program, LoadedProgram):
+        if not isinstance(program, (LoadedProgram, NativeProgram)):  # load(..., executor=)
             program = load(program, mode=mode, num_threads=num_threads)
         self.program = program
         self.signature: DecoderSignature = describe_decoder(
