@@ -119,12 +119,13 @@ class Runtime:
                                            ctypes.byref(handle)))
         return handle
 
-    def set_input(self, method, index, array, zero_copy=False, dtype=None, rank=None):
+    def set_input(self, method, index, array, zero_copy=False, dtype=None, rank=None, shape=None):
         array = np.ascontiguousarray(array)
-        sizes = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
+        shape = array.shape if shape is None else shape  # the logical sizes (data dense in dim order)
+        sizes = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         dt = DTYPES[array.dtype] if dtype is None else dtype
         self.check(self.lib.opf_method_set_input(method, index, array.ctypes.data, dt,
-                                                 array.ndim if rank is None else rank, sizes,
+                                                 len(shape) if rank is None else rank, sizes,
                                                  int(zero_copy)))
         return array
 
