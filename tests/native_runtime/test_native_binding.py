@@ -226,3 +226,29 @@ def test_opforge_run_executor_native(tmp_path):
     assert "native runtime" in result.output and "aten::add.out" in result.output
     (expected,) = load(add_program((2, 3), alpha=3)).method("forward")(x, x)
     assert np.load(tmp_path / "o" / "output_0.npy").tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("input_order, output_order", [
+    ((0, 2, 1), (0, 2, 1)), ((0, 1, 2), (2, 0, 1)), ((1, 2, 0), (0, 1, 2))])
+@pytest.mark.parametrize("stage_limit", [NativeMethod.STAGE_LIMIT, 0])  # staged, copied
+def test_inputs_and_outputs_in_other_dim_orders(input_order, output_order, stage_limit):
+    """The runtime holds a tensor's bytes dense in its dim order (channels-last): the
+    binding takes and returns logical arrays, as the lean runtime does."""
+    def tensor(offset, order):
+        return TensorValue(ScalarType.FLOAT32, (2, 3, 4), storage=ArenaStorage(0, offset),
+                           dim_order=order)
+
+    from opforge.program import IntValue
+
+    values = (tensor(0, input_order), tensor(128, input_order), IntValue(1),
+              tensor(256, output_order))
+    program = Program(methods=(Method("forward", values, (0, 1), (3,), (KernelCall(0, (0, 1, 2, 3)),),
+                                      (Operator("aten::add", "out"),), MemoryPlan((384,))),))
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(2))
+    native = load(program, executor="native").method("forward")
+    native.STAGE_LIMIT = stage_limit
+    (expected,) = load(program).method("forward")(x, y)
+    for _ in range(2):
+        (got,) = native(x, y)
+        assert got.tobytes() == expected.tobytes() and got.tobytes() == (x + y).tobytes()
