@@ -150,3 +150,24 @@ def test_index_put(lib, dtype):
     ref = np.zeros((2, 8, 4), dtype)
     ref[:, [5]] = _x((2, 1, 4), dtype)
     assert cache.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_embedding_bag(lib, dtype, mode):
+    rng = np.random.default_rng(5)
+    weight = np.asarray(rng.standard_normal((12, 5)) * 3).astype(dtype)
+    weight[3, 1] = np.nan
+    indices = _i([1, 3, 3, 0, 7, 11, 2, 2, 5, 9])
+    for offsets, padding_idx, psw in [([0, 2, 2, 6], -1, None), ([0, 4, 5], 2, None),
+                                      ([0, 1, 9, 10], -1, rng.random(10).astype(dtype))]:
+        if psw is not None and mode == 2:
+            continue  # ATen takes per-sample weights in sum mode only
+        bags = len(offsets)
+        outs = [np.empty((bags, 5), dtype), np.empty((10,), np.int64), np.empty((bags,), np.int64),
+                np.empty((bags, 5) if mode == 2 else (bags,), np.int64)]
+        compare(lib, "aten::_embedding_bag.out", weight, indices, _i(offsets), False, mode, False, psw,
+                False, padding_idx, *outs, outs=4)
+    refused(lib, "aten::_embedding_bag.out", weight, indices, _i([0, 11]), False, mode, False, None,
+            False, -1, np.empty((2, 5), dtype), np.empty((10,), np.int64), np.empty((2,), np.int64),
+            np.empty((2,), np.int64), match="offsets — found 2 offsets for 10 indices")
