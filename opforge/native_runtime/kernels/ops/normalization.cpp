@@ -4,8 +4,9 @@
 // input's dtype, the variance biased (population), as in ATen. The arithmetic is the NumPy
 // kernel's, step by step (centred values, their mean square, 1 / sqrt(var + eps), then
 // weight and bias), with floating-point contraction off (CMakeLists.txt) so that no step is fused
-// into an FMA the NumPy kernel does not do; sums run in double for float32 (NumPy's pairwise sum
-// is about as exact), so results agree to rounding.
+// into an FMA the NumPy kernel does not do. float32 layer and group norms sum their rows in the vector loops
+// of vector_math.h (16 partial sums, about as exact as NumPy's pairwise sum); the other
+// sums run in double. Results agree with the NumPy kernel to rounding.
 //
 // Tensors of any strides: a normalised block that is not contiguous is gathered into a
 // per-thread scratch row first.
@@ -17,6 +18,7 @@
 
 #include "gemm.h"
 #include "tensor.h"
+#include "vector_math.h"
 
 namespace opforge::portable {
 namespace {
@@ -106,15 +108,21 @@ void layer_norm(const View& x, int k, const View* w, const View* b, double eps, 
       for_each_offset(k, x.sizes + lead, x.strides + lead, [&](int64_t o) { row[i++] = src[o]; });
       src = row;
     }
-    Acc<T> s = 0;
-    for (int64_t i = 0; i < n; ++i) s += src[i];
-    T mean = static_cast<T>(static_cast<T>(s) / static_cast<T>(n));
-    Acc<T> q = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      T c = src[i] - mean;
-      q += static_cast<Acc<T>>(c * c);
+    T mean, var;
+    if constexpr (std::is_same<T, float>::value) {  // the vector loops (vector_math.h)
+      mean = vec::sum(src, n) / static_cast<float>(n);
+      var = vec::sum_sq_centered(src, mean, n) / static_cast<float>(n);
+    } else {
+      Acc<T> s = 0;
+      for (int64_t i = 0; i < n; ++i) s += src[i];
+      mean = static_cast<T>(static_cast<T>(s) / static_cast<T>(n));
+      Acc<T> q = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        T c = src[i] - mean;
+        q += static_cast<Acc<T>>(c * c);
+      }
+      var = static_cast<T>(static_cast<T>(q) / static_cast<T>(n));
     }
-    T var = static_cast<T>(static_cast<T>(q) / static_cast<T>(n));
     T rstd = T(1) / std::sqrt(var + static_cast<T>(eps));
     // the y offset of this row (y has x's shape)
     int64_t yoff = 0, rem = r;
@@ -123,12 +131,20 @@ void layer_norm(const View& x, int k, const View* w, const View* b, double eps, 
       rem /= y.sizes[d];
     }
     T* dst = yin ? y.ptr<T>() + yoff : yrow;
-    bool wd = w && w->dense, bd = b && b->dense;
-    for (int64_t i = 0; i < n; ++i) {
-      T v = (src[i] - mean) * rstd;
-      if (w) v = v * (wd ? w->ptr<T>()[i] : vec_at(*w, i));
-      if (b) v = v + (bd ? b->ptr<T>()[i] : vec_at(*b, i));
-      dst[i] = v;
+    // (x - mean) * rstd, then * weight, then + bias: three roundings, as the NumPy kernel's
+    // steps, each a loop the compiler vectorises
+    for (int64_t i = 0; i < n; ++i) dst[i] = (src[i] - mean) * rstd;
+    if (w && w->dense) {
+      const T* wp = w->ptr<T>();
+      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] * wp[i];
+    } else if (w) {
+      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] * vec_at(*w, i);
+    }
+    if (b && b->dense) {
+      const T* bp = b->ptr<T>();
+      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + bp[i];
+    } else if (b) {
+      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + vec_at(*b, i);
     }
     if (!yin) {
       int64_t i = 0;
@@ -428,15 +444,21 @@ void group_norm(const View& x, const View* w, const View* b, int64_t N, int64_t 
   for (int64_t ni = 0; ni < N; ++ni)
     for (int64_t g = 0; g < G; ++g) {
       const T* src = xs + (ni * G + g) * per;
-      Acc<T> s = 0;
-      for (int64_t i = 0; i < per; ++i) s += src[i];
-      T mean = static_cast<T>(static_cast<T>(s) / static_cast<T>(per));
-      Acc<T> q = 0;
-      for (int64_t i = 0; i < per; ++i) {
-        T d = src[i] - mean;
-        q += static_cast<Acc<T>>(d * d);
+      T mean, var;
+      if constexpr (std::is_same<T, float>::value) {
+        mean = vec::sum(src, per) / static_cast<float>(per);
+        var = vec::sum_sq_centered(src, mean, per) / static_cast<float>(per);
+      } else {
+        Acc<T> s = 0;
+        for (int64_t i = 0; i < per; ++i) s += src[i];
+        mean = static_cast<T>(static_cast<T>(s) / static_cast<T>(per));
+        Acc<T> q = 0;
+        for (int64_t i = 0; i < per; ++i) {
+          T d = src[i] - mean;
+          q += static_cast<Acc<T>>(d * d);
+        }
+        var = static_cast<T>(static_cast<T>(q) / static_cast<T>(per));
       }
-      T var = static_cast<T>(static_cast<T>(q) / static_cast<T>(per));
       T rstd = T(1) / std::sqrt(var + static_cast<T>(eps));
       T* dst = ys + (ni * G + g) * per;
       for (int64_t cc = 0; cc < C / G; ++cc) {

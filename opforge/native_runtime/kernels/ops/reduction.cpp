@@ -9,9 +9,10 @@
 // kernel reshapes: any shape with the right number of elements is written in row-major
 // order).
 //
-// Accumulation: floating sums, means, variances and norms accumulate in double (float32
-// included: NumPy's float32 pairwise sum is about as exact, so results agree to
-// rounding); products multiply in the input's dtype (so a float32 product overflows where
+// Accumulation: a contiguous float32 sum or mean runs in the vector loops of
+// vector_math.h (16 partial sums); other floating sums, means, variances and norms
+// accumulate in double (NumPy's float32 pairwise sum is about as exact as either, so
+// results agree to rounding); products multiply in the input's dtype (so a float32 product overflows where
 // NumPy's does); integer and bool sums and products wrap in int64 as NumPy's do (bool and
 // integer sums give int64 unless a dtype is given). amax/amin propagate NaN; argmax/argmin
 // and max.dim/min.dim take the first extreme, and the first NaN is the extreme (NumPy and
@@ -22,6 +23,7 @@
 #include <type_traits>
 
 #include "tensor.h"
+#include "vector_math.h"
 
 namespace opforge::portable {
 namespace {
@@ -195,6 +197,14 @@ void fold(opforge_context* ctx, const char* op, const View& x, const int64_t* di
           }
           return;
         }
+        if constexpr (std::is_same<T, float>::value) {
+          if (ct == kFloat32 && p.nr <= 1 && (p.nr == 0 || p.rx[0] == 1)) {
+            // a contiguous float32 block: the vector loops, 16 partial sums (vector_math.h)
+            float s = vec::sum(xs + base, p.count);
+            store(out, o, kind == Fold::kMean ? s / static_cast<float>(p.count) : s);
+            return;
+          }
+        }
         double acc = 0.0;
         if (ct == kFloat32) {  // the input rounded to float32 first (dtype=float32 of a double)
           each_reduced(p, base, [&](int64_t i) { acc += static_cast<float>(xs[i]); });
@@ -338,6 +348,12 @@ void pick(opforge_context* ctx, const char* op, const View& x, const int64_t* di
     each_output(p, [&](int64_t f, int64_t base) {
       int64_t o = out_offset(out, f);
       if (extreme) {
+        if constexpr (std::is_same<T, float>::value) {
+          if (kind == Pick::kMax && p.nr <= 1 && (p.nr == 0 || p.rx[0] == 1)) {
+            out.ptr<T>()[o] = vec::max(xs + base, p.count);  // NaN-propagating, as NumPy
+            return;
+          }
+        }
         T best = xs[base];
         bool nan = false;
         each_reduced(p, base, [&](int64_t i) {

@@ -4,53 +4,24 @@
 // row NaN), exp, the sum, then a division (softmax) or the log of the sum subtracted
 // (log-softmax), each a separate rounding as in the NumPy kernel.
 //
-// exp of float32 is our own (Cody-Waite range reduction and a degree-6 polynomial, within
-// 2 ulp, exact 0 below the underflow bound and inf above the overflow one) so that the
-// loop over a row vectorises; libm's expf is a call per element. float64 uses std::exp.
-// Rows along the last, contiguous dim run straight; other dims are read through strides.
+// float32 rows along a contiguous dim run in the vector loops of vector_math.h (our own exp,
+// within 1 ulp; libm's expf is a call per element); float64 uses std::exp, and rows along
+// other dims are read through their strides with the same exp one element at a time.
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gemm.h"
 #include "tensor.h"
+#include "vector_math.h"
 
 namespace opforge::portable {
 namespace {
 
-inline float exp_f32(float x) {
-  const float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  float xc = x < -104.0f ? -104.0f : (x > 88.72283935546875f ? 88.72283935546875f : x);
-  float t = xc * kLog2e + 0.5f;
-  int32_t ni = static_cast<int32_t>(t);  // floor(t), without a libm call (vectorises)
-  ni -= t < static_cast<float>(ni) ? 1 : 0;
-  float n = static_cast<float>(ni);
-  float r = xc - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r;
-  p = p + 1.0f;
-  // 2^n in two halves so that n = 128 (x near the overflow bound) does not overflow the
-  // exponent field before the multiply
-  int32_t h = ni >> 1;
-  int32_t bits1 = (h + 127) << 23, bits2 = (ni - h + 127) << 23;
-  float s1, s2;
-  std::memcpy(&s1, &bits1, 4);
-  std::memcpy(&s2, &bits2, 4);
-  float y = p * s1 * s2;
-  y = x < -104.0f ? 0.0f : y;
-  y = x > 88.72283935546875f ? INFINITY : y;
-  return x != x ? x : y;
-}
-
 inline double exp_t(double x) { return std::exp(x); }
-inline float exp_t(float x) { return exp_f32(x); }
+inline float exp_t(float x) { return vec::exp(x); }
 
 template <typename T>
 T row_max(const T* x, int64_t n, int64_t s) {
@@ -66,29 +37,20 @@ T row_max(const T* x, int64_t n, int64_t s) {
 // Softmax (log == false) or log-softmax of one row of n elements (strides sx, sy).
 template <typename T>
 void row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n, bool log, T* buf) {
-  T m = row_max<T>(x, n, sx);
-  if (sx == 1 && sy == 1) {
-    // y holds exp(x - m) (softmax) or x - m (log-softmax) with buf exp(x - m)
-    T* e = log ? buf : y;
-    for (int64_t i = 0; i < n; ++i) {
-      T z = x[i] - m;
-      if (log) y[i] = z;
-      e[i] = exp_t(z);
+  if constexpr (std::is_same<T, float>::value) {
+    if (sx == 1 && sy == 1) {  // the vector loops (vector_math.h)
+      float m = vec::max(x, n);
+      if (log) {
+        float ls = std::log(vec::exp_shifted(x, m, buf, n));
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - ls;
+      } else {
+        float sum = vec::exp_shifted(x, m, y, n);
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] / sum;
+      }
+      return;
     }
-    T lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int l = 0; l < 8; ++l) lanes[l] += e[i + l];
-    T sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    for (; i < n; ++i) sum += e[i];
-    if (log) {
-      T ls = std::log(sum);
-      for (int64_t j = 0; j < n; ++j) y[j] = y[j] - ls;
-    } else {
-      for (int64_t j = 0; j < n; ++j) y[j] = y[j] / sum;
-    }
-    return;
   }
+  T m = row_max<T>(x, n, sx);
   T sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     T e = exp_t(x[i * sx] - m);
