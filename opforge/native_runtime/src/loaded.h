@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "loader.h"
 #include "memory.h"
 #include "program.h"
@@ -38,6 +39,7 @@ struct opf_program {
   std::vector<opforge::rt::MethodInfo> methods;
   opforge::rt::ConstantForms forms;
   std::unique_ptr<opforge::rt::LiveState> state;
+  std::unique_ptr<opforge::rt::DelegateSet> delegates;  // made at load; destroyed first
 
   // The method called `name` (Error OPF_ERR_INVALID_ARGUMENT listing the names).
   const opforge::rt::MethodInfo& method(const char* name, const std::string& api) const;

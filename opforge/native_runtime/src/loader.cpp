@@ -161,23 +161,6 @@ struct MissingOp {
   raise(OPF_ERR_MISSING_KERNEL, text);
 }
 
-void refuse_delegates(const std::string& api, const Program& program) {
-  if (program.delegates.empty()) return;
-  std::string list;
-  for (const Method& m : program.methods)
-    for (size_t i = 0; i < m.instructions.size(); ++i)
-      if (m.instructions[i].kind == InstructionKind::DelegateCall) {
-        uint32_t d = m.instructions[i].index;
-        list += "\n  method '" + m.name + "' instruction " + std::to_string(i) + ": delegate " +
-                std::to_string(d) + " (backend '" + program.delegates.at(d).id + "')";
-      }
-  if (list.empty()) return;  // delegates nothing calls: harmless
-  raise(OPF_ERR_UNSUPPORTED,
-        "`" + api + "`: delegate calls — found:" + list +
-            "\n— valid: programs of kernel calls, moves and frees (cpu delegates run through the Python runtime "
-            "for now) — fix: export without delegation, or run the program with opforge.runtime.load");
-}
-
 // A constant (not state) where a kernel writes (loader.py _check_written).
 void check_written(const std::string& api, const Method& m, size_t i, const Instruction& ins,
                    const Kernel& kernel) {
@@ -247,7 +230,6 @@ opf_program* load_program(std::unique_ptr<FileBytes> bytes, const std::string& l
   program->program = read_program(bytes->data(), bytes->size());
   program->bytes = std::move(bytes);
   const Program& p = program->program;
-  refuse_delegates(api, p);
   for (const Method& m : p.methods)
     check_memory(api, "method '" + m.name + "' memory plan (" + std::to_string(m.arena_sizes.size()) + " arena(s))",
                  arena_bytes(m), program->max_memory);
@@ -284,6 +266,18 @@ opf_program* load_program(std::unique_ptr<FileBytes> bytes, const std::string& l
   }
   if (!missing.empty()) missing_error(api, missing, *registry);
   program->state = std::make_unique<LiveState>(p, program->forms, program->max_memory, api);
+  // every delegate a DelegateCall uses, initialised by its backend (backend.h)
+  DelegateSet::Options delegates;
+  delegates.api = api;
+  delegates.file_data = program->bytes->data();
+  delegates.file_size = program->bytes->size();
+  delegates.max_memory = program->max_memory;
+  delegates.kernels = [registry](const std::string& key, const opforge_arg* args, int64_t n) -> opforge_kernel_fn {
+    const Kernel* kernel = registry->lookup(key);
+    const Binding* binding = kernel ? kernel->select(args, n) : nullptr;
+    return binding ? binding->entry->fn : nullptr;
+  };
+  program->delegates = std::make_unique<DelegateSet>(p, delegates);
   return program.release();
 }
 

@@ -2,9 +2,10 @@
 // caller's buffer, used in place or copied) and the load pipeline that turns them into an
 // opf_program:
 //
-//   bytes → read_program (decode + verify) → refuse delegates → memory limit of every
+//   bytes → read_program (decode + verify) → memory limit of every
 //   method's arenas → resolve every KernelCall in the registry (all missing listed at
-//   once) → refuse a constant where a kernel writes → live state
+//   once) → refuse a constant where a kernel writes → live state → the delegates
+//   (backend.h: each DelegateCall's delegate initialised by its backend)
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend.h"
 #include "errors.h"
 #include "moves.h"
 
@@ -314,7 +315,9 @@ void MethodInstance::write_scalar(ValueRt& r) {
 void MethodInstance::bind_instructions() {
   size_t total = 0;
   for (const Instruction& ins : method_.instructions)
-    total += ins.kind == InstructionKind::KernelCall ? ins.args.size() : ins.kind == InstructionKind::Move ? 2 : 0;
+    total += ins.kind == InstructionKind::KernelCall     ? ins.args.size()
+             : ins.kind == InstructionKind::DelegateCall ? ins.args.size() + 1
+             : ins.kind == InstructionKind::Move         ? 2 : 0;
   args_.resize(total);  // never resized again
   labels_.resize(method_.instructions.size());
   size_t at = 0;
@@ -340,7 +343,35 @@ void MethodInstance::bind_instructions() {
       at += 2;
       continue;
     }
-    // KernelCall (delegate calls were refused at load)
+    if (ins.kind == InstructionKind::DelegateCall) {
+      // the delegate's handle (made at load) as a kernel-ABI call: args[0] names it, then
+      // the call's tensors, inputs then outputs (backend.h); outputs not constants but state
+      DelegateSet& set = *program_->delegates;
+      labels_[i] = "delegate " + set.id(ins.index);
+      const int64_t n_in = set.num_inputs(ins.index);
+      if (int64_t(ins.args.size()) != n_in + set.num_outputs(ins.index))
+        set.call(ins.index, static_cast<const opforge_arg*>(nullptr), int64_t(ins.args.size()));  // its message
+      opforge_arg* args = &args_[at];
+      args[0] = delegate_call_arg(&set, ins.index);
+      for (size_t p = 0; p < ins.args.size(); ++p) {
+        const Value& v = method_.values[ins.args[p]];
+        bool state = std::any_of(method_.state.begin(), method_.state.end(),
+                                 [&](const StateSlot& s) { return s.value == ins.args[p]; });
+        bool constant = v.tensor.storage == StorageKind::Constant || v.tensor.storage == StorageKind::ConstantInt4 ||
+                        v.tensor.storage == StorageKind::ConstantSplat;
+        if (v.tag != ValueTag::Tensor || (int64_t(p) >= n_in && !state && constant))
+          raise(OPF_ERR_PROGRAM, "`" + api("opf_method_new") + "`: instruction " + std::to_string(i) +
+                                     " (DelegateCall " + std::to_string(ins.index) + ") argument " + std::to_string(p) +
+                                     " — value " + std::to_string(ins.args[p]) + " is " + tag_name_of(v.tag) +
+                                     (constant ? ", a constant" : "") + " — valid: tensors, the outputs in an arena "
+                                     "or state — fix: re-export the program");
+        fill_arg(args[p + 1], OPFORGE_ARG_TENSOR, ins.args[p], i, static_cast<int32_t>(p));
+      }
+      bound_.push_back(BoundCall{delegate_call_kernel, args, static_cast<int64_t>(ins.args.size()) + 1});
+      bound_instruction_.push_back(static_cast<uint32_t>(i));
+      at += ins.args.size() + 1;
+      continue;
+    }
     const Kernel* kernel = info_.kernels[i];
     labels_[i] = kernel->key;
     if (int64_t(ins.args.size()) != kernel->num_args)
