@@ -327,6 +327,73 @@ def test_custom_ops_in_the_delegate_call_the_kernel_librarys_native_kernels(prob
         assert got.tobytes() == np.ascontiguousarray(w).tobytes()
 
 
+# --- through the executor: opforge.runtime.load(..., executor="native") ------------------------
+
+@pytest.fixture
+def native_engine(monkeypatch):
+    """The native runtime told where the cpu engine is (OPFORGE_CPU_ENGINE); the Python
+    backend's engine.library() has loaded oneDNN into this process."""
+    monkeypatch.setenv("OPFORGE_CPU_ENGINE", str(_engine_path()))
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer_layer", "gpt_decoder"])
+def test_programs_with_cpu_delegates_run_in_the_native_executor(native_engine, name):
+    """The whole program in the native runtime (loader, executor, DelegateCalls through the
+    cpu backend) gives the Python runtime's outputs bit for bit: the same engine runs each
+    delegate, and any instruction beside it is a copy or a portable kernel both share."""
+    import torch
+
+    from opforge.examples.zoo import ZOO
+    from opforge.runtime import load
+
+    torch.manual_seed(0)
+    model, inputs = ZOO[name]()
+    program = _export(model.eval(), inputs)
+    arrays = [t.numpy() for t in inputs]
+    want = load(program).method("forward")(*arrays)
+    forward = load(program, executor="native").method("forward")
+    for _ in range(2):  # the second call over the first call's memory
+        got = forward(*arrays)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            assert np.ascontiguousarray(g).tobytes() == np.ascontiguousarray(w).tobytes()
+
+
+def test_a_decoder_writes_its_kv_cache_in_place_in_the_native_executor(native_engine):
+    """Greedy decoding with a KV cache in program state written by the delegate: the
+    native executor's logits equal the Python runtime's bit for bit at every step, and the
+    caches too."""
+    import torch
+
+    from opforge.examples.decoder import TinyDecoder
+    from opforge.runtime import load
+
+    model = TinyDecoder(vocab=50, dim=24, heads=4, kv_heads=2, hidden=40, layers=2, max_len=12,
+                        seed=7).eval()
+    program = _export(model, (torch.tensor([0]), torch.tensor([0])))
+    python, native = load(program), load(program, executor="native")
+    step_py, step_native = python.method("forward"), native.method("forward")
+    token = 1
+    for pos in range(12):
+        args = (np.array([token]), np.array([pos]))
+        (want,), (got,) = step_py(*args), step_native(*args)
+        assert got.tobytes() == want.tobytes(), pos
+        token = int(np.argmax(want.reshape(-1)))
+    for name in ("blocks.0.attn.k_cache", "blocks.1.attn.v_cache"):
+        assert native.read_state(name).tobytes() == python.read_state(name).tobytes()
+    assert np.any(native.read_state("blocks.0.attn.k_cache") != 0)
+
+
+def test_a_program_with_a_cpu_delegate_and_no_engine_is_refused_at_load(monkeypatch):
+    from opforge.errors import OpforgeError
+    from opforge.runtime import load
+
+    monkeypatch.delenv("OPFORGE_CPU_ENGINE", raising=False)
+    with pytest.raises(OpforgeError, match=r"delegates\[0\] \('cpu'\).*OPFORGE_CPU_ENGINE"):
+        load(_mlp(), executor="native")
+
+
 # --- refusals --------------------------------------------------------------------------------
 
 _MLP = {}
