@@ -46,3 +46,14 @@ def test_topk(lib, dtype):
             np.empty((2, 5), np.int64), outs=2)
     refused(lib, "aten::topk.values", x, 2049, 1, True, True, np.empty((2, 2049), x.dtype),
             np.empty((2, 2049), np.int64), match=r"k — found 2049 — valid: 0 <= k <= 2048")
+
+
+@pytest.mark.parametrize("src,dst", [(np.float32, np.float32), (np.float16, np.float16), (np.int64, np.int64),
+                                     (np.int32, np.int64), (np.bool_, np.int64), (np.float32, np.float64),
+                                     (np.int8, np.int8), (np.bool_, np.bool_), (np.int64, np.float32)])
+def test_cumsum_cumprod(lib, src, dst):
+    rng = np.random.default_rng(3)
+    for shape, dim in [((17,), 0), ((4, 9), 1), ((4, 9), -2), ((3, 5, 6), 1), ((), 0), ((0, 2), 1)]:
+        x = np.asarray(rng.standard_normal(shape) * 3 + 0.5).astype(src)
+        compare(lib, "aten::cumsum.out", x, dim, None, np.empty(shape, dst))
+        compare(lib, "aten::cumprod.out", x, dim, None, np.empty(shape, dst))

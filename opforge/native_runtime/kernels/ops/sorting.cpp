@@ -155,7 +155,61 @@ void topk_values(opforge_context* ctx, opforge_arg* args, int64_t n) {
   order_all(ctx, kOp, self, d, k, largest, values, indices);
 }
 
+// cumsum / cumprod: each element cast to out's dtype first, accumulated in ATen's CPU
+// accumulate type (float16 in float32, float32 and float64 in float64, integers in int64
+// wrapping, bool as logical or / and), each prefix cast to out.
+template <bool kProduct>
+void scan(opforge_context* ctx, opforge_arg* args, int64_t n, const char* kOp) {
+  OPF_TENSOR(0, "self", self);
+  OPF_INT(1, "dim", dim);
+  OPF_TENSOR(3, "out", out);
+  if (!check_shape(ctx, kOp, out, self.sizes, self.rank)) return;
+  if (!convertible(out.dtype) || !convertible(self.dtype)) {
+    fail(ctx, "%s: out — found dtype %s — valid: a real dtype", kOp, dtype_name(out.dtype));
+    return;
+  }
+  if (self.rank == 0) {
+    copy_view(ctx, kOp, out, self);
+    return;
+  }
+  int64_t d;
+  if (!wrap_dim(ctx, kOp, dim, self.rank, &d) || out.numel == 0) return;
+  int64_t len = self.sizes[d], sstep = self.strides[d] * itemsize(self.dtype);
+  int64_t ostep = out.strides[d] * itemsize(out.dtype);
+  static const int64_t kZero[1] = {0};
+  const int64_t one = 1;
+  bool floating = is_floating(out.dtype), boolean = out.dtype == kBool;
+  each_row(self, d, [&](char* row, const int64_t* idx) {
+    char* orow = out.data + offset_at(out, idx);
+    double facc = 0;
+    uint64_t iacc = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      alignas(16) char cast[16];
+      convert_strided(cast, out.dtype, kZero, row + i * sstep, self.dtype, kZero, &one, 1);
+      char* dst = orow + i * ostep;
+      if (floating) {
+        double x = load_double(cast, out.dtype);
+        facc = i == 0 ? x : kProduct ? facc * x : facc + x;
+        if (out.dtype == kFloat16 || out.dtype == kBFloat16) facc = static_cast<float>(facc);
+        store_double(dst, out.dtype, facc);
+      } else if (boolean) {
+        uint64_t x = *cast != 0;
+        iacc = i == 0 ? x : kProduct ? (iacc & x) : (iacc | x);
+        store_scalar(dst, out.dtype, 0, static_cast<int64_t>(iacc), true);
+      } else {
+        uint64_t x = static_cast<uint64_t>(load_int64(cast, out.dtype));
+        iacc = i == 0 ? x : kProduct ? iacc * x : iacc + x;
+        store_scalar(dst, out.dtype, 0, static_cast<int64_t>(iacc), true);
+      }
+    }
+  });
+}
+void cumsum_out(opforge_context* c, opforge_arg* a, int64_t n) { scan<false>(c, a, n, "aten::cumsum.out"); }
+void cumprod_out(opforge_context* c, opforge_arg* a, int64_t n) { scan<true>(c, a, n, "aten::cumprod.out"); }
+
 const KernelDef kSortingKernels[] = {
+    {"aten::cumsum.out", "T I ST? T!", cumsum_out},
+    {"aten::cumprod.out", "T I ST? T!", cumprod_out},
     {"aten::sort.values", "T I B T! T!", sort_values},
     {"aten::sort.values_stable", "T B? I B T! T!", sort_values_stable},
     {"aten::topk.values", "T I I B B T! T!", topk_values},
