@@ -33,8 +33,9 @@ from opforge.native_runtime.build import source_dir
 
 __all__ = ["Bundle", "bundle", "family_rows"]
 
-_ROW = re.compile(r'^\s*\{\s*"(?P<key>[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]+)"\s*,\s*"[^"]*"\s*,'
-                  r'[^{}]*\}\s*,?\s*(//.*)?$')
+# one table row: {"ns::op.overload", "kinds", function}, possibly over several lines
+_ROW = re.compile(r'\{\s*"(?P<key>[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]+)"\s*,\s*"[^"\n]*"\s*,'
+                  r'[^{};"]*\}\s*,?')
 _API = "`opforge bundle`"
 _SOURCE_PARTS = ("CMakeLists.txt", "include", "src", "kernels")
 
@@ -50,14 +51,10 @@ class Bundle:
     libraries: tuple[str, ...]
 
 
-def family_rows(path: Path) -> list[tuple[int, str]]:
-    """``(line index, key)`` of each kernel row in a family source file."""
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines()):
-        match = _ROW.match(line)
-        if match:
-            rows.append((i, match.group("key")))
-    return rows
+def family_rows(path: Path) -> list[tuple[tuple[int, int], str]]:
+    """``((start, end), key)``: the character span and key of each kernel row in a family
+    source file."""
+    return [(m.span(), m.group("key")) for m in _ROW.finditer(path.read_text())]
 
 
 def bundle(programs: Sequence[str | Path], out_dir: str | Path, *,
@@ -163,8 +160,10 @@ def _built_portable_keys() -> set[str]:
     return set(NativeLibrary(build_runtime().portable_library).keys())
 
 
-def _write_runtime(dst: Path, rows: dict[Path, list[tuple[int, str]]], selected: set[str]) -> None:
+def _write_runtime(dst: Path, rows: dict[Path, list[tuple[tuple[int, int], str]]],
+                   selected: set[str]) -> None:
     src = source_dir()
+    dst.mkdir()
     for part in _SOURCE_PARTS:
         if (src / part).is_dir():
             shutil.copytree(src / part, dst / part,
@@ -176,11 +175,10 @@ def _write_runtime(dst: Path, rows: dict[Path, list[tuple[int, str]]], selected:
     shutil.copy2(abi, dst / "abi" / "opforge" / "kernel_abi.h")
     (dst / "kernels" / "ops").mkdir(parents=True)
     for family, family_rows_ in rows.items():
-        keep = {i for i, key in family_rows_ if key in selected}
-        if not keep:
+        if not any(key in selected for _, key in family_rows_):
             continue  # nothing of this family is called: leave the file out
-        drop = {i for i, _ in family_rows_} - keep
-        lines = family.read_text().splitlines(keepends=True)
-        text = "".join(f"    // not selected: {line.strip()}\n" if i in drop else line
-                       for i, line in enumerate(lines))
+        text = family.read_text()
+        for (start, end), key in reversed(family_rows_):  # from the end: spans stay valid
+            if key not in selected:
+                text = text[:start] + f"/* not selected: {key} */" + text[end:]
         (dst / "kernels" / "ops" / family.name).write_text(text)
