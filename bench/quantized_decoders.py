@@ -16,7 +16,9 @@ The bundled ``TinyDecoder`` (opforge/examples/decoder.py) at issue 46's config: 
 - **greedy**: 32 new tokens from each held-out prompt, decoded by the converted model
   (prefill, then one-token steps through its KV cache) and by the float model: the share
   of the 128 positions where the tokens are equal (after a first difference the two
-  continue from different tokens, so this counts how long they agree, not only errors).
+  continue from different tokens, so this counts how long they agree, not only errors);
+- **top-1**: the share of the held-out prompts' 256 positions whose next-token argmax
+  (prefill logits, teacher-forced) is float32's.
 
 The converted model runs in eager PyTorch: the lean runtime's program of it gives the same
 numbers (its kernels are bit-exact against torch's quantize/dequantize,
@@ -52,7 +54,7 @@ def prompts(lengths, seed: int, vocab: int = 64):
     return [(torch.randint(0, vocab, (n,), generator=g), torch.arange(n)) for n in lengths]
 
 
-def measure(model, scheme: str, calibration, held_out, new_tokens: int = 32) -> dict:
+def measure(model, scheme, calibration, held_out, new_tokens: int = 32) -> dict:
     import torch
 
     from opforge.examples.decoder import greedy_decode
@@ -79,7 +81,9 @@ def measure(model, scheme: str, calibration, held_out, new_tokens: int = 32) -> 
             got = greedy_decode(lambda t, p: quantized(t, p), tokens.tolist(), new_tokens)
             same += sum(a == b for a, b in zip(want, got))
             total += len(want)
-    return {"scheme": scheme, "sqnr_db": sqnr_db(reference, outputs),
+    top1 = sum(int((r.argmax(-1) == o.argmax(-1)).sum()) for r, o in zip(reference, outputs))
+    positions = sum(r.shape[0] for r in reference)
+    return {"scheme": getattr(scheme, "scheme", scheme), "sqnr_db": sqnr_db(reference, outputs), "top1_equal": top1 / positions,
             "weights_only_db": sqnr_db(reference, weights),
             "calibration_db": result.report.sqnr_db, "greedy_equal": same / total,
             "greedy_tokens": total, "quantize_s": seconds}
@@ -101,9 +105,14 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES))
     parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--act-headroom", type=float, default=None,
+                        help="QuantConfig(act_headroom=...): 1 gives the ranges as observed "
+                             "(what opforge did before issue 46)")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = parser.parse_args(argv)
     import torch
+
+    from opforge.quantize import QuantConfig
 
     torch.set_num_threads(1)
     calibration = prompts([64, 128], seed=1)
@@ -112,20 +121,24 @@ def main(argv=None) -> int:
     for layers in args.layers:
         model = decoder(layers, args.dim)
         for scheme in args.schemes:
-            row = {"layers": layers, **measure(model, scheme, calibration, held_out)}
+            config = QuantConfig(scheme, act_headroom=args.act_headroom)
+            row = {"layers": layers, "act_headroom": config.headroom,
+                   **measure(model, config, calibration, held_out)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     lines = [f"# Quantized decoders against float32 ({stamp}, {_machine()})", "",
              f"TinyDecoder dim {args.dim}, 8 heads, 4 KV heads, MLP {3 * args.dim}, 256 "
              "positions; calibrated on prompts of 64 and 128 tokens; 4 held-out 64-token "
-             "prompts, 32 greedy tokens each.", "",
-             "| layers | scheme | SQNR (dB) | weights only (dB) | greedy tokens equal |",
-             "| ---: | --- | ---: | ---: | ---: |"]
+             "prompts, 32 greedy tokens each"
+             + (f"; act_headroom={args.act_headroom:g}" if args.act_headroom else "") + ".", "",
+             "| layers | scheme | SQNR (dB) | weights only (dB) | greedy tokens equal | top-1 equal |",
+             "| ---: | --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['layers']} | {r['scheme']} | {r['sqnr_db']:.1f} | {r['weights_only_db']:.1f} "
-              f"| {100 * r['greedy_equal']:.0f}% |" for r in rows]
+              f"| {100 * r['greedy_equal']:.0f}% | {100 * r['top1_equal']:.0f}% |" for r in rows]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quantized_decoders.md").write_text("\n".join(lines) + "\n")
+    name = "quantized_decoders" + (f"_headroom{args.act_headroom:g}" if args.act_headroom else "")
+    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
