@@ -115,6 +115,37 @@ static void pack_a(int64_t mc, int64_t kc, const T* a, int64_t rsa, int64_t csa,
   }
 }
 
+// An 8 x 8 block transposed through registers: dst[p * ld_dst + j] = src[j * ld_src + p]
+// (8 vector loads, 24 shuffles, 8 vector stores; a transposed B's columns become rows of
+// the packed strip). GCC's __builtin_shuffle: a generic permutation of two vectors.
+template <typename T>
+static inline void transpose8(const T* src, int64_t ld_src, T* dst, int64_t ld_dst) {
+  typedef T t8 __attribute__((vector_size(8 * sizeof(T))));
+  typedef T t8u __attribute__((vector_size(8 * sizeof(T)), aligned(sizeof(T))));
+  typedef typename std::conditional<sizeof(T) == 4, int32_t, int64_t>::type I;
+  typedef I m8 __attribute__((vector_size(8 * sizeof(T))));
+  t8 r[8], a[8], c[8];
+  for (int j = 0; j < 8; ++j) r[j] = *reinterpret_cast<const t8u*>(src + j * ld_src);
+  for (int k = 0; k < 4; ++k) {
+    a[2 * k] = __builtin_shuffle(r[2 * k], r[2 * k + 1], m8{0, 8, 1, 9, 2, 10, 3, 11});
+    a[2 * k + 1] = __builtin_shuffle(r[2 * k], r[2 * k + 1], m8{4, 12, 5, 13, 6, 14, 7, 15});
+  }
+  // a[0]: rows 0-1 at p 0..3, a[1]: rows 0-1 at p 4..7, a[2]/a[3]: rows 2-3, ...
+  for (int h = 0; h < 2; ++h)
+    for (int g = 0; g < 2; ++g) {
+      c[4 * g + 2 * h] = __builtin_shuffle(a[4 * g + h], a[4 * g + 2 + h], m8{0, 1, 8, 9, 2, 3, 10, 11});
+      c[4 * g + 2 * h + 1] = __builtin_shuffle(a[4 * g + h], a[4 * g + 2 + h], m8{4, 5, 12, 13, 6, 7, 14, 15});
+    }
+  // c[2h + q] (g = 0: rows 0-3; c[4 + 2h + q]: rows 4-7) holds p = 4h + 2q and 4h + 2q + 1
+  for (int h = 0; h < 2; ++h)
+    for (int q = 0; q < 2; ++q) {
+      t8 lo = c[2 * h + q], hi = c[4 + 2 * h + q];
+      int p = 4 * h + 2 * q;
+      *reinterpret_cast<t8u*>(dst + p * ld_dst) = __builtin_shuffle(lo, hi, m8{0, 1, 2, 3, 8, 9, 10, 11});
+      *reinterpret_cast<t8u*>(dst + (p + 1) * ld_dst) = __builtin_shuffle(lo, hi, m8{4, 5, 6, 7, 12, 13, 14, 15});
+    }
+}
+
 // Pack depth [0, kc) x columns [0, nc) of B into NR-column strips (zero past the last).
 template <typename T>
 static void pack_b(int64_t kc, int64_t nc, const T* b, int64_t rsb, int64_t csb, T* out) {
@@ -129,15 +160,9 @@ static void pack_b(int64_t kc, int64_t nc, const T* b, int64_t rsb, int64_t csb,
         store<T>(out + p * NR + L, load<T>(row + L));
       }
     } else if (rsb == 1 && cols == NR) {  // B is a transposed view: columns contiguous
-      // blocks of 8 steps: each column's 8 values are one read, the block's writes stay
-      // within 8 rows of the strip
       int64_t p0 = 0;
       for (; p0 + 8 <= kc; p0 += 8)
-        for (int j = 0; j < NR; ++j) {
-          const T* col = base + j * csb + p0;
-          T* dst = out + p0 * NR + j;
-          for (int q = 0; q < 8; ++q) dst[q * NR] = col[q];
-        }
+        for (int j = 0; j < NR; j += 8) transpose8<T>(base + j * csb + p0, csb, out + p0 * NR + j, NR);
       for (; p0 < kc; ++p0)
         for (int j = 0; j < NR; ++j) out[p0 * NR + j] = base[j * csb + p0];
     } else {
