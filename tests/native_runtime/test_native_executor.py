@@ -518,6 +518,22 @@ def test_kernel_failure_names_method_instruction_and_op(rt, registry, test_ops):
     np.testing.assert_array_equal(rt.run(instance, np.full(3, 2, np.float32))[0], np.full(3, 2))  # recovers
     rt.lib.opf_method_free(instance)
     rt.lib.opf_program_free(handle)
+    # with a debug table, the message and the profile name the node too
+    from opforge.program.debug import DebugCapture, DebugInfo, DebugNode, MethodDebug, with_debug_handles
+
+    nodes = (DebugNode("first_check", "test_ops.check_positive.default", "model.py:3"),
+             DebugNode("second_check", "test_ops.check_positive.default", ""))
+    table = DebugInfo({"forward": MethodDebug(nodes, (DebugCapture(0, 1, 0), DebugCapture(1, 2, 1)), {})})
+    handle = rt.load(to_bytes(with_debug_handles(program_of(forward), table)), registry)
+    instance = rt.method(handle)
+    with pytest.raises(NativeError) as info:
+        rt.run(instance, np.array([-1, 2, 3], np.float32))
+    assert "instruction 0 (" in info.value.message and "node 'first_check'" in info.value.message
+    node = ctypes.c_char_p()
+    rt.check(rt.lib.opf_method_instruction_profile(instance, 1, None, ctypes.byref(node), None))
+    assert node.value == b"second_check"
+    rt.lib.opf_method_free(instance)
+    rt.lib.opf_program_free(handle)
 
 
 def test_profiling(rt, registry):

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <map>
 
+#include "debug_nodes.h"
 #include "errors.h"
 #include "loaded.h"
 #include "shapes.h"
@@ -239,7 +240,7 @@ opf_program* load_program(std::unique_ptr<FileBytes> bytes, const std::string& l
     MethodInfo info;
     info.method = &m;
     info.kernels.assign(m.instructions.size(), nullptr);
-    info.nodes.assign(m.instructions.size(), "");
+    info.nodes = instruction_nodes(p, m);
     for (size_t i = 0; i < m.instructions.size(); ++i) {
       const Instruction& ins = m.instructions[i];
       if (ins.kind != InstructionKind::KernelCall || (flags & OPF_LOAD_NO_KERNEL_CHECK)) continue;
