@@ -338,7 +338,12 @@ def _fill(arg: CArg, kind: int, value: object, keep: list, where: str) -> None:
             arg.tag = ArgTag.NONE
             return
         raise KernelError(f"{where}: got None for a non-optional argument")
-    if base == ArgTag.TENSOR:
+    if base == ArgTag.TENSOR and isinstance(value, (bool, int, float, np.bool_, np.integer,
+                                                   np.floating)):
+        # a Python number where the schema has a Tensor (ATen's wrapped number, as
+        # torch.export leaves `x * 0.5` in aten::mul.Tensor): passed as a scalar value
+        _fill(arg, KIND_SCALAR, value, keep, where)
+    elif base == ArgTag.TENSOR:
         arg.tag = ArgTag.TENSOR
         _tensor_into(arg.v.tensor, value, keep, where)
     elif base in (ArgTag.TENSOR_LIST, ArgTag.OPT_TENSOR_LIST):
