@@ -191,8 +191,13 @@ namespace opforge::portable {
 
 bool operand_arg(opforge_context* ctx, const opforge_arg* args, int64_t n, int64_t i,
                  const char* op, const char* what, bool scalar, Arg* a) {
-  a->is_scalar = scalar;
-  if (scalar) return scalar_value(ctx, args, n, i, op, what, &a->scalar);
+  // A number where the schema has a Tensor is ATen's wrapped number (torch.export leaves
+  // `x * 0.5` as aten::mul.Tensor with a Python float): it promotes as a Scalar does.
+  const bool number = i >= 0 && i < n && (args[i].tag == OPFORGE_ARG_INT ||
+                                          args[i].tag == OPFORGE_ARG_DOUBLE ||
+                                          args[i].tag == OPFORGE_ARG_BOOL);
+  a->is_scalar = scalar || number;
+  if (a->is_scalar) return scalar_value(ctx, args, n, i, op, what, &a->scalar);
   return input_arg(ctx, args, n, i, op, what, &a->view);
 }
 

@@ -375,7 +375,8 @@ struct Arg {
   Operand promo() const { return is_scalar ? operand(scalar) : operand(view); }
 };
 
-// Argument i as a tensor (`scalar` false) or a Scalar (`scalar` true).
+// Argument i as a tensor (`scalar` false; a number there is taken as a wrapped Scalar)
+// or a Scalar (`scalar` true).
 bool operand_arg(opforge_context* ctx, const opforge_arg* args, int64_t n, int64_t i,
                  const char* op, const char* what, bool scalar, Arg* a);
 

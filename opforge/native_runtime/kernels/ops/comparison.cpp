@@ -79,14 +79,14 @@ OPFORGE_COMPARE(ge, Cmp::kGe)
 
 #undef OPFORGE_COMPARE
 
-// out = condition ? x : y, with x and y cast into out's dtype (x may be a Scalar).
+// out = condition ? x : y, with x and y cast into out's dtype (either may be a Scalar).
 void select(opforge_context* ctx, const char* op, const View& condition, const Arg& x,
-            const View& y, const View& out) {
+            const Arg& y, const View& out) {
   dispatch_compute(out.dtype, [&](auto tag) {
     using CT = decltype(tag);
-    CT sx{};
-    const View xv = loop_view<CT>(x, &sx);
-    const View* inputs[3] = {&condition, &xv, &y};
+    CT sx{}, sy{};
+    const View xv = loop_view<CT>(x, &sx), yv = loop_view<CT>(y, &sy);
+    const View* inputs[3] = {&condition, &xv, &yv};
     Loop L;
     if (!broadcast_loop(ctx, op, out, inputs, 3, &L)) return;
     auto pick = [](bool c, CT a, CT b) { return c ? a : b; };
@@ -106,17 +106,17 @@ void where_self_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
       !operand_arg(ctx, args, n, 1, op, "self", false, &self) ||
       !operand_arg(ctx, args, n, 2, op, "other", false, &other) || !out_arg(ctx, args, n, 3, op, &out))
     return;
-  select(ctx, op, condition, self, other.view, out);
+  select(ctx, op, condition, self, other, out);
 }
 
 void masked_fill(opforge_context* ctx, opforge_arg* args, int64_t n, const char* op, bool scalar) {
-  View self, mask, out;
-  Arg value;
+  View mask, out;
+  Arg self, value;
   if (n != 4) {
     fail(ctx, "%s: found %lld arguments — valid: 4 (self, mask, value, out)", op, (long long)n);
     return;
   }
-  if (!input_arg(ctx, args, n, 0, op, "self", &self) || !input_arg(ctx, args, n, 1, op, "mask", &mask) ||
+  if (!operand_arg(ctx, args, n, 0, op, "self", false, &self) || !input_arg(ctx, args, n, 1, op, "mask", &mask) ||
       !operand_arg(ctx, args, n, 2, op, "value", scalar, &value) || !out_arg(ctx, args, n, 3, op, &out))
     return;
   select(ctx, op, mask, value, self, out);
