@@ -366,16 +366,21 @@ bool fill_scalar(opforge_context* ctx, const char* op, const View& out, double d
 
 double load_double(const char* p, int32_t dtype) {
   double v = 0;
-  static const int64_t kZero[1] = {0};
-  const int64_t one = 1;
-  convert_strided(reinterpret_cast<char*>(&v), kFloat64, kZero, p, dtype, kZero, &one, 1);
+  dispatch_all(dtype, [&](auto t) {
+    using T = decltype(t);
+    T x;
+    std::memcpy(&x, p, sizeof(T));
+    v = as_double(x);
+  });
   return v;
 }
 
 void store_double(char* p, int32_t dtype, double v) {
-  static const int64_t kZero[1] = {0};
-  const int64_t one = 1;
-  convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&v), kFloat64, kZero, &one, 1);
+  dispatch_all(dtype, [&](auto t) {
+    using T = decltype(t);
+    T x = from_double<T>(v);
+    std::memcpy(p, &x, sizeof(T));
+  });
 }
 
 int64_t load_int64(const char* p, int32_t dtype) {
@@ -390,12 +395,15 @@ int64_t load_int64(const char* p, int32_t dtype) {
 }
 
 void store_scalar(char* p, int32_t dtype, double d, int64_t i, bool integral) {
-  static const int64_t kZero[1] = {0};
-  const int64_t one = 1;
-  if (integral)
-    convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&i), kInt64, kZero, &one, 1);
-  else
-    convert_strided(p, dtype, kZero, reinterpret_cast<const char*>(&d), kFloat64, kZero, &one, 1);
+  if (!integral) {
+    store_double(p, dtype, d);
+    return;
+  }
+  dispatch_all(dtype, [&](auto t) {
+    using T = decltype(t);
+    T x = from_integer<T>(i);
+    std::memcpy(p, &x, sizeof(T));
+  });
 }
 
 bool broadcast_strides(opforge_context* ctx, const char* op, const char* what, const View& in,

@@ -9,6 +9,7 @@
 //               P = the promotion of F and the scales' dtype.
 // float16 arithmetic is NumPy's: each operation in float32, rounded to float16.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "copy.h"
@@ -58,6 +59,25 @@ bool convertible_in(opforge_context* ctx, const char* op, const char* what, cons
   return false;
 }
 
+// Round half to even without the C library (x86-64's baseline has no roundss, and
+// nearbyint is a call): adding and subtracting 1.5 * 2^23 rounds a float below 2^22 in
+// magnitude to an integer in the default rounding mode; larger ones already are integers
+// (inf and NaN pass). The sign is put back, as rint gives -0.0 for -0.3.
+inline float rint_float(float t) {
+  if (!(std::fabs(t) < 4194304.0f)) return t;
+  return std::copysign((t + 12582912.0f) - 12582912.0f, t);
+}
+inline double rint_double(double t) {
+  if (!(std::fabs(t) < 2251799813685248.0)) return t;
+  return std::copysign((t + 6755399441055744.0) - 6755399441055744.0, t);
+}
+
+// float -> integer as NumPy's cast on x86 (through a truncating int32 conversion)
+template <typename Q>
+inline Q to_int(float t) {
+  return static_cast<Q>(t > -2147483649.0f && t < 2147483648.0f ? static_cast<int32_t>(t) : INT32_MIN);
+}
+
 // clamp as np.clip: NaN stays NaN
 double clip(double t, double lo, double hi) {
   if (std::isnan(t)) return t;
@@ -65,7 +85,7 @@ double clip(double t, double lo, double hi) {
 }
 
 // round half to even in precision p (np.rint)
-double rint_in(const Precision& p, double t) { return p.round(std::nearbyint(t)); }
+double rint_in(const Precision& p, double t) { return p.round(rint_double(t)); }
 
 void quantize_per_tensor_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   static const char kOp[] = "quantized_decomposed::quantize_per_tensor.out";
@@ -82,17 +102,23 @@ void quantize_per_tensor_out(opforge_context* ctx, opforge_arg* args, int64_t n)
   const float inverse = static_cast<float>(1.0 / scale), zp = static_cast<float>(zero_point);
   const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
   auto one = [&](float v) {
-    float t = std::nearbyint(v * inverse) + zp;
+    float t = rint_float(v * inverse) + zp;
     return std::isnan(t) ? t : t < lo ? lo : t > hi ? hi : t;
   };
-  if (x.dense && out.dense && x.dtype == kFloat32 && out.dtype == kInt8) {  // the common case
+  if (x.dense && out.dense && x.dtype == kFloat32) {  // the common case
     const float* px = x.ptr<float>();
-    int8_t* po = out.ptr<int8_t>();
-    for (int64_t i = 0; i < x.numel; ++i) {
-      float t = one(px[i]);
-      po[i] = static_cast<int8_t>(std::isnan(t) ? 0 : static_cast<int32_t>(t));
+    auto run = [&](auto q) {
+      using Q = decltype(q);
+      Q* po = out.ptr<Q>();
+      for (int64_t i = 0; i < x.numel; ++i) po[i] = to_int<Q>(one(px[i]));
+    };
+    switch (out.dtype) {
+      case kInt8: run(int8_t{}); return;
+      case kUInt8: run(uint8_t{}); return;
+      case kInt16: run(int16_t{}); return;
+      case kInt32: run(int32_t{}); return;
+      default: break;
     }
-    return;
   }
   for_each_element(x, out, [&](char* px, char* po, const int64_t*) {
     store_double(po, out.dtype, one(static_cast<float>(load_double(px, x.dtype))));
@@ -172,6 +198,31 @@ void quantize_per_channel_out(opforge_context* ctx, opforge_arg* args, int64_t n
   }
   const double lo = c.round(static_cast<double>(qmin)), hi = c.round(static_cast<double>(qmax));
   const bool broadcast = scales.numel == 1;
+  if (x.dense && out.dense && x.dtype == kFloat32 && c.dtype == kFloat32 &&
+      (out.dtype == kInt8 || out.dtype == kUInt8)) {  // the common case, in float32
+    int64_t outer = 1, inner = 1, channels = x.sizes[dim];
+    for (int k = 0; k < dim; ++k) outer *= x.sizes[k];
+    for (int k = dim + 1; k < x.rank; ++k) inner *= x.sizes[k];
+    const float* px = x.ptr<float>();
+    const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+    auto run = [&](auto q) {
+      using Q = decltype(q);
+      Q* po = out.ptr<Q>();
+      for (int64_t o = 0, e = 0; o < outer; ++o)
+        for (int64_t ch = 0; ch < channels; ++ch) {
+          int64_t k = broadcast ? 0 : ch;
+          const float inv = static_cast<float>(inverse[k]), z = static_cast<float>(zp[k]);
+          for (int64_t i = 0; i < inner; ++i, ++e) {
+            float t = rint_float(px[e] * inv) + z;
+            t = std::isnan(t) ? t : t < flo ? flo : t > fhi ? fhi : t;
+            po[e] = to_int<Q>(t);
+          }
+        }
+    };
+    if (out.dtype == kInt8) run(int8_t{});
+    else run(uint8_t{});
+    return;
+  }
   for_each_element(x, out, [&](char* px, char* po, const int64_t* idx) {
     int64_t k = broadcast ? 0 : idx[dim];
     double t = c.mul(c.round(load_double(px, x.dtype)), inverse[k]);
@@ -203,6 +254,28 @@ void dequantize_per_channel_out(opforge_context* ctx, opforge_arg* args, int64_t
   }
   Precision c{with_float32(scales.dtype)};
   const bool broadcast = scales.numel == 1;
+  if (q.dense && out.dense && (q.dtype == kInt8 || q.dtype == kUInt8) && out.dtype == kFloat32 &&
+      c.dtype == kFloat32) {  // the common case, in float32
+    int64_t outer = 1, inner = 1, channels = q.sizes[dim];
+    for (int k = 0; k < dim; ++k) outer *= q.sizes[k];
+    for (int k = dim + 1; k < q.rank; ++k) inner *= q.sizes[k];
+    float* po = out.ptr<float>();
+    auto run = [&](auto t) {
+      using Q = decltype(t);
+      const Q* pq = q.ptr<Q>();
+      for (int64_t o = 0, e = 0; o < outer; ++o)
+        for (int64_t ch = 0; ch < channels; ++ch) {
+          int64_t k = broadcast ? 0 : ch;
+          const float s = static_cast<float>(load_double(element(scales, k), scales.dtype));
+          const int64_t z = has_zp ? static_cast<int64_t>(std::trunc(load_double(element(zps, k), zps.dtype))) : 0;
+          for (int64_t i = 0; i < inner; ++i, ++e)
+            po[e] = static_cast<float>(static_cast<int64_t>(pq[e]) - z) * s;
+        }
+    };
+    if (q.dtype == kInt8) run(int8_t{});
+    else run(uint8_t{});
+    return;
+  }
   for_each_element(q, out, [&](char* pq, char* po, const int64_t* idx) {
     int64_t k = broadcast ? 0 : idx[dim];
     double s = c.round(load_double(element(scales, k), scales.dtype)), t;
@@ -226,10 +299,17 @@ struct Blocks {
   int64_t mode[kMaxRank];  // 0: one block, 1: per element, 2: blocked
   int64_t mult[kMaxRank];  // the scale tensor's row-major multipliers
   int64_t count = 1;       // scales expected
+  std::vector<int64_t> table[kMaxRank];  // per dim: each coordinate's share of the index
+  void tabulate(const int64_t* sizes) {
+    for (int d = 0; d < rank; ++d) {
+      table[d].resize(static_cast<size_t>(sizes[d]));
+      for (int64_t c = 0; c < sizes[d]; ++c)
+        table[d][c] = mode[d] == 0 ? 0 : (mode[d] == 2 ? c / block[d] : c) * mult[d];
+    }
+  }
   int64_t index(const int64_t* c) const {
     int64_t k = 0;
-    for (int d = 0; d < rank; ++d)
-      if (mode[d]) k += (mode[d] == 2 ? c[d] / block[d] : c[d]) * mult[d];
+    for (int d = 0; d < rank; ++d) k += table[d][c[d]];
     return k;
   }
 };
@@ -262,6 +342,7 @@ bool blocks_of(opforge_context* ctx, const char* op, const View& x, const int64_
   int64_t m = 1;
   for (int d = x.rank - 1; d >= 0; --d) b->mult[d] = m, m *= dims[d];
   b->count = m;
+  b->tabulate(x.sizes);
   return true;
 }
 
@@ -321,11 +402,37 @@ void quantize_affine_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   }
   Precision c{with_float32(is_floating(scale.dtype) ? scale.dtype : kFloat32)};
   lo = c.round(lo), hi = c.round(hi);
+  std::vector<double> inverse(b.count), zero(b.count, 0.0);
+  for (int64_t k = 0; k < b.count; ++k) {
+    inverse[k] = c.div(1.0, c.round(load_double(flat(scale, k), scale.dtype)));
+    if (has_zp) zero[k] = c.round(load_double(flat(zp, k), zp.dtype));
+  }
+  if (x.dtype == kFloat32 && c.dtype == kFloat32 && (out.dtype == kInt8 || out.dtype == kUInt8)) {
+    std::vector<float> finv(inverse.begin(), inverse.end()), fzero(zero.begin(), zero.end());
+    const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+    auto one = [&](float v, int64_t k) {
+      float t = rint_float(v * finv[k]);
+      if (has_zp) t = t + fzero[k];
+      return std::isnan(t) ? t : t < flo ? flo : t > fhi ? fhi : t;
+    };
+    if (out.dtype == kInt8)
+      for_each_element(x, out, [&](char* px, char* po, const int64_t* idx) {
+        float v;
+        std::memcpy(&v, px, 4);
+        *reinterpret_cast<int8_t*>(po) = to_int<int8_t>(one(v, b.index(idx)));
+      });
+    else
+      for_each_element(x, out, [&](char* px, char* po, const int64_t* idx) {
+        float v;
+        std::memcpy(&v, px, 4);
+        *reinterpret_cast<uint8_t*>(po) = to_int<uint8_t>(one(v, b.index(idx)));
+      });
+    return;
+  }
   for_each_element(x, out, [&](char* px, char* po, const int64_t* idx) {
     int64_t k = b.index(idx);
-    double inverse = c.div(1.0, c.round(load_double(flat(scale, k), scale.dtype)));
-    double t = rint_in(c, c.mul(c.round(load_double(px, x.dtype)), inverse));
-    if (has_zp) t = c.round(t + c.round(load_double(flat(zp, k), zp.dtype)));
+    double t = rint_in(c, c.mul(c.round(load_double(px, x.dtype)), inverse[k]));
+    if (has_zp) t = c.round(t + zero[k]);
     store_double(po, out.dtype, clip(t, lo, hi));
   });
 }
@@ -346,12 +453,32 @@ void dequantize_affine_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
     return;
   Precision f{out.dtype};
   Precision p{promote(out.dtype, is_floating(scale.dtype) ? scale.dtype : out.dtype)};
+  std::vector<double> scales(b.count), zero(b.count, 0.0);
+  for (int64_t k = 0; k < b.count; ++k) {
+    scales[k] = load_double(flat(scale, k), scale.dtype);
+    if (has_zp) zero[k] = f.round(load_double(flat(zp, k), zp.dtype));
+  }
+  if ((q.dtype == kInt8 || q.dtype == kUInt8) && out.dtype == kFloat32 && p.dtype == kFloat32) {
+    std::vector<float> fs(scales.begin(), scales.end()), fz(zero.begin(), zero.end());
+    auto run = [&](auto t) {
+      using Q = decltype(t);
+      for_each_element(q, out, [&](char* pq, char* po, const int64_t* idx) {
+        int64_t k = b.index(idx);
+        float v = static_cast<float>(*reinterpret_cast<const Q*>(pq));
+        if (has_zp) v = v - fz[k];
+        v = v * fs[k];
+        std::memcpy(po, &v, 4);
+      });
+    };
+    if (q.dtype == kInt8) run(int8_t{});
+    else run(uint8_t{});
+    return;
+  }
   for_each_element(q, out, [&](char* pq, char* po, const int64_t* idx) {
     int64_t k = b.index(idx);
     double t = f.round(load_double(pq, q.dtype));
-    if (has_zp) t = f.sub(t, f.round(load_double(flat(zp, k), zp.dtype)));
-    double s = load_double(flat(scale, k), scale.dtype);
-    store_double(po, out.dtype, f.round(p.mul(t, s)));
+    if (has_zp) t = f.sub(t, zero[k]);
+    store_double(po, out.dtype, f.round(p.mul(t, scales[k])));
   });
 }
 
