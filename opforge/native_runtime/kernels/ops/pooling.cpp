@@ -191,6 +191,38 @@ void max_pool(const Pool& g, const View& x, const View& y, const View& ind) {
     const T* xp = x.ptr<T>() + xo;
     T* yp = y.ptr<T>() + plane_offset(y, g.lead, t);
     int64_t* ip = ind.ptr<int64_t>() + plane_offset(ind, g.lead, t);
+    if (g.k[0] == 1 && g.in[0] == 1 && g.d[2] == 1 && g.xs[2] == 1) {
+      // 2-d, rows contiguous: the taps' bounds per output row once, then per window the
+      // same scan with no per-tap arithmetic but the index
+      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        int64_t sh = oh * g.s[1] - g.p[1];
+        int64_t h0 = sh < 0 ? sh + ((-sh + g.d[1] - 1) / g.d[1]) * g.d[1] : sh;
+        int64_t h1 = sh + (g.k[1] - 1) * g.d[1] + 1;
+        if (h1 > g.in[1]) h1 = g.in[1];
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          int64_t sw = ow * g.s[2] - g.p[2];
+          int64_t w0 = sw < 0 ? 0 : sw;
+          int64_t w1 = sw + g.k[2] < g.in[2] ? sw + g.k[2] : g.in[2];
+          T best = lowest;
+          int64_t at = h0 * g.in[2] + w0;
+          for (int64_t ih = h0; ih < h1; ih += g.d[1]) {
+            const T* row = xp + ih * g.xs[1];
+            for (int64_t iw = w0; iw < w1; ++iw) {
+              T v = row[iw];
+              bool nan = false;
+              if constexpr (std::is_floating_point<T>::value) nan = v != v;
+              if (v > best || nan) {
+                best = v;
+                at = ih * g.in[2] + iw;
+              }
+            }
+          }
+          yp[oh * g.ys[1] + ow * g.ys[2]] = best;
+          ip[oh * g.is[1] + ow * g.is[2]] = at;
+        }
+      }
+      return;
+    }
     for (int64_t od = 0; od < g.out[0]; ++od)
       for (int64_t oh = 0; oh < g.out[1]; ++oh)
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {

@@ -455,6 +455,23 @@ void arg_reduce(opforge_context* ctx, const char* op, const View& x, bool has_di
     using T = decltype(tag);
     const T* xs = x.ptr<T>();
     each_output(p, [&](int64_t f, int64_t base) {
+      if constexpr (std::is_same<T, float>::value) {
+        if (is_max && p.nr <= 1 && (p.nr == 0 || p.rx[0] == 1)) {
+          // contiguous float32: the vector maximum, then its first occurrence (the first
+          // NaN when there is one)
+          const float* row = xs + base;
+          float m = vec::max(row, p.count);
+          int64_t i = 0;
+          if (m != m) {
+            while (row[i] == row[i]) ++i;
+          } else {
+            while (row[i] != m) ++i;
+          }
+          indices.ptr<int64_t>()[out_offset(indices, f)] = i;
+          if (values) values->ptr<T>()[out_offset(*values, f)] = row[i];
+          return;
+        }
+      }
       T best = T(0);
       int64_t at = -1, k = 0;
       bool found_nan = false;
