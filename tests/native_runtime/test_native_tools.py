@@ -160,6 +160,9 @@ def test_run_reports_the_runtimes_errors(tmp_path, run_tool):
     assert result.returncode == 1 and "OPF_ERR_INPUT" in result.stderr
     result = run_tool("opforge-run", tmp_path / "add.opf", "--input", x, check=False)
     assert result.returncode == 2 and "exactly 2" in result.stderr
+    result = run_tool("opforge-run", tmp_path / "add.opf", "--kernels", tmp_path / "none.so",
+                      check=False)
+    assert result.returncode == 1 and "OPF_ERR_LIBRARY" in result.stderr and "none.so" in result.stderr
 
 
 def _generate(run_tool, path, prompt, max_new, *options):
