@@ -77,7 +77,7 @@ def same(got: np.ndarray, want: np.ndarray, ulps: int = 0, what: str = "") -> No
     if ulps == 0:
         bad = (g != w) | (np.signbit(g) != np.signbit(w))
     else:
-        bits = {4: np.int32, 8: np.int64}[got.itemsize]
+        bits = {2: np.int16, 4: np.int32, 8: np.int64}[got.itemsize]
         gi, wi = g.view(bits).astype(np.int64), w.view(bits).astype(np.int64)
         # map the sign-magnitude bit patterns onto a line, so that adjacent floats differ by 1
         top = np.int64(np.iinfo(bits).min)
@@ -628,3 +628,38 @@ def test_zoo_program_on_the_cpp_kernels(native_runtime, name):
         assert g.dtype == w.dtype and g.shape == w.shape
         scale = float(np.max(np.abs(w))) if w.size else 0.0
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(scale, 1.0), err_msg=name)
+
+
+def test_numbers_in_tensor_arguments(lib):
+    """A Python number where the schema has a Tensor promotes as a wrapped number (an int32
+    tensor times 0.5 is float32, not float64), as the NumPy kernels treat it."""
+    rng = np.random.default_rng(15)
+    i, f = values("int32", (3, 4), rng), values("float32", (3, 4), rng)
+    for key, args, out in [("aten::mul.out", (i, 0.5), "float32"), ("aten::mul.out", (f, 3), "float32"),
+                           ("aten::add.out", (i, 2.5, 1), "float32"), ("aten::div.out", (7, f), "float32"),
+                           ("aten::eq.Tensor_out", (i, 2), "bool"), ("aten::sub.out", (True, i, 1), "int32"),
+                           ("aten::where.self_out", (f > 0, f, 0.0), "float32"),
+                           ("aten::where.self_out", (f > 0, -1, i), "int32")]:
+        compare(lib, key, *args, out_dtype=out, out_shape=(3, 4))
+
+
+def test_float16(lib):
+    """float16 computes in float32 and rounds once into out, as NumPy's float16 loops do:
+    bit for bit for + - * / and the comparisons; within 1 ulp of float16 where the float32
+    value is itself a rounded one (exp, sigmoid, gelu: float64 -> float32 -> float16)."""
+    rng = np.random.default_rng(16)
+    a, b = values("float16", (4, 33), rng), values("float16", (33,), rng)
+    a[0, :4], b[:4] = [-0.0, 0.0, -0.0, 1.0], [0.0, -0.0, -0.0, 1.0]  # ties of maximum / relu
+    for key, args in [("aten::add.out", (a, b, 1)), ("aten::sub.out", (a, b, 2)),
+                      ("aten::mul.out", (a, b)), ("aten::div.out", (a, b)),
+                      ("aten::maximum.out", (a, b)), ("aten::minimum.out", (a, b)),
+                      ("aten::mul.Scalar_out", (a, 2.5)), ("aten::clamp.out", (a, 0.0, None)),
+                      ("aten::relu.out", (a,)), ("aten::neg.out", (a,)), ("aten::floor.out", (a,)),
+                      ("aten::hardtanh.out", (a, -1, 1))]:
+        compare(lib, key, *args, out_dtype="float16", out_shape=(4, 33))
+    compare(lib, "aten::lt.Tensor_out", a, b, out_dtype="bool", out_shape=(4, 33))
+    compare(lib, "aten::add.out", a, values("float32", (33,), rng), 1, out_dtype="float32",
+            out_shape=(4, 33))
+    for key, args in [("aten::exp.out", (a,)), ("aten::sigmoid.out", (a,)), ("aten::tanh.out", (a,)),
+                      ("aten::gelu.out", (a, "none")), ("aten::silu.out", (a,))]:
+        compare(lib, key, *args, out_dtype="float16", out_shape=(4, 33), ulps=1)

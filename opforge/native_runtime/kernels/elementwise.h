@@ -469,4 +469,9 @@ template <typename T> inline T numpy_minimum(T a, T b) {
   else return (a < b || a != a) ? a : b;
 }
 
+// NumPy's float16 maximum/minimum (a scalar loop, no SIMD) return the first operand
+// between equal values: relu(-0.0) is -0.0 in float16 and 0.0 in float32.
+template <typename T> inline T numpy_maximum_f16(T a, T b) { return (a >= b || a != a) ? a : b; }
+template <typename T> inline T numpy_minimum_f16(T a, T b) { return (a <= b || a != a) ? a : b; }
+
 }  // namespace opforge::portable

@@ -40,6 +40,10 @@ void relu_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   const View* inputs[1] = {&self};
   Loop L;
   if (!broadcast_loop(ctx, op, out, inputs, 1, &L)) return;
+  if (self.dtype == kFloat16) {
+    run_unary<float, float>(L, [](float v) { return numpy_maximum_f16(v, 0.0f); });
+    return;
+  }
   dispatch_compute(self.dtype, [&](auto tag) {
     using T = decltype(tag);
     run_unary<T, T>(L, [](T v) { return numpy_maximum(v, T(0)); });  // NaN stays NaN
@@ -75,7 +79,13 @@ void clamp(opforge_context* ctx, const char* op, const View& self, const Bound& 
     if (high.present) { hi = loop_view<T>(high.arg, &shi); inputs[k++] = &hi; }
     Loop L;
     if (!broadcast_loop(ctx, op, out, inputs, k, &L)) return;
-    if (low.present && high.present) {
+    if (ct == kFloat16 && low.present && high.present) {
+      run_ternary<T, T>(L, [](T x, T a, T b) { return numpy_minimum_f16(numpy_maximum_f16(x, a), b); });
+    } else if (ct == kFloat16 && low.present) {
+      run_binary<T, T>(L, [](T x, T a) { return numpy_maximum_f16(x, a); });
+    } else if (ct == kFloat16) {
+      run_binary<T, T>(L, [](T x, T b) { return numpy_minimum_f16(x, b); });
+    } else if (low.present && high.present) {
       run_ternary<T, T>(L, [](T x, T a, T b) { return numpy_minimum(numpy_maximum(x, a), b); });
     } else if (low.present) {
       run_binary<T, T>(L, [](T x, T a) { return numpy_maximum(x, a); });

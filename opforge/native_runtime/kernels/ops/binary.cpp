@@ -123,9 +123,17 @@ struct F32Row {
 };
 
 template <typename CT>
-void run_op(const Loop& L, Bin kind, const Scalar* alpha) {
+void run_op(const Loop& L, Bin kind, const Scalar* alpha, bool half) {
   constexpr bool kFloat = std::is_floating_point<CT>::value;
   if constexpr (std::is_same<CT, float>::value) {
+    if (half && kind == Bin::kMax) {
+      run_binary<float, float>(L, [](float a, float b) { return numpy_maximum_f16(a, b); });
+      return;
+    }
+    if (half && kind == Bin::kMin) {
+      run_binary<float, float>(L, [](float a, float b) { return numpy_minimum_f16(a, b); });
+      return;
+    }
     const RowOp op = kind == Bin::kAdd ? RowOp::kAdd : kind == Bin::kSub ? RowOp::kSub
                      : kind == Bin::kMul ? RowOp::kMul : kind == Bin::kDiv ? RowOp::kDiv
                      : kind == Bin::kMax ? RowOp::kMax : RowOp::kMin;
@@ -281,7 +289,7 @@ void binary(opforge_context* ctx, opforge_arg* args, int64_t n, const char* op, 
     const View* inputs[2] = {&a, &b};
     Loop L;
     if (!broadcast_loop(ctx, op, out, inputs, 2, &L)) return;
-    run_op<CT>(L, kind, has_alpha ? &alpha : nullptr);
+    run_op<CT>(L, kind, has_alpha ? &alpha : nullptr, ct == kFloat16);
   });
 }
 
