@@ -9,7 +9,10 @@
 - ``add 1x4``: one add of two 1x4 tensors: set both inputs (copied) + execute;
 - ``new shape``: a dynamic 10-instruction chain called at a shape it has not seen (symbols
   bound, guards checked, sizes evaluated and written into the bound arguments) and at the
-  shape of the previous call.
+  shape of the previous call;
+- ``--zoo``: the zoo's transformer_layer (47 instructions, seq in [1, 64]): the executor's
+  own time per call (wall time minus the instructions' profiled times, so the kernels'
+  cache behaviour at other sizes does not count) at a new shape and at a repeated one.
 
 The C figures come from a small C++ program compiled here against libopforge_runtime
 (steady_clock around a loop of calls, best of ``--rounds``); the Python figures time the
@@ -54,6 +57,7 @@ opforge::Tensor& noop_out(const opforge::Tensor& x, opforge::Tensor& out) { retu
 
 TIMER = r"""
 // bench/native_runtime_overhead.py's timer: best ns per call of a method, from C.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +91,36 @@ int main(int argc, char** argv) {
     check(opf_method_set_input(method, 0, x, 6, 2, sizes, 0), "input 0");
     if (num_inputs > 1) check(opf_method_set_input(method, 1, y, 6, 2, sizes, 0), "input 1");
   };
+  if (std::strcmp(mode, "seq") == 0) {
+    // a (2, n, 64) float32 input; the executor's own time of a call (its wall time minus the
+    // instructions' profiled times) at a shape the 16-shape cache has not got (n cycling
+    // through 17 sizes) and at the shape of the previous call; medians
+    static float big[2 * 64 * 64];
+    check(opf_method_set_profiling(method, 1), "profiling");
+    const int64_t count = opf_method_num_instructions(method);
+    auto overhead = [&](int64_t n) {
+      int64_t shape[3] = {2, n, 64};
+      check(opf_method_set_input(method, 0, big, 6, 3, shape, 0), "input");
+      auto start = std::chrono::steady_clock::now();
+      check(opf_method_execute(method), "execute");
+      double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t t = 0;
+        check(opf_method_instruction_profile(method, i, nullptr, nullptr, &t), "profile");
+        if (t > 0) ns -= double(t);
+      }
+      return ns;
+    };
+    std::vector<double> fresh, same;
+    for (long r = 0; r < calls; ++r)
+      for (int64_t n = 8; n < 25; ++n) fresh.push_back(overhead(n));
+    for (long r = 0; r < calls; ++r)
+      for (int64_t n = 8; n < 25; ++n) { overhead(n); same.push_back(overhead(n)); }
+    std::sort(fresh.begin(), fresh.end());
+    std::sort(same.begin(), same.end());
+    std::printf("%.1f %.1f\n", fresh[fresh.size() / 2], same[same.size() / 2]);
+    return 0;
+  }
   set(1);
   check(opf_method_execute(method), "execute");
   double best = 1e30;
@@ -155,10 +189,28 @@ def python_ns(program: Program, libraries, inputs, calls: int, rounds: int, vary
     return best
 
 
+def export_transformer(folder: Path) -> Path:
+    """The zoo's transformer_layer with seq in [1, 64] (example 2x16x64), portable kernels,
+    exported in a child process (the measuring process never imports torch)."""
+    path = folder / "transformer_layer-dynamic.opf"
+    code = (
+        "from torch.export import Dim\n"
+        "from opforge.examples.zoo import ZOO\n"
+        "from opforge.export import export\n"
+        "from opforge.program import save\n"
+        "model, inputs = ZOO['transformer_layer']()\n"
+        "save(export(model, inputs, kernels='portable', dynamic_shapes=({1: Dim('seq', min=1, max=64)},)), "
+        f"{str(path)!r})\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--zoo", action="store_true",
+                        help="also the zoo transformer layer with a dynamic sequence (needs torch to export)")
     args = parser.parse_args()
     runtime = build_runtime()
     cxx = find_toolchain(None).cxx
@@ -203,6 +255,13 @@ def main() -> None:
                      python_ns(dynamic, [], shapes[0], args.calls, args.rounds)))
         rows.append(("dynamic x10, a new shape each call (40 > cache)", c_ns(dynamic, None, "shapes", few * 10),
                      python_ns(dynamic, [], shapes[0], few, args.rounds, vary=lambda i: shapes[i % 40])))
+        if args.zoo:
+            zoo = export_transformer(tmp)
+            out = subprocess.run([str(tmp / "timer"), str(zoo), "-", "30", "1", "seq"],
+                                 check=True, capture_output=True, text=True)
+            new, same = (float(v) for v in out.stdout.split())
+            rows.append(("zoo transformer_layer, executor time: repeated shape", same, float("nan")))
+            rows.append(("zoo transformer_layer, executor time: a new shape", new, float("nan")))
     print(f"{'case':52s} {'native (C) ns':>14s} {'lean (Python) ns':>17s} {'ratio':>7s}")
     for name, c, p in rows:
         ratio = f"{p / c:7.1f}" if p == p else "      -"
