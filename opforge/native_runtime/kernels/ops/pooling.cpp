@@ -211,10 +211,9 @@ void max_pool(const Pool& g, const View& x, const View& y, const View& ind) {
               T v = row[iw];
               bool nan = false;
               if constexpr (std::is_floating_point<T>::value) nan = v != v;
-              if (v > best || nan) {
-                best = v;
-                at = ih * g.in[2] + iw;
-              }
+              bool take = v > best || nan;  // selects, not branches: random data mispredicts
+              best = take ? v : best;
+              at = take ? ih * g.in[2] + iw : at;
             }
           }
           yp[oh * g.ys[1] + ow * g.ys[2]] = best;
@@ -244,10 +243,9 @@ void max_pool(const Pool& g, const View& x, const View& y, const View& ind) {
                 T v = row[i2 * g.xs[2]];
                 bool nan = false;
                 if constexpr (std::is_floating_point<T>::value) nan = v != v;
-                if (v > best || nan) {
-                  best = v;
-                  at = (i0 * g.in[1] + i1) * g.in[2] + i2;
-                }
+                bool take = v > best || nan;  // selects, not branches: random data mispredicts
+                best = take ? v : best;
+                at = take ? (i0 * g.in[1] + i1) * g.in[2] + i2 : at;
               }
             }
           yp[od * g.ys[0] + oh * g.ys[1] + ow * g.ys[2]] = best;
@@ -410,10 +408,9 @@ void adaptive(const Pool& g, const View& x, const View& y, const View* ind) {
                   T v = xp[i0 * g.xs[0] + i1 * g.xs[1] + i2 * g.xs[2]];
                   bool nan = false;
                   if constexpr (std::is_floating_point<T>::value) nan = v != v;
-                  if (v > best || nan) {
-                    best = v;
-                    at = (i0 * g.in[1] + i1) * g.in[2] + i2;
-                  }
+                  bool take = v > best || nan;  // selects, not branches: random data mispredicts
+                  best = take ? v : best;
+                  at = take ? (i0 * g.in[1] + i1) * g.in[2] + i2 : at;
                 }
             yp[yo] = best;
             ip[od * g.is[0] + oh * g.is[1] + ow * g.is[2]] = at;

@@ -462,9 +462,22 @@ void arg_reduce(opforge_context* ctx, const char* op, const View& x, bool has_di
           const float* row = xs + base;
           float m = vec::max(row, p.count);
           int64_t i = 0;
+          // blocks of 64 tested with a vectorisable OR first, then scanned
           if (m != m) {
+            for (;; i += 64) {
+              int hit = 0;
+              if (i + 64 <= p.count)
+                for (int j = 0; j < 64; ++j) hit |= row[i + j] != row[i + j];
+              if (hit || i + 64 > p.count) break;
+            }
             while (row[i] == row[i]) ++i;
           } else {
+            for (;; i += 64) {
+              int hit = 0;
+              if (i + 64 <= p.count)
+                for (int j = 0; j < 64; ++j) hit |= row[i + j] == m;
+              if (hit || i + 64 > p.count) break;
+            }
             while (row[i] != m) ++i;
           }
           indices.ptr<int64_t>()[out_offset(indices, f)] = i;
