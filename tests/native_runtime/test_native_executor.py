@@ -390,6 +390,19 @@ def test_growing_symbol(rt, registry, my_ops):
     assert error.name == "OPF_ERR_MEMORY" and "growing" in error.message
     x, y = np.ones((6, 3), np.float32), np.ones((12, 3), np.float32)
     np.testing.assert_array_equal(rt.run(instance, x, y)[0], x * 3)
+    # inputs given in place (nothing grows at set_input): the outputs' growth is refused at
+    # execute, again at the same shape, and the instance still runs at a size that fits
+    n = 40000  # outputs of 480 KB and 960 KB, beyond 1 MiB with the rest
+    raw = np.zeros(n * 9 * 4 + 128, np.uint8)
+    start = -raw.ctypes.data % 64
+    big_x = raw[start:start + n * 12].view(np.float32).reshape(n, 3)
+    big_y = raw[start + n * 12 + 64 - (n * 12) % 64:][:n * 24].view(np.float32).reshape(2 * n, 3)
+    rt.set_input(instance, 0, big_x, zero_copy=True)
+    rt.set_input(instance, 1, big_y, zero_copy=True)
+    for _ in range(2):
+        error = refused(rt, rt.lib.opf_method_execute, instance)
+        assert error.name == "OPF_ERR_MEMORY" and "s=40000" in error.message
+    np.testing.assert_array_equal(rt.run(instance, x, y)[1], y * 4)
     rt.lib.opf_method_free(instance)
     rt.lib.opf_program_free(handle)
 

@@ -130,6 +130,7 @@ class MethodInstance {
   std::vector<ShapeEntry> shapes_;           // most recently used last
   std::vector<int64_t> key_;                 // scratch: this call's input sizes
   std::vector<const int64_t*> input_sizes_;  // scratch: each input's sizes
+  bool shape_ready_ = false;                 // shapes_.back() applied and its growth done
 };
 
 }  // namespace opforge::rt

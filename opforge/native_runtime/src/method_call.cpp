@@ -113,7 +113,9 @@ void MethodInstance::select_shape() {
     key_.insert(key_.end(), r.sizes.begin(), r.sizes.end());
     sizes[p] = r.sizes.data();
   }
-  if (!shapes_.empty() && shapes_.back().key == key_) return;  // the current shape: nothing to do
+  // the current shape, fully applied (a growth refused last time is tried again): nothing to do
+  if (shape_ready_ && shapes_.back().key == key_) return;
+  shape_ready_ = false;
   auto hit = std::find_if(shapes_.begin(), shapes_.end(), [&](const ShapeEntry& e) { return e.key == key_; });
   if (hit != shapes_.end()) {
     std::rotate(hit, hit + 1, shapes_.end());  // most recently used last
@@ -127,6 +129,7 @@ void MethodInstance::select_shape() {
   }
   apply_sizes(shapes_.back().sizes);
   grow(shapes_.back().env);
+  shape_ready_ = true;
 }
 
 void MethodInstance::apply_sizes(const std::vector<int64_t>& sizes) {
