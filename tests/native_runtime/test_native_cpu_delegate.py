@@ -385,6 +385,74 @@ def test_a_decoder_writes_its_kv_cache_in_place_in_the_native_executor(native_en
     assert np.any(native.read_state("blocks.0.attn.k_cache") != 0)
 
 
+def test_a_dynamic_delegate_runs_an_engine_per_shape(native_engine):
+    """A delegate with symbolic sizes (dynamic.py's case, natively): each call's batch
+    binds the symbol, the shape's engine is built on first use and cached; outputs equal
+    the Python runtime's bit for bit at every size, and a size outside the bounds is
+    refused before anything runs."""
+    import torch
+
+    from opforge.errors import OpforgeError
+    from opforge.examples.zoo import ZOO
+    from opforge.runtime import load
+
+    torch.manual_seed(0)
+    model, inputs = ZOO["mlp"]()
+    batch = torch.export.Dim("batch", min=1, max=12)
+    program = _export(model.eval(), inputs, dynamic_shapes=({0: batch},))
+    from opforge.backends.cpu import blob as B
+
+    assert "symbols" in B.parse(program.segments[program.delegates[0].segment].data)[0]
+    python = load(program).method("forward")
+    native = load(program, executor="native").method("forward")
+    rng = np.random.default_rng(0)
+    features = inputs[0].shape[1:]
+    for rows in (3, 1, 12, 3, 7, 2, 5, 9, 11, 4, 3):  # more shapes than the cache holds
+        x = rng.standard_normal((rows, *features)).astype(np.float32)
+        (want,), (got,) = python(x), native(x)
+        assert got.shape == want.shape and got.tobytes() == want.tobytes(), rows
+    with pytest.raises(OpforgeError, match="13"):
+        native(rng.standard_normal((13, *features)).astype(np.float32))
+
+
+@pytest.mark.slow
+def test_a_decoder_with_a_dynamic_prefill_generates_the_python_runtimes_tokens(native_engine):
+    """prefill (symbolic sequence length) and decode, both cpu delegates writing the KV
+    cache in place: greedy tokens and every logit equal to the Python runtime's."""
+    import torch
+
+    from opforge.examples.decoder import TinyDecoder
+    from opforge.export import export
+    from opforge.program import from_bytes, to_bytes
+    from opforge.runtime import load
+
+    model = TinyDecoder(vocab=50, dim=24, heads=4, kv_heads=2, hidden=40, layers=2, max_len=24,
+                        seed=7).eval()
+    seq = torch.export.Dim("seq", min=1, max=model.max_len)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = from_bytes(to_bytes(export(None, methods={
+            "prefill": (model, (torch.tensor([1, 2, 3]), torch.arange(3)), ({0: seq}, {0: seq})),
+            "decode": (model, (torch.tensor([0]), torch.tensor([0])))},
+            kernels="portable", backends=["cpu"])))
+    runs = []
+    for executor in ("lean", "native"):
+        loaded = load(program, executor=executor)
+        prefill, decode = loaded.method("prefill"), loaded.method("decode")
+        prompt = np.array([3, 1, 4, 1, 5], np.int64)
+        (logits,) = prefill(prompt, np.arange(len(prompt)))
+        seen, tokens = [np.ascontiguousarray(logits).tobytes()], []
+        token = int(np.argmax(logits.reshape(len(prompt), -1)[-1]))
+        for pos in range(len(prompt), model.max_len):
+            tokens.append(token)
+            (logits,) = decode(np.array([token]), np.array([pos]))
+            seen.append(np.ascontiguousarray(logits).tobytes())
+            token = int(np.argmax(logits.reshape(-1)))
+        runs.append((tokens, seen))
+    assert runs[0][0] == runs[1][0]
+    assert runs[0][1] == runs[1][1]
+
+
 def test_a_program_with_a_cpu_delegate_and_no_engine_is_refused_at_load(monkeypatch):
     from opforge.errors import OpforgeError
     from opforge.runtime import load
@@ -564,21 +632,10 @@ def test_wrong_call_arguments_are_refused_not_run(probe):
     native.close()
 
 
-def test_a_dynamic_delegate_and_an_unknown_backend_are_refused_clearly(probe):
-    import torch
-
-    from opforge.examples.zoo import ZOO
-
+def test_an_unknown_backend_is_refused_clearly(probe):
     blob, specs = _mlp_blob()
     other = NativeDelegate(probe, blob, specs, {}, backend="xnnpack")
     assert other.status == 10 and "'xnnpack'" in other.error and "'cpu'" in other.error
-    model, inputs = ZOO["mlp"]()
-    batch = torch.export.Dim("batch", min=1, max=8)
-    program = _export(model.eval(), inputs, dynamic_shapes=({0: batch},))
-    d = program.delegates[0]
-    native = NativeDelegate(probe, bytes(program.segments[d.segment].data), d.compile_specs,
-                            _named(program))
-    assert native.status == 10 and "dynamic" in native.error, native.error
 
 
 def test_a_missing_engine_names_the_delegate_and_the_fix(probe, tmp_path):
@@ -614,6 +671,11 @@ def _seeds():
                           seed=7).eval()
     seeds.append(ParsedSeed.of("decoder", to_bytes(_export(decoder, (torch.tensor([0]),
                                                                      torch.tensor([0]))))))
+    torch.manual_seed(0)
+    model, inputs = ZOO["mlp"]()
+    batch = torch.export.Dim("batch", min=1, max=12)
+    seeds.append(ParsedSeed.of("mlp dynamic", to_bytes(_export(model.eval(), inputs,
+                                                              dynamic_shapes=({0: batch},)))))
     return seeds
 
 
@@ -649,8 +711,8 @@ def _python_run(program, index, inputs, outputs) -> tuple[str, str]:
 @pytest.mark.slow
 def test_fuzzed_blobs_get_the_same_verdict_from_both_backends(probe):
     """300 cases of fuzz/cpu_blob_mutate.py (ids, dims, strides, aliases, dtypes, roles,
-    constants, named data, attributes, post-ops, io and state lists, header, specs) on four
-    seeds: each is refused at init by both backends, or fails in the call in both, or runs
+    constants, named data, attributes, post-ops, io and state lists, header, specs, size
+    expressions and symbols) on five seeds, one of them dynamic: each is refused at init by both backends, or fails in the call in both, or runs
     in both with the same outputs bit for bit."""
     import random
 
@@ -669,7 +731,12 @@ def test_fuzzed_blobs_get_the_same_verdict_from_both_backends(probe):
                      and any(i == j for j, _, _ in seed.plans))
         blob = bytes(program.segments[program.delegates[index].segment].data)
         try:
-            plan, _ = B.parse(blob)
+            plan, data_view = B.parse(blob)
+            if "symbols" in plan:  # called at the symbols' minima
+                from opforge.backends.cpu.dynamic import check_symbolic, concrete_plan
+
+                exprs = check_symbolic(plan, data_view)
+                plan = concrete_plan(plan, exprs, {n: lo for n, lo, _ in plan["symbols"]})
             ins, outs = _call_arrays(plan, case)
         except Exception:  # noqa: BLE001 - a plan the arrays cannot be made for: init only
             plan, ins, outs = None, [], []

@@ -10,8 +10,9 @@
 //   execute  the call's views checked against the plan (dtype, sizes, dense), the state
 //            outputs against their inputs (written in place) → ofc_execute
 //
-// Not here yet (refused at load, clearly): a dynamic method's delegate (symbolic sizes,
-// cpu/dynamic.py) and op-package ops (they need the Python op-package runtime). Not done:
+// A dynamic method's delegate (symbolic sizes) is backend_cpu_dynamic.cpp: one such engine
+// per call shape. Not here yet (refused at load, clearly): op-package ops (they need the
+// Python op-package runtime). Not done:
 // the page give-back and file reads of file_pages.py (an optimisation of resident memory;
 // the results are the same).
 #include <sched.h>
@@ -317,15 +318,18 @@ void CpuHandle::execute(const opforge_tensor* inputs, int64_t n_in, const opforg
 }  // namespace
 }  // namespace cpu
 
+namespace cpu {
+std::unique_ptr<DelegateHandle> make_engine(Plan plan, const EngineApi& api, const DelegateInit& init) {
+  return std::make_unique<CpuHandle>(std::move(plan), api, init);
+}
+}  // namespace cpu
+
 std::unique_ptr<DelegateHandle> cpu_backend_init(const uint8_t* blob, size_t size, const DelegateInit& init) {
   try {
-    cpu::Plan plan = cpu::parse_blob(blob, size);
-    if (plan.symbolic)
-      raise(OPF_ERR_UNSUPPORTED, "cpu backend: a dynamic method's delegate (symbolic sizes, cpu/dynamic.py) "
-                                 "is not supported by the native runtime yet — fix: export the method "
-                                 "with static shapes, or run it with opforge.runtime.load");
+    auto checked = std::make_unique<cpu::Blob>(blob, size);
     const cpu::EngineApi& api = cpu::engine_api();
-    return std::make_unique<cpu::CpuHandle>(std::move(plan), api, init);
+    if (checked->symbolic()) return cpu::make_dynamic(std::move(checked), api, init);
+    return cpu::make_engine(checked->plan(), api, init);
   } catch (const Error& e) {
     raise(e.status, init.where + " (" + std::to_string(size) + " bytes) refused: " + e.message);
   }

@@ -2,11 +2,15 @@
 // parse, check_plan, _check_named, _check_state and _check_debug, with their messages.
 #include "backend_cpu_blob.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "backend_cpu_json.h"
 #include "errors.h"
+#include "program_text.h"
+#include "symbolic.h"
 
 namespace opforge::rt::cpu {
 namespace {
@@ -79,8 +83,40 @@ std::string shown(const Json& j, const JValue* v) {
   }
 }
 
+// A dynamic plan's size expressions by their text (parsed once), and the symbol values a
+// plan is made concrete at.
+struct ExprTable {
+  std::map<std::string, SizeExpr> parsed;
+  const std::vector<int64_t>* env = nullptr;
+};
+
 struct Checker {
   const Json& j;
+  const ExprTable* exprs = nullptr;  // a dynamic plan's: a size field may be an expression
+  mutable bool read_expr = false;    // set when one was read (the tensor's strides are tidied)
+
+  // A size field (dims, strides, an alias offset, an op attribute): an int, or in a dynamic
+  // plan an expression evaluated at the symbol values (cpu/dynamic.py concrete_plan).
+  int64_t size_in(const JValue* v, int64_t lo, int64_t hi, const std::string& what) const {
+    if (exprs == nullptr || v == nullptr || v->type != JType::String) return int_in(v, lo, hi, what);
+    auto it = exprs->parsed.find(j.str(*v));
+    int64_t out = 0;
+    if (it == exprs->parsed.end() || !evaluate(it->second, exprs->env->data(), &out))
+      refuse(what + ": a size expression that cannot be evaluated at these sizes");
+    if (out < lo || out > hi)
+      refuse(what + " is " + std::to_string(out) + " at these sizes, not in [" + std::to_string(lo) + ", " +
+             std::to_string(hi) + "]");
+    read_expr = true;
+    return out;
+  }
+  std::vector<int64_t> sizes(const JValue* v, int64_t n_max, int64_t lo, int64_t hi, const std::string& what) const {
+    if (v == nullptr || v->type != JType::Array || v->count > n_max)
+      refuse(what + " is not a list of at most " + std::to_string(n_max) + " ints");
+    std::vector<int64_t> out;
+    out.reserve(v->count);
+    for (uint32_t k = 0; k < v->count; ++k) out.push_back(size_in(&j.item(*v, k), lo, hi, what + " item"));
+    return out;
+  }
 
   int64_t int_in(const JValue* v, int64_t lo, int64_t hi, const std::string& what) const {
     if (v == nullptr || v->type != JType::Int || v->big || v->i < lo || v->i > hi)
@@ -116,6 +152,23 @@ int32_t kernel_tag(const std::string& name) {
 
 std::string role_name(Role r) { return kRoles[(int)r]; }
 
+// dynamic.py _tidy: a size-1 dim's stride as a dense layout would have it (it addresses
+// nothing; oneDNN recognises dense layouts only then), for a tensor with symbolic sizes.
+void tidy(const std::vector<int64_t>& dims, std::vector<int64_t>& strides) {
+  for (size_t k = dims.size(); k-- > 0;) {
+    if (dims[k] != 1) continue;
+    int64_t best = 1;
+    bool any = false;
+    for (size_t m = k + 1; m < dims.size(); ++m) {
+      if (dims[m] == 1) continue;
+      int64_t v = strides[m] > (int64_t(1) << 62) / std::max<int64_t>(dims[m], 1) ? int64_t(1) << 62 : strides[m] * dims[m];
+      best = any ? std::max(best, v) : v;
+      any = true;
+    }
+    strides[k] = best;
+  }
+}
+
 void check_tensors(const Json& j, const Checker& c, const JValue& tensors, Plan& plan) {
   const int64_t n = tensors.count;
   plan.tensors.resize((size_t)n);
@@ -126,10 +179,12 @@ void check_tensors(const Json& j, const Checker& c, const JValue& tensors, Plan&
     if (t.type != JType::Object) refuse(at + " is not an object");
     out.dtype = (int32_t)c.int_in(j.member(t, "dtype"), 0, 11, at + ".dtype");
     if (dtype_itemsize(out.dtype) == 0) refuse(at + ".dtype " + std::to_string(out.dtype));
-    out.dims = c.ints<int64_t>(j.member(t, "dims"), kMaxRank, 0, kBig, at + ".dims");
-    out.strides = c.ints<int64_t>(j.member(t, "strides"), kMaxRank, 0, kBig, at + ".strides");
+    c.read_expr = false;
+    out.dims = c.sizes(j.member(t, "dims"), kMaxRank, 0, kBig, at + ".dims");
+    out.strides = c.sizes(j.member(t, "strides"), kMaxRank, 0, kBig, at + ".strides");
     if (out.dims.size() != out.strides.size())
       refuse(at + ": " + std::to_string(out.dims.size()) + " dims but " + std::to_string(out.strides.size()) + " strides");
+    if (c.read_expr) tidy(out.dims, out.strides);
     const JValue* role = j.member(t, "role");
     int r = -1;
     if (role != nullptr && role->type == JType::String)
@@ -140,7 +195,7 @@ void check_tensors(const Json& j, const Checker& c, const JValue& tensors, Plan&
     if (out.role == Role::Alias) {
       out.base = (int32_t)c.int_in(j.member(t, "base"), 0, n - 1, at + ".base");
       if (out.base >= i) refuse(at + " aliases a later tensor");
-      out.offset = c.int_in(j.member(t, "offset"), 0, kBig, at + ".offset");
+      out.offset = c.size_in(j.member(t, "offset"), 0, kBig, at + ".offset");
     }
     const JValue* named = j.member(t, "named");
     const JValue* data = j.member(t, "data");
@@ -184,7 +239,7 @@ void check_ops(const Json& j, const Checker& c, const JValue& ops, Plan& plan) {
     out.kind = j.str(*kind);
     out.in = c.ints<int32_t>(j.member(op, "in"), 64, 0, n - 1, at + ".in");
     out.out = c.ints<int32_t>(j.member(op, "out"), 64, 0, n - 1, at + ".out");
-    out.ia = c.ints<int64_t>(j.member(op, "ia"), 4096, -(int64_t(1) << 62), int64_t(1) << 62, at + ".ia");
+    out.ia = c.sizes(j.member(op, "ia"), 4096, -(int64_t(1) << 62), int64_t(1) << 62, at + ".ia");
     const JValue* fa = j.member(op, "fa");
     if (fa == nullptr || fa->type != JType::Array || fa->count > 64) refuse(at + ".fa");
     for (uint32_t k = 0; k < fa->count; ++k) {
@@ -360,14 +415,19 @@ const char* dtype_name(int32_t dtype) {
   }
 }
 
-Plan parse_blob(const uint8_t* blob, size_t size) {
+struct Blob::Exprs : ExprTable {
+  std::map<std::string, std::pair<int64_t, int64_t>> bounds;  // by text, over the ranges
+};
+
+Blob::~Blob() = default;
+
+Blob::Blob(const uint8_t* blob, size_t size) : json_(std::make_unique<Json>()) {
   if (size < kHeader)
     refuse(std::to_string(size) + " bytes, shorter than its " + std::to_string(kHeader) + "-byte header");
   if (std::memcmp(blob, kMagic, 8) != 0) refuse("magic that is not b'OFCPUBLB'");
-  Plan plan;
-  plan.version = u32(blob + 8);
-  if (plan.version != 1 && plan.version != 2)
-    refuse("format version " + std::to_string(plan.version) + "; this opforge reads versions (1, 2)");
+  version_ = u32(blob + 8);
+  if (version_ != 1 && version_ != 2)
+    refuse("format version " + std::to_string(version_) + "; this opforge reads versions (1, 2)");
   const int64_t plan_len = u32(blob + 12);
   const uint64_t data_len = u64(blob + 16);
   const uint32_t crc = u32(blob + 24);
@@ -377,11 +437,11 @@ Plan parse_blob(const uint8_t* blob, size_t size) {
     refuse("sizes (plan " + std::to_string(plan_len) + ", data " + std::to_string(data_len) +
            ") that do not add up to the blob's " + std::to_string(size) + " bytes");
   const uint8_t* text = blob + kHeader;
-  plan.data = blob + data_start;
-  plan.data_size = (int64_t)data_len;
-  if (crc32_update(crc32_update(0, text, (size_t)plan_len), plan.data, (size_t)data_len) != crc)
+  data_ = blob + data_start;
+  data_size_ = (int64_t)data_len;
+  if (crc32_update(crc32_update(0, text, (size_t)plan_len), data_, (size_t)data_len) != crc)
     refuse("a CRC-32 that does not match its contents");
-  Json j;
+  Json& j = *json_;
   std::string problem;
   if (!utf8_ok(text, (size_t)plan_len)) refuse("a plan that is not JSON (UnicodeDecodeError)");
   if (!j.parse(reinterpret_cast<const char*>(text), (size_t)plan_len, &problem))
@@ -392,13 +452,29 @@ Plan parse_blob(const uint8_t* blob, size_t size) {
   bool names = false;
   for (uint32_t k = 0; tensors && tensors->type == JType::Array && k < tensors->count; ++k)
     names = names || j.member(j.item(*tensors, k), "named") != nullptr;
-  if (plan.version < 2 && names)
-    refuse("a version-" + std::to_string(plan.version) + " blob that names constants (version 2 or later)");
+  if (version_ < 2 && names)
+    refuse("a version-" + std::to_string(version_) + " blob that names constants (version 2 or later)");
   if (j.member(doc, "symbols") != nullptr) {  // a dynamic method's delegate (cpu/dynamic.py)
-    plan.symbolic = true;
-    return plan;
+    check_symbolic();
+    return;
   }
+  plan();  // every check_plan rule now (the handle makes it again: the Json is kept)
+}
+
+Plan Blob::plan_at(const std::vector<int64_t>& env) const {
+  const Json& j = *json_;
+  const JValue& doc = j.root();
+  Plan plan;
+  plan.version = version_;
+  plan.data = data_;
+  plan.data_size = data_size_;
   Checker c{j};
+  if (symbolic()) {
+    if (env.size() != symbols_.size()) refuse("symbol values of another count than its symbols");
+    exprs_->env = &env;
+    c.exprs = exprs_.get();
+  }
+  const JValue* tensors = j.member(doc, "tensors");
   if (tensors == nullptr || tensors->type != JType::Array || tensors->count > kMaxTensors) refuse("no tensor table");
   check_tensors(j, c, *tensors, plan);
   const JValue* ops = j.member(doc, "ops");
@@ -406,6 +482,124 @@ Plan parse_blob(const uint8_t* blob, size_t size) {
   check_ops(j, c, *ops, plan);
   check_io_state_debug(j, c, doc, plan);
   return plan;
+}
+
+// check_symbolic (cpu/dynamic.py), rule for rule.
+void Blob::check_symbolic() {
+  const Json& j = *json_;
+  const JValue& doc = j.root();
+  const JValue* symbols = j.member(doc, "symbols");
+  if (symbols == nullptr || symbols->type != JType::Array || symbols->count < 1 || symbols->count > kMaxSymbols)
+    refuse("symbols is not a list of 1 to " + std::to_string(kMaxSymbols) + " [name, min, max]");
+  for (uint32_t k = 0; k < symbols->count; ++k) {
+    const JValue& e = j.item(*symbols, k);
+    std::string at = "symbols[" + std::to_string(k) + "]";
+    if (e.type != JType::Array || e.count != 3 || j.item(e, 0).type != JType::String)
+      refuse(at + " is not [name, min, max]");
+    Symbol sym;
+    sym.name = j.str(j.item(e, 0));
+    if (!is_identifier(sym.name)) refuse(at + " name '" + sym.name.substr(0, 40) + "' is not an identifier");
+    const JValue &lo = j.item(e, 1), &hi = j.item(e, 2);
+    bool twice = std::any_of(symbols_.begin(), symbols_.end(), [&](const Symbol& s) { return s.name == sym.name; });
+    if (lo.type != JType::Int || hi.type != JType::Int || lo.big || hi.big || lo.i < 0 || lo.i > hi.i ||
+        hi.i > kBig || twice)
+      refuse(at + " '" + sym.name.substr(0, 40) + "' has a range outside 0 <= min <= max <= " +
+             std::to_string(kBig) + ", or is declared twice");
+    sym.min = lo.i;
+    sym.max = hi.i;
+    symbols_.push_back(sym);
+  }
+  exprs_ = std::make_unique<Exprs>();
+  std::vector<int64_t> mins, maxs;
+  for (const Symbol& s : symbols_) {
+    mins.push_back(s.min);
+    maxs.push_back(s.max);
+  }
+  // an int in [lo, hi], or an expression that parses, reads declared symbols, and whose
+  // bounds over the symbols' ranges lie in [lo, hi]
+  auto check = [&](const JValue& v, int64_t lo, int64_t hi, const std::string& what) {
+    if (v.type == JType::Int) {
+      if (v.big || v.i < lo || v.i > hi)
+        refuse(what + " is " + (v.big ? std::string("a big int") : std::to_string(v.i)) + ", not in [" +
+               std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      return;
+    }
+    if (v.type != JType::String) refuse(what + " is neither an int nor a size expression");
+    const std::string text = j.str(v);
+    if (!exprs_->parsed.count(text)) {
+      try {
+        exprs_->parsed.emplace(text, parse_size_expr(text, symbols_, what));
+      } catch (const ProgramError& e) {
+        refuse(what + ": the size expression '" + text.substr(0, 60) + "' does not parse or reads an "
+               "undefined symbol (" + e.message.substr(0, 160) + ")");
+      }
+      int64_t b_lo = 0, b_hi = 0;
+      if (!bounds(exprs_->parsed.at(text), mins.data(), maxs.data(), &b_lo, &b_hi)) {
+        b_lo = -(int64_t(1) << 62) - 1;
+        b_hi = (int64_t(1) << 62) + 1;
+      }
+      exprs_->bounds[text] = {b_lo, b_hi};
+    }
+    auto b = exprs_->bounds.at(text);
+    if (b.first < lo || b.second > hi)
+      refuse(what + ": the size expression '" + text.substr(0, 60) + "' spans [" + std::to_string(b.first) + ", " +
+             std::to_string(b.second) + "] over the symbols' ranges, outside [" + std::to_string(lo) + ", " +
+             std::to_string(hi) + "]");
+  };
+  const JValue* tensors = j.member(doc, "tensors");
+  const JValue* ops = j.member(doc, "ops");
+  if (tensors == nullptr || tensors->type != JType::Array || ops == nullptr || ops->type != JType::Array)
+    refuse("no tensor table or op list");
+  for (uint32_t i = 0; i < tensors->count; ++i) {
+    const JValue& t = j.item(*tensors, i);
+    std::string at = "tensors[" + std::to_string(i) + "]";
+    if (t.type != JType::Object) refuse(at + " is not an object");
+    for (const char* key : {"dims", "strides"}) {
+      const JValue* values = j.member(t, key);
+      if (values == nullptr || values->type != JType::Array || values->count > kMaxRank)
+        refuse(at + "." + key + " is not a list of at most " + std::to_string(kMaxRank) + " sizes");
+      for (uint32_t k = 0; k < values->count; ++k) check(j.item(*values, k), 0, kBig, at + "." + key);
+    }
+    if (j.member(t, "dims")->count != j.member(t, "strides")->count)
+      refuse(at + ": " + std::to_string(j.member(t, "dims")->count) + " dims but " +
+             std::to_string(j.member(t, "strides")->count) + " strides");
+    if (const JValue* offset = j.member(t, "offset")) check(*offset, 0, kBig, at + ".offset");
+  }
+  for (uint32_t i = 0; i < ops->count; ++i) {
+    const JValue& op = j.item(*ops, i);
+    const JValue* ia = op.type == JType::Object ? j.member(op, "ia") : nullptr;
+    std::string at = "ops[" + std::to_string(i) + "].ia";
+    if (ia == nullptr || ia->type != JType::Array || ia->count > 4096)
+      refuse(at + " is not a list of at most 4096 attributes");
+    for (uint32_t k = 0; k < ia->count; ++k) check(j.item(*ia, k), -(int64_t(1) << 62), int64_t(1) << 62, at);
+  }
+  const JValue* inputs = j.member(doc, "inputs");
+  bool ids = inputs != nullptr && inputs->type == JType::Array;
+  for (uint32_t k = 0; ids && k < inputs->count; ++k) {
+    const JValue& v = j.item(*inputs, k);
+    ids = v.type == JType::Int && !v.big && v.i >= 0 && v.i < (int64_t)tensors->count;
+  }
+  if (!ids) refuse("inputs is not a list of tensor ids");
+  // each symbol bound by the first input dimension a * s + b that names it
+  std::vector<char> bound(symbols_.size(), 0);
+  for (uint32_t position = 0; position < inputs->count; ++position) {
+    const JValue* dims = j.member(j.item(*tensors, (uint32_t)j.item(*inputs, position).i), "dims");
+    for (uint32_t dim = 0; dim < dims->count; ++dim) {
+      const JValue& size = j.item(*dims, dim);
+      Affine form{};
+      if (size.type != JType::String || !as_affine(exprs_->parsed.at(j.str(size)), &form) || form.a == 0 ||
+          bound[(size_t)form.symbol])
+        continue;
+      bound[(size_t)form.symbol] = 1;
+      steps_.push_back(Step{position, dim, form.symbol, form.a, form.b});
+    }
+  }
+  for (const auto& kv : exprs_->parsed)
+    for (size_t s = 0; s < symbols_.size(); ++s)
+      if (kv.second.reads((int)s) && !bound[s])
+        refuse("symbol(s) ['" + symbols_[s].name.substr(0, 40) + "'] that no input dimension binds");
+  plan_at(mins);
+  plan_at(maxs);
 }
 
 }  // namespace opforge::rt::cpu

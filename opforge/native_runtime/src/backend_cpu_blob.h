@@ -7,10 +7,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "program.h"
+
 namespace opforge::rt::cpu {
+
+class Json;
 
 enum class Role : uint8_t { Input, Output, Const, Temp, Alias, Dead, State };
 
@@ -58,7 +63,6 @@ struct Plan {
   std::vector<int32_t> inputs, outputs;
   std::vector<std::pair<int64_t, int64_t>> state;  // (input position, call output position)
   int64_t num_debug = 0;                           // trailing outputs that are node results
-  bool symbolic = false;                           // "symbols": a dynamic method's delegate
   const uint8_t* data = nullptr;                   // the constants' bytes (in the blob)
   int64_t data_size = 0;
 };
@@ -68,10 +72,45 @@ constexpr int64_t kMaxTensors = int64_t(1) << 20;
 constexpr int kMaxRank = 8;
 constexpr int64_t kNamedMaxBytes = int64_t(1) << 48;
 
-// Parse and check a blob (blob.parse then check_plan); throws Error OPF_ERR_PROGRAM with
-// blob.py's message ("cpu backend blob: ... — valid: ... — fix: ..."). A symbolic plan
-// comes back with `symbolic` set and only its header checked.
-Plan parse_blob(const uint8_t* blob, size_t size);
+// A blob read and checked (blob.parse): the header, the CRC, the JSON plan. Throws Error
+// OPF_ERR_PROGRAM with blob.py's message ("cpu backend blob: ... — valid: ... — fix: ...").
+//
+// A static plan: plan() is it, checked by every rule of check_plan. A dynamic method's
+// plan ("symbols"; cpu/dynamic.py): its sizes, strides, alias offsets and op attributes
+// may be size expressions over the symbols; the constructor checks them as
+// check_symbolic does (each parses and reads declared symbols only, its bounds over the
+// symbols' ranges inside the field's range, every symbol bound by an input dimension
+// a * s + b, the plan made concrete at the minima and at the maxima passes check_plan),
+// and plan_at(env) is the plan made concrete at one set of symbol values, checked again.
+class Blob {
+ public:
+  struct Step {                       // symbol `symbol` = (input `input`'s dim `dim` - b) / a
+    int64_t input = 0, dim = 0;
+    int symbol = 0;
+    int64_t a = 1, b = 0;
+  };
+  Blob(const uint8_t* blob, size_t size);
+  ~Blob();
+  Blob(const Blob&) = delete;
+  Blob& operator=(const Blob&) = delete;
+
+  bool symbolic() const { return !symbols_.empty(); }
+  Plan plan() const { return plan_at({}); }
+  Plan plan_at(const std::vector<int64_t>& env) const;
+  const std::vector<Symbol>& symbols() const { return symbols_; }
+  const std::vector<Step>& steps() const { return steps_; }
+
+ private:
+  void check_symbolic();
+  struct Exprs;
+  std::unique_ptr<Json> json_;
+  std::unique_ptr<Exprs> exprs_;
+  uint32_t version_ = 0;
+  const uint8_t* data_ = nullptr;
+  int64_t data_size_ = 0;
+  std::vector<Symbol> symbols_;
+  std::vector<Step> steps_;
+};
 
 // The delegate's own compile specs (not "opforge.*"), checked as decode_specs checks
 // them (backend_cpu_specs.cpp); its num_threads (0: OPFORGE_NUM_THREADS, else 1).

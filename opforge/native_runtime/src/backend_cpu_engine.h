@@ -9,7 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "backend.h"
 
 #include "opforge/kernel_abi.h"
 
@@ -49,5 +52,13 @@ struct EngineApi {
 // Error OPF_ERR_UNSUPPORTED when none is configured or it cannot be
 // loaded, OPF_ERR_LIBRARY when it is not an engine of this ABI.
 const EngineApi& engine_api();
+
+struct Plan;
+class Blob;
+// One engine built from a static plan (backend_cpu.cpp), and a dynamic delegate: engines
+// per call shape over one symbolic blob (backend_cpu_dynamic.cpp).
+std::unique_ptr<DelegateHandle> make_engine(Plan plan, const EngineApi& api, const DelegateInit& init);
+std::unique_ptr<DelegateHandle> make_dynamic(std::unique_ptr<Blob> blob, const EngineApi& api,
+                                             const DelegateInit& init);
 
 }  // namespace opforge::rt::cpu
