@@ -89,10 +89,12 @@ def test_mm_float32_within_the_summation_bound(lib, m, k, n, layout):
     assert np.all(np.abs(out - exact) <= gemm_bound(a, b, k))
 
 
-@pytest.mark.parametrize("m,k,n", [(4, 64, 128), (33, 17, 65), (1, 100, 1)])
+@pytest.mark.parametrize("m,k,n", [(4, 64, 128), (33, 17, 65), (1, 100, 1), (40, 300, 70)])
 def test_mm_float64_and_the_numpy_kernel(lib, numpy_kernels, m, k, n):
     check(lib, numpy_kernels, "aten::mm.out",
           [randn((m, k), np.float64), randn((k, n), np.float64), np.empty((m, n))], [2])
+    bt = np.ascontiguousarray(randn((n, k), np.float64)).T  # a transposed view
+    check(lib, numpy_kernels, "aten::mm.out", [randn((m, k), np.float64), bt, np.empty((m, n))], [2])
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.bool_])
@@ -373,3 +375,51 @@ def test_exp_is_within_one_ulp(lib):
     exact = 1 / (1 + np.exp(-x.astype(np.float64)))  # softmax's first entry, sigmoid(x)
     # exp within 1 ulp, then a sum and a division: within a few float32 ulps of the value
     assert np.all(np.abs(out[:, 0] - exact) <= 4 * np.finfo(np.float32).eps * exact + 1e-44)
+
+
+_OTHER_ISA_SCRIPT = r"""
+import sys
+import numpy as np
+from opforge.kernels.portable import portable_kernels
+from opforge.runtime.native import NativeLibrary
+lib, spec = NativeLibrary(sys.argv[1]), portable_kernels()
+rng = np.random.default_rng(1)
+for m, k, n in [(4, 64, 128), (37, 300, 65), (1, 768, 100), (9, 17, 33)]:
+    for dtype in (np.float32, np.float64):
+        a = rng.standard_normal((m, k)).astype(dtype)
+        for b in (rng.standard_normal((k, n)).astype(dtype),
+                  np.ascontiguousarray(rng.standard_normal((n, k)).astype(dtype)).T):
+            out = np.empty((m, n), dtype)
+            lib.kernel("aten::mm.out")(a, b, out)
+            exact = a.astype(np.float64) @ b.astype(np.float64)
+            bound = 2 * k * np.finfo(dtype).eps * (np.abs(a) @ np.abs(b)).astype(np.float64)
+            assert np.all(np.abs(out - exact) <= bound + 1e-30), (m, k, n, dtype)
+x = rng.standard_normal((3, 77)).astype(np.float32) * 5
+for key in ("aten::_softmax.out", "aten::_log_softmax.out"):
+    want, got = np.empty_like(x), np.empty_like(x)
+    spec[key](x, -1, False, want)
+    lib.kernel(key)(x, -1, False, got)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+w, b = rng.standard_normal(77).astype(np.float32), rng.standard_normal(77).astype(np.float32)
+outs = [[np.empty_like(x), np.empty((3, 1), np.float32), np.empty((3, 1), np.float32)] for _ in range(2)]
+spec["aten::native_layer_norm.out"](x, [77], w, b, 1e-5, *outs[0])
+lib.kernel("aten::native_layer_norm.out")(x, [77], w, b, 1e-5, *outs[1])
+for want, got in zip(*outs):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2"])
+def test_other_instruction_sets(native_runtime, capability):
+    """The GEMM and vector loops compiled for the build's baseline (what an aarch64 build
+    runs: 16-byte vectors) and for AVX2, chosen with OPFORGE_CPU_CAPABILITY in a fresh
+    process (the choice is made once per process)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OPFORGE_CPU_CAPABILITY=capability, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", _OTHER_ISA_SCRIPT, str(native_runtime.portable_library)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

@@ -164,8 +164,14 @@ enum class Isa { kGeneric, kAvx2, kAvx512 };
 
 Isa detect() {
 #if defined(__x86_64__) && defined(__GNUC__)
+  // OPFORGE_CPU_CAPABILITY caps the choice as it does the cpu engine's: "default" (the
+  // portable copy every target has), "avx2"; unset or anything else: the widest
+  const char* cap = std::getenv("OPFORGE_CPU_CAPABILITY");
+  bool only_default = cap && std::strcmp(cap, "default") == 0;
+  bool at_most_avx2 = cap && std::strcmp(cap, "avx2") == 0;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+  if (only_default) return Isa::kGeneric;
+  if (!at_most_avx2 && __builtin_cpu_supports("avx512f")) return Isa::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
 #endif
   return Isa::kGeneric;

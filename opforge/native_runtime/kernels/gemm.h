@@ -22,7 +22,8 @@ bool gemm(int64_t m, int64_t n, int64_t k, const double* a, int64_t rsa, int64_t
           const double* b, int64_t rsb, int64_t csb, double* c, int64_t rsc, int64_t csc,
           bool accumulate);
 
-// Which microkernel gemm runs on this machine: "avx512f", "avx2" or "generic".
+// Which microkernel gemm runs on this machine: "avx512f", "avx2" or "generic" (the widest
+// the CPU has; OPFORGE_CPU_CAPABILITY=avx2 or =default caps it, read once per process).
 const char* gemm_isa();
 
 // A per-thread buffer of at least `bytes` bytes, 64-byte aligned, for slot 0..5 (one

@@ -1,6 +1,7 @@
 // The vector loops of vector_math.h, compiled per instruction set and dispatched once.
 #include "vector_math.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -47,8 +48,14 @@ struct Table {
 
 Table pick() {
 #if defined(__x86_64__) && defined(__GNUC__)
+  // OPFORGE_CPU_CAPABILITY=default / avx2 caps the choice, as gemm.cpp's
+  const char* cap = std::getenv("OPFORGE_CPU_CAPABILITY");
+  bool only_default = cap && std::strcmp(cap, "default") == 0;
+  bool at_most_avx2 = cap && std::strcmp(cap, "avx2") == 0;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f"))
+  if (only_default)
+    return {vm_generic::max, vm_generic::exp_shifted, vm_generic::sum, vm_generic::sum_sq_centered};
+  if (!at_most_avx2 && __builtin_cpu_supports("avx512f"))
     return {vm_avx512::max, vm_avx512::exp_shifted, vm_avx512::sum, vm_avx512::sum_sq_centered};
   if (__builtin_cpu_supports("avx2"))
     return {vm_avx2::max, vm_avx2::exp_shifted, vm_avx2::sum, vm_avx2::sum_sq_centered};
