@@ -69,10 +69,13 @@ def state_program() -> Program:
                    segments=(Segment(np.array([5.0], np.float32).tobytes()),))
 
 
-def toy_decoder(vocab: int = 20, prefill_seq: int = 4, seed: int = 0) -> Program:
+def toy_decoder(vocab: int = 20, prefill_seq: int = 4, seed: int = 0,
+                layout: str = "flat") -> Program:
     """A decoder ``opforge.runtime.generate`` drives: methods ``prefill`` (``prefill_seq``
     tokens) and ``decode`` (one), ``(tokens[int64, s], positions[int64, s]) -> logits[s,
-    vocab]``, sharing the state ``memory[1, vocab]`` (capacity: ``vocab`` positions)."""
+    vocab]``, sharing the state ``memory[1, vocab]`` (capacity: ``vocab`` positions).
+    ``layout="batched"``: the tokens are ``input_ids[int64, 1, s]`` (transposed inside)."""
+    batched = layout == "batched"
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((1, vocab)).astype(np.float32)
     u = rng.standard_normal((1, vocab)).astype(np.float32)
@@ -83,7 +86,7 @@ def toy_decoder(vocab: int = 20, prefill_seq: int = 4, seed: int = 0) -> Program
         arena = _Arena()
         t = arena.tensor
         values = (
-            t(I64, (s,)), t(I64, (s,)), IntValue(1),                        # 0 tokens, 1 pos, 2
+            t(I64, (1, s) if batched else (s,)), t(I64, (s,)), IntValue(1),  # 0 tokens, 1 pos, 2
             t(I64, (s, 1)), t(I64, (s, 1)),                                 # 3, 4 unsqueezed
             TensorValue(F32, (1, vocab), storage=ConstantStorage(0, 0)),    # 5 W
             TensorValue(F32, (1, vocab), storage=ConstantStorage(0, w.nbytes + (-w.nbytes % 64))),
@@ -96,9 +99,10 @@ def toy_decoder(vocab: int = 20, prefill_seq: int = 4, seed: int = 0) -> Program
         )
         operators = (Operator("aten::unsqueeze_copy", "out"), Operator("aten::mul", "out"),
                      Operator("aten::add", "out"), Operator("aten::fmod", "Scalar_out"),
-                     Operator("aten::slice_copy", "Tensor_out"), Operator("aten::mul", "Scalar_out"))
+                     Operator("aten::slice_copy", "Tensor_out"), Operator("aten::mul", "Scalar_out"),
+                     Operator("aten::t_copy", "out"))
         instructions = (
-            KernelCall(0, (0, 2, 3)), KernelCall(0, (1, 2, 4)),
+            KernelCall(6, (0, 3)) if batched else KernelCall(0, (0, 2, 3)), KernelCall(0, (1, 2, 4)),
             KernelCall(1, (3, 5, 7)), KernelCall(1, (4, 6, 8)),
             KernelCall(2, (7, 8, 9, 10)), KernelCall(2, (10, 11, 9, 12)),
             KernelCall(3, (12, 13, 14)),

@@ -171,14 +171,16 @@ def _generate(run_tool, path, prompt, max_new, *options):
     return json.loads(result.stdout)
 
 
-def test_generate_gives_pythons_tokens_greedy_and_seeded(tmp_path, run_tool):
-    program = toy_decoder()
+@pytest.mark.parametrize("layout", ["flat", "batched"])
+def test_generate_gives_pythons_tokens_greedy_and_seeded(tmp_path, run_tool, layout):
+    program = toy_decoder(layout=layout)
     save(program, tmp_path / "decoder.opf")
     generator = Generator(load(program))
     prompt = [3, 1, 4, 1, 5, 9]  # 4 through prefill, 2 through decode (static prefill)
     native = _generate(run_tool, tmp_path / "decoder.opf", prompt, 8)
     python = generator.generate(prompt, 8)
     assert native["tokens"] == list(python.tokens) and native["stop_reason"] == "length"
+    assert generator.signature.layout == layout
     for seed, temperature, top_k in ((0, 1.0, None), (1, 0.7, 5), (7, 1.5, 3), (123, 0.3, None)):
         options = ["--temperature", temperature, "--seed", seed] + (
             ["--top-k", top_k] if top_k else [])
