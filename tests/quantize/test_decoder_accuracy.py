@@ -154,3 +154,27 @@ def test_issue_config_16a16w_and_the_weights_bound(layers):
     for scheme in ("16a8w", "16a4w_block"):
         m = _measure(config, scheme, [64, 128], [64] * 4)
         assert m["sqnr"] >= m["weights_only"] - 1.0, (scheme, m["sqnr"], m["weights_only"])
+
+
+def test_compare_names_the_nodes_whose_values_were_clipped():
+    # the old behaviour (ranges as observed) on a one-layer decoder: a held-out prompt goes
+    # past the calibrated ranges; compare's quantized run says where, and by how much
+    from opforge.compare import compare
+    from opforge.compare.report import clipping_line
+
+    model = TinyDecoder(**dict(SMALL, dim=64, hidden=192, layers=1, max_len=32)).eval()
+    calibration, prompt = _prompts([32, 32], seed=1), _prompts([32], seed=2)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = compare(model, prompt, against=["quantized"], calibration=calibration,
+                         scheme=QuantConfig("16a16w", act_headroom=1.0), min_sqnr=50)
+    run = result.runs[0]
+    assert run.clipped, "a held-out prompt past the observed ranges is reported"
+    key, (count, size, ratio) = next(iter(run.clipped.items()))
+    assert 0 < count <= size and ratio > 1.0
+    assert "values clipped" in run.integers[key]
+    line = clipping_line(result, run)
+    row = next(r for r in result.rows if (r.name, r.item) == key)
+    assert f"`{row.label}`" in line or len(run.clipped) > 5
+    cells = [c for n in result.as_dict()["nodes"] for c in n["runs"].values() if c and "clipped" in c]
+    assert len(cells) == len(run.clipped)
