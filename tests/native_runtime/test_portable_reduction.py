@@ -286,3 +286,21 @@ def test_zoo_program_on_the_cpp_kernels(native_runtime, lib, name):
     for g, w in zip(got, want):
         # float32 products summed in another order: rounding, ~1e-7 on outputs of O(1)
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,ceil_mode", [((2, 3, 8, 8), False), ((2, 3, 9, 7), True),
+                                             ((2, 3, 9, 7), False), ((1, 1, 2, 2), False)])
+def test_max_pool_2x2_special_values(lib, numpy_kernels, shape, ceil_mode):
+    """The 2x2/stride-2 path: NaN (the last wins), -inf windows, signed zeros, ties, and a
+    ceil_mode overhang (which takes the general path)."""
+    x = RNG.choice(np.array([0.0, -0.0, 1.0, 1.0, -np.inf, np.nan, 2.0], np.float32), shape)
+    out = shape[:2] + tuple(pool_shape(n, 2, 2, 0, 1, ceil_mode) for n in shape[2:])
+    check(lib, numpy_kernels, "aten::max_pool2d_with_indices.out",
+          [x, [2, 2], [2, 2], [0, 0], [1, 1], ceil_mode, np.empty(out, np.float32),
+           np.empty(out, np.int64)], [6, 7])
+    theirs, ours = np.empty(out, np.float32), np.empty(out, np.float32)
+    numpy_kernels["aten::max_pool2d_with_indices.out"](x, [2, 2], [2, 2], [0, 0], [1, 1], ceil_mode,
+                                                        theirs, np.empty(out, np.int64))
+    lib.kernel("aten::max_pool2d_with_indices.out")(x, [2, 2], [2, 2], [0, 0], [1, 1], ceil_mode,
+                                                     ours, np.empty(out, np.int64))
+    assert np.array_equal(np.signbit(ours), np.signbit(theirs))  # the first zero keeps its sign

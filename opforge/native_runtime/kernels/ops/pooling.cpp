@@ -191,6 +191,37 @@ void max_pool(const Pool& g, const View& x, const View& y, const View& ind) {
     const T* xp = x.ptr<T>() + xo;
     T* yp = y.ptr<T>() + plane_offset(y, g.lead, t);
     int64_t* ip = ind.ptr<int64_t>() + plane_offset(ind, g.lead, t);
+    if (g.k[0] == 1 && g.in[0] == 1 && g.k[1] == 2 && g.k[2] == 2 && g.s[1] == 2 && g.s[2] == 2 &&
+        g.p[1] == 0 && g.p[2] == 0 && g.d[1] == 1 && g.d[2] == 1 && g.xs[2] == 1 &&
+        2 * g.out[1] <= g.in[1] && 2 * g.out[2] <= g.in[2]) {
+      // 2x2, stride 2, unpadded, every window whole (no ceil_mode overhang: most small
+      // CNNs): the four taps in ATen's order, by selects
+      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        const T* r0 = xp + 2 * oh * g.xs[1];
+        const T* r1 = r0 + g.xs[1];
+        T* yo = yp + oh * g.ys[1];
+        int64_t* io = ip + oh * g.is[1];
+        int64_t base = 2 * oh * g.in[2];
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+          int64_t off[4] = {0, 1, g.in[2], g.in[2] + 1};
+          T best = v[0];
+          int64_t at = 0;
+          for (int q = 1; q < 4; ++q) {
+            bool nan = false;
+            if constexpr (std::is_floating_point<T>::value) nan = v[q] != v[q];
+            bool take = v[q] > best || nan;
+            best = take ? v[q] : best;
+            at = take ? off[q] : at;
+          }
+          // the first tap is inside the input: ATen's scan starts from it (max = -inf, then
+          // val > max || isnan(val) takes it unless it is -inf, when its index is kept)
+          yo[ow * g.ys[2]] = best;
+          io[ow * g.is[2]] = base + 2 * ow + at;
+        }
+      }
+      return;
+    }
     if (g.k[0] == 1 && g.in[0] == 1 && g.d[2] == 1 && g.xs[2] == 1) {
       // 2-d, rows contiguous: the taps' bounds per output row once, then per window the
       // same scan with no per-tap arithmetic but the index
