@@ -186,6 +186,10 @@ def test_out_overlapping_an_operand_gets_the_product(lib):
     want = a @ a
     lib.kernel("aten::mm.out")(a, a.copy(), a)  # out is self
     np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5)
+    c, m1, m2 = randn((5, 7)), randn((5, 3)), randn((3, 7))
+    want = 0.5 * c + 2.0 * (m1 @ m2)
+    lib.kernel("aten::addmm.out")(c, m1, m2, 0.5, 2.0, c)  # an in-place addmm: out is self
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
 
 
 # --- convolution ------------------------------------------------------------------------

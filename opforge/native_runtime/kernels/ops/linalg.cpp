@@ -418,12 +418,44 @@ void addmm_like(opforge_context* ctx, opforge_arg* args, int64_t n, const char* 
   if (!broadcast_to(ctx, op, "self", self, shape, r, sstrides)) return;
   out_strides(&p, out, a, b);
   if (out.numel == 0) return;
+  // self overlapping out (an in-place addmm): self is copied first, as NumPy would read it
+  opforge_tensor copy_t;
+  int64_t copy_sizes[kMaxRank], copy_strides[kMaxRank];
+  View src = self;
   if (overlaps(out, self)) {
-    fail(ctx, "%s: out overlaps self — valid: separate tensors — check the memory plan", op);
-    return;
+    int64_t item = itemsize(self.dtype), bytes;
+    char* buf = mul_ok(self.numel, item, &bytes) ? static_cast<char*>(scratch(1, bytes)) : nullptr;
+    if (!buf) {
+      fail(ctx, "%s: a copy of self (which overlaps out) — could not be allocated", op);
+      return;
+    }
+    int64_t idx[kMaxRank] = {0}, e = 1;
+    for (int d = self.rank - 1; d >= 0; --d) {
+      copy_sizes[d] = self.sizes[d];
+      copy_strides[d] = e;
+      e *= self.sizes[d];
+    }
+    for (int64_t t = 0; t < self.numel; ++t) {
+      int64_t off = 0;
+      for (int d = 0; d < self.rank; ++d) off += idx[d] * self.strides[d];
+      std::memcpy(buf + t * item, self.data + off * item, item);
+      for (int d = self.rank - 1; d >= 0; --d) {
+        if (++idx[d] < self.sizes[d]) break;
+        idx[d] = 0;
+      }
+    }
+    copy_t = *self.t;
+    copy_t.data = buf;
+    copy_t.sizes = copy_sizes;
+    copy_t.strides = copy_strides;
+    src.t = &copy_t;
+    src.data = buf;
+    src.sizes = copy_sizes;
+    src.strides = copy_strides;
+    if (!broadcast_to(ctx, op, "self", src, shape, r, sstrides)) return;
   }
   if (!product_into(ctx, op, p, a, b, out)) return;
-  addmm_epilogue(ctx, op, out, self, sstrides, beta, ibeta, beta_int, alpha, ialpha, alpha_int);
+  addmm_epilogue(ctx, op, out, src, sstrides, beta, ibeta, beta_int, alpha, ialpha, alpha_int);
 }
 
 void addmm_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
