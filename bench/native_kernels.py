@@ -9,7 +9,9 @@ columns) and the C++ kernel of libopforge_portable.so through the kernel ABI
 (``NativeKernel.bind``: one ctypes call, ~1 µs, counted against the C++ kernel). Each
 figure is the median of ``--repeats`` timed calls after warm-up, in microseconds, on one
 thread; ``ratio`` is NumPy / C++ (above 1: the C++ kernel is faster). The GEMM lines also
-give GFLOP/s of the C++ kernel. ``--only WORD`` keeps workloads whose name contains it.
+give GFLOP/s of the C++ kernel. ``--only WORD`` keeps workloads whose name contains it;
+``--programs`` also times the zoo's programs on the lean runtime with and without these
+C++ kernels (the other ops stay on NumPy kernels).
 """
 
 from __future__ import annotations
@@ -121,6 +123,39 @@ def workloads():
     return cases
 
 
+FAMILIES = ("linalg", "convolution", "normalization", "softmax", "reduction", "pooling")
+
+
+def programs(lib, path: str, repeats: int) -> None:
+    """The zoo's programs on the lean runtime, NumPy kernels only and with this work's C++
+    kernels (the six families) registered over them: median µs a call."""
+    import torch
+
+    from opforge.examples.zoo import ZOO
+    from opforge.export.api import export
+    from opforge.runtime import KernelRegistry, load
+    from opforge.runtime.native import kernel_table
+
+    mine = {e.key for e in kernel_table(path) if e.source in FAMILIES}
+    print(f"\n{'zoo program (lean runtime)':38s} {'numpy':>10s} {'C++ six':>10s} {'ratio':>7s}  native keys")
+    for name in ZOO:
+        torch.manual_seed(0)
+        model, inputs = ZOO[name]()
+        program = export(model.eval(), inputs)
+        keys = sorted({o.key for o in program.method("forward").operators})
+        registry = KernelRegistry.portable()
+        used = [k for k in keys if k in mine]
+        for key in used:
+            registry.register(key, lib.kernel(key), origin=path, target="native", override=True)
+        arrays = [t.numpy() for t in inputs]
+        numpy_method = load(program).method("forward")
+        native_method = load(program, registry=registry).method("forward")
+        numpy_us = median_us(numpy_method, arrays, repeats)
+        native_us = median_us(native_method, arrays, repeats)
+        print(f"{name:38s} {numpy_us:10.1f} {native_us:10.1f} {numpy_us / native_us:6.2f}x  "
+              f"{len(used)} of {len(keys)}", flush=True)
+
+
 def median_us(call, args, repeats: int) -> float:
     for _ in range(3):
         call(*args)
@@ -136,6 +171,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--only", default="")
+    parser.add_argument("--programs", action="store_true",
+                        help="also time the zoo's programs with and without the C++ kernels")
     opts = parser.parse_args()
     spec = portable_kernels()
     lib = NativeLibrary(build_runtime().portable_library)
@@ -163,6 +200,8 @@ def main() -> None:
         rate = f"{flops / native_us / 1e3:12.1f}" if flops else f"{'':12s}"
         print(f"{name:38s} {numpy_us:10.1f} {native_us:10.1f} {numpy_us / native_us:6.2f}x {rate}",
               flush=True)
+    if opts.programs:
+        programs(lib, str(build_runtime().portable_library), opts.repeats)
 
 
 if __name__ == "__main__":
