@@ -355,7 +355,17 @@ struct TernaryRow {
     const CT* b = static_cast<const CT*>(in[1]);
     const CT* c = static_cast<const CT*>(in[2]);
     const int64_t sa = step[0], sb = step[1], sc = step[2];
-    for (int64_t i = 0; i < n; ++i) o[i] = op(a[i * sa], b[i * sb], c[i * sc]);
+    if (sa && sb && sc) {
+      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i], c[i]);
+    } else if (sa && sb) {
+      const CT cv = c[0];
+      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i], cv);
+    } else if (sa && sc) {
+      const CT bv = b[0];
+      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv, c[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i * sa], b[i * sb], c[i * sc]);
+    }
   }
 };
 

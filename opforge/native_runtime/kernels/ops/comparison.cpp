@@ -86,11 +86,21 @@ void select(opforge_context* ctx, const char* op, const View& condition, const A
     using CT = decltype(tag);
     CT sx{}, sy{};
     const View xv = loop_view<CT>(x, &sx), yv = loop_view<CT>(y, &sy);
-    const View* inputs[3] = {&condition, &xv, &yv};
+    // A bool condition is read as its bytes (uint8: the compiler vectorizes byte loads, not
+    // bool ones); any other dtype by its truth value, converted to bool.
+    View cond = condition;
+    const bool bytes = cond.dtype == kBool || cond.dtype == kUInt8;
+    if (bytes) cond.dtype = kUInt8;
+    const View* inputs[3] = {&cond, &xv, &yv};
     Loop L;
     if (!broadcast_loop(ctx, op, out, inputs, 3, &L)) return;
-    auto pick = [](bool c, CT a, CT b) { return c ? a : b; };
-    run_ternary<CT, CT, decltype(pick), bool>(L, pick);
+    if (bytes) {
+      auto pick = [](uint8_t c, CT a, CT b) { return c != 0 ? a : b; };
+      run_ternary<CT, CT, decltype(pick), uint8_t>(L, pick);
+    } else {
+      auto pick = [](bool c, CT a, CT b) { return c ? a : b; };
+      run_ternary<CT, CT, decltype(pick), bool>(L, pick);
+    }
   });
 }
 

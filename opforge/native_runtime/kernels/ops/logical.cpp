@@ -31,10 +31,13 @@ void logical(opforge_context* ctx, opforge_arg* args, int64_t n, const char* op,
   if (!input_arg(ctx, args, n, 0, op, "self", &a) || !input_arg(ctx, args, n, 1, op, "other", &b) ||
       !out_arg(ctx, args, n, 2, op, &out))
     return;
+  // bool operands are read as their bytes (uint8: byte loads vectorize, bool ones do not)
+  const bool bytes = a.dtype == kBool && b.dtype == kBool;
+  if (bytes) a.dtype = b.dtype = kUInt8;
   const View* inputs[2] = {&a, &b};
   Loop L;
   if (!broadcast_loop(ctx, op, out, inputs, 2, &L)) return;
-  if (a.dtype == kBool && b.dtype == kBool) run_logic<bool>(L, kind);
+  if (bytes) run_logic<uint8_t>(L, kind);
   else run_logic<double>(L, kind);
 }
 
@@ -56,10 +59,12 @@ void logical_not_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
     return;
   }
   if (!input_arg(ctx, args, n, 0, op, "self", &a) || !out_arg(ctx, args, n, 1, op, &out)) return;
+  const bool bytes = a.dtype == kBool;
+  if (bytes) a.dtype = kUInt8;
   const View* inputs[1] = {&a};
   Loop L;
   if (!broadcast_loop(ctx, op, out, inputs, 1, &L)) return;
-  if (a.dtype == kBool) run_unary<bool, bool>(L, [](bool v) { return !v; });
+  if (bytes) run_unary<uint8_t, bool>(L, [](uint8_t v) { return v == 0; });
   else run_unary<double, bool>(L, [](double v) { return v == 0.0; });
 }
 
@@ -131,9 +136,15 @@ void bitwise_not_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
          "integer dtype", op, dtype_name(a.dtype));
     return;
   }
+  const bool bytes = a.dtype == kBool;
+  if (bytes) a.dtype = kUInt8;
   const View* inputs[1] = {&a};
   Loop L;
   if (!broadcast_loop(ctx, op, out, inputs, 1, &L)) return;
+  if (bytes) {  // logical not of bool bytes
+    run_unary<uint8_t, bool>(L, [](uint8_t v) { return v == 0; });
+    return;
+  }
   dispatch_real(a.dtype, [&](auto tag) {
     using CT = decltype(tag);
     if constexpr (std::is_same<CT, bool>::value) run_unary<bool, bool>(L, [](bool v) { return !v; });
