@@ -327,6 +327,7 @@ std::unique_ptr<DelegateHandle> make_engine(Plan plan, const EngineApi& api, con
 std::unique_ptr<DelegateHandle> cpu_backend_init(const uint8_t* blob, size_t size, const DelegateInit& init) {
   try {
     auto checked = std::make_unique<cpu::Blob>(blob, size);
+    cpu::decode_num_threads(init.specs);  // the specs checked now, whether or not an engine is made now
     const cpu::EngineApi& api = cpu::engine_api();
     if (checked->symbolic()) return cpu::make_dynamic(std::move(checked), api, init);
     return cpu::make_engine(checked->plan(), api, init);
