@@ -5,8 +5,9 @@ against the Python runtime's call of the same program (issue 44, item 2(b)).
 
 - ``add 1x4``: a program that is one cpu DelegateCall of ``x + y`` on 1x4 float32: the
   Python runtime's method call (its fastcall path, cpu/fastcall.py, where the extension
-  is in use) and the native delegate call from C (DelegateSet::call: the view checks, the
-  per-delegate lock and ofc_execute, timed in C by the test probe's probe_bench);
+  is in use), the native delegate call from C (DelegateSet::call: the view checks, the
+  per-delegate lock and ofc_execute, timed in C by the test probe's probe_bench), and the
+  whole native runtime from C (``opforge-run --repeat``: set the inputs + execute);
 - ``decode``: a TinyDecoder's decode step (one DelegateCall writing its KV cache in
   place): greedy tokens/s through the Python runtime and through the native delegate
   (the probe; the token's argmax in NumPy, as the Python loop does it).
@@ -95,7 +96,33 @@ def tiny_call(T, lib, batch, rounds) -> None:
     assert out.tolist() == [[2.0] * 4]
     native.close()
     print(f"add 1x4 (one cpu DelegateCall): Python runtime call {python / 1e3:.2f} µs, "
-          f"native delegate call from C {c_ns / 1e3:.3f} µs")
+          f"native delegate call from C {c_ns / 1e3:.3f} µs, opforge-run {_tool_us(program, xa)}")
+
+
+def _tool_us(program, x) -> str:
+    """opforge-run's own median and minimum per call (set inputs + execute) on ``program``."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    import test_native_cpu_delegate as T
+
+    from opforge.backends.cpu.engine import onednn_prefix
+    from opforge.native_runtime.build import build_runtime
+    from opforge.program import save
+
+    with tempfile.TemporaryDirectory() as folder:
+        save(program, os.path.join(folder, "p.opf"))
+        np.save(os.path.join(folder, "x.npy"), x)
+        env = dict(os.environ, OPFORGE_CPU_ENGINE=str(T._engine_path()),
+                   LD_LIBRARY_PATH=str(onednn_prefix() / "lib"))
+        out = subprocess.run([str(build_runtime().tool("opforge-run")), os.path.join(folder, "p.opf"),
+                              "--input", os.path.join(folder, "x.npy"), "--input",
+                              os.path.join(folder, "x.npy"), "--repeat", "100000"],
+                             capture_output=True, text=True, check=True, env=env)
+    match = re.search(r"median ([\d.]+) us.*min ([\d.]+) us", out.stdout)
+    return f"median {match.group(1)} µs (min {match.group(2)} µs)"
 
 
 def decode(T, lib, tokens: int, rounds: int) -> None:

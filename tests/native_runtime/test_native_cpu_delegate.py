@@ -57,12 +57,13 @@ def _engine_path() -> Path:
     return path
 
 
-def build_probe(native_runtime, folder: Path) -> ctypes.CDLL:
-    """The probe library linked against the static runtime, set to the installed engine."""
+def build_probe(native_runtime, folder: Path, flags=("-O2",)) -> ctypes.CDLL:
+    """The probe library linked against the static runtime, set to the installed engine
+    (``flags``: e.g. the sanitizers of ``build_runtime(sanitize=True)``)."""
     src = ROOT / "opforge" / "native_runtime"
     out = folder / "libprobe.so"
     includes = [src / "include", src / "src", src / "kernels", ROOT / "opforge" / "native" / "include"]
-    cmd = ["g++", "-std=c++17", "-O2", "-shared", "-fPIC", str(HERE / "cpu_delegate_probe.cpp"),
+    cmd = ["g++", "-std=c++17", *flags, "-shared", "-fPIC", str(HERE / "cpu_delegate_probe.cpp"),
            *[f"-I{p}" for p in includes], str(native_runtime.static_library), "-ldl", "-lpthread",
            "-o", str(out)]
     subprocess.run(cmd, check=True, capture_output=True)
