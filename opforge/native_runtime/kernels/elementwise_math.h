@@ -133,7 +133,8 @@ void gelu_erf_row_f32(float* out, const float* in, int64_t n);
 void gelu_tanh_row_f32(float* out, const float* in, int64_t n);
 
 // float32 binary arithmetic and comparisons over one row: a and b contiguous (step 1) or
-// one value for the whole row (step 0). The loops of elementwise.h's BinaryRow, cloned.
+// one value for the whole row (step 0). The loops of elementwise.h's BinaryRow, compiled
+// once here for the common float32 case.
 enum class RowOp : int { kAdd, kSub, kMul, kDiv, kMax, kMin };
 enum class RowCmp : int { kEq, kNe, kLt, kLe, kGt, kGe };
 void binary_row_f32(RowOp op, float* out, const float* a, int64_t step_a, const float* b,
