@@ -73,3 +73,26 @@ def test_zoo_model_on_all_cpp_kernels(native_runtime, library, name):
         # the copies are exact; the matmuls and reductions of the other C++ families sum in
         # another order than NumPy's BLAS: float32 rounding of O(1) values over a few layers
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,scheme", [("mlp", "8a8w"), ("transformer_layer", "8a8w"),
+                                         ("cnn", "16a4w_block")])
+def test_quantized_model_on_cpp_kernels(library, name, scheme):
+    """A converted model's quantize / dequantize (per tensor, per channel, torchao block-wise)
+    and copies on the C++ kernels give the NumPy kernels' bits."""
+    from opforge.examples.zoo import ZOO
+    from opforge.runtime import KernelRegistry, load
+    from tests.quantize.quantize_support import quantized_zoo
+
+    program = quantized_zoo(name, scheme).export()
+    inputs = [x.numpy() for x in ZOO[name]()[1]]
+    called = {op.key for m in program.methods for op in m.operators}
+    ours = sorted(called & OURS)
+    assert any("quantize_per_tensor" in key for key in ours)
+    registry = KernelRegistry.portable()
+    for key in ours:
+        registry.register(key, library.kernel(key), origin=library.path, target="native", override=True)
+    expected = load(program).method("forward")(*inputs)
+    got = load(program, registry=registry).method("forward")(*inputs)
+    for e, g in zip(expected, got):
+        assert e.shape == g.shape and e.dtype == g.dtype and e.tobytes() == g.tobytes()
