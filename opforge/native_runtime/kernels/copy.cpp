@@ -1,6 +1,10 @@
 // The strided copy, dtype conversion and float16 / bfloat16 conversions (copy.h).
 #include "copy.h"
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -165,23 +169,51 @@ void run_bytes(char* d, int64_t dstep, const char* s, int64_t sstep, int64_t n, 
 }
 
 // A 2-d block: rows along which the source is contiguous, columns along which the
-// destination is; copied in tiles so that both sides stay in cache.
+// destination is; copied in tiles so that both sides stay in cache (16 x 16: 32 source
+// lines 16 KB apart would share one L1 set), 4-byte elements as 4 x 4 SSE transposes.
+template <typename T>
+void copy_element(char* d, const char* s) {
+  T v;
+  std::memcpy(&v, s, sizeof(T));
+  std::memcpy(d, &v, sizeof(T));
+}
+
 template <typename T>
 void transpose_tiles(char* dst, int64_t drow, const char* src, int64_t scol, int64_t rows,
                      int64_t cols) {
-  constexpr int64_t kTile = 16;
+  constexpr int64_t kTile = 16, kItem = static_cast<int64_t>(sizeof(T));
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     int64_t r1 = r0 + kTile < rows ? r0 + kTile : rows;
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
       int64_t c1 = c0 + kTile < cols ? c0 + kTile : cols;
-      for (int64_t r = r0; r < r1; ++r) {
-        char* d = dst + r * drow + c0 * static_cast<int64_t>(sizeof(T));
-        const char* s = src + r * static_cast<int64_t>(sizeof(T)) + c0 * scol;
-        for (int64_t c = c0; c < c1; ++c, d += sizeof(T), s += scol) {
-          T v;
-          std::memcpy(&v, s, sizeof(T));
-          std::memcpy(d, &v, sizeof(T));
+      int64_t r = r0;
+#if defined(__SSE2__)
+      if (kItem == 4) {
+        for (; r + 4 <= r1; r += 4) {
+          int64_t c = c0;
+          for (; c + 4 <= c1; c += 4) {
+            const char* s = src + r * kItem + c * scol;
+            __m128 a = _mm_loadu_ps(reinterpret_cast<const float*>(s));
+            __m128 b = _mm_loadu_ps(reinterpret_cast<const float*>(s + scol));
+            __m128 e = _mm_loadu_ps(reinterpret_cast<const float*>(s + 2 * scol));
+            __m128 f = _mm_loadu_ps(reinterpret_cast<const float*>(s + 3 * scol));
+            _MM_TRANSPOSE4_PS(a, b, e, f);  // shuffles: the bits move unchanged
+            char* d = dst + r * drow + c * kItem;
+            _mm_storeu_ps(reinterpret_cast<float*>(d), a);
+            _mm_storeu_ps(reinterpret_cast<float*>(d + drow), b);
+            _mm_storeu_ps(reinterpret_cast<float*>(d + 2 * drow), e);
+            _mm_storeu_ps(reinterpret_cast<float*>(d + 3 * drow), f);
+          }
+          for (int64_t i = r; i < r + 4; ++i)
+            for (int64_t k = c; k < c1; ++k)
+              copy_element<T>(dst + i * drow + k * kItem, src + i * kItem + k * scol);
         }
+      }
+#endif
+      for (; r < r1; ++r) {
+        char* d = dst + r * drow + c0 * kItem;
+        const char* s = src + r * kItem + c0 * scol;
+        for (int64_t c = c0; c < c1; ++c, d += kItem, s += scol) copy_element<T>(d, s);
       }
     }
   }
