@@ -119,6 +119,9 @@ int main(int argc, char** argv) {
     std::sort(fresh.begin(), fresh.end());
     std::sort(same.begin(), same.end());
     std::printf("%.1f %.1f\n", fresh[fresh.size() / 2], same[same.size() / 2]);
+    opf_method_free(method);
+    opf_program_free(program);
+    opf_registry_free(registry);
     return 0;
   }
   set(1);

@@ -101,7 +101,7 @@ class MethodInstance {
   void select_shape();
   void apply_sizes(const std::vector<int64_t>& sizes);
   void grow(const std::vector<int64_t>& env);
-  void ensure_capacity(uint32_t value, int64_t nbytes, const std::string& why);
+  void ensure_capacity(uint32_t value, int64_t nbytes, const std::string& why, const char* function);
   [[noreturn]] void kernel_failed(size_t position);
   void run_profiled();
   std::string api(const char* function) const;

@@ -69,7 +69,8 @@ void MethodInstance::set_input(int64_t index, const void* data, int32_t dtype, i
     point(r, static_cast<uint8_t*>(const_cast<void*>(data)));
   } else {
     if (r.growing && nbytes > r.capacity)
-      ensure_capacity(value, nbytes, "input " + std::to_string(index) + " at shape " + shape_text(sizes, rank));
+      ensure_capacity(value, nbytes, "input " + std::to_string(index) + " at shape " + shape_text(sizes, rank),
+                      "opf_method_set_input");
     if (nbytes > r.capacity)
       raise(OPF_ERR_INTERNAL, subject() + " — " + std::to_string(nbytes) + " bytes over its slot's " +
                                   std::to_string(r.capacity) + " — a bug in opforge: please report it");
@@ -160,16 +161,16 @@ void MethodInstance::grow(const std::vector<int64_t>& env) {
     std::string bound;
     for (size_t s = 0; s < env.size(); ++s)
       bound += (s ? ", " : "") + method_.symbols[s].name + "=" + std::to_string(env[s]);
-    ensure_capacity(index, need, "at " + bound);
+    ensure_capacity(index, need, "at " + bound, "opf_method_execute");
   }
 }
 
-void MethodInstance::ensure_capacity(uint32_t index, int64_t need, const std::string& why) {
+void MethodInstance::ensure_capacity(uint32_t index, int64_t need, const std::string& why, const char* function) {
   ValueRt& r = values_[index];
   if (need <= r.capacity) return;
   const int64_t others = checked_add(arena_bytes(method_), grown_bytes_ - r.grown.size(), "bytes");
   const int64_t least = checked_add(others, need, "bytes");
-  check_memory(api("opf_method_execute"), "method '" + method_.name + "' growing tensor values[" +
+  check_memory(api(function), "method '" + method_.name + "' growing tensor values[" +
                                               std::to_string(index) + "] " + why,
                least, limit_, "1. call with smaller sizes; 2. raise the memory limit: opf_load_options.max_memory "
                               "or OPFORGE_MAX_MEMORY=N");
