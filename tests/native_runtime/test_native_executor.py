@@ -688,3 +688,37 @@ def test_channels_last_input(rt):
         rt.lib.opf_program_free(handle)
     finally:
         rt.lib.opf_registry_free(registry)
+
+
+def test_instances_in_threads_do_not_share_arenas(rt, registry, my_ops):
+    """Two instances of one method, one per thread, called at once: each gets its own
+    results (only state is shared by design)."""
+    handle = rt.load(to_bytes(program_of(chain(7))), registry)
+    instances = [rt.method(handle) for _ in range(2)]
+    failures = []
+
+    def work(k):
+        x = np.full((2, 3), k + 1, np.float32)
+        want = x * 3 ** 4 * 4 ** 3
+        for _ in range(300):
+            got = rt.run(instances[k], x)[0]
+            if not np.array_equal(got, want):
+                failures.append((k, got))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    # a growing input whose byte count overflows int64 is an input error, not a crash
+    program = dynamic_program(grow=True)
+    grow = rt.load(to_bytes(program), registry)
+    instance = rt.method(grow)
+    error = refused(rt, rt.lib.opf_method_set_input, instance, 0, None, 6, 2,
+                    (ctypes.c_int64 * 2)(2**62, 3), 0)
+    assert error.name == "OPF_ERR_INPUT" and "2**48 bytes" in error.message
+    for m in instances + [instance]:
+        rt.lib.opf_method_free(m)
+    rt.lib.opf_program_free(handle)
+    rt.lib.opf_program_free(grow)

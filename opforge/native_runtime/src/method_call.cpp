@@ -56,9 +56,12 @@ void MethodInstance::set_input(int64_t index, const void* data, int32_t dtype, i
                                " — fix: " + (binder_ ? "pass sizes in range, or re-export with a larger max" :
                                                        "reshape the input, or re-export with the shape you need"));
   }
-  int64_t numel = 1;
-  for (int32_t d = 0; d < rank; ++d) numel = checked_mul(numel, sizes[d], "an input's element count");
-  const int64_t nbytes = checked_mul(numel, itemsize_of(dtype), "an input's bytes");
+  int64_t numel = 1, nbytes = 0;
+  bool overflow = false;
+  for (int32_t d = 0; d < rank; ++d) overflow = overflow || __builtin_mul_overflow(numel, sizes[d], &numel);
+  if (overflow || __builtin_mul_overflow(numel, itemsize_of(dtype), &nbytes) || nbytes > kMaxTensorBytes)
+    raise(OPF_ERR_INPUT, subject() + " — found shape " + shape_text(sizes, rank) + ", more than 2**48 bytes — valid: "
+                             "a tensor a program can hold — fix: pass smaller sizes");
   if (nbytes > 0 && data == nullptr)
     raise(OPF_ERR_INVALID_ARGUMENT, subject() + " — found data NULL — valid: " + std::to_string(nbytes) +
                                         " bytes — fix: pass the tensor's data");
