@@ -619,6 +619,18 @@ def test_library_refusals(rt, my_ops, tmp_path):
         rt.check(rt.lib.opf_registry_load_library(registry, str(my_ops).encode(), 1))  # overriding: fine once
         error = refused(rt, rt.lib.opf_registry_load_library, registry, str(my_ops).encode(), 1)
         assert error.name == "OPF_ERR_LIBRARY" and "overriding kernel" in error.message
+        # a table of another ABI version, or of another entry size, is refused before its
+        # entries are read (they point nowhere here)
+        from opforge.runtime.native import CKernelEntry, CLibrary
+
+        add = rt.lib.opf_registry_add_library
+        add.argtypes, add.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32], ctypes.c_int32
+        bogus = ctypes.cast(ctypes.c_void_p(16), ctypes.POINTER(CKernelEntry))
+        for version, size, text in ((2, ctypes.sizeof(CKernelEntry), "kernel ABI version 2"),
+                                    (1, ctypes.sizeof(CKernelEntry) + 8, "entries are")):
+            table = CLibrary(version, size, b"other", b"someone", 5, bogus)
+            error = refused(rt, add, registry, ctypes.addressof(table), 0)
+            assert error.name == "OPF_ERR_LIBRARY" and text in error.message
         junk = tmp_path / "junk.so"
         junk.write_bytes(b"\x7fELF not really")
         error = refused(rt, rt.lib.opf_registry_load_library, registry, str(junk).encode(), 0)
