@@ -21,6 +21,7 @@ constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.33345190
 
 static inline float exp1(float x) {
   float xc = x < kLow ? kLow : (x > kHigh ? kHigh : x);
+  xc = x != x ? 0.0f : xc;  // NaN: a finite stand-in (converting NaN to int is UB); NaN returned
   float t = xc * kLog2e + 0.5f;
   int32_t ni = static_cast<int32_t>(t);  // floor(t): truncation, one less below zero
   ni -= t < static_cast<float>(ni) ? 1 : 0;
@@ -49,6 +50,7 @@ static inline float exp1(float x) {
 static inline fv expv(fv x) {
   fv xc = x < kLow ? splat(kLow) : x;
   xc = xc > kHigh ? splat(kHigh) : xc;
+  xc = x != x ? fv{} : xc;
   fv t = xc * kLog2e + 0.5f;
   iv ni = __builtin_convertvector(t, iv);
   ni += t < __builtin_convertvector(ni, fv);  // true is -1: floor

@@ -8,6 +8,7 @@
 // batch dimension or a matrix-vector product is only a choice of strides. A batch whose
 // right operand does not vary (linear; matmul of (..., M, K) by (K, N)) is folded into one
 // taller product when the left operand and out allow it, as the NumPy kernel does.
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -323,8 +324,13 @@ bool addmm_epilogue(opforge_context* ctx, const char* op, const View& out, const
       b = static_cast<T>(beta);
       a = static_cast<T>(alpha);
     } else {
-      int64_t bi = beta_int ? ibeta : static_cast<int64_t>(beta);
-      int64_t ai = alpha_int ? ialpha : static_cast<int64_t>(alpha);
+      // truncated toward zero as ATen converts them; a NaN, inf or out-of-range scalar
+      // (a hostile program's) is 0 rather than undefined behaviour
+      auto truncate = [](double v) {
+        return std::isfinite(v) && std::fabs(v) < 9.2e18 ? static_cast<int64_t>(v) : int64_t{0};
+      };
+      int64_t bi = beta_int ? ibeta : truncate(beta);
+      int64_t ai = alpha_int ? ialpha : truncate(alpha);
       b = static_cast<T>(bi);
       a = static_cast<T>(ai);
     }
