@@ -366,7 +366,10 @@ void avg_pool(const Pool& g, const View& x, const View& y, bool include_pad, int
           if constexpr (std::is_floating_point<T>::value) {
             r = static_cast<T>(static_cast<double>(total) / static_cast<double>(divisor));
           } else {
-            r = divisor == 0 ? T(0) : static_cast<T>(total / divisor);  // C truncation, as ATen
+            // C truncation, as ATen; INT64_MIN / -1 (a hostile divisor_override) wraps
+            r = divisor == 0    ? T(0)
+                : divisor == -1 ? static_cast<T>(0 - static_cast<uint64_t>(total))
+                                : static_cast<T>(total / divisor);
           }
           yp[od * g.ys[0] + oh * g.ys[1] + ow * g.ys[2]] = r;
         }
