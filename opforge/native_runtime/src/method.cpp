@@ -11,9 +11,6 @@
 #include "moves.h"
 
 namespace opforge::rt {
-namespace {
-
-}  // namespace
 
 const char* tag_name_of(ValueTag tag) {
   switch (tag) {
