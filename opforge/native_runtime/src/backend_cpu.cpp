@@ -1,7 +1,7 @@
 // The cpu backend: a delegate's blob → one engine built through the engine's C functions,
 // as opforge/backends/cpu/engine.py (EngineHandle._build) and binding.py do it in Python.
 //
-//   init     parse_blob (every check of blob.py) → the engine library (dlopen, once) →
+//   init     Blob (every check of blob.py) → the engine library (dlopen, once) →
 //            ofc_new → the program's weight cache (one per program, DelegateShared) →
 //            per tensor ofc_add_tensor (constants borrowed in place from the blob or the
 //            program's named data when 64-byte aligned, else copied) → per op its post-ops
@@ -12,9 +12,8 @@
 //
 // A dynamic method's delegate (symbolic sizes) is backend_cpu_dynamic.cpp: one such engine
 // per call shape. Not here yet (refused at load, clearly): op-package ops (they need the
-// Python op-package runtime). Not done:
-// the page give-back and file reads of file_pages.py (an optimisation of resident memory;
-// the results are the same).
+// Python op-package runtime). Not done: the page give-back and file reads of
+// file_pages.py (an optimisation of resident memory; the results are the same).
 #include <sched.h>
 
 #include <algorithm>
@@ -107,7 +106,7 @@ class CpuHandle final : public DelegateHandle {
 };
 
 const void* CpuHandle::constant(const PlanTensor& t, size_t i, const DelegateInit& init) {
-  if (t.data_offset >= 0) return plan_.data + t.data_offset;  // checked by parse_blob
+  if (t.data_offset >= 0) return plan_.data + t.data_offset;  // checked by Blob::plan_at
   const Program& program = *init.program;
   const NamedData* named = nullptr;
   for (const auto& nd : program.named_data)
