@@ -72,7 +72,11 @@ def test_quantized_programs_run_delegated_like_lean(name, scheme):
     # across a boundary than relative to an 8-bit one (measured on an AMD EPYC: 3 of 40
     # outputs at 16a4w_block, 0 at 8a8w)
     allowed = 0.01 if scheme.startswith("8a") else 0.10
-    assert np.count_nonzero(diff) <= max(1, int(diff.size * allowed)), np.count_nonzero(diff)
+    # one crossing upstream of the last linear moves every output by a part of a step, so
+    # on a 10-element output it can show as several (cnn 16a4w: 4 of 10, one step each,
+    # once 16-bit ranges got their 1.5x headroom and the boundaries moved)
+    least = 1 if scheme.startswith("8a") else 4
+    assert np.count_nonzero(diff) <= max(least, int(diff.size * allowed)), np.count_nonzero(diff)
 
 
 def _output_step(gm) -> float:
