@@ -36,6 +36,9 @@ _API = "`opforge compare`"
               help="The quantized run: a node is out when its SQNR falls below this (dB).")
 @click.option("--scheme", default="8a8w", show_default=True,
               help="Quantization scheme of the quantized run.")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False), metavar="LIST",
+              help="The quantized run's calibration samples (an input list, as opforge quantize "
+                   "--calibration takes). Default: the inputs compared, on which nothing clips.")
 @click.option("--kernels", "libraries", multiple=True, metavar="LIB",
               help="A native kernel library or 'pkg.module:function' registrar, loaded into "
                    "every program run (as opforge run --kernels); repeatable.")
@@ -48,8 +51,8 @@ _API = "`opforge compare`"
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write a self-contained HTML page: per-node SQNR along the graph, and the table.")
 def compare(target: str, input_paths: tuple[str, ...], against: str | None, rtol: float,
-            atol: float, min_sqnr: float, scheme: str, libraries: tuple[str, ...],
-            method_name: str, rows: str, seed: int, as_json: bool, html_path: str | None) -> None:
+            atol: float, min_sqnr: float, scheme: str, calibration: str | None,
+            libraries: tuple[str, ...], method_name: str, rows: str, seed: int, as_json: bool, html_path: str | None) -> None:
     """Run MODEL (MODULE:FACTORY) or PROGRAM (.opf) everywhere on the same inputs and name,
     per run, the first node that leaves its tolerance against the reference."""
     from rich.console import Console
@@ -68,7 +71,8 @@ def compare(target: str, input_paths: tuple[str, ...], against: str | None, rtol
                                           method_name, seed)
             else:
                 result = _compare_model(target, inputs, against, rtol, atol, min_sqnr, scheme,
-                                        libraries, lambda text: status.update(text))
+                                        libraries, lambda text: status.update(text),
+                                        calibration)
     except OpforgeError as e:
         raise click.ClickException(str(e)) from None
     from opforge.compare.report import print_comparison, to_html, to_json
@@ -89,7 +93,8 @@ def compare(target: str, input_paths: tuple[str, ...], against: str | None, rtol
         raise SystemExit(1)
 
 
-def _compare_model(target, inputs, against, rtol, atol, min_sqnr, scheme, libraries, step):
+def _compare_model(target, inputs, against, rtol, atol, min_sqnr, scheme, libraries, step,
+                   calibration=None):
     from opforge.cli.export_cmd import load_factory, methods_from_factory
     from opforge.compare import compare as run_compare
 
@@ -106,9 +111,14 @@ def _compare_model(target, inputs, against, rtol, atol, min_sqnr, scheme, librar
         from opforge.backends.cpu.engine import missing
 
         against = "eager,lean,aten" + ("" if missing() else ",cpu")
+    samples = None
+    if calibration:
+        from opforge.cli.quantize_cmd import _samples
+
+        samples = _samples(calibration, "--calibration")
     return run_compare(model, inputs or list(example), against=against.split(","), rtol=rtol,
                        atol=atol, min_sqnr=min_sqnr, scheme=scheme, kernels=libraries,
-                       on_step=step)
+                       calibration=samples, on_step=step)
 
 
 def _check_model_takes(model, inputs, example) -> None:

@@ -178,3 +178,29 @@ def test_compare_names_the_nodes_whose_values_were_clipped():
     assert f"`{row.label}`" in line or len(run.clipped) > 5
     cells = [c for n in result.as_dict()["nodes"] for c in n["runs"].values() if c and "clipped" in c]
     assert len(cells) == len(run.clipped)
+
+
+def test_compare_cli_calibrates_on_a_list_and_reports_clipping(tmp_path, monkeypatch):
+    # 8a8w keeps the observed ranges (no headroom at 8 bits): a prompt other than the
+    # calibration's goes past some of them, and `opforge compare` says where
+    import numpy as np
+    from click.testing import CliRunner
+
+    from opforge.cli.compare_cmd import compare as compare_cli
+
+    (tmp_path / "dec.py").write_text(
+        "import torch\nfrom opforge.examples.decoder import TinyDecoder\n"
+        "def make():\n    return TinyDecoder(vocab=64, dim=64, heads=8, kv_heads=4, hidden=192, "
+        "layers=1, max_len=32, seed=0).eval(), (torch.arange(32) % 64, torch.arange(32))\n")
+    rng = np.random.default_rng(1)
+    for name in ("t0", "t1", "test"):
+        np.save(tmp_path / f"{name}.npy", rng.integers(0, 64, 32).astype(np.int64))
+    np.save(tmp_path / "pos.npy", np.arange(32, dtype=np.int64))
+    (tmp_path / "cal.txt").write_text("t0.npy pos.npy\nt1.npy pos.npy\n")
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = CliRunner().invoke(compare_cli, [
+            "dec.py:make", "--inputs", "test.npy,pos.npy", "--against", "quantized",
+            "--scheme", "8a8w", "--calibration", "cal.txt", "--rows", "diverged"])
+    assert "values past the calibrated range (clipped)" in out.output, out.output
