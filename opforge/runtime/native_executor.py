@@ -65,7 +65,8 @@ class _IOInfo(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
                 ("reserved", ctypes.c_int32), ("sizes", ctypes.POINTER(ctypes.c_int64)),
                 ("min_sizes", ctypes.POINTER(ctypes.c_int64)),
-                ("max_sizes", ctypes.POINTER(ctypes.c_int64))]
+                ("max_sizes", ctypes.POINTER(ctypes.c_int64)),
+                ("dim_order", ctypes.POINTER(ctypes.c_uint8))]
 
 
 class _MethodOptions(ctypes.Structure):
@@ -307,21 +308,6 @@ class NativeProgram:
         return tuple(lib.opf_registry_operator(registry, i).decode()
                      for i in range(lib.opf_registry_num_operators(registry)))
 
-    def _dim_orders(self, method: str, outputs: bool, count: int) -> list:
-        """Each input's (output's) dim order, outermost first: how the runtime lays its
-        bytes out (None for a scalar, or when the program cannot be read here)."""
-        try:
-            definition = self.program.method(method)
-        except Exception:  # noqa: BLE001 - only staging and dim orders other than C order are lost
-            return [None] * count
-        orders = []
-        for index in (definition.outputs if outputs else definition.inputs):
-            value = definition.values[index]
-            sizes = getattr(value, "sizes", None)
-            orders.append(None if sizes is None else
-                          tuple(value.dim_order) if value.dim_order else tuple(range(len(sizes))))
-        return orders if len(orders) == count else [None] * count
-
     def method(self, name: str = "forward") -> "NativeMethod":
         """A new instance of method ``name`` with its own arenas (one per thread)."""
         return NativeMethod(self, name)
@@ -413,8 +399,10 @@ class NativeMethod:
         self._stages: list = [None] * n_in.value
         self._tensor_dtypes = tuple(dtype for kind, dtype, _ in self._input_plan) if all(
             kind == _VALUE_TENSOR for kind, _, _ in self._input_plan) else None
-        self._dim_orders = program._dim_orders(name, False, n_in.value)
-        self._output_orders = program._dim_orders(name, True, n_out.value)
+        self._dim_orders = tuple(self._dim_order(lib.opf_program_input_info, i)
+                                 for i in range(n_in.value))
+        self._output_orders = tuple(self._dim_order(lib.opf_program_output_info, i)
+                                    for i in range(n_out.value))
         # per output: the shape when static (no sizes to read per call), and the last
         # (data address, NumPy view over the instance's memory) seen
         self._static_shapes = tuple(self._static_shape(i) for i in range(n_out.value))
@@ -439,6 +427,14 @@ class NativeMethod:
         if info.kind != _VALUE_TENSOR:
             return IOSpec(index, _SCALARS[info.kind], None)
         return IOSpec(index, _raw_dtype(info.dtype), tuple(info.sizes[d] for d in range(info.rank)))
+
+    def _dim_order(self, read, index: int) -> tuple[int, ...] | None:
+        """The dim order (outermost first) the runtime lays a tensor's bytes out in; None
+        for a scalar."""
+        info = self._info(read, index)
+        if info.kind != _VALUE_TENSOR:
+            return None
+        return tuple(info.dim_order[d] for d in range(info.rank))
 
     def _static_shape(self, index: int) -> tuple[int, ...] | None | bool:
         """Output ``index``'s shape when static, None when dynamic, False for a scalar."""

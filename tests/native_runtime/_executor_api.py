@@ -43,7 +43,8 @@ class IoInfo(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
                 ("reserved", ctypes.c_int32), ("sizes", ctypes.POINTER(ctypes.c_int64)),
                 ("min_sizes", ctypes.POINTER(ctypes.c_int64)),
-                ("max_sizes", ctypes.POINTER(ctypes.c_int64))]
+                ("max_sizes", ctypes.POINTER(ctypes.c_int64)),
+                ("dim_order", ctypes.POINTER(ctypes.c_uint8))]
 
 
 P = ctypes.c_void_p

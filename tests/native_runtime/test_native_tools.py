@@ -264,3 +264,27 @@ def test_generate_example_decoder_matches_lean(tmp_path, run_tool):
     native = _generate(run_tool, tmp_path / "decoder.opf", [5, 9, 1, 3], 8)
     python = Generator(load(program)).generate([5, 9, 1, 3], 8)
     assert native["tokens"] == list(python.tokens)
+
+
+@pytest.mark.parametrize("input_order, output_order", [
+    ((0, 2, 1), (0, 2, 1)), ((0, 1, 2), (2, 0, 1)), ((1, 2, 0), (0, 1, 2))])
+def test_run_lays_npy_arrays_out_in_the_programs_dim_orders(tmp_path, run_tool, input_order,
+                                                           output_order):
+    """.npy files are C order; the runtime holds a tensor dense in its dim order
+    (channels-last): opforge-run converts both ways (opf_io_info.dim_order)."""
+    from opforge.program import ArenaStorage, IntValue, KernelCall, MemoryPlan, Method, Operator, \
+        Program, ScalarType, TensorValue
+
+    def tensor(offset, order):
+        return TensorValue(ScalarType.FLOAT32, (2, 3, 4), storage=ArenaStorage(0, offset), dim_order=order)
+
+    values = (tensor(0, input_order), tensor(128, input_order), IntValue(1), tensor(256, output_order))
+    program = Program(methods=(Method("forward", values, (0, 1), (3,), (KernelCall(0, (0, 1, 2, 3)),),
+                                      (Operator("aten::add", "out"),), MemoryPlan((384,))),))
+    save(program, tmp_path / "p.opf")
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(2))
+    run_tool("opforge-run", tmp_path / "p.opf", "--input", _save_npy(tmp_path / "x.npy", x),
+             "--input", _save_npy(tmp_path / "y.npy", y), "--output-dir", tmp_path / "out")
+    (expected,) = load(program).method("forward")(x, y)
+    assert np.load(tmp_path / "out" / "output_0.npy").tobytes() == expected.tobytes() == (x + y).tobytes()

@@ -19,6 +19,7 @@ struct IoInfo {
   int32_t kind = OPF_VALUE_TENSOR;
   int32_t dtype = -1;
   std::vector<int64_t> sizes, min_sizes, max_sizes;
+  std::vector<uint8_t> dim_order;
 };
 
 struct MethodInfo {

@@ -195,6 +195,7 @@ IoInfo io_of(const Method& m, uint32_t index) {
       io.kind = OPF_VALUE_TENSOR;
       io.dtype = v.tensor.dtype;
       io.sizes = v.tensor.sizes;
+      io.dim_order = v.tensor.dim_order;
       io_bounds(m, index, io.min_sizes, io.max_sizes);
       break;
     case ValueTag::Double: io.kind = OPF_VALUE_DOUBLE; break;

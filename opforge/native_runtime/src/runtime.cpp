@@ -206,6 +206,7 @@ static void fill_info(const IoInfo& io, opf_io_info* out) {
   out->sizes = io.sizes.data();
   out->min_sizes = io.min_sizes.data();
   out->max_sizes = io.max_sizes.data();
+  out->dim_order = io.dim_order.data();
 }
 
 OPF_API opf_status opf_program_input_info(const opf_program* program, const char* method, int64_t index,

@@ -132,13 +132,40 @@ void make_dirs(const std::string& path) {
   }
 }
 
+// Bytes of a row-major (C order) array laid out in `order` (outermost first), or back
+// when `to_order` is false: the runtime's tensors are dense in their dim order
+// (channels-last is {0, 2, 3, 1}), .npy files are C order.
+std::vector<unsigned char> relayout(const std::vector<unsigned char>& src, const std::vector<int64_t>& shape,
+                                    int64_t item, const uint8_t* order, bool to_order) {
+  size_t rank = shape.size();
+  bool identity = true;
+  for (size_t k = 0; k < rank; ++k) identity = identity && order[k] == k;
+  if (identity || src.empty()) return src;
+  std::vector<int64_t> c_stride(rank, item), idx(rank, 0);
+  for (size_t d = rank - 1; d > 0; --d) c_stride[d - 1] = c_stride[d] * shape[d];
+  std::vector<unsigned char> dst(src.size());
+  for (size_t n = 0; n < src.size(); n += (size_t)item) {  // n walks the dim-order layout
+    int64_t c = 0;
+    for (size_t k = 0; k < rank; ++k) c += idx[order[k]] * c_stride[order[k]];
+    if (to_order) std::memcpy(&dst[n], &src[(size_t)c], (size_t)item);
+    else std::memcpy(&dst[(size_t)c], &src[n], (size_t)item);
+    for (size_t k = rank; k-- > 0;) {  // next index, innermost of the dim order first
+      if (++idx[order[k]] < shape[order[k]]) break;
+      idx[order[k]] = 0;
+    }
+  }
+  return dst;
+}
+
 // Set input `index` of the method from an .npy array: a tensor as it is, a scalar input
 // from a one-element array.
 void set_input(opf_method* method, int64_t index, const opf_io_info& info, const NpyArray& a,
                const std::string& path) {
   std::string where = "input " + std::to_string(index) + " ('" + path + "')";
   if (info.kind == OPF_VALUE_TENSOR) {
-    check(kTool, opf_method_set_input(method, index, a.data.data(), a.dtype, (int32_t)a.shape.size(),
+    std::vector<unsigned char> bytes = a.shape.size() == (size_t)info.rank && info.dim_order
+        ? relayout(a.data, a.shape, npy_itemsize(a.dtype), info.dim_order, true) : a.data;
+    check(kTool, opf_method_set_input(method, index, bytes.data(), a.dtype, (int32_t)a.shape.size(),
                                       a.shape.data(), 0), "setting " + where);
     return;
   }
@@ -176,7 +203,7 @@ struct Output {
   std::vector<unsigned char> data;
 };
 
-std::vector<Output> read_outputs(opf_method* method, int64_t count) {
+std::vector<Output> read_outputs(opf_method* method, int64_t count, const std::vector<opf_io_info>& infos) {
   std::vector<Output> outputs((size_t)count);
   for (int64_t j = 0; j < count; ++j) {
     Output& out = outputs[(size_t)j];
@@ -190,6 +217,8 @@ std::vector<Output> read_outputs(opf_method* method, int64_t count) {
       out.shape.assign(view.sizes, view.sizes + view.rank);
       const unsigned char* p = static_cast<const unsigned char*>(view.data);
       out.data.assign(p, p + view.nbytes);
+      if ((size_t)j < infos.size() && infos[(size_t)j].dim_order && infos[(size_t)j].rank == view.rank)
+        out.data = relayout(out.data, out.shape, npy_itemsize(view.dtype), infos[(size_t)j].dim_order, false);
       continue;
     }
     check(kTool, opf_method_output_scalar(method, j, &kind, &i, &d),
@@ -281,6 +310,7 @@ int main(int argc, char** argv) {
     method_name = session.has_method("forward") || names.size() != 1 ? "forward" : names[0];
   }
   std::vector<opf_io_info> inputs = session.io(method_name, true);
+  std::vector<opf_io_info> output_infos = session.io(method_name, false);
   int64_t num_outputs = (int64_t)session.io(method_name, false).size();
 
   std::vector<std::vector<std::string>> calls;
@@ -343,7 +373,7 @@ int main(int argc, char** argv) {
         events.push_back({"method " + method_name, "", -1, call_start,
                           std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count()});
     }
-    results.push_back(read_outputs(method, num_outputs));
+    results.push_back(read_outputs(method, num_outputs, output_infos));
   }
 
   print_outputs(results);

@@ -149,6 +149,8 @@ typedef struct opf_io_info {
                             growing dim); valid while the program lives */
   const int64_t* min_sizes; /* rank inclusive lower bounds (== sizes for a static dim) */
   const int64_t* max_sizes; /* rank inclusive upper bounds (INT64_MAX: grows unbounded) */
+  const uint8_t* dim_order; /* rank dims, outermost first: the layout set_input reads and
+                               outputs are written in ({0, 2, 3, 1} is channels-last) */
 } opf_io_info;
 
 OPF_API opf_status opf_program_method_io(const opf_program* program, const char* method,
