@@ -8,7 +8,7 @@ runtime runs it (``kernel.bind(args)``: NumPy's OpenBLAS for products and convol
 columns) and the C++ kernel of libopforge_portable.so through the kernel ABI
 (``NativeKernel.bind``: one ctypes call, ~1 µs, counted against the C++ kernel). Each
 figure is the median of ``--repeats`` timed calls after warm-up, in microseconds, on one
-thread; ``ratio`` is NumPy / C++ (above 1: the C++ kernel is faster). The GEMM lines also
+thread, the NumPy and the C++ call timed alternately (both see the same load); ``ratio`` is NumPy / C++ (above 1: the C++ kernel is faster). The GEMM lines also
 give GFLOP/s of the C++ kernel. ``--only WORD`` keeps workloads whose name contains it;
 ``--programs`` also times the zoo's programs on the lean runtime with and without these
 C++ kernels (the other ops stay on NumPy kernels).
@@ -150,10 +150,27 @@ def programs(lib, path: str, repeats: int) -> None:
         arrays = [t.numpy() for t in inputs]
         numpy_method = load(program).method("forward")
         native_method = load(program, registry=registry).method("forward")
-        numpy_us = median_us(numpy_method, arrays, repeats)
-        native_us = median_us(native_method, arrays, repeats)
+        numpy_us, native_us = paired_us(numpy_method, arrays, native_method, arrays, repeats)
         print(f"{name:38s} {numpy_us:10.1f} {native_us:10.1f} {numpy_us / native_us:6.2f}x  "
               f"{len(used)} of {len(keys)}", flush=True)
+
+
+def paired_us(first, first_args, second, second_args, repeats: int) -> tuple[float, float]:
+    """Medians (µs) of two calls timed alternately, so that both see the same load on a
+    shared machine."""
+    for _ in range(3):
+        first(*first_args)
+        second(*second_args)
+    a, b = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        first(*first_args)
+        t1 = time.perf_counter()
+        second(*second_args)
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+    return statistics.median(a) * 1e6, statistics.median(b) * 1e6
 
 
 def median_us(call, args, repeats: int) -> float:
@@ -194,9 +211,8 @@ def main() -> None:
         bound_fn, bound_args = (kernel.bind(numpy_args) if hasattr(kernel, "bind")
                                 else (kernel, numpy_args))
         repeats = opts.repeats if flops < 1e9 else max(5, opts.repeats // 20)
-        numpy_us = median_us(bound_fn, bound_args, repeats)
         native_call, native_args = lib.kernel(key).bind(args)
-        native_us = median_us(native_call, native_args, repeats)
+        numpy_us, native_us = paired_us(bound_fn, bound_args, native_call, native_args, repeats)
         rate = f"{flops / native_us / 1e3:12.1f}" if flops else f"{'':12s}"
         print(f"{name:38s} {numpy_us:10.1f} {native_us:10.1f} {numpy_us / native_us:6.2f}x {rate}",
               flush=True)
