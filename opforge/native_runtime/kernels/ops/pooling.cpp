@@ -210,7 +210,7 @@ void max_pool(const Pool& g, const View& x, const View& y, const View& ind) {
           for (int q = 1; q < 4; ++q) {
             bool nan = false;
             if constexpr (std::is_floating_point<T>::value) nan = v[q] != v[q];
-            bool take = v[q] > best || nan;
+            bool take = (v[q] > best) | nan;  // | not ||: no branch
             best = take ? v[q] : best;
             at = take ? off[q] : at;
           }
@@ -242,7 +242,7 @@ void max_pool(const Pool& g, const View& x, const View& y, const View& ind) {
               T v = row[iw];
               bool nan = false;
               if constexpr (std::is_floating_point<T>::value) nan = v != v;
-              bool take = v > best || nan;  // selects, not branches: random data mispredicts
+              bool take = (v > best) | nan;  // selects (and | not ||), not branches: random data mispredicts
               best = take ? v : best;
               at = take ? ih * g.in[2] + iw : at;
             }
@@ -274,7 +274,7 @@ void max_pool(const Pool& g, const View& x, const View& y, const View& ind) {
                 T v = row[i2 * g.xs[2]];
                 bool nan = false;
                 if constexpr (std::is_floating_point<T>::value) nan = v != v;
-                bool take = v > best || nan;  // selects, not branches: random data mispredicts
+                bool take = (v > best) | nan;  // selects (and | not ||), not branches: random data mispredicts
                 best = take ? v : best;
                 at = take ? (i0 * g.in[1] + i1) * g.in[2] + i2 : at;
               }
@@ -442,7 +442,7 @@ void adaptive(const Pool& g, const View& x, const View& y, const View* ind) {
                   T v = xp[i0 * g.xs[0] + i1 * g.xs[1] + i2 * g.xs[2]];
                   bool nan = false;
                   if constexpr (std::is_floating_point<T>::value) nan = v != v;
-                  bool take = v > best || nan;  // selects, not branches: random data mispredicts
+                  bool take = (v > best) | nan;  // selects (and | not ||), not branches: random data mispredicts
                   best = take ? v : best;
                   at = take ? (i0 * g.in[1] + i1) * g.in[2] + i2 : at;
                 }
