@@ -137,6 +137,7 @@ class Driver:
             self.proc.stdin.close()
         except BrokenPipeError:
             pass
+        self.proc.stdin = None  # closed: communicate() must not flush it
         try:
             _, err = self.proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:

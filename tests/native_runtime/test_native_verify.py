@@ -119,33 +119,43 @@ def test_valid_programs_are_accepted(verify, name):
     assert message == ""  # OPF_OK clears the last error
 
 
-@pytest.fixture(scope="session")
-def zoo_files():
+def _export_zoo(names: tuple[str, ...]) -> dict[str, bytes]:
     torch = pytest.importorskip("torch")
     from opforge.examples.zoo import ZOO
     from opforge.export import export
 
     files = {}
-    for name in ("mlp", "cnn", "transformer_layer"):
+    for name in names:
         torch.manual_seed(0)
         model, args = ZOO[name]()
         files[name] = P.to_bytes(export(model.eval(), args))
     return files
 
 
-def test_zoo_models_are_accepted(verify, zoo_files):
-    for name, data in zoo_files.items():
+@pytest.fixture(scope="session")
+def zoo_files():
+    return _export_zoo(("mlp",))  # one export keeps the default run fast
+
+
+def _check_zoo(verify, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
         assert python(data) is None, name
         rc, message = verify(data)
         assert rc == OPF_OK, f"{name}: {message}"
-
-
-def test_zoo_models_mutated_agree(verify, zoo_files):
     rng = random.Random(7)
-    corpus = list(zoo_files.values())
+    corpus = list(files.values())
     for _ in range(300):
-        data = _byte_mutation(rng, corpus)
-        _assert_agree(verify, data)
+        _assert_agree(verify, _byte_mutation(rng, corpus))
+
+
+def test_zoo_model_is_accepted_and_its_mutations_agree(verify, zoo_files):
+    _check_zoo(verify, zoo_files)
+
+
+@pytest.mark.slow
+def test_more_zoo_models(verify):
+    """cnn, transformer_layer and gpt_decoder (about a minute of exporting)."""
+    _check_zoo(verify, _export_zoo(("cnn", "transformer_layer", "gpt_decoder")))
 
 
 # --- the malformed cases of tests/pure/test_program_bad_inputs.py -------------------------

@@ -202,15 +202,21 @@ bool is_printable_utf8(const std::string& s) {
 }
 
 std::string quoted(const std::string& s) {
+  // printable ASCII and valid UTF-8 as they are; controls and invalid bytes as \xNN, so a
+  // message is always valid UTF-8 whatever the file held
   static const char hex[] = "0123456789abcdef";
   std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 200; ++i) {
+  const size_t limit = std::min<size_t>(s.size(), 200);
+  for (size_t i = 0; i < limit;) {
     unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '\'' || c == '\\') { out += '\\'; out += static_cast<char>(c); }
-    else if (c < 0x20 || c == 0x7F) { out += "\\x"; out += hex[c >> 4]; out += hex[c & 15]; }
-    else out += static_cast<char>(c);
+    uint32_t cp;
+    size_t n = decode(s, i, &cp);
+    if (c == '\'' || c == '\\') { out += '\\'; out += static_cast<char>(c); ++i; }
+    else if (n == 0 || c < 0x20 || c == 0x7F) {
+      out += "\\x"; out += hex[c >> 4]; out += hex[c & 15]; ++i;
+    } else { out.append(s, i, n); i += n; }
   }
-  if (s.size() > 200) out += "...";
+  if (s.size() > limit) out += "...";
   return out + "'";
 }
 
