@@ -11,7 +11,9 @@ figure is the median of ``--repeats`` timed calls after warm-up, in microseconds
 thread, the NumPy and the C++ call timed alternately (both see the same load); ``ratio`` is NumPy / C++ (above 1: the C++ kernel is faster). The GEMM lines also
 give GFLOP/s of the C++ kernel. ``--only WORD`` keeps workloads whose name contains it;
 ``--programs`` also times the zoo's programs on the lean runtime with and without these
-C++ kernels (the other ops stay on NumPy kernels).
+C++ kernels (the other ops stay on NumPy kernels), and on the native executor
+(``load(..., executor="native")``: the C++ instruction loop, every kernel from the C++
+library, no ctypes per kernel) against the lean runtime.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def programs(lib, path: str, repeats: int) -> None:
     from opforge.runtime.native import kernel_table
 
     mine = {e.key for e in kernel_table(path) if e.source in FAMILIES}
-    print(f"\n{'zoo program (lean runtime)':38s} {'numpy':>10s} {'C++ six':>10s} {'ratio':>7s}  native keys")
+    print(f"\n{'zoo program':24s} {'lean numpy':>11s} {'lean+C++ six':>13s} {'ratio':>6s} "
+          f"{'native exec':>12s} {'ratio':>6s}  C++-six keys")
     for name in ZOO:
         torch.manual_seed(0)
         model, inputs = ZOO[name]()
@@ -151,7 +154,14 @@ def programs(lib, path: str, repeats: int) -> None:
         numpy_method = load(program).method("forward")
         native_method = load(program, registry=registry).method("forward")
         numpy_us, native_us = paired_us(numpy_method, arrays, native_method, arrays, repeats)
-        print(f"{name:38s} {numpy_us:10.1f} {native_us:10.1f} {numpy_us / native_us:6.2f}x  "
+        # the whole program on the native executor (C++ loop, every kernel the library's)
+        try:
+            executor = load(program, executor="native").method("forward")
+            lean_us, exec_us = paired_us(numpy_method, arrays, executor, arrays, repeats)
+            whole = f"{exec_us:12.1f} {lean_us / exec_us:5.2f}x"
+        except Exception as e:  # an op the C++ library does not serve yet
+            whole = f"{'n/a':>12s} {'':6s}  ({type(e).__name__}: {str(e)[:60]}...)"
+        print(f"{name:24s} {numpy_us:11.1f} {native_us:13.1f} {numpy_us / native_us:5.2f}x {whole}  "
               f"{len(used)} of {len(keys)}", flush=True)
 
 
