@@ -416,7 +416,6 @@ def test_a_dynamic_delegate_runs_an_engine_per_shape(native_engine):
         native(rng.standard_normal((13, *features)).astype(np.float32))
 
 
-@pytest.mark.slow
 def test_a_decoder_with_a_dynamic_prefill_generates_the_python_runtimes_tokens(native_engine):
     """prefill (symbolic sequence length) and decode, both cpu delegates writing the KV
     cache in place: greedy tokens and every logit equal to the Python runtime's."""
@@ -709,7 +708,6 @@ def _python_run(program, index, inputs, outputs) -> tuple[str, str]:
         backend.destroy(handle)
 
 
-@pytest.mark.slow
 def test_fuzzed_blobs_get_the_same_verdict_from_both_backends(probe):
     """300 cases of fuzz/cpu_blob_mutate.py (ids, dims, strides, aliases, dtypes, roles,
     constants, named data, attributes, post-ops, io and state lists, header, specs, size
