@@ -11,7 +11,7 @@ Where the two may legitimately disagree (none of it reachable from an exporter):
 
 * size-expression bounds: the native verifier refuses an expression whose interval leaves
   int64 at any node; Python's big ints check only the final bounds. So whatever the native
-  verifier accepts evaluates without overflow. ``_intermediate_overflow`` recognizes it.
+  verifier accepts evaluates without overflow. ``NF.intermediate_overflow`` recognizes it.
 * JSON nesting in the debug table: native caps it at 512 levels; Python stops at its
   recursion limit (about 990 levels, fewer under a deeper call stack).
 * ``NamedData`` keys: printable is CPython 3.11's table (Unicode 14); another Python's
@@ -41,6 +41,7 @@ from opforge.program.symbolic import SizeExpr
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "fuzz"))
+import native_program_fuzz as NF  # noqa: E402
 import program_fuzz as PF  # noqa: E402
 
 OPF_OK, OPF_ERR_PROGRAM = 0, 3
@@ -71,26 +72,6 @@ def python(data: bytes) -> str | None:
 def subject(message: str) -> str:
     """The field a message names: what comes after the API prefix, before ' — '."""
     return message.split("`: ", 1)[-1].split(" — ")[0]
-
-
-def _intermediate_overflow(data: bytes) -> bool:
-    """Whether a program Python accepts has a size expression whose interval leaves int64 at
-    an inner node (the documented bounds difference, module docstring)."""
-    program = P.from_bytes(data)
-    for method in program.methods:
-        ranges = {s.name: (s.min, s.max) for s in method.symbols}
-        exprs = [e for sv in method.symbolic_values for e in sv.exprs]
-        exprs += [e for g in method.guards for e in (g.lhs, g.rhs)]
-        stack = list(exprs)
-        while stack:
-            node = stack.pop()
-            if node.op in ("int", "sym"):
-                continue
-            stack.extend(node.args)
-            low, high = node.bounds(ranges)
-            if low < -(2**63) or high > 2**63 - 1:
-                return True
-    return False
 
 
 # --- valid programs ------------------------------------------------------------------------
@@ -298,7 +279,7 @@ def _assert_agree(verify, data: bytes) -> tuple[bool, bool]:
     rc, message = verify(data)
     assert rc in (OPF_OK, OPF_ERR_PROGRAM), message
     if (expected is None) != (rc == OPF_OK):
-        if expected is None and _intermediate_overflow(data):
+        if expected is None and NF.intermediate_overflow(data):
             return True, False  # the documented bounds difference (module docstring)
         pytest.fail(f"disagree: python {'accepts' if expected is None else expected!r}; "
                     f"native {'accepts' if rc == OPF_OK else message!r}")
@@ -346,6 +327,22 @@ def test_hostile_lengths_never_crash(verify):
             _assert_agree(verify, reseal(mutated))
 
 
+def test_int64_bounds_difference_is_the_documented_one(verify):
+    """An expression whose inner interval leaves int64 though its final bounds do not:
+    Python accepts it, the native verifier refuses it by design (module docstring)."""
+    base = symbolic_program()
+    m = base.methods[0]
+    s = m.symbols[0].name
+    guard = P.Guard(SizeExpr.parse(f"min(({s} * 9223372036854775807), 0)"), "<=",
+                    SizeExpr.parse(s))
+    data = unverified_bytes(dataclasses.replace(
+        base, methods=(dataclasses.replace(m, guards=m.guards + (guard,)),) + base.methods[1:]))
+    assert python(data) is None
+    rc, message = verify(data)
+    assert rc == OPF_ERR_PROGRAM and "guards[" in message and "int64" in message
+    assert NF.intermediate_overflow(data)
+
+
 def test_null_and_empty_arguments(verify):
     assert verify(b"")[0] == OPF_ERR_PROGRAM and "empty file" in verify(b"")[1]
     lib_rc = verify(b"\x89OPF")
@@ -354,11 +351,13 @@ def test_null_and_empty_arguments(verify):
 
 # --- the sanitizer build -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sanitizer_build_fuzz_smoke(tmp_path):
     """A few hundred fuzzed files through the ASan+UBSan build (fuzz/native_program_fuzz.py's
-    driver): no crash, no leak, no disagreement with Python."""
-    import native_program_fuzz as NF
+    driver): no crash, no leak, no disagreement with Python. Slow only the first time: the
+    sanitizer variant's first build takes minutes (later ones recompile what changed); the
+    300 cases themselves take about a second."""
     report = NF.run(count=300, seed=11, crash_dir=tmp_path)
     assert report["cases"] == 300
     assert report["crashes"] == 0 and report["hangs"] == 0 and report["leaks"] == 0, report
-    assert report["disagreements"] == 0, report
+    assert report["disagreements"] == 0 and report["bad_status"] == 0, report

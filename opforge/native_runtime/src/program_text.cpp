@@ -202,22 +202,36 @@ bool is_printable_utf8(const std::string& s) {
 }
 
 std::string quoted(const std::string& s) {
-  // printable ASCII and valid UTF-8 as they are; controls and invalid bytes as \xNN, so a
-  // message is always valid UTF-8 whatever the file held
+  // Python's repr of the str: '...' (or "..." when it holds ' but no "), \n \r \t and
+  // \xNN / \uNNNN / \UNNNNNNNN for what is not printable; invalid UTF-8 (never in a str
+  // Python decoded) as \xNN, so a message is always valid UTF-8
   static const char hex[] = "0123456789abcdef";
-  std::string out = "'";
-  const size_t limit = std::min<size_t>(s.size(), 200);
+  const size_t limit = std::min<size_t>(s.size(), 4096);
+  const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
+  const char q = dq ? '"' : '\'';
+  std::string out(1, q);
+  auto esc = [&](char kind, uint32_t v, int digits) {
+    out += '\\';
+    out += kind;
+    for (int k = digits - 1; k >= 0; --k) out += hex[(v >> (4 * k)) & 15];
+  };
   for (size_t i = 0; i < limit;) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    uint32_t cp;
-    size_t n = decode(s, i, &cp);
-    if (c == '\'' || c == '\\') { out += '\\'; out += static_cast<char>(c); ++i; }
-    else if (n == 0 || c < 0x20 || c == 0x7F) {
-      out += "\\x"; out += hex[c >> 4]; out += hex[c & 15]; ++i;
-    } else { out.append(s, i, n); i += n; }
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    uint32_t cp = 0;
+    const size_t n = decode(s, i, &cp);
+    if (n == 0) { esc('x', c, 2); ++i; continue; }
+    i += n;
+    if (cp == static_cast<uint32_t>(q) || cp == '\\') { out += '\\'; out += static_cast<char>(cp); }
+    else if (cp == '\n') out += "\\n";
+    else if (cp == '\r') out += "\\r";
+    else if (cp == '\t') out += "\\t";
+    else if (printable(cp)) out.append(s, i - n, n);
+    else if (cp <= 0xFF) esc('x', cp, 2);
+    else if (cp <= 0xFFFF) esc('u', cp, 4);
+    else esc('U', cp, 8);
   }
   if (s.size() > limit) out += "...";
-  return out + "'";
+  return out + q;
 }
 
 std::string hex_bytes(const uint8_t* p, size_t n) {

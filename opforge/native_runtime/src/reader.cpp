@@ -276,11 +276,13 @@ Instruction read_instruction(Reader& r) {
       ins.index = r.u32();
       ins.args = r.u32s();
       return ins;
-    case 2:
+    case 2: {  // read as one 8-byte struct, as decode.py does (same offset when short)
       ins.kind = InstructionKind::Move;
-      ins.index = r.u32();
-      ins.dst = r.u32();
+      const uint8_t* pair = r.take(8);
+      ins.index = le32(pair);
+      ins.dst = le32(pair + 4);
       return ins;
+    }
     case 3:
       ins.kind = InstructionKind::Free;
       ins.index = r.u32();
@@ -306,13 +308,20 @@ Operator read_operator(Reader& r) {
   return op;
 }
 
+// SizeExpr.parse at decode time: the spelling only (an undeclared symbol is the verifier's).
+void check_syntax(const std::string& text, const Method& m) {
+  std::string unknown;
+  parse_size_expr(text, m.symbols, "", &unknown);
+}
+
 void read_symbolic(Reader& r, uint32_t version, Method& m) {
   uint32_t n = r.count(20);
   for (uint32_t i = 0; i < n; ++i) {
     Symbol s;
     s.name = r.string();
-    s.min = r.i64();
-    s.max = r.i64();
+    const uint8_t* range = r.take(16);
+    s.min = static_cast<int64_t>(le64(range));
+    s.max = static_cast<int64_t>(le64(range + 8));
     if (!is_identifier(s.name)) fail("`Symbol`: name", quoted(s.name), "an identifier");
     if (s.min < 0) fail("`Symbol`: min", std::to_string(s.min), "an int in [0, 2**63 - 1]");
     if (s.max < 0) fail("`Symbol`: max", std::to_string(s.max), "an int in [0, 2**63 - 1]");
@@ -325,13 +334,15 @@ void read_symbolic(Reader& r, uint32_t version, Method& m) {
   n = r.count(8);
   for (uint32_t i = 0; i < n; ++i) {
     SymbolicValue sv;
-    sv.value = r.u32();
-    uint32_t exprs = r.u32();
+    const uint8_t* head = r.take(8);
+    sv.value = le32(head);
+    uint32_t exprs = le32(head + 4);
     if (exprs > uint32_t(kMaxRank)) {
       fail("symbolic value", std::to_string(exprs) + " expressions", "at most 64");
     }
     for (uint32_t k = 0; k < exprs; ++k) {
       sv.exprs.push_back(r.string());
+      check_syntax(sv.exprs.back(), m);
     }
     m.symbolic_values.push_back(std::move(sv));
   }
@@ -339,8 +350,10 @@ void read_symbolic(Reader& r, uint32_t version, Method& m) {
   for (uint32_t i = 0; i < n; ++i) {
     Guard g;
     g.lhs = r.string();
+    check_syntax(g.lhs, m);
     g.relation = r.string();
     g.rhs = r.string();
+    check_syntax(g.rhs, m);
     if (g.relation != "==" && g.relation != "!=" && g.relation != "<=" && g.relation != "<") {
       fail("`Guard`: relation", quoted(g.relation), "==, !=, <=, <");
     }

@@ -51,14 +51,15 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& what) {
-    throw ProgramError{where_ + ": `SizeExpr.parse` — found " + excerpt(text_) + ": " + what +
+    throw ProgramError{prefix() + "`SizeExpr.parse` — found " + excerpt(text_) + ": " + what +
                        " — valid: " + kGrammar + " (exactly as SizeExpr prints them)"};
   }
   [[noreturn]] void fail_plain(const std::string& valid) {
-    throw ProgramError{where_ + ": `SizeExpr.parse` — found " + excerpt(text_) + " (" +
+    throw ProgramError{prefix() + "`SizeExpr.parse` — found " + excerpt(text_) + " (" +
                        std::to_string(text_.size()) + " characters) — valid: " + valid};
   }
 
+  std::string prefix() const { return where_.empty() ? "" : where_ + ": "; }
   bool at(char c) const { return pos_ < text_.size() && text_[pos_] == c; }
   void expect(const char* s) {
     size_t n = std::strlen(s);
@@ -110,7 +111,7 @@ class Parser {
       if (index < 0 && unknown_ != nullptr) {
         if (unknown_->empty()) *unknown_ = name;
       } else if (index < 0) {
-        throw ProgramError{where_ + ": `SizeExpr` — found " + excerpt(text_) +
+        throw ProgramError{prefix() + "`SizeExpr` — found " + excerpt(text_) +
                            " reads undeclared symbol '" + name +
                            "' — valid: expressions over the method's symbols — fix: the file "
                            "is corrupt or hostile; re-export the model"};
