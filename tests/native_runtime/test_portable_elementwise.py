@@ -435,6 +435,11 @@ def test_exp_range(lib):
                         np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32)])
     compare(lib, "aten::exp.out", x, out_dtype="float32", out_shape=x.shape, ulps=3)
     compare(lib, "aten::sigmoid.out", x, out_dtype="float32", out_shape=x.shape, ulps=4)
+    # tanh: its polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above, tiny values, -0.0
+    t = np.concatenate([np.linspace(-12, 12, 100_001, dtype=np.float32),
+                        np.geomspace(1e-30, 1, 10_000, dtype=np.float32),
+                        -np.geomspace(1e-30, 1, 1_000, dtype=np.float32), x[-5:]])
+    compare(lib, "aten::tanh.out", t, out_dtype="float32", out_shape=t.shape, ulps=3)
 
 
 def test_round_decimals(lib):

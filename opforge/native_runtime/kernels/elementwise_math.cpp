@@ -11,6 +11,10 @@ OPFORGE_HOT void exp_row_f32(float* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = exp_f32(in[i]);
 }
 
+OPFORGE_HOT void tanh_row_f32(float* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = tanh_f32(in[i]);
+}
+
 // 1 / (1 + exp(-x)), each step rounded to float32 as the NumPy kernel's ufunc steps are.
 OPFORGE_HOT void sigmoid_row_f32(float* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {

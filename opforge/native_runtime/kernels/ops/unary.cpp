@@ -5,7 +5,7 @@
 //
 // A floating op computes in out's dtype when out is floating, else in the input's floating
 // dtype (float32 for integer and bool inputs), as the NumPy kernel passes `dtype=` to its
-// ufunc. float32 exp and sigmoid run on elementwise_math's vectorized exp (<= 1 ulp);
+// ufunc. float32 exp, sigmoid and tanh run on elementwise_math's vectorized forms (<= 1 ulp);
 // the other functions are the C library's (glibc: <= 1 ulp for float32); NumPy's float32
 // loops are its own SIMD versions, so results agree to a few ulp, not bit for bit
 // (tests/native_runtime/test_portable_elementwise.py states each tolerance).
@@ -61,7 +61,10 @@ void run_fn(const Loop& L, Fn fn) {
     case Fn::kSin: run_unary<T, T>(L, [](T x) { return std::sin(x); }); return;
     case Fn::kCos: run_unary<T, T>(L, [](T x) { return std::cos(x); }); return;
     case Fn::kTan: run_unary<T, T>(L, [](T x) { return std::tan(x); }); return;
-    case Fn::kTanh: run_unary<T, T>(L, [](T x) { return std::tanh(x); }); return;
+    case Fn::kTanh:
+      if constexpr (std::is_same<T, float>::value) run<float, float, 1>(L, FloatRow{tanh_row_f32});
+      else run_unary<T, T>(L, [](T x) { return std::tanh(x); });
+      return;
     case Fn::kAsin: run_unary<T, T>(L, [](T x) { return std::asin(x); }); return;
     case Fn::kAcos: run_unary<T, T>(L, [](T x) { return std::acos(x); }); return;
     case Fn::kAtan: run_unary<T, T>(L, [](T x) { return std::atan(x); }); return;
