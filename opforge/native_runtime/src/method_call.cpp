@@ -230,7 +230,7 @@ void MethodInstance::kernel_failed(size_t position) {
   const uint32_t i = bound_instruction_[position];
   const Kernel* kernel = info_.kernels[i];
   const std::string& node = info_.nodes[i];
-  std::string source = kernel ? kernel->key + ", kernel from " + kernel->origin : std::string("move");
+  std::string source = kernel ? kernel->key + ", kernel from " + kernel->origin : labels_[i];  // "move", "delegate cpu"
   std::string shapes;
   const BoundCall& b = bound_[position];
   for (int64_t p = 0; p < b.n; ++p)
