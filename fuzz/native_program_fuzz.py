@@ -5,7 +5,8 @@
 
 Inputs come from fuzz/program_fuzz.py's mutators (structure-aware rewrites of indices, size
 expressions, growing symbols, the debug table and named data, plus byte-level truncations,
-flips, interesting integers and header rewrites, 80% resealed so they reach the parser).
+flips, interesting integers and header rewrites, 80% resealed so they reach the parser),
+and 5% character-level edits of the debug table's JSON text (the native JSON reader).
 Each input goes to the sanitizer build of the runtime and to ``opforge.program.from_bytes``;
 findings: a crash (ASan/UBSan report or any signal), a hang (no answer within --timeout
 seconds), a leak (LeakSanitizer at a driver's exit), a disagreement (one reader accepts
@@ -74,6 +75,45 @@ int main() {
   }
 }
 """
+
+
+_JSON_PIECES = ['"', '\\', '\\u', '\\ud83d', '\\ude00', '\\u00e9', 'é', '😀', '\x00', '\x1f',
+                '1e5', '1.0', '-0', '01', '1.', 'NaN', 'Infinity', '-Infinity', 'true', 'null',
+                '[', ']', '{', '}', ',', ':', ' ', '\n', '9' * 30, '4294967296', '\ufeff']
+
+
+def _json_text_mutation(rng: random.Random) -> bytes:
+    """Character-level edits of the debug table's JSON text (the native JSON reader against
+    Python's json), deep nesting included."""
+    import dataclasses
+
+    from opforge.program._sample import unverified_bytes
+
+    program = PF.debug_program()
+    text = list(dict(program.user_metadata)["opforge.debug"])
+    for _ in range(rng.randint(1, 3)):
+        k = rng.randrange(len(text) + 1)
+        piece = rng.choice(_JSON_PIECES) if rng.random() < 0.7 else chr(rng.randrange(32, 127))
+        r = rng.random()
+        if r < 0.3 and text:
+            del text[k % len(text)]
+        elif r < 0.7:
+            text.insert(k, piece)
+        elif text:
+            text[k % len(text)] = piece
+    out = "".join(text)
+    if rng.random() < 0.05:
+        depth = rng.choice([10, 300, 511])
+        out = out.replace('"version":1', '"version":1,"x":' + "[" * depth + "]" * depth)
+    meta = tuple((k, out if k == "opforge.debug" else v) for k, v in program.user_metadata)
+    return unverified_bytes(dataclasses.replace(program, user_metadata=meta))
+
+
+def mutate(rng: random.Random, corpus: list[bytes]) -> bytes:
+    """program_fuzz's mutations, and 5% character-level debug-table JSON edits."""
+    if rng.random() < 0.05:
+        return _json_text_mutation(rng)
+    return PF.mutate(rng, corpus)
 
 
 def build_driver() -> Path:
@@ -215,7 +255,7 @@ def run(count: int, seed: int = 0, crash_dir: Path | None = None, batch: int = 2
             findings.append(f"driver exit {rc} at a batch end: {err[-1500:]}")
 
     for n in range(count):
-        data = PF.mutate(rng, corpus)
+        data = mutate(rng, corpus)
         t0 = time.perf_counter()
         state, rc, message = driver.ask(data, timeout)
         elapsed = time.perf_counter() - t0

@@ -193,6 +193,25 @@ MORE_BAD = {
 }
 
 
+def _state_bad() -> dict:
+    base = splat_state_program()
+    m = base.methods[0]
+    cases = {
+        # a splat constant that is no state's initial value (state dropped; the Move into
+        # the constant is then refused too, after the values)
+        "method 'forward' values[1].storage": dataclasses.replace(m, state=()),
+        "method 'forward' state[1].value": dataclasses.replace(
+            m, state=(P.StateSlot("last", 1), P.StateSlot("x", 0))),
+        "method 'forward' state[1].name": dataclasses.replace(
+            m, state=(P.StateSlot("last", 1), P.StateSlot("last", 1))),
+    }
+    return {f"{k} #state": (lambda mm=mm: unverified_bytes(dataclasses.replace(base, methods=(mm,))))
+            for k, mm in cases.items()}
+
+
+MORE_BAD.update(_state_bad())
+
+
 def _symbolic_bad():
     base = symbolic_program()
     m = base.methods[0]
