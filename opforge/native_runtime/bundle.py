@@ -119,7 +119,7 @@ def bundle(programs: Sequence[str | Path], out_dir: str | Path, *,
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(source_dir() / "templates"),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     context = dict(app=app, program=program_names[0], programs=program_names, method=method,
-                   libraries=library_names)
+                   libraries=library_names, cpu_backend=False)
     (out / "main.c").write_text(env.get_template("main.c.j2").render(context))
     (out / "CMakeLists.txt").write_text(env.get_template("CMakeLists.txt.j2").render(context))
     (out / "README.md").write_text(env.get_template("README.md.j2").render(
@@ -137,8 +137,9 @@ def _operator_keys(programs: Sequence[str | Path], method: str) -> set[str]:
             ids = sorted({d.id for d in program.delegates})
             raise BuildError(
                 f"{_API}: {path} — holds {len(program.delegates)} delegate(s) ({', '.join(ids)}) "
-                "— valid: programs whose every instruction is a kernel call (the native runtime "
-                "does not link backends yet) — fix: export without delegation")
+                "— valid: programs whose every instruction is a kernel call (a bundle does not "
+                "carry the cpu engine and oneDNN yet; opforge-run and the C API run cpu "
+                "delegates with opf_backend_set_library) — fix: export without delegation")
         if method not in [m.name for m in program.methods]:
             raise ProgramError(f"{_API}: {path} — has no method {method!r} — valid: "
                                f"{', '.join(m.name for m in program.methods)} — fix: pass --method")

@@ -14,8 +14,13 @@ std::unique_ptr<DelegateHandle> cpu_backend_init(const uint8_t* blob, size_t siz
 
 namespace {
 
+// The backends compiled in (CMake's OPFORGE_BACKEND_CPU; a bundle without cpu delegates
+// leaves the cpu backend out). The empty entry keeps the array non-empty.
 const BackendDef kBackends[] = {
+#ifdef OPFORGE_WITH_CPU_BACKEND
     {"cpu", &cpu_backend_init},
+#endif
+    {"", nullptr},
 };
 
 std::mutex& library_mutex() {
@@ -58,13 +63,15 @@ int64_t io_count(const std::string& where, const std::vector<std::pair<std::stri
 
 const BackendDef* find_backend(const std::string& id) {
   for (const auto& b : kBackends)
-    if (id == b.id) return &b;
+    if (b.init != nullptr && id == b.id) return &b;
   return nullptr;
 }
 
 std::string backend_ids() {
   std::string out;
-  for (const auto& b : kBackends) out += (out.empty() ? "" : ", ") + std::string("'") + b.id + "'";
+  for (const auto& b : kBackends)
+    if (b.init != nullptr) out += (out.empty() ? "" : ", ") + std::string("'") + b.id + "'";
+  if (out.empty()) out = "none (this build has no backend)";
   return out;
 }
 

@@ -1,0 +1,70 @@
+"""Sizes of the native runtime as an app links it (issue 44's size target: a stripped core
+of at most 300 KB on x86-64).
+
+Three apps from `opforge bundle`, each built with CMake alone and stripped:
+
+* core — a program with no kernel call (one Move): loader, verifier, executor, backend
+  interface and main.c, no kernel;
+* each zoo model (lean export, no delegation): the core plus the portable kernels it calls;
+* all — the whole portable library (every family), as libopforge_runtime.a links.
+
+Prints bytes and the selected kernels' share (app minus core). Run:
+
+    .venv/bin/python bench/native_runtime_size.py [--models mlp,cnn,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+from opforge.native.toolchain import find_toolchain
+from opforge.native_runtime.bundle import bundle
+from opforge.program import ArenaStorage, MemoryPlan, Method, Move, Program, ScalarType, TensorValue, save
+
+
+def _core_program() -> Program:
+    x = TensorValue(ScalarType.FLOAT32, (4,), storage=ArenaStorage(0, 0))
+    y = TensorValue(ScalarType.FLOAT32, (4,), storage=ArenaStorage(0, 64))
+    return Program(methods=(Method("forward", (x, y), (0,), (1,), (Move(0, 1),), (), MemoryPlan((128,))),))
+
+
+def _build(folder: Path) -> int:
+    tools = find_toolchain()
+    for step in ([tools.cmake, "-S", str(folder), "-B", str(folder / "build"), "-G", "Ninja",
+                  f"-DCMAKE_MAKE_PROGRAM={tools.ninja}", "-DCMAKE_BUILD_TYPE=MinSizeRel"],
+                 [tools.cmake, "--build", str(folder / "build")]):
+        subprocess.run(step, check=True, capture_output=True)
+    app = folder / "build" / "opforge_app"
+    stripped = folder / "app.stripped"
+    subprocess.run(["strip", "-o", str(stripped), str(app)], check=True)
+    return stripped.stat().st_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mlp,cnn,transformer_layer,gpt_decoder")
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()} {platform.processor() or ''}; CMAKE_BUILD_TYPE=MinSizeRel, stripped")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        save(_core_program(), root / "core.opf")
+        core = _build(bundle([root / "core.opf"], root / "core").path)
+        print(f"{'app':<22} {'kernels':>8} {'bytes':>10} {'kernels bytes':>14}")
+        print(f"{'core (no kernel)':<22} {0:>8} {core:>10,} {'-':>14}")
+        from opforge.examples.zoo import ZOO
+        from opforge.export import export
+
+        for name in [m for m in args.models.split(",") if m]:
+            model, example = ZOO[name]()
+            save(export(model, example), root / f"{name}.opf")
+            written = bundle([root / f"{name}.opf"], root / name)
+            size = _build(written.path)
+            print(f"{name:<22} {len(written.selected):>8} {size:>10,} {size - core:>14,}")
+
+
+if __name__ == "__main__":
+    main()
