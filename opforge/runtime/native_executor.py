@@ -223,6 +223,24 @@ def _address(array: np.ndarray) -> int | None:
     return array.ctypes.data
 
 
+_UNSUPPORTED = 10  # OPF_ERR_UNSUPPORTED: here, a cpu delegate without its engine library
+
+
+def _use_installed_cpu_engine(lib) -> bool:
+    """Point the runtime's cpu backend at opforge's own engine library (the one the Python
+    cpu backend loads, with oneDNN), unless $OPFORGE_CPU_ENGINE names one. True if set."""
+    if os.environ.get("OPFORGE_CPU_ENGINE"):
+        return False
+    try:
+        from opforge.backends.cpu import engine
+        path = engine.library()._name  # loads oneDNN into the process first
+    except Exception:  # noqa: BLE001 - no engine here: the runtime's own message stands
+        return False
+    lib.opf_backend_set_library.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    lib.opf_backend_set_library.restype = ctypes.c_int32
+    return lib.opf_backend_set_library(b"cpu", os.fsencode(path)) == 0
+
+
 class NativeProgram:
     """A program loaded and verified by the native runtime, with its kernel registry.
 
@@ -254,21 +272,26 @@ class NativeProgram:
         handle = ctypes.c_void_p()
         if isinstance(source, Program):
             source = to_bytes(source)
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            data = bytes(source)
-            status = lib.opf_program_load_buffer(data, len(data), 1, registry, ctypes.byref(options),
-                                                 ctypes.byref(handle))
-        elif isinstance(source, (str, os.PathLike)):
-            status = lib.opf_program_load_path(os.fsencode(source), registry, ctypes.byref(options),
-                                               ctypes.byref(handle))
-        else:
-            raise ProgramError(f"`opforge.runtime.load()`: source — found {type(source).__name__} — "
-                               "valid: a path, the file's bytes, or an opforge.program.Program — "
-                               "fix: pass the .opf file's path")
+        status = self._load(source, registry, options, handle)
+        if status == _UNSUPPORTED and _use_installed_cpu_engine(lib):
+            status = self._load(source, registry, options, handle)  # cpu delegates: retry
         _check(lib, status, api)
         self._handle = handle
         self._finalizer = weakref.finalize(self, lib.opf_program_free, handle)
         self._program = None
+
+    def _load(self, source, registry, options, handle) -> int:
+        lib = self._lib
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+            return lib.opf_program_load_buffer(data, len(data), 1, registry, ctypes.byref(options),
+                                               ctypes.byref(handle))
+        if isinstance(source, (str, os.PathLike)):
+            return lib.opf_program_load_path(os.fsencode(source), registry, ctypes.byref(options),
+                                             ctypes.byref(handle))
+        raise ProgramError(f"`opforge.runtime.load()`: source — found {type(source).__name__} — "
+                           "valid: a path, the file's bytes, or an opforge.program.Program — "
+                           "fix: pass the .opf file's path")
 
     def _load_library(self, spec: str) -> None:
         if _REGISTRAR.match(spec) and not os.path.exists(spec):

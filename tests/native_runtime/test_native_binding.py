@@ -267,3 +267,24 @@ def test_no_compiler_and_nothing_built_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(build, "build_runtime", no_compiler)
     with pytest.raises(BuildError, match="cannot be built here .* OPFORGE_RUNTIME_LIBRARY"):
         load(add_program(), executor="native")
+
+
+def test_cpu_delegates_find_opforges_engine_without_an_environment_variable(monkeypatch):
+    """executor='native' on a cpu-delegated program points the runtime at the engine the
+    Python cpu backend uses, so no OPFORGE_CPU_ENGINE is needed; outputs are the Python
+    runtime's, bit for bit (the same engine runs the same ops)."""
+    pytest.importorskip("torch")
+    from opforge.backends.cpu import engine
+    if engine.missing():
+        pytest.skip(f"cpu backend unavailable: {engine.missing()}")
+    from opforge.examples.zoo import ZOO
+    from opforge.export import export
+
+    monkeypatch.delenv("OPFORGE_CPU_ENGINE", raising=False)
+    model, example = ZOO["mlp"]()
+    program = export(model, example, backends=["cpu"])
+    assert program.delegates
+    inputs = [a.numpy() for a in example]
+    (got,) = load(program, executor="native").method("forward")(*inputs)
+    (want,) = load(program).method("forward")(*inputs)
+    assert got.tobytes() == want.tobytes()
