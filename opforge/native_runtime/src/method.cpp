@@ -228,6 +228,16 @@ void MethodInstance::fill_arg(opforge_arg& arg, int32_t kind, uint32_t index, si
   }
   switch (base) {
     case OPFORGE_ARG_TENSOR:
+      // ATen's wrapped number: torch.export leaves `x * 0.5` as aten::mul.Tensor with a
+      // number where the schema says Tensor; it reaches the kernel as its scalar (the
+      // portable kernels take it as a 0-d tensor of ATen's wrapped-number dtype; a
+      // kernel that does not refuses it with its own message)
+      if ((v.tag == ValueTag::Int || v.tag == ValueTag::Double || v.tag == ValueTag::Bool) &&
+          !(kind & OPFORGE_KIND_OUT)) {
+        r.scalar_refs.push_back(ArgRef{&arg, OPFORGE_KIND_SCALAR});
+        write_scalar(r);
+        return;
+      }
       if (v.tag != ValueTag::Tensor) refuse();
       arg.tag = OPFORGE_ARG_TENSOR;
       arg.v.tensor = opforge_tensor{r.data, r.sizes.data(), r.strides.data(), r.dtype, r.rank};
