@@ -16,6 +16,7 @@ import ctypes
 import json
 import os
 import subprocess
+import re
 import sys
 import warnings
 import zlib
@@ -453,13 +454,21 @@ def test_a_decoder_with_a_dynamic_prefill_generates_the_python_runtimes_tokens(n
     assert runs[0][1] == runs[1][1]
 
 
-def test_a_program_with_a_cpu_delegate_and_no_engine_is_refused_at_load(monkeypatch):
-    from opforge.errors import OpforgeError
-    from opforge.runtime import load
+def test_a_program_with_a_cpu_delegate_and_no_engine_is_refused_at_load(tmp_path, native_runtime):
+    """From C (opforge-run: a fresh process, nothing set with opf_backend_set_library) and
+    no OPFORGE_CPU_ENGINE: the load is refused naming the delegate and both fixes. (The
+    Python binding points the runtime at opforge's own engine instead.)"""
+    import os
+    import subprocess
 
-    monkeypatch.delenv("OPFORGE_CPU_ENGINE", raising=False)
-    with pytest.raises(OpforgeError, match=r"delegates\[0\] \('cpu'\).*OPFORGE_CPU_ENGINE"):
-        load(_mlp(), executor="native")
+    from opforge.program import save
+
+    save(_mlp(), tmp_path / "mlp.opf")
+    env = {k: v for k, v in os.environ.items() if k != "OPFORGE_CPU_ENGINE"}
+    done = subprocess.run([str(native_runtime.tool("opforge-run")), str(tmp_path / "mlp.opf")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1
+    assert re.search(r"delegates\[0\] \('cpu'\).*OPFORGE_CPU_ENGINE", done.stdout + done.stderr)
 
 
 # --- refusals --------------------------------------------------------------------------------
