@@ -37,7 +37,7 @@ FACTORY = (
 def test_a_mistyped_verb_suggests_the_verb(typo, verb):
     result = CliRunner().invoke(cli, [typo])
     assert result.exit_code == 2
-    assert f"did you mean '{verb}'" in result.output and "valid: build, check" in result.output
+    assert f"did you mean '{verb}'" in result.output and "valid: build, bundle, check" in result.output
 
 
 def test_a_mistyped_compile_spec_key_suggests_the_key_and_types_read_as_english():
