@@ -256,14 +256,14 @@ def test_inputs_and_outputs_in_other_dim_orders(input_order, output_order, stage
 
 def test_no_compiler_and_nothing_built_is_a_clear_error(monkeypatch):
     import opforge.native_runtime.build as build
-    import opforge.runtime.native_executor as native_executor
+    import opforge.runtime.native_capi as native_capi
     from opforge.errors import BuildError
 
     def no_compiler(**_):
         raise BuildError("`opforge build`: no C++ compiler found — fix: install g++")
 
-    monkeypatch.setattr(native_executor, "_library", None)
-    monkeypatch.delenv(native_executor.LIBRARY_ENV, raising=False)
+    monkeypatch.setattr(native_capi, "_library", None)
+    monkeypatch.delenv(native_capi.LIBRARY_ENV, raising=False)
     monkeypatch.setattr(build, "build_runtime", no_compiler)
     with pytest.raises(BuildError, match="cannot be built here .* OPFORGE_RUNTIME_LIBRARY"):
         load(add_program(), executor="native")
