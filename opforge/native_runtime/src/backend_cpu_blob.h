@@ -6,16 +6,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "program.h"
+#include "symbolic.h"
 
 namespace opforge::rt::cpu {
 
 class Json;
+struct JValue;
 
 enum class Role : uint8_t { Input, Output, Const, Temp, Alias, Dead, State };
 
@@ -119,5 +122,29 @@ int64_t decode_num_threads(const std::vector<std::pair<std::string, std::string>
 bool valid_utf8(const uint8_t* p, size_t n);  // strict, as Python's bytes.decode("utf-8")
 int64_t dtype_itemsize(int32_t dtype);  // the blob's dtypes; 0 for any other
 const char* dtype_name(int32_t dtype);  // "float32"
+
+// Shared by backend_cpu_blob.cpp (the header, the CRC and the plan's parsing, the dynamic
+// plan's symbols) and backend_cpu_blob_ops.cpp (the per-tensor, per-op, io, state and debug
+// field checks).
+namespace blob_detail {
+
+constexpr int64_t kBig = int64_t(1) << 40;
+
+// Throws Error OPF_ERR_PROGRAM "cpu backend blob: <what> — valid: ... — fix: ...".
+[[noreturn]] void refuse(const std::string& what);
+
+// A dynamic plan's size expressions by their text (parsed once), and the symbol values a
+// plan is made concrete at.
+struct ExprTable {
+  std::map<std::string, SizeExpr> parsed;
+  const std::vector<int64_t>* env = nullptr;
+};
+
+// check_plan over the plan document: the tensor table, the op list, the inputs and
+// outputs, state and debug, into plan. exprs: a dynamic plan's (a size field may then be
+// an expression, evaluated at exprs->env), else null.
+void check_plan_doc(const Json& j, const JValue& doc, const ExprTable* exprs, Plan& plan);
+
+}  // namespace blob_detail
 
 }  // namespace opforge::rt::cpu
