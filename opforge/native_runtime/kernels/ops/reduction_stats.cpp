@@ -1,0 +1,204 @@
+// Statistics reductions: var/std/var_mean and linalg_vector_norm (the NumPy kernels of
+// opforge/kernels/portable/reduction.py), on the plan of reduction_plan.h. Variances and
+// norms accumulate in double (NumPy's float32 pairwise sum is about as exact, so results
+// agree to rounding).
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "tensor.h"
+#include "reduction_plan.h"
+
+namespace opforge::portable {
+namespace {
+
+using namespace reduction_plan;
+
+// --- var, std, var_mean -------------------------------------------------------------------------
+
+void moments(opforge_context* ctx, const char* op, const View& x, const int64_t* dims,
+             int64_t count, double correction, const View& out, bool sqrt_it, const View* mean_out) {
+  if (!is_floating(x.dtype) || (x.dtype != kFloat32 && x.dtype != kFloat64) || out.dtype != x.dtype ||
+      (mean_out && mean_out->dtype != x.dtype)) {
+    fail(ctx, "%s: self %s, out %s — valid: float32 or float64, one dtype (ATen's var and std "
+         "take floating tensors only)", op, dtype_name(x.dtype), dtype_name(out.dtype));
+    return;
+  }
+  Plan p;
+  bool reduce[kMaxRank];
+  if (!make_plan(ctx, op, x, dims, count, &p, reduce) || !out_count(ctx, op, out, p.outputs) ||
+      (mean_out && !out_count(ctx, op, *mean_out, p.outputs)))
+    return;
+  double denom = static_cast<double>(p.count) - correction;
+  if (denom < 0) denom = 0;  // N - correction <= 0 gives inf or nan, as in ATen and NumPy
+  dispatch_real(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point<T>::value) {
+      const T* xs = x.ptr<T>();
+      each_output(p, [&](int64_t f, int64_t base) {
+        double s = 0;
+        each_reduced(p, base, [&](int64_t i) { s += xs[i]; });
+        T mean = static_cast<T>(static_cast<T>(s) / static_cast<T>(p.count));
+        double q = 0;
+        each_reduced(p, base, [&](int64_t i) {
+          T c = xs[i] - mean;
+          q += static_cast<double>(c * c);
+        });
+        T var = static_cast<T>(static_cast<T>(q) / static_cast<T>(denom));
+        out.ptr<T>()[out_offset(out, f)] = sqrt_it ? std::sqrt(var) : var;
+        if (mean_out) mean_out->ptr<T>()[out_offset(*mean_out, f)] = mean;
+      });
+    }
+  });
+}
+
+bool correction_arg(opforge_context* ctx, const opforge_arg* args, int64_t n, int64_t i,
+                    const char* op, double* c) {
+  if (is_none(args, n, i)) { *c = 1.0; return true; }
+  int64_t iv;
+  bool integral;
+  return scalar_arg(ctx, args, n, i, op, "correction", c, &iv, &integral);
+}
+
+void var_correction_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
+  const char* op = "aten::var.correction_out";
+  View x, out;
+  const int64_t* dims;
+  int64_t count;
+  double corr;
+  bool keepdim;
+  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
+      !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
+      !correction_arg(ctx, args, n, 2, op, &corr) || !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
+      !tensor_arg(ctx, args, n, 4, op, "out", &out))
+    return;
+  moments(ctx, op, x, dims, count, corr, out, false, nullptr);
+}
+
+void var_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
+  const char* op = "aten::var.out";
+  View x, out;
+  const int64_t* dims;
+  int64_t count;
+  bool unbiased, keepdim;
+  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
+      !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
+      !bool_arg(ctx, args, n, 2, op, "unbiased", &unbiased) ||
+      !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) || !tensor_arg(ctx, args, n, 4, op, "out", &out))
+    return;
+  moments(ctx, op, x, dims, count, unbiased ? 1.0 : 0.0, out, false, nullptr);
+}
+
+void std_correction_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
+  const char* op = "aten::std.correction_out";
+  View x, out;
+  const int64_t* dims;
+  int64_t count;
+  double corr;
+  bool keepdim;
+  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
+      !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
+      !correction_arg(ctx, args, n, 2, op, &corr) || !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
+      !tensor_arg(ctx, args, n, 4, op, "out", &out))
+    return;
+  moments(ctx, op, x, dims, count, corr, out, true, nullptr);
+}
+
+void var_mean_correction_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
+  const char* op = "aten::var_mean.correction_out";
+  View x, out0, out1;
+  const int64_t* dims;
+  int64_t count;
+  double corr;
+  bool keepdim;
+  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
+      !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
+      !correction_arg(ctx, args, n, 2, op, &corr) || !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
+      !tensor_arg(ctx, args, n, 4, op, "out0", &out0) || !tensor_arg(ctx, args, n, 5, op, "out1", &out1))
+    return;
+  moments(ctx, op, x, dims, count, corr, out0, false, &out1);
+}
+
+// --- vector norm ----------------------------------------------------------------------------
+
+void linalg_vector_norm_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
+  const char* op = "aten::linalg_vector_norm.out";
+  View x, out;
+  const int64_t* dims;
+  int64_t count, iv;
+  double ord;
+  bool keepdim, integral;
+  int32_t dtype;
+  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
+      !scalar_arg(ctx, args, n, 1, op, "ord", &ord, &iv, &integral) ||
+      !int_list_arg(ctx, args, n, 2, op, "dim", &dims, &count) ||
+      !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
+      !optional_dtype(ctx, args, n, 4, op, &dtype) || !tensor_arg(ctx, args, n, 5, op, "out", &out))
+    return;
+  if (!real_dtype(ctx, op, "self", x.dtype) || (out.dtype != kFloat32 && out.dtype != kFloat64)) {
+    fail(ctx, "%s: out of dtype %s — valid: float32 or float64", op, dtype_name(out.dtype));
+    return;
+  }
+  Plan p;
+  bool reduce[kMaxRank];
+  if (!make_plan(ctx, op, x, dims, count, &p, reduce) || !out_count(ctx, op, out, p.outputs)) return;
+  bool inf = std::isinf(ord);
+  if (inf && p.count == 0 && out.numel > 0) {
+    fail(ctx, "%s: self — the reduced dims are empty — valid: a non-empty reduction for "
+         "ord=inf/-inf (a max has no identity; ATen refuses it too) — reduce over non-empty dims", op);
+    return;
+  }
+  // compute in float32 unless the input (or dtype) is float64, as the NumPy kernel's ct
+  bool f32 = !((dtype >= 0 ? dtype : x.dtype) == kFloat64);
+  dispatch_real(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xs = x.ptr<T>();
+    each_output(p, [&](int64_t f, int64_t base) {
+      double r;
+      auto val = [&](int64_t i) {
+        double v = as_double(xs[i]);
+        return f32 ? static_cast<double>(static_cast<float>(v)) : v;
+      };
+      if (inf) {
+        double best = ord > 0 ? -INFINITY : INFINITY;
+        bool nan = false;
+        each_reduced(p, base, [&](int64_t i) {
+          double a = std::fabs(val(i));
+          if (a != a) nan = true;
+          best = ord > 0 ? (a > best ? a : best) : (a < best ? a : best);
+        });
+        r = nan ? NAN : best;
+      } else if (ord == 0) {
+        double c = 0;
+        each_reduced(p, base, [&](int64_t i) { c += val(i) != 0 ? 1 : 0; });
+        r = c;
+      } else {
+        double s = 0;
+        if (ord == 2) {
+          each_reduced(p, base, [&](int64_t i) { double v = val(i); s += v * v; });
+          r = std::sqrt(s);
+        } else if (ord == 1) {
+          each_reduced(p, base, [&](int64_t i) { s += std::fabs(val(i)); });
+          r = s;
+        } else {
+          each_reduced(p, base, [&](int64_t i) { s += std::pow(std::fabs(val(i)), ord); });
+          r = std::pow(s, 1.0 / ord);
+        }
+      }
+      store(out, out_offset(out, f), r);
+    });
+  });
+}
+
+const KernelDef kReductionStatsKernels[] = {
+    {"aten::var.correction_out", "T IL? S? B T!", var_correction_out},
+    {"aten::var.out", "T IL? B B T!", var_out},
+    {"aten::std.correction_out", "T IL? S? B T!", std_correction_out},
+    {"aten::var_mean.correction_out", "T IL? S? B T! T!", var_mean_correction_out},
+    {"aten::linalg_vector_norm.out", "T S IL? B ST? T!", linalg_vector_norm_out},
+};
+
+}  // namespace
+}  // namespace opforge::portable
+
+OPFORGE_PORTABLE_FAMILY(reduction_stats, kReductionStatsKernels)

@@ -1,0 +1,164 @@
+// The plan every reduction of kernels/ops/reduction*.cpp runs on (sum/mean/prod/amax/amin/
+// any/all/logsumexp in reduction.cpp, argmax/argmin/max.dim/min.dim in reduction_index.cpp,
+// var/std/var_mean/linalg_vector_norm in reduction_stats.cpp): the input's dims split into
+// kept and reduced ones (ATen's `int[1]? dim`: None or [] reduces every dim; negatives wrap),
+// adjacent dims merged where their strides allow, then for each output element (kept dims in
+// row-major order) a loop over its reduced elements. out may have the keepdim shape or the
+// reduced one (the NumPy kernel reshapes: any shape with the right number of elements is
+// written in row-major order).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "tensor.h"
+
+namespace opforge::portable::reduction_plan {
+
+// kept dims (outer loop) and reduced dims (inner loop), merged where contiguous
+struct Plan {
+  int nk = 0, nr = 0;
+  int64_t ks[kMaxRank], kx[kMaxRank];  // kept sizes, input strides
+  int64_t rs[kMaxRank], rx[kMaxRank];  // reduced sizes, input strides
+  int64_t outputs = 1, count = 1;      // output elements, elements reduced into each
+  int64_t reduced_at[kMaxRank];        // for arg reductions: the reduced dim's own size
+};
+
+// Append a dim to a (sizes, strides) list, merging it into the previous one when the
+// previous continues it (row-major order kept).
+inline void push(int* n, int64_t* sizes, int64_t* strides, int64_t size, int64_t stride) {
+  if (size == 1) return;
+  if (*n > 0 && strides[*n - 1] == size * stride) {
+    sizes[*n - 1] *= size;
+    strides[*n - 1] = stride;
+    return;
+  }
+  sizes[*n] = size;
+  strides[*n] = stride;
+  ++*n;
+}
+
+// dims: nullptr/count <= 0 (count -1: None, 0: []) reduces all.
+inline bool make_plan(opforge_context* ctx, const char* op, const View& x, const int64_t* dims,
+                      int64_t count, Plan* p, bool* reduce) {
+  for (int d = 0; d < kMaxRank; ++d) reduce[d] = count <= 0;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t d;
+    if (!wrap_dim(ctx, op, dims[i], x.rank, &d)) return false;
+    if (x.rank == 0) continue;
+    if (reduce[d]) {
+      fail(ctx, "%s: dim %lld appears twice in the dim list — valid: distinct dims", op,
+           (long long)dims[i]);
+      return false;
+    }
+    reduce[d] = true;
+  }
+  for (int d = 0; d < x.rank; ++d) {
+    if (reduce[d]) {
+      push(&p->nr, p->rs, p->rx, x.sizes[d], x.strides[d]);
+      p->count *= x.sizes[d];
+    } else {
+      push(&p->nk, p->ks, p->kx, x.sizes[d], x.strides[d]);
+      p->outputs *= x.sizes[d];
+    }
+  }
+  return true;
+}
+
+// The out's element offset for row-major flat index f (out dense: f).
+inline int64_t out_offset(const View& out, int64_t f) {
+  if (out.dense) return f;
+  int64_t off = 0;
+  for (int d = out.rank - 1; d >= 0; --d) {
+    off += (f % out.sizes[d]) * out.strides[d];
+    f /= out.sizes[d];
+  }
+  return off;
+}
+
+inline bool out_count(opforge_context* ctx, const char* op, const View& out, int64_t expect) {
+  if (out.numel == expect) return true;
+  fail(ctx, "%s: out of %lld elements — valid: %lld, the reduced shape (with or without keepdim)",
+       op, (long long)out.numel, (long long)expect);
+  return false;
+}
+
+// Visit every input offset of one output element's reduced block.
+template <typename F>
+inline void each_reduced(const Plan& p, int64_t base, F&& f) {
+  if (p.nr == 0) { f(base); return; }
+  if (p.nr == 1) {
+    for (int64_t i = 0; i < p.rs[0]; ++i) f(base + i * p.rx[0]);
+    return;
+  }
+  int64_t idx[kMaxRank] = {0};
+  int64_t off = base;
+  for (int64_t t = 0; t < p.count; ++t) {
+    f(off);
+    for (int d = p.nr - 1; d >= 0; --d) {
+      off += p.rx[d];
+      if (++idx[d] < p.rs[d]) break;
+      off -= p.rx[d] * p.rs[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Visit every output element: (flat index, input base offset).
+template <typename F>
+inline void each_output(const Plan& p, F&& f) {
+  int64_t idx[kMaxRank] = {0};
+  int64_t off = 0;
+  for (int64_t t = 0; t < p.outputs; ++t) {
+    f(t, off);
+    for (int d = p.nk - 1; d >= 0; --d) {
+      off += p.kx[d];
+      if (++idx[d] < p.ks[d]) break;
+      off -= p.kx[d] * p.ks[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Store a double / int64 into out's element (out of any real dtype; NumPy's unsafe cast).
+inline void store(const View& out, int64_t off, double v) {
+  dispatch_real(out.dtype, [&](auto tag) {
+    using O = decltype(tag);
+    if constexpr (std::is_same<O, bool>::value) out.ptr<O>()[off] = v != 0.0;
+    else if constexpr (std::is_floating_point<O>::value) out.ptr<O>()[off] = static_cast<O>(v);
+    else out.ptr<O>()[off] = std::isfinite(v) && std::fabs(v) < 9.2e18 ? static_cast<O>(static_cast<int64_t>(v)) : O(0);
+  });
+}
+inline void store_int(const View& out, int64_t off, int64_t v) {
+  dispatch_real(out.dtype, [&](auto tag) {
+    using O = decltype(tag);
+    if constexpr (std::is_same<O, bool>::value) out.ptr<O>()[off] = v != 0;
+    else out.ptr<O>()[off] = static_cast<O>(v);
+  });
+}
+
+inline bool real_dtype(opforge_context* ctx, const char* op, const char* what, int32_t d) {
+  if (d == kBool || is_integral(d, false) || d == kFloat32 || d == kFloat64) return true;
+  fail(ctx, "%s: %s of dtype %s — valid: bool, integer, float32 or float64 (float16/bfloat16 "
+       "are not in the C++ kernels yet) — use the lean runtime's kernel", op, what, dtype_name(d));
+  return false;
+}
+
+inline bool optional_dtype(opforge_context* ctx, const opforge_arg* args, int64_t n, int64_t i,
+                           const char* op, int32_t* dtype) {
+  if (is_none(args, n, i)) { *dtype = -1; return true; }
+  int64_t v;
+  if (i >= n || args[i].tag != OPFORGE_ARG_SCALAR_TYPE) {
+    fail(ctx, "%s: dtype (argument %lld) — valid: a ScalarType or None", op, (long long)i);
+    return false;
+  }
+  v = args[i].v.i;
+  *dtype = static_cast<int32_t>(v);
+  return true;
+}
+
+template <typename T>
+inline double as_double(T v) { return static_cast<double>(v); }
+
+}  // namespace opforge::portable::reduction_plan
