@@ -43,6 +43,7 @@ _VERBS: dict[str, tuple[str, str, str]] = {
     "msop": ("opforge.cli.msop_cmd", "msop", "MindSpore-style AOT ops: build and install vendor packages."),
     "quantize": ("opforge.cli.quantize_cmd", "quantize", "Quantize MODULE:FACTORY (PT2E) to a program file, with a per-node report."),
     "bundle": ("opforge.cli.bundle_cmd", "bundle", "Write an app folder (CMake, main.c, selected kernels) that runs programs without Python."),
+    "native-tools": ("opforge.cli.native_tools_cmd", "native_tools", "Build opforge-run and opforge-generate; --install-dir copies them with the runtime libraries."),
     "oppackage": ("opforge.cli.oppackage_cmd", "oppackage", "Op packages: skeleton from an OpDef XML, build for a target."),
 }
 
