@@ -52,7 +52,8 @@ DTYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 6: "fl
 ROLES = ("input", "output", "const", "temp", "alias", "dead", "state")
 OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
             "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
-            "qconv", "qmatmul", "quant", "index", "index_put", "index_copy", "rms_norm", "rope")
+            "qconv", "qmatmul", "quant", "index", "index_put", "index_copy", "rms_norm", "rope",
+            "int_matmul")
 
 
 def _align(n: int) -> int:

@@ -1,9 +1,11 @@
-"""mm, bmm, addmm, matmul and linear on oneDNN's matmul (constant weights reordered once).
+"""mm, bmm, addmm, matmul and linear on oneDNN's matmul (constant weights reordered once);
+linear on integer weights on the engine's own kernel (``int_weights.py``).
 """
 
 from __future__ import annotations
 
 from opforge.backends.partition import op_name
+from opforge.backends.cpu.lowering.int_weights import lower_linear
 from opforge.backends.cpu.lowering.core import (
     SYMBOLIC_SIZES,
     LOWERINGS, Lowering, Unsupported, _is_one, _need_f32, _val, known, row_major, same,
@@ -15,11 +17,15 @@ def lower_mm(L: Lowering, node, args, kwargs):
     name = op_name(node).split(".")[0]
     fake = _val(node)
     if name == "aten::addmm":
-        bias, a, b = args[:3]
         beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
         alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
         if beta != 1 or alpha != 1:
             raise Unsupported("op", "aten::addmm with alpha/beta != 1; stays on the kernels")
+    lowered = lower_linear(L, node, name, args)  # integer weights read packed
+    if lowered is not None:
+        return lowered
+    if name == "aten::addmm":
+        bias, a, b = args[:3]
     elif name == "aten::linear":
         a, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
         if not (isinstance(w, tuple) and w[0] == "c"):

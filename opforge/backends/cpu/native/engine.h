@@ -466,5 +466,6 @@ OFC_FAMILY(int8)        // quantization.cpp: qconv, qmatmul, quant
 OFC_FAMILY(quant)
 OFC_FAMILY(embedding)   // embedding.cpp
 OFC_FAMILY(indexing)    // indexing.cpp: index, index_put, index_copy
+OFC_FAMILY(int_matmul)  // int_matmul.cpp: integer weights dequantized in registers
 #undef OFC_FAMILY
 }  // namespace ofc

@@ -1,0 +1,291 @@
+// A matmul against integer weights (8-bit or 4-bit, one scale per output column and per
+// block of K): the weights stay packed in the program and are dequantized in registers,
+// so a decode step reads 1 (int8) or 1/2 (int4) byte per weight instead of 4.
+//
+// Contract ("int_matmul"): ins [a, w, scales, (bias)], outs [d]; ia [bits, group].
+//   a: f32 [M, K], columns contiguous (any row stride); d: f32 [M, N], columns contiguous,
+//   rows apart by at least N, another root than a;
+//   w: the weights as panels of 16 columns, dense: int8 [P, K, 16] (bits 8: w[p, k, j] is
+//   q[k, 16p + j]) or uint8 [P, ceil(K/2), 16] (bits 4: byte [p, i, j] holds q[2i, 16p + j]
+//   + 8 in its low nibble and q[2i + 1, 16p + j] + 8 in its high one), P = ceil(N/16), the
+//   padding columns (and a 4-bit odd K's last high nibbles) any value;
+//   scales: f32 dense [P, G, 16], G = ceil(K/group): the scale of columns 16p + j for
+//   k in [g·group, (g+1)·group); group in [1, K], even for 4 bits unless it is K;
+//   bias: f32, N elements, dense. No post-ops (the lowering fuses none into this op).
+//   Work: M·K·N multiply-adds.
+//
+// Arithmetic (what the lean runtime computes, up to the order of the sums): every weight is
+// dequantized as float32(q) · scale, one rounding, the product quantized_decomposed's
+// dequantize_per_channel and torchao's dequantize_affine compute with a zero zero point,
+// then d[m, n] = Σ_k a[m, k] · w[k, n] in float32, one fused multiply-add per term, k in
+// order, then + bias. Lean multiplies the same float32 weights with NumPy's matmul, whose
+// order of summation is its own: the two differ by at most 2·γ(K)·Σ_k |a[m,k]·w[k,n]|
+// (γ(K) = K·2^-24 / (1 - K·2^-24), Higham's bound for a sum of K products each way).
+//
+// Kernels: AVX-512 (16 columns a register; a 4-bit pair of k read as one byte per column,
+// each nibble made a float by one vpermps from a 16-entry table, no integer conversion),
+// else a portable one (plain loops over 16 columns, compiled for AVX2 and baseline x86-64
+// by target_clones, or the compiler's default elsewhere). Both give the same sums: the
+// same products added in the same order, each a fused multiply-add where the CPU has one
+// (the portable one compiles a·w + acc; with -ffp-contract=fast GCC fuses it on AVX2).
+// Per call: panels in chunks of 4 (64 columns) over the op's threads; within a chunk,
+// rows in blocks of up to 4, so a chunk's weights (at most 64·K bytes) are read from
+// memory once per call and from cache by the other row blocks.
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "engine.h"
+
+namespace ofc {
+
+namespace {
+
+constexpr int kLanes = 16;      // columns per panel
+constexpr int kChunk = 4;       // panels per block (64 columns)
+constexpr int kRowBlock = 4;    // rows per block
+
+struct IntMatmulOp : Op {
+  int bits = 8;
+  int64_t m = 0, k = 0, n = 0, panels = 0, group = 0, groups = 0;
+  int64_t sa = 0, sd = 0;       // a's and d's row strides
+  int64_t kr = 0;               // packed rows per panel: K (8 bits) or ceil(K/2) (4 bits)
+  const uint8_t* w = nullptr;   // borrowed: the program's bytes, read in place
+  const float* s = nullptr;
+  std::vector<float> bias;      // panels·16 (zeros where there is none)
+  int team = 1;
+  bool vector512 = false;
+  void run(Engine& e) override;
+};
+
+// ---- portable kernel: R rows × one panel, 16 accumulators per row --------------------------
+template <int BITS>
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void portable_panel(const IntMatmulOp& op, const float* a, float* d, int64_t m0, int rows,
+                    int64_t p) {
+  float acc[kRowBlock][kLanes] = {};
+  const float* sp = op.s + p * op.groups * kLanes;
+  const uint8_t* wp = op.w + p * op.kr * kLanes;
+  for (int64_t g = 0; g < op.groups; ++g) {
+    const int64_t k0 = g * op.group, k1 = std::min(op.k, k0 + op.group);
+    const float* sc = sp + g * kLanes;
+    for (int64_t kk = k0; kk < k1; ++kk) {
+      float wv[kLanes];
+      if (BITS == 8) {
+        const int8_t* q = reinterpret_cast<const int8_t*>(wp) + kk * kLanes;
+        for (int j = 0; j < kLanes; ++j) wv[j] = (float)q[j] * sc[j];
+      } else {
+        const uint8_t* q = wp + (kk >> 1) * kLanes;
+        const int shift = (int)(kk & 1) * 4;
+        for (int j = 0; j < kLanes; ++j) wv[j] = (float)((int)((q[j] >> shift) & 15) - 8) * sc[j];
+      }
+      for (int r = 0; r < rows; ++r) {
+        const float av = a[(m0 + r) * op.sa + kk];
+        for (int j = 0; j < kLanes; ++j) acc[r][j] = __builtin_fmaf(av, wv[j], acc[r][j]);
+      }
+    }
+  }
+  const int64_t col = p * kLanes;
+  const int64_t width = std::min<int64_t>(kLanes, op.n - col);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) d[(m0 + r) * op.sd + col + j] = acc[r][j] + op.bias[(size_t)(col + j)];
+}
+
+#if defined(__x86_64__)
+#define OFC_AVX512 __attribute__((target("avx512f")))
+
+// R rows × P panels from panel p0: per step of k one dequantized register per panel (read
+// once, used by every row), one broadcast of a per row
+template <int BITS, int R, int P>
+OFC_AVX512 void block(const IntMatmulOp& op, const float* a, float* d, int64_t m0, int64_t p0) {
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const uint8_t* wp[P];
+  const float* sp[P];
+  for (int p = 0; p < P; ++p) {
+    wp[p] = op.w + (p0 + p) * op.kr * kLanes;
+    sp[p] = op.s + (p0 + p) * op.groups * kLanes;
+  }
+  const float* ar[R];
+  for (int r = 0; r < R; ++r) ar[r] = a + (m0 + r) * op.sa;
+  for (int64_t g = 0; g < op.groups; ++g) {
+    const int64_t k0 = g * op.group, k1 = std::min(op.k, k0 + op.group);
+    __m512 sc[P];
+    for (int p = 0; p < P; ++p) sc[p] = _mm512_loadu_ps(sp[p] + g * kLanes);
+    if (BITS == 8) {
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        __m512 wv[P];
+        for (int p = 0; p < P; ++p) {
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wp[p] + kk * kLanes));
+          wv[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), sc[p]);
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m512 av = _mm512_set1_ps(ar[r][kk]);
+          for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(av, wv[p], acc[r][p]);
+        }
+      }
+    } else {
+      // k0 is even (group even, or one group); a pair's second k may be past k1 only at K
+      int64_t kk = k0;
+      for (; kk + 1 < k1; kk += 2) {
+        __m512 lo[P], hi[P];
+        for (int p = 0; p < P; ++p) {
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wp[p] + (kk >> 1) * kLanes));
+          const __m512i v = _mm512_cvtepu8_epi32(q);
+          lo[p] = _mm512_mul_ps(_mm512_permutexvar_ps(v, table), sc[p]);
+          hi[p] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), sc[p]);
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m512 a0 = _mm512_set1_ps(ar[r][kk]);
+          for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(a0, lo[p], acc[r][p]);
+          const __m512 a1 = _mm512_set1_ps(ar[r][kk + 1]);
+          for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(a1, hi[p], acc[r][p]);
+        }
+      }
+      if (kk < k1) {  // K odd: the last k, a low nibble alone
+        for (int p = 0; p < P; ++p) {
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wp[p] + (kk >> 1) * kLanes));
+          const __m512 lo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(q), table), sc[p]);
+          for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(_mm512_set1_ps(ar[r][kk]), lo, acc[r][p]);
+        }
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int64_t col = (p0 + p) * kLanes;
+    const int64_t left = op.n - col;
+    const __mmask16 mask = left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    const __m512 bias = _mm512_loadu_ps(op.bias.data() + col);
+    for (int r = 0; r < R; ++r)
+      _mm512_mask_storeu_ps(d + (m0 + r) * op.sd + col, mask, _mm512_add_ps(acc[r][p], bias));
+  }
+}
+
+template <int BITS, int R>
+OFC_AVX512 void vector_rows(const IntMatmulOp& op, const float* a, float* d, int64_t m0, int64_t p0, int64_t np) {
+  switch (np) {
+    case 4: block<BITS, R, 4>(op, a, d, m0, p0); break;
+    case 3: block<BITS, R, 3>(op, a, d, m0, p0); break;
+    case 2: block<BITS, R, 2>(op, a, d, m0, p0); break;
+    default: block<BITS, R, 1>(op, a, d, m0, p0); break;
+  }
+}
+#endif
+
+// one chunk of up to kChunk panels from p0, every row
+template <int BITS>
+void chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0) {
+  const int64_t np = std::min<int64_t>(kChunk, op.panels - p0);
+  for (int64_t m0 = 0; m0 < op.m; m0 += kRowBlock) {
+    const int rows = (int)std::min<int64_t>(kRowBlock, op.m - m0);
+#if defined(__x86_64__)
+    if (op.vector512) {
+      switch (rows) {
+        case 4: vector_rows<BITS, 4>(op, a, d, m0, p0, np); break;
+        case 3: vector_rows<BITS, 3>(op, a, d, m0, p0, np); break;
+        case 2: vector_rows<BITS, 2>(op, a, d, m0, p0, np); break;
+        default: vector_rows<BITS, 1>(op, a, d, m0, p0, np); break;
+      }
+      continue;
+    }
+#endif
+    for (int64_t p = p0; p < p0 + np; ++p) portable_panel<BITS>(op, a, d, m0, rows, p);
+  }
+}
+
+void IntMatmulOp::run(Engine& e) {
+  const float* a = static_cast<const float*>(e.ptr(ins[0]));
+  float* d = static_cast<float*>(e.ptr(outs[0]));
+  const int64_t chunks = (panels + kChunk - 1) / kChunk;
+  parallel_for(team, chunks, [&](int64_t i) {
+    if (bits == 8) chunk<8>(*this, a, d, i * kChunk);
+    else chunk<4>(*this, a, d, i * kChunk);
+  });
+}
+
+}  // namespace
+
+void contract_int_matmul(const Engine& e, const OpCall& c) {
+  const std::string& kind = c.kind;
+  need(c.ins.size() == 3 || c.ins.size() == 4, kind, "takes [a, w, scales] or [a, w, scales, bias]");
+  need_count(c, c.ins.size(), 1);
+  need_post_ops_allowed(c, false);
+  need(c.ia.size() == 2 && c.fa.empty(), kind, "takes ia [bits, group] and no fa");
+  const int64_t bits = c.ia[0], group = c.ia[1];
+  need(bits == 4 || bits == 8, kind, "bits must be 4 or 8");
+  const Tensor& a = e.tensors[(size_t)c.ins[0]];
+  const Tensor& w = e.tensors[(size_t)c.ins[1]];
+  const Tensor& s = e.tensors[(size_t)c.ins[2]];
+  const Tensor& d = e.tensors[(size_t)c.outs[0]];
+  need_rank(a, 2, 2, kind, "a");
+  need_rank(d, 2, 2, kind, "the output");
+  need_dtype(a, F32, kind, "a");
+  need_dtype(d, F32, kind, "the output");
+  const int64_t M = a.dims[0], K = a.dims[1], N = d.dims[1];
+  need(d.dims[0] == M, kind, "a and the output have different row counts");
+  need(K >= 1 && N >= 1 && K <= ((int64_t)1 << 31) && N <= ((int64_t)1 << 31), kind,
+       "K and N must be in [1, 2^31]");
+  need(a.strides[1] == 1 || K == 1, kind, "a's columns must be contiguous");
+  need(d.strides[1] == 1 || N == 1, kind, "the output's columns must be contiguous");
+  need(M <= 1 || d.strides[0] >= N, kind, "the output's rows overlap");
+  need(e.root(c.ins[0]) != e.root(c.outs[0]), kind, "the output shares a's storage");
+  need(group >= 1 && group <= K, kind, "group must be in [1, K]");
+  need(bits == 8 || group % 2 == 0 || group == K, kind, "a 4-bit group must be even (or K)");
+  const int64_t P = (N + kLanes - 1) / kLanes, G = (K + group - 1) / group;
+  const int64_t rows = bits == 8 ? K : (K + 1) / 2;
+  need(w.dtype == (bits == 8 ? I8 : U8), kind, "w must be int8 (8 bits) or uint8 (4 bits)");
+  need(w.dims == dims_t({P, rows, kLanes}) && row_major(w) && dense(w), kind,
+       "w must be dense [ceil(N/16), K (or ceil(K/2) for 4 bits), 16]");
+  need(s.dtype == F32 && s.dims == dims_t({P, G, kLanes}) && row_major(s) && dense(s), kind,
+       "scales must be f32 dense [ceil(N/16), ceil(K/group), 16]");
+  need(e.tensors[(size_t)e.root(c.ins[1])].is_const && e.tensors[(size_t)e.root(c.ins[2])].is_const,
+       kind, "w and scales must be constants");
+  if (c.ins.size() == 4) {
+    const Tensor& b = e.tensors[(size_t)c.ins[3]];
+    need(b.dtype == F32 && b.numel == N && dense(b) && row_major(b) &&
+             e.tensors[(size_t)e.root(c.ins[3])].is_const,
+         kind, "the bias must be a dense f32 constant of N elements");
+  }
+  // the work bound: M·K·N multiply-adds (each factor < 2^41 by the tensor checks)
+  int64_t work = 0;
+  need(!__builtin_mul_overflow(M, K, &work) && !__builtin_mul_overflow(work, N, &work), kind,
+       "M·K·N overflows");
+}
+
+void build_int_matmul(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  const Tensor& a = e.tensors[(size_t)c.ins[0]];
+  const Tensor& d = e.tensors[(size_t)c.outs[0]];
+  auto op = std::make_unique<IntMatmulOp>();
+  op->bits = (int)c.ia[0];
+  op->m = a.dims[0];
+  op->k = a.dims[1];
+  op->n = d.dims[1];
+  op->group = c.ia[1];
+  op->groups = (op->k + op->group - 1) / op->group;
+  op->panels = (op->n + kLanes - 1) / kLanes;
+  op->kr = op->bits == 8 ? op->k : (op->k + 1) / 2;
+  op->sa = a.strides[0];
+  op->sd = d.strides[0];
+  op->w = static_cast<const uint8_t*>(e.ptr(c.ins[1]));
+  op->s = static_cast<const float*>(e.ptr(c.ins[2]));
+  if (op->w == nullptr || op->s == nullptr) fail("int_matmul: weights or scales without data at init");
+  const int64_t cols = mul_c(op->panels, kLanes, "int_matmul");
+  e.reserve(mul_c(cols, 4, "int_matmul"), "int_matmul bias");
+  op->bias.assign((size_t)cols, 0.f);
+  if (c.ins.size() == 4) {
+    const float* b = static_cast<const float*>(e.ptr(c.ins[3]));
+    for (int64_t j = 0; j < op->n; ++j) op->bias[(size_t)j] = b[j];
+  }
+  op->vector512 = avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_AVX512");
+  op->team = op_threads(e, c);
+  op->name = std::string("matmul on int") + (op->bits == 8 ? "8" : "4") + " weights (own kernel" +
+             (op->vector512 ? ", AVX-512)" : ")");
+  push_op(e, std::move(op), c);
+}
+
+}  // namespace ofc
