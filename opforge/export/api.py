@@ -26,7 +26,7 @@ from opforge.export.lowered import is_delegate
 from opforge.export.emit import emit_program
 from opforge.export.kernel_sets import check_kernels, preserved_by_kernels, resolve_kernels
 from opforge.export.memory_planning import DEFAULT_ALIGNMENT, TensorLifetime
-from opforge.export.method_graph import MethodGraph, is_alloc
+from opforge.export.method_graph import MethodGraph, is_alloc, is_size_read
 from opforge.export.out_variants import op_key
 from opforge.export.passes.decompose import decomposition_table
 from opforge.export.pipeline import run_back, run_front
@@ -147,7 +147,7 @@ def export(
         used: dict[str, list[str]] = {}
         for method in planned:
             for node in method.call_nodes():
-                if not is_alloc(node) and not is_delegate(node):
+                if not is_alloc(node) and not is_delegate(node) and not is_size_read(node):
                     used.setdefault(op_key(node.target), [])
                     if method.name not in used[op_key(node.target)]:
                         used[op_key(node.target)].append(method.name)

@@ -20,7 +20,7 @@ import torch.fx
 from opforge.errors import ExportError, InternalError
 from opforge.export.argument_values import argument_value, python_value, scalar_type_of
 from opforge.export.memory_planning import DEFAULT_ALIGNMENT, align_up
-from opforge.export.method_graph import InputKind, MethodGraph, is_alloc
+from opforge.export.method_graph import InputKind, MethodGraph, is_alloc, is_size_read
 from opforge.export.out_variants import bind_arguments
 from opforge.export.delegation import METADATA_KEY
 from opforge.backends.named_data import check_layouts
@@ -28,7 +28,8 @@ from opforge.export.lowered import DelegateOut
 from opforge.export.debug_table import DebugTable
 from opforge.program.debug import DEBUG_KEY, DebugInfo
 from opforge.program import (
-    PACKING_SPLAT, ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, KernelCall, MemoryPlan, Method, Move, NamedData, Operator, Program,
+    PACKING_SPLAT, ArenaStorage, ConstantStorage, DelegateBlob, DelegateCall, IntValue, KernelCall, MemoryPlan, Method, Move,
+    NamedData, Operator, Program,
     Segment, StateSlot, SymbolicValue, TensorValue, Value,
 )
 
@@ -217,6 +218,11 @@ class _MethodEmitter:
                 outs = node.args[lowered.num_inputs:]
                 self.debug.delegate(len(instructions) - 1, index, lowered,
                                     [self.tensor_index(o) for o in outs])
+            elif is_size_read(node):  # item() as a size: a Move into an int produces it
+                table = self.method.notes["symbols"]
+                expr = table.expr_of(node.meta["val"])
+                dst = self.add_symbolic(IntValue(table.hint(expr)), (expr,))
+                instructions.append(Move(self.tensor_index(node.args[0]), dst))
             elif node.op == "call_function":
                 instructions.append(self._kernel_call(node))
                 self.debug.kernel_call(len(instructions) - 1, node, self.tensor_index)

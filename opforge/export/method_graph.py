@@ -18,7 +18,8 @@ from typing import Any
 import torch
 import torch.fx
 
-__all__ = ["ASSERTION_OPS", "InputKind", "MethodGraph", "alloc", "assertion_nodes", "is_alloc"]
+__all__ = ["ASSERTION_OPS", "InputKind", "MethodGraph", "alloc", "assertion_nodes", "is_alloc",
+           "read_size", "is_size_read"]
 
 
 class InputKind:
@@ -42,6 +43,17 @@ def alloc(sizes: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 def is_alloc(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is alloc
+
+
+def read_size(tensor: torch.Tensor) -> int:
+    """A size read from a one-element integer tensor at run time (``int(n.item())`` used as
+    a size: torch's ``_local_scalar_dense``). Emitted as a ``Move`` into an int that
+    produces the size's symbol (``opforge/program/produced.py``); eagerly, the value."""
+    return int(tensor.item())
+
+
+def is_size_read(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is read_size
 
 
 @dataclass

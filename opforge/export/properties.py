@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from opforge.export.lowered import DelegateOut, is_delegate
-from opforge.export.method_graph import InputKind, MethodGraph, assertion_nodes, is_alloc
+from opforge.export.method_graph import InputKind, MethodGraph, assertion_nodes, is_alloc, is_size_read
 from opforge.export.out_variants import is_mutating_schema, is_out_schema, op_key
 
 __all__ = ["PROPERTIES", "check_property"]
@@ -55,7 +55,7 @@ def _is_size(node) -> bool:
 
 def _sizes_symbolic(method: MethodGraph) -> list[str]:
     bad = [f"node {node.name}: computes a size ({node.target})"
-           for node in method.call_nodes() if _is_size(node)]
+           for node in method.call_nodes() if _is_size(node) and not is_size_read(node)]
     return bad + ([] if "symbols" in method.notes else ["no symbol table"])
 
 
@@ -83,7 +83,7 @@ def _functional(method: MethodGraph) -> list[str]:
 def _all_out_variants(method: MethodGraph) -> list[str]:
     bad = []
     for node in method.call_nodes():
-        if is_alloc(node):
+        if is_alloc(node) or is_size_read(node):  # a size read is a Move, not a call
             continue
         if isinstance(node.target, DelegateOut):
             outs = node.args[node.target.lowered.num_inputs:]

@@ -7,7 +7,11 @@ then it is a growing symbol, recorded with max ``GROW_MAX`` when it has none, an
 tensors whose sizes read it (``grows``) are left unplanned for the runtime to grow). ``expr_of`` turns a ``SymInt`` (or its sympy
 expression) into a ``SizeExpr``: integers, symbols, ``+``, ``*``, small integer powers,
 ``FloorDiv``, ``Mod``/``PythonMod``, ``Min``, ``Max``; anything else is an ``ExportError``.
-``upper_sizes`` gives a fake tensor's sizes at the upper bound (interval arithmetic, the
+An *unbacked* symbol (a data-dependent size: ``nonzero``, ``masked_select``, ``item()``
+used as a size) with a finite upper bound in ``range_constraints`` (the graph's value
+ranges, or the user's ``torch._check``) is a symbol an instruction produces at run time
+(``produced``; its hint is its bound); one without a bound is refused where a size reads
+it, with the ``torch._check`` that adds one. ``upper_sizes`` gives a fake tensor's sizes at the upper bound (interval arithmetic, the
 same the verifier uses), which is what the memory planner gives each tensor a slot for.
 
 ``SymSize`` stands in the graph for a size computed at run time (an ``aten.sym_size.int``
@@ -69,6 +73,8 @@ class SymbolTable:
         self.ranges: dict[str, tuple[int, int]] = {}
         self.guards: list[Guard] = []
         self.hints: dict[str, int] = {}
+        self.produced: set[str] = set()  # unbacked symbols: bound by an instruction
+        self.unbounded: dict[str, tuple] = {}  # unbacked symbols without an upper bound
         derived = []
         sizing = set()  # the symbols the user inputs' sizes read: the method's symbols
         for fake in user_inputs.values():
@@ -80,8 +86,10 @@ class SymbolTable:
                 if {str(s) for s in key.free_symbols} <= sizing:
                     derived.append((key, bound))
                 continue
-            if str(key) not in sizing:  # an internal symbol; refused if a size reads it
-                continue
+            if str(key) not in sizing:
+                if _unbacked(key):  # a data-dependent size: planned at its upper bound
+                    self._add_unbacked(str(key), bound)
+                continue  # else an internal symbol; refused if a size reads it
             name = str(key)
             low, high = bound.lower, bound.upper
             grows = self.rename.get(name) in grow
@@ -106,7 +114,8 @@ class SymbolTable:
                     known = getattr(env, "backed_var_to_val", None)
                     known = known if known is not None else env.var_to_val
                     self.hints.update({self.rename.get(str(k), str(k)): int(v)
-                                       for k, v in known.items()})
+                                       for k, v in known.items()
+                                       if str(k) not in self.produced})
                     break
         self.growing = frozenset(s.name for s in self.symbols if s.grow)
         unknown = sorted(set(grow) - self.growing)
@@ -122,6 +131,23 @@ class SymbolTable:
                 self.guards.append(Guard(SizeExpr.const(int(bound.lower)), "<=", expr))
             if _finite(bound.upper) and int(bound.upper) < expr.bounds(self.ranges)[1]:
                 self.guards.append(Guard(expr, "<=", SizeExpr.const(int(bound.upper))))
+
+    def _add_unbacked(self, name: str, bound: Any) -> None:
+        """An unbacked symbol (``nonzero``, ``masked_select``, ``item()`` as a size): a
+        symbol an instruction produces at run time (``opforge/program/produced.py``). One
+        without a finite upper bound is noted and refused where a size reads it."""
+        low, high = bound.lower, bound.upper
+        if not _finite(high):
+            self.unbounded[name] = (low, high)
+            return
+        low = max(int(low), 0) if _finite(low) else 0
+        if int(high) < low:
+            self.unbounded[name] = (low, high)
+            return
+        self.symbols.append(Symbol(name, low, int(high)))
+        self.ranges[name] = (low, int(high))
+        self.hints[name] = int(high)  # no example value: sizes at the bound
+        self.produced.add(name)
 
     def __bool__(self) -> bool:
         return bool(self.symbols)
@@ -180,6 +206,8 @@ class SymbolTable:
             return SizeExpr.const(int(e))
         if isinstance(e, sympy.Symbol):
             name = self.rename.get(str(e), str(e))
+            if name in self.unbounded:
+                raise self._unbounded(name)
             if name not in self.ranges:
                 raise self._refuse(e)
             return SizeExpr.sym(name)
@@ -210,6 +238,16 @@ class SymbolTable:
                 return result
         raise self._refuse(e)
 
+    def _unbounded(self, name: str) -> ExportError:
+        low, high = self.unbounded[name]
+        return ExportError(
+            f"`opforge.export.export()`: method {self.method_name!r} — data-dependent size "
+            f"{name} (from nonzero, masked_select, .item() or the like) with range [{low}, "
+            f"{high}]: no upper bound — valid: data-dependent sizes with a finite upper bound "
+            "(memory is planned at it, and each call checks it) — fix: bound it in the model "
+            f"where the size is made, e.g. `n = int(t.item()); torch._check(n >= 0); "
+            f"torch._check(n <= 64)` (64: the largest size a call may need)")
+
     def _refuse(self, e: Any) -> ExportError:
         return ExportError(
             f"`opforge.export.export(dynamic_shapes=...)`: method {self.method_name!r} — size "
@@ -217,6 +255,12 @@ class SymbolTable:
             "+, -, *, floor division, modulo, min, max — fix: keep size arithmetic to these "
             "(no true division, no data-dependent sizes), or export this method with static "
             "shapes")
+
+
+def _unbacked(symbol: Any) -> bool:
+    from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+    return symbol_is_type(symbol, SymT.UNBACKED_INT)
 
 
 def _finite(bound: Any) -> bool:

@@ -107,6 +107,7 @@ class AtenOpKernel:
         self._in_place = _IN_PLACE.get(overload)
         self._linear = overload == "aten::linear.out"
         self._matmul = overload == "aten::matmul.out"
+        self._sized_by_data = overload in _SIZED_BY_DATA
 
     def __repr__(self) -> str:
         return f"AtenOpKernel({self.schema})"
@@ -152,7 +153,29 @@ class AtenOpKernel:
             # the planned (N,) out is right; (1, K) @ (K, N) into its (1, N) view is that mm
             return functools.partial(self.op, out=keyword["out"].unsqueeze(0)), (
                 positional[0].unsqueeze(0), *positional[1:])
+        if self._sized_by_data:
+            # the out is its slot at the upper bound; torch resizes an empty view of it to
+            # the result's sizes (within the slot's storage: a larger result is torch's
+            # "not resizable" error) and returns it: the runtime reads the sizes from it
+            out = keyword["out"]
+            return functools.partial(_sized_by_data, self.op, out), tuple(positional)
         return functools.partial(self.op, **keyword), tuple(positional)
+
+
+# out overloads whose result size depends on the inputs' values (opforge/program/produced.py)
+_SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out"})
+
+
+def _sized_by_data(op, out, *args):
+    """``op`` into an empty view of ``out``'s slot, which torch resizes; its result dense
+    from the slot's start (CPU ``nonzero`` writes it transposed), returned for its sizes."""
+    flat = out.view(-1)
+    result = op(*args, out=flat[:0].view((0, *out.shape[1:])))
+    if not result.is_contiguous():
+        dense = result.contiguous()
+        flat[:dense.numel()].copy_(dense.view(-1))
+        return dense
+    return result
 
 
 def _index_put_in_place(self, indices, values, accumulate) -> None:

@@ -397,8 +397,9 @@ class BindStep:
 
 def binding_plan(method) -> tuple[BindStep, ...]:
     """How a call binds ``method``'s symbols from its inputs' sizes: every input dimension
-    with an expression, the first that determines each symbol binding it. ProgramError if
-    some symbol can be bound from no input dimension."""
+    with an expression, the first that determines each symbol binding it. A symbol no input
+    dimension determines must be produced by an instruction (``produced.producers``: a
+    data-dependent size); ProgramError otherwise."""
     symbolic = {sv.value: sv.exprs for sv in method.symbolic_values}
     steps: list[BindStep] = []
     bound: set[str] = set()
@@ -417,11 +418,10 @@ def binding_plan(method) -> tuple[BindStep, ...]:
     done = {(s.position, s.dim) for s in steps}
     steps.extend(BindStep(p, d, e) for p, d, e in pending if (p, d) not in done)
     missing = [s.name for s in method.symbols if s.name not in bound]
-    if missing:
-        raise program_error(
-            f"method {method.name!r} symbols", f"{', '.join(missing)} bound by no input dimension",
-            "every symbol is the size (or a*size+b) of some input dimension",
-            "the file is corrupt; re-export it")
+    if missing:  # data-dependent sizes: each must be produced by an instruction
+        from opforge.program.produced import producers
+
+        producers(method, missing)
     return tuple(steps)
 
 

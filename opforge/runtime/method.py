@@ -159,7 +159,7 @@ class Method:
 
         # --- outputs: views (valid until the next call) and how to copy each
         self._output_views, self._copy_outputs = (), tuple
-        self._direct = self._native = None
+        self._direct = self._native = self._produced = None
         if not self._dynamic:
             self._output_views = tuple(get(i) for i in method.outputs)
             self._copy_outputs = output_copier(self._output_views)
@@ -174,6 +174,11 @@ class Method:
             self._op_names = self._rebind.op_names
             self._kernels = self._rebind.kernels
             self._scalar_users = self._scalar_input_users(method)
+            if self._binder.produced:  # data-dependent sizes: bound mid-call
+                from opforge.runtime.produced import ProducedSizes
+
+                self._produced = ProducedSizes(self)
+                self._call = self._produced.call
 
     # --- values and binding ---------------------------------------------------------------
 
@@ -358,6 +363,8 @@ class Method:
             file = self._file
             if file is not None:
                 file.check(self._call_api)
+            if self._produced is not None:
+                return self._produced.call(tuple(inputs), views, tracer)
             if self._dynamic:
                 self._select(tuple(inputs))
             self._load_inputs_slow(tuple(inputs))

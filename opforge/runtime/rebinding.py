@@ -208,10 +208,14 @@ class RebindPlan:
                         "pass other sizes, or re-export") from None
             raise
 
-    def bind(self, shapes: dict[int, tuple[int, ...]], inputs: tuple) -> ShapeBinding:
-        """The binding at the tensor inputs' ``shapes`` (checked by the ShapeBinder)."""
+    def bind(self, shapes: dict[int, tuple[int, ...]], inputs: tuple,
+             produced: dict[str, int] | None = None) -> ShapeBinding:
+        """The binding at the tensor inputs' ``shapes`` (checked by the ShapeBinder), with
+        the values of the symbols instructions produce (``runtime/produced.py``)."""
         method = self.method
         env = method._binder.bind(shapes)
+        if produced:
+            env.update(produced)
         found = self.sizes(env)
         growing = method._growing
         if growing is not None:

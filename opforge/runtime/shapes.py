@@ -40,6 +40,12 @@ class ShapeBinder:
         self.method = method
         self.plan = binding_plan(method)
         self.ranges = {s.name: (s.min, s.max) for s in method.symbols}
+        # guards over symbols the inputs bind; the rest read data-dependent sizes, checked
+        # when an instruction produces them (runtime/produced.py)
+        inputs_bind = {step.symbol for step in self.plan if step.symbol is not None}
+        self.guards = tuple(g for g in method.guards
+                            if g.lhs.symbols() | g.rhs.symbols() <= inputs_bind)
+        self.produced = frozenset(self.ranges) - inputs_bind
         symbolic = {sv.value: sv.exprs for sv in method.symbolic_values}
         # static dimensions of the tensor inputs: (position, dim, size)
         self.static_dims = []
@@ -121,7 +127,7 @@ class ShapeBinder:
                     f"— valid: {step.expr} = {expected} with {bound} (bound from the other "
                     f"input dimensions; input shape {self.describe_input(step.position)}) — "
                     "fix: pass inputs whose sizes agree as exported")
-        for guard in self.method.guards:
+        for guard in self.guards:
             try:
                 holds = guard.holds(env)
             except ZeroDivisionError:

@@ -44,6 +44,18 @@ def _runtime_value(lowering: Lowering, node: torch.fx.Node) -> Any:
     return val
 
 
+def _unbacked(value: Any) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(value)) if value is not None else False
+
+
+def _data_dependent(node: torch.fx.Node) -> bool:
+    """Whether a node's result or an argument has a data-dependent (unbacked) size."""
+    return _unbacked(node.meta.get("val")) or any(
+        _unbacked(arg.meta.get("val")) for arg in node.all_input_nodes)
+
+
 def package_nodes(graph, specs) -> dict:
     infos = specs.get("op_packages") or []
     if not infos:
@@ -90,6 +102,10 @@ def support_check(graph, specs):
         elif claimed and node.name not in planned and _claimed(node, claimed):
             verdict = ("op", f"{op_name(node)} is claimed by an op package that cannot take "
                              "this node; the backend never runs its own kernel for a claimed op")
+        elif _data_dependent(node):
+            verdict = ("shape", "a data-dependent size (nonzero, masked_select, item() as a "
+                                "size): its instruction binds the size at run time on the "
+                                "kernels")
         elif lowering.table is None:
             verdict = _static_shapes(node)
         if verdict is None:
@@ -101,8 +117,9 @@ def support_check(graph, specs):
             except Exception as e:  # noqa: BLE001 - the lowering's own limits, said plainly
                 verdict = ("op", f"{op_name(node)}: the cpu backend cannot lower it "
                                  f"({type(e).__name__}: {e})")
-        if verdict is not None:
-            lowering.env[node.name] = _runtime_value(lowering, node)
+        if verdict is not None:  # (a data-dependent result: only such nodes read it)
+            lowering.env[node.name] = None if _unbacked(node.meta.get("val")) else \
+                _runtime_value(lowering, node)
         verdicts[node] = verdict
     return (lambda node: verdicts.get(node, ("op", "not seen by the cpu backend"))), package_rejected
 

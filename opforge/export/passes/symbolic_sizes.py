@@ -6,7 +6,9 @@ With ``dynamic_shapes`` torch.export leaves nodes that compute sizes at run time
 pass records the method's symbols (``export/symbolic.py``: names, bounds; an unbounded
 dimension is refused), replaces every use of a size node by a ``SymSize`` (its expression
 over the symbols), turns each ``_assert_scalar`` on a size relation into a program guard,
-and erases the size nodes. A static method passes through unchanged (and gets an empty
+and erases the size nodes. A read of a tensor's value that is a data-dependent size
+(``item()`` as a size: an unbacked symbol with a bound) stays, as ``read_size``: it binds
+its symbol at run time. A static method passes through unchanged (and gets an empty
 symbol table).
 """
 
@@ -15,13 +17,15 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from opforge.export.method_graph import MethodGraph
+from opforge.export.method_graph import MethodGraph, read_size
 from opforge.export.pass_manager import ExportPass
 from opforge.export.symbolic import SymbolTable, SymSize
 
 __all__ = ["SymbolicSizes", "is_size_node"]
 
 _ASSERT_SCALAR = getattr(torch.ops.aten, "_assert_scalar", None)
+# reads of a tensor's one value as a Python int: data-dependent sizes when they are symbols
+_SCALAR_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default)
 
 
 def is_size_node(node: torch.fx.Node) -> bool:
@@ -56,16 +60,31 @@ class SymbolicSizes(ExportPass):
         for node in reversed(list(method.call_nodes())):
             if not is_size_node(node):
                 continue
+            if node.target in _SCALAR_READS and _produces(table, node):
+                node.target = read_size  # binds the symbol at run time: kept (a Move)
+                node.args, node.kwargs = node.args[:1], {}
             if isinstance(node.meta["val"], torch.SymInt):
                 expr = table.expr_of(node.meta["val"])
                 marker = SymSize(expr, table.hint(expr))
                 for user in list(node.users):
                     user.args = _replace(user.args, node, marker)
                     user.kwargs = _replace(user.kwargs, node, marker)
-            if not node.users:
+            if not node.users and node.target is not read_size:
                 graph.erase_node(node)
         method.graph_module.recompile()
         return method
+
+
+def _produces(table: SymbolTable, node: torch.fx.Node) -> bool:
+    """Whether a scalar read's value is a data-dependent size the method's sizes use
+    (``item()`` as a size): its unbacked symbol, with a bound (else it is refused)."""
+    expr = node.meta["val"].node.expr
+    if not expr.is_Symbol:
+        return False
+    name = str(expr)
+    if name in table.unbounded:
+        raise table._unbounded(name)
+    return name in table.produced
 
 
 def _replace(value, node: torch.fx.Node, marker: SymSize):

@@ -26,7 +26,7 @@ import torch.fx
 from opforge.errors import ExportError
 from opforge.export.lowered import DelegateOut, LoweredDelegate
 from opforge.export.diagnostics import describe_node
-from opforge.export.method_graph import MethodGraph, alloc
+from opforge.export.method_graph import MethodGraph, alloc, is_size_read
 from opforge.export.out_variants import OutVariant, bind_arguments, find_out_variant, op_key, suggest_out_schema
 from opforge.export.pass_manager import ExportPass
 
@@ -55,7 +55,12 @@ def _new_alloc(graph: torch.fx.Graph, source: torch.fx.Node, fake: Any, name: st
 
 
 def _hint(size: Any) -> int:
-    return int(size.node.hint) if getattr(size.node, "hint", None) is not None else int(size)
+    if getattr(size.node, "hint", None) is not None:
+        return int(size.node.hint)
+    if size.node.expr.free_symbols and not size.node.has_hint():
+        # a data-dependent size (unbacked: no example value): its upper bound
+        return int(size.node.shape_env.bound_sympy(size.node.expr).upper)
+    return int(size)
 
 
 def _out_call(graph: torch.fx.Graph, node: torch.fx.Node, variant: OutVariant) -> list[Any]:
@@ -173,7 +178,8 @@ class ToOutVariant(ExportPass):
         graph = method.graph
         missing: dict[str, list[torch.fx.Node]] = {}
         for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is operator.getitem:
+            if node.op != "call_function" or node.target is operator.getitem or \
+                    is_size_read(node):  # emitted as a Move
                 continue
             if isinstance(node.target, LoweredDelegate):
                 _delegate_out_call(graph, node)

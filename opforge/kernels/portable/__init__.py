@@ -6,7 +6,9 @@ included. Tensors are ``np.ndarray`` (out arrays are preallocated, C-contiguous,
 final shape and dtype; inputs may be any strided view), ``Tensor?`` may be None, lists are
 lists, ``int[]`` arrive as tuples, ``ScalarType?`` as a NumPy dtype or None, and layout,
 device, memory-format and generator arguments as None. A kernel writes its results into
-its out arrays in place and returns None.
+its out arrays in place and returns None, except a kernel whose result size depends on
+its inputs' values (``selection``: ``nonzero``, ``masked_select``): it gets its out at the
+planned upper bound and returns the view of the result it wrote.
 
 Example::
 
@@ -39,6 +41,7 @@ from opforge.kernels.portable import (
     quantized,
     reduction,
     resample,
+    selection,
     shape,
     sorting,
     unary,
@@ -61,6 +64,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     pooling,
     resample,
     sorting,
+    selection,
     view_copy,
     shape,
     indexing,
