@@ -6,12 +6,19 @@
 // row-major order) a loop over its reduced elements. out may have the keepdim shape or the
 // reduced one (the NumPy kernel reshapes: any shape with the right number of elements is
 // written in row-major order).
+//
+// float16: NumPy's float16 reductions compute in float32 (accumulate_dtype, ATen's CPU
+// opmath), so a float16 self is widened once into a dense float32 copy (widen_half, in
+// per-thread scratch) and the float32 loops run on it; a float16 out is written by store()
+// from the float32 result, one rounding as NumPy's cast.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "copy.h"
+#include "gemm.h"
 #include "tensor.h"
 
 namespace opforge::portable::reduction_plan {
@@ -121,8 +128,13 @@ inline void each_output(const Plan& p, F&& f) {
   }
 }
 
-// Store a double / int64 into out's element (out of any real dtype; NumPy's unsafe cast).
+// Store a double / int64 into out's element (out of any real dtype or float16; NumPy's
+// unsafe cast). A value computed in float32 for a float16 out is passed as that float.
 inline void store(const View& out, int64_t off, double v) {
+  if (out.dtype == kFloat16) {
+    out.ptr<uint16_t>()[off] = double_to_half(v);
+    return;
+  }
   dispatch_real(out.dtype, [&](auto tag) {
     using O = decltype(tag);
     if constexpr (std::is_same<O, bool>::value) out.ptr<O>()[off] = v != 0.0;
@@ -131,6 +143,10 @@ inline void store(const View& out, int64_t off, double v) {
   });
 }
 inline void store_int(const View& out, int64_t off, int64_t v) {
+  if (out.dtype == kFloat16) {
+    out.ptr<uint16_t>()[off] = double_to_half(static_cast<double>(v));
+    return;
+  }
   dispatch_real(out.dtype, [&](auto tag) {
     using O = decltype(tag);
     if constexpr (std::is_same<O, bool>::value) out.ptr<O>()[off] = v != 0;
@@ -139,10 +155,58 @@ inline void store_int(const View& out, int64_t off, int64_t v) {
 }
 
 inline bool real_dtype(opforge_context* ctx, const char* op, const char* what, int32_t d) {
-  if (d == kBool || is_integral(d, false) || d == kFloat32 || d == kFloat64) return true;
-  fail(ctx, "%s: %s of dtype %s — valid: bool, integer, float32 or float64 (float16/bfloat16 "
-       "are not in the C++ kernels yet) — use the lean runtime's kernel", op, what, dtype_name(d));
+  if (d == kBool || is_integral(d, false) || d == kFloat16 || d == kFloat32 || d == kFloat64) return true;
+  fail(ctx, "%s: %s of dtype %s — valid: bool, integer, float16, float32 or float64 (bfloat16 "
+       "is not in the C++ kernels yet) — use the lean runtime's kernel", op, what, dtype_name(d));
   return false;
+}
+
+// The dtype a reduction computes in for `d`: float32 for float16 (NumPy's accumulate_dtype).
+inline int32_t accumulate_dtype(int32_t d) { return d == kFloat16 ? kFloat32 : d; }
+
+// A float16 tensor widened to a dense float32 copy (any other dtype: the tensor itself).
+struct Widened {
+  View view;
+  opforge_tensor t;
+  int64_t strides[kMaxRank];
+};
+
+inline bool widen_half(opforge_context* ctx, const char* op, const View& x, Widened* w) {
+  w->view = x;
+  if (x.dtype != kFloat16) return true;
+  int64_t bytes;
+  float* buf = mul_ok(x.numel > 0 ? x.numel : 1, 4, &bytes) ? static_cast<float*>(scratch(ctx, 0, bytes))
+                                                          : nullptr;
+  if (!buf) {
+    fail(ctx, "%s: a float32 copy of the float16 self (%lld elements) — could not be allocated — "
+         "valid: within the kernels' workspace limit (OPFORGE_MAX_MEMORY) — raise the limit or "
+         "reduce a smaller tensor", op, (long long)x.numel);
+    return false;
+  }
+  contiguous_strides(x.sizes, x.rank, w->strides);
+  if (x.numel > 0)
+    convert_strided(reinterpret_cast<char*>(buf), kFloat32, w->strides, x.data, kFloat16, x.strides,
+                    x.sizes, x.rank);
+  w->t = *x.t;
+  w->t.data = buf;
+  w->t.dtype = kFloat32;
+  w->t.strides = w->strides;
+  w->view.t = &w->t;
+  w->view.data = reinterpret_cast<char*>(buf);
+  w->view.dtype = kFloat32;
+  w->view.strides = w->strides;
+  w->view.dense = true;
+  return true;
+}
+
+// Write a value of the compute type T into out's element: directly when out is T, else
+// (a float16 out of a widened self) through store().
+template <typename T>
+inline void put(const View& out, int64_t off, T v) {
+  if constexpr (std::is_floating_point<T>::value) {
+    if (out.dtype == kFloat16) { store(out, off, static_cast<double>(v)); return; }
+  }
+  out.ptr<T>()[off] = v;
 }
 
 inline bool optional_dtype(opforge_context* ctx, const opforge_arg* args, int64_t n, int64_t i,

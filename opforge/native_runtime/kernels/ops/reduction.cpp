@@ -30,13 +30,17 @@ using namespace reduction_plan;
 enum class Fold { kSum, kMean, kProd };
 
 // dtype: the ScalarType argument (-1: none). The NumPy kernel's compute dtype: dtype if
-// given, else int64 for bool/integer input (sum, prod) or out's dtype (mean).
-void fold(opforge_context* ctx, const char* op, const View& x, const int64_t* dims,
+// given, else int64 for bool/integer input (sum, prod) or out's dtype (mean); float32 in
+// place of float16.
+void fold(opforge_context* ctx, const char* op, const View& self, const int64_t* dims,
           int64_t count, int32_t dtype, const View& out, Fold kind) {
-  if (!real_dtype(ctx, op, "self", x.dtype) || !real_dtype(ctx, op, "out", out.dtype)) return;
-  int32_t ct = dtype >= 0 ? dtype : (kind == Fold::kMean ? out.dtype
-                                     : (is_floating(x.dtype) ? x.dtype : kInt64));
+  if (!real_dtype(ctx, op, "self", self.dtype) || !real_dtype(ctx, op, "out", out.dtype)) return;
+  int32_t ct = accumulate_dtype(dtype >= 0 ? dtype : (kind == Fold::kMean ? out.dtype
+                                     : (is_floating(self.dtype) ? self.dtype : kInt64)));
   if (!real_dtype(ctx, op, "dtype", ct)) return;
+  Widened w;
+  if (!widen_half(ctx, op, self, &w)) return;
+  const View& x = w.view;
   if (kind == Fold::kMean && !is_floating(ct)) {
     fail(ctx, "%s: a mean computed in %s — valid: a floating dtype (ATen cannot infer an integer "
          "mean's dtype either) — pass dtype=float32", op, dtype_name(ct));
@@ -150,9 +154,12 @@ void prod_int_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
 
 enum class Pick { kMax, kMin, kAny, kAll };
 
-void pick(opforge_context* ctx, const char* op, const View& x, const int64_t* dims,
+void pick(opforge_context* ctx, const char* op, const View& self, const int64_t* dims,
           int64_t count, const View& out, Pick kind) {
-  if (!real_dtype(ctx, op, "self", x.dtype) || !real_dtype(ctx, op, "out", out.dtype)) return;
+  if (!real_dtype(ctx, op, "self", self.dtype) || !real_dtype(ctx, op, "out", out.dtype)) return;
+  Widened w;  // float16: the float32 copy (exact; its extremes convert back exactly)
+  if (!widen_half(ctx, op, self, &w)) return;
+  const View& x = w.view;
   Plan p;
   bool reduce[kMaxRank];
   if (!make_plan(ctx, op, x, dims, count, &p, reduce) || !out_count(ctx, op, out, p.outputs)) return;
@@ -163,9 +170,9 @@ void pick(opforge_context* ctx, const char* op, const View& x, const int64_t* di
          "dims", op, (long long)x.numel);
     return;
   }
-  if (extreme && out.dtype != x.dtype) {
+  if (extreme && out.dtype != self.dtype) {
     fail(ctx, "%s: out of dtype %s for self %s — valid: self's dtype", op, dtype_name(out.dtype),
-         dtype_name(x.dtype));
+         dtype_name(self.dtype));
     return;
   }
   dispatch_real(x.dtype, [&](auto tag) {
@@ -176,7 +183,7 @@ void pick(opforge_context* ctx, const char* op, const View& x, const int64_t* di
       if (extreme) {
         if constexpr (std::is_same<T, float>::value) {
           if (kind == Pick::kMax && p.nr <= 1 && (p.nr == 0 || p.rx[0] == 1)) {
-            out.ptr<T>()[o] = vec::max(xs + base, p.count);  // NaN-propagating, as NumPy
+            put(out, o, vec::max(xs + base, p.count));  // NaN-propagating, as NumPy
             return;
           }
         }
@@ -192,7 +199,7 @@ void pick(opforge_context* ctx, const char* op, const View& x, const int64_t* di
         if constexpr (std::is_floating_point<T>::value) {
           if (nan) best = std::numeric_limits<T>::quiet_NaN();
         }
-        out.ptr<T>()[o] = best;
+        put(out, o, best);
         return;
       }
       bool acc = kind == Pick::kAll;
@@ -255,16 +262,19 @@ void logsumexp_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
       !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
       !bool_arg(ctx, args, n, 2, op, "keepdim", &keepdim) || !tensor_arg(ctx, args, n, 3, op, "out", &out))
     return;
-  if (!real_dtype(ctx, op, "self", x.dtype) || (out.dtype != kFloat32 && out.dtype != kFloat64)) {
-    fail(ctx, "%s: out of dtype %s — valid: float32 or float64", op, dtype_name(out.dtype));
+  if (!real_dtype(ctx, op, "self", x.dtype) || !is_floating(out.dtype) || out.dtype == kBFloat16) {
+    fail(ctx, "%s: out of dtype %s — valid: float16, float32 or float64", op, dtype_name(out.dtype));
     return;
   }
+  Widened w;
+  if (!widen_half(ctx, op, x, &w)) return;
   Plan p;
   bool reduce[kMaxRank];
-  if (!make_plan(ctx, op, x, dims, count, &p, reduce) || !out_count(ctx, op, out, p.outputs)) return;
-  dispatch_real(x.dtype, [&](auto tag) {
+  if (!make_plan(ctx, op, w.view, dims, count, &p, reduce) || !out_count(ctx, op, out, p.outputs)) return;
+  bool f32 = out.dtype == kFloat16;  // the NumPy kernel computes a float16 out in float32
+  dispatch_real(w.view.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T* xs = x.ptr<T>();
+    const T* xs = w.view.ptr<T>();
     each_output(p, [&](int64_t f, int64_t base) {
       double peak = -INFINITY;
       bool nan = false;
@@ -277,7 +287,8 @@ void logsumexp_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
       if (nan) { store(out, out_offset(out, f), NAN); return; }
       double s = 0;
       each_reduced(p, base, [&](int64_t i) { s += std::exp(as_double(xs[i]) - peak); });
-      store(out, out_offset(out, f), std::log(s) + peak);
+      double r = std::log(s) + peak;
+      store(out, out_offset(out, f), f32 ? static_cast<double>(static_cast<float>(r)) : r);
     });
   });
 }

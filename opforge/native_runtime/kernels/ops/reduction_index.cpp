@@ -1,7 +1,7 @@
 // Index reductions: argmax/argmin and max.dim/min.dim (the NumPy kernels of
 // opforge/kernels/portable/reduction.py), on the plan of reduction_plan.h. They take the
 // first extreme, and the first NaN is the extreme (NumPy and ATen agree); an extreme over
-// nothing is refused, as ATen refuses it.
+// nothing is refused, as ATen refuses it. float16 compares as its exact float32 copy.
 #include <cstdint>
 #include <type_traits>
 
@@ -18,18 +18,21 @@ using namespace reduction_plan;
 
 // The index (along the reduced dim, or flat over all) of the first extreme; the first NaN
 // is the extreme. values: also the value (max.dim / min.dim), else nullptr.
-void arg_reduce(opforge_context* ctx, const char* op, const View& x, bool has_dim, int64_t dim,
+void arg_reduce(opforge_context* ctx, const char* op, const View& self, bool has_dim, int64_t dim,
                 bool is_max, const View* values, const View& indices) {
-  if (!real_dtype(ctx, op, "self", x.dtype)) return;
+  if (!real_dtype(ctx, op, "self", self.dtype)) return;
   if (indices.dtype != kInt64) {
     fail(ctx, "%s: indices of dtype %s — valid: int64", op, dtype_name(indices.dtype));
     return;
   }
-  if (values && values->dtype != x.dtype) {
+  if (values && values->dtype != self.dtype) {
     fail(ctx, "%s: values of dtype %s for self %s — valid: self's dtype", op,
-         dtype_name(values->dtype), dtype_name(x.dtype));
+         dtype_name(values->dtype), dtype_name(self.dtype));
     return;
   }
+  Widened w;  // float16: compared as its exact float32 copy
+  if (!widen_half(ctx, op, self, &w)) return;
+  const View& x = w.view;
   Plan p;
   bool reduce[kMaxRank];
   int64_t d = 0;
@@ -78,7 +81,7 @@ void arg_reduce(opforge_context* ctx, const char* op, const View& x, bool has_di
             while (row[i] != m) ++i;
           }
           indices.ptr<int64_t>()[out_offset(indices, f)] = i;
-          if (values) values->ptr<T>()[out_offset(*values, f)] = row[i];
+          if (values) put(*values, out_offset(*values, f), row[i]);
           return;
         }
       }
@@ -96,7 +99,7 @@ void arg_reduce(opforge_context* ctx, const char* op, const View& x, bool has_di
         ++k;
       });
       indices.ptr<int64_t>()[out_offset(indices, f)] = at;
-      if (values) values->ptr<T>()[out_offset(*values, f)] = best;
+      if (values) put(*values, out_offset(*values, f), best);
     });
   });
 }

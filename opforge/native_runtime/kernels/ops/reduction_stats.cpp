@@ -1,7 +1,7 @@
 // Statistics reductions: var/std/var_mean and linalg_vector_norm (the NumPy kernels of
 // opforge/kernels/portable/reduction.py), on the plan of reduction_plan.h. Variances and
 // norms accumulate in double (NumPy's float32 pairwise sum is about as exact, so results
-// agree to rounding).
+// agree to rounding); float16 computes in float32 (reduction_plan.h's widen_half).
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -16,14 +16,17 @@ using namespace reduction_plan;
 
 // --- var, std, var_mean -------------------------------------------------------------------------
 
-void moments(opforge_context* ctx, const char* op, const View& x, const int64_t* dims,
+void moments(opforge_context* ctx, const char* op, const View& self, const int64_t* dims,
              int64_t count, double correction, const View& out, bool sqrt_it, const View* mean_out) {
-  if (!is_floating(x.dtype) || (x.dtype != kFloat32 && x.dtype != kFloat64) || out.dtype != x.dtype ||
-      (mean_out && mean_out->dtype != x.dtype)) {
-    fail(ctx, "%s: self %s, out %s — valid: float32 or float64, one dtype (ATen's var and std "
-         "take floating tensors only)", op, dtype_name(x.dtype), dtype_name(out.dtype));
+  if ((self.dtype != kFloat16 && self.dtype != kFloat32 && self.dtype != kFloat64) ||
+      out.dtype != self.dtype || (mean_out && mean_out->dtype != self.dtype)) {
+    fail(ctx, "%s: self %s, out %s — valid: float16, float32 or float64, one dtype (ATen's var "
+         "and std take floating tensors only)", op, dtype_name(self.dtype), dtype_name(out.dtype));
     return;
   }
+  Widened w;  // float16 computes in float32, as np.var(dtype=float32), rounded once into out
+  if (!widen_half(ctx, op, self, &w)) return;
+  const View& x = w.view;
   Plan p;
   bool reduce[kMaxRank];
   if (!make_plan(ctx, op, x, dims, count, &p, reduce) || !out_count(ctx, op, out, p.outputs) ||
@@ -45,8 +48,8 @@ void moments(opforge_context* ctx, const char* op, const View& x, const int64_t*
           q += static_cast<double>(c * c);
         });
         T var = static_cast<T>(static_cast<T>(q) / static_cast<T>(denom));
-        out.ptr<T>()[out_offset(out, f)] = sqrt_it ? std::sqrt(var) : var;
-        if (mean_out) mean_out->ptr<T>()[out_offset(*mean_out, f)] = mean;
+        put(out, out_offset(out, f), sqrt_it ? std::sqrt(var) : var);
+        if (mean_out) put(*mean_out, out_offset(*mean_out, f), mean);
       });
     }
   });
@@ -123,22 +126,25 @@ void var_mean_correction_out(opforge_context* ctx, opforge_arg* args, int64_t n)
 
 void linalg_vector_norm_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   const char* op = "aten::linalg_vector_norm.out";
-  View x, out;
+  View self, out;
   const int64_t* dims;
   int64_t count, iv;
   double ord;
   bool keepdim, integral;
   int32_t dtype;
-  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
+  if (!tensor_arg(ctx, args, n, 0, op, "self", &self) ||
       !scalar_arg(ctx, args, n, 1, op, "ord", &ord, &iv, &integral) ||
       !int_list_arg(ctx, args, n, 2, op, "dim", &dims, &count) ||
       !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
       !optional_dtype(ctx, args, n, 4, op, &dtype) || !tensor_arg(ctx, args, n, 5, op, "out", &out))
     return;
-  if (!real_dtype(ctx, op, "self", x.dtype) || (out.dtype != kFloat32 && out.dtype != kFloat64)) {
-    fail(ctx, "%s: out of dtype %s — valid: float32 or float64", op, dtype_name(out.dtype));
+  if (!real_dtype(ctx, op, "self", self.dtype) || !is_floating(out.dtype) || out.dtype == kBFloat16) {
+    fail(ctx, "%s: out of dtype %s — valid: float16, float32 or float64", op, dtype_name(out.dtype));
     return;
   }
+  Widened w;  // float16 computes in float32, as the NumPy kernel
+  if (!widen_half(ctx, op, self, &w)) return;
+  const View& x = w.view;
   Plan p;
   bool reduce[kMaxRank];
   if (!make_plan(ctx, op, x, dims, count, &p, reduce) || !out_count(ctx, op, out, p.outputs)) return;
@@ -148,8 +154,10 @@ void linalg_vector_norm_out(opforge_context* ctx, opforge_arg* args, int64_t n) 
          "ord=inf/-inf (a max has no identity; ATen refuses it too) — reduce over non-empty dims", op);
     return;
   }
-  // compute in float32 unless the input (or dtype) is float64, as the NumPy kernel's ct
-  bool f32 = !((dtype >= 0 ? dtype : x.dtype) == kFloat64);
+  // compute in float32 unless the input (or dtype) is float64, as the NumPy kernel's ct; a
+  // float16 dtype rounds the input to float16 first (the NumPy kernel's astype)
+  bool f32 = !((dtype >= 0 ? dtype : self.dtype) == kFloat64);
+  bool to_half = dtype == kFloat16 && self.dtype != kFloat16;
   dispatch_real(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* xs = x.ptr<T>();
@@ -157,6 +165,7 @@ void linalg_vector_norm_out(opforge_context* ctx, opforge_arg* args, int64_t n) 
       double r;
       auto val = [&](int64_t i) {
         double v = as_double(xs[i]);
+        if (to_half) return static_cast<double>(half_to_float(double_to_half(v)));
         return f32 ? static_cast<double>(static_cast<float>(v)) : v;
       };
       if (inf) {
@@ -185,7 +194,7 @@ void linalg_vector_norm_out(opforge_context* ctx, opforge_arg* args, int64_t n) 
           r = std::pow(s, 1.0 / ord);
         }
       }
-      store(out, out_offset(out, f), r);
+      store(out, out_offset(out, f), f32 ? static_cast<double>(static_cast<float>(r)) : r);
     });
   });
 }
