@@ -30,76 +30,41 @@
 // every BLAS: an FMA rounds once where a multiply and an add round twice, inside the
 // summation bound below either way, and it doubles the peak rate.
 //
+// Threads: a product of at least 2^19 multiply-adds is cut into blocks of columns (or of
+// rows, when m > n), one per thread the runtime lends (kernel_services.h), each packing
+// its own panels into its own scratch. Every element of C is summed in the same order
+// whatever block holds it, so the result does not depend on the thread count; the
+// summation (k) is never split. The few-rows paths cut columns at multiples of 64, so each
+// column takes the same vector or tail path as without threads. The packing buffers of all
+// the threads together are held to workspace_limit(ctx): fewer threads when they do not
+// fit, a refusal naming the product when one thread's do not.
+//
 // The summation order differs from OpenBLAS's (blocks of KC, vector lanes), so results
 // agree to rounding, not bit for bit: |error| <= ~K * eps * sum|a||b| as for any
 // ordinary float sum.
 #include "gemm.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <type_traits>
+
+#include "parallel.h"
+#include "portable.h"
+#include "tensor.h"
 
 namespace opforge::portable {
 
-namespace {
-
-struct ScratchSlot {
-  void* data = nullptr;
-  int64_t bytes = 0;
-  ~ScratchSlot() { std::free(data); }
+// One instruction set's entry points (gemm_arch.h kernels()).
+template <typename T>
+struct GemmKernels {
+  void (*few_rows)(int64_t, int64_t, int64_t, const T*, int64_t, int64_t, const T*, int64_t, int64_t,
+                   T*, int64_t, int64_t, bool);
+  void (*blocked)(int64_t, int64_t, int64_t, const T*, int64_t, int64_t, const T*, int64_t, int64_t,
+                  T*, int64_t, int64_t, bool, T*, T*);
+  void (*workspace)(int64_t, int64_t, int64_t, int64_t*, int64_t*);
+  int mr, nr;
 };
-
-thread_local ScratchSlot tls_scratch[kScratchSlots];
-
-}  // namespace
-
-// OPFORGE_MAX_MEMORY as opforge.runtime.limits.parse_size reads it: bytes, or a number
-// with a binary suffix K, M, G or T (optionally followed by B or iB); -1 if malformed.
-static int64_t parse_size(const char* s) {
-  while (*s == ' ' || *s == '\t') ++s;
-  if (*s < '0' || *s > '9') return -1;
-  int64_t v = 0;
-  for (; *s >= '0' && *s <= '9'; ++s)
-    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *s - '0', &v)) return -1;
-  while (*s == ' ' || *s == '\t') ++s;
-  int shift = 0;
-  switch (*s | 0x20) {
-    case 'k': shift = 10; ++s; break;
-    case 'm': shift = 20; ++s; break;
-    case 'g': shift = 30; ++s; break;
-    case 't': shift = 40; ++s; break;
-    default: break;
-  }
-  if (shift && (*s | 0x20) == 'i') ++s;
-  if ((*s | 0x20) == 'b') ++s;
-  while (*s == ' ' || *s == '\t') ++s;
-  if (*s != '\0' || (shift && v > (INT64_MAX >> shift))) return -1;
-  return v << shift;
-}
-
-int64_t workspace_limit() {
-  static const int64_t limit = [] {
-    const char* env = std::getenv("OPFORGE_MAX_MEMORY");
-    int64_t v = env && *env ? parse_size(env) : -1;
-    return v > 0 ? v : static_cast<int64_t>(8) << 30;
-  }();
-  return limit;
-}
-
-void* scratch(int slot, int64_t bytes) {
-  if (slot < 0 || slot >= kScratchSlots || bytes < 0 || bytes > workspace_limit()) return nullptr;
-  ScratchSlot& s = tls_scratch[slot];
-  if (bytes <= s.bytes && s.data) return s.data;
-  int64_t size = (bytes + 63) / 64 * 64;
-  if (size == 0) size = 64;
-  void* p = std::aligned_alloc(64, static_cast<size_t>(size));
-  if (!p) return nullptr;
-  std::free(s.data);
-  s.data = p;
-  s.bytes = size;
-  return p;
-}
 
 }  // namespace opforge::portable
 
@@ -183,8 +148,31 @@ Isa isa() {
 }
 
 template <typename T>
-bool run(int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, int64_t csa, const T* b,
-         int64_t rsb, int64_t csb, T* c, int64_t rsc, int64_t csc, bool accumulate) {
+GemmKernels<T> kernels_for_isa() {
+  switch (isa()) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case Isa::kAvx512: return avx512::kernels<T>();
+    case Isa::kAvx2: return avx2::kernels<T>();
+#endif
+    default: return generic::kernels<T>();
+  }
+}
+
+constexpr int64_t kGrain = kParallelGrain;  // parallel.h
+// Column blocks of the few-rows paths start at multiples of this: a multiple of every
+// copy's vector lanes, so each column takes the same path (vector or tail) as unsplit.
+constexpr int64_t kFewRowsAlign = 64;
+
+int64_t work_of(int64_t m, int64_t n, int64_t k) {
+  int64_t mn, mnk;
+  if (!mul_ok(m, n, &mn) || !mul_ok(mn, k, &mnk)) return INT64_MAX;
+  return mnk;
+}
+
+template <typename T>
+bool run(opforge_context* ctx, const char* op, int64_t m, int64_t n, int64_t k, const T* a,
+         int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* c, int64_t rsc,
+         int64_t csc, bool accumulate) {
   if (m <= 0 || n <= 0) return true;
   if (k <= 0) {  // an empty sum: zeros (or C unchanged)
     if (!accumulate)
@@ -192,30 +180,76 @@ bool run(int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, int64_t csa, 
         for (int64_t j = 0; j < n; ++j) c[i * rsc + j * csc] = T(0);
     return true;
   }
-  switch (isa()) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    case Isa::kAvx512:
-      return avx512::gemm<T>(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate, scratch);
-    case Isa::kAvx2:
-      return avx2::gemm<T>(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate, scratch);
-#endif
-    default:
-      return generic::gemm<T>(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate, scratch);
+  static const GemmKernels<T> K = kernels_for_isa<T>();
+  const int64_t work = work_of(m, n, k);
+  // Few rows, B row-contiguous or a transposed weight: unpacked, split over columns
+  if (m <= 4 && (csb == 1 || (rsb == 1 && csa == 1))) {
+    int64_t per_col = m * k, grain = (kGrain + per_col - 1) / per_col;
+    int64_t parts = parallel_parts(ctx, n, grain < kFewRowsAlign ? kFewRowsAlign : grain);
+    parallel_ranges(ctx, n, parts, kFewRowsAlign, [&](int64_t j0, int64_t j1) {
+      K.few_rows(m, j1 - j0, k, a, rsa, csa, b + j0 * csb, rsb, csb, c + j0 * csc, rsc, csc, accumulate);
+    });
+    return true;
   }
+  // Packed: split the longer of m and n (the other operand is packed again per block)
+  const bool by_cols = n >= m;
+  const int64_t len = by_cols ? n : m, align = by_cols ? K.nr : K.mr;
+  int64_t parts = parallel_parts(ctx, work / kGrain, 1);
+  if (parts > len / align) parts = len / align > 0 ? len / align : 1;
+  const int64_t limit = workspace_limit(ctx);
+  int64_t b_elems = 0, a_elems = 0, bytes = INT64_MAX;
+  for (; parts >= 1; --parts) {  // fewer threads when their buffers do not fit the limit
+    int64_t part = (len / align + parts - 1) / parts * align;
+    K.workspace(by_cols ? m : part, by_cols ? part : n, k, &b_elems, &a_elems);
+    bytes = (b_elems + a_elems) * int64_t(sizeof(T)) * parts;
+    if (bytes <= limit) break;
+  }
+  if (parts < 1) {
+    K.workspace(m, n, k, &b_elems, &a_elems);
+    fail(ctx, "%s: the matrix product's packing workspace (%lld x %lld by %lld) — %lld bytes — valid: at "
+         "most %lld bytes, what the memory limit leaves after the method's planned memory — fix: "
+         "raise the limit (opf_load_options.max_memory / load(max_memory=...) / OPFORGE_MAX_MEMORY)",
+         op, (long long)m, (long long)n, (long long)k,
+         (long long)((b_elems + a_elems) * int64_t(sizeof(T))), (long long)limit);
+    return false;
+  }
+  std::atomic<bool> no_memory{false};
+  parallel_ranges(ctx, len, parts, align, [&](int64_t r0, int64_t r1) {
+    int64_t rows = by_cols ? m : r1 - r0, cols = by_cols ? r1 - r0 : n;
+    int64_t be, ae;
+    K.workspace(rows, cols, k, &be, &ae);
+    T* bpack = static_cast<T*>(scratch(ctx, kGemmSlotB, be * int64_t(sizeof(T))));
+    T* apack = static_cast<T*>(scratch(ctx, kGemmSlotA, ae * int64_t(sizeof(T))));
+    if (!bpack || !apack) {
+      no_memory.store(true, std::memory_order_relaxed);
+      return;
+    }
+    if (by_cols)
+      K.blocked(m, cols, k, a, rsa, csa, b + r0 * csb, rsb, csb, c + r0 * csc, rsc, csc, accumulate, bpack, apack);
+    else
+      K.blocked(rows, n, k, a + r0 * rsa, rsa, csa, b, rsb, csb, c + r0 * rsc, rsc, csc, accumulate, bpack, apack);
+  });
+  if (no_memory.load()) {
+    fail(ctx, "%s: the matrix product's packing buffers (%lld bytes on %lld thread(s)) — could not be "
+         "allocated — valid: that much free memory — fix: free memory, or run on fewer threads",
+         op, (long long)bytes, (long long)parts);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
 
-bool gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
-          const float* b, int64_t rsb, int64_t csb, float* c, int64_t rsc, int64_t csc,
-          bool accumulate) {
-  return run<float>(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate);
+bool gemm(opforge_context* ctx, const char* op, int64_t m, int64_t n, int64_t k, const float* a,
+          int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb, float* c, int64_t rsc,
+          int64_t csc, bool accumulate) {
+  return run<float>(ctx, op, m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate);
 }
 
-bool gemm(int64_t m, int64_t n, int64_t k, const double* a, int64_t rsa, int64_t csa,
-          const double* b, int64_t rsb, int64_t csb, double* c, int64_t rsc, int64_t csc,
-          bool accumulate) {
-  return run<double>(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate);
+bool gemm(opforge_context* ctx, const char* op, int64_t m, int64_t n, int64_t k, const double* a,
+          int64_t rsa, int64_t csa, const double* b, int64_t rsb, int64_t csb, double* c, int64_t rsc,
+          int64_t csc, bool accumulate) {
+  return run<double>(ctx, op, m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate);
 }
 
 const char* gemm_isa() {

@@ -289,23 +289,16 @@ static void few_rows(int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, i
 // The blocked product (BLIS's loop order): columns in NC blocks, depth in KC blocks (B's
 // KC x NC panel packed once, kept in L2/L3), rows in MC blocks (A's MC x KC block packed,
 // kept in L2), then NR x MR microtiles whose B strip stays in L1. Only the first depth
-// block writes C (unless accumulating): later ones add to it.
+// block writes C (unless accumulating): later ones add to it. bpack and apack hold
+// blocked_workspace() bytes. Each element of C is summed the same way whatever block of
+// rows or columns it falls in, so gemm.cpp may split a product into blocks of rows (at
+// MR) or columns (at NR) across threads and get the same bits.
 template <typename T>
-static bool gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, int64_t csa,
-                 const T* b, int64_t rsb, int64_t csb, T* c, int64_t rsc, int64_t csc,
-                 bool accumulate, void* (*buffer)(int, int64_t)) {
+static void blocked(int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, int64_t csa,
+                    const T* b, int64_t rsb, int64_t csb, T* c, int64_t rsc, int64_t csc,
+                    bool accumulate, T* bpack, T* apack) {
   using A = Arch<T>;
   constexpr int MR = A::kMR, NR = A::kNR;
-  if (m <= 4 && (csb == 1 || (rsb == 1 && csa == 1))) {
-    few_rows<T>(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, accumulate);
-    return true;
-  }
-  int64_t kc_max = k < A::kKC ? k : A::kKC;
-  int64_t nc_max = n < A::kNC ? ((n + NR - 1) / NR) * NR : A::kNC;
-  int64_t mc_max = m < A::kMC ? ((m + MR - 1) / MR) * MR : A::kMC;
-  T* bpack = static_cast<T*>(buffer(kGemmSlotB, kc_max * nc_max * static_cast<int64_t>(sizeof(T))));
-  T* apack = static_cast<T*>(buffer(kGemmSlotA, kc_max * mc_max * static_cast<int64_t>(sizeof(T))));
-  if (!bpack || !apack) return false;
   for (int64_t jc = 0; jc < n; jc += A::kNC) {
     int64_t nc = n - jc < A::kNC ? n - jc : A::kNC;
     for (int64_t pc = 0; pc < k; pc += A::kKC) {
@@ -327,7 +320,25 @@ static bool gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, int64
       }
     }
   }
-  return true;
+}
+
+// Elements of B's panel (*b_elems) and of A's block (*a_elems) blocked() packs for an
+// m x n x k product (each fits int64: at most KC x NC and KC x MC).
+template <typename T>
+static void blocked_workspace(int64_t m, int64_t n, int64_t k, int64_t* b_elems, int64_t* a_elems) {
+  using A = Arch<T>;
+  constexpr int MR = A::kMR, NR = A::kNR;
+  int64_t kc_max = k < A::kKC ? k : A::kKC;
+  int64_t nc_max = n < A::kNC ? ((n + NR - 1) / NR) * NR : A::kNC;
+  int64_t mc_max = m < A::kMC ? ((m + MR - 1) / MR) * MR : A::kMC;
+  *b_elems = kc_max * nc_max;
+  *a_elems = kc_max * mc_max;
+}
+
+// This copy's entry points, for gemm.cpp's driver.
+template <typename T>
+static GemmKernels<T> kernels() {
+  return {few_rows<T>, blocked<T>, blocked_workspace<T>, Arch<T>::kMR, Arch<T>::kNR};
 }
 
 }  // namespace GEMM_NS

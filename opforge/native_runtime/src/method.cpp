@@ -68,12 +68,8 @@ MethodInstance::MethodInstance(opf_program* program, const MethodInfo& info, con
       raise(OPF_ERR_INVALID_ARGUMENT, "`" + where + "`: options.struct_size — found " +
                                           std::to_string(options->struct_size) +
                                           " — valid: sizeof(opf_method_options) — fix: set it so");
-    num_threads = options->num_threads;
   }
-  if (num_threads <= 0) {
-    const char* env = std::getenv("OPFORGE_NUM_THREADS");
-    num_threads = env ? std::max(1, std::atoi(env)) : 1;  // recorded: kernels are single-threaded for now
-  }
+  num_threads = resolve_num_threads(options != nullptr ? options->num_threads : 0, where);
   for (size_t i = 0; i < method_.instructions.size(); ++i)
     if (method_.instructions[i].kind == InstructionKind::KernelCall && info.kernels[i] == nullptr)
       raise(OPF_ERR_MISSING_KERNEL, "`" + where + "`: instruction " + std::to_string(i) + " (" +
@@ -121,6 +117,15 @@ MethodInstance::MethodInstance(opf_program* program, const MethodInfo& info, con
   }
   make_values();
   bind_instructions();
+  // the kernels' services: threads, and what the limit leaves for their scratch
+  if (num_threads > 1) {
+    pool_ = std::make_unique<ThreadPool>(num_threads);
+    services_.pool = pool_.get();
+    services_.parallel_for = &ThreadPool::parallel_for;
+  }
+  services_.num_threads = num_threads;
+  update_kernel_budget();
+  ctx_.runtime = &services_;
   input_set_.assign(method_.inputs.size(), false);
   last_ns_.assign(method_.instructions.size(), -1);
 }

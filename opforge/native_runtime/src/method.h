@@ -31,6 +31,7 @@
 #include "memory.h"
 #include "opforge/kernel_abi.h"
 #include "shapes.h"
+#include "thread_pool.h"
 
 namespace opforge::rt {
 
@@ -90,7 +91,7 @@ class MethodInstance {
 
   std::atomic<bool> busy{false};
   int64_t growths = 0;               // how often a growing tensor's buffer grew
-  int32_t num_threads = 1;
+  int32_t num_threads = 1;           // the portable kernels' threads (thread_pool.h)
 
  private:
   void make_values();
@@ -101,6 +102,7 @@ class MethodInstance {
   void select_shape();
   void apply_sizes(const std::vector<int64_t>& sizes);
   void grow(const std::vector<int64_t>& env);
+  void update_kernel_budget();
   void ensure_capacity(uint32_t value, int64_t nbytes, const std::string& why, const char* function);
   [[noreturn]] void kernel_failed(size_t position);
   void run_profiled();
@@ -119,6 +121,8 @@ class MethodInstance {
   std::vector<int64_t> last_ns_;             // per instruction
   std::vector<bool> input_set_;
   opforge_context ctx_{};
+  KernelServices services_;                  // ctx_.runtime: the kernels' threads and scratch budget
+  std::unique_ptr<ThreadPool> pool_;         // num_threads > 1 only
   bool profiling_ = false;
   int64_t limit_ = 0;
   int64_t grown_bytes_ = 0;

@@ -183,10 +183,17 @@ void MethodInstance::ensure_capacity(uint32_t index, int64_t need, const std::st
                                          "] (a growing tensor)");
   grown_bytes_ += bigger.size() - r.grown.size();
   r.grown = std::move(bigger);
+  update_kernel_budget();
   r.home = r.grown.data();
   r.capacity = r.grown.size();
   point(r, r.home);
   ++growths;
+}
+
+// The kernels' scratch may take what the limit leaves after the arenas and growing
+// buffers (the same sum ensure_capacity holds to the limit).
+void MethodInstance::update_kernel_budget() {
+  services_.workspace_limit = std::max<int64_t>(limit_ - arena_bytes(method_) - grown_bytes_, 0);
 }
 
 // --- the call -------------------------------------------------------------------------

@@ -16,11 +16,14 @@
 //
 // Checks before any memory is touched, as _workspace.check_convolution: parameters in
 // range, ATen's channel rules, the out's shape from ATen's formula, then the NumPy kernel's
-// workspace bound against the memory limit (gemm.h workspace_limit).
+// workspace bound against the memory limit (gemm.h workspace_limit(ctx)). The GEMM runs
+// on the threads the runtime lends (gemm.h); the depthwise loop splits over channels.
+#include <atomic>
 #include <cstring>
 #include <type_traits>
 
 #include "gemm.h"
+#include "parallel.h"
 #include "tensor.h"
 
 namespace opforge::portable {
@@ -177,15 +180,11 @@ void depthwise(const Geometry& g, const T* x, const T* w, int64_t wk[3], T* y, T
     }
 }
 
-bool gemm_t(int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
-            const float* b, int64_t rsb, int64_t csb, float* c, int64_t rsc, int64_t csc,
-            bool acc) {
-  return gemm(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, acc);
-}
-bool gemm_t(int64_t m, int64_t n, int64_t k, const double* a, int64_t rsa, int64_t csa,
-            const double* b, int64_t rsb, int64_t csb, double* c, int64_t rsc, int64_t csc,
-            bool acc) {
-  return gemm(m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, acc);
+// The product of one image and group (gemm fails ctx itself, naming the op).
+template <typename T>
+bool gemm_t(opforge_context* ctx, int64_t m, int64_t n, int64_t k, const T* a, int64_t rsa, int64_t csa,
+            const T* b, int64_t rsb, int64_t csb, T* c, int64_t rsc, int64_t csc, bool acc) {
+  return gemm(ctx, kOp, m, n, k, a, rsa, csa, b, rsb, csb, c, rsc, csc, acc);
 }
 
 template <typename T>
@@ -205,13 +204,23 @@ bool forward(opforge_context* ctx, const Geometry& g, const View& xv, const View
                    g.p[1] == 0 && g.p[2] == 0;
   bool dw = g.cin_g == 1 && g.cout_g == 1;
   if (dw) {
-    T* row = static_cast<T*>(scratch(0, Y.size[2] * static_cast<int64_t>(sizeof(T))));
-    if (!row) goto nomem;
+    // planes (image, channel) split over threads, each with its own row buffer
     int64_t wk[3] = {W.stride[0], W.stride[1], W.stride[2]};
-    for (int64_t n = 0; n < X.n; ++n)
-      for (int64_t c = 0; c < g.groups; ++c)
-        depthwise<T>(g, x + n * X.sn + c * X.sc, w + c * wv.strides[0], wk,
-                     y + n * Y.sn + c * Y.sc, row);
+    int64_t planes = X.n * g.groups, per_plane = P * ktaps;
+    int64_t parts = parallel_parts(ctx, planes, per_plane >= kParallelGrain ? 1 : kParallelGrain / per_plane);
+    std::atomic<bool> no_memory{false};
+    parallel_ranges(ctx, planes, parts, 1, [&](int64_t p0, int64_t p1) {
+      T* row = static_cast<T*>(scratch(ctx, 0, Y.size[2] * static_cast<int64_t>(sizeof(T))));
+      if (!row) {
+        no_memory.store(true, std::memory_order_relaxed);
+        return;
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        int64_t n = p / g.groups, c = p % g.groups;
+        depthwise<T>(g, x + n * X.sn + c * X.sc, w + c * wv.strides[0], wk, y + n * Y.sn + c * Y.sc, row);
+      }
+    });
+    if (no_memory.load()) goto nomem;
     return true;
   }
   {
@@ -220,7 +229,7 @@ bool forward(opforge_context* ctx, const Geometry& g, const View& xv, const View
     int64_t wrs = wv.strides[0], wcs = wtap;
     if (!wmerge) {
       int64_t bytes = wv.sizes[0] * g.taps * static_cast<int64_t>(sizeof(T));
-      T* dense = static_cast<T*>(scratch(1, bytes));
+      T* dense = static_cast<T*>(scratch(ctx, 1, bytes));
       if (!dense) goto nomem;
       for (int64_t o = 0; o < wv.sizes[0]; ++o) {
         int64_t t = 0;
@@ -240,13 +249,13 @@ bool forward(opforge_context* ctx, const Geometry& g, const View& xv, const View
     bool direct = pointwise && xstride != 0;
     if (!direct) {
       int64_t bytes = g.taps * P * static_cast<int64_t>(sizeof(T));
-      col = static_cast<T*>(scratch(0, bytes));
+      col = static_cast<T*>(scratch(ctx, 0, bytes));
       if (!col) goto nomem;
     }
     // out's positions not one stride (an unusual permuted layout): a dense product first
     T* dense_y = nullptr;
     if (ystride == 0) {
-      dense_y = static_cast<T*>(scratch(2, g.cout_g * P * static_cast<int64_t>(sizeof(T))));
+      dense_y = static_cast<T*>(scratch(ctx, 2, g.cout_g * P * static_cast<int64_t>(sizeof(T))));
       if (!dense_y) goto nomem;
     }
     for (int64_t n = 0; n < X.n; ++n)
@@ -263,9 +272,9 @@ bool forward(opforge_context* ctx, const Geometry& g, const View& xv, const View
           b = col; rsb = P; csb = 1;
         }
         T* c = dense_y ? dense_y : yg;
-        if (!gemm_t(g.cout_g, P, g.taps, a, wrs, wcs, b, rsb, csb, c, dense_y ? P : Y.sc,
-                    dense_y ? 1 : ystride, false))
-          goto nomem;
+        if (!gemm_t<T>(ctx, g.cout_g, P, g.taps, a, wrs, wcs, b, rsb, csb, c, dense_y ? P : Y.sc,
+                       dense_y ? 1 : ystride, false))
+          return false;
         if (dense_y)
           for (int64_t o = 0; o < g.cout_g; ++o) {
             int64_t t = 0;
@@ -280,7 +289,7 @@ bool forward(opforge_context* ctx, const Geometry& g, const View& xv, const View
   }
 nomem:
   fail(ctx, "%s: the workspace — could not be allocated — valid: memory for the column "
-       "matrix (taps x positions) — free memory or raise OPFORGE_MAX_MEMORY", kOp);
+       "matrix (taps x positions) — free memory or raise the memory limit (OPFORGE_MAX_MEMORY)", kOp);
   return false;
 }
 
@@ -299,7 +308,7 @@ bool transposed(opforge_context* ctx, const Geometry& g, const View& xv, const V
   int64_t wtap = merged_stride(W.size, W.stride);
   bool wmerge = wtap != 0 && (g.cout_g == 1 || W.sc == wtap * ktaps);
   int64_t bytes = rows * Pin * static_cast<int64_t>(sizeof(T));
-  T* col = static_cast<T*>(scratch(0, bytes));
+  T* col = static_cast<T*>(scratch(ctx, 0, bytes));
   const T* xd = nullptr;
   if (!col) goto nomem;
   if (!wmerge) {
@@ -309,7 +318,7 @@ bool transposed(opforge_context* ctx, const Geometry& g, const View& xv, const V
   }
   if (xstride == 0) {
     int64_t xb = g.cin_g * Pin * static_cast<int64_t>(sizeof(T));
-    T* dense = static_cast<T*>(scratch(1, xb));
+    T* dense = static_cast<T*>(scratch(ctx, 1, xb));
     if (!dense) goto nomem;
     xd = dense;
   }
@@ -337,8 +346,8 @@ bool transposed(opforge_context* ctx, const Geometry& g, const View& xv, const V
         bm = dense; rsb = Pin; csb = 1;
       }
       const T* wg = w + gi * g.cin_g * wv.strides[0];
-      if (!gemm_t(rows, Pin, g.cin_g, wg, wtap, wv.strides[0], bm, rsb, csb, col, Pin, 1, false))
-        goto nomem;
+      if (!gemm_t<T>(ctx, rows, Pin, g.cin_g, wg, wtap, wv.strides[0], bm, rsb, csb, col, Pin, 1, false))
+        return false;
       T* yg = y + n * Y.sn + gi * g.cout_g * Y.sc;
       for (int64_t o = 0; o < g.cout_g; ++o)
         for (int64_t kd = 0; kd < g.k[0]; ++kd)
@@ -520,7 +529,7 @@ void convolution_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
           !mul_ok(g.x.n, g.y.c, &a) || !mul_ok(a, outpos, &a) || !add_ok(total, a, &total))
         goto overflow;
     }
-    if (!mul_ok(total, item, &total) || total > workspace_limit()) goto overflow;
+    if (!mul_ok(total, item, &total) || total > workspace_limit(ctx)) goto overflow;
   }
   if (y.numel == 0) return;
   if (y.dtype == kFloat32) {
@@ -536,7 +545,8 @@ overflow:
        "memory limit (%lld bytes) or overflows int64 — valid: a workspace within the limit — "
        "1. check the op's padding, dilation, stride and kernel size (a corrupt or hostile "
        "program asks for absurd ones); 2. if the model really needs it, raise "
-       "OPFORGE_MAX_MEMORY", kOp, (long long)workspace_limit());
+       "the memory limit (opf_load_options.max_memory / OPFORGE_MAX_MEMORY)", kOp,
+       (long long)workspace_limit(ctx));
 }
 
 const KernelDef kConvolutionKernels[] = {

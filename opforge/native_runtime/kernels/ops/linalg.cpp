@@ -109,11 +109,11 @@ bool run_batched(opforge_context* ctx, const char* op, const Batched& p, int32_t
     char* cp = c + oc * item;
     bool ok = true;
     if (dtype == kFloat32) {
-      ok = gemm(p.m, p.n, p.k, reinterpret_cast<const float*>(ap), p.rsa, p.csa,
+      ok = gemm(ctx, op, p.m, p.n, p.k, reinterpret_cast<const float*>(ap), p.rsa, p.csa,
                 reinterpret_cast<const float*>(bp), p.rsb, p.csb, reinterpret_cast<float*>(cp),
                 p.rsc, p.csc, false);
     } else if (dtype == kFloat64) {
-      ok = gemm(p.m, p.n, p.k, reinterpret_cast<const double*>(ap), p.rsa, p.csa,
+      ok = gemm(ctx, op, p.m, p.n, p.k, reinterpret_cast<const double*>(ap), p.rsa, p.csa,
                 reinterpret_cast<const double*>(bp), p.rsb, p.csb, reinterpret_cast<double*>(cp),
                 p.rsc, p.csc, false);
     } else {
@@ -123,11 +123,7 @@ bool run_batched(opforge_context* ctx, const char* op, const Batched& p, int32_t
           int_product<T>(p, ap, bp, cp, item, item, item);
       });
     }
-    if (!ok) {
-      fail(ctx, "%s: the product's packing buffers — could not be allocated — valid: memory "
-           "for a few MB of workspace — free memory", op);
-      return false;
-    }
+    if (!ok) return false;  // gemm failed ctx, naming op
     for (int d = p.nbatch - 1; d >= 0; --d) {
       if (++idx[d] < p.bsizes[d]) break;
       idx[d] = 0;
@@ -219,7 +215,7 @@ bool product_into(opforge_context* ctx, const char* op, Batched p, const View& a
   }
   int64_t item = itemsize(out.dtype), bytes;
   if (!mul_ok(out.numel, item, &bytes)) return false;
-  char* tmp = static_cast<char*>(scratch(0, bytes));
+  char* tmp = static_cast<char*>(scratch(ctx, 0, bytes));
   if (!tmp) {
     fail(ctx, "%s: a scratch copy of out (%lld bytes) — could not be allocated — valid: "
          "out not overlapping the operands — check the memory plan", op, (long long)bytes);
@@ -430,7 +426,7 @@ void addmm_like(opforge_context* ctx, opforge_arg* args, int64_t n, const char* 
   View src = self;
   if (overlaps(out, self)) {
     int64_t item = itemsize(self.dtype), bytes;
-    char* buf = mul_ok(self.numel, item, &bytes) ? static_cast<char*>(scratch(1, bytes)) : nullptr;
+    char* buf = mul_ok(self.numel, item, &bytes) ? static_cast<char*>(scratch(ctx, 1, bytes)) : nullptr;
     if (!buf) {
       fail(ctx, "%s: a copy of self (which overlaps out) — could not be allocated", op);
       return;

@@ -219,8 +219,8 @@ void native_layer_norm_out(opforge_context* ctx, opforge_arg* args, int64_t narg
   }
   if (x.numel == 0) return;
   int64_t item = itemsize(x.dtype);
-  void* row = scratch(0, n * item);
-  void* yrow = scratch(1, n * item);
+  void* row = scratch(ctx, 0, n * item);
+  void* yrow = scratch(ctx, 1, n * item);
   if (!row || !yrow) {
     fail(ctx, "%s: a row buffer of %lld bytes — could not be allocated", op, (long long)(n * item));
     return;
@@ -320,8 +320,8 @@ void batch_norm_no_training_out(opforge_context* ctx, opforge_arg* args, int64_t
       (has_w && !vector_of(ctx, op, "weight", w, C)) || (has_b && !vector_of(ctx, op, "bias", b, C)))
     return;
   int64_t item = itemsize(x.dtype);
-  void* scale = scratch(0, C * item);
-  void* shift = scratch(1, C * item);
+  void* scale = scratch(ctx, 0, C * item);
+  void* shift = scratch(ctx, 1, C * item);
   if (!scale || !shift) {
     fail(ctx, "%s: per-channel buffers — could not be allocated", op);
     return;
@@ -418,8 +418,8 @@ void batch_norm_batch_stats_out(opforge_context* ctx, opforge_arg* args, int64_t
       (has_w && !vector_of(ctx, op, "weight", w, C)) || (has_b && !vector_of(ctx, op, "bias", b, C)))
     return;
   int64_t item = itemsize(x.dtype);
-  void* scale = scratch(0, C * item);
-  void* shift = scratch(1, C * item);
+  void* scale = scratch(ctx, 0, C * item);
+  void* shift = scratch(ctx, 1, C * item);
   if (!scale || !shift) {
     fail(ctx, "%s: per-channel buffers — could not be allocated", op);
     return;

@@ -141,7 +141,7 @@ bool check_geometry(opforge_context* ctx, const char* op, Pool* g, bool ceil_mod
     for (int a = 3 - n; average && a < 3; ++a)
       if (!mul_ok(copied, g->in[a], &copied)) goto overflow;
     if (!add_ok(padded, windows, &total) || !add_ok(total, copied, &total) ||
-        !mul_ok(total, item, &total) || !add_ok(total, windows, &total) || total > workspace_limit())
+        !mul_ok(total, item, &total) || !add_ok(total, windows, &total) || total > workspace_limit(ctx))
       goto overflow;
   }
   return true;
@@ -149,7 +149,7 @@ overflow:
   fail(ctx, "%s: the workspace for this input, kernel_size, stride, padding and dilation — is "
        "over the memory limit (%lld bytes) — valid: a workspace within the limit — 1. check the "
        "op's parameters (a corrupt or hostile program asks for absurd ones); 2. if the model "
-       "really needs it, raise OPFORGE_MAX_MEMORY", op, (long long)workspace_limit());
+       "really needs it, raise OPFORGE_MAX_MEMORY", op, (long long)workspace_limit(ctx));
   return false;
 }
 

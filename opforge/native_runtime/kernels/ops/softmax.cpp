@@ -108,7 +108,7 @@ void softmax_like(opforge_context* ctx, opforge_arg* args, int64_t nargs, const 
   }
   if (x.numel == 0) return;
   int64_t n = x.rank ? x.sizes[dim] : 1;
-  void* buf = scratch(0, n * itemsize(x.dtype));
+  void* buf = scratch(ctx, 0, n * itemsize(x.dtype));
   if (!buf) {
     fail(ctx, "%s: a row buffer — could not be allocated", op);
     return;

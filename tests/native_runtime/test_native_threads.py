@@ -1,0 +1,183 @@
+"""The portable kernels on the native runtime's thread pool (num_threads > 1), and the
+memory limit reaching the kernels' scratch (the GEMM's packing buffers, convolution's
+columns).
+
+Threads split a product over blocks of rows or columns, never over the sum, so two threads
+must give the bits of one: compared byte for byte. Each product is also held to float64
+NumPy (|error| <= k * eps * sum|a||b|, the bound of any float sum), so a wrong split that
+is merely deterministic fails too. Programs are hand-built (no torch): one kernel call each.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from opforge.errors import OpforgeError
+from opforge.program import (
+    ArenaStorage, BoolValue, IntListValue, IntValue, KernelCall, MemoryPlan, Method, NoneValue,
+    Operator, Program, ScalarType, TensorValue,
+)
+from opforge.program import save
+from opforge.runtime import load
+
+F32, F64 = ScalarType.FLOAT32, ScalarType.FLOAT64
+
+
+def _one_op(op: str, overload: str, args: list, inputs: list[int], outputs: list[int]) -> Program:
+    """A program of one kernel call; tensors in ``args`` get arena slots in order."""
+    offset, values = 0, []
+    for value in args:
+        if isinstance(value, tuple):  # (dtype, shape)
+            value = TensorValue(value[0], value[1], storage=ArenaStorage(0, offset))
+            offset += -(-max(value.nbytes, 1) // 64) * 64
+        values.append(value)
+    method = Method("forward", tuple(values), tuple(inputs), tuple(outputs),
+                    (KernelCall(0, tuple(range(len(values)))),), (Operator(op, overload),),
+                    MemoryPlan((max(offset, 64),)))
+    return Program(methods=(method,))
+
+
+def _mm(m: int, n: int, k: int, dtype=F32) -> Program:
+    return _one_op("aten::mm", "out", [(dtype, (m, k)), (dtype, (k, n)), (dtype, (m, n))], [0, 1], [2])
+
+
+def _linear(m: int, n: int, k: int) -> Program:  # x @ W^T: the GEMM's transposed-B paths
+    return _one_op("aten::linear", "out", [(F32, (m, k)), (F32, (n, k)), NoneValue(), (F32, (m, n))],
+                   [0, 1], [3])
+
+
+def _conv(x_shape, w_shape, y_shape, *, stride=1, padding=0, groups=1) -> Program:
+    return _one_op("aten::convolution", "out",
+                   [(F32, x_shape), (F32, w_shape), NoneValue(), IntListValue((stride, stride)),
+                    IntListValue((padding, padding)), IntListValue((1, 1)), BoolValue(False),
+                    IntListValue((0, 0)), IntValue(groups), (F32, y_shape)], [0, 1], [9])
+
+
+def _run(program: Program, inputs, *, threads: int, max_memory: int | None = None) -> np.ndarray:
+    native = load(program, executor="native", num_threads=threads, max_memory=max_memory)
+    (out,) = native.method("forward")(*inputs)
+    return out
+
+
+def _check_product(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = a.shape[1] * np.finfo(a.dtype).eps * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64))
+    assert np.all(np.abs(got - exact) <= bound + 1e-30)
+
+
+# (m, n, k): few rows (the unpacked paths, split over columns at 64), packed split over
+# columns (m <= n), packed split over rows (m > n), a panel edge past NC = 2048 columns,
+# sizes that are no multiple of any tile
+PRODUCTS = [(1, 3072, 768), (3, 1001, 257), (64, 700, 200), (700, 96, 300), (37, 2100, 65)]
+
+
+@pytest.mark.parametrize("m, n, k", PRODUCTS)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_a_product_on_two_threads_has_the_bits_of_one(m, n, k, dtype):
+    rng = np.random.default_rng(m * n + k)
+    np_dtype = np.float32 if dtype == F32 else np.float64
+    a = rng.standard_normal((m, k)).astype(np_dtype)
+    b = rng.standard_normal((k, n)).astype(np_dtype)
+    one = _run(_mm(m, n, k, dtype), (a, b), threads=1)
+    two = _run(_mm(m, n, k, dtype), (a, b), threads=2)
+    assert one.tobytes() == two.tobytes()
+    _check_product(two, a, b)
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 3072, 768), (4, 1000, 300), (200, 384, 256)])
+def test_a_linear_on_two_threads_has_the_bits_of_one(m, n, k):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    one = _run(_linear(m, n, k), (x, w), threads=1)
+    three = _run(_linear(m, n, k), (x, w), threads=3)
+    assert one.tobytes() == three.tobytes()
+    _check_product(three, x, w.T)
+
+
+@pytest.mark.parametrize("case", ["im2col", "depthwise"])
+def test_a_convolution_on_two_threads_has_the_bits_of_one(case):
+    rng = np.random.default_rng(3)
+    if case == "im2col":
+        program = _conv((1, 16, 40, 40), (32, 16, 3, 3), (1, 32, 40, 40), padding=1)
+        x, w = rng.standard_normal((1, 16, 40, 40)), rng.standard_normal((32, 16, 3, 3))
+    else:
+        program = _conv((2, 64, 48, 48), (64, 1, 3, 3), (2, 64, 24, 24), stride=2, padding=1, groups=64)
+        x, w = rng.standard_normal((2, 64, 48, 48)), rng.standard_normal((64, 1, 3, 3))
+    x, w = x.astype(np.float32), w.astype(np.float32)
+    one = _run(program, (x, w), threads=1)
+    two = _run(program, (x, w), threads=2)
+    assert one.tobytes() == two.tobytes()
+    lean = load(program).method("forward")(x, w)[0]  # the NumPy kernel: the specification
+    np.testing.assert_allclose(two, lean, rtol=1e-4, atol=1e-4)  # float32 sums of 144 terms
+
+
+def _threads_of_this_process() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_a_method_instance_owns_its_pool_and_opforge_num_threads_sizes_it(monkeypatch):
+    program = _mm(8, 8, 8)
+    before = _threads_of_this_process()
+    method = load(program, executor="native", num_threads=3).method("forward")
+    assert _threads_of_this_process() == before + 2  # the caller is the third thread
+    del method
+    monkeypatch.setenv("OPFORGE_NUM_THREADS", "2")
+    method = load(program, executor="native").method("forward")
+    assert _threads_of_this_process() == before + 1
+    monkeypatch.delenv("OPFORGE_NUM_THREADS")
+    one = load(program, executor="native").method("forward")  # unset: one thread, no pool
+    assert _threads_of_this_process() == before + 1
+    del method, one
+
+
+def test_the_memory_limit_bounds_the_products_packing_buffers():
+    # 64 x 4096 by 512 packs B panels of 256 x 2048 floats (2 MiB) and A blocks of
+    # 256 x 128: about 2.2 MiB on one thread; the arena takes 1.3 MiB of the limit
+    m, n, k = 64, 4096, 512
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    program = _mm(m, n, k)
+    arena = program.methods[0].memory_plan.arena_sizes[0]
+    with pytest.raises(OpforgeError, match=r"aten::mm.out: the matrix product's packing workspace "
+                                           r"\(64 x 4096 by 512\) — \d+ bytes — valid: at most \d+ bytes"):
+        _run(program, (a, b), threads=1, max_memory=arena + (1 << 20))
+    # room for one thread's buffers but not two: the product runs on one, same bits
+    roomy = _run(program, (a, b), threads=1, max_memory=arena + (3 << 20))
+    tight_two = _run(program, (a, b), threads=2, max_memory=arena + (3 << 20))
+    assert roomy.tobytes() == tight_two.tobytes()
+
+
+def test_the_memory_limit_bounds_convolutions_columns():
+    # 3x3 over 64 x 64 x 64: the columns alone are 576 x 4096 floats (9 MiB)
+    program = _conv((1, 64, 64, 64), (8, 64, 3, 3), (1, 8, 64, 64), padding=1)
+    x = np.ones((1, 64, 64, 64), np.float32)
+    w = np.ones((8, 64, 3, 3), np.float32)
+    arena = program.methods[0].memory_plan.arena_sizes[0]
+    with pytest.raises(OpforgeError, match=r"aten::convolution.out: the workspace .* over the memory limit"):
+        _run(program, (x, w), threads=1, max_memory=arena + (4 << 20))
+    assert _run(program, (x, w), threads=1, max_memory=arena + (64 << 20))[0, 0, 1, 1] == 576.0
+
+
+@pytest.mark.parametrize("value, ok", [("2", True), ("auto", True), (" 1 ", True), ("two", False),
+                                       ("0", False), ("-1", False), ("99999", False)])
+def test_the_runtime_reads_opforge_num_threads_as_the_python_runtime_does(tmp_path, native_runtime, value, ok):
+    # from C (opforge-run in a fresh process): the Python binding resolves the variable itself
+    save(_mm(2, 2, 2), tmp_path / "mm.opf")
+    for name in ("a", "b"):
+        np.save(tmp_path / f"{name}.npy", np.eye(2, dtype=np.float32))
+    result = subprocess.run([str(native_runtime.tool("opforge-run")), str(tmp_path / "mm.opf"),
+                             "--input", str(tmp_path / "a.npy"), "--input", str(tmp_path / "b.npy")],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "OPFORGE_NUM_THREADS": value})
+    if ok:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode == 1
+        assert "OPFORGE_NUM_THREADS" in result.stderr and "valid: a count from 1 to 1024" in result.stderr
