@@ -106,14 +106,14 @@ def producers(method, unbound: list[str]) -> tuple[Producer, ...]:
                         f"{where} instruction {i} (Move)", f"symbol {e[0].args[0]} read from "
                         f"value {src}", "a static one-element integer tensor", _CORRUPT)
                 made.append(Producer(e[0].args[0], i, src, -1))
-            args = (src,)
+                args = (src,)
+            else:
+                args = (src, dst)
         else:
             args = getattr(ins, "args", ())
-        producing = {p.value for p in made if p.dim >= 0}
         for a in args:  # nothing reads a symbol before it is produced
             early = reads.get(a, frozenset()) & pending
-            if a in producing:
-                early -= {p.symbol for p in made}
+            early -= {p.symbol for p in made if p.dim >= 0 and p.value == a}
             if early:
                 raise program_error(
                     f"{where} instruction {i}", f"value {a} sized by {sorted(early)} before "

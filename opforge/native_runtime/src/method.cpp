@@ -341,6 +341,14 @@ void MethodInstance::bind_instructions() {
     }
     if (ins.kind == InstructionKind::Move) {
       labels_[i] = "move";
+      if (binder_ && std::any_of(binder_->producers().begin(), binder_->producers().end(),
+                                 [&](const Producer& p) { return p.instruction == i && p.dim < 0; })) {
+        // item() as a size: nothing to copy, the call reads the element (run_producing)
+        bound_.push_back(BoundCall{read_size_kernel, &args_[at], 0});
+        bound_instruction_.push_back(static_cast<uint32_t>(i));
+        at += 2;
+        continue;
+      }
       for (uint32_t index : {ins.index, ins.dst})
         if (method_.values[index].tag != ValueTag::Tensor)
           raise(OPF_ERR_PROGRAM, "`" + api("opf_method_new") + "`: instruction " + std::to_string(i) +

@@ -106,6 +106,7 @@ class MethodInstance {
   void ensure_capacity(uint32_t value, int64_t nbytes, const std::string& why, const char* function);
   [[noreturn]] void kernel_failed(size_t position);
   void run_profiled();
+  void run_producing();                      // method_produced.cpp: data-dependent sizes
   std::string api(const char* function) const;
 
   opf_program* program_;
@@ -135,6 +136,7 @@ class MethodInstance {
   std::vector<int64_t> key_;                 // scratch: this call's input sizes
   std::vector<const int64_t*> input_sizes_;  // scratch: each input's sizes
   bool shape_ready_ = false;                 // shapes_.back() applied and its growth done
+  std::vector<int64_t> produced_env_, produced_sizes_;  // scratch: sizes bound mid-call
 };
 
 }  // namespace opforge::rt

@@ -205,6 +205,10 @@ void MethodInstance::execute() {
                                " — not set — valid: every input set since the instance was made (" +
                                std::to_string(input_set_.size()) + ") — fix: call opf_method_set_input for it");
   if (binder_) select_shape();
+  if (binder_ && !binder_->producers().empty()) {
+    run_producing();  // sizes an instruction produces: bound mid-call
+    return;
+  }
   if (profiling_) {
     run_profiled();
     return;

@@ -39,7 +39,15 @@ struct ShapeBinder::Impl {
   std::vector<int> symbolic_of_value;    // value → symbolic_values position, or -1
   std::vector<Step> steps;
   std::vector<std::pair<size_t, size_t>> static_dims;  // (position, dim) without an expression
-  struct CompiledGuard { SizeExpr lhs, rhs; std::string relation, text; };
+  struct CompiledGuard { SizeExpr lhs, rhs; std::string relation, text; int after = -1; };
+  bool holds(const CompiledGuard& g, const std::vector<int64_t>& env) const {
+    int64_t a = 0, b = 0;
+    if (!opforge::rt::evaluate(g.lhs, env.data(), &a) || !opforge::rt::evaluate(g.rhs, env.data(), &b)) return false;
+    if (g.relation == "==") return a == b;
+    if (g.relation == "!=") return a != b;
+    if (g.relation == "<=") return a <= b;
+    return a < b;
+  }
   std::vector<CompiledGuard> guards;
   std::vector<int64_t> mins, maxs;
   explicit Impl(const Method& m) : method(m) {}
@@ -105,15 +113,24 @@ ShapeBinder::ShapeBinder(const Method& m) : impl_(std::make_unique<Impl>(m)) {
   }
   for (size_t j = 0; j < pending.size(); ++j)
     if (!binds[j]) I.steps.push_back(pending[j]);
-  for (size_t s = 0; s < m.symbols.size(); ++s)
-    if (!bound[s])
-      throw ProgramError{"`opf_method_new`: " + where + " symbols — " + m.symbols[s].name +
-                         " bound by no input dimension — valid: every symbol is the size (or a*size+b) of some "
-                         "input dimension — fix: the file is corrupt; re-export it"};
-  for (const Guard& g : m.guards)
-    I.guards.push_back(Impl::CompiledGuard{parse_size_expr(g.lhs, m.symbols, where + " guard"),
-                                           parse_size_expr(g.rhs, m.symbols, where + " guard"), g.relation,
-                                           g.lhs + " " + g.relation + " " + g.rhs});
+  if (std::find(bound.begin(), bound.end(), false) != bound.end()) {
+    try {
+      producers_ = find_producers(m, bound, where);  // data-dependent sizes
+    } catch (const ProgramError& e) {
+      throw ProgramError{"`opf_method_new`: " + e.message};
+    }
+  }
+  for (const Guard& g : m.guards) {
+    Impl::CompiledGuard c{parse_size_expr(g.lhs, m.symbols, where + " guard"),
+                          parse_size_expr(g.rhs, m.symbols, where + " guard"), g.relation,
+                          g.lhs + " " + g.relation + " " + g.rhs};
+    // checked by bind() when the inputs bind all it reads, else after the producer of the
+    // last data-dependent symbol it reads
+    c.after = -1;
+    for (size_t k = 0; k < producers_.size(); ++k)
+      if (c.lhs.reads(producers_[k].symbol) || c.rhs.reads(producers_[k].symbol)) c.after = int(k);
+    I.guards.push_back(std::move(c));
+  }
   // growing tensors: symbolic, no storage, reading a growing symbol (symbolic.py growing_values)
   for (size_t k = 0; k < m.symbolic_values.size(); ++k) {
     const uint32_t index = m.symbolic_values[k].value;
@@ -196,20 +213,34 @@ void ShapeBinder::bind(const std::string& api, const std::vector<const int64_t*>
                                env_text(m, env, env.size()) + " (bound from the other input dimensions; input shape " +
                                describe_input(step.position) + ") — fix: pass inputs whose sizes agree as exported");
   }
+  for (const Producer& p : producers_) env[p.symbol] = m.symbols[p.symbol].max;  // bound mid-call
   for (const auto& g : I.guards) {
-    int64_t a = 0, b = 0;
-    bool holds = opforge::rt::evaluate(g.lhs, env.data(), &a) && opforge::rt::evaluate(g.rhs, env.data(), &b);
-    if (holds) {
-      if (g.relation == "==") holds = a == b;
-      else if (g.relation == "!=") holds = a != b;
-      else if (g.relation == "<=") holds = a <= b;
-      else holds = a < b;
-    }
-    if (!holds)
+    if (g.after >= 0) continue;  // reads a data-dependent size: checked once it is produced
+    if (!I.holds(g, env))
       raise(OPF_ERR_INPUT, "`" + api + "`: inputs — sizes " + env_text(m, env, env.size()) + " break the guard " +
                                g.text + " that torch.export recorded — valid: sizes for which the guard holds — fix: "
                                "pass such sizes, or re-export with example inputs of these sizes");
   }
+}
+
+void ShapeBinder::check_produced(const std::string& api, size_t producer, int64_t value, const std::string& source,
+                                 std::vector<int64_t>& env) const {
+  const Impl& I = *impl_;
+  const Method& m = I.method;
+  const Producer& p = producers_[producer];
+  const Symbol& s = m.symbols[p.symbol];
+  const std::string what = "`" + api + "`: data-dependent size " + s.name + " (" + source + ")";
+  if (value < s.min || value > s.max)
+    raise(OPF_ERR_INPUT, what + " — found " + std::to_string(value) + " — valid: [" + std::to_string(s.min) + ", " +
+                             std::to_string(s.max) + "], the range the program was exported and planned with — fix: "
+                             "re-export with a bound that covers it: torch._check(n <= K) where the size is made (K "
+                             "the largest size a call needs)");
+  env[p.symbol] = value;
+  for (const auto& g : I.guards)
+    if (g.after == int(producer) && !I.holds(g, env))
+      raise(OPF_ERR_INPUT, what + " = " + std::to_string(value) + " — breaks the guard " + g.text +
+                               " that torch.export recorded — valid: values for which it holds — fix: check the "
+                               "inputs' values");
 }
 
 void ShapeBinder::evaluate(const std::string& api, const std::vector<int64_t>& env, std::vector<int64_t>& out) const {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "produced.h"
 #include "program.h"
 
 namespace opforge::rt {
@@ -36,12 +37,19 @@ class ShapeBinder {
   std::string describe_input(size_t position) const;
   // Values whose expressions read a growing symbol and that have no storage.
   const std::vector<uint32_t>& growing() const { return growing_; }
+  // Data-dependent sizes (produced.h): the symbols no input binds, in instruction order.
+  // bind() leaves each at its max (its producer's out is its whole slot); the call binds
+  // it after its producer runs, checks its range, then the guards it completes.
+  const std::vector<Producer>& producers() const { return producers_; }
+  void check_produced(const std::string& api, size_t producer, int64_t value, const std::string& source,
+                      std::vector<int64_t>& env) const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::vector<std::vector<int64_t>> min_, max_;
   std::vector<uint32_t> growing_;
+  std::vector<Producer> producers_;
 };
 
 // The opf_io_info bounds of value `index` of `method` (its sizes, min and max per dim).

@@ -5,11 +5,13 @@
 // One deliberate difference: bounds are computed in int64 and an expression whose interval
 // leaves int64 at ANY node is refused, where Python's big ints only check the final bounds.
 // What the native verifier accepts can therefore always be evaluated without overflow.
+#include <algorithm>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "produced.h"
 #include "program_text.h"
 #include "verify_internal.h"
 
@@ -160,15 +162,9 @@ void verify_symbolic(const Method& m, const ParsedSymbolic& parsed, const std::s
         if (s >= 0) bound[s] = true;
       }
     }
-    std::string missing;
-    for (size_t s = 0; s < bound.size(); ++s) {
-      if (!bound[s]) missing += (missing.empty() ? "" : ", ") + m.symbols[s].name;
-    }
-    if (!missing.empty()) {
-      fail(where + " symbols", missing + " bound by no input dimension",
-           "every symbol is the size (or a*size+b) of some input dimension",
-           "the file is corrupt; re-export it");
-    }
+    // the rest are data-dependent sizes, each produced by an instruction (produced.h)
+    if (std::find(bound.begin(), bound.end(), false) != bound.end())
+      find_producers(m, bound, "method '" + m.name + "'");
   }
   std::set<std::string> state_names;
   std::vector<bool> input(n, false);
