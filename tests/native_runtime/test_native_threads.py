@@ -116,6 +116,39 @@ def test_a_convolution_on_two_threads_has_the_bits_of_one(case):
     np.testing.assert_allclose(two, lean, rtol=1e-4, atol=1e-4)  # float32 sums of 144 terms
 
 
+def _unary(op: str, n: int) -> Program:
+    return _one_op(op, "out", [(F32, (n,)), (F32, (n,))], [0], [1])
+
+
+@pytest.mark.parametrize("op", ["aten::exp", "aten::tanh", "aten::sigmoid"])
+def test_a_long_elementwise_row_on_two_threads_has_the_bits_of_one(op):
+    # one row of 2^20 + 37 elements, split within the row: each block's vector body and
+    # tail must fall as unsplit (the vectorized formulas and their scalar tails)
+    n = (1 << 20) + 37
+    x = np.random.default_rng(5).uniform(-20, 20, n).astype(np.float32)
+    one = _run(_unary(op, n), (x,), threads=1)
+    two = _run(_unary(op, n), (x,), threads=2)
+    assert one.tobytes() == two.tobytes()
+    lean = load(_unary(op, n)).method("forward")(x)[0]
+    np.testing.assert_allclose(two, lean, rtol=4e-7, atol=1e-30)  # the C++ kernels' <= 1-2 ulp
+
+
+def test_broadcast_rows_and_a_reduction_over_many_outputs_on_three_threads():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1000, 999)).astype(np.float32)
+    y = rng.standard_normal((999,)).astype(np.float32)
+    add = _one_op("aten::add", "out", [(F32, (1000, 999)), (F32, (999,)), IntValue(3),
+                                       (F32, (1000, 999))], [0, 1], [3])
+    total = _one_op("aten::sum", "IntList_out", [(F32, (1000, 999)), IntListValue((1,)), BoolValue(False),
+                                                 NoneValue(), (F32, (1000,))], [0], [4])
+    for program, inputs in ((add, (x, y)), (total, (x,))):
+        one = _run(program, inputs, threads=1)
+        three = _run(program, inputs, threads=3)
+        assert one.tobytes() == three.tobytes()
+        lean = load(program).method("forward")(*inputs)[0]
+        np.testing.assert_allclose(three, lean, rtol=1e-5, atol=1e-4)  # float32 sums of 999
+
+
 def _threads_of_this_process() -> int:
     return len(os.listdir("/proc/self/task"))
 

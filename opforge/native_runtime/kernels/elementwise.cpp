@@ -73,6 +73,7 @@ int32_t result_type(opforge_context* ctx, const char* op, const Operand* ops, in
 
 bool make_loop(opforge_context* ctx, const char* op, const View& out, const View* const* inputs,
                int ninputs, Loop* L) {
+  L->ctx = ctx;
   if (ninputs + 1 > kMaxOperands) {
     fail(ctx, "%s: %d inputs — valid: at most %d (an internal limit of the loop)", op, ninputs,
          kMaxOperands - 1);

@@ -24,6 +24,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "parallel.h"
 #include "tensor.h"
 
 #if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__)) && \
@@ -180,6 +181,7 @@ struct Loop {
   int32_t dtype[kMaxOperands];
   int nops = 0;  // out first
   int64_t numel = 0;
+  const opforge_context* ctx = nullptr;  // make_loop's: run() may use the threads it lends
 };
 
 // Build the loop over `out` (operand 0) and `inputs`, each of which must broadcast to
@@ -240,15 +242,16 @@ template <> inline int32_t dtype_of<uint64_t>() { return kUInt64; }
 template <> inline int32_t dtype_of<float>() { return kFloat32; }
 template <> inline int32_t dtype_of<double>() { return kFloat64; }
 
-// Run `row(out, in, step, n)` over every row of the loop: `in[k]` points at n values of CT
+// Run `row(out, in, step, n)` over rows [row_begin, row_end) of the loop, columns
+// [col_begin, col_end) of each: `in[k]` points at n values of CT
 // (step[k] == 1) or at one value used for all n (step[k] == 0); `out` receives n values of
 // OT. NIN inputs (operands 1..NIN of the loop); the first one is read as C0 (where's and
 // masked_fill's bool condition), the others as CT.
 template <typename CT, typename OT, int NIN, typename C0 = CT, typename Row>
-void run(const Loop& L, Row&& row) {
-  if (L.numel == 0) return;
+void run_part(const Loop& L, const Row& row, int64_t row_begin, int64_t row_end, int64_t col_begin,
+              int64_t col_end) {
   const int r = L.rank;
-  const int64_t n = r ? L.sizes[r - 1] : 1;
+  const int64_t n = col_end - col_begin;
   int64_t inner[kMaxOperands];
   for (int k = 0; k < L.nops; ++k) inner[k] = r ? L.strides[k][r - 1] : 0;
   bool out_direct = L.dtype[0] == dtype_of<OT>() && inner[0] == int64_t(sizeof(OT));
@@ -263,11 +266,16 @@ void run(const Loop& L, Row&& row) {
   alignas(64) CT buf[NIN > 0 ? NIN : 1][kBlock];
   alignas(64) C0 buf0[kBlock];
   alignas(64) OT obuf[kBlock];
+  // the odometer at row_begin, column col_begin
   int64_t index[kMaxRank] = {};
   char* base[kMaxOperands];
-  for (int k = 0; k < L.nops; ++k) base[k] = L.data[k];
-  const int64_t rows = L.numel / n;
-  for (int64_t row_i = 0; row_i < rows; ++row_i) {
+  for (int k = 0; k < L.nops; ++k) base[k] = L.data[k] + col_begin * inner[k];
+  for (int64_t d = r - 2, rest = row_begin; d >= 0 && rest > 0; --d) {
+    index[d] = rest % L.sizes[d];
+    rest /= L.sizes[d];
+    for (int k = 0; k < L.nops; ++k) base[k] += index[d] * L.strides[k][d];
+  }
+  for (int64_t row_i = row_begin; row_i < row_end; ++row_i) {
     for (int64_t lo = 0; lo < n; lo += block) {
       const int64_t m = n - lo < block ? n - lo : block;
       const void* in[NIN > 0 ? NIN : 1];
@@ -308,6 +316,25 @@ void run(const Loop& L, Row&& row) {
       index[d] = 0;
     }
   }
+}
+
+// run_part over the whole loop. A large one (kElementGrain elements a thread at least) is
+// split over the threads make_loop's context lends: by rows, or within one long row at
+// multiples of 64 elements (so each block's vector body and tail fall as unsplit). Each
+// element is computed alone, so the split never changes a bit.
+constexpr int64_t kElementGrain = int64_t(1) << 16;
+
+template <typename CT, typename OT, int NIN, typename C0 = CT, typename Row>
+void run(const Loop& L, Row&& row) {
+  if (L.numel == 0) return;
+  const int64_t n = L.rank ? L.sizes[L.rank - 1] : 1, rows = L.numel / n;
+  const int64_t parts = parallel_parts(L.ctx, L.numel, kElementGrain);
+  if (parts <= 1)
+    run_part<CT, OT, NIN, C0>(L, row, 0, rows, 0, n);
+  else if (rows >= parts)
+    parallel_ranges(L.ctx, rows, parts, 1, [&](int64_t r0, int64_t r1) { run_part<CT, OT, NIN, C0>(L, row, r0, r1, 0, n); });
+  else
+    parallel_ranges(L.ctx, n, parts, 64, [&](int64_t c0, int64_t c1) { run_part<CT, OT, NIN, C0>(L, row, 0, rows, c0, c1); });
 }
 
 // Row functors for the common arities: o[i] = op(a[i]) / op(a[i], b[i]) / op(a, b, c),

@@ -19,6 +19,7 @@
 
 #include "copy.h"
 #include "gemm.h"
+#include "parallel.h"
 #include "tensor.h"
 
 namespace opforge::portable::reduction_plan {
@@ -30,6 +31,7 @@ struct Plan {
   int64_t rs[kMaxRank], rx[kMaxRank];  // reduced sizes, input strides
   int64_t outputs = 1, count = 1;      // output elements, elements reduced into each
   int64_t reduced_at[kMaxRank];        // for arg reductions: the reduced dim's own size
+  const opforge_context* ctx = nullptr;  // make_plan's: each_output may use its threads
 };
 
 // Append a dim to a (sizes, strides) list, merging it into the previous one when the
@@ -49,6 +51,7 @@ inline void push(int* n, int64_t* sizes, int64_t* strides, int64_t size, int64_t
 // dims: nullptr/count <= 0 (count -1: None, 0: []) reduces all.
 inline bool make_plan(opforge_context* ctx, const char* op, const View& x, const int64_t* dims,
                       int64_t count, Plan* p, bool* reduce) {
+  p->ctx = ctx;
   for (int d = 0; d < kMaxRank; ++d) reduce[d] = count <= 0;
   for (int64_t i = 0; i < count; ++i) {
     int64_t d;
@@ -112,20 +115,34 @@ inline void each_reduced(const Plan& p, int64_t base, F&& f) {
   }
 }
 
-// Visit every output element: (flat index, input base offset).
+// Visit every output element: (flat index, input base offset). A large reduction (outputs
+// x count >= kParallelGrain) is split over blocks of output elements on the threads
+// make_plan's context lends, never over the reduced elements: each output is summed the
+// same way whichever thread computes it. f must only write its own output element.
 template <typename F>
 inline void each_output(const Plan& p, F&& f) {
-  int64_t idx[kMaxRank] = {0};
-  int64_t off = 0;
-  for (int64_t t = 0; t < p.outputs; ++t) {
-    f(t, off);
-    for (int d = p.nk - 1; d >= 0; --d) {
-      off += p.kx[d];
-      if (++idx[d] < p.ks[d]) break;
-      off -= p.kx[d] * p.ks[d];
-      idx[d] = 0;
+  int64_t work;
+  if (!mul_ok(p.outputs, p.count > 0 ? p.count : 1, &work)) work = INT64_MAX;
+  int64_t parts = parallel_parts(p.ctx, work / kParallelGrain, 1);
+  if (parts > p.outputs) parts = p.outputs;
+  parallel_ranges(p.ctx, p.outputs, parts, 1, [&](int64_t t0, int64_t t1) {
+    int64_t idx[kMaxRank] = {0};
+    int64_t off = 0;
+    for (int64_t d = p.nk - 1, rest = t0; d >= 0 && rest > 0; --d) {  // the odometer at t0
+      idx[d] = rest % p.ks[d];
+      rest /= p.ks[d];
+      off += idx[d] * p.kx[d];
     }
-  }
+    for (int64_t t = t0; t < t1; ++t) {
+      f(t, off);
+      for (int d = p.nk - 1; d >= 0; --d) {
+        off += p.kx[d];
+        if (++idx[d] < p.ks[d]) break;
+        off -= p.kx[d] * p.ks[d];
+        idx[d] = 0;
+      }
+    }
+  });
 }
 
 // Store a double / int64 into out's element (out of any real dtype or float16; NumPy's

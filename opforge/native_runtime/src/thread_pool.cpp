@@ -23,6 +23,10 @@ int32_t usable_cores() {
   return count > 0 ? count : 1;
 }
 
+// Set while this thread runs a job's tasks: a kernel that starts a parallel loop inside a
+// task (nested) runs it on its own thread instead of handing the busy pool a second job.
+thread_local bool tls_in_job = false;
+
 inline void pause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -91,13 +95,15 @@ void ThreadPool::parallel_for(void* pool, int64_t n, kernel_task_fn task, void* 
 }
 
 void ThreadPool::work(int64_t n, kernel_task_fn task, void* closure) {
+  tls_in_job = true;
   for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < n;
        i = next_.fetch_add(1, std::memory_order_relaxed))
     task(closure, i);
+  tls_in_job = false;
 }
 
 void ThreadPool::run(int64_t n, kernel_task_fn task, void* closure) {
-  if (workers_.empty() || n <= 1) {
+  if (workers_.empty() || n <= 1 || tls_in_job) {
     for (int64_t i = 0; i < n; ++i) task(closure, i);
     return;
   }
