@@ -14,12 +14,24 @@ against the Python runtime's call of the same program (issue 44, item 2(b)).
 
 The probe (tests/native_runtime/cpu_delegate_probe.cpp) gives DelegateSet an in-memory
 program: the executor around it is not timed. Each figure is the best of ``--rounds``.
+
+    python bench/native_cpu_delegate.py --generate base [--write]
+
+- ``--generate CONFIG``: instead, decode tokens/s of bench/llm.py's ``CONFIG`` decoder
+  (``base``: 125M parameters) exported with the cpu backend, from ``opforge-generate`` (no
+  Python) against the Python cpu path (``opforge.runtime.generate``, executor='lean') and
+  the native binding (executor='native'): one process each at 1 thread on one pinned core,
+  interleaved over ``--rounds`` (3 by default here), each generating ``--repeat`` times and
+  reporting its median; start-up (process, load, verification) apart. ``--write`` records
+  the table in bench/results/native_generate.md with the machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import os
+import statistics
 import sys
 import time
 import warnings
@@ -30,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "native_runtime"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 
 def best_ns(call, batch: int, rounds: int) -> float:
@@ -183,12 +196,155 @@ def decode(T, lib, tokens: int, rounds: int) -> None:
           f"{tokens / best_py:.0f} tokens/s, native delegate {tokens / best_native:.0f} tokens/s ({same})")
 
 
+
+# --- generation: opforge-generate against the Python cpu path --------------------------------
+
+_PY_WORKER = r"""
+import json, statistics, sys, time
+t0 = time.perf_counter()
+from opforge.runtime import load
+from opforge.runtime.generate import Generator
+path, executor, repeat, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+prompt = json.loads(sys.argv[5])
+generator = Generator(load(path, executor=executor))
+ready = time.perf_counter() - t0
+runs = [generator.generate(prompt, new) for _ in range(repeat)]
+print(json.dumps({"ready_s": ready, "tokens": list(runs[0].tokens),
+                  "decode": [r.decode_tokens_per_s for r in runs],
+                  "prefill": [r.prefill_tokens_per_s for r in runs]}))
+"""
+
+
+def _decoder_program(config: str) -> Path:
+    """bench/llm.py's cpu program of ``config`` (a dynamic prefill and a one-token decode,
+    delegated to the cpu backend), exported once into bench/work/."""
+    import torch
+
+    from llm_models import build, prompt
+    from opforge.export import export
+    from opforge.program import save
+
+    path = ROOT / "bench" / "work" / "native_generate" / f"{config}_cpu.opf"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = build(config)
+    seq = torch.export.Dim("seq", min=1, max=model.max_len)
+    example = (torch.tensor(prompt(config)[:3]), torch.arange(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = export(None, methods={"prefill": (model, example, ({0: seq}, {0: seq})),
+                                        "decode": (model, (torch.tensor([0]), torch.tensor([0])))},
+                         kernels="portable", backends=["cpu"])
+    save(program, str(path) + ".part")
+    os.replace(str(path) + ".part", path)
+    return path
+
+
+def _pinned(env: dict) -> list[str]:
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    env.update({name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                       "OPFORGE_NUM_THREADS")})
+    return ["taskset", "-c", str(cpu)]
+
+
+def generation(config: str, new_tokens: int, repeat: int, rounds: int) -> list[str]:
+    """Decode tokens/s of ``config``'s cpu program: opforge-generate (C, no Python) against
+    the Python cpu path (opforge.runtime.generate on executor='lean') and the native binding
+    (executor='native'), each in its own process at 1 thread on one pinned core, interleaved
+    over ``rounds``; each process generates ``repeat`` times from a fresh state and reports
+    its median (start-up apart: interpreter or process start, load, first call setup)."""
+    import json
+    import subprocess
+
+    from llm_models import prompt
+    from opforge.backends.cpu import engine
+    from opforge.backends.cpu.engine import onednn_prefix
+    from opforge.native_runtime.build import build_runtime
+
+    path = _decoder_program(config)
+    ids = prompt(config)
+    tool = build_runtime().tool("opforge-generate")
+    env = dict(os.environ, OPFORGE_CPU_ENGINE=engine.library()._name,
+               LD_LIBRARY_PATH=str(onednn_prefix() / "lib"), PYTHONWARNINGS="ignore")
+    pin = _pinned(env)
+    results: dict[str, list] = {"opforge-generate": [], "python lean": [], "python native": []}
+    for _ in range(rounds):
+        for label in results:
+            start = time.perf_counter()
+            if label == "opforge-generate":
+                out = subprocess.run([*pin, str(tool), str(path), "--tokens", ",".join(map(str, ids)),
+                                      "--max-new-tokens", str(new_tokens), "--repeat", str(repeat), "--json"],
+                                     capture_output=True, text=True, env=env, check=True)
+                wall = time.perf_counter() - start
+                j = json.loads(out.stdout)
+                row = {"decode": j["decode_tokens_per_s"], "prefill": j["prefill_tokens_per_s"],
+                       "startup": wall - j["generation_seconds"], "tokens": j["tokens"]}
+            else:
+                executor = label.split()[1]
+                out = subprocess.run([*pin, sys.executable, "-c", _PY_WORKER, str(path), executor,
+                                      str(repeat), str(new_tokens), json.dumps(ids)],
+                                     capture_output=True, text=True, env=env, check=True)
+                j = json.loads(out.stdout.splitlines()[-1])
+                row = {"decode": statistics.median(j["decode"]), "prefill": statistics.median(j["prefill"]),
+                       "startup": j["ready_s"], "tokens": j["tokens"]}
+            results[label].append(row)
+            print(f"  {label}: decode {row['decode']:.2f} tokens/s, prefill {row['prefill']:.1f} tokens/s, "
+                  f"start-up {row['startup']:.2f} s", flush=True)
+    base = statistics.median(r["decode"] for r in results["python lean"])
+    want = results["python lean"][0]["tokens"]
+    lines = ["| runtime | decode tokens/s | vs Python cpu | prefill tokens/s | start-up s | same tokens |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for label, rows in results.items():
+        decode = statistics.median(r["decode"] for r in rows)
+        same = all(r["tokens"] == want for r in rows)
+        lines.append(f"| {label} | {decode:.2f} | {decode / base:.3f} | "
+                     f"{statistics.median(r['prefill'] for r in rows):.1f} | "
+                     f"{statistics.median(r['startup'] for r in rows):.2f} | {'yes' if same else '**NO**'} |")
+    return lines
+
+
+def write_generation(args) -> None:
+    import datetime
+
+    from llm_models import PROMPT_TOKENS
+    from machine import describe_machine
+
+    rounds = args.rounds if "--rounds" in sys.argv else 3
+    lines = generation(args.generate, args.new_tokens, args.repeat, rounds)
+    machine = describe_machine(ROOT)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = [f"# Decode from C: opforge-generate against the Python cpu path ({stamp})", "",
+            f"Machine: {machine['cpu']}, {machine['cores']} cores (shared), load average "
+            f"{machine['load_average'][0]:.1f}; opforge {machine['opforge_commit']}. "
+            f"1 thread (OMP/OPFORGE_NUM_THREADS=1), pinned to one core with taskset.", "",
+            f"bench/llm.py's `{args.generate}` decoder exported with `backends=['cpu']` (a dynamic "
+            f"prefill and a one-token decode method), a {PROMPT_TOKENS}-token prompt, "
+            f"{args.new_tokens} greedy tokens. One process per runtime and round ({rounds} rounds, "
+            f"interleaved); each process generates {args.repeat} times from a fresh state and "
+            "reports its median; the table gives the median over rounds. Start-up: for "
+            "opforge-generate the process's wall time less its generations (exec, load, verify, "
+            "method instances); for Python the interpreter's imports, load and Generator.", "",
+            *lines, "", "Command: `python bench/native_cpu_delegate.py --generate "
+            f"{args.generate} --new-tokens {args.new_tokens} --repeat {args.repeat} --write`"]
+    print("\n".join(text))
+    if args.write:
+        (ROOT / "bench" / "results" / "native_generate.md").write_text("\n".join(text) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--generate", metavar="CONFIG", help="bench/llm.py's config: tiny or base")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    if args.generate:
+        write_generation(args)
+        return
     T, lib = _probe()
     tiny_call(T, lib, args.batch, args.rounds)
     decode(T, lib, args.tokens, args.rounds)

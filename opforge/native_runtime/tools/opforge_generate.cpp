@@ -8,6 +8,12 @@
 //
 //   opforge-generate decoder.opf --tokens 5,9,1,3 --max-new-tokens 8
 //   opforge-generate decoder.opf --tokens 5,9,1,3 --temperature 0.8 --top-k 40 --seed 1
+//   opforge-generate decoder.opf --tokens 5,9,1,3 --max-new-tokens 64 --repeat 5   # timing
+//
+// --repeat N generates N times from a fresh state (the same seed each time) and reports the
+// median rates: the first generation of a process also pays one-time work (a delegate's
+// primitives for each new shape, first touches of the arenas), as a first call does in
+// Python.
 //
 // Seeded sampling draws from NumPy's PCG64 exactly as opforge.runtime.sampling does
 // (tools/sampler.h): the same seed gives Python's tokens. One difference from Python: the
@@ -35,7 +41,7 @@ const char* kUsage =
     "usage: opforge-generate PROGRAM.opf --tokens IDS [--max-new-tokens N]\n"
     "                        [--temperature T] [--top-k K] [--seed S] [--eos-id ID ...]\n"
     "                        [--method NAME] [--decode-method NAME] [--kernels LIB.so ...]\n"
-    "                        [--threads N] [--json]\n"
+    "                        [--threads N] [--repeat N] [--json]\n"
     "\n"
     "  --tokens IDS          the prompt's token ids: 5,9,1,3 (alias --prompt-ids)\n"
     "  --max-new-tokens N    at most N new tokens (default 32)\n"
@@ -45,13 +51,14 @@ const char* kUsage =
     "  --eos-id ID           an end token; repeatable\n"
     "  --method NAME         the (prefill) method (default: forward, or prefill + decode)\n"
     "  --decode-method NAME  a separate one-token method\n"
+    "  --repeat N            generate N times from a fresh state, report the median rates\n"
     "  --json                print one JSON object\n";
 
 struct Options {
   std::string program, method, decode_method;
   std::vector<int64_t> tokens, eos;
   std::vector<std::string> kernels;
-  int64_t max_new_tokens = 32, top_k = 0, seed = -1, threads = 0;
+  int64_t max_new_tokens = 32, top_k = 0, seed = -1, threads = 0, repeat = 1;
   double temperature = 0.0;
   bool json = false, have_tokens = false, top_k_given = false, seed_given = false;
 };
@@ -90,6 +97,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--decode-method") o.decode_method = value();
     else if (arg == "--kernels") o.kernels.push_back(value());
     else if (arg == "--threads") o.threads = parse_int(kTool, arg, value());
+    else if (arg == "--repeat") o.repeat = parse_int(kTool, arg, value());
     else if (arg == "--json") o.json = true;
     else if (arg == "--top-p")
       fail(kTool, "--top-p — opforge.runtime.sampling has no top-p (temperature and top-k only), "
@@ -101,6 +109,7 @@ Options parse(int argc, char** argv) {
   }
   if (o.program.empty()) fail(kTool, std::string("no PROGRAM\n") + kUsage, kExitUsage);
   if (!o.have_tokens) fail(kTool, "pass the prompt as --tokens 5,9,1,3", kExitUsage);
+  if (o.repeat < 1) fail(kTool, "--repeat — found " + std::to_string(o.repeat) + " — valid: >= 1", kExitUsage);
   if (o.max_new_tokens < 0) fail(kTool, "--max-new-tokens — found a negative count — valid: >= 0", kExitUsage);
   if (!(o.temperature >= 0.0) || std::isinf(o.temperature))
     fail(kTool, "--temperature — valid: 0 (greedy) or a finite positive number — fix: e.g. 0.8", kExitUsage);
@@ -243,6 +252,12 @@ std::vector<double> run_call(opf_method* method, const MethodCall& call, const s
   return row;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 std::string ids_text(const std::vector<int64_t>& ids, const char* separator) {
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) text += (i ? separator : "") + std::to_string(ids[i]);
@@ -299,40 +314,49 @@ int main(int argc, char** argv) {
   if (decode_name != prefill_name)
     check(kTool, opf_method_new(session.program(), decode_name.c_str(), &options, &decode_method), "making '" + decode_name + "'");
   else decode_method = prefill_method;
-  check(kTool, opf_program_state_reset(session.program(), nullptr), "resetting the state");
-
-  Sampler sampler(o.temperature, o.top_k, !o.seed_given ? (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count()
-                                                     : (uint64_t)o.seed);
-  auto choose = [&](const std::vector<double>& row) {
-    int64_t token = sampler.choose(row);
-    if (token < 0) fail(kTool, "logits — found non-finite values — valid: finite scores — fix: check the program's "
-                               "outputs with opforge-run");
-    return token;
-  };
+  uint64_t seed = !o.seed_given ? (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count()
+                                 : (uint64_t)o.seed;
   using clock = std::chrono::steady_clock;
-  clock::time_point start = clock::now();
-  std::vector<double> row;
-  for (int64_t done = 0; done < n_prompt;) {  // chunks of the most tokens a call takes
-    int64_t size = std::min(n_prompt - done, prefill.seq_max);
-    bool whole = size >= prefill.seq_min;
-    row = run_call(whole ? prefill_method : decode_method, whole ? prefill : decode, o.tokens, done, whole ? size : 1);
-    done += whole ? size : 1;
-  }
   std::vector<int64_t> out;
-  if (wanted) out.push_back(choose(row));
-  double prefill_seconds = std::chrono::duration<double>(clock::now() - start).count();
-
-  std::vector<int64_t> all = o.tokens;
-  if (!out.empty()) all.push_back(out.back());
+  std::vector<double> prefill_times, decode_times;
+  double generating = 0.0;  // every generation's seconds: the rest of the process is start-up
   int64_t steps = 0;
-  start = clock::now();
-  while (!out.empty() && !eos.count(out.back()) && (int64_t)out.size() < wanted) {
-    row = run_call(decode_method, decode, all, (int64_t)all.size() - 1, 1);
-    out.push_back(choose(row));
-    all.push_back(out.back());
-    ++steps;
+  for (int64_t r = 0; r < o.repeat; ++r) {  // each from a fresh state, with the same seed
+    check(kTool, opf_program_state_reset(session.program(), nullptr), "resetting the state");
+    Sampler sampler(o.temperature, o.top_k, seed);
+    auto choose = [&](const std::vector<double>& row) {
+      int64_t token = sampler.choose(row);
+      if (token < 0) fail(kTool, "logits — found non-finite values — valid: finite scores — fix: check the program's "
+                                 "outputs with opforge-run");
+      return token;
+    };
+    clock::time_point start = clock::now();
+    std::vector<double> row;
+    for (int64_t done = 0; done < n_prompt;) {  // chunks of the most tokens a call takes
+      int64_t size = std::min(n_prompt - done, prefill.seq_max);
+      bool whole = size >= prefill.seq_min;
+      row = run_call(whole ? prefill_method : decode_method, whole ? prefill : decode, o.tokens, done, whole ? size : 1);
+      done += whole ? size : 1;
+    }
+    out.clear();
+    if (wanted) out.push_back(choose(row));
+    prefill_times.push_back(std::chrono::duration<double>(clock::now() - start).count());
+
+    std::vector<int64_t> all = o.tokens;
+    if (!out.empty()) all.push_back(out.back());
+    steps = 0;
+    start = clock::now();
+    while (!out.empty() && !eos.count(out.back()) && (int64_t)out.size() < wanted) {
+      row = run_call(decode_method, decode, all, (int64_t)all.size() - 1, 1);
+      out.push_back(choose(row));
+      all.push_back(out.back());
+      ++steps;
+    }
+    decode_times.push_back(std::chrono::duration<double>(clock::now() - start).count());
+    generating += prefill_times.back() + decode_times.back();
   }
-  double decode_seconds = std::chrono::duration<double>(clock::now() - start).count();
+  double first_decode_seconds = decode_times[0];
+  double prefill_seconds = median(prefill_times), decode_seconds = median(decode_times);
 
   std::string stop = "length", message = "generated " + std::to_string(out.size()) + " token(s)";
   if (!out.empty() && eos.count(out.back())) {
@@ -350,9 +374,11 @@ int main(int argc, char** argv) {
     for (char c : message) quoted += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
     std::printf("{\"prompt_ids\": [%s], \"tokens\": [%s], \"stop_reason\": \"%s\", \"message\": \"%s\", "
                 "\"prefill_tokens_per_s\": %.6g, \"decode_tokens_per_s\": %.6g, \"prefill_seconds\": %.6g, "
-                "\"decode_seconds\": %.6g, \"decode_steps\": %lld, \"capacity\": %lld}\n",
+                "\"decode_seconds\": %.6g, \"decode_steps\": %lld, \"capacity\": %lld, \"repeat\": %lld, "
+                "\"first_decode_seconds\": %.6g, \"generation_seconds\": %.6g}\n",
                 ids_text(o.tokens, ", ").c_str(), ids_text(out, ", ").c_str(), stop.c_str(), quoted.c_str(),
-                prefill_rate, decode_rate, prefill_seconds, decode_seconds, (long long)steps, (long long)capacity);
+                prefill_rate, decode_rate, prefill_seconds, decode_seconds, (long long)steps, (long long)capacity,
+                (long long)o.repeat, first_decode_seconds, generating);
   } else {
     std::printf("%s: method %s, %s layout, vocabulary %lld, cache %lld positions (%s)\n", o.program.c_str(),
                 decode_name == prefill_name ? prefill_name.c_str() : (prefill_name + " + " + decode_name).c_str(),
@@ -363,6 +389,9 @@ int main(int argc, char** argv) {
     std::printf("prefill: %lld tokens in %.1f ms (%.1f tokens/s); decode: %lld tokens in %.1f ms (%.1f tokens/s)\n",
                 (long long)n_prompt, prefill_seconds * 1e3, prefill_rate, (long long)steps, decode_seconds * 1e3,
                 decode_rate);
+    if (o.repeat > 1)
+      std::printf("(medians of %lld generations; the first decoded at %.1f tokens/s)\n", (long long)o.repeat,
+                  first_decode_seconds > 0 ? (double)steps / first_decode_seconds : 0.0);
   }
   if (decode_method != prefill_method) opf_method_free(decode_method);
   opf_method_free(prefill_method);
