@@ -165,3 +165,30 @@ def test_exported_cases_run_natively_like_eager():
             for g, e in zip(got, _eager(model, call), strict=True):
                 assert g.shape == e.shape, name
                 np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)  # float sums' order
+
+
+def test_cpu_delegated_program_runs_natively():
+    torch = pytest.importorskip("torch")
+    from opforge.export import export
+
+    torch.manual_seed(0)
+
+    class LinearThenSelect(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(5, 5)
+
+        def forward(self, x):
+            y = self.linear(x)
+            return torch.nonzero(y > 0) + 1, torch.masked_select(y, y > 0) * 2
+
+    model = LinearThenSelect()
+    program = export(model, (torch.randn(4, 5),), backends=["cpu"])
+    native = load(program, executor="native").method("forward")
+    for _ in range(3):
+        x = torch.randn(4, 5)
+        with torch.no_grad():
+            expected = model(x)
+        for g, e in zip(native(x.numpy()), expected, strict=True):
+            assert g.shape == tuple(e.shape)
+            np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-6)  # oneDNN's sgemm

@@ -192,3 +192,22 @@ def test_verifier_refuses_a_symbol_nothing_produces(programs):
     with pytest.raises(ProgramError, match="before an instruction produces it|produced by no "
                                            "instruction"):
         verify(dataclasses.replace(program, methods=(broken,)))
+
+
+def test_a_data_dependent_size_bounded_by_a_dynamic_input():
+    """nonzero of a (b, 5) input, b in [1, 8]: torch bounds the rows by 8 * 5."""
+
+    class DynamicNonzero(torch.nn.Module):
+        def forward(self, x):
+            return torch.nonzero(x > 0).float() * 2
+
+    b = torch.export.Dim("b", min=1, max=8)
+    program = export(DynamicNonzero(), (torch.randn(4, 5),), dynamic_shapes=({0: b},),
+                     kernels="portable")
+    assert {(s.name, s.max) for s in program.method("forward").symbols} == {("u0", 40), ("b", 8)}
+    for mode in ("lean", "aten"):
+        method = load(program, mode=mode).method("forward")
+        for n in (1, 3, 8, 2):
+            x = torch.randn(n, 5)
+            (y,) = method(x.numpy())
+            np.testing.assert_array_equal(y, DynamicNonzero()(x).numpy())
