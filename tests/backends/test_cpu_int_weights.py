@@ -199,3 +199,43 @@ def test_contract_refuses_malformed_int_matmul(change):
         tensors[op["in"][2]]["strides"] = [16, 16, 1]
     with pytest.raises(OpforgeError, match="int_matmul"):
         p.handle()
+
+
+class IntEmbedding(torch.nn.Module):
+    """An embedding of ``dequantize(q)``: per row (dequantize_per_channel, axis 0), or in
+    blocks along each row (dequantize_affine)."""
+
+    def __init__(self, bits: int, group: int | None, vocab: int = 37, dim: int = 70) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(bits + (group or 0))
+        top = 7 if bits == 4 else 127
+        self.bits, self.group = bits, group
+        self.register_buffer("q", torch.randint(-top - (bits == 4), top + 1, (vocab, dim),
+                                                generator=g, dtype=torch.int8))
+        blocks = 1 if group is None else dim // group
+        self.register_buffer("s", (torch.rand(vocab, blocks, generator=g) * 0.05 + 0.001).squeeze(1)
+                             if group is None else torch.rand(vocab, blocks, generator=g) * 0.05)
+
+    def forward(self, ids):
+        lo, hi = (-8, 7) if self.bits == 4 else (-127, 127)
+        if self.group is None:
+            w = torch.ops.quantized_decomposed.dequantize_per_channel(
+                self.q, self.s, torch.zeros(self.q.shape[0], dtype=torch.int64), 0, lo, hi, torch.int8)
+        else:
+            w = torch.ops.torchao.dequantize_affine(self.q, [1, self.group], self.s, None,
+                                                    torch.int8, lo, hi)
+        return torch.nn.functional.embedding(ids, w) * 2.0
+
+
+@pytest.mark.parametrize("bits,group", [(8, None), (4, None), (4, 10), (8, 14)])
+def test_int_embedding_rows_are_lean_rows(bits, group):
+    """The rows are float32(q)·scale, the lean runtime's dequantized table's, bit for bit."""
+    model = IntEmbedding(bits, group).eval()
+    ids = torch.tensor([[0, 36, 5, 5], [17, 1, 2, 30]])
+    program = export(model, (ids,), backends=["cpu"])
+    assert ("int_embedding", [bits, group or 70, 70]) in _kinds(program), _kinds(program)
+    want = load(export(model, (ids,))).method("forward")(ids.numpy())[0]
+    got = load(program).method("forward")(ids.numpy())[0]
+    assert np.array_equal(got, want)
+    with pytest.raises(Exception, match="out of range"):
+        load(program).method("forward")(np.array([[0, 37, 1, 1], [0, 0, 0, 0]]))

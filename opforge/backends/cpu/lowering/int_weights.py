@@ -1,6 +1,7 @@
-"""Linear layers whose weights are integers dequantized per channel or per block: the
-engine's ``int_matmul`` reads the integers packed (int8, or two int4 a byte) and
-dequantizes them in registers, instead of the weights being folded to float32 at export.
+"""Linear layers and embeddings whose weights are integers dequantized per channel or per
+block: the engine's ``int_matmul`` reads the integers packed (int8, or two int4 a byte)
+and dequantizes them in registers, and ``int_embedding`` gathers rows of the integer table
+and dequantizes them as it copies, instead of the weights being folded to float32 at export.
 
 Taken: ``aten.linear(x, dequantize(q, ...), bias?)`` where the dequantize is
 ``quantized_decomposed.dequantize_per_channel`` (axis 0, zero zero points) or
@@ -9,6 +10,8 @@ Taken: ``aten.linear(x, dequantize(q, ...), bias?)`` where the dequantize is
 else 8. The weights are what 16a8w, 16a4w, 16a4w_block, 8a4w and their weight-only forms
 (``opforge.quantize.weights_only``) produce. The activation is whatever float32 the graph
 gives the linear (a 16-bit scheme's dequantized activation): it stays float in the kernel.
+``aten.embedding(dequantize(q), indices)`` with the same dequantizes (per row, or blocks
+along a row) is taken likewise.
 
 Exactness guard: the engine dequantizes each weight as float32(q) · scale, one rounding;
 the lowering takes a weight only when that product reproduces, bit for bit, the float32
@@ -76,6 +79,16 @@ class IntWeight:
         s[:n] = self.scales
         scales = s.reshape(panels, LANES, -1).permute(0, 2, 1).contiguous()  # [P, G, 16]
         return weights, scales
+
+    def rows_packed(self) -> torch.Tensor:
+        """q as an embedding table: int8 [N, K], or uint8 [N, ceil(K/2)] with q[:, 2i] + 8
+        in the low nibble and q[:, 2i + 1] + 8 in the high one."""
+        if self.bits == 8:
+            return self.q
+        nib = self.q.to(torch.int16) + 8
+        if nib.shape[1] % 2:
+            nib = torch.cat([nib, torch.full((nib.shape[0], 1), 8, dtype=torch.int16)], 1)
+        return (nib[:, 0::2] | (nib[:, 1::2] << 4)).to(torch.uint8).contiguous()
 
 
 def enabled() -> bool:
@@ -196,4 +209,21 @@ def lower_linear(L: Lowering, node, name: str, args) -> tuple | None:
         ins.append(L.materialize(("c", bias[1].float().contiguous())))
     L.op("int_matmul", ins, [L.alias(out, (rows, n), (n, 1))], [weight.bits, weight.group],
          name=f"linear (int{weight.bits} weights)")
+    return ("t", out)
+
+
+def lower_embedding(L: Lowering, node, indices) -> tuple | None:
+    """``aten.embedding(dequantize(q), indices)`` as one ``int_embedding`` (rows gathered
+    from the integer table and dequantized as copied); None: not taken."""
+    weight = match(L, node.args[0])
+    if weight is None:
+        return None
+    ix = L.contiguous(L.materialize(indices))
+    if L.spec(ix).dtype not in (torch.int64, torch.int32):
+        return None
+    fake = _val(node)
+    out = L.new_tensor(fake.dtype, fake.shape)
+    ins = [L.materialize(("c", weight.rows_packed())), L.materialize(("c", weight.scales)), ix]
+    L.op("int_embedding", ins, [out], [weight.bits, weight.group, weight.q.shape[1]],
+         name=f"embedding (int{weight.bits} weights)")
     return ("t", out)

@@ -101,7 +101,7 @@ const std::unordered_map<std::string, Builder>& builders() {
       {"copy", build_copy},           {"ew", build_ew},             {"qconv", build_int8},
       {"qmatmul", build_int8},        {"quant", build_quant},       {"embedding", build_embedding},
       {"index", build_indexing},      {"index_put", build_indexing}, {"index_copy", build_indexing},
-      {"int_matmul", build_int_matmul},
+      {"int_matmul", build_int_matmul}, {"int_embedding", build_int_embedding},
   };
   return table;
 }

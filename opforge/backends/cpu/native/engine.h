@@ -467,5 +467,6 @@ OFC_FAMILY(quant)
 OFC_FAMILY(embedding)   // embedding.cpp
 OFC_FAMILY(indexing)    // indexing.cpp: index, index_put, index_copy
 OFC_FAMILY(int_matmul)  // int_matmul.cpp: integer weights dequantized in registers
+OFC_FAMILY(int_embedding)  // int_embedding.cpp: rows of an integer table
 #undef OFC_FAMILY
 }  // namespace ofc

@@ -141,7 +141,7 @@ const std::unordered_map<std::string, Contract>& contracts() {
       {"qmatmul", contract_int8},        {"quant", contract_quant},
       {"embedding", contract_embedding}, {"index", contract_indexing},
       {"index_put", contract_indexing},  {"index_copy", contract_indexing},
-      {"int_matmul", contract_int_matmul},
+      {"int_matmul", contract_int_matmul}, {"int_embedding", contract_int_embedding},
   };
   return table;
 }
