@@ -111,6 +111,34 @@ def jit_binary_broadcast(kept) -> bool:
     return all(spatial[spatial.index(True):])
 
 
+# oneDNN's (2023.2) matmul takes a binary post-op in its brgemm kernel only when the
+# operand (row-major) keeps these dims of the row-major destination and broadcasts the
+# others (measured: every keep mask of ranks 2 to 6, ``impl_info_str`` of the fused matmul;
+# a dim of size 1 in the destination counts as kept, as in oneDNN's own mask): none or all
+# kept at any rank; rank 2 (1, k) (per column); rank 3 (1, 1, k), (1, k, 1), (k, 1, k);
+# rank 4 (1, 1, 1, k), (k, 1, 1, k), (k, 1, k, k). Any other runs oneDNN's reference matmul
+# (``ref:any``) or its plain gemm: torchvision Swin's relative-position bias,
+# (1, heads, 49, 49) over the scores (nW, heads, 49, 49), fused into q @ kᵀ took 80-330 ms
+# per block there instead of about 0.5 ms (one thread, AMD EPYC Zen 4). Such an operand
+# stays a binary op of its own (its broadcast one the jit binary takes, ``_jit_broadcast``).
+_MATMUL_POST_KEEPS = {
+    2: {(0, 1)},
+    3: {(0, 0, 1), (0, 1, 0), (1, 0, 1)},
+    4: {(0, 0, 0, 1), (1, 0, 0, 1), (1, 0, 1, 1)},
+}
+
+
+def matmul_post_broadcast(dst_dims, operand_dims) -> bool:
+    """Whether oneDNN's brgemm matmul runs a binary post-op reading ``operand_dims``
+    (row-major, right-aligned to the destination, broadcast where its dim is 1) onto a
+    destination of ``dst_dims``; False for symbolic sizes (no decision that holds for all)."""
+    if any(type(d) is not int for d in (*dst_dims, *operand_dims)) or len(operand_dims) > len(dst_dims):
+        return False
+    padded = (1,) * (len(dst_dims) - len(operand_dims)) + tuple(operand_dims)
+    kept = tuple(int(o == d) for o, d in zip(padded, dst_dims))
+    return all(kept) or not any(kept) or kept in _MATMUL_POST_KEEPS.get(len(kept), ())
+
+
 def merged_broadcast(dims, kept) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     """``dims`` with their size-1 dims dropped and each run of neighbours that src1 keeps
     alike (all kept or all broadcast) merged into one dim: the same row-major binary op in
