@@ -91,6 +91,27 @@ def chain_program(n: int) -> Program:
     return Program(methods=(method,), segments=(weights,))
 
 
+def one_kernel_program(op: str, overload: str, args: list, inputs: list[int],
+                       outputs: list[int]) -> Program:
+    """One ``op.overload`` call on ``args`` (values in schema order; a ``(dtype, shape)``
+    pair is a tensor given the next 64-byte aligned slot of arena 0), ``inputs`` and
+    ``outputs`` indices into ``args`` — for kernel tests and benchmarks.
+
+    >>> one_kernel_program("aten::exp", "out", [(F32, (4,)), (F32, (4,))], [0], [1]).methods[0].name
+    'forward'
+    """
+    offset, values = 0, []
+    for value in args:
+        if isinstance(value, tuple):
+            value = TensorValue(value[0], value[1], storage=ArenaStorage(0, offset))
+            offset += -(-max(value.nbytes, 1) // 64) * 64
+        values.append(value)
+    method = Method("forward", tuple(values), tuple(inputs), tuple(outputs),
+                    (KernelCall(0, tuple(range(len(values)))),), (Operator(op, overload),),
+                    MemoryPlan((max(offset, 64),)))
+    return Program(methods=(method,))
+
+
 def reseal(data: bytes | bytearray, *, fix_file_size: bool = False) -> bytes:
     """``data`` with the header's metadata CRC-32 recomputed (for structure-aware fuzzing:
     a mutated metadata byte then reaches the parser instead of stopping at the checksum);

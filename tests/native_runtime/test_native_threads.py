@@ -17,28 +17,14 @@ import numpy as np
 import pytest
 
 from opforge.errors import OpforgeError
-from opforge.program import (
-    ArenaStorage, BoolValue, IntListValue, IntValue, KernelCall, MemoryPlan, Method, NoneValue,
-    Operator, Program, ScalarType, TensorValue,
-)
-from opforge.program import save
+from opforge.program import BoolValue, IntListValue, IntValue, NoneValue, Program, ScalarType, save
+from opforge.program._sample import one_kernel_program
 from opforge.runtime import load
 
 F32, F64 = ScalarType.FLOAT32, ScalarType.FLOAT64
 
 
-def _one_op(op: str, overload: str, args: list, inputs: list[int], outputs: list[int]) -> Program:
-    """A program of one kernel call; tensors in ``args`` get arena slots in order."""
-    offset, values = 0, []
-    for value in args:
-        if isinstance(value, tuple):  # (dtype, shape)
-            value = TensorValue(value[0], value[1], storage=ArenaStorage(0, offset))
-            offset += -(-max(value.nbytes, 1) // 64) * 64
-        values.append(value)
-    method = Method("forward", tuple(values), tuple(inputs), tuple(outputs),
-                    (KernelCall(0, tuple(range(len(values)))),), (Operator(op, overload),),
-                    MemoryPlan((max(offset, 64),)))
-    return Program(methods=(method,))
+_one_op = one_kernel_program
 
 
 def _mm(m: int, n: int, k: int, dtype=F32) -> Program:

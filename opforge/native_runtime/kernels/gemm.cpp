@@ -31,8 +31,8 @@
 // summation bound below either way, and it doubles the peak rate.
 //
 // Threads: a product of at least 2^19 multiply-adds is cut into blocks of columns (or of
-// rows, when m > n), one per thread the runtime lends (kernel_services.h), each packing
-// its own panels into its own scratch. Every element of C is summed in the same order
+// rows, when m > n), a few per thread the runtime lends (kernel_services.h, parallel.h),
+// each block packing its own panels into its thread's scratch. Every element of C is summed in the same order
 // whatever block holds it, so the result does not depend on the thread count; the
 // summation (k) is never split. The few-rows paths cut columns at multiples of 64, so each
 // column takes the same vector or tail path as without threads. The packing buffers of all
@@ -198,10 +198,11 @@ bool run(opforge_context* ctx, const char* op, int64_t m, int64_t n, int64_t k, 
   if (parts > len / align) parts = len / align > 0 ? len / align : 1;
   const int64_t limit = workspace_limit(ctx);
   int64_t b_elems = 0, a_elems = 0, bytes = INT64_MAX;
+  const int64_t threads = num_threads(ctx);
   for (; parts >= 1; --parts) {  // fewer threads when their buffers do not fit the limit
     int64_t part = (len / align + parts - 1) / parts * align;
     K.workspace(by_cols ? m : part, by_cols ? part : n, k, &b_elems, &a_elems);
-    bytes = (b_elems + a_elems) * int64_t(sizeof(T)) * parts;
+    bytes = (b_elems + a_elems) * int64_t(sizeof(T)) * (parts < threads ? parts : threads);
     if (bytes <= limit) break;
   }
   if (parts < 1) {
@@ -230,9 +231,9 @@ bool run(opforge_context* ctx, const char* op, int64_t m, int64_t n, int64_t k, 
       K.blocked(rows, n, k, a + r0 * rsa, rsa, csa, b, rsb, csb, c + r0 * rsc, rsc, csc, accumulate, bpack, apack);
   });
   if (no_memory.load()) {
-    fail(ctx, "%s: the matrix product's packing buffers (%lld bytes on %lld thread(s)) — could not be "
+    fail(ctx, "%s: the matrix product's packing buffers (%lld bytes, all threads) — could not be "
          "allocated — valid: that much free memory — fix: free memory, or run on fewer threads",
-         op, (long long)bytes, (long long)parts);
+         op, (long long)bytes);
     return false;
   }
   return true;

@@ -35,12 +35,15 @@ void parallel_for(const opforge_context* ctx, int64_t n, F&& f) {
 }
 
 // How many ranges to cut `total` items into so that each has at least `grain` of them
-// (the work worth a thread's wake-up), at most num_threads(ctx).
+// (the work worth a thread's wake-up): up to kTasksPerThread per thread, so that on a
+// machine busier than its cores the threads that run take the share of one that does not
+// (the pool hands out tasks one by one). 1: run inline.
+constexpr int64_t kTasksPerThread = 4;
 inline int64_t parallel_parts(const opforge_context* ctx, int64_t total, int64_t grain) {
   int64_t threads = num_threads(ctx);
   if (threads <= 1 || grain <= 0 || total < 2 * grain) return 1;
-  int64_t parts = total / grain;
-  return parts < threads ? parts : threads;
+  int64_t parts = total / grain, most = threads * kTasksPerThread;
+  return parts < most ? parts : most;
 }
 
 // f(begin, end) over [0, total) in `parts` ranges whose bounds are multiples of `align`

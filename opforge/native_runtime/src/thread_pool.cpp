@@ -94,35 +94,48 @@ void ThreadPool::parallel_for(void* pool, int64_t n, kernel_task_fn task, void* 
   static_cast<ThreadPool*>(pool)->run(n, task, closure);
 }
 
-void ThreadPool::work(int64_t n, kernel_task_fn task, void* closure) {
+void ThreadPool::work(uint64_t generation, int64_t n, kernel_task_fn task, void* closure) {
+  constexpr uint64_t kMask = (uint64_t(1) << kTaskBits) - 1;
+  const uint64_t tag = generation << kTaskBits;
   tls_in_job = true;
-  for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < n;
-       i = next_.fetch_add(1, std::memory_order_relaxed))
-    task(closure, i);
+  uint64_t word = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((word & ~kMask) != tag || int64_t(word & kMask) >= n) break;  // another job, or none left
+    if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel)) continue;
+    task(closure, int64_t(word & kMask));
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+      std::lock_guard<std::mutex> lock(mutex_);  // the caller may be between its check and its wait
+      finished_.notify_all();
+    }
+    word = claim_.load(std::memory_order_acquire);
+  }
   tls_in_job = false;
 }
 
 void ThreadPool::run(int64_t n, kernel_task_fn task, void* closure) {
-  if (workers_.empty() || n <= 1 || tls_in_job) {
+  if (workers_.empty() || n <= 1 || n >= (int64_t(1) << kTaskBits) || tls_in_job) {
     for (int64_t i = 0; i < n; ++i) task(closure, i);
     return;
   }
+  uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    generation = generation_.load(std::memory_order_relaxed) + 1;
     task_ = task;
     closure_ = closure;
     n_ = n;
-    next_.store(0, std::memory_order_relaxed);
-    busy_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    done_.store(0, std::memory_order_relaxed);
+    claim_.store(generation << kTaskBits, std::memory_order_release);
+    generation_.store(generation, std::memory_order_release);
   }
   wake_.notify_all();
-  work(n, task, closure);
-  // the last worker out signals; spin first (the tasks are about the same size)
-  for (int spin = 0; spin < kSpins && busy_.load(std::memory_order_acquire) != 0; ++spin) pause();
-  if (busy_.load(std::memory_order_acquire) != 0) {
+  work(generation, n, task, closure);
+  // every task is claimed; wait for those other threads still run (spin first: a block of
+  // work ends about when the caller's does)
+  for (int spin = 0; spin < kSpins && done_.load(std::memory_order_acquire) != n; ++spin) pause();
+  if (done_.load(std::memory_order_acquire) != n) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return busy_.load(std::memory_order_acquire) == 0; });
+    finished_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == n; });
   }
 }
 
@@ -143,11 +156,7 @@ void ThreadPool::worker() {
       closure = closure_;
       n = n_;
     }
-    work(n, task, closure);
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mutex_);  // the caller may be between its check and its wait
-      done_.notify_one();
-    }
+    work(seen, n, task, closure);
   }
 }
 

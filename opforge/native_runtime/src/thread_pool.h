@@ -5,10 +5,14 @@
 //
 // One pool per method instance with num_threads > 1: num_threads - 1 workers made when
 // the instance is made, joined when it is freed. An instance runs one call at a time
-// (method.h), so one kernel at a time hands the pool a job: n tasks, taken one by one from
-// a shared counter by the workers and by the calling thread itself, which then waits for
-// the last. A job allocates nothing. Workers that have finished a job spin briefly for the
-// next (a decoder's kernels come microseconds apart), then sleep on a condition variable.
+// (method.h), so one kernel at a time hands the pool a job: n tasks (kernels cut their
+// work into a few tasks per thread), claimed one by one by the workers and by the calling
+// thread itself, which returns when all n are done. The caller never waits for a worker
+// that has not started: on a machine busier than its cores, a descheduled worker's share
+// is taken by the threads that run. A claim is a compare-and-swap on one word holding the
+// job's generation and the next task, so a worker that wakes late, after its job is over,
+// claims nothing of the next one. A job allocates nothing. Workers that finish a job spin
+// briefly for the next (a decoder's kernels come microseconds apart), then sleep.
 #pragma once
 
 #include <atomic>
@@ -42,20 +46,21 @@ class ThreadPool {
 
  private:
   void run(int64_t n, kernel_task_fn task, void* closure);
-  void work(int64_t n, kernel_task_fn task, void* closure);
+  void work(uint64_t generation, int64_t n, kernel_task_fn task, void* closure);
   void worker();
 
+  static constexpr int kTaskBits = 24;   // a job has fewer than 2^24 tasks (else it runs inline)
   std::vector<std::thread> workers_;
   std::mutex mutex_;
-  std::condition_variable wake_, done_;
+  std::condition_variable wake_, finished_;
   std::atomic<uint64_t> generation_{0};  // one per job
   bool stop_ = false;
   // the job (written under mutex_ before generation_ moves)
   kernel_task_fn task_ = nullptr;
   void* closure_ = nullptr;
   int64_t n_ = 0;
-  std::atomic<int64_t> next_{0};
-  std::atomic<int32_t> busy_{0};          // workers still inside the job
+  std::atomic<uint64_t> claim_{0};       // generation << kTaskBits | the next task
+  std::atomic<int64_t> done_{0};         // tasks of this job finished
 };
 
 }  // namespace opforge::rt
