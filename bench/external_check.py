@@ -1,7 +1,8 @@
 """Check one model written elsewhere on opforge's lean runtime and on the cpu backend.
 
-Run by bench/external_models.py as ``python bench/external_check.py MODEL`` in a process of
-its own; prints one JSON line (the model's row) on stdout.
+Run by bench/external_models.py as ``python bench/external_check.py MODEL [--time]
+[--runtimes=lean,cpu]`` in a process of its own; prints one JSON line (the model's row) on
+stdout.
 
 Steps:
 
@@ -24,7 +25,17 @@ Steps:
 
    For ``cpu`` the row also says how much was delegated: the fraction of the program's
    compute nodes that run inside delegates (delegate nodes from
-   ``opforge.export.delegation_report`` over those plus the kernel calls left outside).
+   ``opforge.export.delegation_report`` over those plus the kernel calls left outside),
+   and which implementation runs each engine op (``impls``: oneDNN's names counted, the
+   engine's own kernels as ``own``). ``reference`` lists the ops on one of oneDNN's
+   reference kernels (``ref:...``, or an ISA of ``any``) whose op name does not say why
+   (``reference_kernel_explained``: the lowering names such an op ``... (reference
+   kernel: why)``): the check fails on any (issue 47).
+5. With ``--time``: eager float32 and the cpu backend timed at one thread each
+   (``torch.set_num_threads(1)``; the orchestrator sets ``OMP_NUM_THREADS=1`` and
+   ``OPFORGE_NUM_THREADS=1``), interleaved: two warm-up calls each, then rounds of one
+   eager and one cpu call until ``ROUNDS`` rounds or ``TIME_BUDGET_S`` seconds; the medians
+   (ms) are ``eager_ms`` and the cpu row's ``ms``.
 """
 
 from __future__ import annotations
@@ -190,7 +201,56 @@ def _delegated_fraction(program) -> float:
     return inside / (inside + outside) if inside + outside else 0.0
 
 
-def _run_runtime(model, inputs, backends, want32, want64) -> dict:
+def reference_kernel(impl: str) -> bool:
+    """Whether oneDNN's implementation name ``impl`` is one of its reference kernels."""
+    name, _, isa = impl.partition(":")
+    return bool(impl) and (name.startswith("ref") or isa == "any")
+
+
+def reference_kernel_explained(op: str) -> bool:
+    """Whether the engine op's name says why it runs a reference kernel."""
+    return "(reference kernel:" in op
+
+
+def _implementations(program) -> dict:
+    from collections import Counter
+
+    from opforge.backends.cpu.engine import program_impls
+
+    pairs = program_impls(program)
+    return {"impls": dict(Counter(impl or "own" for _, impl in pairs).most_common()),
+            "reference": [f"{op} [{impl}]" for op, impl in pairs
+                          if reference_kernel(impl) and not reference_kernel_explained(op)],
+            "reference_explained": [f"{op} [{impl}]" for op, impl in pairs
+                                    if reference_kernel(impl) and reference_kernel_explained(op)]}
+
+
+ROUNDS = 9
+TIME_BUDGET_S = 60.0
+
+
+def time_against_eager(model, inputs, forward, arrays) -> tuple[float, float]:
+    """(eager ms, cpu ms): medians over interleaved rounds (one call of each per round)."""
+    import statistics
+
+    eager, cpu = [], []
+    with torch.no_grad():
+        for _ in range(2):
+            model(*inputs)
+            forward(*arrays)
+        start = time.perf_counter()
+        while len(cpu) < ROUNDS and (len(cpu) < 3 or time.perf_counter() - start < TIME_BUDGET_S):
+            t0 = time.perf_counter()
+            model(*inputs)
+            t1 = time.perf_counter()
+            forward(*arrays)
+            t2 = time.perf_counter()
+            eager.append(t1 - t0)
+            cpu.append(t2 - t1)
+    return statistics.median(eager) * 1e3, statistics.median(cpu) * 1e3
+
+
+def _run_runtime(model, inputs, backends, want32, want64, timed: bool = False) -> dict:
     from opforge.export import export
     from opforge.runtime import load
 
@@ -204,6 +264,10 @@ def _run_runtime(model, inputs, backends, want32, want64) -> dict:
     row["export_s"] = round(time.perf_counter() - start, 2)
     if backends:
         row["delegated"] = round(_delegated_fraction(program), 4)
+        try:
+            row.update(_implementations(program))
+        except Exception as error:  # the engine refused to build: the run below says so too
+            row["impls_error"] = _first_line(error)
     start = time.perf_counter()
     try:
         forward = load(program).method("forward")
@@ -211,11 +275,16 @@ def _run_runtime(model, inputs, backends, want32, want64) -> dict:
     except Exception as error:
         return {**row, "verdict": "refused", "why": "load/run: " + _first_line(error)}
     row["run_s"] = round(time.perf_counter() - start, 2)
-    return {**row, **_judge([np.asarray(g) for g in got], want32, want64)}
+    row.update(_judge([np.asarray(g) for g in got], want32, want64))
+    if timed:
+        arrays = [t.numpy() for t in inputs]
+        row["eager_ms"], row["ms"] = (round(v, 3) for v in time_against_eager(model, inputs, forward, arrays))
+    return row
 
 
-def check(name: str) -> dict:
-    """The row for model ``name``: its verdict, errors and timings per runtime."""
+def check(name: str, runtimes: tuple[str, ...] = ("lean", "cpu"), timed: bool = False) -> dict:
+    """The row for model ``name``: its verdict, errors and timings per runtime (``timed``:
+    the cpu backend against eager at one thread, item 5 above)."""
     entry = CATALOG[name]
     torch.manual_seed(0)
     row: dict = {"model": name, "source": entry.source,
@@ -235,15 +304,19 @@ def check(name: str) -> dict:
     row["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
     row["output_scale"] = float(max(np.max(np.abs(w)) for w in want64 if w.size))
     for runtime, backends in (("lean", None), ("cpu", ["cpu"])):
-        row[runtime] = _run_runtime(model, inputs, backends, want32, want64)
+        if runtime in runtimes:
+            row[runtime] = _run_runtime(model, inputs, backends, want32, want64,
+                                        timed=timed and backends is not None)
     return row
 
 
 def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     name = argv[0]
+    runtimes = next((a.split("=", 1)[1].split(",") for a in argv[1:] if a.startswith("--runtimes=")),
+                    ["lean", "cpu"])
     try:
-        row = check(name)
+        row = check(name, tuple(runtimes), timed="--time" in argv[1:])
     except Exception as error:  # print a row whatever happened
         row = {"model": name, "skipped": "check: " + _first_line(error),
                "traceback": traceback.format_exc()[-2000:]}

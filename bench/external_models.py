@@ -4,6 +4,8 @@ the lean runtime and on the cpu backend, each checked against eager float64.
     bench/.venv-external/bin/python bench/external_models.py               # every model
     bench/.venv-external/bin/python bench/external_models.py --models tv/resnet18,timm/levit_128s
     bench/.venv-external/bin/python bench/external_models.py --list
+    bench/.venv-external/bin/python bench/external_models.py --runtimes cpu --time \
+        --out bench/results/external_speed     # cpu backend against eager, 1 thread (issue 47)
 
 Set up the environment once with ``bash bench/setup_external.sh``. Each model runs in its
 own process (bench/external_check.py: how parameters are spread, the verdicts and the
@@ -12,6 +14,11 @@ criterion are in its docstring) with ``--timeout`` seconds, OMP_NUM_THREADS=1 an
 machine, versions, date, command) and ``external_models.json`` beside it. Rows of models not
 run this time are kept from the previous JSON (with their own date and commit) unless
 ``--fresh``.
+
+Each cpu row also records which implementation runs each engine op; the run exits 1 when a
+model's delegates run a oneDNN reference kernel (``ref:``) that no op name explains
+(bench/external_check.py, ``reference``), and the table's last section lists them with
+the cpu backend's time against eager's (``--time``) at one thread.
 """
 
 from __future__ import annotations
@@ -38,12 +45,12 @@ VERSIONED = ("opforge", "torch", "torchvision", "timm", "transformers", "numpy",
              "onednn-cpu-gomp")
 
 
-def _run_one(name: str, timeout: float) -> dict:
+def _run_one(name: str, timeout: float, flags: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "OPFORGE_NUM_THREADS": "1"}
     start = time.monotonic()
     try:
-        done = subprocess.run(["nice", "-n", "10", sys.executable, str(HERE / "external_check.py"), name],
+        done = subprocess.run(["nice", "-n", "10", sys.executable, str(HERE / "external_check.py"), name, *flags],
                               capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"model": name, "skipped": f"timeout after {timeout:.0f} s"}
@@ -81,12 +88,38 @@ def _eager(row: dict) -> str:
     return f"{lean['eager_error'] / lean['scale']:.1e}"
 
 
+def _speed(row: dict) -> tuple[str, str, str]:
+    """(cpu ms, eager ms, eager / cpu) of a row checked with --time."""
+    cpu = row.get("cpu") or {}
+    if "ms" not in cpu:
+        return "—", "—", "—"
+    return f"{cpu['ms']:.2f}", f"{cpu['eager_ms']:.2f}", f"{cpu['eager_ms'] / cpu['ms']:.2f}"
+
+
+def _impls(row: dict) -> str:
+    cpu = row.get("cpu") or {}
+    if "impls" not in cpu:
+        return cpu.get("impls_error", "—")
+    text = ", ".join(f"{k} {v}" for k, v in cpu["impls"].items())
+    if cpu.get("reference"):
+        text = "**unexplained reference kernels: " + "; ".join(cpu["reference"]) + "** — " + text
+    if cpu.get("reference_explained"):
+        text += " (explained: " + "; ".join(cpu["reference_explained"]) + ")"
+    return text
+
+
+def unexplained_reference(rows: list[dict]) -> list[str]:
+    """The models whose cpu delegates run a oneDNN reference kernel that no op name explains."""
+    return [row["model"] for row in rows if (row.get("cpu") or {}).get("reference")]
+
+
 def totals(rows: list[dict]) -> dict:
     counts = {rt: {"right": 0, "wrong": 0, "refused": 0} for rt in RUNTIMES}
     for row in rows:
         for rt in RUNTIMES:
             if rt in row:
                 counts[rt][row[rt]["verdict"]] += 1
+    counts["unexplained reference kernels"] = unexplained_reference(rows)
     counts["skipped"] = sum("skipped" in row for row in rows)
     counts["cpu wrong, lean right"] = [
         row["model"] for row in rows
@@ -134,6 +167,23 @@ def markdown(rows: list[dict], setup: dict) -> str:
             continue
         lines.append(f"| {row['model']} | {row['input']} | {row['params_m']} | {_eager(row)} "
                      f"| {_cell(row.get('lean'))} | {_cell(row.get('cpu'))} | {_delegated(row)} |")
+    timed = [row for row in rows if "ms" in (row.get("cpu") or {})]
+    checked = [row for row in rows if "impls" in (row.get("cpu") or {})]
+    if checked:
+        faster = sum(float(_speed(r)[2]) >= 1.0 for r in timed)
+        lines += ["", "## Speed at one thread and the implementations that run (issue 47)", "",
+                  f"{len(timed)} models timed (`--time`): eager float32 with torch.set_num_threads(1) and "
+                  "the cpu backend with OPENBLAS/MKL/OMP_NUM_THREADS=1 and OPFORGE_NUM_THREADS=1, "
+                  "in one process, interleaved call by call, medians. The cpu backend is at least as "
+                  f"fast as eager on {faster} of them. Unexplained oneDNN reference kernels "
+                  f"(`ref:`) in {len(unexplained_reference(checked))} of the {len(checked)} models "
+                  "whose implementations were recorded: "
+                  + (", ".join(unexplained_reference(checked)) or "none") + ".", "",
+                  "| model | input | cpu ms | eager ms | eager / cpu | implementations (engine ops) |",
+                  "| --- | --- | ---: | ---: | ---: | --- |"]
+        for row in sorted(checked, key=lambda r: r["model"]):
+            cpu_ms, eager_ms, ratio = _speed(row)
+            lines.append(f"| {row['model']} | {row['input']} | {cpu_ms} | {eager_ms} | {ratio} | {_impls(row)} |")
     return "\n".join(line.replace("\n", " ") for line in lines) + "\n"
 
 
@@ -176,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="drop rows from earlier runs")
     parser.add_argument("--list", action="store_true", help="print the model names and exit")
     parser.add_argument("--out", type=Path, default=RESULTS / "external_models")
+    parser.add_argument("--time", action="store_true",
+                        help="time the cpu backend against eager at one thread (issue 47)")
+    parser.add_argument("--runtimes", default="lean,cpu",
+                        help="which runtimes to check: lean,cpu (default) or one of them")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(CATALOG))
@@ -203,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.with_suffix(".md").write_text(markdown(ordered, setup))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(_run_one, name, args.timeout): name for name in names}
+        flags = (f"--runtimes={args.runtimes}",) + (("--time",) if args.time else ())
+        futures = {pool.submit(_run_one, name, args.timeout, flags): name for name in names}
         for future in concurrent.futures.as_completed(futures):
             row = future.result()
             row.update(date=stamp, commit=machine["opforge_commit"])
@@ -212,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['model']:40s} {verdicts or 'skipped: ' + row.get('skipped', '')}", flush=True)
             save()
     _print_table([rows[n] for n in CATALOG if n in rows])
+    unexplained = unexplained_reference([rows[n] for n in names if n in rows])
+    if unexplained:
+        print(f"FAIL: unexplained oneDNN reference kernels in {', '.join(unexplained)} "
+              "(the table's implementations column names them)", file=sys.stderr)
+        return 1
     return 0
 
 
