@@ -275,7 +275,9 @@ class NativeMethod:
             return False
         if any(info.min_sizes[d] != info.max_sizes[d] for d in range(info.rank)):
             return None
-        return tuple(info.sizes[d] for d in range(info.rank))
+        # the bounds, not ``sizes``: a dim whose symbol's range is one value has that size,
+        # whatever the export example (``sizes``) was
+        return tuple(info.min_sizes[d] for d in range(info.rank))
 
     def _plan(self, read, index: int) -> tuple:
         info = self._info(read, index)
