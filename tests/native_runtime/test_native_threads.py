@@ -85,6 +85,20 @@ def test_a_linear_on_two_threads_has_the_bits_of_one(m, n, k):
     _check_product(three, x, w.T)
 
 
+def test_a_batch_of_small_products_is_split_over_its_products():
+    # attention's heads: 12 products of 64 x 64 by 64, each too small to split itself
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((12, 64, 64)).astype(np.float32)
+    b = rng.standard_normal((12, 64, 48)).astype(np.float32)
+    program = _one_op("aten::bmm", "out", [(F32, (12, 64, 64)), (F32, (12, 64, 48)), (F32, (12, 64, 48))],
+                      [0, 1], [2])
+    one = _run(program, (a, b), threads=1)
+    two = _run(program, (a, b), threads=2)
+    assert one.tobytes() == two.tobytes()
+    for head in range(12):
+        _check_product(two[head], a[head], b[head])
+
+
 @pytest.mark.parametrize("case", ["im2col", "depthwise"])
 def test_a_convolution_on_two_threads_has_the_bits_of_one(case):
     rng = np.random.default_rng(3)

@@ -8,11 +8,14 @@
 // batch dimension or a matrix-vector product is only a choice of strides. A batch whose
 // right operand does not vary (linear; matmul of (..., M, K) by (K, N)) is folded into one
 // taller product when the left operand and out allow it, as the NumPy kernel does.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "gemm.h"
+#include "parallel.h"
 #include "tensor.h"
 
 namespace opforge::portable {
@@ -90,46 +93,71 @@ void int_product(const Batched& p, const char* a, const char* b, char* c, int64_
     }
 }
 
-// Run every product of the batch into (c, its strides). false: out of workspace.
+// One product of the batch (flat batch index t) into (c, its strides). false: ctx failed.
+bool one_product(opforge_context* ctx, const char* op, const Batched& p, int32_t dtype, const char* a,
+                 const char* b, char* c, int64_t t) {
+  int64_t oa = 0, ob = 0, oc = 0;
+  for (int d = p.nbatch - 1; d >= 0; --d) {
+    int64_t i = t % p.bsizes[d];
+    t /= p.bsizes[d];
+    oa += i * p.sa[d];
+    ob += i * p.sb[d];
+    oc += i * p.sc[d];
+  }
+  int64_t item = itemsize(dtype);
+  const char* ap = a + oa * item;
+  const char* bp = b + ob * item;
+  char* cp = c + oc * item;
+  if (dtype == kFloat32)
+    return gemm(ctx, op, p.m, p.n, p.k, reinterpret_cast<const float*>(ap), p.rsa, p.csa,
+                reinterpret_cast<const float*>(bp), p.rsb, p.csb, reinterpret_cast<float*>(cp), p.rsc, p.csc,
+                false);
+  if (dtype == kFloat64)
+    return gemm(ctx, op, p.m, p.n, p.k, reinterpret_cast<const double*>(ap), p.rsa, p.csa,
+                reinterpret_cast<const double*>(bp), p.rsb, p.csb, reinterpret_cast<double*>(cp), p.rsc, p.csc,
+                false);
+  dispatch_real(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral<T>::value) int_product<T>(p, ap, bp, cp, item, item, item);
+  });
+  return true;
+}
+
+// Run every product of the batch. A batch of products each too small to split (attention's
+// heads) is split over its products instead, each on one thread with an equal share of
+// the kernels' scratch budget (its own context: a failure is reported once). false: ctx failed.
 bool run_batched(opforge_context* ctx, const char* op, const Batched& p, int32_t dtype,
                  const char* a, const char* b, char* c) {
-  int64_t idx[kMaxRank] = {0};
   int64_t total = 1;
   for (int d = 0; d < p.nbatch; ++d) total *= p.bsizes[d];
-  int64_t item = itemsize(dtype);
-  for (int64_t t = 0; t < total; ++t) {
-    int64_t oa = 0, ob = 0, oc = 0;
-    for (int d = 0; d < p.nbatch; ++d) {
-      oa += idx[d] * p.sa[d];
-      ob += idx[d] * p.sb[d];
-      oc += idx[d] * p.sc[d];
-    }
-    const char* ap = a + oa * item;
-    const char* bp = b + ob * item;
-    char* cp = c + oc * item;
-    bool ok = true;
-    if (dtype == kFloat32) {
-      ok = gemm(ctx, op, p.m, p.n, p.k, reinterpret_cast<const float*>(ap), p.rsa, p.csa,
-                reinterpret_cast<const float*>(bp), p.rsb, p.csb, reinterpret_cast<float*>(cp),
-                p.rsc, p.csc, false);
-    } else if (dtype == kFloat64) {
-      ok = gemm(ctx, op, p.m, p.n, p.k, reinterpret_cast<const double*>(ap), p.rsa, p.csa,
-                reinterpret_cast<const double*>(bp), p.rsb, p.csb, reinterpret_cast<double*>(cp),
-                p.rsc, p.csc, false);
-    } else {
-      dispatch_real(dtype, [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (std::is_integral<T>::value)
-          int_product<T>(p, ap, bp, cp, item, item, item);
-      });
-    }
-    if (!ok) return false;  // gemm failed ctx, naming op
-    for (int d = p.nbatch - 1; d >= 0; --d) {
-      if (++idx[d] < p.bsizes[d]) break;
-      idx[d] = 0;
-    }
+  int64_t per = 1, work = 1;
+  bool small = mul_ok(p.m, p.n, &per) && mul_ok(per, p.k, &per) && per < 2 * kParallelGrain &&
+               mul_ok(per, total, &work);
+  int64_t parts = small ? parallel_parts(ctx, work / kParallelGrain, 1) : 1;
+  if (parts > total) parts = total;
+  const KernelServices* services = kernel_services(ctx);
+  if (parts <= 1 || services == nullptr) {
+    for (int64_t t = 0; t < total; ++t)
+      if (!one_product(ctx, op, p, dtype, a, b, c, t)) return false;
+    return true;
   }
-  return true;
+  KernelServices share = *services;
+  share.num_threads = 1;
+  share.parallel_for = nullptr;
+  share.pool = nullptr;
+  share.workspace_limit = services->workspace_limit / std::min<int64_t>(parts, services->num_threads);
+  std::atomic<bool> failed{false};
+  parallel_ranges(ctx, total, parts, 1, [&](int64_t t0, int64_t t1) {
+    opforge_context local{};
+    local.runtime = &share;
+    for (int64_t t = t0; t < t1 && !failed.load(std::memory_order_relaxed); ++t)
+      if (!one_product(&local, op, p, dtype, a, b, c, t)) {
+        if (!failed.exchange(true)) std::memcpy(ctx->message, local.message, OPFORGE_MESSAGE_SIZE);
+        return;
+      }
+  });
+  if (failed.load()) ctx->status = 1;
+  return !failed.load();
 }
 
 bool supported(opforge_context* ctx, const char* op, int32_t dtype) {
