@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 
 import numpy as np
@@ -212,3 +213,16 @@ def _use_installed_cpu_engine(lib) -> bool:
     lib.opf_backend_set_library.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     lib.opf_backend_set_library.restype = ctypes.c_int32
     return lib.opf_backend_set_library(b"cpu", os.fsencode(path)) == 0
+
+
+def _trust_python_packages(lib) -> None:
+    """Allow the runtime's cpu backend the op-package libraries this process allowed
+    (``oppackage.runtime.trust_packages``, as export does); it reads $OPFORGE_OP_PACKAGES
+    itself. A runtime built without the cpu backend has no opf_op_package_trust."""
+    packages = sys.modules.get("opforge.backends.oppackage.runtime")
+    trust = getattr(lib, "opf_op_package_trust", None)
+    if packages is None or trust is None:
+        return
+    trust.argtypes, trust.restype = [ctypes.c_char_p], ctypes.c_int32
+    for path in sorted(packages._trusted):
+        trust(os.fsencode(path))

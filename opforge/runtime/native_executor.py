@@ -41,7 +41,8 @@ from opforge.runtime.method import IOSpec
 from opforge.runtime.native_capi import (
     LIBRARY_ENV, _IOInfo, _LoadOptions, _MethodOptions, _OK, _PI64, _SCALARS, _TensorView,
     _UNSUPPORTED, _VALUE_BOOL, _VALUE_DOUBLE, _VALUE_INT, _VALUE_TENSOR, _address,
-    _aligned_stage, _check, _raw_dtype, _raw_function, _use_installed_cpu_engine, runtime_library,
+    _aligned_stage, _check, _raw_dtype, _raw_function, _trust_python_packages, _use_installed_cpu_engine,
+    runtime_library,
 )
 
 __all__ = ["NativeProgram", "NativeMethod", "load_native", "runtime_library", "LIBRARY_ENV"]
@@ -81,6 +82,7 @@ class NativeProgram:
         handle = ctypes.c_void_p()
         if isinstance(source, Program):
             source = to_bytes(source)
+        _trust_python_packages(lib)  # op packages inside cpu delegates
         status = self._load(source, registry, options, handle)
         if status == _UNSUPPORTED and _use_installed_cpu_engine(lib):
             status = self._load(source, registry, options, handle)  # cpu delegates: retry

@@ -6,13 +6,14 @@
 //            per tensor ofc_add_tensor (constants borrowed in place from the blob or the
 //            program's named data when 64-byte aligned, else copied) → per op its post-ops
 //            and ofc_add_op, or ofc_add_kernel for a custom op's native kernel (the
-//            registry's, through DelegateInit::kernels) → ofc_finalize
+//            registry's, through DelegateInit::kernels), or ofc_add_external for an op
+//            package's op (backend_cpu_package.cpp) → ofc_finalize
 //   execute  the call's views checked against the plan (dtype, sizes, dense), the state
 //            outputs against their inputs (written in place) → ofc_execute
 //
 // A dynamic method's delegate (symbolic sizes) is backend_cpu_dynamic.cpp: one such engine
-// per call shape. Not here yet (refused at load, clearly): op-package ops (they need the
-// Python op-package runtime). Not done: the page give-back and file reads of
+// per call shape. An op-package op is a call-out to the package's execute with the
+// instance its create made (backend_cpu_package.cpp). Not done: the page give-back and file reads of
 // file_pages.py (an optimisation of resident memory; the results are the same).
 #include <sched.h>
 
@@ -25,6 +26,7 @@
 #include "backend.h"
 #include "backend_cpu_blob.h"
 #include "backend_cpu_engine.h"
+#include "backend_cpu_package.h"
 #include "errors.h"
 
 namespace opforge::rt {
@@ -93,9 +95,12 @@ class CpuHandle final : public DelegateHandle {
   }
   const void* constant(const PlanTensor& t, size_t i, const DelegateInit& init);
   void add_kernel(const PlanOp& op, size_t i, const DelegateInit& init);
+  void add_package(const PlanOp& op, size_t i, const DelegateInit& init);
   void build(const DelegateInit& init);
   void check_view(const opforge_tensor& v, int32_t tid, const char* kind, int64_t k) const;
 
+  // op-package instances: destroyed after the engine (members go after ~CpuHandle's body)
+  std::vector<std::unique_ptr<PackageInstance>> packages_;
   Plan plan_;
   const EngineApi& api_;
   void* engine_ = nullptr;
@@ -182,6 +187,16 @@ void CpuHandle::add_kernel(const PlanOp& op, size_t i, const DelegateInit& init)
         err, "kernel " + op.name);
 }
 
+void CpuHandle::add_package(const PlanOp& op, size_t i, const DelegateInit& init) {
+  // engine.py _add_package: the op instance made now, called by the engine per execution
+  packages_.push_back(prepare_package(plan_, op, init.specs));
+  const PackageInstance& p = *packages_.back();
+  char err[kEngineError] = {0};
+  check(api_.add_external(engine_, reinterpret_cast<void*>(p.execute()), p.impl(), op.name.c_str(), op.in.data(),
+                          (int32_t)op.in.size(), op.out.data(), (int32_t)op.out.size(), err, kEngineError),
+        err, "ops[" + std::to_string(i) + "] package op " + op.name);
+}
+
 void CpuHandle::build(const DelegateInit& init) {
   char err[kEngineError] = {0};
   // one reordered copy of each weight for all the program's delegates
@@ -217,10 +232,7 @@ void CpuHandle::build(const DelegateInit& init) {
     if (op.kind == "kernel") {
       add_kernel(op, i, init);
     } else if (op.kind == "package") {
-      raise(OPF_ERR_UNSUPPORTED, "cpu backend: " + what + " runs an op package's op, which the native "
-                                 "runtime cannot call yet (op packages are prepared by the Python "
-                                 "runtime) — fix: run the program with opforge.runtime.load, or export "
-                                 "it without op_packages");
+      add_package(op, i, init);
     } else {
       check(api_.add_op(engine_, op.kind.c_str(), op.in.data(), (int32_t)op.in.size(), op.out.data(),
                         (int32_t)op.out.size(), op.ia.data(), (int32_t)op.ia.size(), op.fa.data(),

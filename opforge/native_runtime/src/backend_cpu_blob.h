@@ -56,7 +56,7 @@ struct PlanOp {
   std::vector<double> fa;
   std::vector<PlanPostOp> post;
   std::vector<PlanKernelArg> args;     // kind "kernel"
-  bool has_node = false;               // kind "package"
+  std::string node;                    // kind "package": its PackageNode, hex (node.py)
 };
 
 struct Plan {

@@ -242,7 +242,7 @@ void check_ops(const Json& j, const Checker& c, const JValue& ops, Plan& plan) {
     if (out.kind == "package") {
       const JValue* node = j.member(op, "node");
       if (node == nullptr || node->type != JType::String) refuse(at + ".node");
-      out.has_node = true;
+      out.node = j.str(*node);
     }
   }
 }

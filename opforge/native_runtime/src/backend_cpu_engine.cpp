@@ -77,6 +77,7 @@ const EngineApi& engine_api() {
   bind(api->post_op, "ofc_post_op");
   bind(api->add_op, "ofc_add_op");
   bind(api->add_kernel, "ofc_add_kernel");
+  bind(api->add_external, "ofc_add_external");
   bind(api->finalize, "ofc_finalize");
   bind(api->execute, "ofc_execute");
   if (!missing.empty() || api->abi_version() != kEngineAbiVersion) {

@@ -43,6 +43,10 @@ struct EngineApi {
                         const int32_t* tags, const int64_t* values, const int64_t* lengths,
                         const double* doubles, const int64_t* int_pool, int64_t n_int,
                         const double* double_pool, int64_t n_double, char* error, int32_t size);
+  // a call-out: fn(state, inputs, n_in, outputs, n_out, error, size) per execution
+  // (opforge/cpu_external.h's opforge_ext_fn; an op package's execute has its type)
+  int32_t (*add_external)(void* handle, void* fn, void* state, const char* name, const int32_t* ins,
+                          int32_t n_in, const int32_t* outs, int32_t n_out, char* error, int32_t size);
   int32_t (*finalize)(void* handle, const int32_t* inputs, int32_t n_in, const int32_t* outputs,
                       int32_t n_out, char* error, int32_t size);
   int32_t (*execute)(void* handle, void* const* inputs, void* const* outputs, char* error, int32_t size);

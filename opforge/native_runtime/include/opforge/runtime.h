@@ -101,6 +101,11 @@ OPF_API const char* opf_registry_operator(const opf_registry* registry, int64_t 
  * it, the environment variable OPFORGE_CPU_ENGINE. A program whose delegates cannot run
  * is refused at load with OPF_ERR_UNSUPPORTED naming the delegate. */
 OPF_API opf_status opf_backend_set_library(const char* backend, const char* path);
+/* Allow the cpu backend to load the op-package library at path (or any library under the
+ * folder path) when a program's delegate names it: loading a library runs its code, and a
+ * program file is untrusted. $OPFORGE_OP_PACKAGES (':'-separated) allows the same way.
+ * A program naming a package not allowed is refused at load with OPF_ERR_LIBRARY. */
+OPF_API opf_status opf_op_package_trust(const char* path);
 
 /* ---- programs -------------------------------------------------------------------- */
 typedef struct opf_load_options {
