@@ -19,8 +19,8 @@ namespace opforge::portable {
 // A large product is split over blocks of rows or columns on the threads ctx lends
 // (kernel_services.h), never over k: the bits do not depend on the thread count. Returns
 // false, with ctx failed naming `op`, when the packing buffers would exceed the memory the
-// kernel may use (workspace_limit(ctx), all threads together) or cannot be allocated; C
-// is then untouched.
+// kernel may use (workspace_limit(ctx), all threads together: C is then untouched) or
+// cannot be allocated (C may then be partly written).
 bool gemm(opforge_context* ctx, const char* op, int64_t m, int64_t n, int64_t k, const float* a,
           int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb, float* c, int64_t rsc,
           int64_t csc, bool accumulate);
