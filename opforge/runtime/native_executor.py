@@ -64,6 +64,7 @@ class NativeProgram:
 
     def __init__(self, source, *, kernels: Iterable[str | os.PathLike] = (),
                  max_memory: int | None = None, num_threads: int | None = None) -> None:
+        from opforge.runtime.limits import max_memory as memory_limit_of
         from opforge.runtime.threads import resolve_thread_count
 
         lib = self._lib = runtime_library()
@@ -78,7 +79,9 @@ class NativeProgram:
         self._registry_finalizer = weakref.finalize(self, lib.opf_registry_free, registry)
         for library in kernels:
             self._load_library(os.fspath(library))
-        options = _LoadOptions(ctypes.sizeof(_LoadOptions), 0, int(max_memory or 0))
+        # checked as the lean loader checks it (a positive int); None: the runtime's default
+        limit = 0 if max_memory is None else memory_limit_of(max_memory, api=api)
+        options = _LoadOptions(ctypes.sizeof(_LoadOptions), 0, limit)
         handle = ctypes.c_void_p()
         if isinstance(source, Program):
             source = to_bytes(source)
