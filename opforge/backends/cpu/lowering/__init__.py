@@ -140,6 +140,7 @@ from opforge.backends.cpu.lowering.quantized import (  # noqa: F401
     find_int8_patterns,
     lower_quant,
 )
+from opforge.backends.cpu.lowering.roll import lower_roll  # noqa: F401
 from opforge.backends.cpu.lowering.fusion import (  # noqa: F401
     FUSABLE,
     MAX_POST_OPS,

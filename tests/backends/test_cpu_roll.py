@@ -1,0 +1,60 @@
+"""aten::roll inside cpu delegates (lowering/roll.py): torchvision Swin's shifted windows roll
+the feature map before and after attention; a roll on the kernels cut swin_t into 11
+delegates (issue 47). A roll only moves values, so the delegate's result must equal eager's
+bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from opforge.export import delegation_report, export
+from opforge.runtime import load
+
+
+class Rolls(nn.Module):
+    """Swin's shift and its inverse around an op, then rolls of other kinds: one dim, a
+    shift past the size, a dim named twice, a transposed (strided) source, a zero shift."""
+
+    def forward(self, x):
+        shifted = torch.roll(x * 2.0, shifts=(-3, -3), dims=(1, 2))
+        back = torch.roll(shifted + 1.0, shifts=(3, 3), dims=(1, 2))
+        return (back, torch.roll(x, 5, 0), torch.roll(x, 31, 2), torch.roll(x, (2, -5), (1, 1)),
+                torch.roll(x.transpose(1, 2), (2, 7, -1), (1, 3, 1)), torch.roll(x, 0, 3) - 1.0)
+
+
+def _report(program):
+    return delegation_report(program)["forward"]
+
+
+@pytest.mark.parametrize("kernels", [None, "portable"])
+def test_rolls_run_in_one_delegate_and_match_eager_exactly(kernels):
+    x = torch.randn(2, 14, 13, 8, generator=torch.Generator().manual_seed(11))
+    model = Rolls().eval()
+    program = export(model, (x,), backends=["cpu"], kernels=kernels)
+    report = _report(program)
+    assert len(report["delegates"]) == 1 and not report["rejected"], report
+    got = load(program).method("forward")(x.numpy())
+    with torch.no_grad():
+        want = model(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w.numpy())
+
+
+class FlatRoll(nn.Module):
+    def forward(self, x):
+        return torch.roll(x + 1.0, 3) * 2.0
+
+
+@pytest.mark.parametrize("kernels", [None, "portable"])
+def test_a_roll_of_the_flattened_tensor(kernels):
+    # torch's decomposition rolls the flattened view over dim 0 (delegated); the portable
+    # set keeps roll without dims, which stays on the kernels
+    x = torch.randn(3, 5)
+    program = export(FlatRoll().eval(), (x,), backends=["cpu"], kernels=kernels)
+    rejected = [r["op"] for r in _report(program)["rejected"]]
+    assert rejected == ([] if kernels is None else ["aten::roll.default"]), rejected
+    got = load(program).method("forward")(x.numpy())
+    np.testing.assert_array_equal(np.asarray(got[0]), FlatRoll()(x).numpy())
