@@ -165,10 +165,16 @@ def lower_constant_pad(L: Lowering, node, args, kwargs):
         raise Unsupported("dtype", f"aten::constant_pad_nd on {fake.dtype}; stays on the kernels")
     src = L.materialize(x)
     s = L.spec(src)
+    if all(type(p) is int and p == 0 for p in pad) and L.spec(src).dtype == fake.dtype:
+        # torchvision's Swin pads every block's input to whole windows, by 0 when they fit:
+        # the input itself (a fill and a copy of the feature map per block before)
+        return ("t", src)
     out = L.new_tensor(fake.dtype, fake.shape)
     o = L.spec(out)
     dims = L.shape(fake)
-    L.op("ew", [], [out], [EW["fill"], 0, len(dims), *dims, *o.strides], [1.0, float(value)], name="fill")
+    if not all(type(p) is int and p <= 0 for p in pad):  # (a crop: the copy writes it all)
+        L.op("ew", [], [out], [EW["fill"], 0, len(dims), *dims, *o.strides], [1.0, float(value)],
+             name="fill")
     lengths, src_off, dst_off = [], 0, 0
     for k in range(len(s.dims)):
         j = len(s.dims) - 1 - k  # pad pairs run from the last dim backwards

@@ -1,7 +1,8 @@
-"""aten::roll inside cpu delegates (lowering/roll.py): torchvision Swin's shifted windows roll
-the feature map before and after attention; a roll on the kernels cut swin_t into 11
-delegates (issue 47). A roll only moves values, so the delegate's result must equal eager's
-bit for bit."""
+"""aten::roll and zero padding inside cpu delegates, as torchvision's Swin has them (issue 47):
+its shifted windows roll the feature map before and after attention (lowering/roll.py; a
+roll on the kernels cut swin_t into 11 delegates), and every block pads its input to whole
+windows, by 0 when they fit (lowering/views.py: the input itself, no fill and copy). Both
+only move values, so the delegate's result must equal eager's bit for bit."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from opforge.export import delegation_report, export
+from opforge.backends.cpu import engine as cpu_engine
 from opforge.runtime import load
 
 
@@ -58,3 +61,28 @@ def test_a_roll_of_the_flattened_tensor(kernels):
     assert rejected == ([] if kernels is None else ["aten::roll.default"]), rejected
     got = load(program).method("forward")(x.numpy())
     np.testing.assert_array_equal(np.asarray(got[0]), FlatRoll()(x).numpy())
+
+
+class Pads(nn.Module):
+    """Padding by 0 (Swin's when the windows fit), a crop, a real pad, an output that is the
+    input padded by 0."""
+
+    def forward(self, x):
+        return (F.pad(x * 2.0, (0, 0, 0, 0, 0, 0)) + 1.0, F.pad(x, (0, 0, -1, 0, 0, -2)),
+                F.pad(x + 1.0, (0, 0, 0, 1, 0, 1), value=3.0), F.pad(x, (0, 0, 0, 0)))
+
+
+@pytest.mark.parametrize("kernels", [None, "portable"])
+def test_pads_by_zero_are_the_input_itself(kernels):
+    x = torch.randn(1, 7, 9, 4, generator=torch.Generator().manual_seed(12))
+    model = Pads().eval()
+    program = export(model, (x,), backends=["cpu"], kernels=kernels)
+    ops = [op for op, _ in cpu_engine.program_impls(program)]
+    # the real pad fills and copies; the crop copies; a pad by 0 is no op at all, except
+    # the copy that makes the input padded by 0 an output of its own
+    assert ops.count("elementwise") == 1 and ops.count("copy") == 3, ops
+    got = load(program).method("forward")(x.numpy())
+    with torch.no_grad():
+        want = model(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w.numpy())
