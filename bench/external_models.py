@@ -9,7 +9,7 @@ the lean runtime and on the cpu backend, each checked against eager float64.
 
 Set up the environment once with ``bash bench/setup_external.sh``. Each model runs in its
 own process (bench/external_check.py: how parameters are spread, the verdicts and the
-criterion are in its docstring) with ``--timeout`` seconds, OMP_NUM_THREADS=1 and nice 10;
+criterion are in its docstring) with ``--timeout`` seconds, OMP_NUM_THREADS=1 and nice 10 (not with ``--time``);
 ``--jobs`` processes at a time. Writes ``bench/results/external_models.md`` (the table,
 machine, versions, date, command) and ``external_models.json`` beside it. Rows of models not
 run this time are kept from the previous JSON (with their own date and commit) unless
@@ -49,8 +49,11 @@ def _run_one(name: str, timeout: float, flags: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "OPFORGE_NUM_THREADS": "1"}
     start = time.monotonic()
+    # nice 10 leaves a shared machine to others; a timed check runs at the others' priority,
+    # or its time would be theirs (eager and the cpu backend are timed interleaved either way)
+    nice = [] if "--time" in flags else ["nice", "-n", "10"]
     try:
-        done = subprocess.run(["nice", "-n", "10", sys.executable, str(HERE / "external_check.py"), name, *flags],
+        done = subprocess.run([*nice, sys.executable, str(HERE / "external_check.py"), name, *flags],
                               capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"model": name, "skipped": f"timeout after {timeout:.0f} s"}
@@ -142,7 +145,7 @@ def markdown(rows: list[dict], setup: dict) -> str:
         f"- Machine: {setup['machine']['cpu']}, {setup['machine']['cores']} cores, "
         f"{setup['machine']['memory_gib']} GiB, Linux {setup['machine']['kernel']}, Python "
         f"{setup['machine']['python']}; opforge commit {setup['machine']['opforge_commit']}; "
-        "shared with other jobs. One thread per model (OMP_NUM_THREADS=1), nice 10.",
+        "shared with other jobs. One thread per model (OMP_NUM_THREADS=1), nice 10 unless timed (--time).",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in setup["versions"].items()) + ".",
         "- Criterion (tests/backends/test_cpu_models.py): right when max |got − float64| ≤ "
         "8 × max |eager float32 − float64| + 2 · eps(float32) · max |float64|; refused when "
