@@ -26,5 +26,7 @@ def bundle(programs: tuple[str, ...], out_dir: str, libraries: tuple[str, ...],
     click.echo(f"wrote {written.path}: {len(written.programs)} program(s), "
                f"{len(written.selected)} portable kernel(s), {len(written.libraries)} native "
                f"librar{'y' if len(written.libraries) == 1 else 'ies'}")
+    if written.cpu is not None:
+        click.echo(f"cpu delegates: {written.cpu.engine} and {written.cpu.onednn} (linked by the app)")
     click.echo(f"build it: cmake -S {written.path} -B {written.path}/build "
                f"-DCMAKE_BUILD_TYPE=Release && cmake --build {written.path}/build")

@@ -2,6 +2,7 @@
 
     programs → the operator keys they call → the kernels that serve them (portable rows,
     native libraries) → a copy of the runtime's sources with only those kernel rows →
+    cpu delegates: the engine and oneDNN in lib/ (bundle_cpu.py) →
     CMakeLists.txt + main.c + README.md
 
 The output builds with CMake alone: no Python in the build or in the process.
@@ -30,6 +31,7 @@ import jinja2
 
 from opforge.errors import BuildError, ProgramError
 from opforge.native_runtime.build import source_dir
+from opforge.native_runtime.bundle_cpu import CpuLibraries, check_delegates, copy_cpu_libraries
 
 __all__ = ["Bundle", "bundle", "family_rows"]
 
@@ -49,6 +51,7 @@ class Bundle:
     programs: tuple[str, ...]
     selected: tuple[str, ...]
     libraries: tuple[str, ...]
+    cpu: CpuLibraries | None = None  # the engine and oneDNN, for programs with cpu delegates
 
 
 def family_rows(path: Path) -> list[tuple[tuple[int, int], str]]:
@@ -80,7 +83,7 @@ def bundle(programs: Sequence[str | Path], out_dir: str | Path, *,
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", app):
         raise BuildError(f"{_API}: app name {app!r} — valid: letters, digits, '_' and '-' — "
                          "fix: choose another --app")
-    needed = _operator_keys(programs, method)
+    needed, delegated = _operator_keys(programs, method)
     library_keys = {Path(lib): _library_keys(Path(lib)) for lib in kernels}
     families = sorted((source_dir() / "kernels" / "ops").glob("*.cpp"))
     rows = {f: family_rows(f) for f in families}
@@ -115,37 +118,34 @@ def bundle(programs: Sequence[str | Path], out_dir: str | Path, *,
         for lib in library_keys:
             shutil.copy2(lib, out / "kernels" / lib.name)
             library_names.append(f"kernels/{lib.name}")
+    cpu = copy_cpu_libraries(out / "lib") if delegated else None
     (out / "selected_kernels.txt").write_text("".join(k + "\n" for k in selected))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(source_dir() / "templates"),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     context = dict(app=app, program=program_names[0], programs=program_names, method=method,
-                   libraries=library_names, cpu_backend=False)
+                   libraries=library_names, cpu_backend=cpu is not None, cpu=cpu)
     (out / "main.c").write_text(env.get_template("main.c.j2").render(context))
     (out / "CMakeLists.txt").write_text(env.get_template("CMakeLists.txt.j2").render(context))
     (out / "README.md").write_text(env.get_template("README.md.j2").render(
         context, selected=selected))
-    return Bundle(out, app, tuple(program_names), tuple(selected), tuple(library_names))
+    return Bundle(out, app, tuple(program_names), tuple(selected), tuple(library_names), cpu)
 
 
-def _operator_keys(programs: Sequence[str | Path], method: str) -> set[str]:
+def _operator_keys(programs: Sequence[str | Path], method: str) -> tuple[set[str], bool]:
+    """The operator keys the programs call, and whether any has cpu delegates."""
     from opforge.program import load
 
     keys: set[str] = set()
+    delegated = False
     for path in programs:
         program = load(path)
-        if program.delegates:
-            ids = sorted({d.id for d in program.delegates})
-            raise BuildError(
-                f"{_API}: {path} — holds {len(program.delegates)} delegate(s) ({', '.join(ids)}) "
-                "— valid: programs whose every instruction is a kernel call (a bundle does not "
-                "carry the cpu engine and oneDNN yet; opforge-run and the C API run cpu "
-                "delegates with opf_backend_set_library) — fix: export without delegation")
+        delegated = check_delegates(program, path) or delegated
         if method not in [m.name for m in program.methods]:
             raise ProgramError(f"{_API}: {path} — has no method {method!r} — valid: "
                                f"{', '.join(m.name for m in program.methods)} — fix: pass --method")
         for m in program.methods:
             keys.update(op.key for op in m.operators)
-    return keys
+    return keys, delegated
 
 
 def _library_keys(path: Path) -> set[str]:

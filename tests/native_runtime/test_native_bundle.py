@@ -116,3 +116,77 @@ def test_bundle_refuses_a_non_empty_folder(tmp_path, portable_keys):
     with pytest.raises(BuildError, match="not empty"):
         bundle([tmp_path / "chain.opf"], tmp_path / "app", portable_keys=portable_keys)
     assert (tmp_path / "app" / "keep.txt").read_text() == "mine"
+
+
+# --- programs with cpu delegates: the bundle carries the engine and oneDNN -----------------------
+
+class _ConvLinear:
+    """A small conv → relu → linear model, for the cpu backend."""
+
+    @staticmethod
+    def program():
+        import torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+                self.fc = torch.nn.Linear(8 * 6 * 6, 10)
+
+            def forward(self, x):
+                return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+        from opforge.export import export
+
+        torch.manual_seed(0)
+        x = torch.randn(2, 3, 6, 6)
+        return export(Net().eval(), (x,), kernels="portable", backends=["cpu"]), x.numpy()
+
+
+def _loaded_files(stderr: str) -> list[str]:
+    """The path of each library LD_DEBUG=files reports initialising (every C++ library
+    has initialisers: libdnnl, the engine, libstdc++, a libpython would)."""
+    return [line.split("calling init:", 1)[1].strip() for line in stderr.splitlines()
+            if "calling init:" in line]
+
+
+@pytest.mark.slow  # CMake builds the runtime with its cpu backend (~1 min on 2 busy cores)
+def test_a_delegated_program_bundles_with_the_engine_and_onednn(tmp_path, portable_keys):
+    from opforge.backends import get_backend
+
+    if get_backend("cpu").unavailable() is not None:
+        pytest.skip("the cpu backend's engine cannot run here")
+    program, x = _ConvLinear.program()
+    assert program.delegates and all(d.id == "cpu" for d in program.delegates)
+    save(program, tmp_path / "net.opf")
+    written = bundle([tmp_path / "net.opf"], tmp_path / "app", portable_keys=portable_keys)
+    assert written.cpu is not None
+    lib = written.path / "lib"
+    assert (written.path / written.cpu.engine).is_file() and (lib / "libdnnl.so.3").is_file()
+    assert (lib / "onednn" / "LICENSE").is_file()
+    app = _cmake_build(written.path)
+
+    x.tofile(tmp_path / "x.bin")
+    run = subprocess.run([str(app), str(tmp_path / "x.bin")], cwd=tmp_path, capture_output=True,
+                         text=True, env={"LD_DEBUG": "files", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    files = _loaded_files(run.stderr)
+    assert files and not [f for f in files if "python" in f.lower() or "/.venv/" in f], files
+    onednn = [f for f in files if "libdnnl" in f]
+    engine = [f for f in files if "libopforge_cpu" in f]
+    assert onednn == [str(lib / "libdnnl.so.3")], files  # from the bundle, once
+    assert engine == [str(written.path / written.cpu.engine)], files
+    got = np.fromfile(tmp_path / "output_0.bin", np.float32).reshape(2, 10)
+    (want,) = load(program).method("forward")(x)  # the Python cpu backend: the same engine
+    assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_bundle_refuses_delegates_it_cannot_carry(tmp_path, portable_keys):
+    from dataclasses import replace
+
+    program, _ = _ConvLinear.program()
+    other = replace(program, delegates=tuple(replace(d, id="xnnpack") for d in program.delegates))
+    save(other, tmp_path / "x.opf")
+    with pytest.raises(BuildError, match=r"backend\(s\) xnnpack — valid: cpu delegates"):
+        bundle([tmp_path / "x.opf"], tmp_path / "app", portable_keys=portable_keys)
+    assert not (tmp_path / "app").exists()
