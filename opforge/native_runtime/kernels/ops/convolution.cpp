@@ -100,12 +100,12 @@ struct Geometry {
 
 // im2col for one image and one group: columns[(c, kd, kh, kw)][(od, oh, ow)].
 template <typename T>
-void im2col(const Geometry& g, const T* x, T* col) {
+void im2col(const Geometry& g, const T* x, T* col, int64_t c_begin, int64_t c_end) {
   const Vol& X = g.x;
   const Vol& Y = g.y;
   int64_t P = g.positions;
-  int64_t row = 0;
-  for (int64_t c = 0; c < g.cin_g; ++c)
+  int64_t row = c_begin * g.k[0] * g.k[1] * g.k[2];
+  for (int64_t c = c_begin; c < c_end; ++c)
     for (int64_t kd = 0; kd < g.k[0]; ++kd)
       for (int64_t kh = 0; kh < g.k[1]; ++kh)
         for (int64_t kw = 0; kw < g.k[2]; ++kw, ++row) {
@@ -268,7 +268,9 @@ bool forward(opforge_context* ctx, const Geometry& g, const View& xv, const View
         if (direct) {
           b = xg; rsb = X.sc; csb = xstride;
         } else {
-          im2col<T>(g, xg, col);
+          // the columns of input channels [c0, c1) per task (a copy: 2^16 elements a task)
+          parallel_ranges(ctx, g.cin_g, parallel_parts(ctx, g.cin_g, (int64_t(1) << 16) / (ktaps * P) + 1),
+                          1, [&](int64_t c0, int64_t c1) { im2col<T>(g, xg, col, c0, c1); });
           b = col; rsb = P; csb = 1;
         }
         T* c = dense_y ? dense_y : yg;
