@@ -25,9 +25,24 @@
 // the GELU one (1.27 on oneDNN): the mlp call 4.6 → 3.3 µs. (Reading b in place instead,
 // row-major or as dot products over a linear layer's [N, K] rows, ran 1.5-2× slower than
 // this: strided rows and the sums across lanes.)
+//
+// Decode-shaped: the same kernel takes at most 8 rows against larger constant weights (a
+// decoder's one-token step: every weight read once per call, from memory), reading b in
+// the layout oneDNN's own matmul of that shape reorders it into, when that layout is
+// BA16a64b ([N/64][K/16][16 k][64 n]: 64 columns as 4 panels, a row of k 64 floats apart):
+// the same reordered weights through the weight cache, so nothing is held twice, and a
+// 64-column block streams its K rows in order. Measured on an AMD EPYC (Zen 4, 1 thread,
+// weights far past the caches; bench/decode_matmul.py): oneDNN's brgemm reads 13-14 GB/s
+// at one row, this 18-23 GB/s; 1-8 rows 1.2-1.8× faster on every decoder shape tried;
+// OPFORGE_CPU_DECODE_MATMUL=0 keeps oneDNN's. Post-ops: the register ones in the kernel,
+// the rest (a residual add's binary one included) in place after it. Blocks of 64
+// columns are split over the op's threads.
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+#include <cstdlib>
+#include <cstring>
 
 #include "engine.h"
 
@@ -39,12 +54,20 @@ namespace {
 constexpr int kPanel = 16;        // columns per panel (one AVX-512 register)
 constexpr int64_t kMaxRows = 8;
 constexpr int64_t kMaxWeights = (int64_t)1 << 16;  // K·N: 256 KB (build_small_matmul)
+constexpr int kBlockPanels = 4;   // panels a block of columns reads (64 columns)
 
 struct SmallMatmulOp : Op {
   int64_t m = 0, k = 0, n = 0, panels = 0;
   int64_t sa_m = 0, sa_k = 0, sd_m = 0;  // a's and dst's strides (dst's columns contiguous)
-  memory packed;              // b as [panel][K][16], through the weight cache
+  memory packed;              // b as [panel][K][16] (or BA16a64b), through the weight cache
   const float* bp = nullptr;  // its data
+  // element (k, column 16p + j) of the panels from p0 (a multiple of 4) at
+  // base(p0) + k·step_k + (p - p0)·step_p + j
+  int64_t step_k = kPanel, step_p = 0, block_stride = 0;  // block_stride: BA16a64b's N-block
+  int team = 1;
+  const float* base(int64_t p0) const {
+    return block_stride ? bp + (p0 / kBlockPanels) * block_stride : bp + p0 * step_p;
+  }
   std::vector<float> bias;    // panels·16 (zeros where there is none)
   std::vector<RegisterPostOp> post;
   Epilogue rest;  // the post-ops after the ones above: elementwise, in place (nan.cpp)
@@ -62,10 +85,10 @@ OFC_AVX512 void block(const SmallMatmulOp& op, const float* a, float* d, int64_t
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const int64_t K = op.k;
-  const float* panel = op.bp + p0 * K * kPanel;
+  const float* panel = op.base(p0);
   for (int64_t kk = 0; kk < K; ++kk) {
     __m512 bv[P];
-    for (int p = 0; p < P; ++p) bv[p] = _mm512_loadu_ps(panel + (p * K + kk) * kPanel);
+    for (int p = 0; p < P; ++p) bv[p] = _mm512_loadu_ps(panel + kk * op.step_k + p * op.step_p);
     for (int r = 0; r < R; ++r) {
       const __m512 av = _mm512_set1_ps(a[(m0 + r) * op.sa_m + kk * op.sa_k]);
       for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(av, bv[p], acc[r][p]);
@@ -87,30 +110,55 @@ OFC_AVX512 void block(const SmallMatmulOp& op, const float* a, float* d, int64_t
   }
 }
 
+// R rows × the np (1-4) panels from p0
 template <int R>
-OFC_AVX512 void rows(const SmallMatmulOp& op, const float* a, float* d, int64_t m0) {
-  int64_t p0 = 0;
-  for (; p0 + 4 <= op.panels; p0 += 4) block<R, 4>(op, a, d, m0, p0);
-  switch (op.panels - p0) {
+OFC_AVX512 void rows(const SmallMatmulOp& op, const float* a, float* d, int64_t m0, int64_t p0, int64_t np) {
+  switch (np) {
+    case 4: block<R, 4>(op, a, d, m0, p0); break;
     case 3: block<R, 3>(op, a, d, m0, p0); break;
     case 2: block<R, 2>(op, a, d, m0, p0); break;
-    case 1: block<R, 1>(op, a, d, m0, p0); break;
-    default: break;
+    default: block<R, 1>(op, a, d, m0, p0); break;
   }
 }
 
 void SmallMatmulOp::run(Engine& e) {
   const float* a = static_cast<const float*>(e.ptr(ins[0]));
   float* d = static_cast<float*>(e.ptr(outs[0]));
-  int64_t m0 = 0;
-  for (; m0 + 4 <= m; m0 += 4) rows<4>(*this, a, d, m0);
-  switch (m - m0) {
-    case 3: rows<3>(*this, a, d, m0); break;
-    case 2: rows<2>(*this, a, d, m0); break;
-    case 1: rows<1>(*this, a, d, m0); break;
-    default: break;
-  }
+  // per block of 4 panels, every row: a block's weights are read from memory once a call
+  parallel_for(team, (panels + kBlockPanels - 1) / kBlockPanels, [&](int64_t i) {
+    const int64_t p0 = i * kBlockPanels, np = std::min<int64_t>(kBlockPanels, panels - p0);
+    int64_t m0 = 0;
+    for (; m0 + 4 <= m; m0 += 4) rows<4>(*this, a, d, m0, p0, np);
+    switch (m - m0) {
+      case 3: rows<3>(*this, a, d, m0, p0, np); break;
+      case 2: rows<2>(*this, a, d, m0, p0, np); break;
+      case 1: rows<1>(*this, a, d, m0, p0, np); break;
+      default: break;
+    }
+  });
   if (!rest.steps.empty()) rest.run(e, outs[0]);
+}
+
+// the weights' layout for oneDNN's matmul of this call (what build_matmul would reorder
+// them into), when it is BA16a64b over b's last two dims: its N-block stride, else 0
+int64_t decode_layout(Engine& e, const OpCall& c, memory::desc& want) {
+  const char* off = std::getenv("OPFORGE_CPU_DECODE_MATMUL");
+  if (off != nullptr && std::strcmp(off, "0") == 0) return 0;
+  const Tensor& b = e.tensors[(size_t)c.ins[1]];
+  const int r = (int)b.dims.size();
+  try {
+    memory::desc any(b.dims, memory::data_type::f32, tag::any);
+    dnnl::matmul::primitive_desc pd(e.eng, e.tensors[(size_t)c.ins[0]].md(), any,
+                                    e.tensors[(size_t)c.outs[0]].md());
+    want = pd.weights_desc();
+  } catch (const dnnl::error&) {
+    return 0;
+  }
+  if (want.get_format_kind() != memory::format_kind::blocked) return 0;
+  const memory::dims blks = want.get_inner_blks(), idxs = want.get_inner_idxs(), st = want.get_strides();
+  if (blks != memory::dims{16, 64} || idxs != memory::dims{r - 2, r - 1} || st[(size_t)r - 2] != 16 * 64)
+    return 0;
+  return st[(size_t)r - 1];
 }
 
 }  // namespace
@@ -131,8 +179,7 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
   // at most 256 KB of weights: past that a few rows are memory-bound on either kernel, and
   // it bounds what a weight that oneDNN's matmul also reads in its own layout (a dynamic
   // delegate's larger shapes, a decoder's prefill beside its one-row steps) holds twice
-  if (M < 1 || M > kMaxRows || N < 1 || K < 1 || __builtin_mul_overflow(K, N, &weights) ||
-      weights > kMaxWeights)
+  if (M < 1 || M > kMaxRows || N < 1 || K < 1 || __builtin_mul_overflow(K, N, &weights))
     return false;
   if (!e.tensors[(size_t)e.root(c.ins[1])].is_const ||
       e.root(c.ins[0]) == e.root(c.outs[0]))  // (an output over its input: oneDNN's, as before)
@@ -147,21 +194,40 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
   }
   // the post-ops the kernel runs in registers, the rest in place after it
   std::vector<RegisterPostOp> post;
-  const int first_rest = register_post_ops(c.post, post);
+  int first_rest = register_post_ops(c.post, post);
+  memory::desc want;
+  int64_t block_stride = 0;
+  if (weights > kMaxWeights) {  // decode-shaped: oneDNN's own layout, or oneDNN's matmul
+    block_stride = decode_layout(e, c, want);
+    if (block_stride == 0) return false;
+    if (first_rest < 0) {  // a binary one (a residual add): all of them in place after
+      post.clear();
+      first_rest = 0;
+    }
+  }
   if (first_rest < 0) return false;  // a binary one reads another tensor: oneDNN's, as before
   const float* biassrc = bias ? static_cast<const float*>(e.ptr(c.ins[2])) : nullptr;
   if (bias && biassrc == nullptr) return false;
   // the panels are a oneDNN layout of b, reordered once through the program's weight cache
   // (shared by every engine that multiplies by the weight this way)
-  memory::desc want;
-  try {  // [panel][K][16] is aBc16b of [1, N, K]; as [K, N], its transpose
-    want = memory::desc({1, N, K}, memory::data_type::f32, tag::aBc16b).reshape({N, K}).permute_axes({1, 0});
-    want = want.reshape(b.dims);
-  } catch (const dnnl::error&) {
-    return false;
+  if (block_stride == 0) {
+    try {  // [panel][K][16] is aBc16b of [1, N, K]; as [K, N], its transpose
+      want = memory::desc({1, N, K}, memory::data_type::f32, tag::aBc16b).reshape({N, K}).permute_axes({1, 0});
+      want = want.reshape(b.dims);
+    } catch (const dnnl::error&) {
+      return false;
+    }
   }
   auto op = std::make_unique<SmallMatmulOp>();
-  op->name = "matmul on few rows (own kernel)";
+  op->name = block_stride ? "matmul on few rows, decode-shaped (own kernel)" : "matmul on few rows (own kernel)";
+  if (block_stride) {
+    op->block_stride = block_stride;
+    op->step_k = kBlockPanels * kPanel;
+    op->step_p = kPanel;
+    op->team = op_threads(e, c);
+  } else {
+    op->step_p = K * kPanel;
+  }
   op->m = M; op->k = K; op->n = N;
   op->panels = (N + kPanel - 1) / kPanel;
   op->sa_m = a.strides[r - 2]; op->sa_k = a.strides[r - 1];

@@ -1,0 +1,118 @@
+"""Decode-shaped matmuls on the cpu backend's engine: a few rows (1-8) against a decoder's
+weights, float32 on oneDNN's matmul beside the engine's own kernels, per shape, 1 thread.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/decode_matmul.py
+    .venv/bin/python bench/decode_matmul.py --rows 1 4 --shapes 768x2048
+
+Each kernel is an engine plan of one op written by hand (the plan the lowering emits for
+a linear layer): ``matmul`` of [M, K] by a constant [K, N] (oneDNN, as the float32 program
+runs it; at most 2^16 weights the engine's own few-row kernel instead), and ``int_matmul``
+of int8 per-channel and int4 blocks-of-32 weights (``native/int_matmul.cpp``). A decode
+step reads each weight once, from memory: the weights of a real decoder (hundreds of MB)
+are not in any cache. So each kind is timed round-robin over enough copies of its weights
+to pass 160 MB (each copy its own engine), and the time per call is the median over
+rounds; GB/s is the weight bytes one call reads (scales included) over that time.
+Prints a table and writes ``results/decode_matmul.md`` with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "backends"))
+
+from machine import describe_machine  # noqa: E402
+
+SHAPES = ("768x768", "768x256", "768x2048", "2048x768", "768x32000")
+KINDS = ("float32 (oneDNN)", "int8 per channel", "int4 block 32")
+TOTAL = 160 << 20
+
+
+def plan(kind: str, m: int, k: int, n: int, seed: int):
+    import test_cpu_hostile_plans as hostile
+    import torch
+
+    from opforge.backends.cpu.lowering.int_weights import IntWeight
+
+    rng = np.random.default_rng(seed)
+    p = hostile.Plan()
+    a = p.tensor(hostile.F32, [m, k], role="input")
+    y = p.tensor(hostile.F32, [m, n], role="output")
+    if kind.startswith("float32"):
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        p.op("matmul", [a, p.const(w)], [y])
+        return p, w.nbytes
+    bits, group = (8, k) if kind.startswith("int8") else (4, 32)
+    top = 127 if bits == 8 else 7
+    q = torch.from_numpy(rng.integers(-top, top + 1, (n, k)).astype(np.int8))
+    scales = torch.from_numpy(rng.random((n, -(-k // group))).astype(np.float32) * 0.01)
+    packed, panel_scales = IntWeight(q, scales, group, bits).packed()
+    p.op("int_matmul", [a, p.const(packed.numpy()), p.const(panel_scales.numpy())], [y],
+         ia=[bits, group])
+    return p, packed.numel() + panel_scales.numel() * 4
+
+
+def time_kind(kind: str, m: int, k: int, n: int, rounds: int) -> tuple[float, int, str]:
+    import test_cpu_hostile_plans as hostile
+    from opforge.backends.cpu.binding import Binding
+
+    first, nbytes = plan(kind, m, k, n, 0)
+    copies = max(1, min(200, -(-TOTAL // nbytes)))
+    handles = [first.handle()] + [plan(kind, m, k, n, i)[0].handle() for i in range(1, copies)]
+    x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
+    calls = [Binding(h, [x], [np.zeros((m, n), np.float32)]) for h in handles]
+    for call in calls:  # warm: first-run work, page faults
+        call()
+    per_call = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for call in calls:
+            call()
+        per_call.append((time.perf_counter() - start) / len(calls))
+    impl = [str(line) for line in handles[0].describe()]
+    return statistics.median(per_call), nbytes, next((l for l in impl if "matmul" in l), "")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="KxN")
+    parser.add_argument("--rows", nargs="+", type=int, default=[1, 2, 4, 8])
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    args = parser.parse_args(argv)
+    lines = ["| K×N | M | " + " | ".join(f"{k} µs (GB/s)" for k in args.kinds) + " |",
+             "| --- | ---: |" + " ---: |" * len(args.kinds)]
+    for shape in args.shapes:
+        k, n = (int(v) for v in shape.split("x"))
+        for m in args.rows:
+            cells = []
+            for kind in args.kinds:
+                seconds, nbytes, _ = time_kind(kind, m, k, n, args.rounds)
+                cells.append(f"{seconds * 1e6:.1f} ({nbytes / seconds / 1e9:.1f})")
+            lines.append(f"| {shape} | {m} | " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    machine = describe_machine(HERE.parent)
+    text = "\n".join([
+        "# Decode-shaped matmuls (cpu backend engine, 1 thread)", "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine['cpu']}, {machine['cores']} cores, "
+        f"load average {machine['load_average'][0]:.2f}; opforge {machine['opforge_commit']}; "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}. "
+        "`bench/decode_matmul.py` says what each column is.", "", *lines]) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "decode_matmul.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Decode-shaped matmuls (small_matmul.cpp): at most 8 rows against constant weights past
+the few-row kernel's 2^16, read in oneDNN's own reordered layout (BA16a64b) by the
+engine's kernel: its numbers against float64 on rows 1..8, K not a multiple of 16 and N not
+a multiple of 16 or 64, post-ops in registers and after it (a residual add), 2 threads,
+and which calls take it (AVX-512 only; OPFORGE_CPU_DECODE_MATMUL=0 keeps oneDNN's).
+
+Tolerance: as test_cpu_small_matmul.py (each output a float32 sum of K products plus a
+bias, in order, one rounding each; 2·(K + 2)·2^-24·(Σ|a·b| + |bias|) covers both sides),
+plus one rounding of the residual add.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import test_cpu_hostile_plans as hostile  # noqa: E402
+import test_cpu_small_matmul as small  # noqa: E402
+
+pytestmark = hostile.pytestmark
+capability = hostile.capability
+DECODE = "decode-shaped (own kernel)"
+
+SHAPES = [(1, 300, 257), (2, 256, 300), (3, 100, 700), (4, 513, 130), (5, 129, 600),
+          (8, 300, 1000), (7, 64, 1025)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in SHAPES])
+@pytest.mark.parametrize("post", ["none", "relu6", "relu, gelu, clip"])
+def test_decode_shaped_matmuls_match_float64(m, k, n, post, capability):
+    described = small._check(m, k, n, post=post, transposed=(m + n) % 2 == 0,
+                             bias=("column", "one", None)[(k + n) % 3])
+    assert (DECODE in str(described)) == (capability == "native" and "avx512f" in hostile.cpu_flags())
+
+
+def _residual(m, k, n, threads):
+    p, w, bias = small._plan(m, k, n, transposed=True, bias="column", post="none")
+    other = p.tensor(hostile.F32, [m, n], role="input")
+    p.ops[-1]["post"] = [[0, small.RELU, 0.0, 0.0, -1], [1, hostile.B_ADD, 0.0, 0.0, other]]
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    r = rng.standard_normal((m, n)).astype(np.float32)
+    handle = p.handle(threads=threads)
+    got = hostile.run(handle, x, r)[0]
+    exact = np.maximum(x.astype(np.float64) @ w + bias, 0) + r
+    size = np.abs(x).astype(np.float64) @ np.abs(w) + np.abs(bias)
+    tol = 2 * (k + 2) * 2.0**-24 * size + 2.0**-24 * np.abs(exact)
+    assert (np.abs(got - exact) <= tol).all()
+    return str(handle.describe())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_residual_add_runs_after_the_kernel(threads, capability):
+    described = _residual(3, 200, 333, threads)
+    assert (DECODE in described) == (capability == "native" and "avx512f" in hostile.cpu_flags())
+
+
+def test_decode_matmul_switch(monkeypatch):
+    monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+    if "avx512f" not in hostile.cpu_flags():
+        pytest.skip("the kernel needs AVX-512")
+    assert DECODE in str(small._check(1, 768, 256))
+    assert DECODE not in str(small._check(9, 768, 256))   # more than 8 rows: oneDNN
+    monkeypatch.setenv("OPFORGE_CPU_DECODE_MATMUL", "0")
+    assert DECODE not in str(small._check(1, 768, 256))
