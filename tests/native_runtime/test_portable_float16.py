@@ -131,3 +131,68 @@ def test_logsumexp_and_norms(lib, numpy_kernels, ord):
     check(lib, numpy_kernels, "aten::linalg_vector_norm.out",
           [x.astype(np.float32), ord, [-1], False, F16, np.empty(4, F16)], [5])
     check(lib, numpy_kernels, "aten::logsumexp.out", [x, [1], False, np.empty(4, F16)], [3])
+
+
+# --- matrix products, normalizations, softmax (kernels/half_compute.h) ---------------------
+
+
+@pytest.mark.parametrize("key,shapes", [
+    ("aten::mm.out", [(5, 300), (300, 7)]),            # 300 terms: float16 sums would drift
+    ("aten::bmm.out", [(2, 4, 33), (2, 33, 6)]),
+    ("aten::matmul.out", [(3, 4, 16), (16, 5)]),
+    ("aten::dot.out", [(257,), (257,)]),
+])
+def test_products(lib, numpy_kernels, key, shapes):
+    a, b = (half(s) for s in shapes)
+    out = np.empty(np.matmul(a, b).shape, F16)
+    check(lib, numpy_kernels, key, [a, b, out], [2])
+
+
+def test_addmm_and_linear(lib, numpy_kernels):
+    x, w, bias = half((6, 40)), half((9, 40)), half((9,))
+    check(lib, numpy_kernels, "aten::addmm.out", [bias, x, w.T, 0.5, 2.0, np.empty((6, 9), F16)], [5])
+    check(lib, numpy_kernels, "aten::baddbmm.out",
+          [half((2, 3, 4)), half((2, 3, 8)), half((2, 8, 4)), 1.0, 1.0, np.empty((2, 3, 4), F16)], [5])
+    # NumPy's linear rounds the product into out, then adds the bias in float16 (two roundings,
+    # the C++ kernel one): still at most 1 ulp apart
+    check(lib, numpy_kernels, "aten::linear.out", [half((2, 3, 40)), w, bias, np.empty((2, 3, 9), F16)], [3])
+    check(lib, numpy_kernels, "aten::linear.out", [x, w, None, np.empty((6, 9), F16)], [3])
+
+
+def test_long_products_accumulate_in_float32(lib, numpy_kernels):
+    a, b = np.ones((1, 4096), F16), np.ones((4096, 2), F16)
+    want, got = run_both(lib, numpy_kernels, "aten::mm.out", [a, b, np.empty((1, 2), F16)], [2])
+    assert got[0].tolist() == want[0].tolist() == [[4096.0, 4096.0]]
+
+
+def test_mixed_float16_and_float32_products_are_refused(lib):
+    from opforge.errors import KernelError
+
+    with pytest.raises(KernelError, match="one dtype"):
+        lib.kernel("aten::mm.out")(half((2, 3)), np.ones((3, 2), np.float32), np.empty((2, 2), F16))
+
+
+def test_normalizations(lib, numpy_kernels):
+    x = half((2, 5, 48))
+    w, b = half((48,)), half((48,))
+    check(lib, numpy_kernels, "aten::native_layer_norm.out",
+          [x, [48], w, b, 1e-5, np.empty_like(x), np.empty((2, 5, 1), F16), np.empty((2, 5, 1), F16)],
+          [5, 6, 7])
+    image = half((2, 6, 4, 4))
+    c = lambda: half((6,))  # noqa: E731
+    check(lib, numpy_kernels, "aten::_native_batch_norm_legit_no_training.out",
+          [image, c(), c(), c(), np.abs(c()) + F16(0.5), 0.1, 1e-5, np.empty_like(image),
+           np.empty(0, F16), np.empty(0, F16)], [7])
+    check(lib, numpy_kernels, "aten::_native_batch_norm_legit.no_stats_out",
+          [image, c(), c(), True, 0.1, 1e-5, np.empty_like(image), np.empty(6, F16), np.empty(6, F16)],
+          [6, 7, 8])
+    check(lib, numpy_kernels, "aten::native_group_norm.out",
+          [image, c(), c(), 2, 6, 16, 3, 1e-5, np.empty_like(image), np.empty((2, 3), F16),
+           np.empty((2, 3), F16)], [8, 9, 10])
+
+
+@pytest.mark.parametrize("key", ["aten::_softmax.out", "aten::_log_softmax.out"])
+def test_softmax(lib, numpy_kernels, key):
+    x = half((3, 7, 50)) * F16(4)
+    check(lib, numpy_kernels, key, [x, -1, False, np.empty_like(x)], [3])
+    check(lib, numpy_kernels, key, [x, 1, False, np.empty_like(x)], [3])

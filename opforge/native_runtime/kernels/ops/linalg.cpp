@@ -2,7 +2,8 @@
 // opforge/kernels/portable/linalg.py). float32 and float64 go through the blocked GEMM
 // (gemm.h), integer and bool products through an exact loop that wraps as NumPy's (and
 // ATen's) integer matmul does. Like ATen, the operands and out must share one dtype
-// (ATen refuses mm of float and double; float16/bfloat16 products are not here yet).
+// (ATen refuses mm of float and double). float16 products run the float32 GEMM on float32
+// copies and round once (half_compute.h), as the NumPy kernels do; bfloat16 is not here yet.
 //
 // Every product is a batch of strided matrix products: a transposed weight, a broadcast
 // batch dimension or a matrix-vector product is only a choice of strides. A batch whose
@@ -15,6 +16,7 @@
 #include <type_traits>
 
 #include "gemm.h"
+#include "half_compute.h"
 #include "parallel.h"
 #include "tensor.h"
 
@@ -162,8 +164,8 @@ bool run_batched(opforge_context* ctx, const char* op, const Batched& p, int32_t
 
 bool supported(opforge_context* ctx, const char* op, int32_t dtype) {
   if (dtype == kFloat32 || dtype == kFloat64 || is_integral(dtype, true)) return true;
-  fail(ctx, "%s: dtype %s — valid: float32, float64, integer or bool (float16/bfloat16 "
-       "products are not in the C++ kernels yet) — use the lean runtime's kernel", op,
+  fail(ctx, "%s: dtype %s — valid: float16, float32, float64, integer or bool, one dtype for "
+       "all (bfloat16 products are not in the C++ kernels yet) — use the lean runtime's kernel", op,
        dtype_name(dtype));
   return false;
 }
@@ -547,13 +549,13 @@ void linear_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
 }
 
 const KernelDef kLinalgKernels[] = {
-    {"aten::mm.out", "T T T!", mm_out},
-    {"aten::bmm.out", "T T T!", bmm_out},
-    {"aten::matmul.out", "T T T!", matmul_out},
-    {"aten::dot.out", "T T T!", dot_out},
-    {"aten::addmm.out", "T T T S S T!", addmm_out},
-    {"aten::baddbmm.out", "T T T S S T!", baddbmm_out},
-    {"aten::linear.out", "T T T? T!", linear_out},
+    {"aten::mm.out", "T T T!", with_half<mm_out, 1>},
+    {"aten::bmm.out", "T T T!", with_half<bmm_out, 1>},
+    {"aten::matmul.out", "T T T!", with_half<matmul_out, 1>},
+    {"aten::dot.out", "T T T!", with_half<dot_out, 1>},
+    {"aten::addmm.out", "T T T S S T!", with_half<addmm_out, 1>},
+    {"aten::baddbmm.out", "T T T S S T!", with_half<baddbmm_out, 1>},
+    {"aten::linear.out", "T T T? T!", with_half<linear_out, 1>},
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "gemm.h"
+#include "half_compute.h"
 #include "tensor.h"
 #include "vector_math.h"
 
@@ -51,7 +52,8 @@ bool float_dtypes(opforge_context* ctx, const char* op, const View& x, const Vie
   for (int i = 0; ok && i < count; ++i) ok = others[i].dtype == x.dtype;
   if (ok) return true;
   fail(ctx, "%s: input of dtype %s (with weight, bias, statistics and outs) — valid: float32 or "
-       "float64, one dtype for all (float16/bfloat16 are not in the C++ kernels yet) — use the "
+       "float64, one dtype for all (float16 too, when every floating tensor is float16; bfloat16 "
+       "is not in the C++ kernels yet) — use the "
        "lean runtime's kernel or convert the input", op, dtype_name(x.dtype));
   return false;
 }
@@ -519,12 +521,12 @@ void native_group_norm_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
 }
 
 const KernelDef kNormalizationKernels[] = {
-    {"aten::native_layer_norm.out", "T IL T? T? D T! T! T!", native_layer_norm_out},
+    {"aten::native_layer_norm.out", "T IL T? T? D T! T! T!", with_half<native_layer_norm_out, 3>},
     {"aten::_native_batch_norm_legit_no_training.out", "T T? T? T T D D T! T! T!",
-     batch_norm_no_training_out},
+     with_half<batch_norm_no_training_out, 3>},
     {"aten::_native_batch_norm_legit.no_stats_out", "T T? T? B D D T! T! T!",
-     batch_norm_batch_stats_out},
-    {"aten::native_group_norm.out", "T T? T? I I I I D T! T! T!", native_group_norm_out},
+     with_half<batch_norm_batch_stats_out, 3>},
+    {"aten::native_group_norm.out", "T T? T? I I I I D T! T! T!", with_half<native_group_norm_out, 3>},
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "gemm.h"
+#include "half_compute.h"
 #include "tensor.h"
 #include "vector_math.h"
 
@@ -101,8 +102,8 @@ void softmax_like(opforge_context* ctx, opforge_arg* args, int64_t nargs, const 
     return;
   if (!wrap_dim(ctx, op, dim, x.rank, &dim) || !check_shape(ctx, op, y, x.sizes, x.rank)) return;
   if (x.dtype != y.dtype || (x.dtype != kFloat32 && x.dtype != kFloat64)) {
-    fail(ctx, "%s: self %s, out %s — valid: float32 or float64, one dtype (float16 is not in the "
-         "C++ kernels yet) — use the lean runtime's kernel", op, dtype_name(x.dtype),
+    fail(ctx, "%s: self %s, out %s — valid: float16, float32 or float64, one dtype (a float16 "
+         "self with a float32 out is not in the C++ kernels yet) — use the lean runtime's kernel", op, dtype_name(x.dtype),
          dtype_name(y.dtype));
     return;
   }
@@ -126,8 +127,8 @@ void log_softmax_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
 }
 
 const KernelDef kSoftmaxKernels[] = {
-    {"aten::_softmax.out", "T I B T!", softmax_out},
-    {"aten::_log_softmax.out", "T I B T!", log_softmax_out},
+    {"aten::_softmax.out", "T I B T!", with_half<softmax_out, 1>},
+    {"aten::_log_softmax.out", "T I B T!", with_half<log_softmax_out, 1>},
 };
 
 }  // namespace
