@@ -214,3 +214,37 @@ def test_the_runtime_reads_opforge_num_threads_as_the_python_runtime_does(tmp_pa
     else:
         assert result.returncode == 1
         assert "OPFORGE_NUM_THREADS" in result.stderr and "valid: a count from 1 to 1024" in result.stderr
+
+
+@pytest.mark.slow  # the ASan + UBSan build of the runtime (minutes the first time)
+def test_the_threaded_kernels_run_clean_under_the_sanitizers(tmp_path):
+    from opforge.native_runtime.build import build_runtime
+
+    tool = build_runtime(sanitize=True).tool("opforge-run")
+    rng = np.random.default_rng(2)
+    cases = {
+        "mm": (_mm(96, 700, 200), (rng.standard_normal((96, 200)), rng.standard_normal((200, 700)))),
+        "few_rows": (_linear(2, 3000, 200), (rng.standard_normal((2, 200)), rng.standard_normal((3000, 200)))),
+        "im2col": (_conv((1, 16, 40, 40), (32, 16, 3, 3), (1, 32, 40, 40), padding=1),
+                   (rng.standard_normal((1, 16, 40, 40)), rng.standard_normal((32, 16, 3, 3)))),
+        "depthwise": (_conv((2, 64, 48, 48), (64, 1, 3, 3), (2, 64, 24, 24), stride=2, padding=1, groups=64),
+                      (rng.standard_normal((2, 64, 48, 48)), rng.standard_normal((64, 1, 3, 3)))),
+        "exp": (_unary("aten::exp", (1 << 18) + 5), (rng.standard_normal((1 << 18) + 5),)),
+    }
+    for name, (program, inputs) in cases.items():
+        inputs = tuple(np.asarray(x, np.float32) for x in inputs)
+        save(program, tmp_path / f"{name}.opf")
+        args = [str(tool), str(tmp_path / f"{name}.opf"), "--output-dir", str(tmp_path / name)]
+        for i, x in enumerate(inputs):
+            np.save(tmp_path / f"{name}_{i}.npy", x)
+            args += ["--input", str(tmp_path / f"{name}_{i}.npy")]
+        outputs = []
+        for threads in ("1", "3"):
+            result = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                                    env={**os.environ, "OPFORGE_NUM_THREADS": threads})
+            assert result.returncode == 0 and "Sanitizer" not in result.stderr, result.stderr[-3000:]
+            outputs.append(np.load(tmp_path / name / "output_0.npy"))
+        # bits against the same build's one thread (-O1 forms fewer FMAs than the release
+        # build); against the release build within float32 rounding of k-term sums
+        assert outputs[0].tobytes() == outputs[1].tobytes(), name
+        np.testing.assert_allclose(outputs[1], _run(program, inputs, threads=1), rtol=1e-4, atol=1e-4)
