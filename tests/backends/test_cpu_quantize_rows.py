@@ -1,4 +1,5 @@
-"""The engine's quantize loop to 8 bits (quantization.cpp: AVX-512 and SSE2 blocks of 16,
+"""The engine's quantize loop to 8 bits and to int32 storage (quantization.cpp: AVX-512
+and, to 8 bits, SSE2 blocks of 16,
 then the scalar tail) against its definition in NumPy: clamp(round_half_even(x · f32(1 /
 scale)) + zp, qmin, qmax), NaN → qmin, element for element. Exact ties (scale 1/4: x · 4
 lands on k + 0.5), values past the clamp and past 2^24, infinities and NaNs, at lengths
@@ -24,6 +25,7 @@ RANGES = {  # (dtype, qmin, qmax, zero point)
     "u8": (hostile.U8, 0, 255, 128.0),
     "i8": (hostile.I8, -128, 127, -3.0),
     "u4 in u8": (hostile.U8, 0, 15, 7.0),
+    "u16 in i32": (hostile.I32, 0, 65535, 32238.0),  # a 16-bit scheme's storage (AVX-512 blocks)
 }
 
 

@@ -87,6 +87,27 @@ __attribute__((target("avx512f"))) int64_t quantize8_avx512(const float* x, void
   }
   return i;
 }
+
+// the same to int32 storage (a 16-bit scheme's activations, qmin..qmax within ±2^16 and
+// an integral |zp| <= 2^16): stored as converted. The scalar loop leaves |x·inv| >= 2^22
+// unrounded where this rounds it, but such a value plus zp lies past qmin..qmax either way
+// and is clamped to the same bound. A 16a4w_block decoder quantizes ~130 activations a
+// token (the scalar loop: 1-5 ns an element)
+__attribute__((target("avx512f"))) int64_t quantize32_avx512(const float* x, int32_t* out, int64_t n, float inv,
+                                                             float z, float lo, float hi) {
+  const __m512 vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z), vlo = _mm512_set1_ps(lo),
+               vhi = _mm512_set1_ps(hi), big = _mm512_set1_ps(16777216.f), nbig = _mm512_set1_ps(-16777216.f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 xi = _mm512_loadu_ps(x + i);
+    __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xi, vinv), nbig), big);
+    __m512 r = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(v)), vz);
+    r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(xi, xi, _CMP_UNORD_Q), vlo);  // NaN → qmin
+    _mm512_storeu_si512(out + i, _mm512_cvtps_epi32(r));
+  }
+  return i;
+}
 }  // namespace
 #endif
 
@@ -125,6 +146,9 @@ struct QuantOp : Op {
         if (to.dtype == I8) done = quantize8_avx512<false>(x, dst, n, inv, z, lo, hi);
         packed = false;
       }
+      if (wide && to.dtype == I32 && z == std::floor(z) && std::fabs(z) <= 65536.f && qmin >= -65536 &&
+          qmax <= 65536)
+        done = quantize32_avx512(x, static_cast<int32_t*>(dst), n, inv, z, lo, hi);
 #endif
 #if defined(__SSE2__)
       if (packed && to.dtype == U8) done = quantize8_sse<true>(x, dst, n, inv, z, lo, hi);
@@ -135,7 +159,7 @@ struct QuantOp : Op {
       switch (to.dtype) {
         case U8: { auto* y = static_cast<uint8_t*>(dst); for (int64_t i = done; i < n; ++i) y[i] = (uint8_t)quant(x[i]); break; }
         case I8: { auto* y = static_cast<int8_t*>(dst); for (int64_t i = done; i < n; ++i) y[i] = (int8_t)quant(x[i]); break; }
-        case I32: { auto* y = static_cast<int32_t*>(dst); for (int64_t i = 0; i < n; ++i) y[i] = (int32_t)quant(x[i]); break; }
+        case I32: { auto* y = static_cast<int32_t*>(dst); for (int64_t i = done; i < n; ++i) y[i] = (int32_t)quant(x[i]); break; }
         default: for (int64_t i = 0; i < n; ++i) store_as<int64_t>(dst, to.dtype, i, (int64_t)quant(x[i]));
       }
     } else {
