@@ -75,6 +75,7 @@ class SymbolTable:
         self.hints: dict[str, int] = {}
         self.produced: set[str] = set()  # unbacked symbols: bound by an instruction
         self.unbounded: dict[str, tuple] = {}  # unbacked symbols without an upper bound
+        self.made_at: dict[str, str] = {}  # where each unbacked symbol is made (for errors)
         derived = []
         sizing = set()  # the symbols the user inputs' sizes read: the method's symbols
         for fake in user_inputs.values():
@@ -240,9 +241,10 @@ class SymbolTable:
 
     def _unbounded(self, name: str) -> ExportError:
         low, high = self.unbounded[name]
+        made = self.made_at.get(name, "nonzero, masked_select, .item() or the like")
         return ExportError(
             f"`opforge.export.export()`: method {self.method_name!r} — data-dependent size "
-            f"{name} (from nonzero, masked_select, .item() or the like) with range [{low}, "
+            f"{name} (made by {made}) with range [{low}, "
             f"{high}]: no upper bound — valid: data-dependent sizes with a finite upper bound "
             "(memory is planned at it, and each call checks it) — fix: bound it in the model "
             f"where the size is made, e.g. `n = int(t.item()); torch._check(n >= 0); "

@@ -148,10 +148,11 @@ def test_a_result_larger_than_its_slot_is_refused_by_the_kernel():
     assert not out.any()  # refused before writing
 
 
-def test_no_bound_refusal_says_how_to_add_one():
+def test_no_bound_refusal_says_where_and_how_to_add_one():
     with pytest.raises(ExportError, match=r"data-dependent size u\d+ .*no upper bound.*"
-                                          r"torch._check\(n <= 64\)"):
+                                          r"torch._check\(n <= 64\)") as info:
         export(OptPositions(bound=False), (_mask(0), _filled(5)), kernels="portable")
+    assert "test_data_dependent_sizes.py:" in str(info.value)  # the model line making it
 
 
 def test_cpu_backend_leaves_data_dependent_nodes_on_the_kernels():

@@ -46,6 +46,8 @@ class SymbolicSizes(ExportPass):
         table = SymbolTable(method.name, method.exported, users, method.notes.get("dim_names"),
                             grow=method.notes.get("grow", frozenset()))
         method.notes["symbols"] = table
+        if table.unbounded:  # where each is made, for the refusal that names it
+            _note_where_made(table, method)
         if not table and not any(is_size_node(n) for n in method.call_nodes()):
             return method  # static: nothing to fold (a data-dependent size is refused below)
         graph = method.graph
@@ -73,6 +75,20 @@ class SymbolicSizes(ExportPass):
                 graph.erase_node(node)
         method.graph_module.recompile()
         return method
+
+
+def _note_where_made(table: SymbolTable, method: MethodGraph) -> None:
+    from opforge.export.diagnostics import describe_node
+
+    for node in method.call_nodes():
+        value = node.meta.get("val")
+        sizes = value.shape if isinstance(value, torch.Tensor) else \
+            [value] if isinstance(value, torch.SymInt) else []
+        for size in sizes:
+            if isinstance(size, torch.SymInt):
+                for symbol in map(str, size.node.expr.free_symbols):
+                    if symbol in table.unbounded:
+                        table.made_at.setdefault(symbol, describe_node(node))
 
 
 def _produces(table: SymbolTable, node: torch.fx.Node) -> bool:
