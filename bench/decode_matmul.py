@@ -5,13 +5,17 @@ weights, float32 on oneDNN's matmul beside the engine's own kernels, per shape, 
     .venv/bin/python bench/decode_matmul.py --rows 1 4 --shapes 768x2048
 
 Each kernel is an engine plan of one op written by hand (the plan the lowering emits for
-a linear layer): ``matmul`` of [M, K] by a constant [K, N] (oneDNN, as the float32 program
-runs it; at most 2^16 weights the engine's own few-row kernel instead), and ``int_matmul``
-of int8 per-channel and int4 blocks-of-32 weights (``native/int_matmul.cpp``). A decode
+a linear layer): ``matmul`` of [M, K] by a constant [K, N] on oneDNN's matmul
+(``OPFORGE_CPU_DECODE_MATMUL=0``) and on the engine's decode-shaped kernel, which reads
+the same reordered weights (``native/small_matmul.cpp``; the engine takes it for these
+shapes), and ``int_matmul`` of int8 per-channel and int4 blocks-of-32 weights
+(``native/int_matmul.cpp``). A decode
 step reads each weight once, from memory: the weights of a real decoder (hundreds of MB)
 are not in any cache. So each kind is timed round-robin over enough copies of its weights
 to pass 160 MB (each copy its own engine), and the time per call is the median over
-rounds; GB/s is the weight bytes one call reads (scales included) over that time.
+rounds, by the calling thread's CPU time (the engine runs a 1-thread op on it: on a shared
+machine this leaves out the time other processes held the core); GB/s is the weight bytes
+one call reads (scales included) over that time.
 Prints a table and writes ``results/decode_matmul.md`` with the machine.
 """
 
@@ -33,7 +37,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "backends"))
 from machine import describe_machine  # noqa: E402
 
 SHAPES = ("768x768", "768x256", "768x2048", "2048x768", "768x32000")
-KINDS = ("float32 (oneDNN)", "int8 per channel", "int4 block 32")
+KINDS = ("float32 (oneDNN)", "float32 (own)", "int8 per channel", "int4 block 32")
 TOTAL = 160 << 20
 
 
@@ -67,17 +71,22 @@ def time_kind(kind: str, m: int, k: int, n: int, rounds: int) -> tuple[float, in
 
     first, nbytes = plan(kind, m, k, n, 0)
     copies = max(1, min(200, -(-TOTAL // nbytes)))
-    handles = [first.handle()] + [plan(kind, m, k, n, i)[0].handle() for i in range(1, copies)]
+    if kind == "float32 (oneDNN)":  # read when each op is built
+        os.environ["OPFORGE_CPU_DECODE_MATMUL"] = "0"
+    try:
+        handles = [first.handle()] + [plan(kind, m, k, n, i)[0].handle() for i in range(1, copies)]
+    finally:
+        os.environ.pop("OPFORGE_CPU_DECODE_MATMUL", None)
     x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
     calls = [Binding(h, [x], [np.zeros((m, n), np.float32)]) for h in handles]
     for call in calls:  # warm: first-run work, page faults
         call()
     per_call = []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start = time.thread_time()
         for call in calls:
             call()
-        per_call.append((time.perf_counter() - start) / len(calls))
+        per_call.append((time.thread_time() - start) / len(calls))
     impl = [str(line) for line in handles[0].describe()]
     return statistics.median(per_call), nbytes, next((l for l in impl if "matmul" in l), "")
 
