@@ -13,8 +13,9 @@
 #   expression is exactly the symbol (``nonzero.out``'s ``out`` of sizes ``(u0, 2)``): the
 #   kernel gets that tensor at its upper bound (its whole slot), writes its result densely at
 #   its actual sizes from the slot's start, and reports those sizes (the portable kernels
-#   return the result's view; ATen's out overloads return the resized out); the symbol is
-#   the reported size of that dimension;
+#   return the result's view; ATen's out overloads return the resized out; the native
+#   kernels set the out's leading size); the symbol is the reported size of that dimension
+#   (a kernel that reports nothing wrote its whole slot: the size at the bound);
 # - a ``Move`` from a one-element integer tensor into an ``IntValue`` whose expression is
 #   exactly the symbol (``item()`` used as a size): the symbol is the element's value.
 #

@@ -170,13 +170,15 @@ class ProducedSizes:
                 value = int(method._values.get(p.value).reshape(-1)[0])
                 source = f"the value of tensor {p.value}"
             else:
-                sizes = getattr(result, "shape", None)
-                if sizes is None or len(sizes) <= p.dim:
+                # a kernel that reports no result wrote its whole out (as native kernels
+                # that leave the out's sizes alone): the size at the bound
+                sizes = getattr(result, "shape", None) or method._values.get(p.value).shape
+                if len(sizes) <= p.dim:
                     raise ProgramError(
-                        f"`{method._call_api}`: instruction {i} ({key}) — returned "
-                        f"{type(result).__name__} — valid: the result it wrote, whose sizes "
-                        f"give the data-dependent size {p.symbol} — fix: the kernel must "
-                        "return its result (a data-dependent size's producer)")
+                        f"`{method._call_api}`: instruction {i} ({key}) — returned a result "
+                        f"of rank {len(sizes)} — valid: the result it wrote, whose dimension "
+                        f"{p.dim} is the data-dependent size {p.symbol} — fix: the kernel "
+                        "must return its result (a data-dependent size's producer)")
                 value = int(sizes[p.dim])
                 source = f"dimension {p.dim} of its result"
             low, high = self.ranges[p.symbol]
