@@ -390,6 +390,10 @@ def _fill(arg: CArg, kind: int, value: object, keep: list, where: str) -> None:
                           f"version {ABI_VERSION}")
 
 
+# out overloads whose result size depends on the inputs' values (opforge/program/produced.py)
+_SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out"})
+
+
 class NativeKernel:
     """One out overload of a native library, following the portable calling convention.
 
@@ -450,12 +454,24 @@ class NativeKernel:
         return KernelError(f"`{self.key}`: native kernel {entry.kernel_name} "
                            f"({os.path.basename(self.library.path)}) reported failure: {message}")
 
-    def __call__(self, *args: object) -> None:
+    def __call__(self, *args: object) -> object:
         entry, boxed, keep = self._marshal(args)
         context = CContext()
         self._functions[entry.fn](ctypes.byref(context), boxed, len(args))
         if context.status:
             raise self._failed(entry, context)
+        return self._result(args, keep)
+
+    def _result(self, args: Sequence[object], keep: list) -> object:
+        """A kernel with a data-dependent result (``nonzero.out``) sets its out's leading
+        size; the view of the result it wrote, as the portable kernel returns (else None)."""
+        if self.key not in _SIZED_BY_DATA:
+            return None
+        out = args[-1]
+        shape = next(s for s, _, a in (k for k in keep if type(k) is tuple) if a is out)
+        count = int(shape[0])
+        return out.reshape(-1)[:count * (out.size // max(out.shape[0], 1))].reshape(
+            (count, *out.shape[1:]))
 
     def bind(self, args: Sequence[object]) -> tuple[Callable[[], None], tuple]:
         """Marshal ``args`` once; return ``(call, ())`` for the executor to run repeatedly."""
@@ -464,11 +480,21 @@ class NativeKernel:
         function, context_ref, n = self._functions[entry.fn], ctypes.byref(context), len(args)
         failed = self._failed
 
-        def call() -> None:
-            context.status = 0
-            function(context_ref, boxed, n)
-            if context.status:
-                raise failed(entry, context)
+        if self.key in _SIZED_BY_DATA:  # returns its result view (data-dependent size)
+            result, marshalled = self._result, tuple(args)
+
+            def call() -> object:
+                context.status = 0
+                function(context_ref, boxed, n)
+                if context.status:
+                    raise failed(entry, context)
+                return result(marshalled, keep)
+        else:
+            def call() -> None:
+                context.status = 0
+                function(context_ref, boxed, n)
+                if context.status:
+                    raise failed(entry, context)
 
         call.keep = (boxed, keep, context)  # the marshalled views live as long as the call
         call.crash_label = _frame_name(self, entry)

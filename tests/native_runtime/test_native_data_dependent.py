@@ -192,3 +192,32 @@ def test_cpu_delegated_program_runs_natively():
         for g, e in zip(native(x.numpy()), expected, strict=True):
             assert g.shape == tuple(e.shape)
             np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-6)  # oneDNN's sgemm
+
+
+def test_cpp_kernels_match_the_numpy_kernels_and_serve_the_lean_runtime(native_runtime):
+    from opforge.kernels.portable import portable_kernels
+    from opforge.runtime import KernelRegistry
+    from opforge.runtime.native import NativeLibrary
+
+    library, numpy_kernels = NativeLibrary(native_runtime.portable_library), portable_kernels()
+    rng = np.random.default_rng(5)
+    for x in (rng.standard_normal((3, 4, 2)) > 0.3, np.zeros((2, 5), np.float32),
+              (rng.standard_normal((6,)) > 0).astype(np.int32), np.array(2.5, np.float32)):
+        outs = [np.full((x.size, x.ndim), 0x5A, np.int64) for _ in range(2)]
+        got = library.kernel("aten::nonzero.out")(x, outs[0])
+        expected = numpy_kernels["aten::nonzero.out"](x, outs[1])
+        assert got.shape == expected.shape and got.tobytes() == expected.tobytes()
+        assert outs[0].tobytes() == outs[1].tobytes()  # the same slot contents: a dense prefix
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    for mask in (x > 0, (rng.standard_normal((4,)) > 0), np.zeros((3, 1), bool)):  # broadcasts
+        outs = [np.zeros(12, np.float32) for _ in range(2)]
+        got = library.kernel("aten::masked_select.out")(x, mask, outs[0])
+        expected = numpy_kernels["aten::masked_select.out"](x, mask, outs[1])
+        assert got.tobytes() == expected.tobytes() and got.shape == expected.shape
+    registry = KernelRegistry.portable()
+    registry.register("aten::nonzero.out", library.kernel("aten::nonzero.out"),
+                      origin=library.path, target="native", override=True)
+    method = load(nonzero_program(), registry=registry).method("forward")
+    for _ in range(3):
+        x = (rng.standard_normal((4, 5)) > 0).astype(np.float32)
+        assert method(x)[0].tolist() == np.argwhere(x != 0).tolist()

@@ -62,7 +62,7 @@ void nonzero_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   static const char kOp[] = "aten::nonzero.out";
   OPF_TENSOR(0, "self", self);
   OPF_TENSOR(1, "out", out);
-  if (out.dtype != kInt64 || out.rank != 2 || out.sizes[1] != self.rank || !out.dense) {
+  if (out.dtype != kInt64 || out.rank != 2 || out.sizes[1] != self.rank || (!out.dense && out.numel > 0)) {
     fail(ctx, "%s: out — found %s of rank %d — valid: a dense int64 (n, %d) tensor — re-export the program",
          kOp, dtype_name(out.dtype), out.rank, self.rank);
     return;
@@ -100,7 +100,7 @@ void masked_select_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
     fail(ctx, "%s: mask — found dtype %s — valid: bool", kOp, dtype_name(mask.dtype));
     return;
   }
-  if (out.dtype != self.dtype || out.rank != 1 || !out.dense || itemsize(self.dtype) == 0) {
+  if (out.dtype != self.dtype || out.rank != 1 || (!out.dense && out.numel > 0) || itemsize(self.dtype) == 0) {
     fail(ctx, "%s: out — found %s of rank %d — valid: a dense 1-d tensor of self's dtype %s — re-export the "
          "program", kOp, dtype_name(out.dtype), out.rank, dtype_name(self.dtype));
     return;
