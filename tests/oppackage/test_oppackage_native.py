@@ -172,3 +172,24 @@ def test_hostile_package_nodes_are_refused_with_a_message(program, case):
     edit, message = HOSTILE[case]
     with pytest.raises(OpforgeError, match=message):
         load(_with_node(exported, edit), executor="native")
+
+
+def test_a_claimed_node_left_out_of_the_delegate_runs_on_native_kernels(example_library):
+    """Outside a delegate nothing calls a package: a node ElementWiseAdd claims but cannot
+    take (int32) runs on the portable kernels, natively as in Python."""
+    class IntAdd(torch.nn.Module):
+        def forward(self, x):
+            return x.to(torch.int32) + 1, torch.ops.aten.add.Tensor(x, x)
+
+    specs = {"op_packages": [i.as_dict() for i in example_infos(example_library)]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = export(IntAdd(), (torch.randn(3),), backends=[("cpu", specs)], kernels="portable")
+    (rejected,) = delegation_report(exported)["forward"]["rejected"]
+    assert rejected["kind"] == "dtype" and "ElementWiseAdd" in rejected["reason"]
+    x = np.array([1.5, 2.0, -1.0], np.float32)
+    want = load(exported).method("forward")(x)
+    got = load(exported, executor="native").method("forward")(x)
+    np.testing.assert_array_equal(got[0], [2, 3, 0])
+    for g, w in zip(got, want):
+        assert np.ascontiguousarray(g).tobytes() == np.ascontiguousarray(w).tobytes()
