@@ -164,7 +164,7 @@ void run_bytes(char* d, int64_t dstep, const char* s, int64_t sstep, int64_t n, 
     case 8: run_typed<uint64_t>(d, dstep, s, sstep, n); return;
     case 16: run_typed<Bytes16>(d, dstep, s, sstep, n); return;
     default:
-      for (int64_t i = 0; i < n; ++i, d += dstep, s += sstep) std::memcpy(d, s, item);
+      for (int64_t i = 0; i < n; ++i, d += dstep, s += sstep) std::memmove(d, s, item);
   }
 }
 
@@ -304,14 +304,14 @@ void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
   Plan p;
   if (!plan_copy(&p, sizes, dst_strides, src_strides, rank, itemsize, itemsize)) return;
   if (p.rank == 0) {
-    std::memcpy(dst, src, itemsize);
+    std::memmove(dst, src, itemsize);  // a hostile program may alias them
     return;
   }
   int last = p.rank - 1;
   int64_t n = p.n[last], dstep = p.d[last], sstep = p.s[last];
   if (dstep == itemsize && sstep == itemsize) {
     int64_t bytes = n * itemsize;
-    walk(p, last, dst, src, [&](char* d, const char* s) { std::memcpy(d, s, bytes); });
+    walk(p, last, dst, src, [&](char* d, const char* s) { std::memmove(d, s, bytes); });
     return;
   }
   // a transpose: the destination contiguous innermost, the source along another dim

@@ -15,6 +15,7 @@
 #include "debug_nodes.h"
 #include "errors.h"
 #include "loaded.h"
+#include "method.h"
 #include "shapes.h"
 
 namespace opforge::rt {
@@ -229,12 +230,16 @@ opf_program* load_program(std::unique_ptr<FileBytes> bytes, const std::string& l
   program->label = label;
   program->registry = registry;
   program->max_memory = resolve_max_memory(requested, api);
-  program->program = read_program(bytes->data(), bytes->size());
+  program->program = read_program(bytes->data(), bytes->size(), program->max_memory);
   program->bytes = std::move(bytes);
   const Program& p = program->program;
-  for (const Method& m : p.methods)
+  for (const Method& m : p.methods) {
     check_memory(api, "method '" + m.name + "' memory plan (" + std::to_string(m.arena_sizes.size()) + " arena(s))",
                  arena_bytes(m), program->max_memory);
+    check_memory(api, "method '" + m.name + "' instance tables (" + std::to_string(m.values.size()) + " values, " +
+                          std::to_string(m.instructions.size()) + " instructions)",
+                 instance_table_bytes(m), program->max_memory);
+  }
   std::vector<MissingOp> missing;
   std::map<std::string, size_t> missing_at;
   for (const Method& m : p.methods) {

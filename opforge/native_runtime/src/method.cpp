@@ -324,6 +324,15 @@ void MethodInstance::write_scalar(ValueRt& r) {
   }
 }
 
+int64_t instance_table_bytes(const Method& method) {
+  uint64_t args = 0;
+  for (const Instruction& ins : method.instructions) args += ins.args.size() + 2;
+  const uint64_t per_instruction = sizeof(std::string) + sizeof(int64_t) + sizeof(BoundCall) + sizeof(uint32_t);
+  // at most 2**32 of each, a few hundred bytes apiece: no overflow in 64 bits
+  return static_cast<int64_t>(method.values.size() * sizeof(ValueRt) + args * sizeof(opforge_arg) +
+                              method.instructions.size() * per_instruction);
+}
+
 void MethodInstance::bind_instructions() {
   size_t total = 0;
   for (const Instruction& ins : method_.instructions)

@@ -67,6 +67,11 @@ struct ValueRt {
 // "an int", "a tensor": what a value is, for messages.
 const char* tag_name_of(ValueTag tag);
 
+// The bytes a method instance's own tables take besides its arenas (a ValueRt per value,
+// the bound arguments, per-instruction labels and timings): the loader holds them to the
+// memory limit, so a program of very many tiny values is refused, not expanded.
+int64_t instance_table_bytes(const Method& method);
+
 struct BoundCall {
   opforge_kernel_fn fn;
   opforge_arg* args;

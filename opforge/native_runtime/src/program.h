@@ -133,8 +133,10 @@ struct ProgramError {
 
 // Decode and verify `size` bytes (the whole file). Segments point into `data`, which must
 // outlive the Program. Throws ProgramError on any malformed input; never reads outside
-// [data, data + size), never allocates more than the input's size justifies.
-Program read_program(const uint8_t* data, size_t size);
+// [data, data + size), never allocates more than the input's size justifies, and refuses a
+// file whose decoded tables (values, instructions, lists, strings) would take more than
+// `memory_limit` bytes of memory (0: no limit) before allocating them.
+Program read_program(const uint8_t* data, size_t size, int64_t memory_limit = 0);
 
 // Every cross-reference rule of docs/program-format.md (opforge/program/verify.py and
 // verify_symbolic.py, the debug table of debug.py included). read_program calls it.

@@ -87,6 +87,7 @@ Value read_value(Reader& r) {
       int64_t offset = static_cast<int64_t>(le64(head + 7));
       if (rank > kMaxRank) fail("tensor rank", std::to_string(rank), "at most 64", kReexport);
       const uint8_t* body = r.take(size_t(rank) * 9);
+      r.charge(uint64_t(rank) * 9, "a tensor's sizes");
       TensorDef& t = v.tensor;
       for (int d = 0; d < rank; ++d) t.sizes.push_back(static_cast<int64_t>(le64(body + 8 * d)));
       for (int d = 0; d < rank; ++d) t.dim_order.push_back(body[8 * rank + d]);
@@ -133,6 +134,7 @@ Value read_value(Reader& r) {
       v.tag = ValueTag::BoolList;
       uint32_t n = r.count(1);
       const uint8_t* at = r.take(n);
+      r.charge(uint64_t(n) * 8, "a list of " + std::to_string(n) + " bools");
       v.ints.reserve(n);
       for (uint32_t i = 0; i < n; ++i) v.ints.push_back(bool_byte(at[i]));
       return v;
@@ -265,14 +267,22 @@ Method read_method(Reader& r, uint32_t index, uint32_t version) {
   Method m;
   m.name = in("methods[" + std::to_string(index) + "].name", [&] { return r.string(); });
   const std::string where = "method " + quoted(m.name);
-  uint32_t n = in(where + " values", [&] { return r.count(1); });
+  uint32_t n = in(where + " values", [&] {
+    uint32_t count = r.count(1);
+    r.charge(uint64_t(count) * sizeof(Value), std::to_string(count) + " values");
+    return count;
+  });
   m.values.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
     m.values.push_back(in(where + " values[" + std::to_string(i) + "]", [&] { return read_value(r); }));
   }
   m.inputs = in(where + " inputs", [&] { return r.u32s(); });
   m.outputs = in(where + " outputs", [&] { return r.u32s(); });
-  n = in(where + " operators", [&] { return r.count(8); });
+  n = in(where + " operators", [&] {
+    uint32_t count = r.count(8);
+    r.charge(uint64_t(count) * sizeof(Operator), std::to_string(count) + " operators");
+    return count;
+  });
   for (uint32_t i = 0; i < n; ++i) {
     m.operators.push_back(in(where + " operators[" + std::to_string(i) + "]",
                              [&] { return read_operator(r); }));
@@ -288,7 +298,11 @@ Method read_method(Reader& r, uint32_t index, uint32_t version) {
     }
     return sizes;
   });
-  n = in(where + " instructions", [&] { return r.count(5); });
+  n = in(where + " instructions", [&] {
+    uint32_t count = r.count(5);
+    r.charge(uint64_t(count) * sizeof(Instruction), std::to_string(count) + " instructions");
+    return count;
+  });
   m.instructions.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
     m.instructions.push_back(in(where + " instructions[" + std::to_string(i) + "]",
@@ -327,13 +341,18 @@ void refuse_newer_packings(const Program& p) {
 
 }  // namespace
 
-Program read_program(const uint8_t* data, size_t size) {
+Program read_program(const uint8_t* data, size_t size, int64_t memory_limit) {
   try {
     Header h = check_header(data, size);
     Reader r(data + h.metadata_offset, h.metadata_size, h.metadata_offset);
+    r.set_budget(memory_limit);
     Program p;
     p.format_version = h.version;
-    uint32_t n = in("methods", [&] { return r.count(1); });
+    uint32_t n = in("methods", [&] {
+      uint32_t count = r.count(1);
+      r.charge(uint64_t(count) * sizeof(Method), std::to_string(count) + " methods");
+      return count;
+    });
     for (uint32_t i = 0; i < n; ++i) p.methods.push_back(read_method(r, i, h.version));
     n = in("segments", [&] { return r.count(16); });
     for (uint32_t i = 0; i < n; ++i) {

@@ -68,8 +68,18 @@ class Reader {
     }
     return n;
   }
+  // The memory the decoded tables take, charged before each is allocated against a budget
+  // (the load's memory limit): a one-byte None becomes a ~200-byte Value, so a file of tiny
+  // items would otherwise expand to ~200x its size.
+  void set_budget(int64_t bytes) { budget_ = bytes > 0 ? uint64_t(bytes) : UINT64_MAX; }
+  void charge(uint64_t bytes, const std::string& what) {
+    if (bytes > budget_ - used_) over_budget(bytes, what);
+    used_ += bytes;
+  }
+  uint64_t charged() const { return used_; }
   std::string raw() {
     uint32_t n = count(1);
+    charge(sizeof(std::string) + n, "a string");
     const uint8_t* at = take(n);
     return std::string(reinterpret_cast<const char*>(at), n);
   }
@@ -86,6 +96,7 @@ class Reader {
   }
   std::vector<uint32_t> u32s() {
     uint32_t n = count(4);
+    charge(uint64_t(n) * 4, "a list of " + std::to_string(n) + " indices");
     std::vector<uint32_t> out(n);
     const uint8_t* at = take(size_t(n) * 4);
     for (uint32_t i = 0; i < n; ++i) out[i] = le32(at + 4 * i);
@@ -93,6 +104,7 @@ class Reader {
   }
   std::vector<int64_t> i64s() {
     uint32_t n = count(8);
+    charge(uint64_t(n) * 8, "a list of " + std::to_string(n) + " numbers");
     std::vector<int64_t> out(n);
     const uint8_t* at = take(size_t(n) * 8);
     for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(le64(at + 8 * i));
@@ -114,9 +126,18 @@ class Reader {
              " left in the metadata section",
          "a complete metadata section", "the file is truncated or corrupt; re-export it");
   }
+  [[noreturn]] void over_budget(uint64_t bytes, const std::string& what) {
+    fail("decoded tables", std::to_string(used_ + bytes) + " bytes in memory with " + what +
+             " (from " + std::to_string(end_) + " bytes of metadata)",
+         "at most the memory limit, " + std::to_string(budget_) + " bytes",
+         "1. check that the file is the one exported (a hostile file of tiny values asks for "
+         "~200 times its size); 2. if the model really has this many values, raise the limit: "
+         "opf_load_options.max_memory or OPFORGE_MAX_MEMORY=N");
+  }
   const uint8_t* p_;
   size_t pos_ = 0, end_;
   uint64_t base_;
+  uint64_t budget_ = UINT64_MAX, used_ = 0;
 };
 
 struct Header {

@@ -2,6 +2,7 @@
 #include "registry.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -152,6 +153,15 @@ void load_library(opf_registry* registry, const std::string& path, bool override
                                " — valid: a shared library built by `opforge build` for kernel ABI "
                                "version " + std::to_string(OPFORGE_ABI_VERSION) + " — fix: " + fix);
   };
+  // dlopen() of a FIFO blocks until a writer comes, of a device reads it: refuse anything
+  // but a regular file first (as opforge.runtime.native does)
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    const char* kind = S_ISFIFO(info.st_mode) ? "a FIFO" : S_ISDIR(info.st_mode) ? "a directory"
+                       : S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode) ? "a device" : S_ISSOCK(info.st_mode) ? "a socket"
+                                                                                          : "a special file";
+    refuse(std::string("it is ") + kind + ", not a regular file", "pass the library's path");
+  }
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();

@@ -2,6 +2,7 @@
 #include <new>
 
 #include "errors.h"
+#include "memory.h"
 #include "opforge/runtime.h"
 #include "program.h"
 
@@ -14,7 +15,14 @@ extern "C" OPF_API opf_status opf_program_verify(const void* data, size_t size) 
   }
   try {
     static const uint8_t kEmpty = 0;
-    read_program(data ? static_cast<const uint8_t*>(data) : &kEmpty, size);
+    // the decoded tables are held to the default memory limit, as a load's are
+    int64_t limit = kDefaultMaxMemory;
+    try {
+      limit = resolve_max_memory(0, "opf_program_verify");
+    } catch (const Error&) {
+      // a malformed OPFORGE_MAX_MEMORY: the default (loading reports it)
+    }
+    read_program(data ? static_cast<const uint8_t*>(data) : &kEmpty, size, limit);
     clear_last_error();
     return OPF_OK;
   } catch (const ProgramError& e) {
