@@ -127,6 +127,8 @@ def transformers_cases() -> list[Case]:
         torch.manual_seed(0)
         model = build().eval()
         T._randomize(model, 1234)
+        model.generation_config.cache_implementation = "static"
+        model.generation_config.use_cache = True
         wrapper = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=T.CACHE)
         seq = torch.export.Dim("seq", min=1, max=T.CACHE - 1)
         exported = _quiet(wrapper.export, input_ids=torch.tensor([PROMPT]),
@@ -249,10 +251,17 @@ def main(argv=None) -> int:
 
     machine = describe_machine(HERE.parent)
     torch.set_num_threads(1)
-    makers = [zoo_cases, decoder_cases, quantized_cases] + ([transformers_cases] if args.transformers else [])
+    makers = {"zoo": zoo_cases, "decoder": decoder_cases, "8a8w": quantized_cases,
+              "16a4w": quantized_cases, "hf": transformers_cases}
     wanted = [w for w in args.only.split(",") if w]
+    chosen = []  # each maker once, only those --only names (its imports are heavy: torchao, transformers)
+    for prefix, maker in makers.items():
+        if (wanted and any(w.startswith(prefix) or prefix.startswith(w) for w in wanted)) or \
+                (not wanted and (prefix != "hf" or args.transformers)):
+            if maker not in chosen:
+                chosen.append(maker)
     rows = []
-    for maker in makers:
+    for maker in chosen:
         for case in maker():
             if wanted and not any(case.name == w or case.name.startswith(w) for w in wanted):
                 continue

@@ -36,6 +36,8 @@ struct ShapeBinder::Impl {
   std::vector<SizeExpr> distinct;        // each distinct expression once
   std::vector<std::string> texts;        // their printed form
   std::vector<std::vector<int>> gather;  // per symbolic value: its expressions' indices
+  std::vector<bool> is_size;             // per expression: a tensor's dimension somewhere (an
+                                         // int list's -1, view's inferred dim, may be negative)
   std::vector<int> symbolic_of_value;    // value → symbolic_values position, or -1
   std::vector<Step> steps;
   std::vector<std::pair<size_t, size_t>> static_dims;  // (position, dim) without an expression
@@ -73,6 +75,9 @@ ShapeBinder::ShapeBinder(const Method& m) : impl_(std::make_unique<Impl>(m)) {
     I.symbolic_of_value[sv.value] = static_cast<int>(k);
     std::vector<int> exprs;
     for (const std::string& text : sv.exprs) exprs.push_back(I.intern(text, where + " values[" + std::to_string(sv.value) + "]"));
+    I.is_size.resize(I.distinct.size(), false);
+    if (m.values[sv.value].tag == ValueTag::Tensor)
+      for (int e : exprs) I.is_size[(size_t)e] = true;
     I.gather.push_back(std::move(exprs));
   }
   // the binding plan (symbolic.py binding_plan): linear dimensions bind first, then the rest are checked
@@ -247,9 +252,9 @@ void ShapeBinder::evaluate(const std::string& api, const std::vector<int64_t>& e
   const Impl& I = *impl_;
   std::vector<int64_t> found(I.distinct.size());
   for (size_t e = 0; e < I.distinct.size(); ++e)
-    if (!opforge::rt::evaluate(I.distinct[e], env.data(), &found[e]) || found[e] < 0)
+    if (!opforge::rt::evaluate(I.distinct[e], env.data(), &found[e]) || (found[e] < 0 && I.is_size[e]))
       raise(OPF_ERR_INPUT, "`" + api + "`: size expression " + I.texts[e] + " — cannot be evaluated (a zero divisor, an "
-                               "overflow or a negative size) at " + env_text(I.method, env, env.size()) +
+                               "overflow, or a negative tensor size) at " + env_text(I.method, env, env.size()) +
                                " — valid: sizes the exported guards admit — fix: pass other sizes, or re-export");
   out.clear();
   for (const auto& exprs : I.gather)
