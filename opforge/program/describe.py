@@ -82,6 +82,9 @@ def _method(program: Program, method: Method) -> dict:
             "guards": [str(g) for g in method.guards],
             "planned_at": "upper bound" if method.symbols else "static sizes",
         }
+        produced = _produced(method)
+        if produced:  # data-dependent sizes: which instruction binds each
+            extra["dynamic"]["produced"] = produced
         extra["state"] = [{"name": slot.name, "value": slot.value} for slot in method.state]
     return {
         "name": method.name,
@@ -141,3 +144,15 @@ def _instruction(program: Program, method: Method, ins) -> dict:
                 "text": f"move %{ins.src} -> %{ins.dst}"}
     assert kind is Free, kind
     return {"kind": "free", "value": ins.value, "text": f"free %{ins.value}"}
+
+
+def _produced(method) -> list[dict]:
+    """The data-dependent symbols and where each is produced (``program/produced.py``)."""
+    from opforge.program.symbolic import binding_plan
+    from opforge.program.produced import producers
+
+    bound = {step.symbol for step in binding_plan(method) if step.symbol is not None}
+    unbound = [s.name for s in method.symbols if s.name not in bound]
+    return [{"symbol": p.symbol, "instruction": p.instruction, "value": p.value,
+             "from": "element" if p.dim < 0 else f"dimension {p.dim}"}
+            for p in (producers(method, unbound) if unbound else ())]

@@ -118,6 +118,12 @@ def test_program_keeps_the_bound_and_round_trips(programs):
     assert loaded == program and int.from_bytes(to_bytes(program)[8:12], "little") == 3
     _, item = programs["item_as_size"]
     assert item.method("forward").symbols[0].max == 16  # from torch._check(k <= 16)
+    from opforge.program import describe  # opforge inspect says what binds each
+
+    (nonzero_rows,) = describe(program)["methods"][0]["dynamic"]["produced"]
+    assert nonzero_rows["symbol"] == symbol.name and nonzero_rows["from"] == "dimension 0"
+    (element,) = describe(item)["methods"][0]["dynamic"]["produced"]
+    assert element["from"] == "element"
 
 
 @pytest.mark.parametrize("mode", ["lean", "aten"])
