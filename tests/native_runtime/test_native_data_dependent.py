@@ -221,3 +221,15 @@ def test_cpp_kernels_match_the_numpy_kernels_and_serve_the_lean_runtime(native_r
     for _ in range(3):
         x = (rng.standard_normal((4, 5)) > 0).astype(np.float32)
         assert method(x)[0].tolist() == np.argwhere(x != 0).tolist()
+
+
+def test_mutated_produced_programs_agree(native_verify):
+    """Byte mutations of the two hand-built programs: both verifiers accept or refuse each."""
+    import random
+
+    from tests.native_runtime.test_native_verify import _assert_agree, _byte_mutation
+
+    rng = random.Random(46)
+    corpus = [P.to_bytes(nonzero_program()), P.to_bytes(item_program())]
+    accepted = sum(_assert_agree(native_verify, _byte_mutation(rng, corpus))[0] for _ in range(400))
+    assert 0 < accepted < 400, accepted  # both outcomes exercised
