@@ -21,6 +21,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -408,20 +409,80 @@ def test_a_static_output_has_its_bounds_shape_not_the_export_example():
     np.testing.assert_array_equal(native, lean)
 
 
-def test_a_move_between_overlapping_tensors_copies_like_numpy():
-    # a hostile placement: y's bytes start inside x's. The copy kernel's memcpy had
-    # overlapping arguments (undefined; ASan: memcpy-param-overlap); it is memmove now,
-    # which copies as NumPy's assignment does
-    n = 64
+def _overlapping_move(n: int = 64) -> P.Program:
+    """A hostile placement: y's bytes start inside x's, and x moves into y. The copy
+    kernel's memcpy had overlapping arguments (undefined; ASan: memcpy-param-overlap)."""
     x = P.TensorValue(F32, (n,), storage=P.ArenaStorage(0, 0))
     y = P.TensorValue(F32, (n,), storage=P.ArenaStorage(0, 64))
-    program = P.Program(methods=(P.Method("forward", (x, y), (0,), (1,), (P.Move(0, 1),),
-                                          memory_plan=P.MemoryPlan((64 + 4 * n,))),))
-    data = unverified_bytes(program)
-    given = np.arange(n, dtype=np.float32)
+    return P.Program(methods=(P.Method("forward", (x, y), (0,), (1,), (P.Move(0, 1),),
+                                       memory_plan=P.MemoryPlan((64 + 4 * n,))),))
+
+
+def test_a_move_between_overlapping_tensors_copies_like_numpy():
+    # memmove now: it copies as NumPy's assignment does
+    data = unverified_bytes(_overlapping_move())
+    given = np.arange(64, dtype=np.float32)
     lean, native = (_load(data, e).method()(given)[0] for e in EXECUTORS)
     np.testing.assert_array_equal(native, lean)
     np.testing.assert_array_equal(native, given)
+
+
+def _bool_relu() -> P.Program:
+    """relu of a bool constant holding bytes 0, 1, 192, 2 (a hostile file: any byte) into
+    float32: the elementwise loop read them in place as C++ bool (UBSan: load of value 192,
+    not a valid value for type 'bool'; a float of 192 came out)."""
+    x = P.TensorValue(P.ScalarType.BOOL, (4,), storage=P.ConstantStorage(0, 0))
+    y = P.TensorValue(F32, (4,), storage=P.ArenaStorage(0, 0))
+    method = P.Method("forward", (x, y), (), (1,), (P.KernelCall(0, (0, 1)),),
+                      (P.Operator("aten::relu", "out"),), P.MemoryPlan((64,)))
+    return P.Program(methods=(method,), segments=(P.Segment(bytes([0, 1, 192, 2])),))
+
+
+def test_a_bool_constant_holding_other_bytes_reads_as_true():
+    lean, native = (_load(unverified_bytes(_bool_relu()), e).method()()[0] for e in EXECUTORS)
+    np.testing.assert_array_equal(native, lean)
+    assert native.tolist() == [0.0, 1.0, 1.0, 1.0]
+
+
+def _huge_groups() -> P.Program:
+    """A convolution whose groups is 2**63 - 1: weight C_in * groups overflowed int64
+    (UBSan: signed integer overflow in the channel check)."""
+    x = P.TensorValue(F32, (1, 3, 8, 8), storage=P.ArenaStorage(0, 0))
+    w = P.TensorValue(F32, (4, 3, 3, 3), storage=P.ArenaStorage(0, 768))
+    out = P.TensorValue(F32, (1, 4, 6, 6), storage=P.ArenaStorage(0, 1216))
+    values = (x, w, P.NoneValue(), P.IntListValue((1, 1)), P.IntListValue((0, 0)),
+              P.IntListValue((1, 1)), P.BoolValue(False), P.IntListValue((0, 0)),
+              P.IntValue(2**63 - 1), out)
+    method = P.Method("forward", values, (0, 1), (9,), (P.KernelCall(0, tuple(range(10))),),
+                      (P.Operator("aten::convolution", "out"),), P.MemoryPlan((1856,)))
+    return P.Program(methods=(method,))
+
+
+def test_convolution_groups_near_int64_max_are_refused():
+    inputs = (np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32))
+    for message in _both_refuse(unverified_bytes(_huge_groups()), KernelError,
+                                call=lambda loaded: loaded.method()(*inputs)):
+        assert "channels" in message
+
+
+@pytest.mark.slow
+def test_the_fuzzers_findings_run_clean_under_asan_and_ubsan(my_ops, tmp_path):
+    """Each program above that fuzz/native_exec_fuzz.py found, through its sanitized worker
+    (the ASan+UBSan build, libasan preloaded): ran or refused, no finding. Slow only the
+    first time (the sanitizer variant's build takes minutes)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fuzz"))
+    import native_exec_fuzz as NX
+
+    programs = [_bool_relu(), _huge_groups(), _overlapping_move(),
+                SY._dynamic_abs(symbols=(P.Symbol("s0", 3, 3),), sizes=(8,))]
+    log = tmp_path / "logs"
+    pool = NX.NativePool(my_ops, [], log, 1, NX.sanitized_environment(log))
+    try:
+        for n, program in enumerate(programs):
+            outcome, _ = pool.ask(unverified_bytes(program), n, 120)
+            assert not outcome.startswith("finding"), (n, outcome)
+    finally:
+        pool.close()
 
 
 # --- the memory a file's tables expand to ----------------------------------------------------

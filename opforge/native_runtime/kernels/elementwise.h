@@ -192,6 +192,14 @@ bool make_loop(opforge_context* ctx, const char* op, const View& out, const View
 // Convert n elements of dtype `from` (byte stride `stride`) into T.
 template <typename T>
 void load_row(const char* src, int32_t from, int64_t stride, T* dst, int64_t n) {
+  if (from == kBool) {  // read as bytes: a hostile file's bool may hold any byte (nonzero: true)
+    for (int64_t i = 0; i < n; ++i) {
+      uint8_t b;
+      std::memcpy(&b, src + i * stride, 1);
+      dst[i] = cast<T>(b != 0);
+    }
+    return;
+  }
   if (from == kFloat16) {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t h;
@@ -258,8 +266,11 @@ void run_part(const Loop& L, const Row& row, int64_t row_begin, int64_t row_end,
   bool direct[kMaxOperands] = {};
   bool stage = !out_direct;
   for (int k = 1; k <= NIN; ++k) {
-    direct[k] = k == 1 ? L.dtype[k] == dtype_of<C0>() && inner[k] == int64_t(sizeof(C0))
-                       : L.dtype[k] == dtype_of<CT>() && inner[k] == int64_t(sizeof(CT));
+    // bool inputs go through load_row, which reads bytes: a byte other than 0 or 1 (a
+    // hostile constant, or bytes another dtype left) is no valid bool to read in place
+    direct[k] = L.dtype[k] != kBool &&
+                (k == 1 ? L.dtype[k] == dtype_of<C0>() && inner[k] == int64_t(sizeof(C0))
+                        : L.dtype[k] == dtype_of<CT>() && inner[k] == int64_t(sizeof(CT)));
     if (!direct[k] && inner[k] != 0) stage = true;
   }
   const int64_t block = stage ? kBlock : n;

@@ -449,12 +449,14 @@ void convolution_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   for (int d = 0; d < 3; ++d) g.k[d] = g.w.size[d];
   int64_t wc0 = w.sizes[0], wc1 = w.sizes[1];
   bool ok;
+  int64_t channels = 0;  // wc1 * groups, checked: groups comes from the file
+  if (!mul_ok(wc1, groups, &channels)) channels = -1;
   if (g.transposed) {
-    ok = wc0 == g.x.c && g.x.c % groups == 0 && g.y.c == wc1 * groups;
+    ok = wc0 == g.x.c && g.x.c % groups == 0 && g.y.c == channels;
     g.cin_g = g.x.c / groups;
     g.cout_g = wc1;
   } else {
-    ok = g.x.c == wc1 * groups && wc0 == g.y.c && g.y.c % groups == 0;
+    ok = g.x.c == channels && wc0 == g.y.c && g.y.c % groups == 0;
     g.cin_g = wc1;
     g.cout_g = g.y.c / groups;
   }
