@@ -8,7 +8,9 @@ arena, counted) and runs the kernel. The 1-thread and T-thread instances are cal
 alternately, so both see the same machine load; each figure is the median of ``--repeats``
 calls after warm-up, in ms. Products also give GFLOP/s (2mnk per call), and every pair is
 checked bit for bit (threads split rows or columns, never the sum). ``speedup`` is the
-1-thread median over the T-thread one. The load average is printed: on a shared machine,
+1-thread median over the T-thread one; the two ``CPU ms`` columns are the process's CPU
+time per call (all threads) at 1 and T threads: close together, the split itself costs
+little, and a wall time above the 1-thread one is the scheduler's (a busy machine). The load average is printed: on a shared machine,
 a busy neighbour takes the second core and the speedup with it.
 """
 
@@ -69,10 +71,11 @@ def workloads():
             unary("aten::exp", 1 << 20), unary("aten::tanh", 1 << 20)]
 
 
-def timed(call, inputs) -> float:
-    start = time.perf_counter()
+def timed(call, inputs) -> tuple[float, float]:
+    """(wall ms, CPU ms of the whole process: every thread of the pool counted)."""
+    start, cpu = time.perf_counter(), time.process_time()
     call(*inputs, views=True)
-    return (time.perf_counter() - start) * 1e3
+    return (time.perf_counter() - start) * 1e3, (time.process_time() - cpu) * 1e3
 
 
 def main() -> None:
@@ -83,7 +86,7 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.2f}; threads 1 vs {args.threads}; medians of {args.repeats}")
     print(f"{'workload':34} {'1 thread ms':>11} {f'{args.threads} threads ms':>12} {'speedup':>8} "
-          f"{'GFLOP/s (1)':>12} {f'GFLOP/s ({args.threads})':>12}")
+          f"{'GFLOP/s (1)':>12} {f'GFLOP/s ({args.threads})':>12} {'CPU ms':>7} {f'CPU ms':>7}")
     for name, program, inputs, flops in workloads():
         one = load(program, executor="native", num_threads=1).method("forward")
         many = load(program, executor="native", num_threads=args.threads).method("forward")
@@ -95,9 +98,10 @@ def main() -> None:
         for _ in range(args.repeats):
             t1.append(timed(one, inputs))
             tn.append(timed(many, inputs))
-        m1, mn = statistics.median(t1), statistics.median(tn)
-        rate = (f"{flops / m1 / 1e6:12.1f} {flops / mn / 1e6:12.1f}" if flops else "")
-        print(f"{name:34} {m1:11.3f} {mn:12.3f} {m1 / mn:8.2f} {rate}")
+        m1, mn = statistics.median(w for w, _ in t1), statistics.median(w for w, _ in tn)
+        c1, cn = statistics.median(c for _, c in t1), statistics.median(c for _, c in tn)
+        rate = (f"{flops / m1 / 1e6:12.1f} {flops / mn / 1e6:12.1f}" if flops else f"{'':25}")
+        print(f"{name:34} {m1:11.3f} {mn:12.3f} {m1 / mn:8.2f} {rate} {c1:7.2f} {cn:7.2f}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
