@@ -182,7 +182,9 @@ OPF_API opf_status opf_program_state_reset(opf_program* program, const char* nam
 /* ---- method instances ------------------------------------------------------------- */
 typedef struct opf_method_options {
   uint32_t struct_size;       /* sizeof(opf_method_options) */
-  int32_t num_threads;        /* 0 = OPFORGE_NUM_THREADS, else 1 */
+  int32_t num_threads;        /* the portable kernels' threads (a pool per instance; any
+                                 count gives the same bits); 0 = OPFORGE_NUM_THREADS (a
+                                 count or "auto": the usable cores, at most 4), else 1 */
   int64_t num_arenas;         /* caller memory: 0, or the method's arena count */
   void* const* arenas;        /* num_arenas pointers, each 64-byte aligned */
   const int64_t* arena_sizes; /* their sizes: at least opf_program_arena_sizes' */
