@@ -158,10 +158,14 @@ bool maps_file(int fd) {  // _library_paths.OpenedLibrary.loaded: the process ma
   return found;
 }
 
+// *held: set once dlopen took the descriptor, which then stays open for the process even
+// when a check below refuses the library (the loader knows the library by that name: a
+// later library opened under the same number would be matched to this one).
 Loaded open_package(int fd, const std::string& real, const std::string& package, const std::string& provider,
-                    const std::string& where) {
+                    const std::string& where, bool* held) {
   std::string load_path = "/proc/self/fd/" + std::to_string(fd);
   void* lib = ::dlopen(load_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  *held = lib != nullptr;
   if (lib == nullptr) {
     std::string why = text_of(::dlerror());
     raise(OPF_ERR_LIBRARY, where + ": cannot be loaded (" + why + ") — valid: a shared library built by "
@@ -257,9 +261,7 @@ PackageOpEntry package_op(const std::string& path, const std::string& package, c
                                "file), or move the package to a folder of your own and trust that");
   auto it = loaded().find(real);
   if (it == loaded().end()) {
-    Loaded pkg = open_package(fd, real, package, provider, where);
-    keep = true;  // dlopen took the descriptor: it stays open for the process
-    it = loaded().emplace(real, std::move(pkg)).first;
+    it = loaded().emplace(real, open_package(fd, real, package, provider, where, &keep)).first;
   }
   const Loaded& pkg = it->second;
   if (pkg.name != package)
