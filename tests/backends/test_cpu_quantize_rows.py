@@ -71,6 +71,24 @@ def _check(rng_name: str, n: int) -> str:
     return "ran ok"
 
 
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("rng_name", list(RANGES))
+def test_quantize_dequantize_is_the_two_steps(rng_name, n, capability):
+    """Mode 2 (a dequantize of a quantize of the same parameters, the integer kept in
+    registers): (q - zp) · scale in float32 of the q above, element for element."""
+    dtype, qmin, qmax, zp = RANGES[rng_name]
+    scale = 0.25
+    x = _inputs(n, scale)
+    p = hostile.Plan()
+    xt = p.tensor(hostile.F32, [n], role="input")
+    yt = p.tensor(hostile.F32, [n], role="output")
+    p.op("quant", [xt], [yt], [2, qmin, qmax], [scale, zp])
+    got = hostile.run(p.handle(), x)[0]
+    q = _want(x, scale, qmin, qmax, zp, dtype)
+    want = (q.astype(np.float32) - np.float32(zp)) * np.float32(scale)
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:5]
+
+
 # --- cases for the sanitized run (test_cpu_sanitized.py): every range at every length
 CASES, EXPECT = hostile.ran_ok_cases({f"quantize_{r.replace(' ', '_')}_{n}": (lambda r=r, n=n: _check(r, n))
                                       for r in RANGES for n in LENGTHS})

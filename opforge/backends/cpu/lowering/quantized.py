@@ -49,12 +49,38 @@ def lower_quant(L: Lowering, node, args, kwargs):
         raise Unsupported("op", f"{name} with tensor parameters; stays on the kernels")
     if dtype not in QUANT_DTYPES or kwargs.get("out_dtype") not in (None, torch.float32):
         raise Unsupported("dtype", f"{name} with {dtype}; stays on the kernels")
+    round_trip = None if quantize else _round_trip(node)
+    memo = L.__dict__.setdefault("round_trips", {})
+    if round_trip is not None and round_trip.name in memo:
+        return memo[round_trip.name]  # the same quantized value dequantized again
+    source = L.env.get(round_trip.args[0].name) if round_trip is not None else None
+    if isinstance(source, tuple) and source[:1] == ("t",) and L.spec(source[1]).dtype == torch.float32:
+        x = source  # dequantize(quantize(v)) of one set of parameters, from v
+    else:
+        round_trip = None
     src = _dense_operand(L, L.materialize(x))
     fake = _val(node)
     out = L.new_tensor(fake.dtype, fake.shape, strides=L.spec(src).strides)  # same layout
-    L.op("quant", [src], [out], [0 if quantize else 1, int(qmin), int(qmax)], [float(scale), float(zp)],
-         name="quantize" if quantize else "dequantize")
+    mode = 0 if quantize else 2 if round_trip is not None else 1
+    L.op("quant", [src], [out], [mode, int(qmin), int(qmax)], [float(scale), float(zp)],
+         name=("quantize", "dequantize", "quantize-dequantize")[mode])
+    if round_trip is not None:
+        memo[round_trip.name] = ("t", out)
     return ("t", out)
+
+
+def _round_trip(dq):
+    """The quantize node a per-tensor dequantize reads, when it has the dequantize's
+    parameters: the pair is one engine op (mode 2: the integer stays in registers, the
+    same float32 arithmetic), and every dequantize of that quantize shares its result (the
+    quantize itself is pruned unless something else reads its integers)."""
+    q = dq.args[0]
+    if not (isinstance(q, torch.fx.Node) and q.op == "call_function"
+            and q.target == _qop("quantize_per_tensor")):
+        return None
+    if tuple(q.args[1:6]) != tuple(dq.args[1:6]) or q.kwargs or dq.kwargs.get("out_dtype") not in (None, torch.float32):
+        return None
+    return q
 
 
 def _peel_relu(node):

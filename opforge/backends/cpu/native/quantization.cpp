@@ -2,9 +2,11 @@
 // matmul on oneDNN ("qconv", "qmatmul", 8a8w); a depthwise 3×3 qconv may run on the
 // engine's own kernel instead (qdepthwise.cpp, same contract).
 //
-// quant contract: ins [x], outs [y]; ia [mode 0 quantize / 1 dequantize, qmin, qmax];
-//   fa [scale, zero point]. quantize: f32 → an integer dtype, dequantize: the reverse; x and
-//   y of one shape and one dense layout; qmin <= qmax; scale > 0 and finite, zp finite.
+// quant contract: ins [x], outs [y]; ia [mode 0 quantize / 1 dequantize / 2 both, qmin,
+//   qmax]; fa [scale, zero point]. quantize: f32 → an integer dtype, dequantize: the
+//   reverse, both (a quantize read only by dequantizes of its parameters): f32 → f32, the
+//   integer kept in registers; x and y of one shape and one dense layout; qmin <= qmax;
+//   scale > 0 and finite, zp finite.
 // qconv/qmatmul contract: ins [x u8, w s8 constant, w_scales f32 constant, (bias f32
 //   constant)], outs [y u8]; fa [x_scale, y_scale] (> 0, finite); ia [x_zp, y_zp, mask,
 //   has_bias, (qconv: nsp, strides, pad_l, pad_r, dilation)].
@@ -108,6 +110,26 @@ __attribute__((target("avx512f"))) int64_t quantize32_avx512(const float* x, int
   }
   return i;
 }
+
+// quantize then dequantize (mode 2), the integers kept in registers: (q - zp) · scale with
+// q the value quantize32_avx512 stores, under its conditions (exact: q is an integer within
+// ±2^17, a float holds it)
+__attribute__((target("avx512f"))) int64_t fake_quantize_avx512(const float* x, float* out, int64_t n, float inv,
+                                                                float z, float lo, float hi, float sc) {
+  const __m512 vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z), vlo = _mm512_set1_ps(lo),
+               vhi = _mm512_set1_ps(hi), big = _mm512_set1_ps(16777216.f), nbig = _mm512_set1_ps(-16777216.f),
+               vsc = _mm512_set1_ps(sc);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 xi = _mm512_loadu_ps(x + i);
+    __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xi, vinv), nbig), big);
+    __m512 r = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(v)), vz);
+    r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(xi, xi, _CMP_UNORD_Q), vlo);  // NaN → qmin
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_sub_ps(r, vz), vsc));
+  }
+  return i;
+}
 }  // namespace
 #endif
 
@@ -124,6 +146,25 @@ struct QuantOp : Op {
     int64_t n = ti.span;
     const void* src = e.ptr(ins[0]);
     void* dst = e.ptr(outs[0]);
+    if (mode == 2) {  // quantize then dequantize: lean's two ops, the integer never stored
+      const float* x = static_cast<const float*>(src);
+      float* y = static_cast<float*>(dst);
+      float inv = (float)(1.0 / scale), z = (float)zp, lo = (float)qmin, hi = (float)qmax, sc = (float)scale;
+      int64_t done = 0;
+#if defined(__x86_64__)
+      if (wide && z == std::floor(z) && std::fabs(z) <= 65536.f && qmin >= -65536 && qmax <= 65536)
+        done = fake_quantize_avx512(x, y, n, inv, z, lo, hi, sc);
+#endif
+      for (int64_t i = done; i < n; ++i) {
+        float v = x[i] * inv;
+        float r = std::fabs(v) < 4194304.f ? (v + 12582912.f) - 12582912.f : v;
+        r += z;
+        r = r < lo ? lo : (r > hi ? hi : r);
+        r = x[i] != x[i] ? lo : r;
+        y[i] = ((float)(int64_t)r - z) * sc;  // the integer quantize stores, dequantized
+      }
+      return;
+    }
     if (mode == 0) {
       const float* x = static_cast<const float*>(src);
       float inv = (float)(1.0 / scale), z = (float)zp, lo = (float)qmin, hi = (float)qmax;
@@ -182,10 +223,12 @@ void contract_quant(const Engine& e, const OpCall& c) {
   int64_t mode = c.ia[0];
   const Tensor& ti = e.tensors[(size_t)c.ins[0]];
   const Tensor& to = e.tensors[(size_t)c.outs[0]];
-  need(mode == 0 || mode == 1, c.kind, "mode must be 0 (quantize) or 1 (dequantize)");
+  need(mode == 0 || mode == 1 || mode == 2, c.kind,
+       "mode must be 0 (quantize), 1 (dequantize) or 2 (quantize then dequantize)");
   int32_t q = mode == 0 ? to.dtype : ti.dtype, f = mode == 0 ? ti.dtype : to.dtype;
   // quantized values fit qmin..qmax, which fit int32 and a float exactly enough
-  need(q != F32 && q != F64 && f == F32, c.kind, "dtypes (f32 and an integer dtype)");
+  if (mode == 2) need(ti.dtype == F32 && to.dtype == F32, c.kind, "mode 2 dtypes (f32 to f32)");
+  else need(q != F32 && q != F64 && f == F32, c.kind, "dtypes (f32 and an integer dtype)");
   need(ti.dims == to.dims && ti.strides == to.strides && dense(ti), c.kind, "x and y: one dense layout");
   need(c.ia[1] <= c.ia[2] && c.ia[1] >= -((int64_t)1 << 31) && c.ia[2] < ((int64_t)1 << 31), c.kind,
        "qmin..qmax");
@@ -199,7 +242,7 @@ void build_quant(Handle& h, const OpCall& c) {
 #if defined(__x86_64__)
   op->wide = own_kernels_allowed() && __builtin_cpu_supports("avx512f");
 #endif
-  op->name = op->mode == 0 ? "quantize" : "dequantize";
+  op->name = op->mode == 0 ? "quantize" : op->mode == 1 ? "dequantize" : "quantize-dequantize";
   push_op(h.e, std::move(op), c);
 }
 
