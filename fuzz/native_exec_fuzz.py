@@ -260,7 +260,12 @@ def reads_unwritten(method: P.Method) -> bool:
         return 0 <= v < len(method.values) and type(method.values[v]) in (
             P.TensorValue, P.TensorListValue)
 
-    for ins in method.instructions:
+    code = method.instructions
+    last_written = {}  # value: the last instruction whose last argument it is
+    for i, ins in enumerate(code):
+        if getattr(ins, "args", None):
+            last_written[ins.args[-1]] = i
+    for i, ins in enumerate(code):
         if type(ins) is P.Move:
             reads, writes = [ins.src], [ins.dst]
         else:
@@ -268,7 +273,11 @@ def reads_unwritten(method: P.Method) -> bool:
             k = len(args)
             while k > 1 and tensor(args[k - 1]):
                 k -= 1
-            reads, writes = args[:k], args[k:]
+            # the last argument is written; the trailing tensors before it too, unless a
+            # later instruction writes them (then this one reads them first)
+            writes = [v for j, v in enumerate(args[k:], k)
+                      if j == len(args) - 1 or last_written.get(v, -1) <= i]
+            reads = [v for v in args if v not in writes]
         for v in reads:
             if v in seen or not 0 <= v < len(method.values):
                 continue
@@ -507,7 +516,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start-at", type=int, default=0,
                         help="skip this many cases of the seed's sequence (run in chunks)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per case")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds per case (ASan is slow, and the machine may be shared)")
     parser.add_argument("--leak-every", type=int, default=250,
                         help="ask LeakSanitizer after this many cases (0: never)")
     parser.add_argument("--runtime", type=Path, default=None,

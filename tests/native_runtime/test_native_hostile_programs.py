@@ -465,6 +465,25 @@ def test_convolution_groups_near_int64_max_are_refused():
         assert "channels" in message
 
 
+def _huge_stride_pool(dilation: int, ceil_mode: bool) -> P.Program:
+    """max_pool2d with stride 2**63 - 1: the output-size arithmetic overflowed int64 (UBSan:
+    span + stride - 1 with ceil_mode; -num + stride - 1 for a window past the input)."""
+    program = WB._pool_program((0, 0), (dilation, dilation))
+    m = program.methods[0]
+    values = (m.values[:2] + (P.IntListValue((2**63 - 1, 2**63 - 1)),) + m.values[3:5]
+              + (P.BoolValue(ceil_mode),) + m.values[6:])
+    return dataclasses.replace(program, methods=(dataclasses.replace(m, values=values),))
+
+
+@pytest.mark.parametrize("dilation, ceil_mode", [(1, True), (2**62, False)])
+def test_pooling_with_a_stride_near_int64_max_is_refused(dilation, ceil_mode):
+    data = unverified_bytes(_huge_stride_pool(dilation, ceil_mode))
+    with pytest.raises(KernelError, match=r"max_pool2d_with_indices"):
+        _load(data, "lean").method()(np.ones((1, 1, 4, 4), np.float32))
+    with pytest.raises(KernelError, match=r"max_pool2d_with_indices"):
+        _load(data, "native").method()(np.ones((1, 1, 4, 4), np.float32))
+
+
 @pytest.mark.slow
 def test_the_fuzzers_findings_run_clean_under_asan_and_ubsan(my_ops, tmp_path):
     """Each program above that fuzz/native_exec_fuzz.py found, through its sanitized worker
@@ -473,7 +492,8 @@ def test_the_fuzzers_findings_run_clean_under_asan_and_ubsan(my_ops, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fuzz"))
     import native_exec_fuzz as NX
 
-    programs = [_bool_relu(), _huge_groups(), _overlapping_move(),
+    programs = [_bool_relu(), _huge_groups(), _overlapping_move(), _huge_stride_pool(1, True),
+                _huge_stride_pool(2**62, False),
                 SY._dynamic_abs(symbols=(P.Symbol("s0", 3, 3),), sizes=(8,))]
     log = tmp_path / "logs"
     pool = NX.NativePool(my_ops, [], log, 1, NX.sanitized_environment(log))

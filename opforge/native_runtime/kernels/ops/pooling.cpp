@@ -117,9 +117,15 @@ bool check_geometry(opforge_context* ctx, const char* op, Pool* g, bool ceil_mod
     }
     int64_t span;  // in + 2p - reach (p <= reach / 2 so this cannot overflow past in + reach)
     if (!add_ok(g->in[a], 2 * g->p[a] - reach, &span)) goto overflow;
-    int64_t num = span + (ceil_mode ? g->s[a] - 1 : 0);
-    int64_t o = (num >= 0 ? num / g->s[a] : -((-num + g->s[a] - 1) / g->s[a])) + 1;
-    if (ceil_mode && (o - 1) * g->s[a] >= g->in[a] + g->p[a]) --o;
+    // checked: a hostile stride or padding near int64's ends overflowed these
+    int64_t num, o, last, end;
+    if (!add_ok(span, ceil_mode ? g->s[a] - 1 : 0, &num)) goto overflow;
+    // floor(num / s) + 1, s >= 1: C++ division truncates, so step down for a negative rest
+    if (!add_ok(num / g->s[a] - (num % g->s[a] != 0 && num < 0 ? 1 : 0), 1, &o)) goto overflow;
+    if (ceil_mode) {
+      if (!mul_ok(o - 1, g->s[a], &last) || !add_ok(g->in[a], g->p[a], &end)) goto overflow;
+      if (last >= end) --o;
+    }
     if (o < 1 || g->out[a] != o) {
       fail(ctx, "%s: output spatial size %lld in dim %d — the input (%lld), kernel_size %lld, "
            "stride %lld, padding %lld, dilation %lld give %lld — valid: the output shape ATen "
@@ -129,8 +135,10 @@ bool check_geometry(opforge_context* ctx, const char* op, Pool* g, bool ceil_mod
            (long long)o);
       return false;
     }
-    int64_t need = (o - 1) * g->s[a] + reach;  // the NumPy kernel's padded extent
-    int64_t right = need - g->in[a] - g->p[a];
+    int64_t need, right;  // the NumPy kernel's padded extent, and its right padding
+    if (!mul_ok(o - 1, g->s[a], &need) || !add_ok(need, reach, &need) ||
+        !add_ok(need, -g->in[a], &right) || !add_ok(right, -g->p[a], &right))
+      goto overflow;
     if (right < g->p[a]) right = g->p[a];
     if (!mul_ok(padded, g->in[a] + g->p[a] + right, &padded) || !mul_ok(windows, o, &windows) ||
         !mul_ok(windows, g->k[a], &windows))
