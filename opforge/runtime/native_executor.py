@@ -212,6 +212,7 @@ class NativeMethod:
     # per input instead of a seven-argument ctypes call (~2 µs each). Larger inputs are
     # handed over per call (zero_copy=0: the runtime's one copy, no staging memory).
     STAGE_LIMIT = 1 << 16
+    SHAPE_CACHE = 8  # shapes whose staging arrays and output views are kept per input/output
 
     def __init__(self, program: NativeProgram, name: str) -> None:
         lib = self._lib = program._lib
@@ -234,6 +235,9 @@ class NativeMethod:
         # per input: (kind, NumPy dtype, c10 code); the staging array of the current shape
         self._input_plan = tuple(self._plan(lib.opf_program_input_info, i) for i in range(n_in.value))
         self._stages: list = [None] * n_in.value
+        # per input: the staging arrays of the last SHAPE_CACHE shapes, so that calls
+        # alternating between shapes (a decoder's prefill and decode) stage nothing new
+        self._staged: list = [{} for _ in range(n_in.value)]
         self._tensor_dtypes = tuple(dtype for kind, dtype, _ in self._input_plan) if all(
             kind == _VALUE_TENSOR for kind, _, _ in self._input_plan) else None
         self._dim_orders = tuple(self._dim_order(lib.opf_program_input_info, i)
@@ -244,6 +248,7 @@ class NativeMethod:
         # (data address, NumPy view over the instance's memory) seen
         self._static_shapes = tuple(self._static_shape(i) for i in range(n_out.value))
         self._output_views: list = [None] * n_out.value
+        self._dynamic_views: list = [{} for _ in range(n_out.value)]  # (address, shape) -> view
         self._view = _TensorView()
         # the per-call functions without argtypes, called with ctypes objects made once:
         # ctypes' argument conversion costs more than the call itself (~1 µs of ~1.4)
@@ -346,9 +351,17 @@ class NativeMethod:
         staged (zero_copy=1) when small and its dim order is known, else copied."""
         lib, handle = self._lib, self._handle
         shape = array.shape
+        staged = self._staged[index]
+        known = staged.get(shape)
+        self._stages[index] = None
+        if known is not None:  # a shape staged before: its array, address and sizes again
+            stage, address, sizes = known
+            stage[...] = array
+            if lib.opf_method_set_input(handle, index, address, code, len(shape), sizes, 1) == _OK:
+                self._stages[index] = stage
+                return stage
         sizes = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         order = self._dim_orders[index]
-        self._stages[index] = None
         if order is not None and len(order) == len(shape) and array.nbytes <= self.STAGE_LIMIT:
             stage, base = _aligned_stage(shape, array.dtype, order)
             stage[...] = array
@@ -356,6 +369,9 @@ class NativeMethod:
                                               sizes, 1)
             if status == _OK:
                 self._stages[index] = stage
+                if len(staged) >= self.SHAPE_CACHE:
+                    del staged[next(iter(staged))]
+                staged[shape] = (stage, base.ctypes.data, sizes)
                 return stage
         if order is not None and len(order) == len(shape) and order != tuple(range(len(shape))):
             array = array.transpose(order)  # the runtime copies bytes dense in the dim order
@@ -399,10 +415,21 @@ class NativeMethod:
             if status:
                 _check(self._lib, status, f"{self._api}(...)")
             cached = cache[index]
-            if cached is not None and static is not None and cached[0] == view.data:
-                array = cached[1]  # a static output: same address, same size
-            else:
-                array = self._output_view(index, static)
+            if static is not None:
+                if cached is not None and cached[0] == view.data:
+                    array = cached[1]  # a static output: same address, same size
+                else:
+                    array = self._output_view(index, static)
+            else:  # a dynamic output: the view made at this address and shape before
+                sizes = view.sizes
+                shape = tuple([sizes[d] for d in range(view.rank)])
+                known = self._dynamic_views[index]
+                array = known.get((view.data, shape))
+                if array is None:
+                    array = self._output_view(index, shape)
+                    if len(known) >= self.SHAPE_CACHE:
+                        del known[next(iter(known))]
+                    known[(view.data, shape)] = array
             outputs.append(array if views else array.copy())
         return tuple(outputs)
 
