@@ -64,12 +64,13 @@ def test_a_roll_of_the_flattened_tensor(kernels):
 
 
 class Pads(nn.Module):
-    """Padding by 0 (Swin's when the windows fit), a crop, a real pad, an output that is the
-    input padded by 0."""
+    """Padding by 0 (Swin's when the windows fit), a crop, a pad of two dims, CoaT's row
+    before the tokens, an output that is the input padded by 0."""
 
     def forward(self, x):
         return (F.pad(x * 2.0, (0, 0, 0, 0, 0, 0)) + 1.0, F.pad(x, (0, 0, -1, 0, 0, -2)),
-                F.pad(x + 1.0, (0, 0, 0, 1, 0, 1), value=3.0), F.pad(x, (0, 0, 0, 0)))
+                F.pad(x + 1.0, (0, 0, 0, 1, 2, 1), value=3.0), F.pad(x, (0, 0, 0, 0)),
+                F.pad(x - 1.0, (0, 0, 1, 0)))
 
 
 @pytest.mark.parametrize("kernels", [None, "portable"])
@@ -78,9 +79,10 @@ def test_pads_by_zero_are_the_input_itself(kernels):
     model = Pads().eval()
     program = export(model, (x,), backends=["cpu"], kernels=kernels)
     ops = [op for op, _ in cpu_engine.program_impls(program)]
-    # the real pad fills and copies; the crop copies; a pad by 0 is no op at all, except
-    # the copy that makes the input padded by 0 an output of its own
-    assert ops.count("elementwise") == 1 and ops.count("copy") == 3, ops
+    # a pad fills its padding alone (one fill per padded side: 3 and 1) and copies; the
+    # crop copies; a pad by 0 is no op at all, except the copy that makes the input padded
+    # by 0 an output of its own
+    assert ops.count("elementwise") == 4 and ops.count("copy") == 4, ops
     got = load(program).method("forward")(x.numpy())
     with torch.no_grad():
         want = model(x)

@@ -156,8 +156,8 @@ VIEW_OPS = ["aten::view", "aten::_unsafe_view", "aten::reshape", "aten::permute"
 
 
 def lower_constant_pad(L: Lowering, node, args, kwargs):
-    """constant_pad_nd: fill the output with the value, then copy the input's overlap into
-    it (negative padding crops)."""
+    """constant_pad_nd: fill the output's padding with the value (the whole output when
+    sizes are symbolic), then copy the input's overlap into it (negative padding crops)."""
     x, pad = args[0], list(args[1])
     value = args[2] if len(args) > 2 else kwargs.get("value", 0)
     fake = _val(node)
@@ -172,20 +172,30 @@ def lower_constant_pad(L: Lowering, node, args, kwargs):
     out = L.new_tensor(fake.dtype, fake.shape)
     o = L.spec(out)
     dims = L.shape(fake)
-    if not all(type(p) is int and p <= 0 for p in pad):  # (a crop: the copy writes it all)
-        L.op("ew", [], [out], [EW["fill"], 0, len(dims), *dims, *o.strides], [1.0, float(value)],
-             name="fill")
-    lengths, src_off, dst_off = [], 0, 0
+    lengths, src_off, dst_off, borders, empty = [], 0, 0, [], False
     for k in range(len(s.dims)):
         j = len(s.dims) - 1 - k  # pad pairs run from the last dim backwards
         before, after = (pad[2 * j], pad[2 * j + 1]) if 2 * j + 1 < len(pad) else (0, 0)
         start_src, start_dst = max(0, -before), max(0, before)
         length = s.dims[k] - start_src - max(0, -after)
-        if length <= 0:
-            return ("t", out)
+        empty = empty or length <= 0
         lengths.append(length)
         src_off += start_src * s.strides[k]
         dst_off += start_dst * o.strides[k]
+        borders += [(k, 0, before)] if before > 0 else []
+        borders += [(k, dims[k] - after, after)] if after > 0 else []
+    if borders and (empty or not all(type(v) is int for v in (*dims, *o.strides))):
+        borders = [(0, 0, dims[0])]  # all of it (nothing of the input left, or symbolic sizes)
+    for k, start, size in borders:
+        # only the padding is filled (CoaT pads one row before its tokens: the whole tensor
+        # filled, then all but that row copied over, before); at most 2 per dim, overlapping
+        # at corners (the value written twice)
+        region = [*dims[:k], size, *dims[k + 1:]]
+        target = L.alias(out, region, o.strides, start * o.strides[k])
+        L.op("ew", [], [target], [EW["fill"], 0, len(region), *region, *o.strides],
+             [1.0, float(value)], name="fill")
+    if empty:
+        return ("t", out)
     L.op("copy", [src], [out], [len(lengths), *lengths, *s.strides, src_off, *o.strides, dst_off],
          name="pad")
     return ("t", out)
