@@ -389,9 +389,13 @@ class Lowering:
         first = len(self.plan.ops)
         result = fn(self, node, args, kwargs)
         kinds = sorted({op["kind"] for op in self.plan.ops[first:]})
+        # an op a lowering leaves on a reference kernel on purpose says why in its name
+        why = [op["name"] for op in self.plan.ops[first:] if "(reference kernel:" in op["name"]]
         self.plan.impls.append({"node": node.name, "op": name, "impl": ", ".join(
             ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
             or ("view (no copy)" if not _all_constant(args, kwargs) else "folded at export")})
+        if why:
+            self.plan.impls[-1]["impl"] += "; " + "; ".join(why)
         return result
 
     # --- 8a8w convolution / linear on oneDNN int8 ---------------------------------------------

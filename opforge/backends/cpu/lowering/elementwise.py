@@ -14,7 +14,7 @@ import torch.fx
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
 from opforge.backends.cpu.lowering.core import (
-    SYMBOLIC_SIZES, same,
+    SYMBOLIC_SIZES, _is_one, same,
     ABS, B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, CLIP, ELU, EW, EXP, GELU_ERF, GELU_TANH,
     GENERIC_DTYPES, HARDSIGMOID, HARDSWISH, LINEAR, LOG, LOGISTIC, LOWERINGS, Lowering, MISH,
     POW, RELU, SOFT_RELU, SQRT, SQUARE, SWISH, TANH, Unsupported, _broadcast_strides, _dense,
@@ -191,10 +191,27 @@ def lower_binary(L: Lowering, node, args, kwargs):
                         tb = L.alias(tb, (1,) * (len(out_dims) - len(sb.dims)) + tuple(sb.dims),
                                      (0,) * (len(out_dims) - len(sb.dims)) + tuple(sb.strides))
                     out = _out(L, node, strides=sa.strides)
+                    note = _reference_note(L.spec(ta), L.spec(tb))
                     ins, outs = _jit_broadcast(L, ta, tb, out, b)
-                    L.op("binary", ins, outs, [BINARY[base]], name=base.split("::")[1])
+                    L.op("binary", ins, outs, [BINARY[base]], name=base.split("::")[1] + note)
                     return ("t", out)
     return lower_generic_ew(L, node, args, kwargs, base.split("::")[1], alpha)
+
+
+# The one broadcast the lowering leaves on oneDNN's reference binary on purpose, named so
+# (``opforge inspect`` / ``--explain`` and bench/external_check.py read the name).
+REFERENCE_BINARY = (" (reference kernel: a broadcast oneDNN's jit binary does not take, on "
+                    "symbolic sizes, where no rewrite holds for every size; Swin's shift mask "
+                    "took 42.7 ms so, 0.1 ms rewritten at static sizes)")
+
+
+def _reference_note(sa, sb) -> str:
+    """``REFERENCE_BINARY`` when a binary of these (rank-aligned) operands has symbolic sizes
+    and a broadcast ``_jit_broadcast`` cannot rewrite; else ""."""
+    if all(type(v) is int for v in (*sa.dims, *sb.dims)):
+        return ""
+    kept = [same(bd, d) and not _is_one(d) for bd, d in zip(sb.dims, sa.dims)]
+    return "" if all(kept) or jit_binary_broadcast(kept) else REFERENCE_BINARY
 
 
 def _jit_broadcast(L: Lowering, ta: int, tb: int, out: int, b_value) -> tuple[list[int], list[int]]:
