@@ -165,6 +165,56 @@ def test_softmax_over_a_strided_axis_with_symbolic_sizes_runs_on_rows(monkeypatc
     assert "softmax" in err and "ref:" not in err, err
 
 
+class MiddleMeans(nn.Module):
+    """Means over dims that are not innermost: timm LeViT's over its tokens ([1, 16, 384],
+    dim 1), two neighbouring dims, a permuted view's, the batch dim."""
+
+    def forward(self, x, y):
+        return (x.mean(1), (x * 2.0).mean(1, keepdim=True), y.mean((1, 2)),
+                y.permute(0, 3, 1, 2).mean(2), y.mean(0))
+
+
+def test_means_over_middle_dims_run_as_pooling(capability):
+    # oneDNN's reduction over a dim that is not innermost is its reference kernel
+    g = torch.Generator().manual_seed(16)
+    inputs = (torch.randn(1, 16, 384, generator=g), torch.randn(2, 5, 6, 7, generator=g))
+    model = MiddleMeans().eval()
+    program = export(model, inputs, backends=["cpu"])
+    impls = cpu_engine.program_impls(program)
+    assert sum(op == "pooling" for op, _ in impls) == 5, impls
+    assert not [p for p in impls if _reference(p[1])], impls
+    check_against_float64(model, inputs, load(program).method("forward")(*[t.numpy() for t in inputs]))
+
+
+class SymbolicMaskAdd(nn.Module):
+    def forward(self, scores, mask):
+        return scores * 2.0 + mask.unsqueeze(1).unsqueeze(0)
+
+
+def test_a_reference_binary_left_on_symbolic_sizes_says_why():
+    # Swin's shift-mask broadcast with a dynamic window count: no rewrite holds for every
+    # size, so it stays on oneDNN's reference binary, and the plan's implementation row
+    # (opforge inspect, --explain) and the op's name say why; at static sizes it is rewritten
+    from torch.export import Dim
+
+    from opforge.backends.cpu import blob
+
+    g = torch.Generator().manual_seed(4)
+    inputs = (torch.randn(1, 6, 3, 9, 9, generator=g), torch.randn(6, 9, 9, generator=g))
+    windows = Dim("w", min=2, max=64)
+    for dynamic in (True, False):
+        program = export(SymbolicMaskAdd().eval(), inputs, backends=["cpu"], dynamic_shapes=(
+            {1: windows}, {0: windows}) if dynamic else None)
+        plan, _ = blob.parse(program.segments[program.delegates[0].segment].data)
+        rows = [r["impl"] for r in plan["impls"] if r["op"] == "aten::add.Tensor"]
+        names = [op["name"] for op in plan["ops"] if op["kind"] == "binary"]
+        assert len(rows) == 1 and names, (rows, names)
+        assert ("reference kernel: a broadcast" in rows[0]) == dynamic, rows
+        assert any("(reference kernel:" in n for n in names) == dynamic, names
+        got = load(program).method("forward")(*[t.numpy() for t in inputs])
+        check_against_float64(SymbolicMaskAdd().eval(), inputs, got)
+
+
 def test_runtime_masks_broadcast_in_the_middle(capability):
     g = torch.Generator().manual_seed(3)
     model = MaskAdd().eval()

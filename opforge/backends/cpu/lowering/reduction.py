@@ -11,7 +11,8 @@ import torch.fx
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
     SYMBOLIC_SIZES,
-    GENERIC_DTYPES, LOWERINGS, Lowering, Unsupported, _dense, _dense_operand, _val, row_major,
+    GENERIC_DTYPES, LOWERINGS, Lowering, Unsupported, _dense, _dense_operand, _val, channels_last,
+    row_major,
 )
 from opforge.backends.cpu.lowering.pooling import _pool_dst_strides
 
@@ -43,6 +44,18 @@ def lower_reduce(L: Lowering, node, args, kwargs):
         window = list(spec.dims[2:])
         L.op("pool", [src], [out], [1, nsp, *window, *window, *([0] * nsp), *([0] * nsp), *([1] * nsp)],
              name="mean")
+    elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name == "aten::mean" \
+            and _middle_block(spec, dims) is not None:
+        # a mean over middle dims (timm LeViT's over the tokens of [1, 16, 384]): oneDNN's
+        # reduction over a dim that is not innermost is its reference kernel; the same
+        # numbers as [outer, inner (channels, stride 1), reduced (spatial)] are a global
+        # average pool, which it runs in its jit kernel
+        outer, reduced, inner = _middle_block(spec, dims)
+        view = L.alias(L.contiguous(src), (outer, inner, reduced), (reduced * inner, 1, inner))
+        out = L.new_tensor(torch.float32, (outer, inner, 1), strides=channels_last((outer, inner, 1)))
+        L.op("pool", [view], [out], [1, 1, reduced, reduced, 0, 0, 1], name="mean")
+        result = L.shape(fake)  # the pool's result is [outer, inner] row-major, as kept is
+        return ("t", L.alias(out, result, row_major(result)))
     elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in ("aten::sum", "aten::mean", "aten::amax", "aten::amin") and count > 0:
         src = _dense_operand(L, src)
         out = L.new_tensor(torch.float32, kept)
@@ -58,6 +71,18 @@ def lower_reduce(L: Lowering, node, args, kwargs):
     if result != kept:
         return ("t", L.alias(out, result, row_major(result)))
     return ("t", out)
+
+
+def _middle_block(spec, dims: list[int]) -> tuple[int, int, int] | None:
+    """(outer, reduced, inner) element counts when ``dims`` are one run of neighbouring dims
+    with more than one element after them (static sizes), else None."""
+    sizes = (*spec.dims, *spec.strides)
+    if not dims or any(type(v) is not int for v in sizes) or dims != list(range(dims[0], dims[-1] + 1)):
+        return None
+    outer = math.prod(spec.dims[:dims[0]])
+    reduced = math.prod(spec.dims[k] for k in dims)
+    inner = math.prod(spec.dims[dims[-1] + 1:])
+    return (outer, reduced, inner) if inner > 1 and reduced > 1 else None
 
 
 LOWERINGS["aten::sum"] = lower_reduce
