@@ -208,9 +208,14 @@ path, executor, repeat, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sy
 prompt = json.loads(sys.argv[5])
 generator = Generator(load(path, executor=executor))
 ready = time.perf_counter() - t0
-runs = [generator.generate(prompt, new) for _ in range(repeat)]
+runs, cpu = [], []
+for _ in range(repeat):
+    marks = []  # CPU time at the first new token (the prefill's) and at the end
+    runs.append(generator.generate(prompt, new, on_token=lambda t: marks.append(time.process_time())))
+    cpu.append((runs[-1].decode_steps, time.process_time() - marks[0]))
 print(json.dumps({"ready_s": ready, "tokens": list(runs[0].tokens),
                   "decode": [r.decode_tokens_per_s for r in runs],
+                  "decode_cpu": statistics.median(s / c for s, c in cpu),
                   "prefill": [r.prefill_tokens_per_s for r in runs]}))
 """
 
@@ -279,6 +284,7 @@ def generation(config: str, new_tokens: int, repeat: int, rounds: int) -> list[s
                 wall = time.perf_counter() - start
                 j = json.loads(out.stdout)
                 row = {"decode": j["decode_tokens_per_s"], "prefill": j["prefill_tokens_per_s"],
+                       "decode_cpu": j["decode_steps"] / j["decode_cpu_seconds"],
                        "startup": wall - j["generation_seconds"], "tokens": j["tokens"]}
             else:
                 executor = label.split()[1]
@@ -287,18 +293,24 @@ def generation(config: str, new_tokens: int, repeat: int, rounds: int) -> list[s
                                      capture_output=True, text=True, env=env, check=True)
                 j = json.loads(out.stdout.splitlines()[-1])
                 row = {"decode": statistics.median(j["decode"]), "prefill": statistics.median(j["prefill"]),
-                       "startup": j["ready_s"], "tokens": j["tokens"]}
+                       "decode_cpu": j["decode_cpu"], "startup": j["ready_s"], "tokens": j["tokens"]}
             results[label].append(row)
-            print(f"  {label}: decode {row['decode']:.2f} tokens/s, prefill {row['prefill']:.1f} tokens/s, "
+            print(f"  {label}: decode {row['decode']:.2f} tokens/s ({row['decode_cpu']:.2f} per CPU-s), prefill {row['prefill']:.1f} tokens/s, "
                   f"start-up {row['startup']:.2f} s", flush=True)
-    base = statistics.median(r["decode"] for r in results["python lean"])
-    want = results["python lean"][0]["tokens"]
-    lines = ["| runtime | decode tokens/s | vs Python cpu | prefill tokens/s | start-up s | same tokens |",
-             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    python = results["python lean"]
+    want = python[0]["tokens"]
+    lines = ["| runtime | decode tokens/s (wall) | vs Python, per round | decode tokens per CPU-second | "
+             "vs Python | prefill tokens/s | start-up s | same tokens |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for label, rows in results.items():
         decode = statistics.median(r["decode"] for r in rows)
+        # ratios within a round (its processes ran back to back) over rounds: steadier than
+        # a ratio of medians when the machine's load swings between rounds
+        wall_ratio = statistics.median(r["decode"] / p["decode"] for r, p in zip(rows, python))
+        cpu = statistics.median(r["decode_cpu"] for r in rows)
+        cpu_ratio = statistics.median(r["decode_cpu"] / p["decode_cpu"] for r, p in zip(rows, python))
         same = all(r["tokens"] == want for r in rows)
-        lines.append(f"| {label} | {decode:.2f} | {decode / base:.3f} | "
+        lines.append(f"| {label} | {decode:.2f} | {wall_ratio:.3f} | {cpu:.2f} | {cpu_ratio:.3f} | "
                      f"{statistics.median(r['prefill'] for r in rows):.1f} | "
                      f"{statistics.median(r['startup'] for r in rows):.2f} | {'yes' if same else '**NO**'} |")
     return lines
@@ -322,7 +334,9 @@ def write_generation(args) -> None:
             f"prefill and a one-token decode method), a {PROMPT_TOKENS}-token prompt, "
             f"{args.new_tokens} greedy tokens. One process per runtime and round ({rounds} rounds, "
             f"interleaved); each process generates {args.repeat} times from a fresh state and "
-            "reports its median; the table gives the median over rounds. Start-up: for "
+            "reports its median; the table gives the median over rounds (ratios: the median of "
+            "each round's ratio). CPU-seconds are the process's CPU time over the decode calls "
+            "(steadier than wall time on a shared machine). Start-up: for "
             "opforge-generate the process's wall time less its generations (exec, load, verify, "
             "method instances); for Python the interpreter's imports, load and Generator.", "",
             *lines, "", "Command: `python bench/native_cpu_delegate.py --generate "

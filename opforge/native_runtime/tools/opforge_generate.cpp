@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <set>
 #include <string>
 #include <vector>
@@ -318,7 +319,12 @@ int main(int argc, char** argv) {
                                  : (uint64_t)o.seed;
   using clock = std::chrono::steady_clock;
   std::vector<int64_t> out;
-  std::vector<double> prefill_times, decode_times;
+  std::vector<double> prefill_times, decode_times, decode_cpu_times;
+  auto cpu_now = [] {  // the process's CPU time: steadier than wall time on a busy machine
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+  };
   double generating = 0.0;  // every generation's seconds: the rest of the process is start-up
   int64_t steps = 0;
   for (int64_t r = 0; r < o.repeat; ++r) {  // each from a fresh state, with the same seed
@@ -346,6 +352,7 @@ int main(int argc, char** argv) {
     if (!out.empty()) all.push_back(out.back());
     steps = 0;
     start = clock::now();
+    double cpu_start = cpu_now();
     while (!out.empty() && !eos.count(out.back()) && (int64_t)out.size() < wanted) {
       row = run_call(decode_method, decode, all, (int64_t)all.size() - 1, 1);
       out.push_back(choose(row));
@@ -353,6 +360,7 @@ int main(int argc, char** argv) {
       ++steps;
     }
     decode_times.push_back(std::chrono::duration<double>(clock::now() - start).count());
+    decode_cpu_times.push_back(cpu_now() - cpu_start);
     generating += prefill_times.back() + decode_times.back();
   }
   double first_decode_seconds = decode_times[0];
@@ -375,10 +383,10 @@ int main(int argc, char** argv) {
     std::printf("{\"prompt_ids\": [%s], \"tokens\": [%s], \"stop_reason\": \"%s\", \"message\": \"%s\", "
                 "\"prefill_tokens_per_s\": %.6g, \"decode_tokens_per_s\": %.6g, \"prefill_seconds\": %.6g, "
                 "\"decode_seconds\": %.6g, \"decode_steps\": %lld, \"capacity\": %lld, \"repeat\": %lld, "
-                "\"first_decode_seconds\": %.6g, \"generation_seconds\": %.6g}\n",
+                "\"first_decode_seconds\": %.6g, \"generation_seconds\": %.6g, \"decode_cpu_seconds\": %.6g}\n",
                 ids_text(o.tokens, ", ").c_str(), ids_text(out, ", ").c_str(), stop.c_str(), quoted.c_str(),
                 prefill_rate, decode_rate, prefill_seconds, decode_seconds, (long long)steps, (long long)capacity,
-                (long long)o.repeat, first_decode_seconds, generating);
+                (long long)o.repeat, first_decode_seconds, generating, median(decode_cpu_times));
   } else {
     std::printf("%s: method %s, %s layout, vocabulary %lld, cache %lld positions (%s)\n", o.program.c_str(),
                 decode_name == prefill_name ? prefill_name.c_str() : (prefill_name + " + " + decode_name).c_str(),
