@@ -88,6 +88,9 @@ def time_kind(kind: str, m: int, k: int, n: int, rounds: int) -> tuple[float, in
             call()
         per_call.append((time.thread_time() - start) / len(calls))
     impl = [str(line) for line in handles[0].describe()]
+    del calls
+    for handle in handles:  # (an engine holds its weights until closed)
+        handle.close()
     return statistics.median(per_call), nbytes, next((l for l in impl if "matmul" in l), "")
 
 
