@@ -14,7 +14,8 @@ and the native time over the lean time (median of ``--rounds`` calls or generati
 measured in this process, interleaved). ``portable`` rows hold the C++ kernels to the NumPy
 ones (matmuls and reductions sum in another order: docs/native-runtime.md's tolerance);
 ``cpu`` rows run the same engine from C and from Python, so they must be the same bits.
-Writes ``bench/results/native_parity.md`` with ``--write``.
+Writes ``bench/results/native_parity.md`` with ``--write`` (``--write NAME``: another file in
+bench/results/, e.g. native_parity_transformers.md for the transformers run).
 """
 
 from __future__ import annotations
@@ -243,7 +244,8 @@ def main(argv=None) -> int:
     parser.add_argument("--transformers", action="store_true",
                         help="add bench/transformers_decoders.py's models (needs transformers)")
     parser.add_argument("--only", default="", help="comma-separated program names or prefixes")
-    parser.add_argument("--write", action="store_true", help="write bench/results/native_parity.md")
+    parser.add_argument("--write", nargs="?", const="native_parity.md", default=None, metavar="NAME",
+                        help="write the table to bench/results/NAME (native_parity.md)")
     args = parser.parse_args(argv)
     import torch
 
@@ -282,7 +284,7 @@ def main(argv=None) -> int:
              *table(rows)]
     print("\n".join(lines))
     if args.write:
-        (HERE / "results" / "native_parity.md").write_text("\n".join(lines) + "\n")
+        (HERE / "results" / args.write).write_text("\n".join(lines) + "\n")
     bad = [r for r in rows if "error" in r or r.get("tokens_equal") is False
            or (r["executor"] == "cpu" and not r["same_bits"])]
     return 1 if bad else 0
