@@ -8,6 +8,9 @@ Three apps from `opforge bundle`, each built with CMake alone and stripped:
 * each zoo model (lean export, no delegation): the core plus the portable kernels it calls;
 * all — the whole portable library (every family), as libopforge_runtime.a links.
 
+With ``--delegated``, also a zoo model exported to the cpu backend: the app (runtime with
+its cpu backend), the engine and oneDNN it carries in lib/, and the folder before building.
+
 Prints bytes and the selected kernels' share (app minus core). Run:
 
     .venv/bin/python bench/native_runtime_size.py [--models mlp,cnn,...]
@@ -47,6 +50,7 @@ def _build(folder: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,cnn,transformer_layer,gpt_decoder")
+    parser.add_argument("--delegated", default="", help="zoo models to bundle delegated to cpu")
     args = parser.parse_args()
     print(f"machine: {platform.machine()} {platform.processor() or ''}; CMAKE_BUILD_TYPE=MinSizeRel, stripped")
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,6 +68,22 @@ def main() -> None:
             written = bundle([root / f"{name}.opf"], root / name)
             size = _build(written.path)
             print(f"{name:<22} {len(written.selected):>8} {size:>10,} {size - core:>14,}")
+        for name in [m for m in args.delegated.split(",") if m]:
+            _delegated(root, name, ZOO, export)
+
+
+def _delegated(root: Path, name: str, zoo, export) -> None:
+    model, example = zoo[name]()
+    save(export(model.eval(), example, kernels="portable", backends=["cpu"]), root / f"{name}-cpu.opf")
+    written = bundle([root / f"{name}-cpu.opf"], root / f"{name}-cpu")
+    folder = sum(f.stat().st_size for f in written.path.rglob("*") if f.is_file())
+    app = _build(written.path)
+    engine, onednn = written.path / written.cpu.engine, written.path / written.cpu.onednn
+    stripped = root / "engine.stripped"
+    subprocess.run(["strip", "-o", str(stripped), str(engine)], check=True)
+    print(f"{name} delegated to cpu ({len(written.selected)} portable kernels): app {app:,}; "
+          f"engine {engine.stat().st_size:,} (stripped {stripped.stat().st_size:,}); "
+          f"libdnnl.so.3 {onednn.stat().st_size:,}; folder before building {folder:,}")
 
 
 if __name__ == "__main__":
