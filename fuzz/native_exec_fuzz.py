@@ -198,9 +198,15 @@ def _touches(method: P.Method) -> dict[int, list[int]]:
 
 
 def aliased(method: P.Method) -> bool:
-    """Whether two arena tensors whose lifetimes overlap share bytes (a placement no planner
-    makes): what each runtime computes then depends on its order of reads and writes and on
-    whether it reads an input from the caller's buffer or the arena, so outputs may differ."""
+    """Whether a kernel's out is also one of its inputs, or two arena tensors whose lifetimes
+    overlap share bytes (a placement no planner makes): what each runtime computes then
+    depends on its order of reads and writes and on whether it reads an input from the
+    caller's buffer or the arena, so outputs may differ."""
+    state = {slot.value for slot in method.state}
+    for ins in method.instructions:  # an out that is also an input (in place), but a state's
+        args = getattr(ins, "args", None)  # update (a KV cache's index_put) as exported
+        if type(ins) is P.KernelCall and args and args[-1] in args[:-1] and args[-1] not in state:
+            return True
     touches = _touches(method)
     end = len(method.instructions)
     spans = []
@@ -277,7 +283,7 @@ def reads_unwritten(method: P.Method) -> bool:
             # later instruction writes them (then this one reads them first)
             writes = [v for j, v in enumerate(args[k:], k)
                       if j == len(args) - 1 or last_written.get(v, -1) <= i]
-            reads = [v for v in args if v not in writes]
+            reads = list(args[:k]) + [v for v in args[k:] if v not in writes]
         for v in reads:
             if v in seen or not 0 <= v < len(method.values):
                 continue
