@@ -1,12 +1,14 @@
-"""A binary op after a matmul becomes the matmul's post-op only in the broadcasts oneDNN's
-brgemm matmul runs (issue 47).
+"""A binary op after a matmul (or after another binary) becomes its post-op only in the
+broadcasts oneDNN's brgemm matmul (jit binary) runs (issue 47).
 
 torchvision's Swin, exported with the portable kernel set (``matmul`` kept, not decomposed
 to ``bmm``), computes its window attention's scores as a 4-d matmul [nW, heads, 49, 49] and
 adds the relative-position bias [1, heads, 49, 49]. Fused as a post-op, that bias sent
 oneDNN to its reference matmul (``ref:any``): 80-330 ms per block instead of about 0.5 ms.
 ``layouts.matmul_post_broadcast`` holds the keep masks the brgemm kernel was measured to
-take; any other operand stays a binary op of its own.
+take; any other operand stays a binary op of its own. Swin V2 multiplies its scores by a
+per-head logit scale and adds a (1, heads, 64, 64) bias: fused onto that multiply, the bias
+sent oneDNN's binary to its reference kernel (``layouts.binary_post_broadcast``).
 
 Each case must run no reference kernel (nor oneDNN's plain ``gemm``) and match eager
 float64 by ``cpu_reference.check_against_float64`` (8x eager float32's own error plus 2 ulp
@@ -23,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from opforge.backends.cpu import engine as cpu_engine
-from opforge.backends.cpu.lowering.layouts import matmul_post_broadcast
+from opforge.backends.cpu.lowering.layouts import binary_post_broadcast, matmul_post_broadcast
 from opforge.export import export
 from opforge.runtime import load
 
@@ -92,3 +94,34 @@ def test_the_measured_table():
     assert matmul_post_broadcast((2, 3, 4, 5, 6), (2, 3, 4, 5, 6))  # rank 5: none or all only
     assert not matmul_post_broadcast((2, 3, 4, 5, 6), (6,))
     assert not matmul_post_broadcast((2, 3), (1, 2, 3))           # an operand of higher rank
+
+
+class ScaleAdds(nn.Module):
+    """a * c (per channel) + d_i for one constant d_i per keep mask, one output each."""
+
+    def __init__(self, scale: torch.Tensor, biases: list[torch.Tensor]):
+        super().__init__()
+        self.register_buffer("scale", scale)
+        for i, bias in enumerate(biases):
+            self.register_buffer(f"bias{i}", bias)
+        self.count = len(biases)
+
+    def forward(self, a):
+        return tuple(a * self.scale + getattr(self, f"bias{i}") for i in range(self.count))
+
+
+@pytest.mark.parametrize("rank", [3, 4])
+def test_binary_with_an_added_operand_of_each_broadcast(rank):
+    dims = (4, 3, 5, 7)[-rank:]
+    g = torch.Generator().manual_seed(10 + rank)
+    masks = list(itertools.product((0, 1), repeat=rank))
+    biases = [torch.randn(tuple(d if k else 1 for d, k in zip(dims, m)), generator=g) for m in masks]
+    scale = torch.randn((1, dims[1]) + (1,) * (rank - 2), generator=g)
+    model = ScaleAdds(scale, biases).eval()
+    inputs = (torch.randn(dims, generator=g),)
+    program = export(model, inputs, backends=["cpu"], kernels="portable")
+    impls = cpu_engine.program_impls(program)
+    assert not [p for p in impls if _slow(p[1])], impls
+    apart = sum(not binary_post_broadcast(dims, b.shape) for b in biases)
+    assert sum(op.startswith("binary") for op, _ in impls) == len(masks) + apart, impls
+    check_against_float64(model, inputs, load(program).method("forward")(*[t.numpy() for t in inputs]))

@@ -13,7 +13,7 @@ from opforge.backends.cpu.lowering.core import (
     B_ADD, B_DIV, B_MAX, B_MIN, B_MUL, B_SUB, Plan, TensorSpec, _post_operand_misread,
     row_major, same,
 )
-from opforge.backends.cpu.lowering.layouts import matmul_post_broadcast
+from opforge.backends.cpu.lowering.layouts import binary_post_broadcast, matmul_post_broadcast
 
 
 FUSABLE = ("conv", "deconv", "matmul", "binary")
@@ -196,9 +196,10 @@ def _fuse(plan: Plan) -> None:
                         continue
                 if _post_operand_misread(spec.dims, plan.tensors[other].dims):
                     continue
-                if op["kind"] == "matmul" and not all(matmul_post_broadcast(
-                        spec.dims, plan.tensors[x].dims) for x in (other, *operands[1:])):
-                    continue  # oneDNN would run its reference matmul (layouts.py)
+                takes = {"matmul": matmul_post_broadcast, "binary": binary_post_broadcast}.get(op["kind"])
+                if takes is not None and not all(
+                        takes(spec.dims, plan.tensors[x].dims) for x in (other, *operands[1:])):
+                    continue  # oneDNN would run its reference matmul or binary (layouts.py)
                 op["post"] += [[1, nxt["ia"][0], 0.0, 0.0, other], *nxt["post"]]
             else:
                 continue

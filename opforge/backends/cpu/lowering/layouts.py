@@ -139,6 +139,21 @@ def matmul_post_broadcast(dst_dims, operand_dims) -> bool:
     return all(kept) or not any(kept) or kept in _MATMUL_POST_KEEPS.get(len(kept), ())
 
 
+# oneDNN's (2023.2) jit binary takes a binary post-op whose operand keeps none, all, or only
+# dim 1 (per channel) of the destination (measured: every keep mask of ranks 3 and 4, with
+# the host's own src1 per channel or whole); any other runs its reference binary:
+# torchvision Swin V2's bias (1, heads, 64, 64) fused after the logit scale's multiply sent
+# it there (10 of them in swin_v2_t).
+def binary_post_broadcast(dst_dims, operand_dims) -> bool:
+    """Whether oneDNN's jit binary runs a binary post-op reading ``operand_dims`` onto a
+    destination of ``dst_dims`` (False for symbolic sizes)."""
+    if any(type(d) is not int for d in (*dst_dims, *operand_dims)) or len(operand_dims) > len(dst_dims):
+        return False
+    padded = (1,) * (len(dst_dims) - len(operand_dims)) + tuple(operand_dims)
+    kept = tuple(int(o == d) for o, d in zip(padded, dst_dims))
+    return all(kept) or not any(kept) or (len(kept) >= 2 and kept == (0, 1) + (0,) * (len(kept) - 2))
+
+
 def merged_broadcast(dims, kept) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     """``dims`` with their size-1 dims dropped and each run of neighbours that src1 keeps
     alike (all kept or all broadcast) merged into one dim: the same row-major binary op in
