@@ -69,7 +69,6 @@ from opforge.errors import InternalError, OpforgeError  # noqa: E402
 import cpu_blob_asan  # noqa: E402
 import exec_fuzz as EF  # noqa: E402
 import native_program_fuzz as NF  # noqa: E402
-from exec_fuzz_dynamic import dynamic_shapes  # noqa: E402
 
 MAX_MEMORY = 1 << 30  # the load memory limit of both runtimes (bytes per method instance)
 MAX_INPUT_BYTES = 256 << 20  # a case whose inputs at their upper bound need more is not run

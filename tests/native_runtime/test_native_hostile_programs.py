@@ -27,10 +27,12 @@ import numpy as np
 import pytest
 
 import opforge.program as P
-from opforge.errors import BuildError, KernelError, OpforgeError, ProgramError
+from opforge.errors import KernelError, ProgramError
 from opforge.examples.my_ops import manifest_path
 from opforge.native import build_library
-from opforge.program._sample import reseal, sample_program, unverified_bytes
+from opforge.program._sample import (
+    growing_program, reseal, sample_program, symbolic_program, unverified_bytes,
+)
 from opforge.runtime import load
 
 from tests.native.test_native_hostile_programs import _minmax, _unary
@@ -305,13 +307,13 @@ def test_hostile_expression_text_is_refused_naming_the_same_field(old, new):
 
 
 def test_a_version_3_table_in_an_older_file_is_refused():
-    data = bytearray(P.to_bytes(P._sample.symbolic_program()))
+    data = bytearray(P.to_bytes(symbolic_program()))
     data[8:12] = (2).to_bytes(4, "little")
     _both_refuse(reseal(bytes(data)))
 
 
 def test_a_hostile_growing_symbol_index_is_refused():
-    data = bytearray(P.to_bytes(P._sample.growing_program()))
+    data = bytearray(P.to_bytes(growing_program()))
     at = bytes(data).rindex((1).to_bytes(4, "little") + (0).to_bytes(4, "little"))
     data[at + 4:at + 8] = (7).to_bytes(4, "little")
     for message in _both_refuse(reseal(bytes(data))):
