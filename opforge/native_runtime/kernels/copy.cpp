@@ -274,7 +274,11 @@ template <typename D, typename S>
 void run_convert(char* d, int64_t dstep, const char* s, int64_t sstep, int64_t n) {
   for (int64_t i = 0; i < n; ++i, d += dstep, s += sstep) {
     S v;
-    std::memcpy(&v, s, sizeof(S));
+    if constexpr (std::is_same<S, bool>::value) {
+      v = *reinterpret_cast<const uint8_t*>(s) != 0;  // any byte a hostile file holds
+    } else {
+      std::memcpy(&v, s, sizeof(S));
+    }
     D r = cast<D>(v);
     std::memcpy(d, &r, sizeof(D));
   }
