@@ -311,3 +311,34 @@ def test_the_engine_pools_uint8_by_max_only():
     for kind, out_dtype in ((1, U8), (0, F32)):
         with pytest.raises(BackendError, match="dtypes"):
             plan(kind, out_dtype).handle()
+
+
+def test_dynamic_8a8w_decoder_whose_outputs_share_a_quantized_value():
+    """A dequantize of a quantize with its parameters is one engine op whose result every
+    dequantize of that quantize shares; in the 8a8w decoder two delegate outputs hold that
+    value. The first output took the temporary's writers and the second then copied from a
+    temporary with no memory: load failed ("copy: reads tensor 25, which has no memory").
+    The second output now copies from the first. Logits and the cache writes equal lean's
+    within one output quantization step, as the module docstring allows."""
+    from opforge.examples.decoder import TinyDecoder
+    from opforge.quantize import quantize
+
+    model = TinyDecoder(vocab=64, dim=64, heads=4, kv_heads=2, hidden=128, layers=1, max_len=48,
+                        seed=3).eval()
+    seq = torch.export.Dim("seq", min=1, max=model.max_len)
+    gen = torch.Generator().manual_seed(1)
+    calibration = [(torch.randint(0, 64, (n,), generator=gen), torch.arange(n)) for n in (16, 32)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converted = quantize(model, calibration[0], "8a8w", calibration=calibration,
+                             dynamic_shapes=({0: seq}, {0: seq}))
+        program = converted.export(backends=["cpu"])
+    assert delegation_report(program)["forward"]["delegates"]
+    lean, cpu = load(converted.export()).method("forward"), load(program).method("forward")
+    for n in (7, 1):
+        ids, pos = np.arange(3, 3 + n, dtype=np.int64) % 64, np.arange(n, dtype=np.int64)
+        (want,), (got,) = lean(ids, pos), cpu(ids, pos)
+        assert got.shape == want.shape == (n, 64)
+        step = float(np.abs(np.diff(np.unique(want))).min())  # the logits' quantization step
+        assert np.abs(got - want).max() <= step * 1.001
+        assert np.mean(got != want) <= 0.01

@@ -95,6 +95,11 @@ class Lowering:
         self.debug = debug
         self.results: list[tuple[str, int, int]] = []  # a "groups" build's candidates
         self.plan = Plan()
+        # a temporary whose writers now write a delegate output instead → that output
+        # (redirect_or_copy): a second output of the same value copies from the first
+        self.redirected: dict[int, int] = {}
+        # quantize node name → the shared quantize-dequantize result (lowering/quantized.py)
+        self.round_trips: dict[str, tuple] = {}
         self.env: dict[str, Any] = {}       # node name → ("t", id) | ("c", tensor) | python value | tuple
         self.const_ids: dict[int, int] = {}  # id(torch tensor) → engine tensor id
         self.const_keep: list[torch.Tensor] = []
@@ -298,7 +303,10 @@ class Lowering:
         that wrote ``src`` when nothing reads ``src`` after the first write and the layouts
         agree; ``src`` itself when ops wrote it through views (a layer or RMS norm writes
         its rows as a 2-d alias) that nothing reads (``src`` becomes the output, ``out`` is
-        unused); else ``out``, a copy of ``src``."""
+        unused); else ``out``, a copy of ``src``. A value two outputs hold (a
+        quantize-dequantize result shared by its dequantizes) goes to the first directly and
+        is copied from there to the second."""
+        src = self.redirected.get(src, src)
         s, o = self.spec(src), self.spec(out)
         views = {i for i, t in enumerate(self.plan.tensors) if t.role == "alias" and t.base == src}
         touched = {src} | views
@@ -314,6 +322,7 @@ class Lowering:
             for w in writers:
                 w["out"] = [out if t == src else t for t in w["out"]]
             s.role = "dead"
+            self.redirected[src] = out
             return out
         self.copy(src, out)
         return out

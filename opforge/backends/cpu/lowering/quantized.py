@@ -50,7 +50,7 @@ def lower_quant(L: Lowering, node, args, kwargs):
     if dtype not in QUANT_DTYPES or kwargs.get("out_dtype") not in (None, torch.float32):
         raise Unsupported("dtype", f"{name} with {dtype}; stays on the kernels")
     round_trip = None if quantize else _round_trip(node)
-    memo = L.__dict__.setdefault("round_trips", {})
+    memo = L.round_trips
     if round_trip is not None and round_trip.name in memo:
         return memo[round_trip.name]  # the same quantized value dequantized again
     source = L.env.get(round_trip.args[0].name) if round_trip is not None else None
