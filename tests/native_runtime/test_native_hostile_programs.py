@@ -446,6 +446,24 @@ def test_a_bool_constant_holding_other_bytes_reads_as_true():
     assert native.tolist() == [0.0, 1.0, 1.0, 1.0]
 
 
+
+def _bool_to_copy() -> P.Program:
+    """_to_copy of the same bool constant into float32: the copy kernel's dtype conversion
+    read each byte as C++ bool (UBSan: load of value 192, the one finding of
+    fuzz/native_exec_fuzz.py's 100,000 cases; the worker then hung)."""
+    x = P.TensorValue(P.ScalarType.BOOL, (4,), storage=P.ConstantStorage(0, 0))
+    y = P.TensorValue(F32, (4,), storage=P.ArenaStorage(0, 0))
+    method = P.Method("forward", (x, P.BoolValue(False), P.NoneValue(), y), (), (3,),
+                      (P.KernelCall(0, (0, 1, 2, 3)),), (P.Operator("aten::_to_copy", "out"),),
+                      P.MemoryPlan((64,)))
+    return P.Program(methods=(method,), segments=(P.Segment(bytes([0, 1, 192, 2])),))
+
+
+def test_a_bool_constant_holding_other_bytes_converts_as_true():
+    lean, native = (_load(unverified_bytes(_bool_to_copy()), e).method()()[0] for e in EXECUTORS)
+    np.testing.assert_array_equal(native, lean)
+    assert native.tolist() == [0.0, 1.0, 1.0, 1.0]
+
 def _huge_groups() -> P.Program:
     """A convolution whose groups is 2**63 - 1: weight C_in * groups overflowed int64
     (UBSan: signed integer overflow in the channel check)."""
@@ -494,7 +512,7 @@ def test_the_fuzzers_findings_run_clean_under_asan_and_ubsan(my_ops, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fuzz"))
     import native_exec_fuzz as NX
 
-    programs = [_bool_relu(), _huge_groups(), _overlapping_move(), _huge_stride_pool(1, True),
+    programs = [_bool_relu(), _bool_to_copy(), _huge_groups(), _overlapping_move(), _huge_stride_pool(1, True),
                 _huge_stride_pool(2**62, False),
                 SY._dynamic_abs(symbols=(P.Symbol("s0", 3, 3),), sizes=(8,))]
     log = tmp_path / "logs"
