@@ -480,21 +480,16 @@ class NativeKernel:
         function, context_ref, n = self._functions[entry.fn], ctypes.byref(context), len(args)
         failed = self._failed
 
-        if self.key in _SIZED_BY_DATA:  # returns its result view (data-dependent size)
-            result, marshalled = self._result, tuple(args)
+        # a kernel with a data-dependent size returns its result's view, others None
+        result = self._result if self.key in _SIZED_BY_DATA else None
+        marshalled = tuple(args)
 
-            def call() -> object:
-                context.status = 0
-                function(context_ref, boxed, n)
-                if context.status:
-                    raise failed(entry, context)
-                return result(marshalled, keep)
-        else:
-            def call() -> None:
-                context.status = 0
-                function(context_ref, boxed, n)
-                if context.status:
-                    raise failed(entry, context)
+        def call() -> object:
+            context.status = 0
+            function(context_ref, boxed, n)
+            if context.status:
+                raise failed(entry, context)
+            return result(marshalled, keep) if result is not None else None
 
         call.keep = (boxed, keep, context)  # the marshalled views live as long as the call
         call.crash_label = _frame_name(self, entry)
