@@ -136,6 +136,11 @@ def _drop_false(kwargs: dict, *names: str) -> dict:
     return kwargs
 
 
+def _nonzero(s):
+    # torch.nonzero's as_tuple is Python's (aten::nonzero has none); True is nonzero_numpy
+    return "nonzero", (s.input,), _drop_false(s.kwargs, "as_tuple")
+
+
 def _where(s):
     return "where", (s.args[0], s.input, s.args[1]), s.kwargs
 
@@ -257,6 +262,7 @@ def _as_strided(s):
 # torch.export's decomposition produces (softmax → _softmax, conv2d → convolution, …).
 ADAPTERS = {
     ("where", ""): _where,
+    ("nonzero", ""): _nonzero,
     ("as_strided", ""): _as_strided,
     ("as_strided", "partial_views"): _as_strided,
     ("nn.functional.pad", "constant"): _pad_constant,
@@ -734,6 +740,23 @@ def _garbage(outs: list) -> None:
             o.fill(True if o.dtype == np.bool_ else 7)
 
 
+# out kernels whose result size depends on the input's values: they return the view of the
+# result they wrote (the out here is allocated at PyTorch's size, so the whole of it)
+SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out"})
+
+
+def _check_result(case: Case, result, outs: list, bound: bool = False) -> None:
+    """What a kernel call returns: None, or (SIZED_BY_DATA) its result's view; a bound
+    call's return value is the binding's own for the other kernels."""
+    if case.key not in SIZED_BY_DATA:
+        assert bound or result is None, f"{case.key} returned {type(result).__name__}"
+        return
+    assert isinstance(result, np.ndarray) and result.shape == outs[0].shape, \
+        f"{case.key}: the view of its result {getattr(result, 'shape', result)} is not the out's"
+    assert result.size == 0 or np.shares_memory(result, outs[0]), \
+        f"{case.key}: the result is not a view of its out"
+
+
 def run_case(case: Case) -> None:
     reference = case.functional(*case.args, **case.kwargs)
     expected = expected_outputs(case, reference)
@@ -741,7 +764,7 @@ def run_case(case: Case) -> None:
     values, outs = case.kernel_args(reference)
     before = [v.copy() if isinstance(v, np.ndarray) else v for v in values]
     with np.errstate(all="ignore"):
-        assert KERNELS[case.key](*values) is None
+        _check_result(case, KERNELS[case.key](*values), outs)
     compare(case, outs, expected, "unbound")
     out_ids = {id(o) for o in outs}
     for v, b in zip(values, before):
@@ -759,7 +782,7 @@ def run_case(case: Case) -> None:
         with np.errstate(all="ignore"):
             fn(*args)
             _garbage(outs)
-            fn(*args)
+            _check_result(case, fn(*args), outs, bound=True)
         compare(case, outs, expected, how)
 
 
