@@ -55,71 +55,47 @@ void moments(opforge_context* ctx, const char* op, const View& self, const int64
   });
 }
 
+// where a kernel's correction comes from: var.out's bool unbiased (1 or 0), or the
+// correction_out overloads' optional scalar (None: 1)
+enum class Correction { kBool, kScalar };
+
 bool correction_arg(opforge_context* ctx, const opforge_arg* args, int64_t n, int64_t i,
-                    const char* op, double* c) {
+                    const char* op, Correction from, double* c) {
+  if (from == Correction::kBool) {
+    bool unbiased;
+    if (!bool_arg(ctx, args, n, i, op, "unbiased", &unbiased)) return false;
+    *c = unbiased ? 1.0 : 0.0;
+    return true;
+  }
   if (is_none(args, n, i)) { *c = 1.0; return true; }
   int64_t iv;
   bool integral;
   return scalar_arg(ctx, args, n, i, op, "correction", c, &iv, &integral);
 }
 
-void var_correction_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
-  const char* op = "aten::var.correction_out";
-  View x, out;
+// self, dim?, unbiased | correction?, keepdim, out — var_mean: out0 (the variance), out1
+// (the mean)
+void moments_kernel(opforge_context* ctx, opforge_arg* args, int64_t n, const char* op,
+                    Correction from, bool take_sqrt, bool with_mean = false) {
+  View x, out, mean;
   const int64_t* dims;
   int64_t count;
   double corr;
   bool keepdim;
   if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
       !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
-      !correction_arg(ctx, args, n, 2, op, &corr) || !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
-      !tensor_arg(ctx, args, n, 4, op, "out", &out))
+      !correction_arg(ctx, args, n, 2, op, from, &corr) || !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
+      !tensor_arg(ctx, args, n, 4, op, with_mean ? "out0" : "out", &out) ||
+      (with_mean && !tensor_arg(ctx, args, n, 5, op, "out1", &mean)))
     return;
-  moments(ctx, op, x, dims, count, corr, out, false, nullptr);
+  moments(ctx, op, x, dims, count, corr, out, take_sqrt, with_mean ? &mean : nullptr);
 }
 
-void var_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
-  const char* op = "aten::var.out";
-  View x, out;
-  const int64_t* dims;
-  int64_t count;
-  bool unbiased, keepdim;
-  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
-      !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
-      !bool_arg(ctx, args, n, 2, op, "unbiased", &unbiased) ||
-      !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) || !tensor_arg(ctx, args, n, 4, op, "out", &out))
-    return;
-  moments(ctx, op, x, dims, count, unbiased ? 1.0 : 0.0, out, false, nullptr);
-}
-
-void std_correction_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
-  const char* op = "aten::std.correction_out";
-  View x, out;
-  const int64_t* dims;
-  int64_t count;
-  double corr;
-  bool keepdim;
-  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
-      !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
-      !correction_arg(ctx, args, n, 2, op, &corr) || !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
-      !tensor_arg(ctx, args, n, 4, op, "out", &out))
-    return;
-  moments(ctx, op, x, dims, count, corr, out, true, nullptr);
-}
-
-void var_mean_correction_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
-  const char* op = "aten::var_mean.correction_out";
-  View x, out0, out1;
-  const int64_t* dims;
-  int64_t count;
-  double corr;
-  bool keepdim;
-  if (!tensor_arg(ctx, args, n, 0, op, "self", &x) ||
-      !int_list_arg(ctx, args, n, 1, op, "dim", &dims, &count) ||
-      !correction_arg(ctx, args, n, 2, op, &corr) || !bool_arg(ctx, args, n, 3, op, "keepdim", &keepdim) ||
-      !tensor_arg(ctx, args, n, 4, op, "out0", &out0) || !tensor_arg(ctx, args, n, 5, op, "out1", &out1))
-    return;
-  moments(ctx, op, x, dims, count, corr, out0, false, &out1);
+void var_correction_out(opforge_context* c, opforge_arg* a, int64_t n) { moments_kernel(c, a, n, "aten::var.correction_out", Correction::kScalar, false); }
+void var_out(opforge_context* c, opforge_arg* a, int64_t n) { moments_kernel(c, a, n, "aten::var.out", Correction::kBool, false); }
+void std_correction_out(opforge_context* c, opforge_arg* a, int64_t n) { moments_kernel(c, a, n, "aten::std.correction_out", Correction::kScalar, true); }
+void var_mean_correction_out(opforge_context* c, opforge_arg* a, int64_t n) {
+  moments_kernel(c, a, n, "aten::var_mean.correction_out", Correction::kScalar, false, true);
 }
 
 // --- vector norm ----------------------------------------------------------------------------
