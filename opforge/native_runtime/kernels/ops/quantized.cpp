@@ -81,43 +81,75 @@ inline Q to_int(float t) {
   return static_cast<Q>(t > -2147483649.0f && t < 2147483648.0f ? static_cast<int32_t>(t) : INT32_MIN);
 }
 
-// One run of float32 values quantized to 8-bit integers with one inverse scale and zero
-// point: rint(x * inverse) + zp clamped to [lo, hi] (NaN kept), cast as to_int does (the
-// low byte of a truncating int32 conversion). With SSE2 (x86-64's baseline) 16 at a time:
-// cvtps rounds half to even in the default mode (exact below 2^23; larger floats are
+// quantize_run in portable C++ without a branch (compilers vectorize it): rint_float's trick
+// picked by a test on the bits (only a zero's sign differs, which no integer keeps), the
+// clamp as selects (a NaN fails both), a NaN mapped to -2^31, which the int32 conversion
+// turns into INT32_MIN as to_int does. Exact when lo and hi are in int32's range (every
+// clamped value then is); else the scalar loop.
+template <typename Q>
+void quantize_loop(const float* x, Q* out, int64_t n, float inverse, float zp, float lo, float hi) {
+  const bool in_int32 = lo >= -2147483648.0f && lo < 2147483648.0f && hi >= -2147483648.0f &&
+                        hi < 2147483648.0f;
+  if (!in_int32) {
+    for (int64_t i = 0; i < n; ++i) {
+      float t = rint_float(x[i] * inverse) + zp;
+      t = t < lo ? lo : t;
+      t = t > hi ? hi : t;
+      out[i] = to_int<Q>(t);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float t = x[i] * inverse;
+    float r = (t + 12582912.0f) - 12582912.0f;
+    uint32_t tb, rb;
+    std::memcpy(&tb, &t, 4);
+    std::memcpy(&rb, &r, 4);
+    const uint32_t small = (tb & 0x7fffffffu) < 0x4a800000u ? 0xffffffffu : 0u;  // |t| < 2^22
+    const uint32_t picked = (rb & small) | (tb & ~small);
+    std::memcpy(&t, &picked, 4);
+    t = t + zp;
+    t = t < lo ? lo : t;  // np.clip's order: hi wins over a lo > hi
+    t = t > hi ? hi : t;
+    t = t == t ? t : -2147483648.0f;
+    out[i] = static_cast<Q>(static_cast<int32_t>(t));
+  }
+}
+
+// One run of float32 values quantized to integers with one inverse scale and zero point:
+// rint(x * inverse) + zp clamped to [lo, hi] (NaN kept), cast as to_int does (a truncating
+// int32 conversion, then its low bytes). 8-bit outs with SSE2 (x86-64's baseline) 16 at a
+// time: cvtps rounds half to even in the default mode (exact below 2^23; larger floats are
 // integers already), max/min take the bound only when the comparison holds (a NaN stays),
 // cvttps gives INT32_MIN for NaN and out-of-range values as the scalar path does; the sign
-// of a zero does not reach an integer.
+// of a zero does not reach an integer. The rest through quantize_loop.
 template <typename Q>
 void quantize_run(const float* x, Q* out, int64_t n, float inverse, float zp, float lo, float hi) {
   int64_t i = 0;
 #if defined(__SSE2__)
-  const __m128 vinv = _mm_set1_ps(inverse), vzp = _mm_set1_ps(zp), vlo = _mm_set1_ps(lo),
-               vhi = _mm_set1_ps(hi), big = _mm_set1_ps(8388608.0f);
-  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
-  const __m128i low_byte = _mm_set1_epi32(0xff);
-  auto one = [&](const float* p) {
-    __m128 t = _mm_mul_ps(_mm_loadu_ps(p), vinv);
-    __m128 r = _mm_cvtepi32_ps(_mm_cvtps_epi32(t));
-    __m128 small = _mm_cmplt_ps(_mm_and_ps(t, abs_mask), big);
-    t = _mm_or_ps(_mm_and_ps(small, r), _mm_andnot_ps(small, t));
-    t = _mm_add_ps(t, vzp);
-    t = _mm_max_ps(vlo, t);
-    t = _mm_min_ps(vhi, t);
-    return _mm_and_si128(_mm_cvttps_epi32(t), low_byte);
-  };
-  for (; i + 16 <= n; i += 16) {
-    __m128i a = _mm_packs_epi32(one(x + i), one(x + i + 4));
-    __m128i b = _mm_packs_epi32(one(x + i + 8), one(x + i + 12));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(a, b));
+  if constexpr (sizeof(Q) == 1) {
+    const __m128 vinv = _mm_set1_ps(inverse), vzp = _mm_set1_ps(zp), vlo = _mm_set1_ps(lo),
+                 vhi = _mm_set1_ps(hi), big = _mm_set1_ps(8388608.0f);
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+    const __m128i low_byte = _mm_set1_epi32(0xff);
+    auto one = [&](const float* p) {
+      __m128 t = _mm_mul_ps(_mm_loadu_ps(p), vinv);
+      __m128 r = _mm_cvtepi32_ps(_mm_cvtps_epi32(t));
+      __m128 small = _mm_cmplt_ps(_mm_and_ps(t, abs_mask), big);
+      t = _mm_or_ps(_mm_and_ps(small, r), _mm_andnot_ps(small, t));
+      t = _mm_add_ps(t, vzp);
+      t = _mm_max_ps(vlo, t);
+      t = _mm_min_ps(vhi, t);
+      return _mm_and_si128(_mm_cvttps_epi32(t), low_byte);
+    };
+    for (; i + 16 <= n; i += 16) {
+      __m128i a = _mm_packs_epi32(one(x + i), one(x + i + 4));
+      __m128i b = _mm_packs_epi32(one(x + i + 8), one(x + i + 12));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(a, b));
+    }
   }
 #endif
-  for (; i < n; ++i) {
-    float t = rint_float(x[i] * inverse) + zp;
-    t = t < lo ? lo : t;
-    t = t > hi ? hi : t;
-    out[i] = to_int<Q>(t);
-  }
+  quantize_loop(x + i, out + i, n - i, inverse, zp, lo, hi);
 }
 
 // clamp as np.clip: NaN stays NaN
@@ -145,20 +177,16 @@ void quantize_per_tensor_out(opforge_context* ctx, opforge_arg* args, int64_t n)
   const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
   auto one = [&](float v) {
     float t = rint_float(v * inverse) + zp;
-    return std::isnan(t) ? t : t < lo ? lo : t > hi ? hi : t;
+    t = t < lo ? lo : t;  // np.clip's order (a NaN stays)
+    return t > hi ? hi : t;
   };
-  if (x.dense && out.dense && x.dtype == kFloat32) {  // the common case
+  if (x.dense && out.dense && x.dtype == kFloat32) {  // the common cases
     const float* px = x.ptr<float>();
-    auto run = [&](auto q) {
-      using Q = decltype(q);
-      Q* po = out.ptr<Q>();
-      for (int64_t i = 0; i < x.numel; ++i) po[i] = to_int<Q>(one(px[i]));
-    };
     switch (out.dtype) {
       case kInt8: quantize_run(px, out.ptr<int8_t>(), x.numel, inverse, zp, lo, hi); return;
       case kUInt8: quantize_run(px, out.ptr<uint8_t>(), x.numel, inverse, zp, lo, hi); return;
-      case kInt16: run(int16_t{}); return;
-      case kInt32: run(int32_t{}); return;
+      case kInt16: quantize_run(px, out.ptr<int16_t>(), x.numel, inverse, zp, lo, hi); return;
+      case kInt32: quantize_run(px, out.ptr<int32_t>(), x.numel, inverse, zp, lo, hi); return;
       default: break;
     }
   }
@@ -177,12 +205,24 @@ void dequantize_per_tensor_out(opforge_context* ctx, opforge_arg* args, int64_t 
   if (!check_shape(ctx, kOp, out, q.sizes, q.rank) || !float_out(ctx, kOp, out) ||
       !convertible_in(ctx, kOp, "input", q))
     return;
-  if (q.dense && out.dense && q.dtype == kInt8 && out.dtype == kFloat32) {  // the common case
-    const int8_t* pq = q.ptr<int8_t>();
+  if (q.dense && out.dense && out.dtype == kFloat32) {  // the common cases, in float32
+    // the generic loop's bits: its doubles are float32 values (float(q) through double, as
+    // load_double reads it), and a float32 - or * done in double and rounded is float32's
+    const float zp = static_cast<float>(static_cast<double>(zero_point)), s = static_cast<float>(scale);
     float* po = out.ptr<float>();
-    const float zp = static_cast<float>(zero_point), s = static_cast<float>(scale);
-    for (int64_t i = 0; i < q.numel; ++i) po[i] = (static_cast<float>(pq[i]) - zp) * s;
-    return;
+    auto run = [&](auto t) {
+      using Q = decltype(t);
+      const Q* pq = q.ptr<Q>();
+      for (int64_t i = 0; i < q.numel; ++i) po[i] = (static_cast<float>(static_cast<double>(pq[i])) - zp) * s;
+    };
+    switch (q.dtype) {
+      case kInt8: run(int8_t{}); return;
+      case kUInt8: run(uint8_t{}); return;
+      case kInt16: run(int16_t{}); return;
+      case kUInt16: run(uint16_t{}); return;
+      case kInt32: run(int32_t{}); return;
+      default: break;
+    }
   }
   Precision p{out.dtype};
   const double zp = p.round(static_cast<double>(zero_point)), s = p.round(scale);
