@@ -148,9 +148,21 @@ def round_decimals_out(self, decimals, out):
     np.round(self, decimals, out=out)
 
 
+def _through_compute_dtype(fn, self, out, ct) -> None:
+    """A several-step op into an integer ``out``: every step in ``ct``, one cast at the end,
+    as the one-ufunc ops cast (the steps done in ``out`` rounded in between: rsqrt of 0.25
+    took the reciprocal of int(0.5) = 0; fuzz/native_exec_fuzz.py's case 3420)."""
+    computed = np.empty(out.shape, ct)
+    fn(self, computed)
+    with np.errstate(all="ignore"):  # NaN and out-of-range values: NumPy's (x86's) minimum
+        np.copyto(out, computed, casting="unsafe")
+
+
 @kernel("aten::rsqrt.out")
 def rsqrt_out(self, out):
-    ct = out.dtype if is_floating(out.dtype) else float_compute_dtype(self.dtype)
+    ct = _compute_dtype(self, out)
+    if out.dtype != ct:
+        return _through_compute_dtype(rsqrt_out, self, out, ct)
     with np.errstate(all="ignore"):
         np.sqrt(self, out=out, dtype=ct, casting="unsafe")
         np.reciprocal(out, out=out)
@@ -165,6 +177,8 @@ def erf_out(self, out):
 @kernel("aten::sigmoid.out")
 def sigmoid_out(self, out):
     ct = _compute_dtype(self, out)
+    if out.dtype != ct:
+        return _through_compute_dtype(sigmoid_out, self, out, ct)
     # 1 / (1 + exp(-x)): exp overflows to inf for x << 0 and the result is the exact 0.
     with np.errstate(all="ignore"):
         np.negative(self, out=out, dtype=ct, casting="unsafe")
