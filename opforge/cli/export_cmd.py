@@ -115,6 +115,10 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
 @click.option("--allow-missing", is_flag=True, help="Write the program even if --kernels misses ops (warns).")
 @click.option("--backend", "backends", multiple=True, metavar="NAME",
               help="Delegate what backend NAME takes (e.g. cpu); the rest stays on kernels. Repeatable.")
+@click.option("--target", default=None, metavar="TRIPLE",
+              help="The machine the program is for (x86_64-linux-gnu, aarch64-linux-gnu; default: "
+              "this one). The cpu backend delegates nothing for one its engine is not built for "
+              "(--explain says why).")
 @click.option("--compile-spec", "compile_specs", multiple=True, metavar="KEY=VALUE",
               help="A compile spec for the backend(s), e.g. num_threads=2. Repeatable.")
 @click.option("--op-packages", "op_packages", type=click.Path(dir_okay=False), metavar="FILE",
@@ -138,7 +142,7 @@ def methods_from_factory(spec: str, result: Any, selected: tuple[str, ...]) -> d
                    "(as `opforge inspect --json`); progress and warnings stay on stderr.")
 def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, preserve_ops: tuple[str, ...],
            kernels: tuple[str, ...], allow_missing: bool, backends: tuple[str, ...],
-           compile_specs: tuple[str, ...], op_packages: str | None, dims: tuple[str, ...],
+           target: str | None, compile_specs: tuple[str, ...], op_packages: str | None, dims: tuple[str, ...],
            grow: tuple[str, ...], explain: bool, no_debug_handles: bool, quiet: bool,
            as_json: bool) -> None:
     """Export FACTORY (MODULE:FUNCTION returning (model, example_inputs)) to a program file."""
@@ -148,6 +152,8 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
 
     console = Console(stderr=True, quiet=quiet)
     specs = _compile_specs(compile_specs, op_packages, backends)
+    if target is not None:
+        backends = _for_target(backends, target)
     with console.status(f"importing {factory}") as status:
         from opforge.export import export as export_program
         from opforge.program import save
@@ -190,6 +196,21 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
 
         print_delegation(table_console(stderr=True, quiet=quiet) if not explain else table_console(),
                          delegation_report(program), explain=explain)
+
+
+def _for_target(backends: tuple, target: str) -> tuple:
+    """``--backend`` names with the cpu backend made for ``target``; ``--target`` with
+    another backend is an error (only the cpu backend builds for a machine)."""
+    from opforge.backends.cpu import CpuBackend
+    from opforge.backends.cpu.targets import check_target
+
+    check_target(target, f"{_API}: --target")
+    others = [b for b in backends if b != "cpu"]
+    if others:
+        raise ExportError(f"{_API}: --target {target} with --backend {others[0]} — valid: --target "
+                          "with the cpu backend only (the others do not build for a machine) — "
+                          f"fix: drop --target, or export for {target} with --backend cpu")
+    return tuple(CpuBackend(target=target) for _ in backends)
 
 
 def with_dims(method: str, entry: tuple, dims: tuple[str, ...], api: str = _API) -> tuple:

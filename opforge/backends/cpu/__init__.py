@@ -76,6 +76,19 @@ def _chunks(graph, nodes: list, size: int) -> list[list]:
     return [c for c in chunks if c]
 
 
+def _foreign_target(graph, target: str) -> PartitionResult:
+    """No partition for ``target``: each call node rejected with the reason (targets.py)."""
+    from opforge.backends.base import Rejection
+    from opforge.backends.cpu.targets import foreign_reason
+    from opforge.backends.partition import op_name
+    from opforge.export.diagnostics import node_location
+
+    reason = foreign_reason(target)
+    return PartitionResult(rejected=[
+        Rejection("cpu", n.name, op_name(n), "partition", reason, node_location(n) or "")
+        for n in graph.call_nodes()])
+
+
 class CpuBackend(Backend):
     name = "cpu"
     writes_state_in_place = True  # index_put / index_copy / slice_scatter into the state
@@ -93,7 +106,7 @@ class CpuBackend(Backend):
                 lambda v: None if v >= 1 else "below 1"),
     )
 
-    def __init__(self, *, debug: bool | str = False) -> None:
+    def __init__(self, *, debug: bool | str = False, target: str | None = None) -> None:
         # a debug build of the blobs (``opforge compare``): node results are also delegate
         # outputs the runtime keeps (``debug_outputs``). "nodes" (or True): lowered without
         # fusion, every result the engine computes; "groups": fused as usual, each fused
@@ -103,8 +116,15 @@ class CpuBackend(Backend):
             raise BackendError(f"`CpuBackend(debug={debug!r})` — valid: False, True, 'nodes' or "
                                "'groups' — fix: pick one")
         self.debug = modes[debug]
+        # the machine the program is exported for (targets.py; None: this one): for one the
+        # engine is not built for, nothing is delegated and every node says why
+        from opforge.backends.cpu.targets import check_target
+
+        self.target = check_target(target, "`CpuBackend(target=...)`")
 
     def unavailable(self) -> str | None:
+        if self.target is not None:  # nothing is delegated: this machine's engine is not used
+            return None
         from opforge.backends.cpu.engine import missing
 
         return missing()
@@ -122,6 +142,8 @@ class CpuBackend(Backend):
         from opforge.backends.cpu.support import support_check
         from opforge.backends.partition import partition_by_support
 
+        if self.target is not None:
+            return _foreign_target(graph, self.target)
         check, rejected = support_check(graph, specs)
         result = partition_by_support(self.name, graph, check, min_nodes=specs["min_ops"])
         # package rejections (a node an op package claims but cannot take) say why
