@@ -39,12 +39,11 @@ class AtenKernels:
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
-        if key.startswith(("quantized_decomposed::", "torchao::")):
-            from opforge.torch_bridge.quantized_ops import QUANTIZED_OUT_SCHEMAS
+        if not key.startswith("aten::"):
+            from opforge.torch_bridge.library_ops import has_library_out
 
-            name, _, overload = key.partition(".")
-            return overload == "out" and name in QUANTIZED_OUT_SCHEMAS
-        return key.startswith("aten::")
+            return has_library_out(key)
+        return True
 
     def __repr__(self) -> str:
         return "AtenKernels()"

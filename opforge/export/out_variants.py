@@ -126,10 +126,10 @@ def find_out_variant(op: Any) -> OutVariant | None:
     view), or None when the operator has none."""
     if is_out_schema(op._schema):
         return OutVariant(op, op, out_argument_names(op._schema), frozenset(), False)
-    if op.namespace in ("quantized_decomposed", "torchao"):
-        # their out overloads are opforge's (torch and torchao define functional ones only)
-        from opforge.torch_bridge.quantized_ops import ensure_registered
+    from opforge.torch_bridge.library_ops import LIBRARY_NAMESPACES, ensure_registered
 
+    if op.namespace in LIBRARY_NAMESPACES:
+        # their out overloads are opforge's (torch, torchao, transformers define functional ones)
         ensure_registered(op.namespace)
     functional, via_copy = op, False
     if is_view_schema(op._schema):

@@ -48,9 +48,9 @@ def torch_op(key: str) -> Any | None:
 
     name, _, overload = key.partition(".")
     namespace, _, op = name.partition("::")
-    if namespace in ("quantized_decomposed", "torchao"):  # their .out overloads are opforge's
-        from opforge.torch_bridge.quantized_ops import ensure_registered
+    from opforge.torch_bridge.library_ops import LIBRARY_NAMESPACES, ensure_registered
 
+    if namespace in LIBRARY_NAMESPACES:  # their .out overloads are opforge's
         ensure_registered(namespace)
     try:
         packet = getattr(getattr(torch.ops, namespace), op)
@@ -163,7 +163,7 @@ class AtenOpKernel:
 
 
 # out overloads whose result size depends on the inputs' values (opforge/program/produced.py)
-_SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out"})
+_SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out", "aten::bincount.out"})
 
 
 def _sized_by_data(op, out, *args):

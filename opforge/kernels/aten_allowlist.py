@@ -180,12 +180,11 @@ class AtenOps:
 def _registered_by_opforge(key: str) -> bool:
     try:
         from opforge.torch_bridge import is_registered
-        from opforge.torch_bridge.quantized_ops import QUANTIZED_OUT_SCHEMAS
+        from opforge.torch_bridge.library_ops import has_library_out
     except ImportError:  # pragma: no cover - torch_bridge needs only torch, present here
         return False
-    name, _, overload = key.partition(".")
-    # the quantize/dequantize out overloads opforge adds for quantized programs
-    return is_registered(name) or (overload == "out" and name in QUANTIZED_OUT_SCHEMAS)
+    # the out overloads opforge adds to other libraries' ops (quantize/dequantize, transformers)
+    return is_registered(key.partition(".")[0]) or has_library_out(key)
 
 
 def _verdict(key: str) -> tuple[str, str] | None:

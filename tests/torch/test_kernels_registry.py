@@ -19,13 +19,15 @@ KERNELS = portable_kernels()
 
 def _schema(key: str):
     ns, rest = key.split("::")
-    if ns in ("quantized_decomposed", "torchao"):
-        # their out overloads are opforge's (torch_bridge.quantized_ops), registered on first
-        # use: this file must not depend on another test having used them in its process
-        from opforge.torch_bridge.quantized_ops import ensure_registered
-
-        ensure_registered(ns)
     name, overload = rest.split(".")
+    from opforge.torch_bridge.library_ops import LIBRARY_OUT_SCHEMAS, ensure_registered
+
+    if ns == "transformers":  # the library may be absent: the schema opforge registers
+        return torch._C.parse_schema(f"{ns}::{LIBRARY_OUT_SCHEMAS[f'{ns}::{name}']}")
+    if ns != "aten":
+        # their out overloads are opforge's (torch_bridge.library_ops), registered on first
+        # use: this file must not depend on another test having used them in its process
+        ensure_registered(ns)
     return getattr(getattr(getattr(torch.ops, ns), name), overload)._schema
 
 

@@ -33,6 +33,7 @@ from opforge.kernels.portable import (
     arithmetic,
     comparison,
     convolution,
+    experts,
     factory,
     indexing,
     linalg,
@@ -68,6 +69,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     view_copy,
     shape,
     indexing,
+    experts,
     factory,
     quantized,
 )

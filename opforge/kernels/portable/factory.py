@@ -64,6 +64,11 @@ def empty_out(size_or_self, memory_format, out):
     """Nothing to write: ``empty`` promises no values."""
 
 
+@kernel("aten::empty_permuted.out")
+def empty_permuted_out(size, physical_layout, out):
+    """Nothing to write: the program's out is contiguous, ``empty`` promises no values."""
+
+
 @kernel("aten::arange.start_out")
 def arange_start_out(start, end, step, out):
     if step == 0 or (end - start) * step < 0:

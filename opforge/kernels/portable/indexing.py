@@ -235,6 +235,25 @@ def scatter_add_out(self, dim, index, src, out):
     _scatter(self, dim, index, src, "add", out)
 
 
+@kernel("aten::index_add.out")
+def index_add_out(self, dim, index, source, alpha, out):
+    """``out = self`` with ``alpha * source``'s slices added at ``index`` along ``dim``;
+    repeated indices accumulate (a mixture-of-experts layer sums each token's experts)."""
+    if out is not self:
+        np.copyto(out, self, casting="unsafe")
+    if index.size == 0:
+        return
+    axis = dim % max(out.ndim, 1)
+    size = out.shape[axis] if out.ndim else 1
+    _check_range(index, size, "aten::index_add.out", negative=False)
+    values = source if alpha == 1 else np.multiply(source, alpha, dtype=accumulate_dtype(out.dtype))
+    if out.ndim == 0:
+        np.add.at(out.reshape(1), index.reshape(-1), np.asarray(values).reshape(-1))
+        return
+    where = (slice(None),) * axis + (index.reshape(-1),)
+    np.add.at(out, where, np.asarray(values).astype(out.dtype, copy=False))
+
+
 @kernel("aten::slice_scatter.out")
 def slice_scatter_out(self, src, dim, start, end, step, out):
     if out is not self:  # out is self: a state written in place
