@@ -33,11 +33,13 @@ import click
               "(c10 name: Float, Double, Int, Long, ...); repeatable.")
 @click.option("--flag", "flags", multiple=True, help="Extra compiler flag, e.g. --flag=-O3; repeatable.")
 @click.option("--name", default=None, help="Library name in its kernel table (default: from -o).")
+@click.option("--target", default=None, help="Cross-compile for this machine (aarch64-linux-gnu; "
+              "docs/arm.md); default: this one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object "
               "(library, key, cached, ops, kernels, ...) instead of tables.")
 @click.argument("more_sources", nargs=-1, type=click.Path())
 def build(manifest, sources, output, ops, programs, include_all_ops, dtypes, flags, name,
-          more_sources, as_json) -> None:
+          more_sources, as_json, target) -> None:
     """Compile MANIFEST's kernels from --sources into one shared library.
 
     MANIFEST is a YAML manifest, a path/to/ops.py file or a module name (pkg.ops) whose
@@ -54,7 +56,7 @@ def build(manifest, sources, output, ops, programs, include_all_ops, dtypes, fla
     console = table_console()
     result = build_library(manifest, [*sources, *more_sources], output, ops=list(ops),
                            programs=list(programs), dtypes=list(dtypes) or None, name=name,
-                           extra_flags=tuple(flags), progress=not as_json)
+                           extra_flags=tuple(flags), progress=not as_json, target=target)
     if as_json:
         click.echo(json.dumps(build_json(result), indent=2))
         return

@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -80,12 +81,15 @@ def build_library(manifest_or_opdefs: str | os.PathLike | Sequence[OpDef],
                   dtypes: Iterable[str] | None = None, name: str | None = None,
                   extra_flags: Sequence[str] = (), cxx: str | None = None,
                   cache_root: str | os.PathLike | None = None,
-                  progress: bool | None = None) -> BuildResult:
+                  progress: bool | None = None, target: str | None = None) -> BuildResult:
     """Compile the kernels of the selected ops into the shared library ``output``.
 
     ``extra_flags`` are added to ``-O2`` (e.g. ``("-O3", "-march=native")``); ``cxx`` picks
     the compiler (default ``$CXX``, then ``c++``); ``cache_root`` overrides
     ``$OPFORGE_CACHE_DIR``. Raises ``BuildError`` with the author's file:line first.
+    ``target`` (e.g. ``"aarch64-linux-gnu"``, opforge/native_runtime/targets.py) cross-compiles
+    with that target's toolchain file, after a build for this machine has checked that every
+    kernel is defined (a library for another machine cannot be loaded here).
 
     >>> from opforge.examples.my_ops import manifest_path               # doctest: +SKIP
     >>> r = build_library(manifest_path(), ["mul.cpp"], "libmy_ops.so",   # doctest: +SKIP
@@ -104,8 +108,14 @@ def build_library(manifest_or_opdefs: str | os.PathLike | Sequence[OpDef],
     library = name or target_name(output.name)
     project = generate_project(library, list(selection.opdefs), source_paths,
                                output_name=output.name, extra_flags=tuple(extra_flags))
-    toolchain = find_toolchain(cxx)
-    key = _cache_key(project, source_paths, extra_flags, toolchain)
+    cross = _cross_target(target, extra_flags, cxx)
+    if cross is not None:  # the definitions checked where the library can be loaded
+        with tempfile.TemporaryDirectory() as host_dir:
+            build_library(opdefs, source_paths, Path(host_dir) / output.name, ops=ops,
+                          programs=programs, dtypes=dtypes, name=name, extra_flags=extra_flags,
+                          cache_root=cache_root, progress=progress)
+    toolchain = find_toolchain(cross.compiler() if cross else cxx)
+    key = _cache_key(project, source_paths, extra_flags, toolchain, cross)
     cache = BuildCache(Path(cache_root) if cache_root else None)
     show = sys.stderr.isatty() if progress is None else progress
 
@@ -120,7 +130,7 @@ def build_library(manifest_or_opdefs: str | os.PathLike | Sequence[OpDef],
                 if entry is None:
                     cache.sweep_stale(key)
                     entry, compiled = _build(cache, key, project, source_paths, toolchain,
-                                             output.name, extra_flags, show)
+                                             output.name, extra_flags, show, cross)
                     fresh = True
     except OSError as e:
         raise _cache_error(e, cache) from e
@@ -173,8 +183,22 @@ def _source_digest(path: Path) -> str:
         raise BuildError(f"`opforge build`: source {os_error_text(e, path, 'read')}") from e
 
 
+def _cross_target(target: str | None, flags: Sequence[str], cxx: str | None):
+    if target is None:
+        return None
+    from opforge.native_runtime.targets import find_target
+
+    cross = find_target(target, "opforge build")
+    native = [f for f in flags if f.split("=")[-1] == "native"]
+    if native or cxx:
+        raise BuildError(f"`opforge build --target {target}`: {', '.join(native) or 'cxx'} — "
+                         "describes this machine, not the target — valid: the target's own "
+                         "compiler and flags naming a CPU (-mcpu=cortex-a76) — fix: drop them")
+    return cross
+
+
 def _cache_key(project: GeneratedProject, sources: list[Path], flags: Sequence[str],
-               toolchain: Toolchain) -> str:
+               toolchain: Toolchain, cross=None) -> str:
     """Everything that affects the library's bytes (STYLE.md 10)."""
     from opforge import __version__
 
@@ -186,6 +210,7 @@ def _cache_key(project: GeneratedProject, sources: list[Path], flags: Sequence[s
         "toolchain": toolchain.identity(),
         "abi": ABI_VERSION,
         "opforge": __version__,
+        **({"target": cross.identity()} if cross is not None else {}),
     })
 
 
@@ -209,19 +234,19 @@ def _run(command: list[str], cwd: Path) -> tuple[int, str]:
 
 
 def _work_name(project: GeneratedProject, toolchain: Toolchain, output_name: str,
-               flags: Sequence[str]) -> str:
+               flags: Sequence[str], cross=None) -> str:
     """The work area of a library: one per target, output file, toolchain and flags (CMake
     keeps a configured project's compiler and OPFORGE_EXTRA_FLAGS cache entry even when the
     CMakeLists changes, so an area never sees another toolchain or other flags)."""
     digest = hash_key({"target": target_name(project.library), "output": output_name,
                        "toolchain": toolchain.identity(), "cmake": toolchain.cmake,
-                       "flags": list(flags)})
+                       "flags": list(flags), **({"target": cross.name} if cross else {})})
     return f"{target_name(project.library)}-{digest[:12]}"
 
 
 def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list[Path],
            toolchain: Toolchain, output_name: str, flags: Sequence[str],
-           show: bool) -> tuple[CacheEntry, tuple[str, ...]]:
+           show: bool, cross=None) -> tuple[CacheEntry, tuple[str, ...]]:
     started = time.time()
     tmp = cache.temp_dir(key)
     try:
@@ -229,16 +254,18 @@ def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list
             target = tmp / "project" / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        with cache.work_area(_work_name(project, toolchain, output_name, flags)) as area:
+        with cache.work_area(_work_name(project, toolchain, output_name, flags, cross)) as area:
             built, compiled, headers = _compile(area, project, sources, toolchain, output_name,
-                                                show)
-            _check_defined(built, project, area / "build", sources)
+                                                show, cross)
+            if cross is None:  # a cross build's host twin was checked (build_library)
+                _check_defined(built, project, area / "build", sources)
             shutil.copy2(built, tmp / output_name)  # the area keeps its own: Ninja relinks
         record = {
             "key": key, "library": project.library, "started": started,
             "seconds": time.time() - started, "size": (tmp / output_name).stat().st_size,
             "kernels": [[e.key, e.dtype_key, e.sig.qualified] for e in project.entries],
             "library_file": output_name,
+            "target": cross.name if cross is not None else None,
             "compiled": list(compiled),
             "files": record_files(tmp),  # verified on every cache hit
             "headers": headers,  # re-hashed on every cache hit: a change is a miss
@@ -251,7 +278,8 @@ def _build(cache: BuildCache, key: str, project: GeneratedProject, sources: list
 
 
 def _compile(area: Path, project: GeneratedProject, sources: list[Path], toolchain: Toolchain,
-             output_name: str, show: bool) -> tuple[Path, tuple[str, ...], dict[str, str]]:
+             output_name: str, show: bool,
+             cross=None) -> tuple[Path, tuple[str, ...], dict[str, str]]:
     """Configure (once) and build in the work area; only what changed recompiles. Returns
     the library, the translation units recompiled and ``{user header: SHA-256}`` of the
     headers the sources included."""
@@ -265,6 +293,8 @@ def _compile(area: Path, project: GeneratedProject, sources: list[Path], toolcha
             configure = [toolchain.cmake, "-S", str(project_dir), "-B", str(build_dir), "-G",
                          "Ninja", f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja}",
                          f"-DCMAKE_CXX_COMPILER={toolchain.cxx}"]
+            if cross is not None:
+                configure.append(f"-DCMAKE_TOOLCHAIN_FILE={cross.toolchain_file}")
             with _status(show, f"[bold]opforge build[/]: configuring {project.library} (cmake)"):
                 code, log = _run(configure, area)
             if code != 0:
