@@ -69,53 +69,22 @@ int64_t quantize8_sse(const float* x, void* out, int64_t n, float inv, float z, 
 
 #if defined(__x86_64__)
 namespace {
-// the same 16 floats at a time in one AVX-512 register each, narrowed by truncation (vpmovdb:
-// exact, the values lie in qmin..qmax); four times the SSE2 loop's rate: an 8a8w model's
-// 3 × 224 × 224 input 44 → 13 µs
-template <bool Unsigned>
-__attribute__((target("avx512f"))) int64_t quantize8_avx512(const float* x, void* out, int64_t n, float inv,
-                                                            float z, float lo, float hi) {
-  const __m512 vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z), vlo = _mm512_set1_ps(lo),
-               vhi = _mm512_set1_ps(hi), big = _mm512_set1_ps(16777216.f), nbig = _mm512_set1_ps(-16777216.f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 xi = _mm512_loadu_ps(x + i);
-    __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xi, vinv), nbig), big);
-    __m512 r = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(v)), vz);
-    r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
-    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(xi, xi, _CMP_UNORD_Q), vlo);  // NaN → qmin
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<char*>(out) + i),
-                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
-  }
-  return i;
-}
+// what the AVX-512 block loop stores: the 8-bit integers (s8 or u8, narrowed by truncation,
+// vpmovdb: exact, the values lie in qmin..qmax), the int32 ones, or mode 2's dequantized floats
+enum class QuantStore { Int8, Int32, Dequant };
 
-// the same to int32 storage (a 16-bit scheme's activations, qmin..qmax within ±2^16 and
-// an integral |zp| <= 2^16): stored as converted. The scalar loop leaves |x·inv| >= 2^22
-// unrounded where this rounds it, but such a value plus zp lies past qmin..qmax either way
-// and is clamped to the same bound. A 16a4w_block decoder quantizes ~130 activations a
-// token (the scalar loop: 1-5 ns an element)
-__attribute__((target("avx512f"))) int64_t quantize32_avx512(const float* x, int32_t* out, int64_t n, float inv,
-                                                             float z, float lo, float hi) {
-  const __m512 vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z), vlo = _mm512_set1_ps(lo),
-               vhi = _mm512_set1_ps(hi), big = _mm512_set1_ps(16777216.f), nbig = _mm512_set1_ps(-16777216.f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 xi = _mm512_loadu_ps(x + i);
-    __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(xi, vinv), nbig), big);
-    __m512 r = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(v)), vz);
-    r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
-    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(xi, xi, _CMP_UNORD_Q), vlo);  // NaN → qmin
-    _mm512_storeu_si512(out + i, _mm512_cvtps_epi32(r));
-  }
-  return i;
-}
-
-// quantize then dequantize (mode 2), the integers kept in registers: (q - zp) · scale with
-// q the value quantize32_avx512 stores, under its conditions (exact: q is an integer within
-// ±2^17, a float holds it)
-__attribute__((target("avx512f"))) int64_t fake_quantize_avx512(const float* x, float* out, int64_t n, float inv,
-                                                                float z, float lo, float hi, float sc) {
+// the SSE2 loop's 16 floats at a time in one AVX-512 register each, four times its rate: an
+// 8a8w model's 3 × 224 × 224 input 44 → 13 µs.
+// Int32 (a 16-bit scheme's activations, qmin..qmax within ±2^16 and an integral |zp| <=
+// 2^16): stored as converted. The scalar loop leaves |x·inv| >= 2^22 unrounded where this
+// rounds it, but such a value plus zp lies past qmin..qmax either way and is clamped to the
+// same bound. A 16a4w_block decoder quantizes ~130 activations a token (the scalar loop:
+// 1-5 ns an element).
+// Dequant (mode 2, the integers kept in registers): (q - zp) · scale with q the value Int32
+// stores, under its conditions (exact: q is an integer within ±2^17, a float holds it).
+template <QuantStore Store>
+__attribute__((target("avx512f"))) int64_t quantize_avx512(const float* x, void* out, int64_t n, float inv,
+                                                           float z, float lo, float hi, float sc = 1.f) {
   const __m512 vinv = _mm512_set1_ps(inv), vz = _mm512_set1_ps(z), vlo = _mm512_set1_ps(lo),
                vhi = _mm512_set1_ps(hi), big = _mm512_set1_ps(16777216.f), nbig = _mm512_set1_ps(-16777216.f),
                vsc = _mm512_set1_ps(sc);
@@ -126,7 +95,13 @@ __attribute__((target("avx512f"))) int64_t fake_quantize_avx512(const float* x, 
     __m512 r = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(v)), vz);
     r = _mm512_min_ps(_mm512_max_ps(r, vlo), vhi);
     r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(xi, xi, _CMP_UNORD_Q), vlo);  // NaN → qmin
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_sub_ps(r, vz), vsc));
+    if constexpr (Store == QuantStore::Int8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<char*>(out) + i),
+                       _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
+    else if constexpr (Store == QuantStore::Int32)
+      _mm512_storeu_si512(static_cast<int32_t*>(out) + i, _mm512_cvtps_epi32(r));
+    else
+      _mm512_storeu_ps(static_cast<float*>(out) + i, _mm512_mul_ps(_mm512_sub_ps(r, vz), vsc));
   }
   return i;
 }
@@ -139,7 +114,7 @@ struct QuantOp : Op {
   int mode = 0;
   int64_t qmin = 0, qmax = 255;
   double scale = 1, zp = 0;
-  bool wide = false;  // quantize8_avx512 (the CPU has AVX-512 and own kernels are allowed)
+  bool wide = false;  // quantize_avx512 (the CPU has AVX-512 and own kernels are allowed)
   void run(Engine& e) override {
     const Tensor& ti = e.tensors[(size_t)ins[0]];
     const Tensor& to = e.tensors[(size_t)outs[0]];
@@ -153,7 +128,7 @@ struct QuantOp : Op {
       int64_t done = 0;
 #if defined(__x86_64__)
       if (wide && z == std::floor(z) && std::fabs(z) <= 65536.f && qmin >= -65536 && qmax <= 65536)
-        done = fake_quantize_avx512(x, y, n, inv, z, lo, hi, sc);
+        done = quantize_avx512<QuantStore::Dequant>(x, y, n, inv, z, lo, hi, sc);
 #endif
       for (int64_t i = done; i < n; ++i) {
         float v = x[i] * inv;
@@ -183,13 +158,12 @@ struct QuantOp : Op {
       int64_t done = 0;  // the blocks of 16 one of the vector loops wrote; the rest below
 #if defined(__x86_64__)
       if (packed && wide) {
-        if (to.dtype == U8) done = quantize8_avx512<true>(x, dst, n, inv, z, lo, hi);
-        if (to.dtype == I8) done = quantize8_avx512<false>(x, dst, n, inv, z, lo, hi);
+        if (to.dtype == U8 || to.dtype == I8) done = quantize_avx512<QuantStore::Int8>(x, dst, n, inv, z, lo, hi);
         packed = false;
       }
       if (wide && to.dtype == I32 && z == std::floor(z) && std::fabs(z) <= 65536.f && qmin >= -65536 &&
           qmax <= 65536)
-        done = quantize32_avx512(x, static_cast<int32_t*>(dst), n, inv, z, lo, hi);
+        done = quantize_avx512<QuantStore::Int32>(x, dst, n, inv, z, lo, hi);
 #endif
 #if defined(__SSE2__)
       if (packed && to.dtype == U8) done = quantize8_sse<true>(x, dst, n, inv, z, lo, hi);
