@@ -401,6 +401,9 @@ struct TernaryRow {
     } else if (sa && sc) {
       const CT bv = b[0];
       for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv, c[i]);
+    } else if (sa) {  // clamp / hardtanh between two Scalars
+      const CT bv = b[0], cv = c[0];
+      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv, cv);
     } else {
       for (int64_t i = 0; i < n; ++i) o[i] = op(a[i * sa], b[i * sb], c[i * sc]);
     }
