@@ -225,7 +225,10 @@ def test_decoder_prefill_and_decode_against_float64(heads, kv_heads):
         assert len(report[method]["delegates"]) == 1 and not report[method]["rejected"]
     if heads > kv_heads:
         for plan in _plans(program):
-            assert _grouped_matmuls(plan) == 4  # 2 layers × (scores, values)
+            # 2 layers × (scores, values); the static decode's masked attention is one
+            # engine op per layer instead (lowering/attention.py), reading the cache in place
+            attention = sum(1 for op in plan["ops"] if op["kind"] == "attention")
+            assert _grouped_matmuls(plan) == 4 or (attention == 2 and not _grouped_matmuls(plan))
             assert _copies_of(plan, ("state",)) == 0
     loaded = load(program)
     prefill, decode = loaded.method("prefill"), loaded.method("decode")

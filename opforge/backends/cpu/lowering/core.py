@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -118,6 +119,11 @@ class Lowering:
         self.safe_softmax = find_safe_softmax(subgraph) if debug != "nodes" else {}
         self.groups = find_rms_norm(subgraph) if debug != "nodes" else {}
         self.groups.update(find_rope(subgraph, self.groups) if debug != "nodes" else {})
+        if debug != "nodes" and os.environ.get("OPFORGE_CPU_FILLED_ATTENTION", "1") != "0":
+            from opforge.backends.cpu.lowering.attention import find_filled_attention
+
+            # a static KV cache's masked attention reads only the slots written so far
+            self.groups.update(find_filled_attention(subgraph, {**self.groups, **self.safe_softmax}))
         if specs.get("int8", True) and debug != "nodes":
             from opforge.backends.cpu.lowering.quantized import find_uint8_max_pools
 

@@ -97,6 +97,7 @@ const std::unordered_map<std::string, Builder>& builders() {
       {"conv", build_conv},           {"deconv", build_conv},       {"matmul", build_matmul},
       {"pool", build_pool},           {"eltwise", build_eltwise},   {"binary", build_binary},
       {"softmax", build_softmax},     {"layer_norm", build_layer_norm}, {"rms_norm", build_rms_norm}, {"rope", build_rope},
+      {"attention", build_attention},
       {"group_norm", build_group_norm}, {"reduction", build_reduction}, {"reduce", build_reduce},
       {"copy", build_copy},           {"ew", build_ew},             {"qconv", build_int8},
       {"qmatmul", build_int8},        {"quant", build_quant},       {"embedding", build_embedding},

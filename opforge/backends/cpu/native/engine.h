@@ -458,6 +458,7 @@ OFC_FAMILY(layer_norm)  // normalization.cpp: layer_norm, rms_norm, group_norm
 OFC_FAMILY(rms_norm)
 OFC_FAMILY(group_norm)
 OFC_FAMILY(rope)        // rotary.cpp
+OFC_FAMILY(attention)   // attention.cpp: over a KV cache's filled slots
 OFC_FAMILY(reduction)   // reduction.cpp: reduction (oneDNN), reduce (loop)
 OFC_FAMILY(reduce)
 OFC_FAMILY(copy)        // copy.cpp: copy, ew (generic elementwise)

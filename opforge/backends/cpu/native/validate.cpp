@@ -135,6 +135,7 @@ const std::unordered_map<std::string, Contract>& contracts() {
       {"eltwise", contract_eltwise},     {"binary", contract_binary},
       {"softmax", contract_softmax},     {"layer_norm", contract_layer_norm},
       {"rms_norm", contract_rms_norm},   {"rope", contract_rope},
+      {"attention", contract_attention},
       {"group_norm", contract_group_norm}, {"reduction", contract_reduction},
       {"reduce", contract_reduce},       {"copy", contract_copy},
       {"ew", contract_ew},               {"qconv", contract_int8},

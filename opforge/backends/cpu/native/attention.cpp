@@ -1,0 +1,135 @@
+// Attention over the filled part of a KV cache (f32, a loop): for each query head h and row i,
+//   s_j = (q[h,i] . k[h/G, j]) / f   (or * f),   j = 0 .. n_i - 1,   n_i = min(pos[i] + 1, S)
+//   o[h,i] = sum_j softmax(s)_j v[h/G, j]
+// which is what `softmax(masked_fill(q @ K^T / f, slots > pos[:, None], -inf)) @ V` gives
+// over the whole cache of S slots (a masked slot's weight is exactly 0), without reading the
+// slots after pos[i]: a decode step at position 10 of a 2,048-slot cache reads 11 of them.
+// The lowering (lowering/attention.py) emits it where that pattern's mask is `slots >
+// positions` with `slots` 0..S-1 and its K/V operands are views of the cache.
+//
+// Contract: ins [q, k, v, pos], outs [o]; ia [mode] (0: divide the scores by fa[0], 1:
+// multiply), fa [factor].
+//   q, o: f32 [H, M, D]; k, v: f32 [Hkv, S, D] with H a multiple of Hkv (head h reads KV
+//   head h / (H / Hkv), as repeat_interleave does); pos: i64 [M]. Any strides, the last dim
+//   of q, k, v and o dense (stride 1). D >= 1, S >= 1.
+// Run time: a row whose pos is negative has no slot to attend to: NaN, as torch's softmax
+// of a row of -inf; pos >= S reads all S slots (nothing masked). Scores and sums in float
+// (softmax's exp in float, the weights normalised before the value sum, as torch's two
+// steps); the result is within float rounding of torch's, not bitwise.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine.h"
+
+namespace ofc {
+
+namespace {
+
+struct AttentionOp : Op {
+  bool multiply = false;
+  float factor = 1.0f;
+
+  void run(Engine& e) override {
+    const Tensor& q = e.tensors[(size_t)ins[0]];
+    const Tensor& k = e.tensors[(size_t)ins[1]];
+    const Tensor& v = e.tensors[(size_t)ins[2]];
+    const Tensor& p = e.tensors[(size_t)ins[3]];
+    const Tensor& o = e.tensors[(size_t)outs[0]];
+    const float* qp = static_cast<const float*>(e.ptr(ins[0]));
+    const float* kp = static_cast<const float*>(e.ptr(ins[1]));
+    const float* vp = static_cast<const float*>(e.ptr(ins[2]));
+    const int64_t* pp = static_cast<const int64_t*>(e.ptr(ins[3]));
+    float* op = static_cast<float*>(e.ptr(outs[0]));
+    const int64_t H = q.dims[0], M = q.dims[1], D = q.dims[2];
+    const int64_t S = k.dims[1], group = H / k.dims[0];
+    const int team = threads > 0 ? threads : omp_get_max_threads();
+    parallel_for(team, H * M, [&](int64_t hi) {
+      const int64_t h = hi / M, i = hi % M, kv = h / group;
+      const float* qr = qp + h * q.strides[0] + i * q.strides[1];
+      float* orow = op + h * o.strides[0] + i * o.strides[1];
+      const int64_t pos = pp[i * p.strides[0]];
+      const int64_t n = pos < 0 ? 0 : std::min(pos + 1, S);
+      if (n == 0) {
+        for (int64_t d = 0; d < D; ++d) orow[d] = std::numeric_limits<float>::quiet_NaN();
+        return;
+      }
+      std::vector<float> w((size_t)n);
+      const float* kh = kp + kv * k.strides[0];
+      float top = -INFINITY;
+      bool nan = false;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* kr = kh + j * k.strides[1];
+        float s = 0.0f;
+        for (int64_t d = 0; d < D; ++d) s += qr[d] * kr[d];
+        s = multiply ? s * factor : s / factor;
+        w[(size_t)j] = s;
+        nan = nan || std::isnan(s);
+        top = std::max(top, s);
+      }
+      if (nan || top == INFINITY) {  // torch: a NaN or +inf score makes the row NaN
+        for (int64_t d = 0; d < D; ++d) orow[d] = std::numeric_limits<float>::quiet_NaN();
+        return;
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        // (every score -inf: exp(-inf - -inf) is NaN, as torch's softmax gives)
+        w[(size_t)j] = std::exp(w[(size_t)j] - top);
+        sum += w[(size_t)j];
+      }
+      for (int64_t d = 0; d < D; ++d) orow[d] = 0.0f;
+      const float* vh = vp + kv * v.strides[0];
+      for (int64_t j = 0; j < n; ++j) {
+        const float weight = w[(size_t)j] / sum;
+        const float* vr = vh + j * v.strides[1];
+        for (int64_t d = 0; d < D; ++d) orow[d] += weight * vr[d];
+      }
+    });
+  }
+};
+
+}  // namespace
+
+void contract_attention(const Engine& e, const OpCall& c) {
+  const std::string& kind = c.kind;
+  need_count(c, 4, 1);
+  need_post_ops_allowed(c, false);
+  need(c.ia.size() == 1 && (c.ia[0] == 0 || c.ia[0] == 1), kind, "ia must be [mode], mode 0 or 1");
+  need(c.fa.size() == 1 && std::isfinite(c.fa[0]) && c.fa[0] != 0.0, kind,
+       "fa must be [factor], finite and not 0");
+  const Tensor& q = e.tensors[(size_t)c.ins[0]];
+  const Tensor& k = e.tensors[(size_t)c.ins[1]];
+  const Tensor& v = e.tensors[(size_t)c.ins[2]];
+  const Tensor& p = e.tensors[(size_t)c.ins[3]];
+  const Tensor& o = e.tensors[(size_t)c.outs[0]];
+  const char* names[] = {"q", "k", "v", "the output"};
+  const Tensor* floats[] = {&q, &k, &v, &o};
+  for (size_t t = 0; t < 4; ++t) {
+    need_rank(*floats[t], 3, 3, kind, names[t]);
+    need_dtype(*floats[t], F32, kind, names[t]);
+    need(floats[t]->dims[2] <= 1 || floats[t]->strides[2] == 1, kind,
+         std::string(names[t]) + ": the last dim must be dense (stride 1)");
+  }
+  need_rank(p, 1, 1, kind, "the positions");
+  need_dtype(p, I64, kind, "the positions");
+  need(q.dims == o.dims, kind, "q and the output have different shapes");
+  need(k.dims == v.dims, kind, "k and v have different shapes");
+  need(q.dims[2] >= 1 && k.dims[1] >= 1 && k.dims[0] >= 1, kind, "empty head, slot or KV-head dims");
+  need(k.dims[2] == q.dims[2], kind, "q and k have different head sizes");
+  need(q.dims[0] % k.dims[0] == 0, kind, "the query heads must be a multiple of the KV heads");
+  need(p.dims[0] == q.dims[1], kind, "one position per query row");
+  need(injective(o.dims, o.strides), kind, "the output reaches an element twice");
+}
+
+void build_attention(Handle& h, const OpCall& c) {
+  auto op = std::make_unique<AttentionOp>();
+  op->name = "attention (filled slots)";
+  op->multiply = c.ia[0] == 1;
+  op->factor = (float)c.fa[0];
+  push_op(h.e, std::move(op), c);
+}
+
+}  // namespace ofc
