@@ -1,5 +1,5 @@
 """The cpu backend's export for another machine (targets.py, ``opforge export --target``):
-for aarch64, where no oneDNN with the v3 API is packaged (docs/backend-cpu.md "aarch64"),
+for aarch64, where opforge ships no engine (docs/backend-cpu.md "aarch64"),
 nothing is delegated, every node says why, and the program computes what the program
 exported without a backend computes. Needs no engine: the host's is not used."""
 
@@ -75,7 +75,9 @@ def test_cli_target_explains_and_refuses_other_backends(tmp_path):
         result = CliRunner().invoke(cli, ["export", "factory_mlp:mlp", "-o", str(out), "-q",
                                           "--backend", "cpu", "--target", ARM, "--explain"])
         assert result.exit_code == 0, result.output
-        assert "0 node(s) delegated" in result.output and "no cpu engine for arm64" in result.output
+        # the reasons are checked above (the table wraps them at the pipe's width)
+        assert "forward: 0 node(s) delegated in 0 delegate(s), 8 left out" in result.output
+        assert "aarch64-linux-gnu" in result.output
         result = CliRunner().invoke(cli, ["export", "factory_mlp:mlp", "-o", str(out), "-q",
                                           "--backend", "toy", "--target", ARM])
         assert result.exit_code != 0 and "--target with the cpu backend only" in str(result.exception)

@@ -1,22 +1,23 @@
 """Which machines the cpu backend delegates for: the export's target (``opforge export
---target``, ``CpuBackend(target=...)``) against the engines opforge can build.
+--target``, ``CpuBackend(target=...)``) against the engines opforge builds.
 
 The engine (native/) is built for the machine that runs opforge, against oneDNN 3 (the
 ``onednn-cpu-gomp`` wheels). For another target the export keeps every op on the
-portable kernels and says why for each node (``--explain``): today that is aarch64, which
-has no oneDNN with the v3 API that the engine uses among the packages opforge builds from
-(looked up on 2026-12-07, docs/backend-cpu.md "aarch64"):
+portable kernels and says why for each node (``--explain``). Today that is aarch64: opforge
+neither builds nor bundles an arm64 engine, because the oneDNN with the v3 API it needs is
+not packaged for arm64 where opforge builds (looked up on 2026-12-07; docs/backend-cpu.md
+"aarch64"):
 
 - Debian bookworm (12, this project's build machines; bookworm-backports has none): arm64
   ``libdnnl-dev`` 2.6.3-1, the v2 API: the engine's sources give 31 errors against its
   headers (v3 makes primitive descriptors from the engine, without v2's op descriptors);
-- Debian trixie (13): arm64 ``libdnnl-dev`` / ``libdnnl3.6`` 3.7.2+ds-2, the v3 API, but
-  built against glibc 2.38+ and libstdc++ 14, so not installable on a bookworm system;
-- PyPI: ``onednn-cpu-gomp`` / ``onednn-devel-cpu-gomp`` publish x86-64 wheels only.
-
-The engine's sources do compile for aarch64 (its vector kernels are x86-only and chosen at
-run time, every one with a plain or oneDNN path), and scripts/engine_aarch64.sh builds it
-against trixie's packages and runs a delegated program under qemu-aarch64.
+- PyPI: ``onednn-cpu-gomp`` / ``onednn-devel-cpu-gomp`` publish x86-64 wheels only;
+- Debian trixie (13): arm64 ``libdnnl-dev`` / ``libdnnl3.6`` 3.7.2+ds-2, the v3 API, built
+  against glibc 2.38+ and libstdc++ 14, so not installable on bookworm. The engine does
+  build and run against it: scripts/engine_aarch64.py cross-compiles it (its x86 vector
+  kernels are chosen at run time and left out on aarch64, every one with a plain or oneDNN
+  path) and runs the zoo's delegated programs under qemu-aarch64 within the native
+  runtime's parity tolerance of the x86 lean outputs.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ TARGETS = ("x86_64-linux-gnu", "aarch64-linux-gnu")
 
 _NO_ENGINE = {
     "aarch64-linux-gnu": (
-        "target aarch64-linux-gnu: no cpu engine for arm64 (it needs oneDNN's v3 API: Debian "
-        "bookworm's arm64 libdnnl-dev is 2.6.3, v2; trixie's 3.7.2 needs glibc >= 2.38; the "
-        "PyPI onednn wheels are x86-64 only) — the op stays on the portable kernels"),
+        "target aarch64-linux-gnu: opforge ships no cpu engine for arm64 (it needs oneDNN's v3 "
+        "API: Debian bookworm's arm64 libdnnl-dev is 2.6.3, v2; PyPI's onednn wheels are "
+        "x86-64 only; trixie's 3.7.2 needs glibc >= 2.38) — the op stays on the portable kernels"),
     "x86_64-linux-gnu": (
         "target x86_64-linux-gnu: the cpu backend's engine is built for this machine "
         "({host}) only — the op stays on the portable kernels"),
