@@ -605,7 +605,7 @@ TOLERANCE = {  # (class, dtype) -> (rtol, atol); see the module docstring
     ("accumulate", torch.float16): (1e-2, 5e-2),
 }
 # empty and empty_like promise no values: their shape and dtype are compared, values are not.
-UNSPECIFIED_VALUES = {"aten::empty.out", "aten::empty_like.out"}
+UNSPECIFIED_VALUES = {"aten::empty.out", "aten::empty_like.out", "aten::empty_permuted.out"}
 
 
 # Special values. ATen's float32/float16 kernels for formula ops are vectorised, and its
@@ -742,7 +742,7 @@ def _garbage(outs: list) -> None:
 
 # out kernels whose result size depends on the input's values: they return the view of the
 # result they wrote (the out here is allocated at PyTorch's size, so the whole of it)
-SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out"})
+SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out", "aten::bincount.out"})
 
 
 def _check_result(case: Case, result, outs: list, bound: bool = False) -> None:
@@ -896,6 +896,8 @@ COVERED_ELSEWHERE = {
         "upsample_bilinear2d.out", "upsample_bilinear2d.vec_out",
         "upsample_trilinear3d.out")},
     **{key: "tests/torch/test_kernels_opinfo.py" for key in EXTRA_CALLS},
+    # transformers' grouped matmul (the library is not a test dependency): against eager
+    "transformers::grouped_mm_fallback.out": "tests/torch/test_moe.py",
 }
 
 

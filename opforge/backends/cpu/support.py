@@ -91,6 +91,9 @@ def support_check(graph, specs):
         if node.op != "call_function":
             continue
         if node.target is operator.getitem:
+            if _unbacked(node.meta.get("val")):  # an item of a data-dependent result
+                lowering.env[node.name] = None
+                continue
             source = lowering.env.get(node.args[0].name)
             lowering.env[node.name] = source[node.args[1]] if isinstance(source, tuple) and \
                 not (len(source) == 2 and source[0] in ("t", "c")) else _runtime_value(lowering, node)

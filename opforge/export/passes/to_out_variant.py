@@ -220,6 +220,8 @@ def _missing_out_variants(method: MethodGraph, missing: dict[str, list[torch.fx.
             fix = "replace it with operators (it is not an operator overload)"
         elif not all(isinstance(r.type, torch.TensorType) for r in schema.returns) or not schema.returns:
             fix = "compute the value inside another op: results that are not tensors cannot be planned"
+        elif op.namespace != "aten":
+            fix = _library_op_fix(op, schema)
         else:
             fix = f"register the out overload `{suggest_out_schema(schema)}` (opforge derives it from the functional schema in the op manifest)"
         lines.append(f"  {i}. `{op_key(op) if schema is not None else target}` used by {used} — fix: {fix}")
@@ -228,3 +230,18 @@ def _missing_out_variants(method: MethodGraph, missing: dict[str, list[torch.fx.
         "variant — valid: every operator has an out overload (`Tensor(a!) out`) the program can call — "
         "fix each:\n" + "\n".join(lines)
     )
+
+
+def _library_op_fix(op: Any, schema: torch._C.FunctionSchema) -> str:
+    """The fixes for another library's functional op: its only implementation is a kernel
+    for a device (Python or C++), which export does not trace into the program
+    (``passes/decompose.py`` says why)."""
+    name = f"torch.ops.{op.namespace}.{op._schema.name.split('::', 1)[1]}.{op._overloadname}"
+    return (
+        "its implementation is a device kernel (Python or C++), which a program cannot "
+        "carry and opforge does not trace (it may read the data: .tolist(), NumPy, loops) — "
+        f"1. give torch a decomposition written with torch ops, "
+        f"`torch._decomp.register_decomposition({name})(fn)` or a CompositeImplicitAutograd "
+        "kernel, imported before export: opforge decomposes the op at export; 2. or add the op "
+        f"to an op manifest with its out overload `{suggest_out_schema(schema)}` and a kernel "
+        "for each runtime (docs/manifest.md)")
