@@ -19,7 +19,9 @@
    under ``qemu-aarch64 -L DIR/sysroot`` with ``OPFORGE_CPU_ENGINE`` set to the engine, its
    outputs compared with the lean runtime's on this machine (which runs the x86 engine):
    1e-5 relative and absolute, the native runtime's parity tolerance (the engines run other
-   kernels: AVX-512 here, oneDNN's aarch64 JIT or plain loops there). Exit 1 on a mismatch.
+   kernels: AVX-512 here, oneDNN's aarch64 code or plain loops there); and the parity
+   suite's decoder (static and dynamic) delegated: ``opforge-generate``'s 10 greedy tokens
+   under qemu equal to the lean runtime's. Exit 1 on a mismatch.
 
 tests/backends/test_cpu_aarch64.py runs step 4 when OPFORGE_AARCH64_WORK names a DIR this
 script has filled (it skips otherwise: steps 1-3 take minutes and the network).
@@ -103,7 +105,7 @@ def runtime(work: Path) -> Path:
                          "aarch64 opforge-run")
     _run(["cmake", "-S", str(ROOT / "opforge/native_runtime"), "-B", str(build), "-G", "Ninja",
           f"-DCMAKE_TOOLCHAIN_FILE={toolchain}", "-DCMAKE_BUILD_TYPE=Release"])
-    _run(["cmake", "--build", str(build), "--target", "opforge-run"])
+    _run(["cmake", "--build", str(build), "--target", "opforge-run", "opforge-generate"])
     return build / "opforge-run"
 
 
@@ -164,6 +166,34 @@ def check_program(name: str, work: Path, root: Path, engine_path: Path, run: Pat
                 f"{'  (same bits)' if same else ''}  {'ok' if ok else 'MISMATCH'}")
 
 
+def check_decoder(kind: str, work: Path, root: Path, engine_path: Path, run: Path) -> tuple[bool, str]:
+    """The native-runtime parity suite's decoder (``kind``: static or dynamic) delegated to
+    cpu: 10 greedy tokens from ``opforge-generate`` (beside ``run``) under qemu-aarch64
+    against the lean runtime's ``Generator`` here; the tokens must be equal."""
+    import json
+
+    from opforge.program import save
+    from opforge.runtime import load
+    from opforge.runtime.generate import Generator
+    from tests.native_runtime.test_native_parity import PROMPT, _export_decoder
+
+    program = _export_decoder(kind, ["cpu"])
+    folder = Path(tempfile.mkdtemp(prefix=f"decoder-{kind}.", dir=work))
+    save(program, folder / "decoder.opf")
+    env = dict(os.environ, OPFORGE_CPU_ENGINE=str(engine_path))
+    proc = subprocess.run(["qemu-aarch64", "-L", str(root), str(run.parent / "opforge-generate"),
+                           str(folder / "decoder.opf"), "--tokens", ",".join(map(str, PROMPT)),
+                           "--max-new-tokens", "10", "--json"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env, timeout=600)
+    shutil.rmtree(folder, ignore_errors=True)
+    if proc.returncode != 0:
+        return False, f"decoder ({kind}): opforge-generate failed (exit {proc.returncode}): {proc.stderr[-1500:]}"
+    got = json.loads(proc.stdout)["tokens"]
+    want = list(Generator(load(program)).generate(PROMPT, 10).tokens)
+    ok = got == want and len(want) == 10
+    return ok, f"{'decoder@' + kind:26s} greedy tokens {got} {'ok' if ok else f'MISMATCH: lean {want}'}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache/opforge/aarch64")
@@ -189,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     print("4. zoo programs delegated to cpu, under qemu-aarch64")
     names = [n for n in args.programs.split(",") if n] or [*ZOO, *QUANTIZED]
     results = [check_program(n, work, root, engine_path, run) for n in names]
+    if not args.programs:
+        results += [check_decoder(k, work, root, engine_path, run) for k in ("static", "dynamic")]
     for _, line in results:
         print("  " + line)
     return 0 if all(ok for ok, _ in results) else 1
