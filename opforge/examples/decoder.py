@@ -7,6 +7,13 @@ caller passes, so one exported method serves both the prompt (``seq`` tokens at 
 any ``step(tokens, positions) -> logits`` callable: the eager module or an exported
 program's method.
 
+Two opt-in choices change what attention reads (docs/generation.md, "Attention over what
+is filled"): ``attend="filled"`` attends over the cache slots ``0..max(positions)`` only
+(a data-dependent size, bounded by ``max_len``, so a step at position 10 of a 2,048-slot
+cache reads 11 slots) instead of every slot under a mask; ``cache_dtype=torch.float16``
+(or ``torch.bfloat16``) stores the caches at half the bytes, converted from float32 where
+a step writes them and back to float32 where attention reads them.
+
 >>> import torch
 >>> model = TinyDecoder().eval()
 >>> tokens = greedy_decode(lambda t, p: model(t, p), [1, 2, 3], 4)
@@ -40,16 +47,32 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
+def _attended(cache: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The cache slots the mask's columns cover, as ``dtype``: the whole cache when the mask
+    spans it (the default graph, no slice and no conversion), else its first slots."""
+    slots = mask.shape[-1]
+    if not (isinstance(slots, int) and slots == cache.shape[0]):
+        cache = cache[:slots]
+    return _as(cache, dtype)
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as ``dtype``, with no node in the exported graph when it already is."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int, kv_heads: int, max_len: int) -> None:
+    def __init__(self, dim: int, heads: int, kv_heads: int, max_len: int,
+                 cache_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.q = nn.Linear(dim, heads * self.head_dim, bias=False)
         self.k = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
         self.v = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
         self.o = nn.Linear(heads * self.head_dim, dim, bias=False)
-        self.register_buffer("k_cache", torch.zeros(max_len, kv_heads, self.head_dim))
-        self.register_buffer("v_cache", torch.zeros(max_len, kv_heads, self.head_dim))
+        shape = (max_len, kv_heads, self.head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=cache_dtype))
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=cache_dtype))
 
     def forward(self, x, positions, cos, sin, mask):
         seq = x.shape[0]
@@ -57,11 +80,14 @@ class Attention(nn.Module):
         k = self.k(x).view(seq, self.kv_heads, self.head_dim)
         v = self.v(x).view(seq, self.kv_heads, self.head_dim)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        self.k_cache.index_copy_(0, positions, k)
-        self.v_cache.index_copy_(0, positions, v)
+        # (a float32 cache: no conversion; a float16/bfloat16 one: the written rows only)
+        self.k_cache.index_copy_(0, positions, _as(k, self.k_cache.dtype))
+        self.v_cache.index_copy_(0, positions, _as(v, self.v_cache.dtype))
         group = self.heads // self.kv_heads
-        keys = self.k_cache.repeat_interleave(group, dim=1).transpose(0, 1)  # (heads, L, d)
-        values = self.v_cache.repeat_interleave(group, dim=1).transpose(0, 1)
+        keys = _attended(self.k_cache, mask, q.dtype)
+        values = _attended(self.v_cache, mask, q.dtype)
+        keys = keys.repeat_interleave(group, dim=1).transpose(0, 1)  # (heads, slots, d)
+        values = values.repeat_interleave(group, dim=1).transpose(0, 1)
         scores = q.transpose(0, 1) @ keys.transpose(1, 2) / self.head_dim ** 0.5
         scores = scores.masked_fill(mask, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ values  # (heads, seq, d)
@@ -69,10 +95,11 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, max_len: int) -> None:
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, max_len: int,
+                 cache_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
-        self.attn = Attention(dim, heads, kv_heads, max_len)
+        self.attn = Attention(dim, heads, kv_heads, max_len, cache_dtype)
         self.gate = nn.Linear(dim, hidden, bias=False)
         self.up = nn.Linear(dim, hidden, bias=False)
         self.down = nn.Linear(hidden, dim, bias=False)
@@ -85,15 +112,24 @@ class Block(nn.Module):
 
 class TinyDecoder(nn.Module):
     """``forward(tokens[seq] int64, positions[seq] int64) -> logits[seq, vocab]``; the
-    caches hold ``max_len`` positions."""
+    caches hold ``max_len`` positions, stored as ``cache_dtype``. ``attend="capacity"``
+    (the default) scores every slot and masks the unwritten ones; ``"filled"`` reads slots
+    ``0..max(positions)`` only (the same logits: a masked slot's weight is exactly 0)."""
 
     def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4, kv_heads: int = 2,
-                 hidden: int = 64, layers: int = 2, max_len: int = 48, seed: int = 0) -> None:
+                 hidden: int = 64, layers: int = 2, max_len: int = 48, seed: int = 0,
+                 attend: str = "capacity", cache_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
+        if attend not in ("capacity", "filled"):
+            raise ValueError(f"TinyDecoder(attend=...): {attend!r} — valid: 'capacity' (every "
+                             "cache slot, masked) or 'filled' (slots 0..max(positions))")
+        if cache_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"TinyDecoder(cache_dtype=...): {cache_dtype} — valid: "
+                             "torch.float32, torch.float16 or torch.bfloat16")
         generator = torch.Generator().manual_seed(seed)
-        self.max_len = max_len
+        self.max_len, self.attend = max_len, attend
         self.embed = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, hidden, max_len)
+        self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, hidden, max_len, cache_dtype)
                                     for _ in range(layers))
         self.norm = RMSNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
@@ -111,7 +147,15 @@ class TinyDecoder(nn.Module):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         cos, sin = self.cos_table[positions], self.sin_table[positions]
-        mask = self.slots[None, :] > positions[:, None]  # causal over the whole cache
+        slots = self.slots
+        if self.attend == "filled":
+            # the slots written so far: a size read from the positions' values (exported as
+            # a data-dependent size planned at max_len, checked on every call)
+            filled = positions.max().item() + 1
+            torch._check(filled >= 1)
+            torch._check(filled <= self.max_len)
+            slots = slots[:filled]
+        mask = slots[None, :] > positions[:, None]  # causal over the slots attended to
         for block in self.blocks:
             x = block(x, positions, cos, sin, mask)
         return self.head(self.norm(x))
