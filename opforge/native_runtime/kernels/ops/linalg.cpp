@@ -306,32 +306,45 @@ bool broadcast_to(opforge_context* ctx, const char* op, const char* what, const 
 // out = beta * self + alpha * out (out holds the product), as the NumPy kernel: out scaled
 // by alpha first, then self added (times beta; beta == 0 ignores self, even its NaNs).
 template <typename T>
+inline T scaled_one(T v, const T* s, T beta, T alpha, bool add_self) {
+  if constexpr (std::is_floating_point<T>::value) {
+    if (alpha != T(1)) v = v * alpha;
+    if (add_self) v = beta == T(1) ? v + *s : v + *s * beta;
+  } else if constexpr (std::is_same<T, bool>::value) {
+    v = (v && alpha) || (add_self && *s && beta);
+  } else {  // wrapping integer arithmetic
+    using U = typename std::make_unsigned<T>::type;
+    if (alpha != T(1)) v = static_cast<T>(static_cast<U>(v) * static_cast<U>(alpha));
+    if (add_self)
+      v = static_cast<T>(static_cast<U>(v) + static_cast<U>(static_cast<U>(*s) * static_cast<U>(beta)));
+  }
+  return v;
+}
+
+// A row (the last dim) at a time: a contiguous out row with a contiguous or broadcast self
+// row (addmm's bias) in loops that vectorize, any other strides element by element.
+template <typename T>
 void scaled_sum(const View& out, const View& self, const int64_t* sstrides, T beta, T alpha,
                 bool add_self) {
-  int rank = out.rank;
+  if (out.numel == 0) return;
+  const int rank = out.rank;
+  const int64_t n = rank ? out.sizes[rank - 1] : 1;
+  const int64_t ost = rank ? out.strides[rank - 1] : 1, sst = rank && add_self ? sstrides[rank - 1] : 0;
   int64_t idx[kMaxRank] = {0};
-  for (int64_t t = 0; t < out.numel; ++t) {
+  for (int64_t t = 0; t < out.numel; t += n) {
     int64_t oo = 0, os = 0;
-    for (int d = 0; d < rank; ++d) { oo += idx[d] * out.strides[d]; os += idx[d] * sstrides[d]; }
+    for (int d = 0; d + 1 < rank; ++d) { oo += idx[d] * out.strides[d]; os += idx[d] * sstrides[d]; }
     T* o = out.ptr<T>() + oo;
-    T v = *o;
-    if constexpr (std::is_floating_point<T>::value) {
-      if (alpha != T(1)) v = v * alpha;
-      if (add_self) {
-        T s = self.ptr<T>()[os];
-        v = beta == T(1) ? v + s : v + s * beta;
-      }
-    } else if constexpr (std::is_same<T, bool>::value) {
-      v = (v && alpha) || (add_self && self.ptr<T>()[os] && beta);
-    } else {  // wrapping integer arithmetic
-      using U = typename std::make_unsigned<T>::type;
-      if (alpha != T(1)) v = static_cast<T>(static_cast<U>(v) * static_cast<U>(alpha));
-      if (add_self)
-        v = static_cast<T>(static_cast<U>(v) +
-                           static_cast<U>(static_cast<U>(self.ptr<T>()[os]) * static_cast<U>(beta)));
+    const T* s = add_self ? self.ptr<T>() + os : nullptr;
+    if (ost == 1 && sst == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = scaled_one<T>(o[i], s + i, beta, alpha, add_self);
+    } else if (ost == 1) {  // self broadcast along the row (or not added)
+      for (int64_t i = 0; i < n; ++i) o[i] = scaled_one<T>(o[i], s, beta, alpha, add_self);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        o[i * ost] = scaled_one<T>(o[i * ost], add_self ? s + i * sst : s, beta, alpha, add_self);
     }
-    *o = v;
-    for (int d = rank - 1; d >= 0; --d) {
+    for (int d = rank - 2; d >= 0; --d) {
       if (++idx[d] < out.sizes[d]) break;
       idx[d] = 0;
     }

@@ -206,14 +206,14 @@ void dequantize_per_tensor_out(opforge_context* ctx, opforge_arg* args, int64_t 
       !convertible_in(ctx, kOp, "input", q))
     return;
   if (q.dense && out.dense && out.dtype == kFloat32) {  // the common cases, in float32
-    // the generic loop's bits: its doubles are float32 values (float(q) through double, as
-    // load_double reads it), and a float32 - or * done in double and rounded is float32's
+    // the generic loop's bits: its doubles are float32 values (float(q) rounds an int32 once,
+    // directly or through double), and a float32 - or * done in double and rounded is float32's
     const float zp = static_cast<float>(static_cast<double>(zero_point)), s = static_cast<float>(scale);
     float* po = out.ptr<float>();
     auto run = [&](auto t) {
       using Q = decltype(t);
       const Q* pq = q.ptr<Q>();
-      for (int64_t i = 0; i < q.numel; ++i) po[i] = (static_cast<float>(static_cast<double>(pq[i])) - zp) * s;
+      for (int64_t i = 0; i < q.numel; ++i) po[i] = (static_cast<float>(pq[i]) - zp) * s;
     };
     switch (q.dtype) {
       case kInt8: run(int8_t{}); return;
@@ -346,8 +346,14 @@ void dequantize_per_channel_out(opforge_context* ctx, opforge_arg* args, int64_t
           int64_t k = broadcast ? 0 : ch;
           const float s = static_cast<float>(load_double(element(scales, k), scales.dtype));
           const int64_t z = has_zp ? static_cast<int64_t>(std::trunc(load_double(element(zps, k), zps.dtype))) : 0;
-          for (int64_t i = 0; i < inner; ++i, ++e)
-            po[e] = static_cast<float>(static_cast<int64_t>(pq[e]) - z) * s;
+          if (z > -(int64_t(1) << 30) && z < (int64_t(1) << 30)) {  // q - z exact in int32: vectorizes
+            const int32_t z32 = static_cast<int32_t>(z);
+            for (int64_t i = 0; i < inner; ++i) po[e + i] = static_cast<float>(static_cast<int32_t>(pq[e + i]) - z32) * s;
+            e += inner;
+          } else {
+            for (int64_t i = 0; i < inner; ++i, ++e)
+              po[e] = static_cast<float>(static_cast<int64_t>(pq[e]) - z) * s;
+          }
         }
     };
     if (q.dtype == kInt8) run(int8_t{});
