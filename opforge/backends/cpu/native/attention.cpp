@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -28,6 +29,75 @@
 namespace ofc {
 
 namespace {
+
+// each row function compiled for AVX-512, AVX2+FMA and the baseline, picked at load by the
+// CPU (GCC's target_clones); `omp simd` lets the sums be reassociated into vector lanes
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OFC_ROW_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define OFC_ROW_CLONES
+#endif
+
+// exp(x) for x <= 0 (a score less the row's max): x = n ln2 + r, |r| <= ln2/2, ln2 in two
+// parts; Cephes' expf polynomial on r (about 1 ulp), times 2^n built in the exponent bits.
+// Below -87.34 exp is under float's smallest normal: 0 (-inf, a masked score, too).
+inline float exp_nonpositive(float x) {
+  const bool under = !(x >= -87.33654f);
+  x = under ? -87.33654f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return under ? 0.0f : p * scale;
+}
+
+// w[j] = (q . k_j) / factor (or * factor), j < n; k_j = k + j * ks
+OFC_ROW_CLONES void score_row(const float* q, const float* k, int64_t ks, int64_t n, int64_t D,
+                              bool multiply, float factor, float* w) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kr = k + j * ks;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t d = 0; d < D; ++d) s += q[d] * kr[d];
+    w[j] = multiply ? s * factor : s / factor;
+  }
+}
+
+// w[j] = exp(w[j] - top); returns their sum
+OFC_ROW_CLONES float exp_row(float* w, int64_t n, float top) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    w[j] = exp_nonpositive(w[j] - top);
+    sum += w[j];
+  }
+  return sum;
+}
+
+// o = sum_j (w[j] / sum) v_j over D, v_j = v + j * vs
+OFC_ROW_CLONES void value_row(const float* w, float sum, const float* v, int64_t vs, int64_t n,
+                              int64_t D, float* o) {
+  for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float weight = w[j] / sum;
+    const float* vr = v + j * vs;
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) o[d] += weight * vr[d];
+  }
+}
+
+void fill_nan(float* o, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) o[d] = std::numeric_limits<float>::quiet_NaN();
+}
 
 struct AttentionOp : Op {
   bool multiply = false;
@@ -53,40 +123,19 @@ struct AttentionOp : Op {
       float* orow = op + h * o.strides[0] + i * o.strides[1];
       const int64_t pos = pp[i * p.strides[0]];
       const int64_t n = pos < 0 ? 0 : std::min(pos + 1, S);
-      if (n == 0) {
-        for (int64_t d = 0; d < D; ++d) orow[d] = std::numeric_limits<float>::quiet_NaN();
-        return;
-      }
+      if (n == 0) return fill_nan(orow, D);  // no slot to attend to: torch's NaN
       std::vector<float> w((size_t)n);
-      const float* kh = kp + kv * k.strides[0];
+      score_row(qr, kp + kv * k.strides[0], k.strides[1], n, D, multiply, factor, w.data());
       float top = -INFINITY;
       bool nan = false;
       for (int64_t j = 0; j < n; ++j) {
-        const float* kr = kh + j * k.strides[1];
-        float s = 0.0f;
-        for (int64_t d = 0; d < D; ++d) s += qr[d] * kr[d];
-        s = multiply ? s * factor : s / factor;
-        w[(size_t)j] = s;
-        nan = nan || std::isnan(s);
-        top = std::max(top, s);
+        nan = nan || std::isnan(w[(size_t)j]);
+        top = std::max(top, w[(size_t)j]);
       }
-      if (nan || top == INFINITY) {  // torch: a NaN or +inf score makes the row NaN
-        for (int64_t d = 0; d < D; ++d) orow[d] = std::numeric_limits<float>::quiet_NaN();
-        return;
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        // (every score -inf: exp(-inf - -inf) is NaN, as torch's softmax gives)
-        w[(size_t)j] = std::exp(w[(size_t)j] - top);
-        sum += w[(size_t)j];
-      }
-      for (int64_t d = 0; d < D; ++d) orow[d] = 0.0f;
-      const float* vh = vp + kv * v.strides[0];
-      for (int64_t j = 0; j < n; ++j) {
-        const float weight = w[(size_t)j] / sum;
-        const float* vr = vh + j * v.strides[1];
-        for (int64_t d = 0; d < D; ++d) orow[d] += weight * vr[d];
-      }
+      // torch: a NaN or +inf score makes the row NaN; all -inf: exp(-inf - -inf) is NaN too
+      if (nan || top == INFINITY || top == -INFINITY) return fill_nan(orow, D);
+      const float sum = exp_row(w.data(), n, top);
+      value_row(w.data(), sum, vp + kv * v.strides[0], v.strides[1], n, D, orow);
     });
   }
 };
