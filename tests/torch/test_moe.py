@@ -1,15 +1,9 @@
-"""Mixture of experts: a Mixtral-style layer written in plain torch, in the three ways
-transformers' expert implementations compute it, exported and run on the lean runtime and
-with the cpu backend against eager; and a decoder with such layers generating eager's tokens.
+"""Mixture of experts: a Mixtral-style layer written in plain torch (moe_models.py: its
+experts as a loop over data-dependent token sets, as transformers' grouped matmul, as a
+batched matmul) exported and run on the lean runtime and with the cpu backend against
+eager, and a decoder of such layers generating eager's tokens.
 
-- ``loop``: one expert at a time on the tokens routed to it (``one_hot`` + ``where``: a
-  data-dependent token count per expert, planned at its bound; ``index_add`` combines);
-- ``grouped``: (token, expert) pairs sorted by expert, counted (``histc``, ``cumsum``) and
-  multiplied by ``transformers::grouped_mm_fallback``, transformers' functional custom op
-  (defined here as transformers defines it: transformers is not a test dependency);
-- ``batched``: each pair's expert weights gathered, one ``bmm``.
-
-The router's ``topk`` picks the experts. Custom ops without an out variant: one with a
+Other libraries' functional custom ops without an out variant: one with a
 CompositeImplicitAutograd kernel or a registered decomposition is decomposed at export, one
 with only a Python kernel is refused naming both fixes.
 """
@@ -19,114 +13,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch._decomp
 from torch import nn
 
+from moe_models import PROMPT, STYLES, Experts, MoEDecoder, tokens
 from opforge.errors import ExportError
-from opforge.examples.decoder import Block, TinyDecoder, export_decoder, greedy_decode
+from opforge.examples.decoder import export_decoder, greedy_decode
 from opforge.export import export
 from opforge.runtime import load
 from opforge.runtime.generate import Generator
 
-
-def _define_grouped_mm_fallback() -> None:
-    """``transformers::grouped_mm_fallback`` as transformers/integrations/moe.py defines it:
-    a functional custom op whose only implementation is a Python loop over ``offs``."""
-    if hasattr(torch.ops.transformers, "grouped_mm_fallback"):
-        return  # transformers is installed and imported
-
-    def grouped_mm_fallback(input: torch.Tensor, weight: torch.Tensor,
-                            offs: torch.Tensor) -> torch.Tensor:
-        output = torch.zeros(input.size(0), weight.size(2), dtype=input.dtype)
-        start = 0
-        for i, end in enumerate(offs.tolist()):
-            if start == end:
-                continue
-            torch.mm(input[start:end], weight[i], out=output[start:end])
-            start = end
-        return output
-
-    torch.library.custom_op("transformers::grouped_mm_fallback", grouped_mm_fallback,
-                            mutates_args=(),
-                            schema="(Tensor input, Tensor weight, Tensor offs) -> Tensor")
-    torch.library.register_fake(
-        "transformers::grouped_mm_fallback",
-        lambda input, weight, offs: input.new_empty(input.size(0), weight.size(2)))
-
-
-_define_grouped_mm_fallback()
-
-STYLES = ("loop", "grouped", "batched")
-DIM, HIDDEN, EXPERTS, TOP_K = 16, 24, 4, 2
-
-
-class Experts(nn.Module):
-    """A Mixtral sparse block: router → softmax → top-k (renormalized) → SwiGLU experts."""
-
-    def __init__(self, style: str, dim: int = DIM, hidden: int = HIDDEN,
-                 experts: int = EXPERTS, top_k: int = TOP_K, seed: int = 0) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        self.style, self.experts, self.top_k = style, experts, top_k
-        self.router = nn.Parameter(torch.randn(experts, dim, generator=generator))
-        self.gate_up = nn.Parameter(torch.randn(experts, 2 * hidden, dim, generator=generator) * 0.3)
-        self.down = nn.Parameter(torch.randn(experts, dim, hidden, generator=generator) * 0.3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (tokens, dim)
-        probs = torch.softmax(x @ self.router.T, dim=-1)
-        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-        return getattr(self, f"_{self.style}")(x, weights, chosen)
-
-    @staticmethod
-    def _swiglu(gate_up: torch.Tensor) -> torch.Tensor:
-        gate, up = gate_up.chunk(2, dim=-1)
-        return torch.nn.functional.silu(gate) * up
-
-    def _loop(self, x, weights, chosen):
-        out = torch.zeros_like(x)
-        mask = torch.nn.functional.one_hot(chosen, self.experts).permute(2, 1, 0)  # (E, k, T)
-        for e in range(self.experts):
-            slot, token = torch.where(mask[e])  # how many: the data decides
-            h = self._swiglu(x[token] @ self.gate_up[e].T) @ self.down[e].T
-            out.index_add_(0, token, h * weights[token, slot, None])
-        return out
-
-    def _grouped(self, x, weights, chosen):
-        expert_ids, order = torch.sort(chosen.reshape(-1))
-        rows = x[order // self.top_k]
-        counts = torch.histc(expert_ids.float(), bins=self.experts, min=0, max=self.experts - 1)
-        offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
-        grouped = torch.ops.transformers.grouped_mm_fallback
-        h = grouped(self._swiglu(grouped(rows, self.gate_up.transpose(1, 2), offs)),
-                    self.down.transpose(1, 2), offs)
-        h = h * weights.reshape(-1)[order, None]
-        return torch.zeros_like(x).index_add(0, order // self.top_k, h)
-
-    def _batched(self, x, weights, chosen):
-        ids = chosen.reshape(-1)
-        rows = x.repeat_interleave(self.top_k, dim=0)
-        h = torch.bmm(self.gate_up[ids], rows[:, :, None])[:, :, 0]
-        h = torch.bmm(self.down[ids], self._swiglu(h)[:, :, None])[:, :, 0]
-        h = h * weights.reshape(-1, 1)
-        return h.view(x.shape[0], self.top_k, -1).sum(dim=1)
-
-
-# float32 products of at most 2 * HIDDEN = 48 terms summed in another order (BLAS vs
-# ATen's kernels) and a softmax: each element within a few float32 ulps of eager's
-# (|values| ~ 1, measured ≤ 5e-7); 1e-5 leaves room for other BLAS builds and still fails
-# on any wrong routing, group boundary or weighting (differences of order 0.1-1).
+# float32 products of at most 2 * HIDDEN = 48 terms summed in another order (BLAS or the
+# cpu engine vs ATen's kernels) and a softmax: outputs up to ~6 in magnitude, measured
+# within 2.2e-6 of eager's (about 4 ulps) on lean and cpu; 1e-5 leaves room for other BLAS
+# builds and ISAs and still fails on any wrong routing, group boundary or weighting
+# (differences of order 0.1-1).
 RTOL = ATOL = 1e-5
-
-
-def _tokens(n: int = 10, seed: int = 1) -> torch.Tensor:
-    return torch.randn(n, DIM, generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("backends", [None, ["cpu"]], ids=["lean", "cpu"])
 @pytest.mark.parametrize("style", STYLES)
 def test_moe_layer_matches_eager(style, backends):
     model = Experts(style).eval()
-    x = _tokens()
+    x = tokens()
     with torch.no_grad():
         want = model(x).numpy()
         # every style computes the same function: the loop is the reference
@@ -138,7 +47,7 @@ def test_moe_layer_matches_eager(style, backends):
     (got,) = load(program).method("forward")(x.numpy())
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     # other tokens route elsewhere: the program follows the data, not the example
-    other = _tokens(seed=7)
+    other = tokens(seed=7)
     (got,) = load(program).method("forward")(other.numpy())
     with torch.no_grad():
         np.testing.assert_allclose(got, model(other).numpy(), rtol=RTOL, atol=ATOL)
@@ -158,33 +67,6 @@ def test_grouped_mm_fallback_kernel_follows_the_offsets():
         out = np.full((7, 3), np.nan, np.float32)
         kernel(x.numpy(), w.numpy(), offs.numpy(), out)
         np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL)
-
-
-class MoEBlock(Block):
-    """The bundled decoder's block with a mixture of experts for its MLP."""
-
-    def __init__(self, *args, style: str, seed: int, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.moe = Experts(style, dim=32, hidden=24, seed=seed)
-
-    def forward(self, x, positions, cos, sin, mask):
-        x = x + self.attn(self.norm1(x), positions, cos, sin, mask)
-        return x + self.moe(self.norm2(x))
-
-
-class MoEDecoder(TinyDecoder):
-    def __init__(self, style: str) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(MoEBlock(32, 4, 2, 64, self.max_len, style=style, seed=i)
-                                    for i in range(2))
-        with torch.no_grad():  # the attention weights as the bundled decoder's
-            for mine, theirs in zip(self.blocks, TinyDecoder().blocks):
-                mine.attn.load_state_dict(theirs.attn.state_dict())
-                mine.norm1.load_state_dict(theirs.norm1.state_dict())
-                mine.norm2.load_state_dict(theirs.norm2.state_dict())
-
-
-PROMPT = [5, 9, 1, 3, 17, 2]
 
 
 # the loop's data-dependent nodes stay on the kernels with the cpu backend (the layer test
