@@ -268,8 +268,11 @@ class Method:
          self._fast_inputs, self._input_shapes, self._output_views,
          self._copy_outputs) = binding
 
-    def _bind_shape(self, key: tuple, inputs: tuple) -> ShapeBinding:
-        api = f"{self._api}({self.name!r})(...)"
+    def _bind_shape(self, key: tuple | None, inputs: tuple,
+                    produced: dict[str, int] | None = None) -> ShapeBinding:
+        """Bind at ``inputs``' shapes and the ``produced`` symbols' values (runtime/produced.py);
+        cache the binding under ``key`` (None: not cached)."""
+        api = self._call_api
         if len(inputs) != len(self.inputs):
             self._load_inputs_slow(inputs)  # raises the count error
         self._binder.api = api
@@ -279,7 +282,9 @@ class Method:
                 shape = getattr(given, "shape", None)
                 shapes[position] = tuple(shape) if shape is not None else \
                     _as_array(api, position, given, spec).shape
-        binding = self._rebind.bind(shapes, inputs)
+        binding = self._rebind.bind(shapes, inputs, produced=produced)
+        if key is None:
+            return binding
         if len(self._shapes) >= self.SHAPE_CACHE_SIZE:
             evicted = self._shapes.popitem(last=False)[1]
             if evicted is self._current:
@@ -375,13 +380,16 @@ class Method:
             finally:
                 if saved:
                     threads.exit(saved)
-            if file is not None:
-                file.check_faulted(self._call_api)
-            if views:
-                return self._output_views
-            return self._copy_outputs()
+            return self._finish(views)
         finally:
             self._busy.release()
+
+    def _finish(self, views: bool) -> tuple:
+        """The end of a traced or produced-size call: refuse a file that faulted during it,
+        then the outputs (the views, or copies)."""
+        if self._file is not None:
+            self._file.check_faulted(self._call_api)
+        return self._output_views if views else self._copy_outputs()
 
     @property
     def memory_growths(self) -> int:

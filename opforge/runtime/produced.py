@@ -80,11 +80,7 @@ class ProducedSizes:
         finally:
             if saved:
                 threads.exit(saved)
-        if file is not None:
-            file.check_faulted(method._call_api)
-        if views:
-            return method._output_views
-        return method._copy_outputs()
+        return method._finish(views)
 
     def _key(self, inputs: tuple) -> tuple:
         method = self.method
@@ -100,19 +96,7 @@ class ProducedSizes:
         full = (key, known) if key is not None else None
         binding = method._shapes.get(full) if full is not None else None
         if binding is None:
-            method._binder.api = method._call_api
-            if len(inputs) != len(method.inputs):
-                method._load_inputs_slow(inputs)  # raises the count error
-            shapes = {p: tuple(a.shape) if hasattr(a, "shape") else _shape_of(a)
-                      for p, (a, s) in enumerate(zip(inputs, method.inputs)) if s.is_tensor}
-            env = {**self.upper, **dict(known)}
-            binding = method._rebind.bind(shapes, inputs, produced=env)
-            if full is not None:
-                if len(method._shapes) >= method.SHAPE_CACHE_SIZE:
-                    evicted = method._shapes.popitem(last=False)[1]
-                    if evicted is method._current:
-                        method._current = None
-                method._shapes[full] = binding
+            binding = method._bind_shape(full, inputs, produced={**self.upper, **dict(known)})
         elif full is not None:
             method._shapes.move_to_end(full)
         if binding is not method._current:
@@ -207,9 +191,3 @@ class ProducedSizes:
             "range the program was exported and planned with — fix: re-export with a larger "
             "bound: torch._check(n <= K) where the size is made (K the largest size a call "
             "needs)")
-
-
-def _shape_of(value) -> tuple:
-    import numpy as np
-
-    return np.asarray(value).shape
