@@ -1,5 +1,6 @@
 """Shared by the portable C++ kernel tests: run one key through the C++ kernel and the NumPy
-kernel of the same key on equal fresh outs and compare bit for bit."""
+kernel of the same key on equal fresh outs and compare bit for bit (``compare``), or return
+both kernels' outs for a test's own tolerance (``run_both``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,22 @@ NUMPY = portable_kernels()
 @pytest.fixture(scope="module")
 def lib(native_runtime):
     return NativeLibrary(native_runtime.portable_library)
+
+
+@pytest.fixture(scope="module")
+def numpy_kernels():
+    return NUMPY
+
+
+def run_both(lib, numpy_kernels, key, args, outs) -> list[tuple]:
+    """Run the NumPy kernel and the C++ one on copies of ``args`` (the outs at the indices
+    ``outs``); return the (NumPy, C++) pairs of those outs."""
+    want = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    got = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    with np.errstate(all="ignore"):
+        numpy_kernels[key](*want)
+    lib.kernel(key)(*got)
+    return [(want[i], got[i]) for i in outs]
 
 
 def _fresh(value):

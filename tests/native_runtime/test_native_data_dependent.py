@@ -8,8 +8,6 @@ hand-built programs (the same programs accepted, the same refused, naming the sa
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 
@@ -18,6 +16,7 @@ from opforge.errors import KernelError, ProgramError
 from opforge.program._sample import unverified_bytes
 from opforge.program.symbolic import SizeExpr
 from opforge.runtime import load
+from tests.native_runtime.test_native_verify import _assert_agree, _byte_mutation
 
 F32, I64 = P.ScalarType.FLOAT32, P.ScalarType.INT64
 OPF_OK = 0
@@ -94,19 +93,6 @@ def test_a_result_past_its_slot_is_refused_by_both_runtimes():
 
 # --- the verifiers agree ------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def native_verify(native_runtime):
-    lib = ctypes.CDLL(str(native_runtime.runtime_library))
-    lib.opf_program_verify.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.opf_program_verify.restype = ctypes.c_int
-    lib.opf_last_error.restype = ctypes.c_char_p
-
-    def run(data: bytes) -> tuple[int, str]:
-        rc = lib.opf_program_verify(data, len(data))
-        return rc, lib.opf_last_error().decode("utf-8", "replace")
-    return run
-
-
 def _refusals():
     nz, item = nonzero_program(), item_program()
     method = item.methods[0]
@@ -131,20 +117,20 @@ def _refusals():
     }
 
 
-def test_verifiers_accept_produced_symbols(native_verify):
+def test_verifiers_accept_produced_symbols(verify):
     for program in (nonzero_program(), item_program()):
         data = P.to_bytes(program)
         assert P.from_bytes(data) == program
-        assert native_verify(data) == (OPF_OK, "")
+        assert verify(data) == (OPF_OK, "")
 
 
 @pytest.mark.parametrize("name", sorted(_refusals()))
-def test_verifiers_refuse_the_same_programs(native_verify, name):
+def test_verifiers_refuse_the_same_programs(verify, name):
     program, needle = _refusals()[name]
     data = unverified_bytes(program)
     with pytest.raises(ProgramError) as python:
         P.from_bytes(data)
-    rc, message = native_verify(data)
+    rc, message = verify(data)
     assert rc != OPF_OK and needle in message and needle in str(python.value)
     field = str(python.value).split("`: ", 1)[-1].split(" — ")[0]
     assert field in message  # the same subject
@@ -155,43 +141,23 @@ def test_verifiers_refuse_the_same_programs(native_verify, name):
 def test_exported_cases_run_natively_like_eager():
     pytest.importorskip("torch")
     from opforge.export import export
-    from tests.torch.test_data_dependent_sizes import CASES, _eager
+    from tests.torch.test_data_dependent_sizes import CASES, assert_like_eager
 
-    for name, (cls, example, calls) in CASES.items():
+    for cls, example, calls in CASES.values():
         model = cls()
         method = load(export(model, example, kernels="portable"), executor="native").method("forward")
-        for call in calls:
-            got = method(*[t.numpy() for t in call])
-            for g, e in zip(got, _eager(model, call), strict=True):
-                assert g.shape == e.shape, name
-                np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)  # float sums' order
+        assert_like_eager(method, model, calls)
 
 
 def test_cpu_delegated_program_runs_natively():
     torch = pytest.importorskip("torch")
     from opforge.export import export
-
-    torch.manual_seed(0)
-
-    class LinearThenSelect(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(5, 5)
-
-        def forward(self, x):
-            y = self.linear(x)
-            return torch.nonzero(y > 0) + 1, torch.masked_select(y, y > 0) * 2
+    from tests.torch.test_data_dependent_sizes import LinearThenSelect, assert_like_eager
 
     model = LinearThenSelect()
     program = export(model, (torch.randn(4, 5),), backends=["cpu"])
-    native = load(program, executor="native").method("forward")
-    for _ in range(3):
-        x = torch.randn(4, 5)
-        with torch.no_grad():
-            expected = model(x)
-        for g, e in zip(native(x.numpy()), expected, strict=True):
-            assert g.shape == tuple(e.shape)
-            np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-6)  # oneDNN's sgemm
+    assert_like_eager(load(program, executor="native").method("forward"), model,
+                      [(torch.randn(4, 5),) for _ in range(3)], rtol=1e-5)
 
 
 def test_cpp_kernels_match_the_numpy_kernels_and_serve_the_lean_runtime(native_runtime):
@@ -223,13 +189,11 @@ def test_cpp_kernels_match_the_numpy_kernels_and_serve_the_lean_runtime(native_r
         assert method(x)[0].tolist() == np.argwhere(x != 0).tolist()
 
 
-def test_mutated_produced_programs_agree(native_verify):
+def test_mutated_produced_programs_agree(verify):
     """Byte mutations of the two hand-built programs: both verifiers accept or refuse each."""
     import random
 
-    from tests.native_runtime.test_native_verify import _assert_agree, _byte_mutation
-
     rng = random.Random(46)
     corpus = [P.to_bytes(nonzero_program()), P.to_bytes(item_program())]
-    accepted = sum(_assert_agree(native_verify, _byte_mutation(rng, corpus))[0] for _ in range(400))
+    accepted = sum(_assert_agree(verify, _byte_mutation(rng, corpus))[0] for _ in range(400))
     assert 0 < accepted < 400, accepted  # both outcomes exercised

@@ -20,7 +20,6 @@ Where the two may legitimately disagree (none of it reachable from an exporter):
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import importlib
 import random
@@ -45,19 +44,6 @@ import native_program_fuzz as NF  # noqa: E402
 import program_fuzz as PF  # noqa: E402
 
 OPF_OK, OPF_ERR_PROGRAM = 0, 3
-
-
-@pytest.fixture(scope="module")
-def verify(native_runtime):
-    lib = ctypes.CDLL(str(native_runtime.runtime_library))
-    lib.opf_program_verify.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.opf_program_verify.restype = ctypes.c_int
-    lib.opf_last_error.restype = ctypes.c_char_p
-
-    def run(data: bytes) -> tuple[int, str]:
-        rc = lib.opf_program_verify(data, len(data))
-        return rc, lib.opf_last_error().decode("utf-8", "replace")
-    return run
 
 
 def python(data: bytes) -> str | None:

@@ -14,35 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opforge.kernels.portable import portable_kernels
-from opforge.runtime.native import NativeLibrary
+from tests.native_runtime._portable_compare import lib, numpy_kernels, run_both  # noqa: F401 (fixtures)
 
 RNG = np.random.default_rng(4416)
 F16 = np.float16
 
 
-@pytest.fixture(scope="module")
-def lib(native_runtime):
-    return NativeLibrary(native_runtime.portable_library)
-
-
-@pytest.fixture(scope="module")
-def numpy_kernels():
-    return portable_kernels()
-
-
-def run_both(lib, numpy_kernels, key, args, outs):
-    """(NumPy's outs, the C++ kernel's outs) for ``args`` (outs at the ``outs`` indices)."""
-    mine = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    theirs = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    with np.errstate(all="ignore"):
-        numpy_kernels[key](*theirs)
-    lib.kernel(key)(*mine)
-    return [theirs[i] for i in outs], [mine[i] for i in outs]
-
-
 def check(lib, numpy_kernels, key, args, outs, exact=False):
-    for want, got in zip(*run_both(lib, numpy_kernels, key, args, outs)):
+    for want, got in run_both(lib, numpy_kernels, key, args, outs):
         assert got.shape == want.shape and got.dtype == want.dtype, (key, got.dtype, want.dtype)
         if exact or want.dtype != F16:
             assert got.tobytes() == want.tobytes(), (key, got, want)
@@ -84,11 +63,11 @@ def test_long_sums_accumulate_in_float32(lib, numpy_kernels):
     x = np.ones((2, 4096), F16)
     for key, args in (("aten::sum.IntList_out", [x, [-1], False, None, np.empty(2, F16)]),
                       ("aten::mean.out", [x[:, ::2], [-1], False, None, np.empty(2, F16)])):
-        want, got = run_both(lib, numpy_kernels, key, args, [4])
-        assert got[0].tobytes() == want[0].tobytes()
-    assert got[0][0] == 1.0 and want[0][0] == 1.0
-    sums = run_both(lib, numpy_kernels, "aten::sum.IntList_out", [x, [-1], False, None, np.empty(2, F16)], [4])
-    assert sums[1][0].tolist() == [4096.0, 4096.0]  # float16 accumulation stalls at 2048
+        ((want, got),) = run_both(lib, numpy_kernels, key, args, [4])
+        assert got.tobytes() == want.tobytes()
+    assert got[0] == 1.0 and want[0] == 1.0
+    ((_, sums),) = run_both(lib, numpy_kernels, "aten::sum.IntList_out", [x, [-1], False, None, np.empty(2, F16)], [4])
+    assert sums.tolist() == [4096.0, 4096.0]  # float16 accumulation stalls at 2048
 
 
 @pytest.mark.parametrize("nan", [False, True])
@@ -161,8 +140,8 @@ def test_addmm_and_linear(lib, numpy_kernels):
 
 def test_long_products_accumulate_in_float32(lib, numpy_kernels):
     a, b = np.ones((1, 4096), F16), np.ones((4096, 2), F16)
-    want, got = run_both(lib, numpy_kernels, "aten::mm.out", [a, b, np.empty((1, 2), F16)], [2])
-    assert got[0].tolist() == want[0].tolist() == [[4096.0, 4096.0]]
+    ((want, got),) = run_both(lib, numpy_kernels, "aten::mm.out", [a, b, np.empty((1, 2), F16)], [2])
+    assert got.tolist() == want.tolist() == [[4096.0, 4096.0]]
 
 
 def test_mixed_float16_and_float32_products_are_refused(lib):

@@ -21,18 +21,7 @@ import numpy as np
 import pytest
 
 from opforge.errors import KernelError
-from opforge.kernels.portable import portable_kernels
-from opforge.runtime.native import NativeLibrary
-
-
-@pytest.fixture(scope="module")
-def lib(native_runtime):
-    return NativeLibrary(native_runtime.portable_library)
-
-
-@pytest.fixture(scope="module")
-def numpy_kernels():
-    return portable_kernels()
+from tests.native_runtime._portable_compare import lib, numpy_kernels, run_both  # noqa: F401 (fixtures)
 
 
 RNG = np.random.default_rng(44)
@@ -42,16 +31,8 @@ def tol(dtype):
     return dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
 
 
-def both(lib, numpy_kernels, key, args, outs):
-    """Run the NumPy kernel and the C++ one on copies of ``args``; return pairs of outs."""
-    theirs = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    numpy_kernels[key](*args)
-    lib.kernel(key)(*theirs)
-    return [(args[i], theirs[i]) for i in outs]
-
-
 def check(lib, numpy_kernels, key, args, outs, exact=False):
-    for want, got in both(lib, numpy_kernels, key, args, outs):
+    for want, got in run_both(lib, numpy_kernels, key, args, outs):
         assert got.shape == want.shape and got.dtype == want.dtype
         if exact:
             np.testing.assert_array_equal(got, want)
@@ -362,7 +343,7 @@ def test_softmax_masked_rows_and_nan(lib, numpy_kernels, key):
     x[2, 4] = np.nan                     # a NaN poisons its row
     x[3, 2] = 80.0                       # exp's large range
     with np.errstate(all="ignore"):
-        pairs = both(lib, numpy_kernels, key, [x, -1, False, np.empty_like(x)], [3])
+        pairs = run_both(lib, numpy_kernels, key, [x, -1, False, np.empty_like(x)], [3])
     for want, got in pairs:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
         assert np.array_equal(np.isnan(got), np.isnan(want))

@@ -13,30 +13,15 @@ import numpy as np
 import pytest
 
 from opforge.errors import KernelError
-from opforge.kernels.portable import portable_kernels
-from opforge.runtime.native import NativeLibrary, kernel_table
+from opforge.runtime.native import kernel_table
+from tests.native_runtime._portable_compare import lib, numpy_kernels, run_both  # noqa: F401 (fixtures)
 
 RNG = np.random.default_rng(4402)
 FAMILIES = ("linalg", "convolution", "normalization", "softmax", "reduction", "pooling")
 
 
-@pytest.fixture(scope="module")
-def lib(native_runtime):
-    return NativeLibrary(native_runtime.portable_library)
-
-
-@pytest.fixture(scope="module")
-def numpy_kernels():
-    return portable_kernels()
-
-
 def check(lib, numpy_kernels, key, args, outs):
-    theirs = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    with np.errstate(all="ignore"):
-        numpy_kernels[key](*args)
-    lib.kernel(key)(*theirs)
-    for i in outs:
-        want, got = args[i], theirs[i]
+    for want, got in run_both(lib, numpy_kernels, key, args, outs):
         assert got.shape == want.shape and got.dtype == want.dtype
         if want.dtype.kind == "f":
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)

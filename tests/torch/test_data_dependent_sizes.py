@@ -57,6 +57,20 @@ class OptPositions(torch.nn.Module):
         return self.embed(positions[:, past:] + 2)
 
 
+class LinearThenSelect(torch.nn.Module):
+    """A linear (the cpu backend delegates it) whose result feeds nonzero and masked_select
+    (left on the kernels); seeded, so every instance has the same weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(5, 5)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return torch.nonzero(y > 0) + 1, torch.masked_select(y, y > 0) * 2
+
+
 def _filled(k: int) -> torch.Tensor:
     f = torch.zeros(32, dtype=torch.bool)
     f[:k] = True
@@ -96,17 +110,22 @@ def _eager(model, call) -> list[np.ndarray]:
     return [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
 
 
+def assert_like_eager(method, model, calls, *, rtol: float = 1e-6) -> None:
+    """``method`` (a loaded program of ``model``) gives eager's shapes, dtypes and values on
+    each call. Integer results and copies are exact; float sums may round in another order
+    (oneDNN's sgemm in a cpu delegate: rtol 1e-5)."""
+    for call in calls:
+        got = method(*[t.numpy() for t in call])
+        for g, e in zip(got, _eager(model, call), strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=1e-6)
+
+
 @pytest.mark.parametrize("mode", ["lean", "aten"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_runs_like_eager_at_every_data_dependent_size(programs, name, mode):
     model, program = programs[name]
-    method = load(program, mode=mode).method("forward")
-    for call in CASES[name][2]:
-        got = method(*[t.numpy() for t in call])
-        for g, e in zip(got, _eager(model, call), strict=True):
-            assert g.shape == e.shape and g.dtype == e.dtype
-            # integer results and copies are exact; float sums may round in another order
-            np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+    assert_like_eager(load(program, mode=mode).method("forward"), model, CASES[name][2])
 
 
 def test_program_keeps_the_bound_and_round_trips(programs):
@@ -162,29 +181,14 @@ def test_no_bound_refusal_says_where_and_how_to_add_one():
 
 
 def test_cpu_backend_leaves_data_dependent_nodes_on_the_kernels():
-    torch.manual_seed(0)
-
-    class LinearThenSelect(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(5, 5)
-
-        def forward(self, x):
-            y = self.linear(x)
-            return torch.nonzero(y > 0) + 1, torch.masked_select(y, y > 0) * 2
-
     model = LinearThenSelect()
     program = export(model, (torch.randn(4, 5),), backends=["cpu"])
     report = json.loads(program.metadata["opforge.delegation"])["forward"]
     assert report["delegates"], "the linear is delegated"
     rejected = {r["op"] for r in report["rejected"] if "data-dependent" in r["reason"]}
     assert {"aten::nonzero.default", "aten::masked_select.default"} <= rejected
-    method = load(program).method("forward")
-    for _ in range(3):
-        x = torch.randn(4, 5)
-        for g, e in zip(method(x.numpy()), _eager(model, (x,)), strict=True):
-            assert g.shape == e.shape
-            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)  # oneDNN's sgemm order
+    assert_like_eager(load(program).method("forward"), model, [(torch.randn(4, 5),) for _ in range(3)],
+                      rtol=1e-5)
 
 
 def test_verifier_refuses_a_symbol_nothing_produces(programs):
