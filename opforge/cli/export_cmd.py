@@ -196,6 +196,12 @@ def export(factory: str, output: str, methods: tuple[str, ...], strict: bool, pr
 
         print_delegation(table_console(stderr=True, quiet=quiet) if not explain else table_console(),
                          delegation_report(program), explain=explain)
+        foreign = next((b.target for b in backends if getattr(b, "target", None)), None)
+        if foreign is not None:
+            from opforge.backends.cpu.targets import foreign_reason
+
+            console.print("note: " + foreign_reason(foreign, every=True), soft_wrap=True,
+                          markup=False)
 
 
 def _for_target(backends: tuple, target: str) -> tuple:

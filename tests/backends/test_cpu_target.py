@@ -72,12 +72,13 @@ def test_cli_target_explains_and_refuses_other_backends(tmp_path):
     sys.path.insert(0, str(tmp_path))
     try:
         out = tmp_path / "mlp.opf"
-        result = CliRunner().invoke(cli, ["export", "factory_mlp:mlp", "-o", str(out), "-q",
+        result = CliRunner().invoke(cli, ["export", "factory_mlp:mlp", "-o", str(out),
                                           "--backend", "cpu", "--target", ARM, "--explain"])
         assert result.exit_code == 0, result.output
         # the reasons are checked above (the table wraps them at the pipe's width)
         assert "forward: 0 node(s) delegated in 0 delegate(s), 8 left out" in result.output
-        assert "aarch64-linux-gnu" in result.output
+        assert "note: target aarch64-linux-gnu: opforge ships no cpu engine for arm64" in result.output
+        assert "every op stays on the portable kernels" in result.output
         result = CliRunner().invoke(cli, ["export", "factory_mlp:mlp", "-o", str(out), "-q",
                                           "--backend", "toy", "--target", ARM])
         assert result.exit_code != 0 and "--target with the cpu backend only" in str(result.exception)

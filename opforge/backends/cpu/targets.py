@@ -35,10 +35,10 @@ _NO_ENGINE = {
     "aarch64-linux-gnu": (
         "target aarch64-linux-gnu: opforge ships no cpu engine for arm64 (it needs oneDNN's v3 "
         "API: Debian bookworm's arm64 libdnnl-dev is 2.6.3, v2; PyPI's onednn wheels are "
-        "x86-64 only; trixie's 3.7.2 needs glibc >= 2.38) — the op stays on the portable kernels"),
+        "x86-64 only; trixie's 3.7.2 needs glibc >= 2.38)"),
     "x86_64-linux-gnu": (
         "target x86_64-linux-gnu: the cpu backend's engine is built for this machine "
-        "({host}) only — the op stays on the portable kernels"),
+        "({host}) only"),
 }
 
 
@@ -59,6 +59,8 @@ def check_target(target: str | None, api: str) -> str | None:
     return target
 
 
-def foreign_reason(target: str) -> str:
-    """Why the cpu backend delegates nothing for ``target`` (a checked foreign one)."""
-    return _NO_ENGINE[target].format(host=host_target())
+def foreign_reason(target: str, *, every: bool = False) -> str:
+    """Why the cpu backend delegates nothing for ``target`` (a checked foreign one): one
+    node's reason, or (``every``) the export's summary line."""
+    which = "every op stays" if every else "the op stays"
+    return f"{_NO_ENGINE[target].format(host=host_target())} — {which} on the portable kernels"
