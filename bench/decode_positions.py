@@ -1,0 +1,190 @@
+"""Decode step time at a few cache positions: does attention read only what is filled?
+
+A decoder with a 2,048-position KV cache (``TinyDecoder``, dim 512, 8 heads, 4 KV heads,
+MLP 1536, 4 layers, vocabulary 32000: issue 46's shape with a longer cache) is exported
+for each executor, and one decode step (one token at position ``p``) is timed at each
+position, all positions interleaved in every round, the median reported. A step at ``p``
+writes cache slot ``p`` and attends to slots ``0..p``; what the other slots hold does not
+change the time, so the cache is not filled first.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/decode_positions.py --threads 1
+
+Writes bench/results/decode_positions.md (and .json) with the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from machine import describe_machine  # noqa: E402
+
+CONFIG = dict(vocab=32000, dim=512, heads=8, kv_heads=4, hidden=1536, layers=4, max_len=2048)
+POSITIONS = (10, 1000, 2000)
+ROUNDS = 30  # steps from each position (2000 + 30 < 2048)
+
+
+# executor:attend:cache — "cpu-matmuls" is the cpu backend with its attention op switched off
+# (OPFORGE_CPU_FILLED_ATTENTION=0 at export: the masked matmuls over the whole cache)
+VARIANTS = ("lean:capacity:float32", "lean:filled:float32", "lean:filled:float16",
+            "cpu-matmuls:capacity:float32", "cpu:capacity:float32", "cpu:filled:float32",
+            "cpu:capacity:float16")
+
+
+def export_program(kind: str, config: dict, attend: str, cache_dtype: str):
+    import torch
+
+    from opforge.examples.decoder import TinyDecoder
+    from opforge.export import export
+
+    model = TinyDecoder(**config, seed=0, attend=attend,
+                        cache_dtype=getattr(torch, cache_dtype)).eval()
+    one = (torch.tensor([1]), torch.tensor([0]))
+    backends = ["cpu"] if kind.startswith("cpu") else None
+    previous = os.environ.get("OPFORGE_CPU_FILLED_ATTENTION")
+    os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = "0" if kind == "cpu-matmuls" else "1"
+    try:
+        return export(None, methods={"decode": (model, one)}, kernels="portable",
+                      backends=backends)
+    finally:
+        if previous is None:
+            del os.environ["OPFORGE_CPU_FILLED_ATTENTION"]
+        else:
+            os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = previous
+
+
+def time_positions(method, positions, rounds: int) -> dict[int, float]:
+    """Median seconds of a step at ``p, p + 1, ..., p + rounds - 1`` for each ``p`` (a new
+    position every step, as in generation: a size read from the positions is new too)."""
+    import numpy as np
+
+    token = np.array([5], np.int64)
+    samples: dict[int, list[float]] = {p: [] for p in positions}
+    for p in positions:  # warm-up: every position once
+        method(token, np.array([p], np.int64))
+    for r in range(rounds):
+        for p in positions:
+            pos = np.array([p + r], np.int64)
+            start = time.perf_counter()
+            method(token, pos)
+            samples[p].append(time.perf_counter() - start)
+    return {p: statistics.median(s) for p, s in samples.items()}
+
+
+def cache_accuracy(config: dict, dtypes=("float16", "bfloat16"), prompt_tokens: int = 64,
+                   new_tokens: int = 64) -> list[dict]:
+    """A half-precision cache against a float32 one (eager, the same weights): logits SQNR
+    over the prompt and every decode step, teacher-forced on the float32 model's greedy
+    tokens (both see the same inputs), the share of steps whose greedy token is float32's,
+    and how many free-running greedy tokens equal float32's before the first difference."""
+    import numpy as np
+    import torch
+
+    from opforge.examples.decoder import TinyDecoder, greedy_decode
+
+    vocab = config["vocab"]
+    prompt = [(7919 * i + 13) % vocab for i in range(prompt_tokens)]
+
+    def teacher_forced(model, tokens):
+        with torch.no_grad():
+            rows = [model(torch.tensor(prompt), torch.arange(len(prompt))).numpy()]
+            for k, token in enumerate(tokens[:-1]):
+                rows.append(model(torch.tensor([token]), torch.tensor([len(prompt) + k])).numpy())
+        return np.concatenate(rows)
+
+    reference = TinyDecoder(**config, seed=0).eval()
+    with torch.no_grad():
+        tokens = greedy_decode(lambda t, p: reference(t, p), prompt, new_tokens)
+    ref = teacher_forced(TinyDecoder(**config, seed=0).eval(), tokens).astype(np.float64)
+    out = []
+    for dtype in dtypes:
+        half = lambda: TinyDecoder(**config, seed=0, cache_dtype=getattr(torch, dtype)).eval()  # noqa: E731
+        got = teacher_forced(half(), tokens).astype(np.float64)
+        sqnr = 10 * np.log10((ref ** 2).sum() / max(((ref - got) ** 2).sum(), 1e-300))
+        steps = slice(len(prompt) - 1, None)  # the rows that pick each new token
+        agree = float((ref[steps].argmax(-1) == got[steps].argmax(-1)).mean())
+        model = half()
+        with torch.no_grad():
+            free = greedy_decode(lambda t, p: model(t, p), prompt, new_tokens)
+        same = next((k for k, (a, b) in enumerate(zip(free, tokens)) if a != b), len(tokens))
+        out.append({"cache": dtype, "sqnr_db": float(sqnr), "greedy_agreement": agree,
+                    "free_running_equal": same, "new_tokens": new_tokens,
+                    "prompt_tokens": prompt_tokens})
+        print("accuracy", out[-1], flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
+                        help="executor:attend:cache, e.g. cpu:capacity:float32")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--layers", type=int, default=CONFIG["layers"])
+    parser.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "decode_positions")
+    parser.add_argument("--label", default="", help="a note for the table (the code measured)")
+    parser.add_argument("--no-accuracy", action="store_true",
+                        help="skip the float16/bfloat16 cache accuracy against float32")
+    args = parser.parse_args(argv)
+    from opforge.runtime import load
+
+    config = dict(CONFIG, layers=args.layers)
+    rows = []
+    for variant in args.variants:
+        kind, attend, dtype = variant.split(":")
+        program = export_program(kind, config, attend, dtype)
+        method = load(program, num_threads=args.threads).method("decode")
+        times = time_positions(method, POSITIONS, min(args.rounds, ROUNDS))
+        rows.append({"kind": kind, "attend": attend, "cache": dtype,
+                     "ms": {str(p): t * 1e3 for p, t in times.items()}})
+        print(variant, {p: f"{t * 1e3:.2f} ms" for p, t in times.items()}, flush=True)
+    machine = describe_machine(HERE.parent)
+    accuracy = [] if args.no_accuracy else cache_accuracy(config)
+    report = {"machine": machine, "threads": args.threads, "config": config,
+              "label": args.label, "rows": rows, "accuracy": accuracy}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    args.out.with_suffix(".md").write_text(markdown(report))
+    return 0
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = [f"# Decode step time by cache position ({report['label'] or 'this checkout'})", "",
+             f"Machine: {m.get('cpu', m)}; {report['threads']} thread(s) "
+             f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
+             f"load average {m.get('load_average', '?')}. Model: TinyDecoder "
+             + ", ".join(f"{k} {v}" for k, v in report["config"].items())
+             + ". Median of the rounds, positions interleaved.", "",
+             "| executor | attend | cache | " + " | ".join(f"pos {p} (ms)" for p in POSITIONS)
+             + f" | pos {POSITIONS[1]} / pos {POSITIONS[0]} |",
+             "| --- | --- | --- | " + " | ".join("---:" for _ in POSITIONS) + " | ---: |"]
+    for row in report["rows"]:
+        ms = row["ms"]
+        ratio = ms[str(POSITIONS[1])] / ms[str(POSITIONS[0])]
+        lines.append(f"| {row['kind']} | {row['attend']} | {row['cache']} | "
+                     + " | ".join(f"{ms[str(p)]:.2f}" for p in POSITIONS) + f" | {ratio:.2f} |")
+    if report.get("accuracy"):
+        a = report["accuracy"][0]
+        lines += ["", f"Half-precision caches against a float32 cache (eager, same weights; "
+                  f"{a['prompt_tokens']}-token prompt, {a['new_tokens']} new tokens, logits "
+                  "teacher-forced on float32's greedy tokens):", "",
+                  "| cache | logits SQNR (dB) | greedy tokens equal (teacher-forced) | "
+                  "free-running tokens equal before the first difference |",
+                  "| --- | ---: | ---: | ---: |"]
+        for a in report["accuracy"]:
+            lines.append(f"| {a['cache']} | {a['sqnr_db']:.1f} | {a['greedy_agreement']:.1%} | "
+                         f"{a['free_running_equal']} of {a['new_tokens']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
