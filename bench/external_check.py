@@ -1,8 +1,8 @@
-"""Check one model written elsewhere on opforge's lean runtime and on the cpu backend.
+"""Check one model written elsewhere on opforge's lean runtime, its cpu backend and ONNX Runtime.
 
 Run by bench/external_models.py as ``python bench/external_check.py MODEL [--time]
-[--runtimes=lean,cpu]`` in a process of its own; prints one JSON line (the model's row) on
-stdout.
+[--runtimes=lean,cpu,ort]`` in a process of its own; prints one JSON line (the model's row)
+on stdout.
 
 Steps:
 
@@ -31,11 +31,16 @@ Steps:
    reference kernels (``ref:...``, or an ISA of ``any``) whose op name does not say why
    (``reference_kernel_explained``: the lowering names such an op ``... (reference
    kernel: why)``): the check fails on any (issue 47).
-5. With ``--time``: eager float32 and the cpu backend timed at one thread each
-   (``torch.set_num_threads(1)``; the orchestrator sets ``OMP_NUM_THREADS=1`` and
-   ``OPFORGE_NUM_THREADS=1``), interleaved: two warm-up calls each, then rounds of one
-   eager and one cpu call until ``ROUNDS`` rounds or ``TIME_BUDGET_S`` seconds; the medians
-   (ms) are ``eager_ms`` and the cpu row's ``ms``.
+   ``ort``: ONNX Runtime (the peer of issue 47), the model exported by ``torch.onnx.export``
+   and run on the CPU execution provider (bench/runtimes/onnxruntime_cpu.py: one intra-op
+   and one inter-op thread, sequential, ORT's default graph optimisations), judged by the
+   same criterion. Only where ``onnxruntime`` imports (bench/setup_external.sh installs it).
+5. With ``--time``: eager float32 and every runtime checked that is not ``lean`` (the cpu
+   backend, ONNX Runtime) timed at one thread each (``torch.set_num_threads(1)``; the
+   orchestrator sets ``OMP_NUM_THREADS=1`` and ``OPFORGE_NUM_THREADS=1``), interleaved: two
+   warm-up calls each, then rounds of one call of each until ``ROUNDS`` rounds or
+   ``TIME_BUDGET_S`` seconds; the medians (ms) are each runtime row's ``ms`` and, in each,
+   ``eager_ms`` (the same eager median).
 """
 
 from __future__ import annotations
@@ -229,28 +234,29 @@ ROUNDS = 9
 TIME_BUDGET_S = 60.0
 
 
-def time_against_eager(model, inputs, forward, arrays) -> tuple[float, float]:
-    """(eager ms, cpu ms): medians over interleaved rounds (one call of each per round)."""
+def time_interleaved(calls: dict) -> dict[str, float]:
+    """Each zero-argument call's median in ms over interleaved rounds (one call of each per
+    round, in order), after two warm-up calls of each."""
     import statistics
 
-    eager, cpu = [], []
+    seconds: dict[str, list[float]] = {name: [] for name in calls}
     with torch.no_grad():
         for _ in range(2):
-            model(*inputs)
-            forward(*arrays)
+            for call in calls.values():
+                call()
         start = time.perf_counter()
-        while len(cpu) < ROUNDS and (len(cpu) < 3 or time.perf_counter() - start < TIME_BUDGET_S):
-            t0 = time.perf_counter()
-            model(*inputs)
-            t1 = time.perf_counter()
-            forward(*arrays)
-            t2 = time.perf_counter()
-            eager.append(t1 - t0)
-            cpu.append(t2 - t1)
-    return statistics.median(eager) * 1e3, statistics.median(cpu) * 1e3
+        rounds = 0
+        while rounds < ROUNDS and (rounds < 3 or time.perf_counter() - start < TIME_BUDGET_S):
+            for name, call in calls.items():
+                t0 = time.perf_counter()
+                call()
+                seconds[name].append(time.perf_counter() - t0)
+            rounds += 1
+    return {name: statistics.median(times) * 1e3 for name, times in seconds.items()}
 
 
-def _run_runtime(model, inputs, backends, want32, want64, timed: bool = False) -> dict:
+def _run_runtime(model, inputs, backends, want32, want64) -> tuple[dict, object]:
+    """The opforge runtime's row and a zero-argument call of its method (None if refused)."""
     from opforge.export import export
     from opforge.runtime import load
 
@@ -260,7 +266,7 @@ def _run_runtime(model, inputs, backends, want32, want64, timed: bool = False) -
         program = export(model, inputs, kernels="portable", backends=backends)
     except Exception as error:  # a refusal is a result, not a crash of the bench
         return {"verdict": "refused", "why": "export: " + _first_line(error),
-                "export_s": round(time.perf_counter() - start, 2)}
+                "export_s": round(time.perf_counter() - start, 2)}, None
     row["export_s"] = round(time.perf_counter() - start, 2)
     if backends:
         row["delegated"] = round(_delegated_fraction(program), 4)
@@ -273,13 +279,39 @@ def _run_runtime(model, inputs, backends, want32, want64, timed: bool = False) -
         forward = load(program).method("forward")
         got = forward(*[t.numpy() for t in inputs])
     except Exception as error:
-        return {**row, "verdict": "refused", "why": "load/run: " + _first_line(error)}
+        return {**row, "verdict": "refused", "why": "load/run: " + _first_line(error)}, None
     row["run_s"] = round(time.perf_counter() - start, 2)
     row.update(_judge([np.asarray(g) for g in got], want32, want64))
-    if timed:
-        arrays = [t.numpy() for t in inputs]
-        row["eager_ms"], row["ms"] = (round(v, 3) for v in time_against_eager(model, inputs, forward, arrays))
-    return row
+    arrays = [t.numpy() for t in inputs]
+    return row, lambda: forward(*arrays)
+
+
+def _run_ort(model, inputs, want32, want64) -> tuple[dict, object]:
+    """ONNX Runtime's row and a zero-argument call of its session (None if refused)."""
+    import tempfile
+
+    from runtimes import onnxruntime_cpu
+
+    missing = onnxruntime_cpu.unavailable()
+    if missing:
+        return {"verdict": "refused", "why": missing}, None
+    start = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.onnx"
+            onnxruntime_cpu.export(model, inputs, path, "")
+            session = onnxruntime_cpu.Session(path, threads=1)  # it reads the file here
+    except Exception as error:
+        return {"verdict": "refused", "why": "export: " + _first_line(error),
+                "export_s": round(time.perf_counter() - start, 2)}, None
+    row: dict = {"export_s": round(time.perf_counter() - start, 2)}
+    feed = session.feed([t.numpy() for t in inputs])
+    try:
+        got = session.outputs(session.run(feed))
+    except Exception as error:
+        return {**row, "verdict": "refused", "why": "run: " + _first_line(error)}, None
+    row.update(_judge(got, want32, want64))
+    return row, lambda: session.run(feed)
 
 
 def check(name: str, runtimes: tuple[str, ...] = ("lean", "cpu"), timed: bool = False) -> dict:
@@ -303,10 +335,19 @@ def check(name: str, runtimes: tuple[str, ...] = ("lean", "cpu"), timed: bool = 
         return row
     row["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
     row["output_scale"] = float(max(np.max(np.abs(w)) for w in want64 if w.size))
-    for runtime, backends in (("lean", None), ("cpu", ["cpu"])):
-        if runtime in runtimes:
-            row[runtime] = _run_runtime(model, inputs, backends, want32, want64,
-                                        timed=timed and backends is not None)
+    calls = {}
+    for runtime in [r for r in ("lean", "cpu", "ort") if r in runtimes]:
+        if runtime == "ort":
+            row[runtime], call = _run_ort(model, inputs, want32, want64)
+        else:
+            row[runtime], call = _run_runtime(model, inputs, ["cpu"] if runtime == "cpu" else None,
+                                              want32, want64)
+        if call is not None and runtime != "lean":
+            calls[runtime] = call
+    if timed and calls:
+        medians = time_interleaved({"eager": lambda: model(*inputs), **calls})
+        for runtime in calls:
+            row[runtime].update(ms=round(medians[runtime], 3), eager_ms=round(medians["eager"], 3))
     return row
 
 

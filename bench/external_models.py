@@ -1,11 +1,13 @@
 """Models written elsewhere (torchvision, timm, transformers), exported by opforge and run on
-the lean runtime and on the cpu backend, each checked against eager float64.
+the lean runtime and on the cpu backend (and, as the peer, on ONNX Runtime), each checked
+against eager float64.
 
     bench/.venv-external/bin/python bench/external_models.py               # every model
     bench/.venv-external/bin/python bench/external_models.py --models tv/resnet18,timm/levit_128s
     bench/.venv-external/bin/python bench/external_models.py --list
-    bench/.venv-external/bin/python bench/external_models.py --runtimes cpu --time \
-        --out bench/results/external_speed     # cpu backend against eager, 1 thread (issue 47)
+    bench/.venv-external/bin/python bench/external_models.py --runtimes cpu,ort --time \
+        --out bench/results/external_speed     # cpu backend against eager and ONNX Runtime,
+                                               # 1 thread (issue 47)
 
 Set up the environment once with ``bash bench/setup_external.sh``. Each model runs in its
 own process (bench/external_check.py: how parameters are spread, the verdicts and the
@@ -18,7 +20,7 @@ run this time are kept from the previous JSON (with their own date and commit) u
 Each cpu row also records which implementation runs each engine op; the run exits 1 when a
 model's delegates run a oneDNN reference kernel (``ref:``) that no op name explains
 (bench/external_check.py, ``reference``), and the table's last section lists them with
-the cpu backend's time against eager's (``--time``) at one thread.
+the cpu backend's time against eager's and ONNX Runtime's (``--time``) at one thread.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ from external_catalog import CATALOG  # noqa: E402
 from machine import describe_machine  # noqa: E402
 
 RESULTS = HERE / "results"
-RUNTIMES = ("lean", "cpu")
+RUNTIMES = ("lean", "cpu", "ort")
 VERSIONED = ("opforge", "torch", "torchvision", "timm", "transformers", "numpy",
-             "onednn-cpu-gomp")
+             "onednn-cpu-gomp", "onnxruntime", "onnx", "onnxscript")
 
 
 def _run_one(name: str, timeout: float, flags: tuple[str, ...] = ()) -> dict:
@@ -63,6 +65,7 @@ def _run_one(name: str, timeout: float, flags: tuple[str, ...] = ()) -> dict:
         return {"model": name, "skipped": f"worker exited {done.returncode}: {tail[:300]}"}
     row = json.loads(lines[-1])
     row["wall_s"] = round(time.monotonic() - start, 1)
+    row["load"] = round(os.getloadavg()[0], 1)  # the machine's 1-minute load as the model ends
     return row
 
 
@@ -91,12 +94,20 @@ def _eager(row: dict) -> str:
     return f"{lean['eager_error'] / lean['scale']:.1e}"
 
 
-def _speed(row: dict) -> tuple[str, str, str]:
-    """(cpu ms, eager ms, eager / cpu) of a row checked with --time."""
-    cpu = row.get("cpu") or {}
+def _speed(row: dict) -> tuple[str, str, str, str, str]:
+    """(cpu ms, eager ms, eager / cpu, ORT ms, ORT / cpu) of a row checked with --time; the
+    ORT cells "—" where ONNX Runtime was not timed, its refusal where it was refused."""
+    cpu, ort = row.get("cpu") or {}, row.get("ort") or {}
     if "ms" not in cpu:
-        return "—", "—", "—"
-    return f"{cpu['ms']:.2f}", f"{cpu['eager_ms']:.2f}", f"{cpu['eager_ms'] / cpu['ms']:.2f}"
+        return "—", "—", "—", "—", "—"
+    ort_ms, ort_ratio = "—", "—"
+    if "ms" in ort:
+        ort_ms, ort_ratio = f"{ort['ms']:.2f}", f"{ort['ms'] / cpu['ms']:.2f}"
+    elif ort.get("verdict") == "refused":
+        ort_ms = f"refused: {ort['why'][:120]}"
+    if ort.get("verdict") == "wrong":
+        ort_ms += f" (**wrong**: {ort.get('error', 0):.2g} > {ort.get('bound', 0):.1e})"
+    return f"{cpu['ms']:.2f}", f"{cpu['eager_ms']:.2f}", f"{cpu['eager_ms'] / cpu['ms']:.2f}", ort_ms, ort_ratio
 
 
 def _impls(row: dict) -> str:
@@ -109,6 +120,12 @@ def _impls(row: dict) -> str:
     if cpu.get("reference_explained"):
         text += " (explained: " + "; ".join(cpu["reference_explained"]) + ")"
     return text
+
+
+def _loads(rows: list[dict]) -> str:
+    """The range of the 1-minute load average as the rows' models ended (rows that have it)."""
+    loads = [row["load"] for row in rows if "load" in row]
+    return f" Load average (1 min) as each model ended: {min(loads)} to {max(loads)}." if loads else ""
 
 
 def unexplained_reference(rows: list[dict]) -> list[str]:
@@ -145,7 +162,8 @@ def markdown(rows: list[dict], setup: dict) -> str:
         f"- Machine: {setup['machine']['cpu']}, {setup['machine']['cores']} cores, "
         f"{setup['machine']['memory_gib']} GiB, Linux {setup['machine']['kernel']}, Python "
         f"{setup['machine']['python']}; opforge commit {setup['machine']['opforge_commit']}; "
-        "shared with other jobs. One thread per model (OMP_NUM_THREADS=1), nice 10 unless timed (--time).",
+        "shared with other jobs. One thread per model (OMP_NUM_THREADS=1), nice 10 unless timed (--time); "
+        f"this run's niceness {os.nice(0)}." + _loads(rows),
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in setup["versions"].items()) + ".",
         "- Criterion (tests/backends/test_cpu_models.py): right when max |got − float64| ≤ "
         "8 × max |eager float32 − float64| + 2 · eps(float32) · max |float64|; refused when "
@@ -162,31 +180,39 @@ def markdown(rows: list[dict], setup: dict) -> str:
         lines.append(f"| {rt} | {count[rt]['right']} | {count[rt]['wrong']} | {count[rt]['refused']} |")
     lines += ["", f"{len(rows)} models; {count['skipped']} not checked (see the table). Wrong on the "
               "cpu backend while right on lean: " + (", ".join(count["cpu wrong, lean right"]) or "none") + ".",
-              "", "| model | input | params (M) | eager f32 error / scale | lean | cpu | delegated |",
-              "| --- | --- | ---: | ---: | --- | --- | ---: |"]
+              "", "| model | input | params (M) | eager f32 error / scale | lean | cpu | ort | delegated |",
+              "| --- | --- | ---: | ---: | --- | --- | --- | ---: |"]
     for row in sorted(rows, key=lambda r: r["model"]):
         if "skipped" in row:
-            lines.append(f"| {row['model']} | — | — | — | not checked: {row['skipped']} | | |")
+            lines.append(f"| {row['model']} | — | — | — | not checked: {row['skipped']} | | | |")
             continue
         lines.append(f"| {row['model']} | {row['input']} | {row['params_m']} | {_eager(row)} "
-                     f"| {_cell(row.get('lean'))} | {_cell(row.get('cpu'))} | {_delegated(row)} |")
+                     f"| {_cell(row.get('lean'))} | {_cell(row.get('cpu'))} | {_cell(row.get('ort'))} "
+                     f"| {_delegated(row)} |")
     timed = [row for row in rows if "ms" in (row.get("cpu") or {})]
     checked = [row for row in rows if "impls" in (row.get("cpu") or {})]
     if checked:
         faster = sum(float(_speed(r)[2]) >= 1.0 for r in timed)
+        with_ort = [r for r in timed if "ms" in (r.get("ort") or {})]
+        beats_ort = sum(r["ort"]["ms"] >= r["cpu"]["ms"] for r in with_ort)
         lines += ["", "## Speed at one thread and the implementations that run (issue 47)", "",
-                  f"{len(timed)} models timed (`--time`): eager float32 with torch.set_num_threads(1) and "
-                  "the cpu backend with OPENBLAS/MKL/OMP_NUM_THREADS=1 and OPFORGE_NUM_THREADS=1, "
-                  "in one process, interleaved call by call, medians. The cpu backend is at least as "
-                  f"fast as eager on {faster} of them. Unexplained oneDNN reference kernels "
+                  f"{len(timed)} models timed (`--time`): eager float32 with torch.set_num_threads(1), "
+                  "the cpu backend with OPENBLAS/MKL/OMP_NUM_THREADS=1 and OPFORGE_NUM_THREADS=1, and "
+                  "ONNX Runtime (CPU provider, intra_op_num_threads=1, inter_op_num_threads=1, "
+                  "sequential, the model from torch.onnx.export), in one process, interleaved call "
+                  "by call, medians; the ratios are of medians from the same run. The cpu backend is "
+                  f"at least as fast as eager on {faster} of them, and as ONNX Runtime on {beats_ort} of "
+                  f"the {len(with_ort)} ONNX Runtime ran (ORT / cpu: above 1, the cpu backend is "
+                  "faster). Unexplained oneDNN reference kernels "
                   f"(`ref:`) in {len(unexplained_reference(checked))} of the {len(checked)} models "
                   "whose implementations were recorded: "
                   + (", ".join(unexplained_reference(checked)) or "none") + ".", "",
-                  "| model | input | cpu ms | eager ms | eager / cpu | implementations (engine ops) |",
-                  "| --- | --- | ---: | ---: | ---: | --- |"]
+                  "| model | input | cpu ms | eager ms | eager / cpu | ORT ms | ORT / cpu | implementations (engine ops) |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for row in sorted(checked, key=lambda r: r["model"]):
-            cpu_ms, eager_ms, ratio = _speed(row)
-            lines.append(f"| {row['model']} | {row['input']} | {cpu_ms} | {eager_ms} | {ratio} | {_impls(row)} |")
+            cpu_ms, eager_ms, ratio, ort_ms, ort_ratio = _speed(row)
+            lines.append(f"| {row['model']} | {row['input']} | {cpu_ms} | {eager_ms} | {ratio} | {ort_ms} "
+                         f"| {ort_ratio} | {_impls(row)} |")
     return "\n".join(line.replace("\n", " ") for line in lines) + "\n"
 
 
@@ -230,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the model names and exit")
     parser.add_argument("--out", type=Path, default=RESULTS / "external_models")
     parser.add_argument("--time", action="store_true",
-                        help="time the cpu backend against eager at one thread (issue 47)")
+                        help="time the cpu backend (and ONNX Runtime) against eager at one thread (issue 47)")
     parser.add_argument("--runtimes", default="lean,cpu",
-                        help="which runtimes to check: lean,cpu (default) or one of them")
+                        help="which runtimes to check: lean,cpu (default), any of lean, cpu and ort "
+                             "(ONNX Runtime, where it is installed)")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(CATALOG))

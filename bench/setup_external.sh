@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build bench/.venv-external: torch, torchvision, timm and transformers beside opforge, for
 # bench/external_models.py (models written elsewhere, exported and run on the lean runtime
-# and on the cpu backend).
+# and on the cpu backend, and ONNX Runtime as the peer they are timed against).
 #
 #   bash bench/setup_external.sh            # create or update bench/.venv-external
 #   PYTHON=python3.11 bash bench/setup_external.sh
@@ -29,6 +29,9 @@ PIP=("$VENV/bin/python" -m pip install --quiet)
 "${PIP[@]}" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
 # timm and transformers: name torch beside them so pip keeps the one above.
 "${PIP[@]}" timm transformers "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+# ONNX Runtime, the peer the external check times (--runtimes ...,ort), and what
+# torch.onnx.export (the dynamo exporter) imports.
+"${PIP[@]}" onnxruntime onnx onnxscript "torch==$TORCH_VERSION"
 
 # opforge's own dependencies, read from pyproject.toml (its `dependencies` and the `cpu`
 # extra), then opforge itself without them, so its `torch` extra's pin never replaces the
@@ -45,7 +48,7 @@ PY
 # Check that everything imports, that the cpu backend is usable, and that export works.
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
-for dist in ["torch", "torchvision", "timm", "transformers", "numpy", "opforge"]:
+for dist in ["torch", "torchvision", "timm", "transformers", "numpy", "onnxruntime", "opforge"]:
     print(f"{dist:13s} {md.version(dist)}")
 import torch, torchvision, timm, transformers  # noqa: E401,F401
 from opforge.backends import get_backend
