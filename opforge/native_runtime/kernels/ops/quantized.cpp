@@ -85,8 +85,12 @@ inline Q to_int(float t) {
 // picked by a test on the bits (only a zero's sign differs, which no integer keeps), the
 // clamp as selects (a NaN fails both), a NaN mapped to -2^31, which the int32 conversion
 // turns into INT32_MIN as to_int does. Exact when lo and hi are in int32's range (every
-// clamped value then is); else the scalar loop.
+// clamped value then is); else the scalar loop. Kept out of line: inlined into
+// quantize_per_tensor_out's switch, GCC left it scalar.
 template <typename Q>
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
 void quantize_loop(const float* x, Q* out, int64_t n, float inverse, float zp, float lo, float hi) {
   const bool in_int32 = lo >= -2147483648.0f && lo < 2147483648.0f && hi >= -2147483648.0f &&
                         hi < 2147483648.0f;
