@@ -150,28 +150,45 @@ class Driver:
                                      stderr=subprocess.PIPE, env=env)
         self.pending = b""
 
-    def ask(self, data: bytes, timeout: float) -> tuple[str, int, str]:
-        """('ok', status, message), ('dead', -, '') or ('hang', -, '')."""
-        try:
-            self.proc.stdin.write(struct.pack("<I", len(data)) + data)
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            return "dead", -1, ""
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.pending:
+    def ask_many(self, cases: list[bytes], timeout: float) -> list[tuple[str, int, str, float]]:
+        """An answer per case, ('ok', status, message, seconds since the previous answer),
+        until the driver dies ('dead') or
+        gives no answer within ``timeout`` seconds of the previous one ('hang'): that
+        answer is the last. The cases are written while the answers are read (select on
+        both pipes), so neither side waits on a full pipe, and one exchange costs the two
+        processes one wake-up each per batch, not per case."""
+        out = memoryview(b"".join(struct.pack("<I", len(d)) + d for d in cases))
+        stdin, stdout = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        os.set_blocking(stdin, False)
+        answers: list[tuple[str, int, str, float]] = []
+        last = time.monotonic()
+        deadline = last + timeout
+        while len(answers) < len(cases):
+            while b"\n" in self.pending and len(answers) < len(cases):
+                line, self.pending = self.pending.split(b"\n", 1)
+                rc, _, message = line.decode("utf-8", "replace").partition("\t")
+                now = time.monotonic()
+                answers.append(("ok", int(rc), message, now - last))
+                last, deadline = now, now + timeout
+            if len(answers) == len(cases):
+                break
             left = deadline - time.monotonic()
             if left <= 0:
-                return "hang", -1, ""
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 65536)
+                answers.append(("hang", -1, "", timeout))
+                break
+            readable, writable, _ = select.select([stdout], [stdin] if out else [], [], left)
+            if writable:
+                try:
+                    out = out[os.write(stdin, out[:65536]):]
+                except BrokenPipeError:
+                    out = memoryview(b"")
+            if readable:
+                chunk = os.read(stdout, 65536)
                 if not chunk:
-                    return "dead", -1, ""
+                    answers.append(("dead", -1, "", time.monotonic() - last))
+                    break
                 self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        rc, _, message = line.decode("utf-8", "replace").partition("\t")
-        return "ok", int(rc), message
+        return answers
 
     def close(self) -> tuple[int, str]:
         """Exit status and stderr (LeakSanitizer reports at exit)."""
@@ -222,8 +239,11 @@ def _subject(message: str) -> str:
 
 
 def run(count: int, seed: int = 0, crash_dir: Path | None = None, batch: int = 2000,
-        timeout: float = 10.0, verbose: bool = False) -> dict:
-    """Fuzz ``count`` cases; the report as a dict (the test and main print it)."""
+        timeout: float = 10.0, verbose: bool = False, start_at: int = 0,
+        exchange: int = 64) -> dict:
+    """Fuzz cases ``start_at`` .. ``start_at + count - 1`` of seed ``seed`` (case n is the
+    n-th draw), ``exchange`` of them per write to the driver; the report as a dict (the
+    test and main print it)."""
     exe = build_driver()
     rng = random.Random(seed)
     corpus = PF.seeds()
@@ -254,11 +274,11 @@ def run(count: int, seed: int = 0, crash_dir: Path | None = None, batch: int = 2
             report["crashes"] += 1
             findings.append(f"driver exit {rc} at a batch end: {err[-1500:]}")
 
-    for n in range(count):
-        data = mutate(rng, corpus)
-        t0 = time.perf_counter()
-        state, rc, message = driver.ask(data, timeout)
-        elapsed = time.perf_counter() - t0
+    def check(n: int, data: bytes, state: str, rc: int, message: str,
+              elapsed: float) -> None:
+        """One answer: counted, saved if a finding; a new driver after a crash or a hang,
+        and after ``batch`` cases (LeakSanitizer reports at a driver's exit)."""
+        nonlocal slowest, driver, in_batch
         if elapsed > slowest[0]:
             slowest = (elapsed, n)
         report["cases"] += 1
@@ -271,7 +291,7 @@ def run(count: int, seed: int = 0, crash_dir: Path | None = None, batch: int = 2
             else:
                 finish(driver, n, data)
             driver, in_batch = Driver(exe), 0
-            continue
+            return
         ok, expected = python_accepts(data)
         if rc not in (OPF_OK, OPF_ERR_PROGRAM):
             report["bad_status"] += 1
@@ -293,7 +313,22 @@ def run(count: int, seed: int = 0, crash_dir: Path | None = None, batch: int = 2
             driver, in_batch = Driver(exe), 0
         if verbose and (n + 1) % 5000 == 0:
             print(f"  {n + 1} cases, {dict(report)}", flush=True)
-    finish(driver, count, None)
+
+    for _ in range(start_at):  # chunks and --only: the same draws, skipped
+        mutate(rng, corpus)
+    queue: list[tuple[int, bytes]] = []
+    n, end = start_at, start_at + count
+    while n < end or queue:
+        while len(queue) < exchange and n < end:
+            queue.append((n, mutate(rng, corpus)))
+            n += 1
+        # never past the driver's last case (its leak check at exit)
+        group = queue[:max(1, min(exchange, batch - in_batch))]
+        answers = driver.ask_many([data for _, data in group], timeout)
+        for (m, data), answer in zip(group, answers):
+            check(m, data, *answer)
+        queue = queue[len(answers):]  # after a crash or a hang: the rest asked again
+    finish(driver, end, None)
     out = {k: report[k] for k in ("cases", "accepted", "refused", "same_subject",
                                   "by_design_int64_bounds", "crashes", "hangs", "leaks",
                                   "disagreements", "bad_status")}
@@ -308,11 +343,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--start-at", type=int, default=0, help="skip this many cases")
+    parser.add_argument("--only", type=int, default=None, metavar="N",
+                        help="case N alone (--start-at N --count 1), saved to --crash-dir")
     parser.add_argument("--batch", type=int, default=2000, help="cases per driver process")
+    parser.add_argument("--exchange", type=int, default=64,
+                        help="cases per write to the driver (answered one by one)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per case")
     parser.add_argument("--crash-dir", type=Path, default=None)
     args = parser.parse_args()
-    report = run(args.count, args.seed, args.crash_dir, args.batch, args.timeout, verbose=True)
+    start_at, count = (args.only, 1) if args.only is not None else (args.start_at, args.count)
+    report = run(count, args.seed, args.crash_dir, args.batch, args.timeout, verbose=True,
+                 start_at=start_at, exchange=args.exchange)
     for key, value in report.items():
         if key != "findings":
             print(f"{key}: {value}")
