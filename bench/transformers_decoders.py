@@ -53,6 +53,22 @@ def _configs() -> dict:
         "gemma": lambda: tf.GemmaForCausalLM(tf.GemmaConfig(**common, head_dim=16)),
         "mistral": lambda: tf.MistralForCausalLM(tf.MistralConfig(**common, sliding_window=None)),
         "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**common, pad_token_id=0)),
+        # mixture of experts: 4 experts, 2 per token (the router's top-k, the experts'
+        # grouped matmul, its group boundaries read from the routing)
+        "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(
+            **common, num_local_experts=4, num_experts_per_tok=2, sliding_window=None)),
+        # transformers' other expert implementation that export can trace: each pair's
+        # expert weights gathered, one bmm ("eager" loops over a data-dependent tensor of
+        # hit experts, which torch.export itself refuses)
+        "mixtral_batched_mm": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(
+            **common, num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+            experts_implementation="batched_mm")),
+        "qwen2_moe": lambda: tf.Qwen2MoeForCausalLM(tf.Qwen2MoeConfig(
+            **common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+            shared_expert_intermediate_size=96, norm_topk_prob=False)),
+        "qwen3_moe": lambda: tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+            **common, head_dim=16, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=48, norm_topk_prob=True)),
     }
 
 
@@ -173,8 +189,14 @@ def main() -> int:
         f"prompt of {len(PROMPT)} tokens prefilled in one call, then {NEW_TOKENS} greedy "
         "tokens one call each, against transformers' own static-cache `generate` on the "
         "eager model.\n\n" + _table(rows) + "\n\n"
-        "The cpu backend takes no dynamic method yet (the delegation report says so), so "
-        "`backends=[\"cpu\"]` leaves these programs on the lean kernels: 0 delegate calls.\n\n"
+        "With `backends=[\"cpu\"]` the dynamic methods are delegated (delegate calls per "
+        "program in the cpu column); in the mixture-of-experts models (mixtral, qwen2_moe, "
+        "qwen3_moe) the router's top-k, the grouping (sort, histc, cumsum) and "
+        "`transformers::grouped_mm_fallback` run on the portable kernels between the "
+        "delegates (docs/generation.md, \"Mixture-of-experts decoders\"). transformers' "
+        "`experts_implementation=\"eager\"` loops over a data-dependent tensor of hit "
+        "experts, which `torch.export` refuses before opforge sees the graph; the default "
+        "(`grouped_mm`) and `batched_mm` export.\n\n"
         + ("Every run gave eager's tokens.\n" if not wrong else
            f"Runs that did not: {', '.join(sorted(set(wrong)))}.\n"))
     (RESULTS / "transformers_decoders.md").write_text(text)
