@@ -61,22 +61,26 @@ def export_program(kind: str, config: dict, attend: str, cache_dtype: str):
             os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = previous
 
 
-def time_positions(method, positions, rounds: int) -> dict[int, float]:
-    """Median seconds of a step at ``p, p + 1, ..., p + rounds - 1`` for each ``p`` (a new
-    position every step, as in generation: a size read from the positions is new too)."""
+def time_positions(methods: dict, positions, rounds: int) -> dict[str, dict[int, float]]:
+    """Median seconds of a step at ``p, p + 1, ..., p + rounds - 1`` for each ``p`` and
+    method (a new position every step, as in generation: a size read from the positions is
+    new too); every method and position in each round, so a busy machine's swings fall on
+    all of them alike."""
     import numpy as np
 
     token = np.array([5], np.int64)
-    samples: dict[int, list[float]] = {p: [] for p in positions}
-    for p in positions:  # warm-up: every position once
-        method(token, np.array([p], np.int64))
-    for r in range(rounds):
+    samples = {name: {p: [] for p in positions} for name in methods}
+    for method in methods.values():  # warm-up: every position once
         for p in positions:
-            pos = np.array([p + r], np.int64)
-            start = time.perf_counter()
-            method(token, pos)
-            samples[p].append(time.perf_counter() - start)
-    return {p: statistics.median(s) for p, s in samples.items()}
+            method(token, np.array([p], np.int64))
+    for r in range(rounds):
+        for name, method in methods.items():
+            for p in positions:
+                pos = np.array([p + r], np.int64)
+                start = time.perf_counter()
+                method(token, pos)
+                samples[name][p].append(time.perf_counter() - start)
+    return {name: {p: statistics.median(s) for p, s in by.items()} for name, by in samples.items()}
 
 
 def cache_accuracy(config: dict, dtypes=("float16", "bfloat16"), prompt_tokens: int = 64,
@@ -138,14 +142,17 @@ def main(argv=None) -> int:
 
     config = dict(CONFIG, layers=args.layers)
     rows = []
+    methods = {}
     for variant in args.variants:
         kind, attend, dtype = variant.split(":")
         program = export_program(kind, config, attend, dtype)
-        method = load(program, num_threads=args.threads).method("decode")
-        times = time_positions(method, POSITIONS, min(args.rounds, ROUNDS))
+        methods[variant] = load(program, num_threads=args.threads).method("decode")
+    times = time_positions(methods, POSITIONS, min(args.rounds, ROUNDS))
+    for variant, by in times.items():
+        kind, attend, dtype = variant.split(":")
         rows.append({"kind": kind, "attend": attend, "cache": dtype,
-                     "ms": {str(p): t * 1e3 for p, t in times.items()}})
-        print(variant, {p: f"{t * 1e3:.2f} ms" for p, t in times.items()}, flush=True)
+                     "ms": {str(p): t * 1e3 for p, t in by.items()}})
+        print(variant, {p: f"{t * 1e3:.2f} ms" for p, t in by.items()}, flush=True)
     machine = describe_machine(HERE.parent)
     accuracy = [] if args.no_accuracy else cache_accuracy(config)
     report = {"machine": machine, "threads": args.threads, "config": config,
@@ -159,9 +166,10 @@ def main(argv=None) -> int:
 def markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"# Decode step time by cache position ({report['label'] or 'this checkout'})", "",
-             f"Machine: {m.get('cpu', m)}; {report['threads']} thread(s) "
-             f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); "
-             f"load average {m.get('load_average', '?')}. Model: TinyDecoder "
+             f"Machine: {m.get('cpu', m)} ({m.get('cores')} cores, shared), "
+             f"{report['threads']} thread(s) (OMP_NUM_THREADS="
+             f"{os.environ.get('OMP_NUM_THREADS', 'unset')}); load average "
+             + " / ".join(f"{x:.1f}" for x in m.get("load_average", ())) + ". Model: TinyDecoder "
              + ", ".join(f"{k} {v}" for k, v in report["config"].items())
              + ". Median of the rounds, positions interleaved.", "",
              "| executor | attend | cache | " + " | ".join(f"pos {p} (ms)" for p in POSITIONS)
@@ -172,6 +180,14 @@ def markdown(report: dict) -> str:
         ratio = ms[str(POSITIONS[1])] / ms[str(POSITIONS[0])]
         lines.append(f"| {row['kind']} | {row['attend']} | {row['cache']} | "
                      + " | ".join(f"{ms[str(p)]:.2f}" for p in POSITIONS) + f" | {ratio:.2f} |")
+    lines += ["", "Rows: `capacity` attends over every cache slot under a mask (the default "
+              "recipe); on `cpu` the engine's `attention` op reads only slots 0..position "
+              "(`cpu-matmuls`: the same program with the op switched off, "
+              "OPFORGE_CPU_FILLED_ATTENTION=0 — the masked matmuls over all 2,048 slots). "
+              "`filled` is `TinyDecoder(attend=\"filled\")`: a data-dependent slice of the "
+              "cache, run on the portable kernels (the cpu backend leaves data-dependent sizes "
+              "on them). `float16` stores the caches at half the bytes (on `cpu` the cache "
+              "writes and conversions stay on the kernels: the engine has no float16)."]
     if report.get("accuracy"):
         a = report["accuracy"][0]
         lines += ["", f"Half-precision caches against a float32 cache (eager, same weights; "
