@@ -104,15 +104,16 @@ def sanitized_environment(log_dir: Path, library: Path | None = None) -> dict[st
 
 
 def verdict(log_dir: Path, pid: int) -> str | None:
-    """ASan's summary (cpu_blob_asan.verdict) or UBSan's first runtime error for ``pid``."""
-    path = log_dir / f"asan.{pid}"
-    if not path.exists():
-        return None
-    text = path.read_text(errors="replace")
-    ub = re.search(r"(\S+:\d+:\d+: runtime error: [^\n]*)", text)
-    if ub:
-        return "UBSan: " + ub.group(1)
-    return cpu_blob_asan.verdict(log_dir, pid) or text[-600:]
+    """UBSan's first runtime error or ASan's summary (cpu_blob_asan.verdict) for ``pid``,
+    from the sanitizers' log or the worker's stderr; else the end of either."""
+    texts = [path.read_text(errors="replace") for path in
+             (log_dir / f"asan.{pid}", log_dir / f"stderr.{pid}") if path.exists()]
+    for text in texts:
+        ub = re.search(r"(\S+:\d+:\d+: runtime error: [^\n]*)", text)
+        if ub:
+            return "UBSan: " + ub.group(1)
+    return cpu_blob_asan.verdict(log_dir, pid) or next(
+        (text[-600:] for text in texts if text.strip()), None)
 
 
 class _Spawned(EF.Pool):

@@ -177,9 +177,13 @@ def native_worker(conn, library: str, log_dir: str, leak_every: int, seeds: list
     that case's outcome and ends the worker (a later check would report the same blocks
     again), and the supervisor starts a new one for the rest."""
     warnings.simplefilter("ignore")
+    log = Path(log_dir)
+    # stderr to a file the supervisor reads when this worker dies: UBSan writes its report
+    # there, not to log_path, when libubsan comes in with the runtime after libasan
+    stderr = os.open(log / f"stderr.{os.getpid()}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(stderr, 2)
     for seed in seeds:  # warm up: lazy imports, NumPy's first use
         native_side(seed, library, 0, symbolic_definitions(seed))
-    log = Path(log_dir)
     done = 0
     while True:
         batch = conn.recv()
