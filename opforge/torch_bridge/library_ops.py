@@ -15,8 +15,9 @@ Python callback and runs wherever those kernels exist.
 A library's op opforge does not list here is decomposed at export when torch knows a
 decomposition for it, or refused with the fixes (``opforge.export.passes.decompose``).
 
-Nothing here imports the libraries: an operator whose library has not defined it yet (its
-module not imported) is skipped and looked up again on the next call.
+An operator whose library has not defined it yet (its module not imported) is skipped and
+looked up again on the next call; asked for one namespace, the module defining its ops is
+imported when the library is installed (torch's quantize ops, torchao's, transformers' MoE).
 """
 
 from __future__ import annotations
@@ -94,6 +95,15 @@ def _define_library_ops(namespace: str | None) -> None:
         _DONE.add("torchao")
         if importlib.util.find_spec("torchao") is not None:
             import torchao.quantization.quant_primitives  # noqa: F401  defines torchao:: ops
+    if namespace == "transformers" and "transformers" not in _DONE:
+        # only when asked (a program calls one of its ops: ATen mode in a fresh process);
+        # importing transformers costs seconds, so never on the way to another namespace
+        _DONE.add("transformers")
+        if importlib.util.find_spec("transformers") is not None:
+            try:
+                import transformers.integrations.moe  # noqa: F401  defines grouped_mm_fallback
+            except Exception:  # noqa: BLE001 - a transformers without it: the op stays unknown
+                pass
 
 
 def ensure_registered(namespace: str | None = None) -> None:
