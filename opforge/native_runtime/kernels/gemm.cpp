@@ -180,7 +180,20 @@ bool run(opforge_context* ctx, const char* op, int64_t m, int64_t n, int64_t k, 
         for (int64_t j = 0; j < n; ++j) c[i * rsc + j * csc] = T(0);
     return true;
   }
-  static const GemmKernels<T> K = kernels_for_isa<T>();
+  static const GemmKernels<T> widest = kernels_for_isa<T>();
+#if defined(__x86_64__) && defined(__GNUC__)
+  // A product at most the AVX2 tile wide would leave AVX-512's tiles half empty (and store
+  // each through the partial-tile path): the AVX2 copy computes it. Its microkernel sums
+  // every element of C in the same order (one FMA chain over each KC = 256 block), so
+  // the bits are the same; the few-rows paths below keep the widest copy (their tails
+  // depend on the vector width).
+  static const GemmKernels<T> narrow =
+      isa() == Isa::kAvx512 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+          ? avx2::kernels<T>() : widest;
+  const GemmKernels<T>& K = m > 4 && n <= narrow.nr ? narrow : widest;
+#else
+  const GemmKernels<T>& K = widest;
+#endif
   const int64_t work = work_of(m, n, k);
   // Few rows, B row-contiguous or a transposed weight: unpacked, split over columns
   if (m <= 4 && (csb == 1 || (rsb == 1 && csa == 1))) {
