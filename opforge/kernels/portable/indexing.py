@@ -235,6 +235,58 @@ def scatter_add_out(self, dim, index, src, out):
     _scatter(self, dim, index, src, "add", out)
 
 
+_SCATTER_REDUCE = {"sum": np.add, "prod": np.multiply, "mean": np.add, "amax": np.maximum,
+                   "amin": np.minimum}
+
+
+def _reduce_identity(reduce: str, dtype: np.dtype):
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dtype.kind == "f":
+        return -np.inf if reduce == "amax" else np.inf
+    if dtype.kind == "b":
+        return reduce == "amin"
+    info = np.iinfo(dtype)
+    return info.min if reduce == "amax" else info.max
+
+
+@kernel("aten::scatter_reduce.two_out")
+def scatter_reduce_two_out(self, dim, index, src, reduce, include_self, out):
+    """``out = self`` with ``src`` reduced into the positions ``index`` names along ``dim``
+    (``sum``, ``prod``, ``mean``, ``amax``, ``amin``), in index order as ATen's CPU loop;
+    without ``include_self`` a named position starts from the reduction's identity. ``mean``
+    divides by the count (``self`` counting once with ``include_self``), flooring for
+    integers; positions no index names keep ``self``."""
+    if reduce not in _SCATTER_REDUCE:
+        raise KernelError(
+            f"`aten::scatter_reduce.two_out`: reduce={reduce!r} — is not a scatter reduction "
+            "— valid: 'sum', 'prod', 'mean', 'amax', 'amin' — pass one of these")
+    if out.ndim == 0:
+        scatter_reduce_two_out(self.reshape(1), 0, index.reshape(-1), src.reshape(-1), reduce,
+                               include_self, out.reshape(1))
+        return
+    np.copyto(out, self, casting="unsafe")
+    if index.size == 0:
+        return
+    dim %= out.ndim
+    _check_range(index, out.shape[dim], "aten::scatter_reduce.two_out", negative=False)
+    where = _index_grid(index, dim)
+    values = src[tuple(slice(0, n) for n in index.shape)].astype(out.dtype, copy=False)
+    if not include_self:
+        out[where] = _reduce_identity(reduce, out.dtype)
+    _SCATTER_REDUCE[reduce].at(out, where, values)
+    if reduce == "mean":
+        count = np.full(out.shape, 1 if include_self else 0, np.int64)
+        np.add.at(count, where, 1)
+        count[count == 0] = 1
+        if out.dtype.kind == "f":
+            np.divide(out, count.astype(out.dtype), out=out, casting="unsafe")
+        else:
+            np.floor_divide(out, count, out=out, casting="unsafe")
+
+
 @kernel("aten::index_add.out")
 def index_add_out(self, dim, index, source, alpha, out):
     """``out = self`` with ``alpha * source``'s slices added at ``index`` along ``dim``;
