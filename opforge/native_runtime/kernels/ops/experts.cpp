@@ -165,6 +165,7 @@ void add_slices(const View& index, const View& source, double alpha, const View&
   for (int64_t a = 0; a < outer; ++a)
     for (int64_t i = 0; i < count; ++i) {
       int64_t j = read_index(index.data + i * step, index.dtype);
+      if (j < 0 || j >= size) continue;  // checked before; only an out aliasing index changes it
       T* dst = o + (a * size + j) * inner;
       const T* src = s + (a * count + i) * inner;
       for (int64_t b = 0; b < inner; ++b) {
