@@ -158,3 +158,20 @@ def test_half_cache_accuracy(cache_dtype, floor_db):
     ref, got = np.concatenate(refs), np.concatenate(gots)
     assert _sqnr_db(ref, got) >= floor_db
     assert (ref.argmax(-1) == got.argmax(-1)).mean() >= 0.9
+
+
+def test_engine_attention_in_dynamic_prefill():
+    """A dynamic prefill (symbolic rows) gets the op too: chunks at later positions (each
+    row its own bound) against float64, as the decode test."""
+    model = TinyDecoder(max_len=40).eval()
+    seq = torch.export.Dim("seq", min=1, max=model.max_len)
+    program = export(copy.deepcopy(model), (torch.tensor([1, 2, 3]), torch.arange(3)),
+                     dynamic_shapes=({0: seq}, {0: seq}), kernels="portable", backends=["cpu"])
+    assert _attention_ops(program) == 2
+    forward = load(program).method("forward")
+    eager32, eager64 = copy.deepcopy(model), copy.deepcopy(model).double()
+    with torch.no_grad():
+        for tokens, start in [([3, 1, 4, 1, 5], 0), ([9, 2, 6], 5), ([5], 8), ([3, 5, 8, 9], 9)]:
+            t, p = torch.tensor(tokens), torch.arange(start, start + len(tokens))
+            got = forward(t.numpy(), p.numpy())[0]
+            _close(got, eager64(t, p).numpy(), eager32(t, p).numpy())

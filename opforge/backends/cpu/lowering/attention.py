@@ -16,7 +16,7 @@ A match (``find_filled_attention``), each inner node read only by the next:
 - ``_softmax(x, -1)`` reading ``masked_fill.Scalar(s, mask, -inf)``, read only by a
   ``matmul`` whose other operand is the V chain;
 - ``s`` is ``div(mm, c)``, ``mul(mm, c)`` (c a number) or ``mm`` itself, ``mm = matmul(q,
-  K chain)`` with ``q`` [H, M, D];
+  K chain)`` with ``q`` [H, M, D] (M may be symbolic: a dynamic prefill's sequence);
 - ``mask`` is ``gt(slots, positions)`` with ``slots`` a constant ``0..S-1`` ([S] or [1, S])
   and ``positions`` an int64 [M] node unsqueezed to [M, 1] (the mask itself may be shared);
 - each chain is view ops (unsqueeze, expand, clone, view, permute, transpose, ...) from a
@@ -115,10 +115,11 @@ def _match(mm2, constants) -> FilledAttention | None:
         return None
     q, k_operand = mm1.args
     fq = _val(q)
-    if fq is None or fq.dtype != torch.float32 or fq.dim() != 3 or not all(
-            isinstance(s, int) for s in fq.shape):
+    if fq is None or fq.dtype != torch.float32 or fq.dim() != 3:
         return None
-    heads, rows, size = fq.shape
+    heads, rows, size = fq.shape  # (rows may be symbolic: a dynamic prefill's sequence)
+    if not (isinstance(heads, int) and isinstance(size, int)):
+        return None
     k = _chain(k_operand, mm1)
     v = _chain(v_operand, mm2)
     if k is None or v is None:
@@ -193,6 +194,6 @@ def _positions(mask, constants, slots: int, rows: int):
         return None
     p = column.args[0]
     fp = _val(p)
-    if fp is None or fp.dtype != torch.int64 or tuple(fp.shape) != (rows,):
+    if fp is None or fp.dtype != torch.int64 or fp.dim() != 1 or str(fp.shape[0]) != str(rows):
         return None
     return p
