@@ -33,11 +33,19 @@ unspecified: two arena tensors alive at once share bytes, or a tensor is read be
 anything wrote it, so each runtime's order of reads and writes, and where it keeps inputs,
 decides the bytes). One refused a call the other ran: ``native_stricter`` (the portable
 kernels refuse dtype mixes, out shapes and parameters NumPy lets through) or
-``lean_stricter``*. One refused a program the other loaded: ``native_earlier`` (the native
+``lean_stricter``* (seen so far: an embedding whose out's dtype is not the weight's, which
+NumPy's ``take`` refuses and the C++ kernel converts, as both runtimes' other kernels do;
+a bool where convolution takes an int, which the C++ reader takes as 0/1 as Python's bool
+is an int and the lean binder refuses). One refused a program the other loaded:
+``native_earlier`` (the native
 loader refuses at load what the lean one refuses per call: every kernel's written
 arguments checked against constants, as the lean loader checks native kernels'),
 ``by_design_int64_bounds`` (native_program_fuzz's documented difference) or
-``load_disagree``*. ``lean_finding``*: the lean runtime's own finding (exec_fuzz's part).
+``load_disagree``*. ``lean_finding``*: the lean runtime's own finding (exec_fuzz's part;
+seen so far: a dynamic method's raw ValueError when an input's static dimension is off).
+Fixed, with regression tests in tests/native_runtime/test_native_exec_fuzz_findings.py: the
+``differ`` of cases 3420, 64571 and 89703 (seed 0, 2026-12-06), the lean rsqrt into an
+integer out taking its reciprocal after rounding.
 
 Case n of a seed is the n-th mutation of one random sequence, so a run can be split in
 chunks (``--start-at``) and one case replayed alone (``--only N``: its outcome and comparison
