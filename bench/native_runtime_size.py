@@ -11,9 +11,12 @@ Three apps from `opforge bundle`, each built with CMake alone and stripped:
 With ``--delegated``, also a zoo model exported to the cpu backend: the app (runtime with
 its cpu backend), the engine and oneDNN it carries in lib/, and the folder before building.
 
+With ``--target aarch64-linux-gnu``, every app is cross-compiled (docs/arm.md) and stripped
+with the target's own strip.
+
 Prints bytes and the selected kernels' share (app minus core). Run:
 
-    .venv/bin/python bench/native_runtime_size.py [--models mlp,cnn,...]
+    .venv/bin/python bench/native_runtime_size.py [--models mlp,cnn,...] [--target T]
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from opforge.native.toolchain import find_toolchain
-from opforge.native_runtime.bundle import bundle
+from opforge.native_runtime.bundle import Bundle, bundle
+from opforge.native_runtime.bundle_build import build_bundle, stripped_size
 from opforge.program import ArenaStorage, MemoryPlan, Method, Move, Program, ScalarType, TensorValue, save
 
 
@@ -35,28 +38,22 @@ def _core_program() -> Program:
     return Program(methods=(Method("forward", (x, y), (0,), (1,), (Move(0, 1),), (), MemoryPlan((128,))),))
 
 
-def _build(folder: Path) -> int:
-    tools = find_toolchain()
-    for step in ([tools.cmake, "-S", str(folder), "-B", str(folder / "build"), "-G", "Ninja",
-                  f"-DCMAKE_MAKE_PROGRAM={tools.ninja}", "-DCMAKE_BUILD_TYPE=MinSizeRel"],
-                 [tools.cmake, "--build", str(folder / "build")]):
-        subprocess.run(step, check=True, capture_output=True)
-    app = folder / "build" / "opforge_app"
-    stripped = folder / "app.stripped"
-    subprocess.run(["strip", "-o", str(stripped), str(app)], check=True)
-    return stripped.stat().st_size
+def _build(written: Bundle) -> int:
+    return stripped_size(build_bundle(written, "MinSizeRel"), written.target)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,cnn,transformer_layer,gpt_decoder")
     parser.add_argument("--delegated", default="", help="zoo models to bundle delegated to cpu")
+    parser.add_argument("--target", default=None, help="cross-compile for this target")
     args = parser.parse_args()
-    print(f"machine: {platform.machine()} {platform.processor() or ''}; CMAKE_BUILD_TYPE=MinSizeRel, stripped")
+    built_for = args.target or f"{platform.machine()} {platform.processor() or ''}"
+    print(f"built for: {built_for}; CMAKE_BUILD_TYPE=MinSizeRel, stripped")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         save(_core_program(), root / "core.opf")
-        core = _build(bundle([root / "core.opf"], root / "core").path)
+        core = _build(bundle([root / "core.opf"], root / "core", target=args.target))
         print(f"{'app':<22} {'kernels':>8} {'bytes':>10} {'kernels bytes':>14}")
         print(f"{'core (no kernel)':<22} {0:>8} {core:>10,} {'-':>14}")
         from opforge.examples.zoo import ZOO
@@ -65,8 +62,8 @@ def main() -> None:
         for name in [m for m in args.models.split(",") if m]:
             model, example = ZOO[name]()
             save(export(model, example), root / f"{name}.opf")
-            written = bundle([root / f"{name}.opf"], root / name)
-            size = _build(written.path)
+            written = bundle([root / f"{name}.opf"], root / name, target=args.target)
+            size = _build(written)
             print(f"{name:<22} {len(written.selected):>8} {size:>10,} {size - core:>14,}")
         for name in [m for m in args.delegated.split(",") if m]:
             _delegated(root, name, ZOO, export)
@@ -77,7 +74,7 @@ def _delegated(root: Path, name: str, zoo, export) -> None:
     save(export(model.eval(), example, kernels="portable", backends=["cpu"]), root / f"{name}-cpu.opf")
     written = bundle([root / f"{name}-cpu.opf"], root / f"{name}-cpu")
     folder = sum(f.stat().st_size for f in written.path.rglob("*") if f.is_file())
-    app = _build(written.path)
+    app = _build(written)
     engine, onednn = written.path / written.cpu.engine, written.path / written.cpu.onednn
     stripped = root / "engine.stripped"
     subprocess.run(["strip", "-o", str(stripped), str(engine)], check=True)
