@@ -38,6 +38,26 @@ def test_per_tensor(lib, in_dtype, q_dtype, qmin, qmax):
     compare(lib, QD + "quantize_per_tensor.out", x, 0.05, 1, -128, 127, np.int8, np.empty((6, 4), np.int8))
 
 
+@pytest.mark.parametrize("q_dtype", [np.int8, np.uint8, np.int16, np.int32])
+def test_per_tensor_bounds_and_wide_activations(lib, q_dtype):
+    """The vectorized quantize loop's edges against the NumPy kernel: np.clip's order when
+    quant_min > quant_max (hi wins), bounds at int32's ends (the scalar fallback), a large
+    zero point (16a4w's 0..65535 activations in int32), dequantize of each integer dtype
+    (uint16 too) to float32 — dense float32 (the vector paths), odd lengths (their tails)
+    and a strided input (the generic path)."""
+    x = _data((3, 37))
+    for qmin, qmax, zp in [(10, 5, 0), (-3, 3, 2), (0, 65535, 30000), (-2**31, 2**31 - 1, 0)]:
+        for data in (x, x[:, ::2]):
+            q = compare(lib, QD + "quantize_per_tensor.out", data, 0.05, zp, qmin, qmax, q_dtype,
+                        np.empty(data.shape, q_dtype))[0]
+            compare(lib, QD + "dequantize_per_tensor.out", q, 0.05, zp, qmin, qmax, q_dtype, None,
+                    np.empty(data.shape, np.float32))
+    info = np.iinfo(np.uint16)
+    q = np.random.default_rng(1).integers(info.min, info.max, 77).astype(np.uint16)
+    compare(lib, QD + "dequantize_per_tensor.out", q, 0.013, 40000, 0, 65535, np.uint16, None,
+            np.empty(77, np.float32))
+
+
 @pytest.mark.parametrize("scale_dtype", [np.float32, np.float64, np.float16])
 def test_per_channel(lib, scale_dtype):
     rng = np.random.default_rng(3)
