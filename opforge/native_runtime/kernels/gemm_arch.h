@@ -45,8 +45,9 @@ static inline typename Arch<T>::V splat(T s) {
 
 // The microkernel: an MR x NR tile of C from kc steps of packed A (MR values a step) and
 // packed B (NR values a step), accumulated in 2*MR vector registers. A full tile of a
-// row-contiguous C is read and written with vector loads; an edge tile (mr < MR or
-// nr < NR) or a strided C goes through a local tile.
+// row-contiguous C is read and written with vector loads, and so are the rows of a tile
+// with fewer rows (mr < MR) but whole; a narrower edge tile (nr < NR) or a strided C goes
+// through a local tile. The same sums stored either way.
 template <typename T>
 static void micro(int64_t kc, const T* __restrict ap, const T* __restrict bp, T* c,
                   int64_t rsc, int64_t csc, int mr, int nr, bool accumulate) {
@@ -68,6 +69,19 @@ static void micro(int64_t kc, const T* __restrict ap, const T* __restrict bp, T*
   }
   if (mr == MR && nr == 2 * L && csc == 1) {
     for (int i = 0; i < MR; ++i) {
+      T* row = c + i * rsc;
+      if (accumulate) {
+        store<T>(row, load<T>(row) + acc0[i]);
+        store<T>(row + L, load<T>(row + L) + acc1[i]);
+      } else {
+        store<T>(row, acc0[i]);
+        store<T>(row + L, acc1[i]);
+      }
+    }
+    return;
+  }
+  if (nr == 2 * L && csc == 1) {  // fewer rows (a short prompt's m), each row whole
+    for (int i = 0; i < mr; ++i) {
       T* row = c + i * rsc;
       if (accumulate) {
         store<T>(row, load<T>(row) + acc0[i]);
