@@ -98,11 +98,19 @@ static void micro(int64_t kc, const T* __restrict ap, const T* __restrict bp, T*
     store<T>(tile[i], acc0[i]);
     store<T>(tile[i] + L, acc1[i]);
   }
-  for (int i = 0; i < mr; ++i)
-    for (int j = 0; j < nr; ++j) {
-      T* dst = c + i * rsc + j * csc;
-      *dst = accumulate ? *dst + tile[i][j] : tile[i][j];
+  for (int i = 0; i < mr; ++i) {
+    T* row = c + i * rsc;
+    if (csc == 1 && !accumulate) {
+      for (int j = 0; j < nr; ++j) row[j] = tile[i][j];
+    } else if (csc == 1) {
+      for (int j = 0; j < nr; ++j) row[j] = row[j] + tile[i][j];
+    } else {
+      for (int j = 0; j < nr; ++j) {
+        T* dst = row + j * csc;
+        *dst = accumulate ? *dst + tile[i][j] : tile[i][j];
+      }
     }
+  }
 }
 
 // Pack rows [0, mc) x depth [0, kc) of A into MR-row strips, each step MR values (zero
