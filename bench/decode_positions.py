@@ -8,8 +8,12 @@ writes cache slot ``p`` and attends to slots ``0..p``; what the other slots hold
 change the time, so the cache is not filled first.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/decode_positions.py --threads 1
+    OMP_NUM_THREADS=1 .venv/bin/python bench/decode_positions.py --config attention \
+        --variants lean:capacity:float32 lean:filled:float32 cpu-matmuls:capacity:float32 \
+        cpu:capacity:float32 --no-prefill --no-accuracy --out bench/results/decode_positions_attention
 
-Writes bench/results/decode_positions.md (and .json) with the machine it ran on.
+Writes bench/results/decode_positions.md (and .json) with the machine it ran on. The
+``attention`` config (small weights, 8 KV heads) makes attention a large share of a step.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ sys.path.insert(0, str(HERE))
 from machine import describe_machine  # noqa: E402
 
 CONFIG = dict(vocab=32000, dim=512, heads=8, kv_heads=4, hidden=1536, layers=4, max_len=2048)
+# attention's share made large: small weights (~38 MB) beside 8 KV heads' caches (32 MB full)
+CONFIGS = {"base": CONFIG,
+           "attention": dict(vocab=4096, dim=512, heads=8, kv_heads=8, hidden=512, layers=4,
+                             max_len=2048)}
 POSITIONS = (10, 1000, 2000)
 ROUNDS = 30  # steps from each position (2000 + 30 < 2048)
 
@@ -83,6 +91,45 @@ def time_positions(methods: dict, positions, rounds: int) -> dict[str, dict[int,
     return {name: {p: statistics.median(s) for p, s in by.items()} for name, by in samples.items()}
 
 
+PREFILL_TOKENS = (128, 1024)
+
+
+def time_prefill(config: dict, threads: int, rounds: int = 5) -> list[dict]:
+    """A dynamic prefill (one call, prompts of PREFILL_TOKENS at positions 0..P-1) on the
+    cpu backend with its attention op and without (the masked matmuls over every slot),
+    interleaved: the median ms of each."""
+    import numpy as np
+    import torch
+
+    from opforge.examples.decoder import TinyDecoder
+    from opforge.export import export
+    from opforge.runtime import load
+
+    methods = {}
+    for kind, switch in (("cpu-matmuls", "0"), ("cpu", "1")):
+        os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = switch
+        seq = torch.export.Dim("seq", min=1, max=config["max_len"])
+        program = export(TinyDecoder(**config, seed=0).eval(),
+                         (torch.tensor([1, 2, 3]), torch.arange(3)),
+                         dynamic_shapes=({0: seq}, {0: seq}), kernels="portable", backends=["cpu"])
+        methods[kind] = load(program, num_threads=threads).method("forward")
+    os.environ.pop("OPFORGE_CPU_FILLED_ATTENTION")
+    out = []
+    for n in PREFILL_TOKENS:
+        tokens, positions = np.arange(n, dtype=np.int64) % 100, np.arange(n, dtype=np.int64)
+        samples = {kind: [] for kind in methods}
+        for method in methods.values():
+            method(tokens, positions)
+        for _ in range(rounds):
+            for kind, method in methods.items():
+                start = time.perf_counter()
+                method(tokens, positions)
+                samples[kind].append(time.perf_counter() - start)
+        out.append({"tokens": n, **{k: statistics.median(v) * 1e3 for k, v in samples.items()}})
+        print("prefill", out[-1], flush=True)
+    return out
+
+
 def cache_accuracy(config: dict, dtypes=("float16", "bfloat16"), prompt_tokens: int = 64,
                    new_tokens: int = 64) -> list[dict]:
     """A half-precision cache against a float32 one (eager, the same weights): logits SQNR
@@ -110,7 +157,8 @@ def cache_accuracy(config: dict, dtypes=("float16", "bfloat16"), prompt_tokens: 
     ref = teacher_forced(TinyDecoder(**config, seed=0).eval(), tokens).astype(np.float64)
     out = []
     for dtype in dtypes:
-        half = lambda: TinyDecoder(**config, seed=0, cache_dtype=getattr(torch, dtype)).eval()  # noqa: E731
+        def half(dtype=dtype):
+            return TinyDecoder(**config, seed=0, cache_dtype=getattr(torch, dtype)).eval()
         got = teacher_forced(half(), tokens).astype(np.float64)
         sqnr = 10 * np.log10((ref ** 2).sum() / max(((ref - got) ** 2).sum(), 1e-300))
         steps = slice(len(prompt) - 1, None)  # the rows that pick each new token
@@ -132,7 +180,8 @@ def main(argv=None) -> int:
                         help="executor:attend:cache, e.g. cpu:capacity:float32")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--layers", type=int, default=CONFIG["layers"])
+    parser.add_argument("--config", choices=list(CONFIGS), default="base")
+    parser.add_argument("--no-prefill", action="store_true", help="skip the prefill timing")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "decode_positions")
     parser.add_argument("--label", default="", help="a note for the table (the code measured)")
     parser.add_argument("--no-accuracy", action="store_true",
@@ -140,7 +189,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from opforge.runtime import load
 
-    config = dict(CONFIG, layers=args.layers)
+    config = CONFIGS[args.config]
     rows = []
     methods = {}
     for variant in args.variants:
@@ -154,9 +203,10 @@ def main(argv=None) -> int:
                      "ms": {str(p): t * 1e3 for p, t in by.items()}})
         print(variant, {p: f"{t * 1e3:.2f} ms" for p, t in by.items()}, flush=True)
     machine = describe_machine(HERE.parent)
+    prefill = [] if args.no_prefill else time_prefill(config, args.threads)
     accuracy = [] if args.no_accuracy else cache_accuracy(config)
     report = {"machine": machine, "threads": args.threads, "config": config,
-              "label": args.label, "rows": rows, "accuracy": accuracy}
+              "label": args.label, "rows": rows, "prefill": prefill, "accuracy": accuracy}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     args.out.with_suffix(".md").write_text(markdown(report))
@@ -188,6 +238,14 @@ def markdown(report: dict) -> str:
               "cache, run on the portable kernels (the cpu backend leaves data-dependent sizes "
               "on them). `float16` stores the caches at half the bytes (on `cpu` the cache "
               "writes and conversions stay on the kernels: the engine has no float16)."]
+    if report.get("prefill"):
+        lines += ["", "Prefill on cpu (one dynamic call, the prompt at positions 0..P-1 of the "
+                  "2,048-slot cache), median ms:", "",
+                  "| prompt tokens | attention op | masked matmuls | speed-up |",
+                  "| ---: | ---: | ---: | ---: |"]
+        for r in report["prefill"]:
+            lines.append(f"| {r['tokens']} | {r['cpu']:.1f} | {r['cpu-matmuls']:.1f} | "
+                         f"{r['cpu-matmuls'] / r['cpu']:.2f}x |")
     if report.get("accuracy"):
         a = report["accuracy"][0]
         lines += ["", f"Half-precision caches against a float32 cache (eager, same weights; "

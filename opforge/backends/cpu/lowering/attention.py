@@ -107,10 +107,12 @@ def _match(mm2, constants) -> FilledAttention | None:
     mode, factor, mm1 = 1, 1.0, scores
     if scores.target in (aten.div.Tensor, aten.mul.Tensor) and isinstance(
             scores.args[1], (int, float)) and _only_user(scores, masked):
-        mode, factor, mm1 = int(scores.target is aten.mul.Tensor), float(scores.args[1]), scores.args[0]
+        mode, factor = int(scores.target is aten.mul.Tensor), float(scores.args[1])
+        mm1 = scores.args[0]
         if not math.isfinite(factor) or factor == 0:
             return None
-    if not (isinstance(mm1, torch.fx.Node) and _only_user(mm1, scores if mm1 is not scores else masked)
+    reader = scores if mm1 is not scores else masked
+    if not (isinstance(mm1, torch.fx.Node) and _only_user(mm1, reader)
             and mm1.target is aten.matmul.default and len(mm1.args) == 2):
         return None
     q, k_operand = mm1.args
