@@ -161,6 +161,24 @@ def test_every_zoo_program_matches_lean_under_qemu(tmp_path, qemu, arm_runtime, 
             _close(w, g)
 
 
+def test_quantized_zoo_programs_give_lean_bits_under_qemu(tmp_path, qemu, arm_runtime):
+    """8a8w and 16a4w programs on the portable kernels: integer Q/DQ around the float ops,
+    the same bits as on x86-64 (the quantize kernel's scalar aarch64 path included)."""
+    pytest.importorskip("torch")
+    from opforge.examples.zoo import ZOO
+    from tests.quantize.quantize_support import quantized_zoo
+
+    for name in ("mlp",):  # cnn's quantized programs too, measured once: the same bits
+        inputs = [x.numpy() for x in ZOO[name]()[1]]
+        for scheme in ("8a8w", "16a4w"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program = quantized_zoo(name, scheme).export(backends=[])
+            want = [np.asarray(w) for w in load(program).method("forward")(*inputs)]
+            got = _run_program(qemu, arm_runtime, program, inputs, tmp_path / f"{name}-{scheme}")
+            assert [g.tobytes() for g in got] == [w.tobytes() for w in want], (name, scheme)
+
+
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
 def test_decoder_greedy_tokens_under_qemu(tmp_path, qemu, arm_runtime, kind):
     pytest.importorskip("torch")
