@@ -60,16 +60,33 @@ inline float exp_nonpositive(float x) {
   return under ? 0.0f : p * scale;
 }
 
-// w[j] = (q . k_j) / factor (or * factor), j < n; k_j = k + j * ks
-OFC_ROW_CLONES void score_row(const float* q, const float* k, int64_t ks, int64_t n, int64_t D,
-                              bool multiply, float factor, float* w) {
+// w[g * n + j] = (q_g . k_j) / factor (or * factor), j < n, g < G; k_j = k + j * ks: the
+// G query heads of one KV head together, so each key row is read once for all of them
+OFC_ROW_CLONES void score_rows(const float* const* q, int64_t G, const float* k, int64_t ks,
+                               int64_t n, int64_t D, bool multiply, float factor, float* w) {
   for (int64_t j = 0; j < n; ++j) {
     const float* kr = k + j * ks;
-    float s = 0.0f;
+    for (int64_t g = 0; g < G; ++g) {
+      const float* qg = q[g];
+      float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int64_t d = 0; d < D; ++d) s += q[d] * kr[d];
-    w[j] = multiply ? s * factor : s / factor;
+      for (int64_t d = 0; d < D; ++d) s += qg[d] * kr[d];
+      w[g * n + j] = multiply ? s * factor : s / factor;
+    }
   }
+}
+
+// the row's max, and whether it holds a NaN
+OFC_ROW_CLONES float row_max(const float* w, int64_t n, bool* nan) {
+  float top = -INFINITY;
+  int32_t nans = 0;
+#pragma omp simd reduction(max : top) reduction(+ : nans)
+  for (int64_t j = 0; j < n; ++j) {
+    nans += w[j] != w[j];
+    top = std::max(top, w[j]);
+  }
+  *nan = nans != 0;
+  return top;
 }
 
 // w[j] = exp(w[j] - top); returns their sum
@@ -83,15 +100,22 @@ OFC_ROW_CLONES float exp_row(float* w, int64_t n, float top) {
   return sum;
 }
 
-// o = sum_j (w[j] / sum) v_j over D, v_j = v + j * vs
-OFC_ROW_CLONES void value_row(const float* w, float sum, const float* v, int64_t vs, int64_t n,
-                              int64_t D, float* o) {
-  for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
+// o_g = sum_j (w[g * n + j] / sum_g) v_j over D for each g with o[g] set (the others
+// skipped), v_j = v + j * vs: each value row read once for the G heads
+OFC_ROW_CLONES void value_rows(const float* w, const float* sums, float* const* o, int64_t G,
+                               const float* v, int64_t vs, int64_t n, int64_t D) {
+  for (int64_t g = 0; g < G; ++g)
+    if (o[g] != nullptr)
+      for (int64_t d = 0; d < D; ++d) o[g][d] = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
-    const float weight = w[j] / sum;
     const float* vr = v + j * vs;
+    for (int64_t g = 0; g < G; ++g) {
+      float* og = o[g];
+      if (og == nullptr) continue;
+      const float weight = w[g * n + j] / sums[g];
 #pragma omp simd
-    for (int64_t d = 0; d < D; ++d) o[d] += weight * vr[d];
+      for (int64_t d = 0; d < D; ++d) og[d] += weight * vr[d];
+    }
   }
 }
 
@@ -117,25 +141,38 @@ struct AttentionOp : Op {
     const int64_t H = q.dims[0], M = q.dims[1], D = q.dims[2];
     const int64_t S = k.dims[1], group = H / k.dims[0];
     const int team = threads > 0 ? threads : omp_get_max_threads();
-    parallel_for(team, H * M, [&](int64_t hi) {
-      const int64_t h = hi / M, i = hi % M, kv = h / group;
-      const float* qr = qp + h * q.strides[0] + i * q.strides[1];
-      float* orow = op + h * o.strides[0] + i * o.strides[1];
+    const int64_t kv_heads = k.dims[0];
+    parallel_for(team, kv_heads * M, [&](int64_t ki) {  // one KV head, one query row
+      const int64_t kv = ki / M, i = ki % M;
       const int64_t pos = pp[i * p.strides[0]];
       const int64_t n = pos < 0 ? 0 : std::min(pos + 1, S);
-      if (n == 0) return fill_nan(orow, D);  // no slot to attend to: torch's NaN
-      std::vector<float> w((size_t)n);
-      score_row(qr, kp + kv * k.strides[0], k.strides[1], n, D, multiply, factor, w.data());
-      float top = -INFINITY;
-      bool nan = false;
-      for (int64_t j = 0; j < n; ++j) {
-        nan = nan || std::isnan(w[(size_t)j]);
-        top = std::max(top, w[(size_t)j]);
+      std::vector<const float*> qs((size_t)group);
+      std::vector<float*> os((size_t)group);
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t h = kv * group + g;
+        qs[(size_t)g] = qp + h * q.strides[0] + i * q.strides[1];
+        os[(size_t)g] = op + h * o.strides[0] + i * o.strides[1];
       }
-      // torch: a NaN or +inf score makes the row NaN; all -inf: exp(-inf - -inf) is NaN too
-      if (nan || top == INFINITY || top == -INFINITY) return fill_nan(orow, D);
-      const float sum = exp_row(w.data(), n, top);
-      value_row(w.data(), sum, vp + kv * v.strides[0], v.strides[1], n, D, orow);
+      if (n == 0) {  // no slot to attend to: torch's NaN
+        for (float* row : os) fill_nan(row, D);
+        return;
+      }
+      std::vector<float> w((size_t)(group * n)), sums((size_t)group);
+      score_rows(qs.data(), group, kp + kv * k.strides[0], k.strides[1], n, D, multiply, factor,
+                 w.data());
+      for (int64_t g = 0; g < group; ++g) {
+        bool nan = false;
+        const float top = row_max(w.data() + g * n, n, &nan);
+        // torch: a NaN or +inf score makes the row NaN; all -inf: exp(-inf - -inf) is NaN too
+        if (nan || top == INFINITY || top == -INFINITY) {
+          fill_nan(os[(size_t)g], D);
+          os[(size_t)g] = nullptr;
+          continue;
+        }
+        sums[(size_t)g] = exp_row(w.data() + g * n, n, top);
+      }
+      value_rows(w.data(), sums.data(), os.data(), group, vp + kv * v.strides[0], v.strides[1], n,
+                 D);
     });
   }
 };
@@ -166,7 +203,8 @@ void contract_attention(const Engine& e, const OpCall& c) {
   need_dtype(p, I64, kind, "the positions");
   need(q.dims == o.dims, kind, "q and the output have different shapes");
   need(k.dims == v.dims, kind, "k and v have different shapes");
-  need(q.dims[2] >= 1 && k.dims[1] >= 1 && k.dims[0] >= 1, kind, "empty head, slot or KV-head dims");
+  need(q.dims[2] >= 1 && k.dims[1] >= 1 && k.dims[0] >= 1, kind,
+       "empty head, slot or KV-head dims");
   need(k.dims[2] == q.dims[2], kind, "q and k have different head sizes");
   need(q.dims[0] % k.dims[0] == 0, kind, "the query heads must be a multiple of the KV heads");
   need(p.dims[0] == q.dims[1], kind, "one position per query row");
