@@ -391,7 +391,7 @@ def _fill(arg: CArg, kind: int, value: object, keep: list, where: str) -> None:
 
 
 # out overloads whose result size depends on the inputs' values (opforge/program/produced.py)
-_SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out"})
+_SIZED_BY_DATA = frozenset({"aten::nonzero.out", "aten::masked_select.out", "aten::bincount.out"})
 
 
 class NativeKernel:

@@ -39,3 +39,27 @@ def test_moe_decoder_generates_eager_tokens(native_runtime):
         want = greedy_decode(lambda t, p: model(t, p), PROMPT, 12)
     program = export_decoder(model)
     assert list(Generator(load(program, executor="native")).generate(PROMPT, 12).tokens) == want
+
+
+class _TokensPerExpert(torch.nn.Module):
+    """bincount of the routed expert ids: a size the data decides, bounded by a check."""
+
+    def forward(self, ids: torch.Tensor, weights: torch.Tensor):
+        counts = torch.bincount(ids, minlength=4)
+        torch._check(counts.shape[0] <= 8)
+        sums = torch.bincount(ids, weights, minlength=4)
+        torch._check(sums.shape[0] <= 8)
+        return counts * 2, sums + 1
+
+
+def test_bincount_sized_by_the_data(native_runtime):
+    model = _TokensPerExpert()
+    ids, weights = torch.tensor([0, 1, 1, 3, 5]), torch.rand(5, dtype=torch.float64)
+    method = load(export(model, (ids, weights)), executor="native").method("forward")
+    for x in (ids, torch.tensor([2, 2, 0, 0, 1]), torch.tensor([7, 1, 0, 7, 7])):
+        w = torch.rand(len(x), dtype=torch.float64)
+        got = method(x.numpy(), w.numpy())
+        for g, want in zip(got, model(x, w)):
+            np.testing.assert_array_equal(g, want.numpy())  # sums in float64, in order
+    with pytest.raises(Exception, match=r"at most 8"):
+        method(np.array([9, 0, 0, 0, 0]), np.ones(5))

@@ -65,3 +65,21 @@ def test_empty_permuted_checks_the_out(lib):
     lib.kernel("aten::empty_permuted.out")([2, 3], [1, 0], np.empty((2, 3), np.float32))
     refused(lib, "aten::empty_permuted.out", [2, 3], [1, 0], np.empty((3, 2), np.float32),
             match="empty_permuted")
+
+
+def test_bincount(lib):
+    """Counts (int64) and weighted sums (rounded once from float64) of the ids, written from
+    the start of the out's slot (its capacity: the size's upper bound)."""
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 6, 30)
+    for minlength in (0, 4, 9):
+        compare(lib, "aten::bincount.out", ids.astype(np.int32), None, minlength,
+                np.empty(12, np.int64))
+        for dtype in (np.float32, np.float64):
+            compare(lib, "aten::bincount.out", ids, rng.standard_normal(30).astype(dtype),
+                    minlength, np.empty(12, dtype))
+    compare(lib, "aten::bincount.out", np.zeros(0, np.int64), None, 3, np.empty(5, np.int64))
+    refused(lib, "aten::bincount.out", np.array([1, 7]), None, 0, np.empty(5, np.int64),
+            match=r"result size — found 8 — valid: at most 5")
+    refused(lib, "aten::bincount.out", np.array([1, -2]), None, 0, np.empty(5, np.int64),
+            match=r"the id -2 — valid: non-negative")

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "copy.h"
+#include "gemm.h"
 #include "portable.h"
 #include "tensor.h"
 
@@ -137,9 +138,84 @@ void masked_select_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
   set_leading_size(out, count);
 }
 
+// bincount: max(self) + 1 (at least minlength) counts of non-negative integer ids, or sums
+// of their weights (accumulated in double in input order, rounded once into out, as
+// np.bincount with weights), the result's size the data decides (a mixture-of-experts
+// layer's tokens per expert).
+void bincount_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
+  static const char kOp[] = "aten::bincount.out";
+  OPF_TENSOR(0, "self", self);
+  View weights;
+  bool weighted = false;
+  if (!optional_tensor_arg(ctx, args, n, 1, kOp, "weights", &weights, &weighted)) return;
+  OPF_INT(2, "minlength", minlength);
+  OPF_TENSOR(3, "out", out);
+  if (!index_dtype(self.dtype) || self.rank > 1) {
+    fail(ctx, "%s: self — found a %d-d %s tensor — valid: a 1-d integer tensor — pass the ids as "
+         "a vector", kOp, self.rank, dtype_name(self.dtype));
+    return;
+  }
+  if (weighted && (weights.numel != self.numel || !convertible(weights.dtype))) {
+    fail(ctx, "%s: weights — found %lld %s values for %lld ids — valid: one real weight per id — "
+         "check the operands", kOp, (long long)weights.numel, dtype_name(weights.dtype),
+         (long long)self.numel);
+    return;
+  }
+  const bool float_out = out.dtype == kFloat32 || out.dtype == kFloat64;
+  if (out.rank != 1 || (!out.dense && out.numel > 0) || (weighted ? !float_out : out.dtype != kInt64)) {
+    fail(ctx, "%s: out — found %s of rank %d — valid: a dense 1-d %s tensor — re-export the program",
+         kOp, dtype_name(out.dtype), out.rank, weighted ? "float32 or float64" : "int64");
+    return;
+  }
+  if (minlength < 0) {
+    fail(ctx, "%s: minlength — found %lld — valid: >= 0 — pass a non-negative length", kOp,
+         (long long)minlength);
+    return;
+  }
+  const int64_t item = itemsize(self.dtype), step = (self.rank ? self.strides[0] : 0) * item;
+  int64_t count = minlength;
+  for (int64_t i = 0; i < self.numel; ++i) {
+    int64_t v = read_index(self.data + i * step, self.dtype);
+    if (v < 0) {
+      fail(ctx, "%s: self — found the id %lld — valid: non-negative integers — pass non-negative "
+           "ids", kOp, (long long)v);
+      return;
+    }
+    if (v >= count) count = v == INT64_MAX ? v : v + 1;  // INT64_MAX: refused by fits()
+  }
+  if (!fits(ctx, kOp, out, count)) return;
+  if (!weighted) {
+    int64_t* dst = out.ptr<int64_t>();
+    std::memset(dst, 0, sizeof(int64_t) * size_t(count));
+    for (int64_t i = 0; i < self.numel; ++i) {
+      int64_t v = read_index(self.data + i * step, self.dtype);
+      if (v >= 0 && v < count) ++dst[v];  // rechecked: out may alias self
+    }
+  } else {
+    // the sums in double, in out's own slot when out is float64, else a zeroed scratch row
+    double* sums = out.dtype == kFloat64
+        ? out.ptr<double>() : static_cast<double*>(scratch(ctx, 0, count * int64_t(sizeof(double))));
+    if (!sums) {
+      fail(ctx, "%s: a float64 row of %lld sums — could not be allocated within the memory limit",
+           kOp, (long long)count);
+      return;
+    }
+    std::memset(sums, 0, sizeof(double) * size_t(count));
+    const int64_t wstep = (weights.rank ? weights.strides[0] : 0) * itemsize(weights.dtype);
+    for (int64_t i = 0; i < self.numel; ++i) {
+      int64_t v = read_index(self.data + i * step, self.dtype);
+      if (v >= 0 && v < count) sums[v] += load_double(weights.data + i * wstep, weights.dtype);
+    }
+    if (out.dtype == kFloat32)
+      for (int64_t i = 0; i < count; ++i) store_double(out.data + i * 4, kFloat32, sums[i]);
+  }
+  set_leading_size(out, count);
+}
+
 const KernelDef kSelectionKernels[] = {
     {"aten::nonzero.out", "T T!", nonzero_out},
     {"aten::masked_select.out", "T T T!", masked_select_out},
+    {"aten::bincount.out", "T T? I T!", bincount_out},
 };
 
 }  // namespace
