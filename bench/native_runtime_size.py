@@ -38,8 +38,11 @@ def _core_program() -> Program:
     return Program(methods=(Method("forward", (x, y), (0,), (1,), (Move(0, 1),), (), MemoryPlan((128,))),))
 
 
+_OPTIONS: list[str] = []  # --cmake-arg
+
+
 def _build(written: Bundle) -> int:
-    return stripped_size(build_bundle(written, "MinSizeRel"), written.target)
+    return stripped_size(build_bundle(written, "MinSizeRel", options=_OPTIONS), written.target)
 
 
 def main() -> None:
@@ -47,9 +50,12 @@ def main() -> None:
     parser.add_argument("--models", default="mlp,cnn,transformer_layer,gpt_decoder")
     parser.add_argument("--delegated", default="", help="zoo models to bundle delegated to cpu")
     parser.add_argument("--target", default=None, help="cross-compile for this target")
+    parser.add_argument("--cmake-arg", action="append", default=[],
+                        help="a -D setting for every app, e.g. -DOPFORGE_MAX_PAGE_SIZE=4096")
     args = parser.parse_args()
+    _OPTIONS.extend(args.cmake_arg)
     built_for = args.target or f"{platform.machine()} {platform.processor() or ''}"
-    print(f"built for: {built_for}; CMAKE_BUILD_TYPE=MinSizeRel, stripped")
+    print(f"built for: {built_for}; CMAKE_BUILD_TYPE=MinSizeRel {' '.join(_OPTIONS)}, stripped")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         save(_core_program(), root / "core.opf")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 from opforge.errors import BuildError
 from opforge.native.toolchain import find_toolchain
@@ -25,17 +26,19 @@ _API = "`opforge bundle --build`"
 
 
 def build_bundle(written: Bundle, build_type: str = "MinSizeRel",
-                 build_dir: str | Path | None = None) -> Path:
+                 build_dir: str | Path | None = None, options: Sequence[str] = ()) -> Path:
     """Configure and build ``written`` (default: into ``<folder>/build``) and return the
     app. ``MinSizeRel`` is the size-first build (link-time optimization where the toolchain
-    has it); ``Release`` the speed-first one.
+    has it); ``Release`` the speed-first one. ``options`` are more ``-D`` settings for the
+    configure step (e.g. ``-DOPFORGE_MAX_PAGE_SIZE=4096`` for aarch64, docs/arm.md).
 
     >>> app = build_bundle(bundle(["model.opf"], "app", target="aarch64-linux-gnu"))  # doctest: +SKIP
     """
     tools = find_toolchain(find_target(written.target).compiler() if written.target else None)
     build = Path(build_dir) if build_dir else written.path / "build"
     configure = [tools.cmake, "-S", str(written.path), "-B", str(build), "-G", "Ninja",
-                 f"-DCMAKE_MAKE_PROGRAM={tools.ninja}", f"-DCMAKE_BUILD_TYPE={build_type}"]
+                 f"-DCMAKE_MAKE_PROGRAM={tools.ninja}", f"-DCMAKE_BUILD_TYPE={build_type}",
+                 *options]
     if written.target is None:
         configure.append(f"-DCMAKE_CXX_COMPILER={tools.cxx}")
     for stage, command in (("configure", configure), ("build", [tools.cmake, "--build", str(build)])):
