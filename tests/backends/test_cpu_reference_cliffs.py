@@ -186,6 +186,40 @@ def test_means_over_middle_dims_run_as_pooling(capability):
     check_against_float64(model, inputs, load(program).method("forward")(*[t.numpy() for t in inputs]))
 
 
+class SelectiveKernelSums(nn.Module):
+    """timm SKNet's selective kernel: its paths stacked [B, paths, C, H, W] and summed over
+    the paths (dim 1), for the attention and for the output; two paths and three."""
+
+    def forward(self, a, b, c):
+        return torch.stack([a, b], dim=1).sum(1), (torch.stack([a, b, c], dim=1) * 2.0).sum(1, keepdim=True)
+
+
+def test_sums_over_a_few_middle_slices_run_as_binary_adds(capability):
+    # oneDNN's reduction over a dim that is not innermost is its reference kernel (timm
+    # skresnet18 ran 2x slower than eager on it); the slices are added by a jit binary
+    g = torch.Generator().manual_seed(17)
+    inputs = tuple(torch.randn(1, 8, 5, 6, generator=g) for _ in range(3))
+    model = SelectiveKernelSums().eval()
+    program = export(model, inputs, backends=["cpu"])
+    impls = cpu_engine.program_impls(program)
+    assert not [p for p in impls if _reference(p[1]) or p[0] == "reduction"], impls
+    check_against_float64(model, inputs, load(program).method("forward")(*[t.numpy() for t in inputs]))
+
+
+@pytest.mark.parametrize("pool", ["avg", "max"])
+def test_pooling_a_channel_slice_runs_on_the_jit_kernel(pool):
+    # timm Res2Net pools a channel slice of a channels-last activation: a view with gaps,
+    # which oneDNN pools on its reference kernel; the lowering pools a dense copy of it
+    from test_cpu_external_regressions import _PoolOfChannelSlice
+
+    torch.manual_seed(0)
+    model, inputs = _PoolOfChannelSlice(pool, first=False).eval(), (torch.randn(1, 8, 6, 6),)
+    program = export(model, inputs, backends=["cpu"])
+    impls = cpu_engine.program_impls(program)
+    assert [op for op, _ in impls].count("pooling") == 1 and not [p for p in impls if _reference(p[1])], impls
+    check_against_float64(model, inputs, load(program).method("forward")(*[t.numpy() for t in inputs]))
+
+
 class SymbolicMaskAdd(nn.Module):
     def forward(self, scores, mask):
         return scores * 2.0 + mask.unsqueeze(1).unsqueeze(0)

@@ -8,7 +8,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    LOWERINGS, Lowering, TensorSpec, Unsupported, _expand, _need_f32, _uses_output, _val,
+    LOWERINGS, Lowering, TensorSpec, Unsupported, _dense, _expand, _need_f32, _uses_output, _val,
     channels_last,
 )
 
@@ -27,6 +27,13 @@ def lower_pool(L: Lowering, node, args, kwargs, source: int | None = None):
     nsp = len(spec.dims) - 2
     if nsp < 1:
         raise Unsupported("shape", f"{name} of an unbatched input")
+    if not _dense(spec) and spec.strides[1] == 1 and spec.dims[1] > 1:
+        # a channel slice of a channels-last activation (timm Res2Net pools one per stage):
+        # oneDNN pools a view with gaps on its reference kernel; a dense channels-last copy
+        # of it (values moved, not rounded) on its jit one
+        dense = L.new_tensor(spec.dtype, spec.dims, strides=channels_last(spec.dims))
+        L.copy(x, dense)
+        x, spec = dense, L.spec(dense)
     if name.startswith("aten::max_pool"):
         if _uses_output(node, 1):
             raise Unsupported("op", f"{name}: the indices output is used; oneDNN returns no indices")

@@ -10,7 +10,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.core import (
-    SYMBOLIC_SIZES,
+    SYMBOLIC_SIZES, B_ADD,
     GENERIC_DTYPES, LOWERINGS, Lowering, Unsupported, _dense, _dense_operand, _val, channels_last,
     row_major,
 )
@@ -56,6 +56,18 @@ def lower_reduce(L: Lowering, node, args, kwargs):
         L.op("pool", [view], [out], [1, 1, reduced, reduced, 0, 0, 1], name="mean")
         result = L.shape(fake)  # the pool's result is [outer, inner] row-major, as kept is
         return ("t", L.alias(out, result, row_major(result)))
+    elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name == "aten::sum" \
+            and _few_slices(spec, dims) is not None:
+        # a sum over a few slices of a middle dim (timm SKNet's selective kernel: the sum of
+        # its 2 paths, [1, 2, C, H, W] over dim 1): oneDNN's reduction over a dim that is not
+        # innermost is its reference kernel (skresnet18: 2x slower than eager); the slices,
+        # each dense, added by one binary op and its post-ops, in order, as ATen adds them
+        reduced, inner = _few_slices(spec, dims)
+        flat = L.contiguous(src)
+        parts = [L.alias(flat, (inner,), (1,), k * inner) for k in range(reduced)]
+        out = L.new_tensor(torch.float32, kept)
+        L.op("binary", parts[:2], [L.alias(out, (inner,), (1,))], [B_ADD], name="sum of slices",
+             post=[[1, B_ADD, 0.0, 0.0, part] for part in parts[2:]])
     elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in ("aten::sum", "aten::mean", "aten::amax", "aten::amin") and count > 0:
         src = _dense_operand(L, src)
         out = L.new_tensor(torch.float32, kept)
@@ -83,6 +95,16 @@ def _middle_block(spec, dims: list[int]) -> tuple[int, int, int] | None:
     reduced = math.prod(spec.dims[k] for k in dims)
     inner = math.prod(spec.dims[dims[-1] + 1:])
     return (outer, reduced, inner) if inner > 1 and reduced > 1 else None
+
+
+def _few_slices(spec, dims: list[int]) -> tuple[int, int] | None:
+    """(reduced, inner) when ``dims`` are one run of middle dims with nothing before them but
+    dims of size 1, 2 to 8 elements reduced and more than one after (static sizes), else None."""
+    block = _middle_block(spec, dims)
+    if block is None:
+        return None
+    outer, reduced, inner = block
+    return (reduced, inner) if outer == 1 and reduced <= 8 else None
 
 
 LOWERINGS["aten::sum"] = lower_reduce
