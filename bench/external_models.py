@@ -163,7 +163,7 @@ def markdown(rows: list[dict], setup: dict) -> str:
         f"{setup['machine']['memory_gib']} GiB, Linux {setup['machine']['kernel']}, Python "
         f"{setup['machine']['python']}; opforge commit {setup['machine']['opforge_commit']}; "
         "shared with other jobs. One thread per model (OMP_NUM_THREADS=1), nice 10 unless timed (--time); "
-        f"this run's niceness {os.nice(0)}." + _loads(rows),
+        f"this run's niceness {setup.get('niceness', '?')}." + _loads(rows),
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in setup["versions"].items()) + ".",
         "- Criterion (tests/backends/test_cpu_models.py): right when max |got − float64| ≤ "
         "8 × max |eager float32 − float64| + 2 · eps(float32) · max |float64|; refused when "
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         setup = {"date": stamp, "command": " ".join(["bench/external_models.py", *(argv or sys.argv[1:])]),
-                 "machine": machine, "versions": _versions()}
+                 "machine": machine, "versions": _versions(), "niceness": os.nice(0)}
         ordered = [rows[n] for n in CATALOG if n in rows]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"setup": setup, "totals": totals(ordered), "rows": ordered},
