@@ -121,7 +121,9 @@ def bundle(programs: Sequence[str | Path], out_dir: str | Path, *,
         raise BuildError(
             f"{_API}: --target {target} — the programs hold cpu delegates, whose engine and "
             "oneDNN are built for this machine — valid: programs without delegates — fix: export "
-            "without backends=['cpu'] for this target (the portable kernels run every op)")
+            f"for this target with `opforge export --backend cpu --target {target}` "
+            "(CpuBackend(target=...)): the cpu backend then delegates nothing and says why "
+            "(docs/backend-cpu.md#aarch64)")
     library_keys = {Path(lib): _library_keys(Path(lib)) for lib in kernels}
     staging = Path(tempfile.mkdtemp(prefix="opforge-bundle-"))
     try:

@@ -63,7 +63,7 @@ FALLBACKS = (
     Fallback("kernels/copy.cpp", "4-byte transposes as SSE 4x4 register transposes",
              "4-byte transposes as a scalar 16x16-tiled loop", True),
     Fallback("kernels/ops/quantized.cpp", "float32 -> 8-bit quantize 16 values at a time (SSE2)",
-             "float32 -> 8-bit quantize as a scalar loop (auto-vectorized where GCC can)", True),
+             "float32 -> 8-bit quantize in the branchless loop GCC vectorizes (NEON on aarch64)", True),
     Fallback("src/thread_pool.cpp", "spin-wait with the x86 pause hint",
              "spin-wait without a hint", False),
 )
@@ -118,7 +118,8 @@ class Target:
         from opforge.native.toolchain import find_toolchain
 
         return {"target": self.name, "cxx": find_toolchain(self.compiler()).identity(),
-                "toolchain_file": file_sha256(self.toolchain_file)}
+                "toolchain_file": file_sha256(self.toolchain_file),
+                "report": [f.line() for f in self.fallbacks()]}  # written beside the outputs
 
     def fallbacks(self) -> tuple[Fallback, ...]:
         return FALLBACKS

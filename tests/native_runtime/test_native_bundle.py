@@ -4,6 +4,7 @@ only the kernels its program calls, and gives the lean runtime's outputs."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -95,6 +96,20 @@ def test_bundle_builds_alone_runs_without_python_and_matches_lean(tmp_path, port
     text = app.read_bytes()
     assert b"aten::relu.out" in text
     assert b"aten::convolution.out" not in text and b"aten::addmm.out" not in text
+
+    # moved (as to a device): the folder it was built in is gone, OPFORGE_BUNDLE_DIR says
+    # where the program is now; without it the load fails naming the old path
+    moved = shutil.move(str(written.path), str(tmp_path / "moved"))
+    (tmp_path / "output_0.bin").unlink()
+    app = Path(moved) / "build" / "opforge_app"
+    lost = subprocess.run([str(app), str(tmp_path / "x.bin"), str(tmp_path / "w.bin")],
+                          cwd=tmp_path, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert lost.returncode != 0 and str(written.path / written.programs[0]) in lost.stderr
+    run = subprocess.run([str(app), str(tmp_path / "x.bin"), str(tmp_path / "w.bin")],
+                         cwd=tmp_path, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "OPFORGE_BUNDLE_DIR": moved})
+    assert run.returncode == 0, run.stderr[-3000:]
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "output_0.bin", np.float32).reshape(2, 8), want)
 
 
 def test_bundle_refuses_missing_kernels_all_at_once(tmp_path, portable_keys):
