@@ -13,6 +13,13 @@ in ATen mode, and exported with ``backends=["cpu"]``; each run's tokens must equ
 transformers' own ``generate(..., cache_implementation="static", do_sample=False)`` on the
 eager model, and the prefill logits are compared with eager's.
 
+For the cpu-backend run the row also records which implementation runs each engine op
+(``impls``, ``reference``, ``reference_explained``: the same record as
+bench/external_check.py, whose helpers it imports): an engine op on one of oneDNN's
+reference kernels whose name does not say why fails the bench (issue 47). The record comes
+from each delegate's engine as built from the program (dynamic methods at their export-time
+shapes).
+
 Needs ``bench/.venv-external`` (``bash bench/setup_external.sh``: transformers and torch
 2.14.1 beside opforge). Writes ``bench/results/transformers_decoders.md`` and ``.json``.
 """
@@ -32,6 +39,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from external_check import _implementations  # noqa: E402
 from machine import describe_machine  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -124,6 +132,8 @@ def check(name: str, build) -> dict:
         start = time.perf_counter()
         try:
             program = export(exported, backends=backends)
+            if backends:
+                row["cpu_impls"] = _implementations(program)
             loaded = load(program, mode=mode)
             tokens, logits = _greedy(loaded.method("forward"), PROMPT, NEW_TOKENS)
         except Exception as e:  # recorded as the row's verdict, with the error's first line
@@ -143,7 +153,8 @@ def check(name: str, build) -> dict:
 
 def _table(rows: list[dict]) -> str:
     lines = ["| model | lean | aten | cpu backend | prefill logits, max rel. error (lean) | "
-             "state tensors |", "| --- | --- | --- | --- | ---: | ---: |"]
+             "state tensors | cpu engine ops' implementations | unexplained `ref:` |",
+             "| --- | --- | --- | --- | ---: | ---: | --- | --- |"]
     for row in rows:
         cells = []
         for runtime in ("lean", "aten", "cpu"):
@@ -154,9 +165,13 @@ def _table(rows: list[dict]) -> str:
             cells.append(cell)
         lean = row.get("lean", {})
         error = lean.get("prefill_logits_rel_error")
-        lines.append(f"| {row['model']} ({row['architecture']}) | " + " | ".join(cells) +
-                     f" | {error:.1e} | {len(lean.get('state', []))} |" if error is not None
-                     else f"| {row['model']} | " + " | ".join(cells) + " | - | - |")
+        impls = row.get("cpu_impls", {})
+        impl_cells = (", ".join(f"{k} {v}" for k, v in impls.get("impls", {}).items()) or "-",
+                      "; ".join(impls.get("reference", [])) or ("none" if impls else "-"))
+        lines.append((f"| {row['model']} ({row['architecture']}) | " + " | ".join(cells) +
+                      f" | {error:.1e} | {len(lean.get('state', []))} |" if error is not None
+                      else f"| {row['model']} | " + " | ".join(cells) + " | - | - |") +
+                     f" {impl_cells[0]} | {impl_cells[1]} |")
     return "\n".join(lines)
 
 
@@ -178,6 +193,7 @@ def main() -> int:
     (RESULTS / "transformers_decoders.json").write_text(json.dumps(rows, indent=1) + "\n")
     wrong = [r["model"] for r in rows for k in ("lean", "aten", "cpu")
              if r.get(k, {}).get("verdict") != "same tokens"]
+    unexplained = [r["model"] for r in rows if r.get("cpu_impls", {}).get("reference")]
     machine = describe_machine(HERE.parent)
     text = (
         "# transformers decoders through transformers' ExecuTorch recipe\n\n"
@@ -198,10 +214,16 @@ def main() -> int:
         "experts, which `torch.export` refuses before opforge sees the graph; the default "
         "(`grouped_mm`) and `batched_mm` export.\n\n"
         + ("Every run gave eager's tokens.\n" if not wrong else
-           f"Runs that did not: {', '.join(sorted(set(wrong)))}.\n"))
+           f"Runs that did not: {', '.join(sorted(set(wrong)))}.\n")
+        + "\nImplementations: each cpu-backend program's engine ops by oneDNN implementation "
+        "name (`own`: the engine's own kernels), from each delegate's engine as built "
+        "(bench/external_check.py's record); an op on a oneDNN reference kernel (`ref:...` "
+        "or ISA `any`) whose name does not say why fails the bench. "
+        + ("No unexplained `ref:` implementation.\n" if not unexplained else
+           f"Unexplained `ref:` in: {', '.join(unexplained)}.\n"))
     (RESULTS / "transformers_decoders.md").write_text(text)
     print(text)
-    return 1 if wrong else 0
+    return 1 if wrong or unexplained else 0
 
 
 if __name__ == "__main__":

@@ -535,16 +535,24 @@ def _native_entry(kernel, op, plan_tensors):
 def program_impls(program: Any) -> list[tuple[str, str]]:
     """(op, oneDNN implementation) of every op of a program's cpu delegates, in order, from
     an engine made for each delegate and closed again (``EngineHandle.impls``: "" for an op
-    on the engine's own kernels)."""
+    on the engine's own kernels). A dynamic delegate is built at its symbols' lower bounds
+    and again at their upper bounds (both engines' ops listed)."""
     from opforge.backends.cpu import blob
+    from opforge.backends.cpu.dynamic import check_symbolic, concrete_plan
     from opforge.backends.named_data import NamedDataMap
 
     seen: list[tuple[str, str]] = []
     for delegate in program.delegates:
-        plan, data = blob.parse(program.segments[delegate.segment].data)
-        handle = EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
-        try:
-            seen += list(zip(handle.describe(), handle.impls()))
-        finally:
-            handle.close()
+        doc, data = blob.parse(program.segments[delegate.segment].data)
+        plans = [doc]
+        if "symbols" in doc:
+            exprs = check_symbolic(doc, data)
+            plans = [concrete_plan(doc, exprs, {n: b[end] for n, *b in doc["symbols"]})
+                     for end in (0, 1)]
+        for plan in plans:
+            handle = EngineHandle(plan, data, 1, 1 << 30, None, {}, named=NamedDataMap(program))
+            try:
+                seen += list(zip(handle.describe(), handle.impls()))
+            finally:
+                handle.close()
     return seen
