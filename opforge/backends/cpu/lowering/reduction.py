@@ -17,6 +17,7 @@ from opforge.backends.cpu.lowering.core import (
 from opforge.backends.cpu.lowering.pooling import _pool_dst_strides
 
 
+REDUCE_F32 = ("aten::sum", "aten::mean", "aten::amax", "aten::amin")
 REDUCE = {"aten::sum": 0, "aten::mean": 1, "aten::amax": 2, "aten::amin": 3, "aten::any": 4, "aten::all": 5}
 
 
@@ -68,7 +69,20 @@ def lower_reduce(L: Lowering, node, args, kwargs):
         out = L.new_tensor(torch.float32, kept)
         L.op("binary", parts[:2], [L.alias(out, (inner,), (1,))], [B_ADD], name="sum of slices",
              post=[[1, B_ADD, 0.0, 0.0, part] for part in parts[2:]])
-    elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in ("aten::sum", "aten::mean", "aten::amax", "aten::amin") and count > 0:
+    elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in REDUCE_F32 \
+            and rank >= 2 and rank - 1 not in dims and type(count) is int and 1 < count <= 8:
+        # a few elements reduced over dims that are not innermost, the dims before them
+        # counted at run time (the MoE decoders' sum of the top-k experts' outputs,
+        # [tokens, 2, hidden] over dim 1): oneDNN's reduction over a dim that is not innermost
+        # is its reference kernel; a copy with the reduced dims moved innermost reduces on
+        # its jit kernel (the permuted kept shape has kept's row-major numbers)
+        order = [k for k in range(rank) if k not in dims] + dims
+        moved = L.contiguous(L.alias(src, tuple(spec.dims[k] for k in order),
+                                     tuple(spec.strides[k] for k in order)))
+        reduced_out = L.new_tensor(torch.float32, tuple(kept[k] for k in order))
+        L.op("reduction", [moved], [reduced_out], [REDUCE[name]], name=name.split("::")[1])
+        out = L.alias(reduced_out, kept, row_major(kept))
+    elif spec.dtype == torch.float32 and fake.dtype == torch.float32 and name in REDUCE_F32 and count > 0:
         src = _dense_operand(L, src)
         out = L.new_tensor(torch.float32, kept)
         L.op("reduction", [src], [out], [REDUCE[name]], name=name.split("::")[1])
