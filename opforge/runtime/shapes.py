@@ -56,6 +56,11 @@ class ShapeBinder:
                 for dim, size in enumerate(value.sizes):
                     if exprs is None or exprs[dim].is_const:
                         self.static_dims.append((position, dim, size))
+                    # a constant below the slot's size (a hostile file; the verifier allows
+                    # it): both sizes are checked, so every call is refused clearly, as the
+                    # native runtime refuses it, where the copy into the slot raised
+                    if exprs is not None and exprs[dim].is_const and exprs[dim].evaluate({}) != size:
+                        self.static_dims.append((position, dim, exprs[dim].evaluate({})))
         self.ranks = {p: len(method.values[i].sizes) for p, i in enumerate(method.inputs)
                       if type(method.values[i]) is TensorValue}
         # values whose run-time object depends on the symbols: symbolic values and the

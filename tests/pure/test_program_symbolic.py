@@ -256,3 +256,22 @@ def test_methods_sharing_a_state_name_must_agree_on_its_dtype_and_size():
     with pytest.raises(ProgramError, match="state 'count'.*int32\\[1\\], but method 'forward' "
                                            "has float32\\[1\\]"):
         verify(mixed)
+
+
+def test_a_constant_expression_below_its_slot_is_refused_clearly_at_each_size():
+    """fuzz/native_exec_fuzz.py's lean findings (seed 0, cases 32550, 36508): an input
+    dimension whose expression is a constant (4) below its slot's size (5). The verifier
+    allows it; an input of size 5 passed the static check and its copy into the 4-wide view
+    raised NumPy's ValueError. Every call is now refused naming the dimension, with either
+    size, as the native runtime refuses it."""
+    x = TensorValue(F32, (8, 5), storage=ArenaStorage(0, 0))
+    y = TensorValue(F32, (8, 5), storage=ArenaStorage(0, 192))
+    exprs = (SizeExpr.parse("s0"), SizeExpr.parse("4"))
+    method = Method("forward", (x, y), (0,), (1,), (KernelCall(0, (0, 1)),),
+                    (Operator("aten::abs", "out"),), MemoryPlan((384,)),
+                    symbols=(Symbol("s0", 1, 8),),
+                    symbolic_values=(SymbolicValue(0, exprs), SymbolicValue(1, exprs)))
+    forward = load(from_bytes(to_bytes(Program(methods=(method,))))).method("forward")
+    for width, valid in ((5, 4), (4, 5)):
+        with pytest.raises(ProgramError, match=rf"input 0 dimension 1 — found size {width} — valid: {valid}"):
+            forward(np.ones((3, width), np.float32))
