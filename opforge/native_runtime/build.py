@@ -29,7 +29,7 @@ from opforge.native.cache import BuildCache, file_sha256, hash_key, record_files
 from opforge.native.toolchain import find_toolchain
 from opforge.native_runtime.targets import Target, find_target, report_lines
 
-__all__ = ["BuiltRuntime", "build_runtime", "source_dir", "source_files"]
+__all__ = ["BuiltRuntime", "build_runtime", "source_dir", "source_files", "work_area_name"]
 
 _HERE = Path(__file__).resolve().parent
 _ABI_INCLUDE = _HERE.parent / "native" / "include"
@@ -106,13 +106,19 @@ def build_runtime(*, sanitize: bool = False, cxx: str | None = None,
         cache.sweep_stale(key)
         work = cache.temp_dir(key)
         try:
-            # one persistent CMake tree per variant: Ninja rebuilds only what changed
+            # one persistent CMake tree per variant and checkout: Ninja rebuilds only what
+            # changed (CMake refuses a tree another source folder configured, e.g. a clone's)
             variant = target or ("asan" if sanitize else "release")
-            with cache.work_area(f"native-runtime-{variant}") as area:
+            with cache.work_area(work_area_name(variant)) as area:
                 finished = _compile(area / "build", work, toolchain, sanitize, cross)
             return BuiltRuntime(cache.commit(key, finished), sanitize, target)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def work_area_name(variant: str, source: Path = _HERE) -> str:
+    """The persistent CMake tree of ``variant`` for the runtime sources at ``source``."""
+    return f"native-runtime-{variant}-{hash_key({'source': str(source.resolve())})[:10]}"
 
 
 def _compile(build_dir: Path, work: Path, toolchain, sanitize: bool,
