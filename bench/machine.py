@@ -6,9 +6,10 @@ import importlib.metadata as md
 import os
 import pathlib
 import platform
+import re
 import subprocess
 
-__all__ = ["describe_machine"]
+__all__ = ["describe_machine", "machine_slug"]
 
 PEERS = ("opforge", "numpy", "torch", "onnxruntime", "onnx", "onnxscript", "executorch", "matplotlib")
 
@@ -21,6 +22,35 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+# the instruction-set extensions that decide which kernels a runtime can pick
+FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+         "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimd", "sve")
+
+
+def _cpuinfo_field(name: str) -> str:
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":", 1)[0].strip() == name:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def machine_slug(machine: dict) -> str:
+    """A short name for the kind of machine, for per-machine result files: AMD's Zen
+    generation from the CPU family and AVX-512 (a virtual machine often reports only
+    "AMD EPYC"), else the model name's words."""
+    cpu, flags = machine["cpu"].lower(), set(machine.get("flags", []))
+    if "amd" in cpu and machine.get("cpu_family"):
+        zen = {"23": "zen2", "25": "zen4" if "avx512f" in flags else "zen3", "26": "zen5"}
+        if machine["cpu_family"] in zen:
+            return "-".join(w for w in ("amd", "epyc" if "epyc" in cpu else "",
+                                        zen[machine["cpu_family"]]) if w)
+    words = re.findall(r"[a-z0-9]+", re.sub(r"\(r\)|\(tm\)|cpu|processor|@.*", "", cpu))
+    return "-".join(words[:5]) or "unknown"
 
 
 def _memory_gib() -> float:
@@ -50,6 +80,9 @@ def describe_machine(root: pathlib.Path) -> dict:
             versions[name] = "not installed"
     return {
         "cpu": _cpu_model(),
+        "cpu_family": _cpuinfo_field("cpu family"),
+        "flags": [f for f in FLAGS if f in _cpuinfo_field("flags").split()
+                  or f in _cpuinfo_field("Features").split()],
         "cores": os.cpu_count(),
         "memory_gib": round(_memory_gib(), 1),
         "kernel": platform.release(),
