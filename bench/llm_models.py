@@ -4,7 +4,13 @@ ONNX Runtime gets (the KV cache as inputs and outputs instead of state).
 - ``tiny``: ``opforge.examples.decoder.TinyDecoder``'s defaults (vocabulary 64, hidden 32,
   2 layers, 4 heads, 2 KV heads, MLP 64), with 256 cache positions;
 - ``base``: hidden 768, 12 layers, 12 heads, 4 KV heads, MLP 2048, vocabulary 32000, 256
-  cache positions: 125.5M parameters (embedding and head not tied).
+  cache positions: 125.5M parameters (embedding and head not tied);
+- ``1b``: Llama-3.2-1B's shape (vocabulary 128256, hidden 2048, 16 layers, 32 heads, 8 KV
+  heads, MLP 8192), 256 cache positions: 1.50B parameters, because the embedding and the
+  head are *not* tied as Llama-3.2-1B ties them (1.24B there): TinyDecoder has no tying, so
+  every runtime reads both 525M-parameter matrices (the head is read per token anyway; the
+  embedding only by rows). Measured by ``bench/llm.py --llamacpp --configs 1b`` only
+  (opforge-cpu and llama.cpp, one file at a time: a float32 program is 6 GB).
 
 Weights are random (``TinyDecoder(seed=0)``): no download, the same model in every process.
 """
@@ -15,6 +21,8 @@ CONFIGS = {
     "tiny": dict(vocab=64, dim=32, heads=4, kv_heads=2, hidden=64, layers=2, max_len=256),
     "base": dict(vocab=32000, dim=768, heads=12, kv_heads=4, hidden=2048, layers=12,
                  max_len=256),
+    "1b": dict(vocab=128256, dim=2048, heads=32, kv_heads=8, hidden=8192, layers=16,
+               max_len=256),
 }
 PROMPT_TOKENS = 128
 NEW_TOKENS = 128
