@@ -21,7 +21,8 @@ __all__ = ["quantize"]
 
 _API = "`opforge quantize`"
 _API_NAME = "opforge quantize"
-_SCHEMES = ("8a8w", "16a16w", "16a8w", "16a4w", "16a4w_block", "8a4w")  # opforge.quantize.SCHEMES
+_SCHEMES = ("8a8w", "16a16w", "16a8w", "16a4w", "16a4w_block", "8a4w",  # opforge.quantize.SCHEMES
+            "w8", "w8_block", "w4")
 
 
 def _samples(path: str, option: str) -> list[tuple]:

@@ -116,7 +116,9 @@ def _feeds_batch_norm(node: torch.fx.Node) -> bool:
 def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
     """Annotate one aten node; returns what was done, or None when it stays float.
 
-    ``weight`` is the weight spec for a weighted op (ignored for the others).
+    ``weight`` is the weight spec for a weighted op (ignored for the others); ``act`` is
+    None under a weight-only scheme (only weights are annotated; the caller leaves other
+    ops float).
     """
     if node.target in _SKIP or unbounded_output(node):
         return None
@@ -126,21 +128,22 @@ def annotate_default_node(node: torch.fx.Node, act, weight) -> str | None:
     if node.target in WEIGHTED:
         x, w = node.args[0], node.args[1]
         qmap = {}
-        if isinstance(x, torch.fx.Node) and is_float_tensor(x.meta.get("val")):
+        if act is not None and isinstance(x, torch.fx.Node) and is_float_tensor(x.meta.get("val")):
             qmap[x] = act
         if is_constant(w):
             qmap[w] = weight
         fused = _feeds_batch_norm(node)
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(
             input_qspec_map=qmap, output_qspec=None if fused else act, _annotated=True)
-        return "weights and activations" + (" (output after its batch norm)" if fused else "")
+        done = "weights and activations" if act is not None else "weights (activations float)"
+        return done + (" (output after its batch norm)" if fused else "")
     if node.target == _aten.embedding.default:
         # the table is a weight (one scale per row); the looked-up rows are activations
         table = node.args[0]
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(
             input_qspec_map={table: weight} if is_constant(table) and weight is not None else {},
             output_qspec=act, _annotated=True)
-        return "table as weights, output as activations"
+        return "table as weights, output as activations" if act is not None else "table as weights"
     inputs = _float_inputs(node)
     if node.target in _BATCH_NORM and inputs and _feeds_batch_norm(inputs[0]):
         node.meta[ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=act, _annotated=True)

@@ -263,7 +263,8 @@ def quantize(
 
     PTQ: each ``calibration`` sample (a tuple of inputs shaped like ``example_inputs``) runs
     through the observed model; without calibration the example inputs calibrate, with a
-    warning (one sample rarely covers the real ranges). QAT: pass ``train`` (a function
+    warning (one sample rarely covers the real ranges; weight-only and dynamic schemes need
+    no calibration: the example inputs run once for the weights' observers). QAT: pass ``train`` (a function
     that trains the fake-quantized graph module in place) and a quantizer whose config has
     ``is_qat=True``. The report compares the converted model with the float model on the
     calibration samples (SQNR in dB, max abs error); ``QuantizedModel.evaluate`` measures
@@ -278,8 +279,9 @@ def quantize(
     example_inputs = tuple(example_inputs)
     quantizer = quantizer or Quantizer(scheme)
     if calibration is None:
-        warnings.warn("opforge.quantize: no calibration data; the example inputs calibrate "
-                      "(ranges seen on one sample may clip real data)", stacklevel=2)
+        if quantizer.needs_calibration:
+            warnings.warn("opforge.quantize: no calibration data; the example inputs calibrate "
+                          "(ranges seen on one sample may clip real data)", stacklevel=2)
         samples = [example_inputs]
     else:
         dynamic = _dynamic_dims(model, example_inputs, dynamic_shapes)

@@ -86,8 +86,26 @@ def _check_block(node: torch.fx.Node, block: tuple[int, ...]) -> None:
         )
 
 
-def _default_block(node: torch.fx.Node) -> tuple[int, ...] | None:
+def _default_block(node: torch.fx.Node, cfg: QuantConfig) -> tuple[int, ...] | None:
+    """The block of a block-wise weight: ``cfg.block_size``, else ``(1, group)`` along the
+    input channels with the config's group size, else the largest of 128/64/32/16/8 below
+    K dividing it; None (per channel) when the scheme's default group does not divide K.
+    A group size the user gave must divide K (refused otherwise)."""
+    if cfg.block_size is not None:
+        return cfg.block_size
     shape = tuple(node.args[1].meta["val"].shape)
+    group = cfg.weight_group_size
+    if group is not None:
+        if len(shape) >= 2 and shape[1] % group == 0:
+            return (1, group) + (1,) * (len(shape) - 2)
+        if cfg.group_size is not None:
+            raise QuantizeError(
+                f"`opforge.quantize.QuantConfig(scheme={cfg.scheme!r}, group_size={group})`: "
+                f"node {node.name!r} — group size {group} does not divide the {shape[1] if len(shape) > 1 else '?'} "
+                f"input channels of its weight {shape} — valid: a group size dividing every "
+                "quantized weight's input channels — fix: 1. pick a divisor (32, 64, 128 ...); "
+                "2. give that layer its own config (Quantizer.set_submodule_qconfig_list)")
+        return None
     for size in (128, 64, 32, 16, 8):
         if len(shape) >= 2 and shape[1] % size == 0 and shape[1] > size:
             return (1, size) + (1,) * (len(shape) - 2)
@@ -138,6 +156,12 @@ class Quantizer(_TorchaoQuantizer):
     def add_custom_quant_annotations(self, fns: Iterable[Callable[[torch.fx.GraphModule], Any]]) -> None:
         self.custom_annotations.extend(fns)
 
+    @property
+    def needs_calibration(self) -> bool:
+        """True when some config observes activation ranges (a static scheme); weight-only
+        and dynamic schemes quantize without calibration data."""
+        return any(cfg.needs_calibration for cfg in [self.default] + [c for _, c in self.submodule_configs])
+
     # -- torchao's Quantizer interface -------------------------------------------------
     def config_for(self, node: torch.fx.Node) -> tuple[QuantConfig, str]:
         for predicate, cfg in self.submodule_configs:
@@ -180,6 +204,8 @@ class Quantizer(_TorchaoQuantizer):
         cfg, source = self.config_for(node)
         act = activation_spec(cfg)
         if node.target._schema.name.split("::")[0] not in ("aten", "prims"):
+            if act is None:
+                return Decision(node.name, op, "float", f"{cfg.scheme}: activations stay float")
             name, contract = custom_op_contract(node)
             if contract is None:
                 return Decision(node.name, op, "float",
@@ -194,10 +220,11 @@ class Quantizer(_TorchaoQuantizer):
             block = self.block_size_map.get(node.name)
             if block is not None:
                 _check_block(node, block)
-                cfg = cfg.with_(scheme="16a4w_block") if not cfg.block_wise else cfg
+                if not cfg.block_wise:
+                    cfg = cfg.with_(scheme="w4" if act is None else "16a4w_block")
                 detail_w, source = f"weights per block {block}", "block-size map"
             elif cfg.block_wise:
-                block = cfg.block_size or _default_block(node)
+                block = _default_block(node, cfg)
                 if block is not None:
                     _check_block(node, block)
                     detail_w = f"weights per block {block}"
@@ -210,11 +237,13 @@ class Quantizer(_TorchaoQuantizer):
                 weight = weight_spec(cfg, per_channel)
                 detail_w = detail_w or ("weights per channel" if per_channel else "weights per tensor")
         if node.target == torch.ops.aten.embedding.default:
-            # 4-bit schemes keep 8-bit tables: a looked-up row is used as is, no sum over
-            # many weights averages its error out (4-bit tables cost gpt_decoder ~5 dB)
-            table_cfg = cfg.with_(scheme=f"{cfg.activation_bits}a8w") if cfg.weight_bits == 4 else cfg
+            # 4-bit schemes keep 8-bit tables (schemes.Scheme.table_scheme says why)
+            table = cfg.spec.table_scheme
+            table_cfg = cfg.with_(scheme=table, group_size=None, block_size=None) if table else cfg
             weight = weight_spec(table_cfg, True)
             detail_w = f"table per row ({table_cfg.weight_bits}-bit)"
+        elif act is None and node.target not in WEIGHTED:
+            return Decision(node.name, op, "float", f"{cfg.scheme}: activations stay float")
         done = annotate_default_node(node, act, weight)
         if done is None:
             why = ("not a float tensor op" if float_output(node) is False

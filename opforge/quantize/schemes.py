@@ -11,7 +11,17 @@ scheme   activations                        weights (conv / linear)
 16a4w    int32 storage, [0, 65535]          int8 storage, [-7, 7], per channel
 16a4w_block  int32 storage, [0, 65535]      int8 storage, [-7, 7], per block (block-size map)
 8a4w     uint8 [0, 255]                     int8 storage, [-7, 7], per channel
+w8       float (not quantized)              int8 [-127, 127], per channel
+w8_block float (not quantized)              int8 [-127, 127], per block of 32 along K
+w4       float (not quantized)              int8 storage, [-7, 7], per block of 32 along K
 ======== ================================== =========================================
+
+The weight-only schemes (``w8``, ``w8_block``, ``w4``; float activations) are what
+llama.cpp's Q8_0 / Q4_0 and torchao's ``Int8WeightOnlyConfig`` / ``Int4WeightOnlyConfig``
+mean: only weights (linear, convolution, embedding tables) are quantized, so nothing is
+observed and no calibration data is needed. ``QuantConfig.group_size`` picks the block
+along the input channels (K) of a block-wise scheme: 32 (``w4``'s default, as Q4_0), 64,
+128. An embedding table under a 4-bit scheme stays 8-bit per row (``Scheme.table_scheme``).
 
 Weights are always symmetric (zero point 0), so a backend can use integer matmuls without
 a zero-point correction on the weight side. 16-bit activations use int32 storage because
@@ -33,28 +43,55 @@ from typing import Any, Callable
 
 from opforge.errors import OpforgeError
 
-__all__ = ["SCHEMES", "QuantConfig", "QuantizeError", "OBSERVERS", "default_headroom"]
+__all__ = ["SCHEMES", "Scheme", "QuantConfig", "QuantizeError", "OBSERVERS", "default_headroom"]
 
 
 class QuantizeError(OpforgeError, ValueError):
     """A user error in a quantization request (scheme, config, contract or data)."""
 
 
-# scheme -> (activation bits, weight bits, block-wise weights)
-SCHEMES: dict[str, tuple[int, int, bool]] = {
-    "8a8w": (8, 8, False),
-    "16a16w": (16, 16, False),
-    "16a8w": (16, 8, False),
-    "16a4w": (16, 4, False),
-    "16a4w_block": (16, 4, True),
-    "8a4w": (8, 4, False),
+@dataclass(frozen=True)
+class Scheme:
+    """What a scheme name means.
+
+    ``activations``: ``"static"`` (ranges observed on calibration data, fixed in the
+    program), ``"float"`` (activations not quantized: weight-only; ``activation_bits`` is
+    None) or ``"dynamic"`` (ranges measured on each call). ``block_wise``: weights per block
+    along the input channels, ``group_size`` the default block (None: the largest of
+    128/64/32/16/8 dividing K). ``table_scheme``: the scheme of an embedding table (None:
+    this one); 4-bit schemes keep 8-bit tables (a looked-up row is used as is, no sum over
+    many weights averages its error out: 4-bit tables cost gpt_decoder ~5 dB).
+    """
+
+    activation_bits: int | None
+    weight_bits: int
+    block_wise: bool = False
+    activations: str = "static"
+    group_size: int | None = None
+    table_scheme: str | None = None
+
+    def __post_init__(self) -> None:
+        assert self.activations in ("static", "float", "dynamic"), self.activations
+        assert (self.activation_bits is None) == (self.activations == "float"), self
+
+
+SCHEMES: dict[str, Scheme] = {
+    "8a8w": Scheme(8, 8),
+    "16a16w": Scheme(16, 16),
+    "16a8w": Scheme(16, 8),
+    "16a4w": Scheme(16, 4, table_scheme="16a8w"),
+    "16a4w_block": Scheme(16, 4, block_wise=True, table_scheme="16a8w"),
+    "8a4w": Scheme(8, 4, table_scheme="8a8w"),
+    "w8": Scheme(None, 8, activations="float"),
+    "w8_block": Scheme(None, 8, block_wise=True, activations="float", group_size=32),
+    "w4": Scheme(None, 4, block_wise=True, activations="float", group_size=32, table_scheme="w8"),
 }
 
 # name -> how activations are observed during calibration (PTQ)
 OBSERVERS = ("minmax", "moving_average", "histogram")
 
 
-def default_headroom(activation_bits: int) -> float:
+def default_headroom(activation_bits: int | None) -> float:
     """How much wider than the calibration's range an activation's integer range is.
 
     An observer's range is what the calibration samples showed; other inputs go past it
@@ -68,7 +105,7 @@ def default_headroom(activation_bits: int) -> float:
     range has 256 steps, and its rounding noise is already the larger error: widening it
     costs as much as the clipping it saves, so 8-bit ranges stay as observed.
     """
-    return 1.5 if activation_bits >= 16 else 1.0
+    return 1.5 if activation_bits is not None and activation_bits >= 16 else 1.0
 
 
 def _check_scheme(scheme: str) -> None:
@@ -94,6 +131,9 @@ class QuantConfig:
     ``Quantizer.set_block_size_map`` overrides it per node. ``act_headroom`` widens every
     observed activation range by that factor (zero stays where it was): ``None`` means 1.5
     for 16-bit activations and 1 for 8-bit ones (see :func:`default_headroom`).
+    ``group_size`` is the block along the input channels of a block-wise scheme's weights
+    (``w4``, ``w8_block``, ``16a4w_block``): 32, 64, 128... dividing K; None: the scheme's
+    default. A group size that does not divide a weight's input channels is refused.
     """
 
     scheme: str = "8a8w"
@@ -105,9 +145,11 @@ class QuantConfig:
     block_size: tuple[int, ...] | None = None
     eps: float = 2**-20
     act_headroom: float | None = None
+    group_size: int | None = None
 
     def __post_init__(self) -> None:
         _check_scheme(self.scheme)
+        self._check_group_size()
         if self.act_headroom is not None and not self.act_headroom >= 1.0:
             raise QuantizeError(
                 f"`opforge.quantize.QuantConfig(act_headroom={self.act_headroom!r})`: headroom — "
@@ -121,17 +163,55 @@ class QuantConfig:
         if self.block_size is not None:
             object.__setattr__(self, "block_size", tuple(int(b) for b in self.block_size))
 
+    def _check_group_size(self) -> None:
+        if self.group_size is None:
+            return
+        api = f"`opforge.quantize.QuantConfig(scheme={self.scheme!r}, group_size={self.group_size!r})`"
+        if not SCHEMES[self.scheme].block_wise:
+            block_wise = ", ".join(n for n, s in SCHEMES.items() if s.block_wise)
+            raise QuantizeError(
+                f"{api}: group size — given for a per-channel scheme — valid: a group size "
+                f"only with a block-wise scheme ({block_wise}) — fix: leave group_size out, "
+                "or pick a block-wise scheme (e.g. 'w4')")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
+            raise QuantizeError(
+                f"{api}: group size — not a positive integer — valid: e.g. 32, 64 or 128 "
+                "(dividing the weights' input channels) — fix: pass one of them")
+        if self.block_size is not None:
+            raise QuantizeError(
+                f"{api}: group size — given with block_size={self.block_size!r} — valid: one of "
+                "the two (group_size g means block (1, g) along the input channels) — fix: "
+                "drop one")
+
     @property
-    def activation_bits(self) -> int:
-        return SCHEMES[self.scheme][0]
+    def spec(self) -> Scheme:
+        """The :class:`Scheme` named by ``scheme``."""
+        return SCHEMES[self.scheme]
+
+    @property
+    def activation_bits(self) -> int | None:
+        """Activation bits; None when activations stay float (weight-only schemes)."""
+        return SCHEMES[self.scheme].activation_bits
 
     @property
     def weight_bits(self) -> int:
-        return SCHEMES[self.scheme][1]
+        return SCHEMES[self.scheme].weight_bits
 
     @property
     def block_wise(self) -> bool:
-        return SCHEMES[self.scheme][2]
+        return SCHEMES[self.scheme].block_wise
+
+    @property
+    def needs_calibration(self) -> bool:
+        """True when activation ranges are observed (static schemes): weight-only and
+        dynamic schemes quantize without calibration data."""
+        return SCHEMES[self.scheme].activations == "static"
+
+    @property
+    def weight_group_size(self) -> int | None:
+        """The block along the input channels of block-wise weights: ``group_size`` or the
+        scheme's default (None: the largest of 128/64/32/16/8 dividing K)."""
+        return self.group_size if self.group_size is not None else SCHEMES[self.scheme].group_size
 
     @property
     def headroom(self) -> float:

@@ -64,7 +64,10 @@ def weight_range(cfg: QuantConfig) -> tuple[torch.dtype, int, int]:
     return torch.int8, -7, 7
 
 
-def activation_spec(cfg: QuantConfig) -> QuantizationSpec:
+def activation_spec(cfg: QuantConfig) -> QuantizationSpec | None:
+    """The activation spec of ``cfg``; None when activations stay float (weight-only)."""
+    if cfg.activation_bits is None:
+        return None
     dtype, qmin, qmax = activation_range(cfg)
     qscheme = torch.per_tensor_symmetric if cfg.act_symmetric else torch.per_tensor_affine
     observer = cfg.act_observer

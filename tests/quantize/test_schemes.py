@@ -9,6 +9,8 @@ representative); the report measures on the same samples. Floors and why:
 * 16a16w >= 60 dB: nothing coarser than 16 bits, measured 79-90 dB;
 * 4-bit weights (16a4w, 16a4w_block, 8a4w) >= 16 dB: 15 weight levels give ~20 dB on
   Gaussian-like weights, measured 19.5-32 dB.
+* weight-only schemes (float activations): w8 and w8_block >= 40 dB, as 16a8w, whose error
+  is its weights'; w4 >= 16 dB, as the other 4-bit schemes.
 """
 
 import pytest
@@ -19,7 +21,7 @@ from opforge.quantize import SCHEMES
 from tests.quantize.quantize_support import quantized_zoo
 
 FLOORS = {"8a8w": 25.0, "16a8w": 40.0, "16a16w": 60.0, "16a4w": 16.0, "16a4w_block": 16.0,
-          "8a4w": 16.0}
+          "8a4w": 16.0, "w8": 40.0, "w8_block": 40.0, "w4": 16.0}
 
 
 def test_every_scheme_has_a_floor():
@@ -40,4 +42,5 @@ def test_scheme_accuracy_on_zoo_model(name, scheme):
     for d in report.decisions:
         if d.op in ("aten::linear", "aten::conv2d"):
             assert d.scheme == scheme and "weights per" in d.detail, d
-    assert report.qdq_ops.get("quantized_decomposed::quantize_per_tensor", 0) > 0
+    activations_quantized = report.qdq_ops.get("quantized_decomposed::quantize_per_tensor", 0) > 0
+    assert activations_quantized == (SCHEMES[scheme].activations == "static")
