@@ -62,7 +62,7 @@ FALLBACKS = (
              False),
     Fallback("kernels/copy.cpp", "4-byte transposes as SSE 4x4 register transposes",
              "4-byte transposes as a scalar 16x16-tiled loop", True),
-    Fallback("kernels/ops/quantized.cpp", "float32 -> 8-bit quantize 16 values at a time (SSE2)",
+    Fallback("kernels/ops/quantized_common.h", "float32 -> 8-bit quantize 16 values at a time (SSE2)",
              "float32 -> 8-bit quantize in the branchless loop GCC vectorizes (NEON on aarch64)", True),
     Fallback("src/thread_pool.cpp", "spin-wait with the x86 pause hint",
              "spin-wait without a hint", False),

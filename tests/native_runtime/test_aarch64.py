@@ -116,7 +116,7 @@ def test_cross_built_runtime_is_aarch64_and_reports_its_paths(arm_runtime):
     assert report.startswith(f"target: {TARGET}")
     for fallback in FALLBACKS:
         assert fallback.line() in report
-    assert "slower than on x86-64" in report and "kernels/ops/quantized.cpp" in report
+    assert "slower than on x86-64" in report and "kernels/ops/quantized_common.h" in report
 
 
 # --- programs under qemu against the lean runtime ---------------------------------------------
