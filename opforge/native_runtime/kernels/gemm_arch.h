@@ -67,8 +67,10 @@ static void micro(int64_t kc, const T* __restrict ap, const T* __restrict bp, T*
     ap += MR;
     bp += 2 * L;
   }
-  if (mr == MR && nr == 2 * L && csc == 1) {
-    for (int i = 0; i < MR; ++i) {
+  // Whole rows of a row-contiguous C: called with the constant MR for a full tile (the loop
+  // unrolled) or with mr (a short prompt's m).
+  auto store_rows = [&](int rows) {
+    for (int i = 0; i < rows; ++i) {
       T* row = c + i * rsc;
       if (accumulate) {
         store<T>(row, load<T>(row) + acc0[i]);
@@ -78,18 +80,12 @@ static void micro(int64_t kc, const T* __restrict ap, const T* __restrict bp, T*
         store<T>(row + L, acc1[i]);
       }
     }
-    return;
-  }
-  if (nr == 2 * L && csc == 1) {  // fewer rows (a short prompt's m), each row whole
-    for (int i = 0; i < mr; ++i) {
-      T* row = c + i * rsc;
-      if (accumulate) {
-        store<T>(row, load<T>(row) + acc0[i]);
-        store<T>(row + L, load<T>(row + L) + acc1[i]);
-      } else {
-        store<T>(row, acc0[i]);
-        store<T>(row + L, acc1[i]);
-      }
+  };
+  if (nr == 2 * L && csc == 1) {
+    if (mr == MR) {
+      store_rows(MR);
+    } else {
+      store_rows(mr);
     }
     return;
   }
