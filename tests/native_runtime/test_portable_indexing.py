@@ -82,6 +82,50 @@ def test_scatter(lib, dtype):
     compare(lib, "aten::scatter_add.out", x, 1, dup, src, np.empty(x.shape, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64, np.int8,
+                                   np.uint8, np.bool_])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_two(lib, dtype, reduce):
+    """Repeated indices fold in index order; positions no index names keep self; without
+    include_self a named position starts from the identity; mean divides by the count
+    (flooring for integers: negative int8 sums check the floor). Bit for bit against NumPy."""
+    x = _x((4, 5), dtype)
+    if dtype == np.bool_:
+        x = _x((4, 5)) > 0
+    src = _x((4, 6), dtype, 2) if dtype != np.bool_ else _x((4, 6), seed=2) > 0
+    rng = np.random.default_rng(3)
+    cases = [(1, rng.integers(0, 5, (4, 6))), (0, rng.integers(0, 4, (3, 6))[:, :5]),
+             (-1, _i([[0, 0, 0], [4, 4, 1]])), (1, np.zeros((0, 0), np.int64))]
+    for dim, index in cases:
+        index = index.astype(np.int64)
+        for include_self in (True, False):
+            compare(lib, "aten::scatter_reduce.two_out", x, dim, index, src, reduce, include_self,
+                    np.empty(x.shape, dtype))
+    compare(lib, "aten::scatter_reduce.two_out", x[:, ::2], 0, _i([[3, 3, 0]]), src, reduce,
+            False, np.empty((4, 3), dtype))
+    if dtype == np.float32:  # NaN wins amax/amin in either operand
+        xn = x.copy()
+        xn[0, 1] = np.nan
+        sn = src.copy()
+        sn[1, 0] = np.nan
+        compare(lib, "aten::scatter_reduce.two_out", xn, 1, _i([[1, 1], [2, 2]]), sn, reduce,
+                True, np.empty(x.shape, dtype))
+
+
+def test_scatter_reduce_two_refusals(lib):
+    x = _x((3, 4))
+    out = np.full((3, 4), 9, np.float32)
+    with pytest.raises(Exception, match=r"reduce='max' — is not a scatter reduction — valid: 'sum'"):
+        lib.kernel("aten::scatter_reduce.two_out")(x, 0, _i([[0]]), x, "max", True, out)
+    with pytest.raises(Exception, match=r"valid: \[0, 2\]"):
+        lib.kernel("aten::scatter_reduce.two_out")(x, 0, _i([[3]]), x, "sum", True, out)
+    assert (out == 9).all()  # nothing written
+    with pytest.raises(Exception, match=r"found dtype uint16"):
+        lib.kernel("aten::scatter_reduce.two_out")(x.astype(np.uint16), 0, _i([[0]]),
+                                                  x.astype(np.uint16), "sum", True,
+                                                  np.empty((3, 4), np.uint16))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int8])
 def test_slice_select_scatter_tril_triu(lib, dtype):
     x = _x((4, 6, 3), dtype)

@@ -4,7 +4,9 @@
 // NumPy kernels refuse them: embedding, index_select, gather, scatter);
 // opforge/kernels/portable/indexing.py is the specification. Advanced indexing
 // (index.Tensor, index_put) is advanced_indexing.cpp.
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "copy.h"
 #include "portable.h"
@@ -198,6 +200,68 @@ bool reduce_arg(opforge_context* ctx, opforge_arg* args, int64_t n, int64_t i, c
   return false;
 }
 
+// Where a scatter writes: self's shape (a 0-d tensor scatters like a 1-element vector), the
+// dim, and src (absent for a value). prepare() validates the operands and copies self into
+// out; each() visits index in row-major order with f(out offset in elements, row-major
+// position in out, src element or nullptr).
+struct ScatterPlan {
+  const char* op;
+  const View* index;
+  const View* src;  // nullptr: a value
+  const View* out;
+  int64_t d = 0, one = 1, zero = 0;
+  const int64_t* sizes = nullptr;
+  const int64_t* ostrides = nullptr;
+
+  bool prepare(opforge_context* ctx, const View& self, int64_t dim) {
+    if (!check_shape(ctx, op, *out, self.sizes, self.rank) || !index_tensor(ctx, op, *index)) return false;
+    if (!convertible(out->dtype) || !convertible(self.dtype) || (src && !convertible(src->dtype))) {
+      fail(ctx, "%s: out — dtype %s — valid: a real dtype", op, dtype_name(out->dtype));
+      return false;
+    }
+    sizes = self.rank ? self.sizes : &one;
+    ostrides = self.rank ? out->strides : &zero;
+    if (index->numel) {
+      if (!wrap_dim(ctx, op, dim, self.rank, &d)) return false;
+      bool fits = index->rank == self.rank || (self.rank == 0 && index->rank <= 1);
+      for (int k = 0; fits && k < index->rank; ++k)
+        fits = (k == d || index->sizes[k] <= sizes[k]) &&
+               (!src || src->rank == 0 || (src->rank == index->rank && index->sizes[k] <= src->sizes[k]));
+      if (!fits) {
+        fail(ctx, "%s: index — its shape exceeds self's outside dim %lld or src's (or its rank "
+             "differs) — valid: index.size(d) <= self.size(d) for d != dim, <= src.size(d) — "
+             "re-export the program", op, (long long)d);
+        return false;
+      }
+      if (!check_range(ctx, op, *index, sizes[d], false)) return false;
+    }
+    return out->data == self.data || !self.numel ||
+           copy_checked(ctx, op, out->data, out->dtype, out->strides, self.data, self.dtype,
+                        self.strides, self.sizes, self.rank);
+  }
+
+  template <typename F>
+  void each(F&& f) const {
+    const int irank = index->rank;
+    const int64_t sitem = src ? itemsize(src->dtype) : 0;
+    for_each_element(*index, *index, [&](char* p, char*, const int64_t* idx) {
+      const int64_t at = read_index(p, index->dtype);
+      int64_t off = at * ostrides[d], flat = 0;
+      for (int k = 0; k < irank; ++k) {
+        if (k != d) off += idx[k] * ostrides[k];
+        flat = flat * sizes[k] + (k == d ? at : idx[k]);
+      }
+      const char* from = nullptr;
+      if (src) {
+        int64_t soff = 0;
+        for (int k = 0; k < src->rank; ++k) soff += idx[k] * src->strides[k];
+        from = src->data + soff * sitem;
+      }
+      f(off, flat, from);
+    });
+  }
+};
+
 // scatter(self, dim, index, src or value, [reduce], out)
 void scatter(opforge_context* ctx, opforge_arg* args, int64_t n, const char* kOp, bool value,
              int64_t reduce_index, Reduce fixed, int64_t out_index) {
@@ -216,55 +280,15 @@ void scatter(opforge_context* ctx, opforge_arg* args, int64_t n, const char* kOp
   } else if (!tensor_arg(ctx, args, n, 3, kOp, "src", &src)) {
     return;
   }
-  if (!check_shape(ctx, kOp, out, self.sizes, self.rank) || !index_tensor(ctx, kOp, index)) return;
-  if (!convertible(out.dtype) || !convertible(self.dtype) || (!value && !convertible(src.dtype))) {
-    fail(ctx, "%s: out — dtype %s — valid: a real dtype", kOp, dtype_name(out.dtype));
-    return;
-  }
-  // a 0-d tensor scatters like a 1-element vector
-  int64_t one = 1, zero = 0;
-  int rank = self.rank ? self.rank : 1;
-  const int64_t* ssizes = self.rank ? self.sizes : &one;
-  const int64_t* ostrides = self.rank ? out.strides : &zero;
-  int64_t d = 0;
-  if (index.numel) {
-    if (!wrap_dim(ctx, kOp, dim, self.rank, &d)) return;
-    bool fits = index.rank == self.rank || (self.rank == 0 && index.rank <= 1);
-    for (int k = 0; fits && k < index.rank; ++k)
-      fits = (k == d || index.sizes[k] <= ssizes[k]) &&
-             (value || src.rank == 0 || (src.rank == index.rank && index.sizes[k] <= src.sizes[k]));
-    if (!fits) {
-      fail(ctx, "%s: index — its shape exceeds self's outside dim %lld or src's (or its rank "
-           "differs) — valid: index.size(d) <= self.size(d) for d != dim, <= src.size(d) — "
-           "re-export the program", kOp, (long long)d);
-      return;
-    }
-    if (!check_range(ctx, kOp, index, ssizes[d], false)) return;
-  }
-  if (out.data != self.data && self.numel &&
-      !copy_checked(ctx, kOp, out.data, out.dtype, out.strides, self.data, self.dtype, self.strides,
-                    self.sizes, self.rank))
-    return;
-  if (index.numel == 0) return;
+  ScatterPlan plan{kOp, &index, value ? nullptr : &src, &out};
+  if (!plan.prepare(ctx, self, dim) || index.numel == 0) return;
   alignas(16) char constant[16];
   if (value) store_scalar(constant, out.dtype, vd, vi, vint);
-  int64_t oitem = itemsize(out.dtype), sitem = value ? 0 : itemsize(src.dtype);
-  int irank = index.rank;
-  for_each_element(index, index, [&](char* p, char*, const int64_t* idx) {
-    int64_t off = read_index(p, index.dtype) * ostrides[d];
-    for (int k = 0; k < irank; ++k)
-      if (k != d) off += idx[k] * ostrides[k];
-    const char* from = constant;
-    int32_t from_dtype = out.dtype;
-    if (!value) {
-      int64_t soff = 0;
-      for (int k = 0; k < src.rank; ++k) soff += idx[k] * src.strides[k];
-      from = src.data + soff * sitem;
-      from_dtype = src.dtype;
-    }
-    combine(out.data + off * oitem, out.dtype, from, from_dtype, reduce);
+  const int64_t oitem = itemsize(out.dtype);
+  plan.each([&](int64_t off, int64_t, const char* from) {
+    combine(out.data + off * oitem, out.dtype, from ? from : constant,
+            from ? src.dtype : out.dtype, reduce);
   });
-  (void)rank;
 }
 
 void scatter_src_out(opforge_context* c, opforge_arg* a, int64_t n) { scatter(c, a, n, "aten::scatter.src_out", false, -1, kAssign, 4); }
@@ -272,6 +296,125 @@ void scatter_value_out(opforge_context* c, opforge_arg* a, int64_t n) { scatter(
 void scatter_reduce_out(opforge_context* c, opforge_arg* a, int64_t n) { scatter(c, a, n, "aten::scatter.reduce_out", false, 4, kAssign, 5); }
 void scatter_value_reduce_out(opforge_context* c, opforge_arg* a, int64_t n) { scatter(c, a, n, "aten::scatter.value_reduce_out", true, 4, kAssign, 5); }
 void scatter_add_out(opforge_context* c, opforge_arg* a, int64_t n) { scatter(c, a, n, "aten::scatter_add.out", false, -1, kAdd, 4); }
+
+// --- scatter_reduce (two tensors) ------------------------------------------------------------
+// out = self, then src's elements folded into the positions index names along dim, in index
+// order (NumPy's ufunc.at in out's dtype, as the NumPy kernel): sum and mean add, prod
+// multiplies (integers wrap), amax/amin keep the larger/smaller with NaN winning (np.maximum,
+// np.minimum: the kept one on a tie). Without include_self a named position starts from the
+// fold's identity. mean then divides each named position by its count (self counting once
+// with include_self): floats in out's dtype, integers flooring.
+
+enum class Fold { kSum, kProd, kMean, kMax, kMin };
+
+bool fold_arg(opforge_context* ctx, opforge_arg* args, int64_t n, int64_t i, const char* op, Fold* f) {
+  static const struct { const char* name; Fold fold; } kFolds[] = {
+      {"sum", Fold::kSum}, {"prod", Fold::kProd}, {"mean", Fold::kMean}, {"amax", Fold::kMax},
+      {"amin", Fold::kMin}};
+  const char* s = nullptr;
+  int64_t len = 0;
+  if (i < n && args[i].tag == OPFORGE_ARG_STRING && args[i].v.list.size >= 0 &&
+      (args[i].v.list.size == 0 || args[i].v.list.data)) {
+    s = static_cast<const char*>(args[i].v.list.data);
+    len = args[i].v.list.size;
+    for (const auto& k : kFolds)
+      if (static_cast<int64_t>(std::strlen(k.name)) == len && std::memcmp(s, k.name, len) == 0) {
+        *f = k.fold;
+        return true;
+      }
+  }
+  fail(ctx, "%s: reduce='%.*s' — is not a scatter reduction — valid: 'sum', 'prod', 'mean', "
+       "'amax', 'amin' — pass one of these", op, static_cast<int>(len > 64 ? 64 : len), s ? s : "");
+  return false;
+}
+
+// The dtypes whose NumPy arithmetic the kernel reproduces (bfloat16 and the wide unsigned
+// integers promote differently in NumPy's floor_divide and maximum).
+bool fold_dtype(int32_t d) {
+  return d == kFloat16 || d == kFloat32 || d == kFloat64 || d == kBool || d == kUInt8 ||
+         d == kInt8 || d == kInt16 || d == kInt32 || d == kInt64;
+}
+
+void fold_identity(char* p, int32_t dtype, Fold f) {
+  if (f == Fold::kSum || f == Fold::kMean || f == Fold::kProd) {
+    store_scalar(p, dtype, 0, f == Fold::kProd ? 1 : 0, true);
+  } else if (is_floating(dtype)) {
+    store_double(p, dtype, f == Fold::kMax ? -INFINITY : INFINITY);
+  } else if (dtype == kBool) {
+    store_scalar(p, dtype, 0, f == Fold::kMin ? 1 : 0, true);
+  } else {
+    const int bits = 8 * static_cast<int>(itemsize(dtype));
+    const bool sign = dtype != kUInt8;
+    const int64_t hi = sign ? (bits == 64 ? INT64_MAX : (int64_t{1} << (bits - 1)) - 1) : (int64_t{1} << bits) - 1;
+    const int64_t lo = sign ? -hi - 1 : 0;
+    store_scalar(p, dtype, 0, f == Fold::kMax ? lo : hi, true);
+  }
+}
+
+void fold_into(char* dst, int32_t dtype, const char* src, int32_t src_dtype, Fold f) {
+  if (f != Fold::kMax && f != Fold::kMin) {
+    combine(dst, dtype, src, src_dtype, f == Fold::kProd ? kMultiply : kAdd);
+    return;
+  }
+  alignas(16) char v[16];  // src cast to out's dtype first, as the NumPy kernel's astype
+  combine(v, dtype, src, src_dtype, kAssign);
+  bool keep;
+  if (is_floating(dtype)) {
+    double a = load_double(dst, dtype), b = load_double(v, dtype);
+    keep = std::isnan(a) || (!std::isnan(b) && (f == Fold::kMax ? a >= b : a <= b));
+  } else {
+    int64_t a = load_int64(dst, dtype), b = load_int64(v, dtype);
+    keep = f == Fold::kMax ? a >= b : a <= b;
+  }
+  if (!keep) std::memcpy(dst, v, itemsize(dtype));
+}
+
+void scatter_reduce_two_out(opforge_context* ctx, opforge_arg* args, int64_t n) {
+  static const char kOp[] = "aten::scatter_reduce.two_out";
+  OPF_TENSOR(0, "self", self);
+  OPF_INT(1, "dim", dim);
+  OPF_TENSOR(2, "index", index);
+  OPF_TENSOR(3, "src", src);
+  OPF_BOOL(5, "include_self", include_self);
+  OPF_TENSOR(6, "out", out);
+  Fold fold;
+  if (!fold_arg(ctx, args, n, 4, kOp, &fold)) return;
+  if (!fold_dtype(out.dtype)) {
+    fail(ctx, "%s: out — found dtype %s — valid: float16/32/64, bool, uint8, int8/16/32/64 — "
+         "re-export the program", kOp, dtype_name(out.dtype));
+    return;
+  }
+  ScatterPlan plan{kOp, &index, &src, &out};
+  if (!plan.prepare(ctx, self, dim) || index.numel == 0) return;
+  const int64_t oitem = itemsize(out.dtype);
+  if (!include_self)
+    plan.each([&](int64_t off, int64_t, const char*) { fold_identity(out.data + off * oitem, out.dtype, fold); });
+  std::vector<int64_t> count;
+  if (fold == Fold::kMean) count.assign(static_cast<size_t>(out.numel), 0);
+  plan.each([&](int64_t off, int64_t flat, const char* from) {
+    fold_into(out.data + off * oitem, out.dtype, from, src.dtype, fold);
+    if (fold == Fold::kMean) ++count[static_cast<size_t>(flat)];
+  });
+  if (fold != Fold::kMean) return;
+  const int64_t base = include_self ? 1 : 0;
+  plan.each([&](int64_t off, int64_t flat, const char*) {
+    int64_t& c = count[static_cast<size_t>(flat)];
+    if (c <= 0) return;  // divided already (a repeated index)
+    const int64_t by = c + base;
+    c = -1;
+    char* p = out.data + off * oitem;
+    if (is_floating(out.dtype)) {
+      alignas(16) char divisor[16];  // the count in out's dtype, as np.divide's operand
+      store_scalar(divisor, out.dtype, 0, by, true);
+      double a = load_double(p, out.dtype), b = load_double(divisor, out.dtype);
+      store_double(p, out.dtype, out.dtype == kFloat16 ? static_cast<double>(static_cast<float>(a) / static_cast<float>(b)) : a / b);
+    } else {
+      int64_t a = load_int64(p, out.dtype), q = a / by;
+      if (a % by != 0 && a < 0) --q;  // floor, by > 0
+      store_scalar(p, out.dtype, 0, q, true);
+    }
+  });
+}
 
 // --- slice / select scatter -------------------------------------------------------------------
 
@@ -408,6 +551,7 @@ const KernelDef kIndexingKernels[] = {
     {"aten::scatter.reduce_out", "T I T T STR T!", scatter_reduce_out},
     {"aten::scatter.value_reduce_out", "T I T S STR T!", scatter_value_reduce_out},
     {"aten::scatter_add.out", "T I T T T!", scatter_add_out},
+    {"aten::scatter_reduce.two_out", "T I T T STR B T!", scatter_reduce_two_out},
     {"aten::slice_scatter.out", "T T I I? I? I T!", slice_scatter_out},
     {"aten::select_scatter.out", "T T I I T!", select_scatter_out},
     {"aten::tril.out", "T I T!", tril_out},
