@@ -3,11 +3,18 @@ ONNX Runtime, at 1 and 2 threads, for a tiny decoder and a 125M-parameter one.
 
     bench/.venv-peers/bin/python bench/llm.py                      # both configs (~25 min)
     bench/.venv-peers/bin/python bench/llm.py --configs tiny --rounds 1 --repeats 3
+    .venv/bin/python bench/llm.py --llamacpp --configs base        # beside llama.cpp
+    .venv/bin/python bench/llm.py --llamacpp --configs 1b --rounds 1  # one file at a time
 
 Steps: one export process per (config, runtime) → interleaved rounds of measuring workers
 (one process per config × runtime × threads × round, order shuffled each round) → a
 profile of the lean runtime's prefill and decode per op → bench/results/llm.jsonl and
 llm.md. What each number means is in bench/README.md ("Language-model generation").
+
+``--llamacpp``: opforge's cpu-backend programs with float32, int8 and int4 weights beside
+llama.cpp (built by bench/setup_llamacpp.sh) at F32, Q8_0 and Q4_0 from the same weights
+(bench/llm_llamacpp.py); results in bench/results/llm_llamacpp-<machine kind>.md. Configs
+with ``ONE_AT_A_TIME`` (1b) are measured file by file, each deleted after its measurement.
 """
 
 from __future__ import annotations
@@ -27,18 +34,29 @@ sys.path.insert(0, str(HERE))
 
 from harness import THREAD_VARIABLES  # noqa: E402
 from llm_models import CONFIGS, NEW_TOKENS, PROMPT_TOKENS  # noqa: E402
-from llm_report import markdown  # noqa: E402
-from machine import describe_machine  # noqa: E402
+from llm_report import markdown, markdown_llamacpp  # noqa: E402
+from llm_worker import artifact  # noqa: E402
+from machine import describe_machine, machine_slug  # noqa: E402
 from run import snapshot_opforge  # noqa: E402
 
-RUNTIMES = ("opforge-lean", "opforge-cpu", "eager", "ort")
-EXPORTED = ("opforge-lean", "opforge-cpu", "ort")
+LLAMACPP = ("llamacpp-f32", "llamacpp-q8_0", "llamacpp-q4_0")
+PEER_SET = ("opforge-cpu", "opforge-cpu-int8", "opforge-cpu-int4") + LLAMACPP
+RUNTIMES = ("opforge-lean", "opforge-cpu", "eager", "ort") + PEER_SET[1:]
+EXPORTED = ("opforge-lean", "opforge-cpu", "ort") + PEER_SET[1:]
+ONE_AT_A_TIME = ("1b",)  # files of several GB: each prepared, measured and deleted in turn
+DEFAULT_CONFIGS = ("tiny", "base")
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=RUNTIMES)
+    parser.add_argument("--configs", nargs="+", default=None, choices=list(CONFIGS),
+                        help=f"(default {' '.join(DEFAULT_CONFIGS)}; --llamacpp: base)")
+    parser.add_argument("--runtimes", nargs="+", default=None, choices=RUNTIMES,
+                        help="(default: opforge-lean, opforge-cpu, eager, ort; --llamacpp: "
+                             f"{' '.join(PEER_SET)})")
+    parser.add_argument("--llamacpp", action="store_true",
+                        help="opforge-cpu at float32/int8/int4 weights beside llama.cpp at "
+                             "F32/Q8_0/Q4_0 → results/llm_llamacpp-<machine>.md")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (2)")
     parser.add_argument("--repeats", type=int, default=3,
@@ -49,9 +67,17 @@ def parse_args(argv):
     parser.add_argument("--live", action="store_true",
                         help="run this checkout's opforge/ as it is (first on the workers' "
                              "PYTHONPATH), not a snapshot of its last commit")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep a file an earlier run prepared in --workdir (its export "
+                             "record beside it) instead of exporting again")
     parser.add_argument("--workdir", type=pathlib.Path, default=HERE / "work" / "llm")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.configs = args.configs or (["base"] if args.llamacpp else list(DEFAULT_CONFIGS))
+    args.runtimes = args.runtimes or list(PEER_SET if args.llamacpp else RUNTIMES[:4])
+    # llama.cpp's quantized files are made from its F32 one: prepare that first
+    args.runtimes.sort(key=lambda r: LLAMACPP.index(r) if r in LLAMACPP else -1)
+    return args
 
 
 class Workers:
@@ -61,6 +87,7 @@ class Workers:
 
     def run(self, spec: dict, threads: int = 1, timeout: float = 1800.0) -> list[dict]:
         spec = {"workdir": str(self.workdir), "threads": threads, **spec}
+        threads = spec["threads"]
         env = dict(os.environ)
         env.update({name: str(threads) for name in THREAD_VARIABLES})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (self.opforge_path, str(HERE)) if p)
@@ -91,6 +118,57 @@ class Workers:
         return lines
 
 
+def _prepare(workers: Workers, config: str, runtime: str, args) -> None:
+    path = artifact({"workdir": str(args.workdir), "config": config, "runtime": runtime})
+    saved = path.with_name(path.name + ".prepared.jsonl")
+    if args.reuse and path.exists() and saved.exists():
+        say(f"reuse {path.name}")
+        workers.events.extend(json.loads(line) for line in saved.read_text().splitlines())
+        return
+    say(f"export {config} for {runtime}")
+    # llama.cpp's tokens check runs at 2 threads (its speed is not measured there)
+    events = workers.run({"mode": "prepare", "config": config, "runtime": runtime,
+                          "new_tokens": args.new_tokens}, 2 if runtime in LLAMACPP else 1,
+                         3600.0)
+    if path.exists() and not any(e.get("event") == "error" for e in events):
+        saved.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def _rounds(workers: Workers, cells: list, args) -> None:
+    """Interleaved rounds over ``cells`` (config, runtime, threads), shuffled each round."""
+    rng = random.Random(0)
+    for round_ in range(args.rounds if cells else 0):
+        order = list(cells)
+        rng.shuffle(order)
+        start = time.perf_counter()
+        for config, runtime, threads in order:
+            workers.run({"mode": "measure", "config": config, "runtime": runtime,
+                         "round": round_, "repeats": args.repeats,
+                         "new_tokens": args.new_tokens}, threads)
+        say(f"round {round_ + 1}/{args.rounds}: {len(order)} workers in "
+            f"{time.perf_counter() - start:.0f} s (load {os.getloadavg()[0]:.2f})")
+
+
+def _one_at_a_time(workers: Workers, config: str, args) -> None:
+    """A config whose files are several GB: llama.cpp's three GGUF files first (the
+    quantized ones are made from the F32 one, ~8.5 GB together at 1b), each deleted after
+    its measurement, then opforge's programs one by one (at most one on disk)."""
+    def measure_and_delete(runtime):
+        _rounds(workers, [(config, runtime, t) for t in args.threads], args)
+        path = artifact({"workdir": str(args.workdir), "config": config, "runtime": runtime})
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + ".prepared.jsonl").unlink(missing_ok=True)
+
+    gguf = [r for r in args.runtimes if r in LLAMACPP]
+    for runtime in gguf:
+        _prepare(workers, config, runtime, args)
+    for runtime in gguf:
+        measure_and_delete(runtime)
+    for runtime in (r for r in args.runtimes if r not in LLAMACPP):
+        _prepare(workers, config, runtime, args)
+        measure_and_delete(runtime)
+
+
 def _dirty() -> bool:
     # tracked files only: the results this run is about to replace are not a change
     done = subprocess.run(["git", "-C", str(HERE.parent), "status", "--porcelain",
@@ -115,22 +193,14 @@ def main(argv=None) -> int:
     snapshot = str(HERE.parent) if args.live else snapshot_opforge(args.workdir)
     with open(args.workdir / "workers.log", "w") as log:
         workers = Workers(args.workdir, snapshot, log)
-        for config in args.configs:
+        together = [c for c in args.configs if c not in ONE_AT_A_TIME]
+        for config in together:
             for runtime in (r for r in args.runtimes if r in EXPORTED):
-                say(f"export {config} for {runtime}")
-                workers.run({"mode": "prepare", "config": config, "runtime": runtime})
-        cells = [(c, r, t) for c in args.configs for r in args.runtimes for t in args.threads]
-        rng = random.Random(0)
-        for round_ in range(args.rounds):
-            order = list(cells)
-            rng.shuffle(order)
-            start = time.perf_counter()
-            for config, runtime, threads in order:
-                workers.run({"mode": "measure", "config": config, "runtime": runtime,
-                             "round": round_, "repeats": args.repeats,
-                             "new_tokens": args.new_tokens}, threads)
-            say(f"round {round_ + 1}/{args.rounds}: {len(order)} workers in "
-                f"{time.perf_counter() - start:.0f} s (load {os.getloadavg()[0]:.2f})")
+                _prepare(workers, config, runtime, args)
+        _rounds(workers, [(c, r, t) for c in together for r in args.runtimes
+                          for t in args.threads], args)
+        for config in (c for c in args.configs if c in ONE_AT_A_TIME):
+            _one_at_a_time(workers, config, args)
         if "opforge-lean" in args.runtimes and args.profile_steps > 0:
             for config in args.configs:
                 say(f"profile {config} on opforge-lean")
@@ -146,12 +216,16 @@ def main(argv=None) -> int:
              "load_start": load_start, "load_end": os.getloadavg()[0],
              "wall_s": time.perf_counter() - started,
              "command": "bench/llm.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
-    with open(args.out / "llm.jsonl", "w") as out:
+    name = f"llm_llamacpp-{machine_slug(machine)}" if args.llamacpp else "llm"
+    if args.llamacpp and len(args.configs) == 1:
+        name += f"-{args.configs[0]}"  # one config per run: the other's file stays
+    with open(args.out / f"{name}.jsonl", "w") as out:
         out.write(json.dumps({"event": "setup", **setup}) + "\n")
         for event in workers.events:
             out.write(json.dumps(event) + "\n")
-    (args.out / "llm.md").write_text(markdown(setup, workers.events))
-    say(f"llm: done in {setup['wall_s'] / 60:.1f} min → {args.out / 'llm.md'}")
+    report = markdown_llamacpp if args.llamacpp else markdown
+    (args.out / f"{name}.md").write_text(report(setup, workers.events))
+    say(f"llm: done in {setup['wall_s'] / 60:.1f} min → {args.out / (name + '.md')}")
     return 0
 
 

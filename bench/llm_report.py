@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-__all__ = ["markdown", "cells"]
+__all__ = ["markdown", "markdown_llamacpp", "cells"]
 
 BASELINE = "opforge-lean"
 
@@ -18,6 +18,9 @@ def cells(events: list[dict]) -> dict[tuple[str, str, int], dict]:
             pooled.setdefault((event["config"], event["runtime"], event["threads"]),
                               []).append(event)
     eager = {(c, t): e[0]["tokens"] for (c, r, t), e in pooled.items() if r == "eager"}
+    for event in events:  # eager's tokens computed beside an export (llama.cpp's F32 GGUF)
+        if event.get("event") == "reference":
+            eager.setdefault((event["config"], 0), event["tokens"])
     out = {}
     for key, runs in pooled.items():
         samples = [s for run in runs for s in run["samples"]]
@@ -35,6 +38,7 @@ def cells(events: list[dict]) -> dict[tuple[str, str, int], dict]:
                     "n": len(samples), "processes": len(runs),
                     "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
                     "cache_bytes": runs[0]["cache_bytes"], "tokens": len(tokens),
+                    "token_ids": tokens,
                     "same_as_eager": same, "load_s": statistics.median(r["load_s"] for r in runs),
                     "torch_imported": any(r["torch_imported"] for r in runs),
                     "load": statistics.median(r.get("load_average", float("nan")) for r in runs)}
@@ -112,6 +116,9 @@ def _exports(events: list[dict]) -> list[str]:
             reasons = "; ".join(f"{n}× {r}" for r, n in d["reasons"].items())
             delegated += (f"{method}: {d['delegates']} delegate(s), {d['delegated_nodes']} "
                           f"node(s) delegated, {d['rejected']} left on the kernels ({reasons})")
+        if e.get("kinds"):  # the int-weight programs: the engine's op kinds
+            delegated = "engine ops: " + ", ".join(f"{n}× {k}" for k, n in sorted(
+                e["kinds"].items(), key=lambda kv: -kv[1])[:6])
         if e["runtime"] == "opforge-cpu" and not e.get("delegation"):
             delegated = "no delegation report: nothing was delegated"
         lines.append(f"| {e['config']} | {e['runtime']} | {e['export_s']:.1f} | "
@@ -143,4 +150,96 @@ def _errors(events: list[dict]) -> list[str]:
         spec = e.get("spec", {})
         lines.append(f"- {spec.get('mode')} {spec.get('config')} {spec.get('runtime')} "
                      f"threads {spec.get('threads')}: {e['error'][:500]}")
+    return lines + [""]
+
+
+# --- opforge beside llama.cpp (bench/llm.py --llamacpp) ---------------------------------
+
+PEERS = {"opforge-cpu": ("float32", "llamacpp-f32"), "opforge-cpu-int8": ("int8", "llamacpp-q8_0"),
+         "opforge-cpu-int4": ("int4", "llamacpp-q4_0"), "llamacpp-f32": ("F32", None),
+         "llamacpp-q8_0": ("Q8_0", None), "llamacpp-q4_0": ("Q4_0", None)}
+
+
+def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
+    """One table per config: opforge's cpu-backend programs and llama.cpp at the same
+    weight precision, side by side, with the machine they ran on."""
+    table = cells(events)
+    m = setup["machine"]
+    lines = [
+        "# Language-model generation: opforge beside llama.cpp", "",
+        f"Machine: **{m['cpu']}** (CPU family {m.get('cpu_family') or '?'}), {m['cores']} cores, "
+        f"{m['memory_gib']} GiB; ISA flags: {', '.join(m.get('flags', [])) or 'not recorded'}. "
+        f"**Shared with other engineers' jobs**: load average {setup['load_start']:.2f} at the "
+        f"start, {setup['load_end']:.2f} at the end (per cell below). opforge "
+        f"{setup['opforge_source']}; " + ", ".join(
+            f"{k} {v}" for k, v in m["versions"].items() if v != "not installed")
+        + f". `{setup['command']}`, {setup['wall_s'] / 60:.1f} min.", "",
+        f"Prompt {setup['prompt_tokens']} tokens, {setup['new_tokens']} new tokens. opforge: "
+        "the cpu backend's programs (a dynamic prefill and a one-token decode method) with "
+        "float32 weights, int8 weights (16a8w's, per output channel) and int4 weights "
+        "(16a4w_block's, blocks of 32), float activations (bench/int_weights.py); each "
+        f"measurement a process: {setup['repeats']} generations after a warm-up, prefill = "
+        "prompt tokens / seconds of the prompt's call, decode = the tokens after the first / "
+        "seconds of their one-token calls (positions 128..255). llama.cpp: `llama-bench` "
+        "`-p 128 -n 0` (prompt processing) and `-p 0 -n 128 -d 128` (decode at positions "
+        f"128..255), `-r {setup['repeats']}`, its own warm-up, the model file mmap-ed, its "
+        "default KV cache (F16) and batch; the same random weights "
+        "(`TinyDecoder(seed=0)`) written as GGUF by bench/llm_gguf.py, quantized with "
+        "`llama-quantize --pure`. Threads pinned (`-t`, OMP_NUM_THREADS). Medians over "
+        f"{setup['rounds']} round(s) (cells in a shuffled order each round) [min–max]; "
+        "× llama.cpp: against llama.cpp at the same weight precision and threads (above 1: "
+        "opforge faster / larger). Peak RSS: VmHWM of the measuring process (opforge: the "
+        "Python worker, interpreter and NumPy included; llama.cpp: the llama-bench process, "
+        "mmap-ed weights included). tokens = eager: how many of the greedy tokens equal "
+        "eager PyTorch's float32 ones, from the first (llama.cpp's through libllama with an "
+        "F32 KV cache, bench/llm_llamacpp.py); quantized weights part from float32 "
+        "where a near tie flips.", ""]
+    for config, spec in setup["configs"].items():
+        lines += [f"## {config}: " + ", ".join(f"{k} {v}" for k, v in spec.items()), "",
+                  f"Machine: {m['cpu']}, {', '.join(m.get('flags', []))}.", "",
+                  "| runtime | precision | threads | prefill tok/s | × llama.cpp | "
+                  "decode tok/s | × llama.cpp | peak RSS MB | × llama.cpp | tokens = eager "
+                  "| load avg |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        order = list(PEERS)
+        rows = sorted(((k, v) for k, v in table.items() if k[0] == config and k[1] in PEERS),
+                      key=lambda kv: (kv[0][2], order.index(kv[0][1]) % 3, order.index(kv[0][1])))
+        for (c, runtime, threads), cell in rows:
+            precision, peer = PEERS[runtime]
+            base = table.get((c, peer, threads)) if peer else None
+            ratio = lambda k: f"{cell[k] / base[k]:.2f}" if base else "–"  # noqa: E731
+            same = "–" if cell["same_as_eager"] is None else \
+                f"{cell['same_as_eager']}/{cell['tokens']}"
+            lines.append(
+                f"| {runtime} | {precision} | {threads} | {cell['prefill']:.1f} "
+                f"[{_range(cell['prefill_range'])}] | {ratio('prefill')} | {cell['decode']:.1f} "
+                f"[{_range(cell['decode_range'])}] | {ratio('decode')} | "
+                f"{cell['peak_rss_mb']:.0f} | {ratio('peak_rss_mb')} | {same} | "
+                f"{cell['load']:.1f} |")
+        lines += [""] + _llamacpp_files(events, config)
+    lines += _exports(events) + _errors(events)
+    return "\n".join(lines) + "\n"
+
+
+def _llamacpp_files(events: list[dict], config: str) -> list[str]:
+    rows = [e for e in events if e.get("event") == "prepared" and e["config"] == config
+            and e["runtime"].startswith("llamacpp-")]
+    if not rows:
+        return []
+    lines = ["| llama.cpp file | MB | tensor types (llama-quantize --pure) | tokens = eager "
+             "(F32 KV cache) | prompt logits max abs diff vs eager |",
+             "| --- | ---: | --- | ---: | --- |"]
+    for e in rows:
+        types = ", ".join(f"{n}× {t}" for t, n in (e.get("quantize_types") or {}).items()) \
+            or "all F32 (written by bench/llm_gguf.py)"
+        diff = (f"{e['prompt_logits_max_abs_diff']:.2e} (logits up to "
+                f"{e['prompt_logits_max_abs']:.1f})") if "prompt_logits_max_abs_diff" in e else "–"
+        lines.append(f"| {e['precision']} | {e['file_bytes'] / 2**20:.0f} | {types} | "
+                     f"{e['same_as_eager']}/{len(e['tokens'])} | {diff} |")
+    bench = next((e for e in events if e.get("event") == "measure" and e["config"] == config
+                  and e.get("llama_bench")), None)
+    if bench:
+        info = bench["llama_bench"]
+        lines += ["", "llama-bench: " + ", ".join(f"{k} {v}" for k, v in info.items())
+                  + f"; context {bench['n_ctx']}."]
     return lines + [""]

@@ -15,6 +15,11 @@ Modes:
   tokens, to compare with eager's;
 - ``profile``: opforge lean only: where a decode step's time goes, per op (Tracer).
 
+``opforge-cpu-int8`` / ``opforge-cpu-int4`` are the cpu backend's programs with 16a8w's /
+16a4w_block's weights and float activations (bench/int_weights.py exports them);
+``llamacpp-f32`` / ``-q8_0`` / ``-q4_0`` are llama.cpp's GGUF files and llama-bench
+(bench/llm_llamacpp.py).
+
 A lean worker never imports torch: its resident memory is the lean runtime's own.
 """
 
@@ -41,16 +46,48 @@ def emit(**fields) -> None:
 
 
 def artifact(spec: dict) -> pathlib.Path:
+    if spec["runtime"].startswith("llamacpp-"):
+        from llm_llamacpp import gguf_path
+
+        return gguf_path(spec["workdir"], spec["config"], spec["runtime"].split("-", 1)[1])
     suffix = ".onnx" if spec["runtime"] == "ort" else ".opf"
     return pathlib.Path(spec["workdir"]) / f"{spec['config']}-{spec['runtime']}{suffix}"
 
 
 # --- prepare ----------------------------------------------------------------------------
 
+INT_WEIGHTS = {"opforge-cpu-int8": "int8 weights", "opforge-cpu-int4": "int4 weights"}
+
+
 def prepare(spec: dict) -> None:
+    runtime, path = spec["runtime"], artifact(spec)
+    if runtime.startswith("llamacpp-"):
+        from llm_llamacpp import prepare as prepare_gguf
+
+        record = prepare_gguf(spec["config"], runtime.split("-", 1)[1], path.parent,
+                              spec["new_tokens"], spec["threads"])
+        emit(event="prepared", config=spec["config"], runtime=runtime, ok=True,
+             **{k: v for k, v in record.items() if k != "reference"})
+        emit(event="reference", config=spec["config"], tokens=record["reference"])
+        return
+    if runtime in INT_WEIGHTS:
+        from int_weights import prepare as prepare_int
+
+        # exported into a folder of its own, then moved where measure() loads it from
+        start = time.perf_counter()
+        scratch = path.parent / f"{path.stem}-export"
+        record = prepare_int(spec["config"], INT_WEIGHTS[runtime], scratch)
+        exported = next(scratch.glob("*/*.opf"))
+        exported.replace(path)
+        for leftover in sorted(scratch.rglob("*"), reverse=True):
+            leftover.rmdir() if leftover.is_dir() else leftover.unlink()
+        scratch.rmdir()
+        emit(event="prepared", config=spec["config"], runtime=runtime, ok=True, build_s=0.0,
+             export_s=time.perf_counter() - start, file_bytes=_bytes(path),
+             kinds=record.get("kinds"))
+        return
     import torch
 
-    runtime, path = spec["runtime"], artifact(spec)
     start = time.perf_counter()
     model = build(spec["config"])
     built = time.perf_counter() - start
@@ -120,6 +157,8 @@ def _delegation_summary(report: dict) -> dict:
 
 def measure(spec: dict) -> None:
     runtime, config, threads = spec["runtime"], spec["config"], spec["threads"]
+    if runtime.startswith("llamacpp-"):
+        return _measure_llamacpp(spec)
     ids = prompt(config)
     new_tokens = spec["new_tokens"]
     start = time.perf_counter()
@@ -137,6 +176,24 @@ def measure(spec: dict) -> None:
          round=spec.get("round", 0), ok=True, load_s=load_s, samples=samples, tokens=tokens,
          peak_rss_mb=peak_rss_mb(), rss_mb=_status_mb("VmRSS"), cache_bytes=cache_bytes,
          torch_imported="torch" in sys.modules, load_average=os.getloadavg()[0])
+
+
+def _measure_llamacpp(spec: dict) -> None:
+    """llama-bench in child processes: this worker's own memory is not measured."""
+    from llm_llamacpp import measure as bench
+    from llm_models import PROMPT_TOKENS
+
+    path = artifact(spec)
+    start = time.perf_counter()
+    record = bench(spec["config"], spec["runtime"].split("-", 1)[1], path.parent,
+                   spec["threads"], spec["repeats"], PROMPT_TOKENS, spec["new_tokens"])
+    prepared = json.loads(path.with_name(path.name + ".json").read_text())
+    emit(event="measure", config=spec["config"], runtime=spec["runtime"],
+         threads=spec["threads"], round=spec.get("round", 0), ok=True,
+         load_s=time.perf_counter() - start, samples=record["samples"],
+         tokens=prepared["tokens"], peak_rss_mb=record["peak_rss_mb"], rss_mb=None,
+         cache_bytes=0, torch_imported=False, load_average=os.getloadavg()[0],
+         n_ctx=record["n_ctx"], llama_bench=record["llama_bench"])
 
 
 def _runner(runtime: str, spec: dict, threads: int):
