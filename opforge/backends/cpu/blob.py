@@ -53,7 +53,7 @@ ROLES = ("input", "output", "const", "temp", "alias", "dead", "state")
 OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
             "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
             "qconv", "qmatmul", "quant", "index", "index_put", "index_copy", "rms_norm", "rope",
-            "int_matmul", "int_embedding", "attention")
+            "int_matmul", "int_embedding", "attention", "int_dot_matmul")
 
 
 def _align(n: int) -> int:

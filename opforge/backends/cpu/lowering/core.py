@@ -128,6 +128,11 @@ class Lowering:
             from opforge.backends.cpu.lowering.quantized import find_uint8_max_pools
 
             self.groups.update(find_uint8_max_pools(subgraph))
+        if debug != "nodes":
+            from opforge.backends.cpu.lowering.int_dot import find_int_dot
+
+            # a linear on dynamically quantized int8 activations: one int_dot_matmul
+            self.groups.update(find_int_dot(subgraph))
         from opforge.backends.cpu.lowering.grouped_matmul import find_grouped_chains
 
         # grouped-query attention: node name → "chain" | "matmul" (the expanded KV cache

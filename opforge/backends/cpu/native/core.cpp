@@ -103,6 +103,7 @@ const std::unordered_map<std::string, Builder>& builders() {
       {"qmatmul", build_int8},        {"quant", build_quant},       {"embedding", build_embedding},
       {"index", build_indexing},      {"index_put", build_indexing}, {"index_copy", build_indexing},
       {"int_matmul", build_int_matmul}, {"int_embedding", build_int_embedding},
+      {"int_dot_matmul", build_int_dot_matmul},
   };
   return table;
 }

@@ -469,5 +469,6 @@ OFC_FAMILY(embedding)   // embedding.cpp
 OFC_FAMILY(indexing)    // indexing.cpp: index, index_put, index_copy
 OFC_FAMILY(int_matmul)  // int_matmul.cpp: integer weights dequantized in registers
 OFC_FAMILY(int_embedding)  // int_embedding.cpp: rows of an integer table
+OFC_FAMILY(int_dot_matmul)  // int_dot_matmul.cpp: int8 activations · int8/int4 weights, integer dots
 #undef OFC_FAMILY
 }  // namespace ofc

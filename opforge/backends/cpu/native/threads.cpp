@@ -25,11 +25,11 @@ int op_threads(const Engine& e, const OpCall& c) {
   int64_t per = 1;
   const std::string& k = c.kind;
   bool macs = k == "conv" || k == "deconv" || k == "qconv" || k == "matmul" || k == "qmatmul" ||
-              k == "int_matmul";
+              k == "int_matmul" || k == "int_dot_matmul";
   if (macs && c.ins.size() > 1) {
     const Tensor& x = e.tensors[(size_t)c.ins[0]];
     const Tensor& w = e.tensors[(size_t)c.ins[1]];
-    if (k == "matmul" || k == "qmatmul" || k == "int_matmul") per = x.dims.empty() ? 1 : x.dims.back();
+    if (k == "matmul" || k == "qmatmul" || k == "int_matmul" || k == "int_dot_matmul") per = x.dims.empty() ? 1 : x.dims.back();
     else per = w.numel / std::max<int64_t>(1, y.dims.size() > 1 ? y.dims[1] : 1);
   }
   int64_t work;

@@ -143,6 +143,7 @@ const std::unordered_map<std::string, Contract>& contracts() {
       {"embedding", contract_embedding}, {"index", contract_indexing},
       {"index_put", contract_indexing},  {"index_copy", contract_indexing},
       {"int_matmul", contract_int_matmul}, {"int_embedding", contract_int_embedding},
+      {"int_dot_matmul", contract_int_dot_matmul},
   };
   return table;
 }

@@ -1,0 +1,371 @@
+// A matmul of dynamically quantized int8 activations against int8 or int4 weights, as
+// integer dot products: what llama.cpp's Q8_0 / Q4_0 matmuls compute (schemes 8da8w and
+// 8da4w, opforge/quantize/dynamic.py). Each row of a is quantized per block of `group`
+// along K to int8 with one float32 scale, every block's products are summed exactly in
+// int32 (AVX512-VNNI vpdpbusd: 64 u8×s8 products an instruction), and the int32 block sums
+// are scaled by scale_a · scale_w in float32.
+//
+// Contract ("int_dot_matmul"): ins [a, w, scales, (bias)], outs [d]; ia [bits, group];
+// fa [eps].
+//   a: f32 [M, K], columns contiguous (any row stride); d: f32 [M, N], columns contiguous,
+//   rows apart by at least N, another root than a;
+//   group divides K, in [1, 65536]; G = K / group blocks; L = group rounded up to 8;
+//   Q = ceil(group / 4) quads of k per block (8 bits), Q2 = ceil(Q / 2) (4 bits);
+//   w: uint8, dense, the weights as panels of 16 output columns, one 64-byte row per quad
+//   of k (4 consecutive k of one column per 32-bit lane):
+//     bits 8: [P, G, Q, 64], byte [p, g, i, 4j + t] = q[16p + j, g·group + 4i + t] + 128;
+//     bits 4: [P, G, Q2, 64], byte [p, g, i, 4j + t] holds q[16p + j, g·group + 8i + t] + 8
+//     in its low nibble and q[16p + j, g·group + 8i + 4 + t] + 8 in its high one;
+//   (P = ceil(N/16); padding columns and k past the block any value: they meet zeros);
+//   scales: f32 dense [P, G, 16], the weight scale of column 16p + j in block g;
+//   bias: f32, N elements, dense. No post-ops. Work: M·K·N multiply-adds.
+//
+// Arithmetic, exact where the lean runtime's is (its quantize_affine of the same values):
+//   per row m and block g: amax = max |a[m, k]| (k in the block), s = max(amax, eps) / 127,
+//   inv = 1 / s, q[k] = clamp(round_half_even(a[m, k] · inv), -127, 127) (float32 each);
+//   S[m, n, g] = Σ_k q[k] · w[n, k] in int32, exact: computed as Σ (w + off)·q - off·Σ q
+//   (off 128 or 8: the weights stored unsigned, vpdpbusd's u8 operand; |Σ| < 255·127·L
+//   <= 2^31 - 1 by the bound on group);
+//   acc = 0; for g in order: acc = fma(float(S[m, n, g]), s[m, g] · s_w[n, g], acc);
+//   d[m, n] = acc + bias[n].
+// Both kernels (AVX512-VNNI and the portable loops) compute exactly this, in this order: their
+// results are equal bit for bit. The lean runtime multiplies the dequantized float32 values
+// (q·s rounded, q_w·s_w rounded) with NumPy's matmul in its own order: the two differ by at
+// most 2·γ(K + 4)·(Σ_k |a_d·w_d| + |bias|) (tests/backends/test_cpu_int_dot.py says why).
+// A NaN in a row's block makes that block's integers unspecified (not NaN as in lean).
+//
+// Per call: the rows are quantized (over the op's threads), then panels go in chunks of 4
+// (64 columns) over the threads; within a chunk rows in blocks of up to 4, so a chunk's
+// weights are read from memory once per call. OPFORGE_CPU_INT_DOT_VNNI=0 forces the
+// portable kernel (read when the op is built).
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine.h"
+
+namespace ofc {
+
+namespace {
+
+constexpr int kLanes = 16;       // columns per panel
+constexpr int kChunk = 4;        // panels per task (64 columns)
+constexpr int kRowBlock = 4;     // rows per block
+constexpr int64_t kMaxGroup = 65536;
+
+struct IntDotOp : Op {
+  int bits = 8;
+  int64_t m = 0, k = 0, n = 0, panels = 0, group = 0, groups = 0;
+  int64_t padded = 0;           // L: a block's quantized activations, zero padded
+  int64_t quads = 0;            // 64-byte weight rows per panel and block: Q or Q2
+  int64_t sa = 0, sd = 0;       // a's and d's row strides
+  float eps = 0.f;
+  const uint8_t* w = nullptr;   // borrowed: the program's bytes, read in place
+  const float* s = nullptr;
+  std::vector<float> bias;      // panels·16 (zeros where there is none)
+  std::vector<int8_t> aq;       // [M, G, L] this call's quantized rows
+  std::vector<float> as;        // [M, G] their scales
+  std::vector<int32_t> corr;    // [M, G] off · Σ q
+  int team = 1;
+  bool vnni = false;
+  void run(Engine& e) override;
+};
+
+// one row of a, quantized per block (the contract's arithmetic; shared by both kernels)
+void quantize_row(IntDotOp& op, const float* x, int64_t row) {
+  const int off = op.bits == 8 ? 128 : 8;
+  for (int64_t g = 0; g < op.groups; ++g) {
+    const float* xb = x + g * op.group;
+    float amax = 0.f;
+    for (int64_t i = 0; i < op.group; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float scale = std::max(amax, op.eps) / 127.0f;
+    const float inv = 1.0f / scale;
+    int8_t* q = op.aq.data() + (row * op.groups + g) * op.padded;
+    int32_t sum = 0;
+    for (int64_t i = 0; i < op.group; ++i) {
+      const float r = std::nearbyint(xb[i] * inv);  // round half to even (the default mode)
+      const int v = (int)std::min(127.0f, std::max(-127.0f, r));
+      q[i] = (int8_t)v;
+      sum += v;
+    }
+    for (int64_t i = op.group; i < op.padded; ++i) q[i] = 0;
+    op.as[(size_t)(row * op.groups + g)] = scale;
+    op.corr[(size_t)(row * op.groups + g)] = off * sum;
+  }
+}
+
+// ---- portable kernel: R rows × one panel, 16 int32 sums per row and block ------------------
+template <int BITS>
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void portable_panel(const IntDotOp& op, float* d, int64_t m0, int rows, int64_t p) {
+  float acc[kRowBlock][kLanes] = {};
+  for (int64_t g = 0; g < op.groups; ++g) {
+    const uint8_t* wp = op.w + (p * op.groups + g) * op.quads * 64;
+    const float* sw = op.s + (p * op.groups + g) * kLanes;
+    for (int r = 0; r < rows; ++r) {
+      const int64_t at = (m0 + r) * op.groups + g;
+      const int8_t* q = op.aq.data() + at * op.padded;
+      int32_t sum[kLanes] = {};
+      for (int64_t i = 0; i < op.quads; ++i) {
+        const uint8_t* row = wp + i * 64;
+        for (int t = 0; t < 4; ++t) {
+          if (BITS == 8) {
+            const int32_t av = q[4 * i + t];
+            for (int j = 0; j < kLanes; ++j) sum[j] += (int32_t)row[4 * j + t] * av;
+          } else {
+            const int32_t lo = q[8 * i + t], hi = q[8 * i + 4 + t];
+            for (int j = 0; j < kLanes; ++j)
+              sum[j] += (int32_t)(row[4 * j + t] & 15) * lo + (int32_t)(row[4 * j + t] >> 4) * hi;
+          }
+        }
+      }
+      const int32_t c = op.corr[(size_t)at];
+      const float sa = op.as[(size_t)at];
+      for (int j = 0; j < kLanes; ++j)
+        acc[r][j] = __builtin_fmaf((float)(sum[j] - c), sa * sw[j], acc[r][j]);
+    }
+  }
+  const int64_t col = p * kLanes;
+  const int64_t width = std::min<int64_t>(kLanes, op.n - col);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) d[(m0 + r) * op.sd + col + j] = acc[r][j] + op.bias[(size_t)(col + j)];
+}
+
+#if defined(__x86_64__)
+#define OFC_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+inline int32_t load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// R rows × P panels from panel p0: per quad of k one weight register per panel (read once,
+// used by every row), one broadcast of 4 activation bytes per row
+template <int BITS, int R, int P>
+OFC_VNNI void block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const __m512i nib = _mm512_set1_epi8(15);
+  for (int64_t g = 0; g < op.groups; ++g) {
+    __m512i sum[R][P];
+    for (int r = 0; r < R; ++r)
+      for (int p = 0; p < P; ++p) sum[r][p] = _mm512_setzero_si512();
+    const uint8_t* wp[P];
+    for (int p = 0; p < P; ++p) wp[p] = op.w + ((p0 + p) * op.groups + g) * op.quads * 64;
+    const int8_t* q[R];
+    for (int r = 0; r < R; ++r) q[r] = op.aq.data() + ((m0 + r) * op.groups + g) * op.padded;
+    for (int64_t i = 0; i < op.quads; ++i) {
+      if (BITS == 8) {
+        __m512i wv[P];
+        for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_si512(wp[p] + i * 64);
+        for (int r = 0; r < R; ++r) {
+          const __m512i av = _mm512_set1_epi32(load4(q[r] + 4 * i));
+          for (int p = 0; p < P; ++p) sum[r][p] = _mm512_dpbusd_epi32(sum[r][p], wv[p], av);
+        }
+      } else {
+        __m512i lo[P], hi[P];
+        for (int p = 0; p < P; ++p) {
+          const __m512i raw = _mm512_loadu_si512(wp[p] + i * 64);
+          lo[p] = _mm512_and_si512(raw, nib);
+          hi[p] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m512i a0 = _mm512_set1_epi32(load4(q[r] + 8 * i));
+          const __m512i a1 = _mm512_set1_epi32(load4(q[r] + 8 * i + 4));
+          for (int p = 0; p < P; ++p) {
+            sum[r][p] = _mm512_dpbusd_epi32(sum[r][p], lo[p], a0);
+            sum[r][p] = _mm512_dpbusd_epi32(sum[r][p], hi[p], a1);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t at = (m0 + r) * op.groups + g;
+      const __m512i c = _mm512_set1_epi32(op.corr[(size_t)at]);
+      const __m512 sa = _mm512_set1_ps(op.as[(size_t)at]);
+      for (int p = 0; p < P; ++p) {
+        const __m512 sw = _mm512_loadu_ps(op.s + ((p0 + p) * op.groups + g) * kLanes);
+        const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][p], c));
+        acc[r][p] = _mm512_fmadd_ps(t, _mm512_mul_ps(sa, sw), acc[r][p]);
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int64_t col = (p0 + p) * kLanes;
+    const int64_t left = op.n - col;
+    const __mmask16 mask = left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    const __m512 bias = _mm512_loadu_ps(op.bias.data() + col);
+    for (int r = 0; r < R; ++r)
+      _mm512_mask_storeu_ps(d + (m0 + r) * op.sd + col, mask, _mm512_add_ps(acc[r][p], bias));
+  }
+}
+
+// up to 2 rows: every panel of the chunk at once; 3-4 rows: two panels at a time (the
+// int32 sums, float accumulators and weights then fill at most 20 of the 32 registers)
+template <int BITS, int R>
+OFC_VNNI void vnni_rows(const IntDotOp& op, float* d, int64_t m0, int64_t p0, int64_t np) {
+  if (R <= 2) {
+    switch (np) {
+      case 4: block<BITS, R, 4>(op, d, m0, p0); break;
+      case 3: block<BITS, R, 3>(op, d, m0, p0); break;
+      case 2: block<BITS, R, 2>(op, d, m0, p0); break;
+      default: block<BITS, R, 1>(op, d, m0, p0); break;
+    }
+    return;
+  }
+  int64_t p = 0;
+  for (; p + 2 <= np; p += 2) block<BITS, R, 2>(op, d, m0, p0 + p);
+  if (p < np) block<BITS, R, 1>(op, d, m0, p0 + p);
+}
+#endif
+
+// one chunk of up to kChunk panels from p0, every row
+template <int BITS>
+void chunk(const IntDotOp& op, float* d, int64_t p0) {
+  const int64_t np = std::min<int64_t>(kChunk, op.panels - p0);
+  for (int64_t m0 = 0; m0 < op.m; m0 += kRowBlock) {
+    const int rows = (int)std::min<int64_t>(kRowBlock, op.m - m0);
+#if defined(__x86_64__)
+    if (op.vnni) {
+      switch (rows) {
+        case 4: vnni_rows<BITS, 4>(op, d, m0, p0, np); break;
+        case 3: vnni_rows<BITS, 3>(op, d, m0, p0, np); break;
+        case 2: vnni_rows<BITS, 2>(op, d, m0, p0, np); break;
+        default: vnni_rows<BITS, 1>(op, d, m0, p0, np); break;
+      }
+      continue;
+    }
+#endif
+    for (int64_t p = p0; p < p0 + np; ++p) portable_panel<BITS>(op, d, m0, rows, p);
+  }
+}
+
+void IntDotOp::run(Engine& e) {
+  const float* a = static_cast<const float*>(e.ptr(ins[0]));
+  float* d = static_cast<float*>(e.ptr(outs[0]));
+  parallel_for(m > 1 ? team : 1, m, [&](int64_t r) { quantize_row(*this, a + r * sa, r); });
+  const int64_t chunks = (panels + kChunk - 1) / kChunk;
+  parallel_for(team, chunks, [&](int64_t i) {
+    if (bits == 8) chunk<8>(*this, d, i * kChunk);
+    else chunk<4>(*this, d, i * kChunk);
+  });
+}
+
+bool vnni_allowed() {
+#if defined(__x86_64__)
+  if (!own_kernels_allowed() || !__builtin_cpu_supports("avx512f") ||
+      !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni"))
+    return false;
+  const char* off = std::getenv("OPFORGE_CPU_INT_DOT_VNNI");
+  return off == nullptr || std::strcmp(off, "0") != 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void contract_int_dot_matmul(const Engine& e, const OpCall& c) {
+  const std::string& kind = c.kind;
+  need(c.ins.size() == 3 || c.ins.size() == 4, kind, "takes [a, w, scales] or [a, w, scales, bias]");
+  need_count(c, c.ins.size(), 1);
+  need_post_ops_allowed(c, false);
+  need(c.ia.size() == 2 && c.fa.size() == 1, kind, "takes ia [bits, group] and fa [eps]");
+  const int64_t bits = c.ia[0], group = c.ia[1];
+  const double eps = c.fa[0];
+  need(bits == 4 || bits == 8, kind, "bits must be 4 or 8");
+  need(eps > 0 && eps <= 1 && (double)(float)eps == eps, kind,
+       "eps must be a float32 value in (0, 1]");
+  const Tensor& a = e.tensors[(size_t)c.ins[0]];
+  const Tensor& w = e.tensors[(size_t)c.ins[1]];
+  const Tensor& s = e.tensors[(size_t)c.ins[2]];
+  const Tensor& d = e.tensors[(size_t)c.outs[0]];
+  need_rank(a, 2, 2, kind, "a");
+  need_rank(d, 2, 2, kind, "the output");
+  need_dtype(a, F32, kind, "a");
+  need_dtype(d, F32, kind, "the output");
+  const int64_t M = a.dims[0], K = a.dims[1], N = d.dims[1];
+  need(d.dims[0] == M, kind, "a and the output have different row counts");
+  need(K >= 1 && N >= 1 && K <= ((int64_t)1 << 31) && N <= ((int64_t)1 << 31), kind,
+       "K and N must be in [1, 2^31]");
+  need(a.strides[1] == 1 || K == 1, kind, "a's columns must be contiguous");
+  need(d.strides[1] == 1 || N == 1, kind, "the output's columns must be contiguous");
+  need(M <= 1 || d.strides[0] >= N, kind, "the output's rows overlap");
+  need(e.root(c.ins[0]) != e.root(c.outs[0]), kind, "the output shares a's storage");
+  need(group >= 1 && group <= kMaxGroup && K % group == 0, kind,
+       "group must divide K and be in [1, 65536] (its int32 sums then cannot overflow)");
+  const int64_t P = (N + kLanes - 1) / kLanes, G = K / group;
+  const int64_t Q = (group + 3) / 4, rows = bits == 8 ? Q : (Q + 1) / 2;
+  need(w.dtype == U8 && w.dims == dims_t({P, G, rows, 64}) && row_major(w) && dense(w), kind,
+       "w must be uint8 dense [ceil(N/16), K/group, ceil(group/4) (8 bits) or "
+       "ceil(group/8) (4 bits), 64]");
+  need(s.dtype == F32 && s.dims == dims_t({P, G, kLanes}) && row_major(s) && dense(s), kind,
+       "scales must be f32 dense [ceil(N/16), K/group, 16]");
+  need(e.tensors[(size_t)e.root(c.ins[1])].is_const && e.tensors[(size_t)e.root(c.ins[2])].is_const,
+       kind, "w and scales must be constants");
+  if (c.ins.size() == 4) {
+    const Tensor& b = e.tensors[(size_t)c.ins[3]];
+    need(b.dtype == F32 && b.numel == N && dense(b) && row_major(b) &&
+             e.tensors[(size_t)e.root(c.ins[3])].is_const,
+         kind, "the bias must be a dense f32 constant of N elements");
+  }
+  // the work bound: M·K·N multiply-adds; the quantized rows: M·G·L bytes
+  int64_t work = 0;
+  need(!__builtin_mul_overflow(M, K, &work) && !__builtin_mul_overflow(work, N, &work), kind,
+       "M·K·N overflows");
+  const int64_t padded = (group + 7) / 8 * 8;
+  need(!__builtin_mul_overflow(M, G, &work) && !__builtin_mul_overflow(work, padded, &work) &&
+           work <= kMaxElements,
+       kind, "the quantized rows (M·(K/group)·group rounded up to 8 bytes) exceed 2^40");
+}
+
+void build_int_dot_matmul(Handle& h, const OpCall& c) {
+  Engine& e = h.e;
+  const char* what = "int_dot_matmul";
+  const Tensor& a = e.tensors[(size_t)c.ins[0]];
+  const Tensor& d = e.tensors[(size_t)c.outs[0]];
+  auto op = std::make_unique<IntDotOp>();
+  op->bits = (int)c.ia[0];
+  op->m = a.dims[0];
+  op->k = a.dims[1];
+  op->n = d.dims[1];
+  op->group = c.ia[1];
+  op->groups = op->k / op->group;
+  op->padded = (op->group + 7) / 8 * 8;
+  const int64_t q = (op->group + 3) / 4;
+  op->quads = op->bits == 8 ? q : (q + 1) / 2;
+  op->panels = (op->n + kLanes - 1) / kLanes;
+  op->eps = (float)c.fa[0];
+  op->sa = a.strides[0];
+  op->sd = d.strides[0];
+  op->w = static_cast<const uint8_t*>(e.ptr(c.ins[1]));
+  op->s = static_cast<const float*>(e.ptr(c.ins[2]));
+  if (op->w == nullptr || op->s == nullptr) fail("int_dot_matmul: weights or scales without data at init");
+  const int64_t cols = mul_c(op->panels, kLanes, what);
+  const int64_t blocks = mul_c(op->m, op->groups, what);
+  const int64_t bytes = mul_c(blocks, op->padded, what);
+  e.reserve(add_c(add_c(mul_c(cols, 4, what), bytes, what), mul_c(blocks, 8, what), what),
+            "int_dot_matmul bias and quantized rows");
+  op->bias.assign((size_t)cols, 0.f);
+  if (c.ins.size() == 4) {
+    const float* b = static_cast<const float*>(e.ptr(c.ins[3]));
+    for (int64_t j = 0; j < op->n; ++j) op->bias[(size_t)j] = b[j];
+  }
+  op->aq.assign((size_t)bytes, 0);
+  op->as.assign((size_t)blocks, 0.f);
+  op->corr.assign((size_t)blocks, 0);
+  op->vnni = vnni_allowed();
+  op->team = op_threads(e, c);
+  op->name = std::string("matmul of int8 activations on int") + (op->bits == 8 ? "8" : "4") +
+             " weights (own kernel" + (op->vnni ? ", AVX512-VNNI)" : ")");
+  push_op(e, std::move(op), c);
+}
+
+}  // namespace ofc
