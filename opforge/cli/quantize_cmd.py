@@ -56,9 +56,15 @@ def _kernel_sets(kernels: tuple[str, ...]) -> list[str] | None:
 @click.command("quantize")
 @click.argument("factory")
 @click.option("--scheme", type=click.Choice(_SCHEMES), default="8a8w", show_default=True,
-              help="Activation/weight bits (docs/quantization.md).")
+              help="Activation/weight bits (docs/quantization.md). Weight-only (float "
+                   "activations, no calibration needed): w8 int8 per channel, w8_block int8 "
+                   "per group, w4 int4 per group along the input channels.")
+@click.option("--group-size", type=click.IntRange(min=1), metavar="N",
+              help="Block along the input channels of block-wise weights (w4, w8_block, "
+                   "16a4w_block): 32 (w4's default, as Q4_0), 64, 128; must divide them.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False), metavar="LIST",
-              help="Calibration samples: one per line, its input .npy paths separated by spaces.")
+              help="Calibration samples: one per line, its input .npy paths separated by spaces "
+                   "(not needed by the weight-only schemes w8, w8_block, w4).")
 @click.option("--eval", "eval_list", type=click.Path(exists=True, dir_okay=False), metavar="LIST",
               help="Held-out samples (same format) to report accuracy on, besides calibration's.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -86,7 +92,8 @@ def _kernel_sets(kernels: tuple[str, ...]) -> list[str] | None:
               help="Leave out the debug table (as `opforge export --no-debug-handles`).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, only errors and the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str | None,
+def quantize(factory: str, scheme: str, group_size: int | None, calibration: str | None,
+             eval_list: str | None,
              output: str, per_tensor: bool, symmetric: bool, observer: str,
              discard_ops: tuple[str, ...], kernels: tuple[str, ...], backends: tuple[str, ...],
              compile_specs: tuple[str, ...], op_packages: str | None, dims: tuple[str, ...],
@@ -120,9 +127,12 @@ def quantize(factory: str, scheme: str, calibration: str | None, eval_list: str 
         status.update("reading samples")
         samples = _samples(calibration, "--calibration") if calibration else None
         held_out = _samples(eval_list, "--eval") if eval_list else None
-        quantizer = Quantizer(scheme, per_channel_conv=not per_tensor,
-                              per_channel_linear=not per_tensor, act_symmetric=symmetric,
-                              act_observer=observer)
+        try:
+            quantizer = Quantizer(scheme, per_channel_conv=not per_tensor,
+                                  per_channel_linear=not per_tensor, act_symmetric=symmetric,
+                                  act_observer=observer, group_size=group_size)
+        except QuantizeError as exc:
+            raise click.ClickException(str(exc)) from None
         if discard_ops:
             quantizer.add_discard_ops(discard_ops)
         with warnings.catch_warnings(record=True) as caught:
