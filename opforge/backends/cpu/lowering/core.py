@@ -319,6 +319,8 @@ class Lowering:
         is copied from there to the second."""
         src = self.redirected.get(src, src)
         s, o = self.spec(src), self.spec(out)
+        if s.role == "alias" and self._reshaped_temp(src, out):
+            return out
         views = {i for i, t in enumerate(self.plan.tensors) if t.role == "alias" and t.base == src}
         touched = {src} | views
         writers = [op for op in self.plan.ops if touched & set(op["out"])]
@@ -337,6 +339,38 @@ class Lowering:
             return out
         self.copy(src, out)
         return out
+
+    def _reshaped_temp(self, src: int, out: int) -> bool:
+        """Whether the output ``out`` now holds ``src``, a row-major reshape of a whole
+        row-major temporary (a 4-d matmul's result is its 3-d bmm's, viewed back): the ops
+        that wrote the temporary (or views of it) write the same views of ``out`` instead
+        and no copy follows them (issue 47: every batched matmul returned from a program
+        carried one). Only when no op reads the temporary or a view of it."""
+        s, o = self.spec(src), self.spec(out)
+        b = self.spec(s.base)
+        if not (b.role == "temp" and same(s.offset, 0) and s.dtype == o.dtype == b.dtype
+                and same(s.dims, o.dims) and same(s.strides, row_major(s.dims))
+                and same(o.strides, s.strides) and same(b.strides, row_major(b.dims))
+                and same(math.prod(b.dims), math.prod(s.dims))):
+            return False
+        views = [i for i, t in enumerate(self.plan.tensors) if t.role == "alias" and t.base == s.base]
+        touched = {s.base, *views}
+        writers = [i for i, op in enumerate(self.plan.ops) if touched & set(op["out"])]
+        if not writers or any(touched & set(op["in"]) or any(p[0] == 1 and p[4] in touched for p in op["post"])
+                              for op in self.plan.ops):
+            return False
+        moved = {}  # the temporary and its views, as views of the output (tensors after it)
+        for op in (self.plan.ops[i] for i in writers):
+            for j, t in enumerate(op["out"]):
+                if t in touched:
+                    if t not in moved:
+                        v = self.spec(t)
+                        moved[t] = self.new_tensor(v.dtype, v.dims, "alias", strides=v.strides,
+                                                   base=out, offset=v.offset if t != s.base else 0)
+                    op["out"][j] = moved[t]
+        b.role = "dead"  # (its views: read by no op)
+        self.redirected[src] = out
+        return True
 
     def lower(self, node: torch.fx.Node):
         """The node's value; a scalar multiply of a matmul operand passes its input through
