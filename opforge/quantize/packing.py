@@ -1,6 +1,6 @@
 """Store 4-bit weights two per byte: a Program → the same Program with int4-packed constants.
 
-After export, a 4-bit weight (schemes ``16a4w``, ``16a4w_block``, ``8a4w``) is an int8
+After export, a 4-bit weight (schemes ``16a4w``, ``16a4w_block``, ``8a4w``, ``w4``) is an int8
 constant in [-7, 7] that only dequantize instructions read. This rewrite stores each such
 constant with ``ConstantStorage.packing = PACKING_INT4`` (format version 2,
 docs/program-format.md) and re-lays out the constant segment without the unpacked bytes.
