@@ -175,3 +175,98 @@ def test_engine_attention_in_dynamic_prefill():
             t, p = torch.tensor(tokens), torch.arange(start, start + len(tokens))
             got = forward(t.numpy(), p.numpy())[0]
             _close(got, eager64(t, p).numpy(), eager32(t, p).numpy())
+
+
+class _StaticCacheAttention(torch.nn.Module):
+    """Attention over a static cache as transformers' static-cache decoders write it (Llama
+    and its kin): caches [1, Hkv, S, D] written with ``index_copy_`` at ``cache_position``,
+    the KV heads repeated for their groups, and an additive float mask built from the
+    positions, ``where(slots <= cache_position[:, None], 0, masked)``, either through
+    ``scaled_dot_product_attention`` (transformers' "sdpa": torch decomposes it into scaled
+    q and kᵀ, a bmm, the mask added and a safe softmax) or written out ("eager": the scores
+    times a scale plus a mask of float32's lowest value, a plain softmax)."""
+
+    def __init__(self, form: str, dim=32, heads=4, kv_heads=2, slots=24, layers=2) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.form, self.heads, self.kv_heads, self.size = form, heads, kv_heads, dim // heads
+        self.proj = torch.nn.ModuleList(torch.nn.Linear(dim, 3 * dim) for _ in range(layers))
+        for i in range(layers):
+            self.register_buffer(f"k{i}", torch.zeros(1, kv_heads, slots, self.size))
+            self.register_buffer(f"v{i}", torch.zeros(1, kv_heads, slots, self.size))
+        self.register_buffer("slots", torch.arange(slots))
+        self.layers = layers
+
+    def forward(self, x, cache_position):
+        m = x.shape[1]
+        masked = float("-inf") if self.form == "sdpa" else torch.finfo(torch.float32).min
+        allowed = self.slots[None, None, None, :] <= cache_position[None, None, :, None]
+        mask = torch.where(allowed, 0.0, masked)
+        for i in range(self.layers):
+            q, k, v = self.proj[i](x).view(1, m, 3, self.heads, self.size).unbind(2)
+            q = q.transpose(1, 2)
+            k_cache, v_cache = getattr(self, f"k{i}"), getattr(self, f"v{i}")
+            k_cache.index_copy_(2, cache_position, k[:, :, :self.kv_heads].transpose(1, 2))
+            v_cache.index_copy_(2, cache_position, v[:, :, :self.kv_heads].transpose(1, 2))
+            group = self.heads // self.kv_heads
+            keys = k_cache.repeat_interleave(group, dim=1)
+            values = v_cache.repeat_interleave(group, dim=1)
+            if self.form == "sdpa":
+                out = torch.nn.functional.scaled_dot_product_attention(q, keys, values,
+                                                                       attn_mask=mask)
+            else:
+                scores = q @ keys.transpose(2, 3) * self.size ** -0.5 + mask
+                out = torch.softmax(scores, -1) @ values
+            x = x + out.transpose(1, 2).flatten(2)
+        return x
+
+
+@pytest.mark.parametrize("form", ["sdpa", "eager"])
+def test_engine_attention_float_mask_static_cache(form, monkeypatch):
+    """transformers' static-cache attention form (a float mask from the positions, a safe
+    softmax under sdpa, float32's lowest as the masked value under eager) gets the op: one
+    per layer, against float64 at every position of a decode, and the value-cache slots
+    after the position filled with NaN are not read (with the op switched off the matmuls
+    over the whole cache give NaN: the check this test can fail on)."""
+    model = _StaticCacheAttention(form).eval()
+    example = (torch.randn(1, 1, 32), torch.tensor([0]))
+    for switch in ("1", "0"):
+        monkeypatch.setenv("OPFORGE_CPU_FILLED_ATTENTION", switch)
+        program = export(copy.deepcopy(model), example, kernels="portable", backends=["cpu"])
+        assert _attention_ops(program) == (2 if switch == "1" else 0)
+        loaded = load(program)
+        eager32, eager64 = copy.deepcopy(model), copy.deepcopy(model).double()
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for position in range(20):
+                x, p = torch.randn(1, 1, 32, generator=gen), torch.tensor([position])
+                ref64, ref32 = eager64(x.double(), p).numpy(), eager32(x, p).numpy()
+                for name in loaded.state_names:  # the slots not yet written: NaN
+                    if name.split(".")[-1].startswith("v"):
+                        cache = loaded.read_state(name)
+                        cache[:, :, position + 1:] = np.nan
+                        loaded.write_state(name, cache)
+                got = loaded.method("forward")(x.numpy(), p.numpy())[0]
+                if switch == "1":
+                    _close(got, ref64, ref32)
+                else:
+                    assert np.isnan(got).all()
+
+
+def test_engine_attention_float_mask_prefill_rows(monkeypatch):
+    """A dynamic prefill of the float-mask form: each prompt row bounded by its own
+    position (chunks at later positions), against float64."""
+    monkeypatch.setenv("OPFORGE_CPU_FILLED_ATTENTION", "1")
+    model = _StaticCacheAttention("sdpa").eval()
+    seq = torch.export.Dim("seq", min=1, max=23)
+    program = export(copy.deepcopy(model), (torch.randn(1, 3, 32), torch.arange(3)),
+                     dynamic_shapes=({1: seq}, {0: seq}), kernels="portable", backends=["cpu"])
+    assert _attention_ops(program) == 2
+    forward = load(program).method("forward")
+    eager32, eager64 = copy.deepcopy(model), copy.deepcopy(model).double()
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for count, start in [(5, 0), (3, 5), (1, 8), (4, 9)]:
+            x, p = torch.randn(1, count, 32, generator=gen), torch.arange(start, start + count)
+            got = forward(x.numpy(), p.numpy())[0]
+            _close(got, eager64(x.double(), p).numpy(), eager32(x, p).numpy())

@@ -34,30 +34,34 @@ import math
 import torch
 import torch.fx
 
+from opforge.backends.cpu.lowering.attention_graph import (RESHAPES, constant, peel,
+                                                           same_rows, scale_of, slot_bound)
 from opforge.backends.cpu.lowering.core import Lowering, _val, aten
 from opforge.backends.cpu.lowering.normalization import _only_user
 
 __all__ = ["FilledAttention", "find_filled_attention"]
 
-_VIEWS = {aten.unsqueeze.default, aten.expand.default, aten.clone.default, aten.view.default,
-          aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
-          aten.transpose.int, aten.t.default, aten.alias.default, aten.contiguous.default}
+# what a row with no slot to attend to gives (the op's ia[1]): torch's softmax of a row of
+# -inf (NaN), the safe softmax's zeros, or (a finite mask value) the mean of every slot
+_EMPTY_NAN, _EMPTY_ZERO, _EMPTY_MEAN = 0, 1, 2
 
 
 class FilledAttention:
     """One match: q, positions and the cache nodes (K, V), with the cache dims each of the
-    op's operand dims [KV heads, slots, head size] is, and the score scaling."""
+    op's operand dims [KV heads, slots, head size] is, the score scaling, what an empty row
+    gives and the bound's bias (row i attends to slots ``j < positions[i] + bias``)."""
 
     kind = "attention"
 
     def __init__(self, q, positions, k_cache, v_cache, dims, mode: int, factor: float,
-                 nodes: list) -> None:
+                 nodes: list, *, empty: int = _EMPTY_NAN, bias: int = 1) -> None:
         self.q, self.positions, self.k_cache, self.v_cache = q, positions, k_cache, v_cache
         self.dims, self.mode, self.factor, self.nodes = dims, mode, factor, nodes
+        self.empty, self.bias = empty, bias
         self.last = nodes[-1]
 
     def lower(self, L: Lowering):
-        q = L.materialize(L.env[self.q.name])
+        q = _squeezed(L, L.materialize(L.env[self.q.name]), self.nodes)
         if L.spec(q).strides[-1] != 1:
             q = L.contiguous(q)
         positions = L.contiguous(L.materialize(L.env[self.positions.name]))
@@ -67,20 +71,46 @@ class FilledAttention:
             spec = L.spec(tid)
             caches.append(L.alias(tid, [spec.dims[d] for d in dims],
                                   [spec.strides[d] for d in dims]))
-        fake = _val(self.last)
-        out = L.new_tensor(torch.float32, fake.shape)
-        L.op("attention", [q, *caches, positions], [out], ia=[self.mode], fa=[self.factor],
-             name="attention (filled slots)")
+        out = L.new_tensor(torch.float32, _val(self.last).shape)
+        spec = L.spec(out)
+        heads_rows_cols = L.alias(out, spec.dims[-3:], spec.strides[-3:]) if len(spec.dims) > 3 else out
+        L.op("attention", [q, *caches, positions], [heads_rows_cols], ia=[self.mode, self.empty, self.bias],
+             fa=[self.factor], name="attention (filled slots)")
         return ("t", out)
 
 
-def find_filled_attention(sub, taken: dict) -> dict[str, FilledAttention]:
-    """Every match whose nodes no other group has ``taken``, keyed by each node's name."""
+def _squeezed(L: Lowering, tid: int, nodes) -> int:
+    """q [H, M, D]: the score matmul's first operand, which the match walked back to a
+    tensor of the same elements in the same order with dims of size 1 added (a batch dim of
+    1, transformers' [1, H, M, D]): an alias without them."""
+    mm1 = next(n for n in nodes if n.target in _MATMULS)
+    want = _val(mm1.args[0]).shape[-3:]
+    spec = L.spec(tid)
+    if len(spec.dims) == len(want):
+        return tid
+    kept = [k for k, d in enumerate(spec.dims) if not (isinstance(d, int) and d == 1)]
+    dims, strides, k = [], [], 0
+    for d in want:
+        if isinstance(d, int) and d == 1:
+            dims.append(1)
+            strides.append(1)
+        else:
+            dims.append(spec.dims[kept[k]])
+            strides.append(spec.strides[kept[k]])
+            k += 1
+    return L.alias(tid, dims, strides)
+
+
+def find_filled_attention(sub, taken: dict, safe: dict | None = None) -> dict[str, FilledAttention]:
+    """Every match whose nodes no other group has ``taken``, keyed by each node's name.
+    ``safe`` (node name → softmax node, lowering/normalization.find_safe_softmax) lets a
+    match take a safe softmax in whole; its nodes are then the match's, not ``safe``'s."""
+    safe = safe or {}
     found: dict[str, FilledAttention] = {}
     order = {n: i for i, n in enumerate(sub.graph_module.graph.nodes)}
     for node in sub.graph_module.graph.nodes:
         try:
-            match = _match(node, sub.constants)
+            match = _match(node, sub.constants, safe)
         except Exception:  # noqa: BLE001 — a probe that does not run is not a match
             match = None
         if match is None or any(n.name in taken or n.name in found for n in match.nodes):
@@ -92,72 +122,151 @@ def find_filled_attention(sub, taken: dict) -> dict[str, FilledAttention]:
     return found
 
 
-def _match(mm2, constants) -> FilledAttention | None:
-    if mm2.op != "call_function" or mm2.target is not aten.matmul.default or len(mm2.args) != 2:
+_MATMULS = (aten.matmul.default, aten.bmm.default)
+_MASKED = (float("-inf"), torch.finfo(torch.float32).min)  # a masked score's value
+
+
+def _match(mm2, constants, safe: dict) -> FilledAttention | None:
+    if mm2.op != "call_function" or mm2.target not in _MATMULS or len(mm2.args) != 2:
         return None
-    probs, v_operand = mm2.args
-    if not (_only_user(probs, mm2) and probs.target is aten._softmax.default
-            and probs.args[1] in (-1, 2) and not probs.args[2]):
+    fo = _val(mm2)
+    if fo is None or fo.dtype != torch.float32 or not _heads_rows_cols(fo):
         return None
-    masked = probs.args[0]
-    if not (_only_user(masked, probs) and masked.target is aten.masked_fill.Scalar
-            and masked.args[2] == float("-inf")):
+    probs_operand, v_operand = mm2.args
+    # the probabilities: a softmax over the last dim, or the safe softmax's where; views
+    # that only drop the batch dim of 1 between
+    probs, probs_nodes, _ = peel(probs_operand, mm2, views=RESHAPES)
+    if not same_rows(probs_nodes, probs):
         return None
-    scores, mask = masked.args[0], masked.args[1]
-    mode, factor, mm1 = 1, 1.0, scores
-    if scores.target in (aten.div.Tensor, aten.mul.Tensor) and isinstance(
-            scores.args[1], (int, float)) and _only_user(scores, masked):
-        mode, factor = int(scores.target is aten.mul.Tensor), float(scores.args[1])
-        mm1 = scores.args[0]
-        if not math.isfinite(factor) or factor == 0:
+    empty, nodes = _EMPTY_NAN, [*probs_nodes]
+    if probs.name in safe and safe[probs.name] is not probs:
+        softmax = safe[probs.name]
+        group = [n for n in probs.graph.nodes if safe.get(n.name) is softmax]
+        if probs not in group or not all(u in group for n in group for u in n.users
+                                        if n is not probs) or list(probs.users) != [
+                                            probs_nodes[-1] if probs_nodes else mm2]:
             return None
-    reader = scores if mm1 is not scores else masked
-    if not (isinstance(mm1, torch.fx.Node) and _only_user(mm1, reader)
-            and mm1.target is aten.matmul.default and len(mm1.args) == 2):
+        empty, nodes = _EMPTY_ZERO, [*nodes, *group]
+    elif _only_user(probs, probs_nodes[-1] if probs_nodes else mm2):
+        softmax = probs
+        nodes.append(softmax)
+    else:
         return None
-    q, k_operand = mm1.args
-    fq = _val(q)
-    if fq is None or fq.dtype != torch.float32 or fq.dim() != 3:
+    if not (softmax.target is aten._softmax.default and not softmax.args[2]
+            and softmax.args[1] % _val(softmax).dim() == _val(softmax).dim() - 1):
         return None
-    heads, rows, size = fq.shape  # (rows may be symbolic: a dynamic prefill's sequence)
+    masked = softmax.args[0]
+    inner = set(nodes)
+    if not (isinstance(masked, torch.fx.Node) and set(masked.users) <= inner):
+        return None
+    # the masked scores: masked_fill(s, mask, v) or s + where(mask, 0, v), v -inf or
+    # float32's lowest (either is exactly 0 after the softmax's exp beside a finite score)
+    form = _mask_form(masked, constants)
+    if form is None:
+        return None
+    scores, cond, attend, fill = form
+    if fill != float("-inf"):
+        empty = _EMPTY_MEAN  # a row of only masked slots: every score the same, the mean
+    nodes.append(masked)
+    mm1, score_nodes, score_scales = peel(scores, masked, views=RESHAPES, scales=True)
+    if not (isinstance(mm1, torch.fx.Node) and mm1.op == "call_function"
+            and mm1.target in _MATMULS and len(mm1.args) == 2 and _only_user(
+                mm1, score_nodes[-1] if score_nodes else masked)
+            and same_rows(score_nodes, mm1)):
+        return None
+    q_operand, k_operand = mm1.args
+    q, q_nodes, q_scales = peel(q_operand, mm1, views=RESHAPES, scales=True)
+    fq = _val(q_operand)
+    if q is None or _val(q) is None or fq.dtype != torch.float32 or not _heads_rows_cols(fq) \
+            or not same_rows(q_nodes, q):
+        return None
+    heads, rows, size = fq.shape[-3:]  # (rows may be symbolic: a dynamic prefill's sequence)
     if not (isinstance(heads, int) and isinstance(size, int)):
         return None
     k = _chain(k_operand, mm1)
-    v = _chain(v_operand, mm2)
+    v = _chain(v_operand, mm2, scales=False)
     if k is None or v is None:
         return None
-    (k_cache, k_nodes, k_probe), (v_cache, v_nodes, v_probe) = k, v
-    slots = k_probe.shape[-1]
-    if tuple(k_probe.shape) != (heads, size, slots) or tuple(v_probe.shape) != (heads, slots, size):
+    (k_cache, k_nodes, k_probe, k_scales), (v_cache, v_nodes, v_probe, _) = k, v
+    if not (_heads_rows_cols(k_probe) and _heads_rows_cols(v_probe)):
         return None
-    positions = _positions(mask, constants, slots, rows)
-    if positions is None:
+    k_probe, v_probe = k_probe.reshape(k_probe.shape[-3:]), v_probe.reshape(v_probe.shape[-3:])
+    slots = k_probe.shape[-1]
+    if tuple(k_probe.shape) != (heads, size, slots) or tuple(v_probe.shape) != (heads, slots, size) \
+            or [str(d) for d in fo.shape[-3:]] != [str(heads), str(rows), str(size)]:
+        return None
+    bound = slot_bound(cond, constants, slots, rows, attend)
+    if bound is None:
         return None
     k_dims = _cache_dims(k_probe.permute(0, 2, 1), _val(k_cache).shape)
     v_dims = _cache_dims(v_probe, _val(v_cache).shape)
     if k_dims is None or v_dims is None:
         return None
-    nodes = [*k_nodes, *v_nodes, mm1, masked, probs, mm2] + ([scores] if scores is not mm1 else [])
-    return FilledAttention(q, positions, k_cache, v_cache, (k_dims, v_dims), mode, factor, nodes)
+    mode, factor = _factor([*q_scales, *k_scales, *score_scales])
+    nodes = [*q_nodes, *k_nodes, *v_nodes, mm1, *score_nodes, *nodes, mm2]
+    return FilledAttention(q, bound[0], k_cache, v_cache, (k_dims, v_dims), mode, factor,
+                           nodes, empty=empty, bias=bound[1])
 
 
-def _chain(node, user):
-    """(cache node, the view nodes from it to ``node``, the chain run on the cache's element
-    indices), or None: each node a view op read only by the next, static float32 sizes."""
-    nodes = []
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _VIEWS:
-        if not _only_user(node, user):
-            return None
-        nodes.append(node)
-        user, node = node, node.args[0]
-    fake = _val(node) if isinstance(node, torch.fx.Node) else None
+def _heads_rows_cols(fake) -> bool:
+    """A float [.., a, b, c] whose dims before the last three are all 1 (a batch of 1)."""
+    return fake.dim() >= 3 and all(isinstance(d, int) and d == 1 for d in fake.shape[:-3])
+
+
+def _mask_form(masked, constants):
+    """(scores, mask, True when the mask says attend, the masked value) of
+    ``masked_fill(scores, mask, v)`` or ``scores + where(mask, 0, v)`` (either order, or
+    ``where(mask, v, 0)``), v one of ``_MASKED``; else None."""
+    if masked.target is aten.masked_fill.Scalar and len(masked.args) == 3:
+        scores, cond, fill = masked.args
+        return (scores, cond, False, fill) if fill in _MASKED else None
+    if masked.target is not aten.add.Tensor or len(masked.args) != 2 or masked.kwargs:
+        return None
+    for scores, additive in (masked.args, masked.args[::-1]):
+        if not (isinstance(additive, torch.fx.Node) and additive.target is aten.where.self):
+            continue
+        cond, a, b = additive.args
+        a, b = (_number(constant(x, constants)) for x in (a, b))
+        fs, fm = _val(scores), _val(additive)
+        if fs is None or fm is None or fm.dim() > fs.dim() or fm.dtype != torch.float32:
+            continue
+        if str(fm.shape[-1]) != str(fs.shape[-1]):
+            continue
+        if a == 0 and b in _MASKED:
+            return scores, cond, True, b
+        if b == 0 and a in _MASKED:
+            return scores, cond, False, a
+    return None
+
+
+def _number(value):
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+        return float(value)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _factor(scales) -> tuple[int, float]:
+    """The op's (mode, factor) for the scalings met: one division keeps mode 0 (divide by
+    its number, as the graph does); otherwise the product of the factors (mode 1)."""
+    if len(scales) == 1 and scales[0].target in (aten.div.Tensor, aten.div.Scalar):
+        return 0, float(scales[0].args[1])
+    return 1, math.prod(scale_of(n) for n in scales)
+
+
+def _chain(node, user, scales: bool = True):
+    """(cache node, the nodes from it to ``node``, the chain run on the cache's element
+    indices, the scalings met), or None: each node a view op (or a scalar scaling where
+    ``scales``) read only by the next, from a float32 cache of static sizes."""
+    source, nodes, factors = peel(node, user, scales=scales)
+    fake = _val(source) if isinstance(source, torch.fx.Node) else None
     if not nodes or fake is None or fake.dtype != torch.float32 or not all(
             isinstance(s, int) for s in fake.shape):
         return None
     value = torch.arange(fake.numel(), dtype=torch.int64).reshape(fake.shape)
     for n in reversed(nodes):
-        value = n.target(value, *n.args[1:], **n.kwargs)
-    return node, nodes, value
+        if n not in factors:  # (a scaling changes values, not which element is where)
+            value = n.target(value, *n.args[1:], **n.kwargs)
+    return source, nodes, value, factors
 
 
 def _cache_dims(probe, shape) -> tuple[int, int, int] | None:
@@ -177,25 +286,3 @@ def _cache_dims(probe, shape) -> tuple[int, int, int] | None:
         if torch.equal(probe, want.expand_as(probe)):
             return kv_dim, slot_dim, size_dim
     return None
-
-
-def _positions(mask, constants, slots: int, rows: int):
-    """The int64 [rows] node ``p`` when ``mask`` is ``gt(0..slots-1, p[:, None])``."""
-    if not (isinstance(mask, torch.fx.Node) and mask.target is aten.gt.Tensor):
-        return None
-    table, column = mask.args
-    if isinstance(table, torch.fx.Node) and table.target is aten.unsqueeze.default \
-            and table.args[1] == 0:
-        table = table.args[0]
-    values = constants.get(table.name) if isinstance(table, torch.fx.Node) else None
-    if values is None or values.dtype != torch.int64 or tuple(values.shape) != (slots,) \
-            or not torch.equal(values, torch.arange(slots)):
-        return None
-    if not (isinstance(column, torch.fx.Node) and column.target is aten.unsqueeze.default
-            and column.args[1] in (1, -1)):
-        return None
-    p = column.args[0]
-    fp = _val(p)
-    if fp is None or fp.dtype != torch.int64 or fp.dim() != 1 or str(fp.shape[0]) != str(rows):
-        return None
-    return p

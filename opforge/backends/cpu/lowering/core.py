@@ -123,7 +123,10 @@ class Lowering:
             from opforge.backends.cpu.lowering.attention import find_filled_attention
 
             # a static KV cache's masked attention reads only the slots written so far
-            self.groups.update(find_filled_attention(subgraph, {**self.groups, **self.safe_softmax}))
+            filled = find_filled_attention(subgraph, self.groups, self.safe_softmax)
+            self.groups.update(filled)
+            for name in filled:  # a safe softmax a match took is computed by its op
+                self.safe_softmax.pop(name, None)
         if specs.get("int8", True) and debug != "nodes":
             from opforge.backends.cpu.lowering.quantized import find_uint8_max_pools
 
@@ -143,6 +146,7 @@ class Lowering:
         # q * s, k * s read only by their matmul: multiply node → matmul node; the factors
         # of those lowered as pass-throughs, per matmul node (lowering/scaled_matmul.py)
         self.scaled = find_scaled_operands(subgraph) if debug != "nodes" else {}
+        self.scaled = {m: mm for m, mm in self.scaled.items() if m not in self.groups}  # (a group's own)
         self.scales: dict[str, float] = {}
         self.packages = specs.get("_package_nodes") or {}
         # node name → the state input it writes in place (its result is the delegate output

@@ -7,13 +7,18 @@
 // The lowering (lowering/attention.py) emits it where that pattern's mask is `slots >
 // positions` with `slots` 0..S-1 and its K/V operands are views of the cache.
 //
-// Contract: ins [q, k, v, pos], outs [o]; ia [mode] (0: divide the scores by fa[0], 1:
-// multiply), fa [factor].
+// Contract: ins [q, k, v, pos], outs [o]; ia [mode] or [mode, empty, bias] (mode 0:
+// divide the scores by fa[0], 1: multiply; empty: what a row with no slot to attend to
+// gives, 0 NaN (softmax of a row of -inf), 1 zeros (the safe softmax), 2 the mean of all
+// S value rows (a finite mask value: every score of such a row is that value); bias: row i
+// reads n_i = clamp(pos[i] + bias, 0, S) slots, 1 for a mask `j <= pos`, 0 for `j < pos`;
+// [mode] means empty 0, bias 1), fa [factor].
 //   q, o: f32 [H, M, D]; k, v: f32 [Hkv, S, D] with H a multiple of Hkv (head h reads KV
 //   head h / (H / Hkv), as repeat_interleave does); pos: i64 [M]. Any strides, the last dim
 //   of q, k, v and o dense (stride 1). D >= 1, S >= 1.
-// Run time: a row whose pos is negative has no slot to attend to: NaN, as torch's softmax
-// of a row of -inf; pos >= S reads all S slots (nothing masked). Scores and sums in float
+// Run time: a row whose pos + bias is 0 or less has no slot to attend to (see empty);
+// pos + bias >= S reads all S slots (nothing masked). A row whose attended scores are all
+// -inf gives zeros where empty is 1 (the safe softmax), NaN otherwise; NaN or +inf, NaN. Scores and sums in float
 // (softmax's exp in float, the weights normalised before the value sum, as torch's two
 // steps); the result is within float rounding of torch's, not bitwise.
 #include <omp.h>
@@ -119,13 +124,22 @@ OFC_ROW_CLONES void value_rows(const float* w, const float* sums, float* const* 
   }
 }
 
-void fill_nan(float* o, int64_t D) {
-  for (int64_t d = 0; d < D; ++d) o[d] = std::numeric_limits<float>::quiet_NaN();
+void fill_value(float* o, int64_t D, float value) {
+  for (int64_t d = 0; d < D; ++d) o[d] = value;
+}
+
+// o = the mean of the S value rows (a row of only masked scores under a finite mask value)
+void mean_rows(float* o, const float* v, int64_t vs, int64_t S, int64_t D) {
+  std::vector<double> sum((size_t)D, 0.0);
+  for (int64_t j = 0; j < S; ++j)
+    for (int64_t d = 0; d < D; ++d) sum[(size_t)d] += v[j * vs + d];
+  for (int64_t d = 0; d < D; ++d) o[d] = (float)(sum[(size_t)d] / (double)S);
 }
 
 struct AttentionOp : Op {
   bool multiply = false;
   float factor = 1.0f;
+  int64_t empty = 0, bias = 1;
 
   void run(Engine& e) override {
     const Tensor& q = e.tensors[(size_t)ins[0]];
@@ -145,7 +159,7 @@ struct AttentionOp : Op {
     parallel_for(team, kv_heads * M, [&](int64_t ki) {  // one KV head, one query row
       const int64_t kv = ki / M, i = ki % M;
       const int64_t pos = pp[i * p.strides[0]];
-      const int64_t n = pos < 0 ? 0 : std::min(pos + 1, S);
+      const int64_t n = pos <= -bias ? 0 : pos >= S - bias ? S : pos + bias;  // (no overflow)
       std::vector<const float*> qs((size_t)group);
       std::vector<float*> os((size_t)group);
       for (int64_t g = 0; g < group; ++g) {
@@ -153,8 +167,13 @@ struct AttentionOp : Op {
         qs[(size_t)g] = qp + h * q.strides[0] + i * q.strides[1];
         os[(size_t)g] = op + h * o.strides[0] + i * o.strides[1];
       }
-      if (n == 0) {  // no slot to attend to: torch's NaN
-        for (float* row : os) fill_nan(row, D);
+      if (n == 0) {  // no slot to attend to
+        for (float* row : os) {
+          if (empty == 2)
+            mean_rows(row, vp + kv * v.strides[0], v.strides[1], S, D);
+          else
+            fill_value(row, D, empty == 1 ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+        }
         return;
       }
       std::vector<float> w((size_t)(group * n)), sums((size_t)group);
@@ -164,8 +183,10 @@ struct AttentionOp : Op {
         bool nan = false;
         const float top = row_max(w.data() + g * n, n, &nan);
         // torch: a NaN or +inf score makes the row NaN; all -inf: exp(-inf - -inf) is NaN too
+        // (the safe softmax: zeros)
         if (nan || top == INFINITY || top == -INFINITY) {
-          fill_nan(os[(size_t)g], D);
+          const bool zero = !nan && top == -INFINITY && empty == 1;
+          fill_value(os[(size_t)g], D, zero ? 0.0f : std::numeric_limits<float>::quiet_NaN());
           os[(size_t)g] = nullptr;
           continue;
         }
@@ -183,7 +204,10 @@ void contract_attention(const Engine& e, const OpCall& c) {
   const std::string& kind = c.kind;
   need_count(c, 4, 1);
   need_post_ops_allowed(c, false);
-  need(c.ia.size() == 1 && (c.ia[0] == 0 || c.ia[0] == 1), kind, "ia must be [mode], mode 0 or 1");
+  need((c.ia.size() == 1 || c.ia.size() == 3) && (c.ia[0] == 0 || c.ia[0] == 1), kind,
+       "ia must be [mode] or [mode, empty, bias], mode 0 or 1");
+  need(c.ia.size() == 1 || (c.ia[1] >= 0 && c.ia[1] <= 2 && (c.ia[2] == 0 || c.ia[2] == 1)), kind,
+       "ia's empty must be 0, 1 or 2 and its bias 0 or 1");
   need(c.fa.size() == 1 && std::isfinite(c.fa[0]) && c.fa[0] != 0.0, kind,
        "fa must be [factor], finite and not 0");
   const Tensor& q = e.tensors[(size_t)c.ins[0]];
@@ -216,6 +240,10 @@ void build_attention(Handle& h, const OpCall& c) {
   op->name = "attention (filled slots)";
   op->multiply = c.ia[0] == 1;
   op->factor = (float)c.fa[0];
+  if (c.ia.size() == 3) {
+    op->empty = c.ia[1];
+    op->bias = c.ia[2];
+  }
   push_op(h.e, std::move(op), c);
 }
 
