@@ -8,7 +8,9 @@ The bundled ``TinyDecoder`` (opforge/examples/decoder.py) at issue 46's config: 
 (0). Per scheme and layer count:
 
 - quantized with ``opforge.quantize.quantize`` and a dynamic sequence (as
-  docs/quantization.md exports decoders), calibrated on two prompts of 64 and 128 tokens;
+  docs/quantization.md exports decoders), calibrated on two prompts of 64 and 128 tokens
+  (the weight-only schemes ``w8``, ``w8_block``, ``w4`` need no calibration: none is given;
+  ``w4:128`` is ``w4`` with ``group_size=128``);
 - **SQNR** (dB) of the prefill logits of 4 held-out 64-token prompts (other tokens than
   the calibration's) against the float32 model;
 - **weights only**: the same with the activations left in float
@@ -31,13 +33,16 @@ import argparse
 import copy
 import datetime
 import json
+import os
 import pathlib
 import sys
 import time
 import warnings
 
 HERE = pathlib.Path(__file__).resolve().parent
-SCHEMES = ("16a16w", "16a8w", "16a4w", "16a4w_block", "8a8w", "8a4w")
+# a weight-only scheme may name its group size: "w4:128" is w4 in groups of 128 along K
+SCHEMES = ("16a16w", "16a8w", "16a4w", "16a4w_block", "8a8w", "8a4w", "w8", "w8_block", "w4",
+           "w4:128")
 
 
 def decoder(layers: int, dim: int = 512):
@@ -66,7 +71,8 @@ def measure(model, scheme, calibration, held_out, new_tokens: int = 32) -> dict:
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = quantize(model, calibration[0], scheme, calibration=calibration,
+        result = quantize(model, calibration[0], scheme,
+                          calibration=calibration if scheme.needs_calibration else None,
                           dynamic_shapes=({0: seq}, {0: seq}))
     seconds = time.perf_counter() - start
     bound = weights_only(result.model)
@@ -83,7 +89,8 @@ def measure(model, scheme, calibration, held_out, new_tokens: int = 32) -> dict:
             total += len(want)
     top1 = sum(int((r.argmax(-1) == o.argmax(-1)).sum()) for r, o in zip(reference, outputs))
     positions = sum(r.shape[0] for r in reference)
-    return {"scheme": getattr(scheme, "scheme", scheme), "sqnr_db": sqnr_db(reference, outputs), "top1_equal": top1 / positions,
+    name = scheme.scheme + (f":{scheme.group_size}" if scheme.group_size else "")
+    return {"scheme": name, "sqnr_db": sqnr_db(reference, outputs), "top1_equal": top1 / positions,
             "weights_only_db": sqnr_db(reference, weights),
             "calibration_db": result.report.sqnr_db, "greedy_equal": same / total,
             "greedy_tokens": total, "quantize_s": seconds}
@@ -121,13 +128,17 @@ def main(argv=None) -> int:
     for layers in args.layers:
         model = decoder(layers, args.dim)
         for scheme in args.schemes:
-            config = QuantConfig(scheme, act_headroom=args.act_headroom)
+            name, _, group = scheme.partition(":")
+            config = QuantConfig(name, act_headroom=args.act_headroom,
+                                 group_size=int(group) if group else None)
             row = {"layers": layers, "act_headroom": config.headroom,
                    **measure(model, config, calibration, held_out)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    lines = [f"# Quantized decoders against float32 ({stamp}, {_machine()})", "",
+    load = os.getloadavg()[0]
+    lines = [f"# Quantized decoders against float32 ({stamp}, {_machine()}, 1 thread, load "
+             f"{load:.1f}: the numbers do not depend on time)", "",
              f"TinyDecoder dim {args.dim}, 8 heads, 4 KV heads, MLP {3 * args.dim}, 256 "
              "positions; calibrated on prompts of 64 and 128 tokens; 4 held-out 64-token "
              "prompts, 32 greedy tokens each"
