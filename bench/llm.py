@@ -165,8 +165,39 @@ def _one_at_a_time(workers: Workers, config: str, args) -> None:
     for runtime in gguf:
         measure_and_delete(runtime)
     for runtime in (r for r in args.runtimes if r not in LLAMACPP):
-        _prepare(workers, config, runtime, args)
-        measure_and_delete(runtime)
+        if _fits(workers, config, runtime):
+            _prepare(workers, config, runtime, args)
+            measure_and_delete(runtime)
+
+
+# An export's peak resident memory (the worker's VmHWM, torch included) over the model's
+# float32 weight bytes, measured at base on the AMD EPYC (bench/results/
+# llm_llamacpp-amd-epyc-zen4-base.md, "Exports"): the float32 program 5.6x (2,678 MB for
+# 476 MiB of weights), the int4 weight program 6.7x (3,167 MB: quantize's calibration
+# copy, weights_only, one copy per method, packing); int8 taken as int4. A config whose
+# export would not fit in the memory available now is skipped and says so, rather than
+# pushing a shared machine into the OOM killer.
+EXPORT_PEAK = {"opforge-cpu": 5.6, "opforge-cpu-int8": 6.7, "opforge-cpu-int4": 6.7}
+
+
+def _fits(workers: Workers, config: str, runtime: str) -> bool:
+    c = CONFIGS[config]
+    head_dim = c["dim"] // c["heads"]
+    weights = 4 * (2 * c["vocab"] * c["dim"] + c["dim"] + c["layers"] * (
+        2 * c["dim"] * head_dim * (c["heads"] + c["kv_heads"]) + 3 * c["dim"] * c["hidden"]
+        + 2 * c["dim"]))
+    need = EXPORT_PEAK.get(runtime, 1.0) * weights / 2**30
+    available = next(int(line.split()[1]) for line in open("/proc/meminfo")
+                     if line.startswith("MemAvailable:")) / 2**20
+    if need <= available - 2.0:
+        return True
+    error = (f"skipped: its export would need ~{need:.0f} GiB ({EXPORT_PEAK.get(runtime)}x the "
+             f"{weights / 2**30:.1f} GiB of float32 weights, the peak measured at base) and "
+             f"{available:.0f} GiB are available (2 GiB kept free)")
+    say(f"  ! {config} {runtime}: {error}")
+    workers.events.append({"event": "error", "ok": False, "error": error,
+                           "spec": {"mode": "prepare", "config": config, "runtime": runtime}})
+    return False
 
 
 def _dirty() -> bool:

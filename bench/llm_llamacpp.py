@@ -141,7 +141,7 @@ def _bindings():
     package = types.ModuleType("llama_cpp")
     package.__path__ = [str(source)]
     sys.modules["llama_cpp"] = package
-    for name in ("_ctypes_extensions", "_ggml", "llama_cpp"):
+    for name in ("_ctypes_extensions", "llama_cpp"):
         spec = importlib.util.spec_from_file_location(f"llama_cpp.{name}", source / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
@@ -150,10 +150,11 @@ def _bindings():
 
 
 def greedy(path: pathlib.Path, ids: list[int], new_tokens: int, threads: int,
-           cache_type: int = 0) -> tuple[list[int], np.ndarray]:
+           cache_type: int = 0, flash_attn: int = 0) -> tuple[list[int], np.ndarray]:
     """Prefill ``ids`` in one batch, then ``new_tokens - 1`` one-token steps feeding back the
     argmax; the KV cache at ``cache_type`` (0: F32, as the decoder's; llama.cpp's default is
-    1, F16). Returns the tokens and the prompt's last logits."""
+    1, F16), flash attention ``flash_attn`` (0 off, 1 on, -1 auto: llama.cpp's default).
+    Returns the tokens and the prompt's last logits."""
     ll = _bindings()
     ll.llama_backend_init()
     model_params = ll.llama_model_default_params()
@@ -165,6 +166,10 @@ def greedy(path: pathlib.Path, ids: list[int], new_tokens: int, threads: int,
     params.n_ctx = params.n_batch = params.n_ubatch = len(ids) + new_tokens
     params.n_threads = params.n_threads_batch = threads
     params.type_k = params.type_v = cache_type
+    # flash attention off: llama.cpp's CPU flash-attention kernel rounds through F16 (the
+    # prompt's logits of the base config part from eager by ~3e-4 relative with it, ~1e-6
+    # without); llama-bench's speed runs use its own default (recorded in the results)
+    params.flash_attn_type = flash_attn
     params.no_perf = True
     context = ll.llama_init_from_model(model, params)
     if not context:

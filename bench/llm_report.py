@@ -108,8 +108,8 @@ def _exports(events: list[dict]) -> list[str]:
     rows = [e for e in events if e.get("event") == "prepared"]
     if not rows:
         return []
-    lines = ["## Exports", "", "| config | runtime | export s | file MB | cpu backend |",
-             "| --- | --- | ---: | ---: | --- |"]
+    lines = ["## Exports", "", "| config | runtime | export s | file MB | export peak RSS MB "
+             "| cpu backend |", "| --- | --- | ---: | ---: | ---: | --- |"]
     for e in rows:
         delegated = ""
         for method, d in (e.get("delegation") or {}).items():
@@ -121,8 +121,10 @@ def _exports(events: list[dict]) -> list[str]:
                 e["kinds"].items(), key=lambda kv: -kv[1])[:6])
         if e["runtime"] == "opforge-cpu" and not e.get("delegation"):
             delegated = "no delegation report: nothing was delegated"
+        peak = e.get("export_peak_rss_mb")
         lines.append(f"| {e['config']} | {e['runtime']} | {e['export_s']:.1f} | "
-                     f"{e['file_bytes'] / 2**20:.1f} | {delegated} |")
+                     f"{e['file_bytes'] / 2**20:.1f} | {'–' if peak is None else f'{peak:.0f}'} "
+                     f"| {delegated} |")
     return lines + [""]
 
 

@@ -67,6 +67,7 @@ def prepare(spec: dict) -> None:
         record = prepare_gguf(spec["config"], runtime.split("-", 1)[1], path.parent,
                               spec["new_tokens"], spec["threads"])
         emit(event="prepared", config=spec["config"], runtime=runtime, ok=True,
+             export_peak_rss_mb=peak_rss_mb(),
              **{k: v for k, v in record.items() if k != "reference"})
         emit(event="reference", config=spec["config"], tokens=record["reference"])
         return
@@ -84,7 +85,7 @@ def prepare(spec: dict) -> None:
         scratch.rmdir()
         emit(event="prepared", config=spec["config"], runtime=runtime, ok=True, build_s=0.0,
              export_s=time.perf_counter() - start, file_bytes=_bytes(path),
-             kinds=record.get("kinds"))
+             kinds=record.get("kinds"), export_peak_rss_mb=peak_rss_mb())
         return
     import torch
 
@@ -127,7 +128,8 @@ def prepare(spec: dict) -> None:
                 verbose=False)
             exported.save(str(path))
     emit(event="prepared", config=spec["config"], runtime=runtime, ok=True, build_s=built,
-         export_s=time.perf_counter() - start, file_bytes=_bytes(path), **extra)
+         export_s=time.perf_counter() - start, file_bytes=_bytes(path),
+         export_peak_rss_mb=peak_rss_mb(), **extra)
 
 
 def _bytes(path: pathlib.Path) -> int:
