@@ -8,8 +8,10 @@ Each kernel is an engine plan of one op written by hand (the plan the lowering e
 a linear layer): ``matmul`` of [M, K] by a constant [K, N] on oneDNN's matmul
 (``OPFORGE_CPU_DECODE_MATMUL=0``) and on the engine's decode-shaped kernel, which reads
 the same reordered weights (``native/small_matmul.cpp``; the engine takes it for these
-shapes), and ``int_matmul`` of int8 per-channel and int4 blocks-of-32 weights
-(``native/int_matmul.cpp``). A decode
+shapes), ``int_matmul`` of int8 per-channel and int4 blocks-of-32 weights
+(``native/int_matmul.cpp``), and ``int_dot_matmul`` of int8 activations quantized per
+block of 32 in the call against int8 and int4 blocks-of-32 weights (schemes 8da8w and 8da4w:
+``native/int_dot_matmul.cpp``, integer dot products, AVX512-VNNI where the CPU has it). A decode
 step reads each weight once, from memory: the weights of a real decoder (hundreds of MB)
 are not in any cache. So each kind is timed round-robin over enough copies of its weights
 to pass 160 MB (each copy its own engine), and the time per call is the median over
@@ -37,7 +39,8 @@ sys.path.insert(0, str(HERE.parent / "tests" / "backends"))
 from machine import describe_machine  # noqa: E402
 
 SHAPES = ("768x768", "768x256", "768x2048", "2048x768", "768x32000")
-KINDS = ("float32 (oneDNN)", "float32 (own)", "int8 per channel", "int4 block 32")
+KINDS = ("float32 (oneDNN)", "float32 (own)", "int8 per channel", "int4 block 32",
+         "8da8w (int dot)", "8da4w (int dot)")
 TOTAL = 160 << 20
 
 
@@ -55,6 +58,17 @@ def plan(kind: str, m: int, k: int, n: int, seed: int):
         w = rng.standard_normal((k, n)).astype(np.float32)
         p.op("matmul", [a, p.const(w)], [y])
         return p, w.nbytes
+    if kind.startswith("8da"):
+        from opforge.backends.cpu.lowering.int_dot import pack
+
+        bits = 8 if kind.startswith("8da8w") else 4
+        top = 127 if bits == 8 else 7
+        q = torch.from_numpy(rng.integers(-top - 1, top + 1, (n, k)).astype(np.int8))
+        scales = torch.from_numpy(rng.random((n, k // 32)).astype(np.float32) * 0.01)
+        packed, panel_scales = pack(IntWeight(q, scales, 32, bits))
+        p.op("int_dot_matmul", [a, p.const(packed.numpy()), p.const(panel_scales.numpy())], [y],
+             ia=[bits, 32], fa=[2.0 ** -64])
+        return p, packed.numel() + panel_scales.numel() * 4
     bits, group = (8, k) if kind.startswith("int8") else (4, 32)
     top = 127 if bits == 8 else 7
     q = torch.from_numpy(rng.integers(-top, top + 1, (n, k)).astype(np.int8))

@@ -14,7 +14,11 @@ Programs (each exported once, a prefill at any prompt length and a one-token dec
 - ``16a4w_block``: the whole scheme (16-bit activations quantized and dequantized around
   every linear, int4 block weights);
 - ``16a4w_block folded``: the same program exported with ``OPFORGE_CPU_INT_WEIGHTS=0``,
-  weights folded to float32 at export (the cpu backend before ``int_matmul``).
+  weights folded to float32 at export (the cpu backend before ``int_matmul``);
+- ``8da8w`` / ``8da4w``: llama.cpp's Q8_0 / Q4_0 arithmetic (``opforge.quantize.dynamic``):
+  activations quantized at run time to int8 per block of 32, weights int8 / int4 in the
+  same blocks (the embedding too), every linear one ``int_dot_matmul`` (integer dot
+  products, AVX512-VNNI where the CPU has it).
 
 Every linear (the output projection included) and the embedding are quantized by the
 schemes; the embedding table is int8 per row, which the cpu backend still folds to float32.
@@ -46,7 +50,8 @@ sys.path.insert(0, str(HERE))
 from llm_models import CONFIGS, build, prompt  # noqa: E402
 from machine import describe_machine  # noqa: E402
 
-VARIANTS = ("float32", "int8 weights", "int4 weights", "16a4w_block", "16a4w_block folded")
+VARIANTS = ("float32", "int8 weights", "int4 weights", "16a4w_block", "16a4w_block folded",
+            "8da8w", "8da4w")
 
 
 def _slug(variant: str) -> str:
@@ -71,7 +76,12 @@ def prepare(config: str, variant: str, workdir: pathlib.Path) -> dict:
     example = (torch.tensor(ids[:3]), torch.arange(3))
     start = time.perf_counter()
     prefill, decode = model, model
-    if variant != "float32":
+    if variant in ("8da8w", "8da4w"):
+        from opforge.quantize.dynamic import quantize_dynamic
+
+        converted = quantize_dynamic(model, variant)
+        prefill, decode = converted, copy.deepcopy(converted)
+    elif variant != "float32":
         scheme = "16a8w" if variant.startswith("int8") else "16a4w_block"
         calibration = [(torch.tensor(ids[:64]), torch.arange(64))]
         with warnings.catch_warnings():

@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["DYNAMIC_SCHEMES", "DynamicQuantLinear", "quantize_dynamic", "block_of", "EPS"]
+__all__ = ["DYNAMIC_SCHEMES", "DynamicQuantLinear", "QuantEmbedding", "quantize_dynamic", "block_of",
+           "EPS"]
 
 # scheme -> weight bits
 DYNAMIC_SCHEMES: dict[str, int] = {"8da8w": 8, "8da4w": 4}
@@ -106,10 +107,30 @@ class DynamicQuantLinear(nn.Module):
         return f"{self.in_features}, {self.out_features}, int{self.bits} weights, block {self.group}"
 
 
+class QuantEmbedding(nn.Module):
+    """An embedding table of integers in the scheme's weight blocks along a row (float
+    rows out: what a gather needs, no activation to quantize)."""
+
+    def __init__(self, embedding: nn.Embedding, bits: int, block: int = BLOCK) -> None:
+        super().__init__()
+        self.bits, self.group = bits, block_of(embedding.embedding_dim, block)
+        q, scales = quantize_weight(embedding.weight, bits, self.group)
+        self.register_buffer("q", q)
+        self.register_buffer("scales", scales)
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        qmin, qmax = _RANGE[self.bits]
+        table = _ops().dequantize_affine(self.q, [1, self.group], self.scales, None, torch.int8,
+                                         qmin, qmax)
+        return F.embedding(indices, table)
+
+
 def quantize_dynamic(model: nn.Module, scheme: str, *, block: int = BLOCK,
-                     skip=()) -> nn.Module:
+                     skip=(), embedding: bool = True) -> nn.Module:
     """A copy of ``model`` with every ``nn.Linear`` (but those named in ``skip``) made a
-    :class:`DynamicQuantLinear` of ``scheme`` (``8da8w`` or ``8da4w``)."""
+    :class:`DynamicQuantLinear` of ``scheme`` (``8da8w`` or ``8da4w``), and with
+    ``embedding`` every plain ``nn.Embedding`` a :class:`QuantEmbedding` of its weights'
+    bits (as llama.cpp's Q8_0 / Q4_0 files hold the token embedding)."""
     if scheme not in DYNAMIC_SCHEMES:
         from opforge.quantize.schemes import QuantizeError
 
@@ -121,6 +142,10 @@ def quantize_dynamic(model: nn.Module, scheme: str, *, block: int = BLOCK,
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
-            if type(child) is nn.Linear and full not in skip:
+            if full in skip:
+                continue
+            if type(child) is nn.Linear:
                 setattr(module, child_name, DynamicQuantLinear(child, bits, block))
+            elif type(child) is nn.Embedding and embedding and child.max_norm is None:
+                setattr(module, child_name, QuantEmbedding(child, bits, block))
     return model

@@ -146,28 +146,34 @@ inline int32_t load4(const int8_t* p) {
 }
 
 // R rows × P panels from panel p0: per quad of k one weight register per panel (read once,
-// used by every row), one broadcast of 4 activation bytes per row
-template <int BITS, int R, int P>
+// used by every row), one broadcast of 4 activation bytes per row. A independent int32
+// sums per row and panel (quads alternate between them: vpdpbusd's latency, not its
+// throughput, bounds one chain); QN: the block's 64-byte rows when fixed (0: op.quads),
+// so a block of 32 is one unrolled run
+template <int BITS, int R, int P, int A, int QN>
 OFC_VNNI void block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i nib = _mm512_set1_epi8(15);
+  const int64_t nq = QN ? QN : op.quads;
   for (int64_t g = 0; g < op.groups; ++g) {
-    __m512i sum[R][P];
+    __m512i sum[R][P][A];
     for (int r = 0; r < R; ++r)
-      for (int p = 0; p < P; ++p) sum[r][p] = _mm512_setzero_si512();
+      for (int p = 0; p < P; ++p)
+        for (int h = 0; h < A; ++h) sum[r][p][h] = _mm512_setzero_si512();
     const uint8_t* wp[P];
     for (int p = 0; p < P; ++p) wp[p] = op.w + ((p0 + p) * op.groups + g) * op.quads * 64;
     const int8_t* q[R];
     for (int r = 0; r < R; ++r) q[r] = op.aq.data() + ((m0 + r) * op.groups + g) * op.padded;
-    for (int64_t i = 0; i < op.quads; ++i) {
+    for (int64_t i = 0; i < nq; ++i) {
+      const int h = A == 1 ? 0 : (int)(i & 1);
       if (BITS == 8) {
         __m512i wv[P];
         for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_si512(wp[p] + i * 64);
         for (int r = 0; r < R; ++r) {
           const __m512i av = _mm512_set1_epi32(load4(q[r] + 4 * i));
-          for (int p = 0; p < P; ++p) sum[r][p] = _mm512_dpbusd_epi32(sum[r][p], wv[p], av);
+          for (int p = 0; p < P; ++p) sum[r][p][h] = _mm512_dpbusd_epi32(sum[r][p][h], wv[p], av);
         }
       } else {
         __m512i lo[P], hi[P];
@@ -180,8 +186,8 @@ OFC_VNNI void block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
           const __m512i a0 = _mm512_set1_epi32(load4(q[r] + 8 * i));
           const __m512i a1 = _mm512_set1_epi32(load4(q[r] + 8 * i + 4));
           for (int p = 0; p < P; ++p) {
-            sum[r][p] = _mm512_dpbusd_epi32(sum[r][p], lo[p], a0);
-            sum[r][p] = _mm512_dpbusd_epi32(sum[r][p], hi[p], a1);
+            sum[r][p][0] = _mm512_dpbusd_epi32(sum[r][p][0], lo[p], a0);
+            sum[r][p][A - 1] = _mm512_dpbusd_epi32(sum[r][p][A - 1], hi[p], a1);
           }
         }
       }
@@ -191,8 +197,10 @@ OFC_VNNI void block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
       const __m512i c = _mm512_set1_epi32(op.corr[(size_t)at]);
       const __m512 sa = _mm512_set1_ps(op.as[(size_t)at]);
       for (int p = 0; p < P; ++p) {
+        __m512i total = sum[r][p][0];
+        if (A == 2) total = _mm512_add_epi32(total, sum[r][p][A - 1]);  // exact: int32
         const __m512 sw = _mm512_loadu_ps(op.s + ((p0 + p) * op.groups + g) * kLanes);
-        const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[r][p], c));
+        const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(total, c));
         acc[r][p] = _mm512_fmadd_ps(t, _mm512_mul_ps(sa, sw), acc[r][p]);
       }
     }
@@ -207,22 +215,30 @@ OFC_VNNI void block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
   }
 }
 
+// a block of 32 (the schemes' block): its quads as a fixed, unrolled count
+template <int BITS, int R, int P>
+OFC_VNNI void block_any(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
+  constexpr int A = R <= 2 ? 2 : 1;
+  if (op.group == 32) block<BITS, R, P, A, BITS == 8 ? 8 : 4>(op, d, m0, p0);
+  else block<BITS, R, P, A, 0>(op, d, m0, p0);
+}
+
 // up to 2 rows: every panel of the chunk at once; 3-4 rows: two panels at a time (the
 // int32 sums, float accumulators and weights then fill at most 20 of the 32 registers)
 template <int BITS, int R>
 OFC_VNNI void vnni_rows(const IntDotOp& op, float* d, int64_t m0, int64_t p0, int64_t np) {
   if (R <= 2) {
     switch (np) {
-      case 4: block<BITS, R, 4>(op, d, m0, p0); break;
-      case 3: block<BITS, R, 3>(op, d, m0, p0); break;
-      case 2: block<BITS, R, 2>(op, d, m0, p0); break;
-      default: block<BITS, R, 1>(op, d, m0, p0); break;
+      case 4: block_any<BITS, R, 4>(op, d, m0, p0); break;
+      case 3: block_any<BITS, R, 3>(op, d, m0, p0); break;
+      case 2: block_any<BITS, R, 2>(op, d, m0, p0); break;
+      default: block_any<BITS, R, 1>(op, d, m0, p0); break;
     }
     return;
   }
   int64_t p = 0;
-  for (; p + 2 <= np; p += 2) block<BITS, R, 2>(op, d, m0, p0 + p);
-  if (p < np) block<BITS, R, 1>(op, d, m0, p0 + p);
+  for (; p + 2 <= np; p += 2) block_any<BITS, R, 2>(op, d, m0, p0 + p);
+  if (p < np) block_any<BITS, R, 1>(op, d, m0, p0 + p);
 }
 #endif
 
