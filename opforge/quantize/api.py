@@ -133,6 +133,7 @@ def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
         pass
     _check_observed_ranges(prepared)
     converted = convert_pt2e(prepared)
+    _drop_zero_block_zero_points(converted)
     _drop_unused_tensors(converted)
     _narrow_zero_points(converted)
     # opforge.export.export calls .eval(): let it (the graph has no train/eval behavior left)
@@ -178,6 +179,24 @@ def _drop_unused_tensors(gm: torch.fx.GraphModule) -> None:
             owner, _, leaf = name.rpartition(".")
             module = gm.get_submodule(owner) if owner else gm
             delattr(module, leaf)
+
+
+def _drop_zero_block_zero_points(gm: torch.fx.GraphModule) -> None:
+    """A block-wise weight's zero points (symmetric weights: all 0, int32 [N, K / g], as many
+    bytes as its scales) → None, which ``dequantize_affine`` reads as 0: the same values,
+    and a 4-bit weight in groups of 32 stores 5 bits per weight instead of 6."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "dequantize_affine" not in str(node.target):
+            continue
+        zp = node.args[3] if len(node.args) > 3 else None
+        if isinstance(zp, torch.fx.Node) and zp.op == "get_attr":
+            owner, _, leaf = zp.target.rpartition(".")
+            value = getattr(gm.get_submodule(owner) if owner else gm, leaf)
+            if isinstance(value, torch.Tensor) and not bool(value.any()):
+                node.args = node.args[:3] + (None,) + node.args[4:]
+                if not zp.users:
+                    gm.graph.erase_node(zp)
+    gm.recompile()
 
 
 def _narrow_zero_points(gm: torch.fx.GraphModule) -> None:
