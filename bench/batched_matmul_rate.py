@@ -12,6 +12,14 @@ one thread, interleaved (one call of each program per round, each round the mean
 enough calls to last ~20 ms), median of the rounds. A 1x1x1 matmul program gives the
 per-call floor (the Python call and the delegate's binding), reported beside.
 
+Second table (the layouts the models hand the matmul): in the models an operand is a head
+view of a fused projection (coat_lite_tiny's ``q`` is ``[8, N, C/8]`` with strides ``[C/8,
+3C, 1]`` inside ``qkv``; swin_t's ``v`` likewise), and the lowering copies such a view to a
+dense one before oneDNN's matmul (``lowering/matmul.py``, ``_matmul_operand``). Timed: that
+program against one where oneDNN reads the strided view itself (the lowering's operand rule
+relaxed for the run, ``_strided_operands``), each the whole pattern (view, matmul, the
+transpose back and an add), interleaved as above.
+
 Writes ``bench/results/batched_matmul_rate.md``.
 """
 
@@ -58,8 +66,56 @@ class _MatMul(torch.nn.Module):
         return torch.matmul(a, b)
 
 
-def _program(a_shape, b_shape):
-    """(a zero-argument call of the exported one-matmul program, its engine implementations)."""
+class _QFactor(torch.nn.Module):
+    """coat_lite_tiny's ``q @ factor`` on the head view of ``qkv`` ([1, N, 3C]), back to [1, N, C]."""
+
+    def __init__(self, heads: int, ch: int):
+        super().__init__()
+        self.heads, self.ch = heads, ch
+
+    def forward(self, qkv, factor):
+        n = qkv.shape[1]
+        q = qkv[..., : self.heads * self.ch].reshape(1, n, self.heads, self.ch).transpose(1, 2)
+        return (q @ factor).transpose(1, 2).reshape(1, n, self.heads * self.ch) + 1.0
+
+
+class _AttnV(torch.nn.Module):
+    """swin_t stage 1's ``attn @ v`` on the head view of ``qkv`` ([windows, 49, 3 * 96])."""
+
+    def forward(self, attn, qkv):
+        b, n, _ = qkv.shape
+        v = qkv.reshape(b, n, 3, 3, 32).permute(2, 0, 3, 1, 4)[2]
+        return (attn @ v).transpose(1, 2).reshape(b, n, 96) + 1.0
+
+
+LAYOUTS = [("swin_t", "stage 1 attn@v, v a head view", _AttnV(), ((64, 3, 49, 49), (64, 49, 288)))]
+for _side, _dim in ((56, 64), (28, 128), (14, 256), (7, 320)):
+    LAYOUTS.append(("coat_lite_tiny", f"q@factor N={_side * _side + 1}, q a head view",
+                    _QFactor(8, _dim // 8), ((1, _side * _side + 1, 3 * _dim), (1, 8, _dim // 8, _dim // 8))))
+
+
+def _strided_operands(enabled: bool) -> None:
+    """Let oneDNN's matmul read any operand whose rows are contiguous (no dense copy) while
+    ``enabled``: the alternative the second table times."""
+    from opforge.backends.cpu.lowering import matmul
+    from opforge.backends.cpu.lowering.core import known, same
+
+    original = getattr(_strided_operands, "original", None) or matmul._matmul_operand
+    _strided_operands.original = original
+
+    def strided(L, tid):
+        t = L.spec(tid)
+        if len(t.dims) >= 2 and t.role != "const" and same(t.strides[-1], 1) and \
+                known(lambda: t.strides[-2] >= t.dims[-1]):
+            return tid
+        return original(L, tid)
+
+    matmul._matmul_operand = strided if enabled else original
+
+
+def _program(a_shape, b_shape, module=None):
+    """(a zero-argument call of the exported program, its engine ops as ``kind [impl]``):
+    one matmul ``a @ b``, or ``module`` on inputs of those shapes."""
     from opforge.backends.cpu.engine import program_impls
     from opforge.export import export
     from opforge.runtime import load
@@ -67,13 +123,17 @@ def _program(a_shape, b_shape):
     rng = np.random.default_rng(0)
     a = rng.standard_normal(a_shape).astype(np.float32)
     b = rng.standard_normal(b_shape).astype(np.float32)
-    program = export(_MatMul(), (torch.from_numpy(a), torch.from_numpy(b)), backends=["cpu"])
+    module = module or _MatMul()
+    program = export(module, (torch.from_numpy(a), torch.from_numpy(b)), backends=["cpu"])
     forward = load(program).method("forward")
     (got,) = forward(a, b)
-    if not np.allclose(np.asarray(got), a @ b, rtol=1e-4, atol=1e-3 * math.sqrt(a_shape[-1])):
-        raise AssertionError(f"matmul {a_shape} @ {b_shape}: wrong result")
-    impls = sorted({impl or "own" for _, impl in program_impls(program)})
-    return (lambda: forward(a, b)), ", ".join(impls)
+    with torch.no_grad():
+        want = module(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    k = a_shape[-1]
+    if not np.allclose(np.asarray(got), want, rtol=1e-4, atol=1e-3 * math.sqrt(k)):
+        raise AssertionError(f"{type(module).__name__} {a_shape}, {b_shape}: wrong result")
+    ops = ", ".join(f"{kind} [{impl or 'own'}]" for kind, impl in program_impls(program))
+    return (lambda: forward(a, b)), ops
 
 
 def _time(calls: dict) -> dict[str, float]:
@@ -112,11 +172,25 @@ def main() -> int:
         rows.append(row)
         print(f"{model:15s} {site:20s} {row['batched_gflops']:6.1f} {row['flat_gflops']:6.1f} "
               f"GFLOP/s ratio {row['ratio']:.2f} (floor {row['floor_us']:.1f} us)", flush=True)
-    _write(rows)
+    layouts = []
+    for model, site, module, (a_shape, b_shape) in LAYOUTS:
+        copied, copied_ops = _program(a_shape, b_shape, module)
+        _strided_operands(True)
+        try:
+            strided, strided_ops = _program(a_shape, b_shape, module)
+        finally:
+            _strided_operands(False)
+        t = _time({"copied": copied, "strided": strided})
+        layouts.append(dict(model=model, site=site, copied_us=t["copied"] * 1e6,
+                            strided_us=t["strided"] * 1e6, copied_ops=copied_ops,
+                            strided_ops=strided_ops))
+        print(f"{model:15s} {site:36s} copy {t['copied'] * 1e6:8.1f} us, strided "
+              f"{t['strided'] * 1e6:8.1f} us", flush=True)
+    _write(rows, layouts)
     return 0
 
 
-def _write(rows: list[dict]) -> None:
+def _write(rows: list[dict], layouts: list[dict]) -> None:
     machine = describe_machine(HERE.parent)
     lines = ["| model | matmul | batch x [M, K] @ [K, N] | MFLOP | batched µs | batched GFLOP/s | "
              "2-d µs | 2-d GFLOP/s | batched / 2-d rate | implementations (batched; 2-d) |",
@@ -137,6 +211,12 @@ def _write(rows: list[dict]) -> None:
                          f"batched matmuls (one of each) at {flops / batched * 1e3:.1f} GFLOP/s "
                          f"batched, {flops / flat * 1e3:.1f} GFLOP/s as 2-d matmuls "
                          f"(ratio {flat / batched:.2f})")
+    layout_lines = ["| model | pattern | operand copied, µs | strided operand, µs | copied / strided | "
+                    "engine ops (copied; strided) |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for r in layouts:
+        layout_lines.append(f"| {r['model']} | {r['site']} | {r['copied_us']:.1f} | "
+                            f"{r['strided_us']:.1f} | {r['copied_us'] / r['strided_us']:.2f} | "
+                            f"{r['copied_ops']}; {r['strided_ops']} |")
     floor = statistics.median(r["floor_us"] for r in rows)
     load = os.getloadavg()
     text = (
@@ -151,12 +231,14 @@ def _write(rows: list[dict]) -> None:
         f"FLOPs, interleaved, median of {ROUNDS} rounds (each ~{ROUND_S * 1e3:.0f} ms of calls). "
         "Times are whole calls from Python: the per-call floor (a 1x1x1 matmul program) was "
         f"{floor:.1f} µs (median over the rows) and is inside every number (under a tenth of "
-        "the smallest row). `own` among the batched programs' implementations is a `copy` op "
-        "on the engine's own kernels after the oneDNN matmul (the 2-d programs have none): "
-        "its time is inside the batched column. Shapes from the "
-        "models' sources at 224x224 (see the bench's docstring): swin_t's windows of 49 "
-        "tokens, coat_lite_tiny's factorised attention per head (8 heads).\n\n"
-        + "\n".join(lines) + "\n\nPer model:\n\n" + "\n".join(per_model) + "\n")
+        "the smallest row). Shapes from the models' sources at 224x224 (see the bench's "
+        "docstring): swin_t's windows of 49 tokens, coat_lite_tiny's factorised attention "
+        "per head (8 heads).\n\n"
+        + "\n".join(lines) + "\n\nPer model:\n\n" + "\n".join(per_model) + "\n\n"
+        "The layouts the models hand the matmul (each row a whole pattern: the head view of "
+        "a fused projection, the matmul, the transpose back and an add): the lowering's "
+        "dense copy of the strided operand before oneDNN's matmul, against oneDNN reading the "
+        "strided view itself.\n\n" + "\n".join(layout_lines) + "\n")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "batched_matmul_rate.md").write_text(text)
     print(text)
