@@ -17,7 +17,7 @@ What is checked and why:
 * greedy tokens are the same on the lean runtime, ATen mode, the cpu backend (whose
   linears and embedding run on ``int_matmul`` / ``int_embedding``, reading the integers)
   and the native runtime: the same dequantized weights, sums in another order;
-* 4-bit weights are packed two per byte in the file.
+* 4-bit weights are packed two per byte in the file, with no zero points beside them.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def test_greedy_tokens_are_the_same_on_every_runtime(scheme):
 
 
 def test_4bit_weights_are_packed_in_the_file():
-    from opforge.program import PACKING_INT4, ConstantStorage, TensorValue, to_bytes
+    from opforge.program import PACKING_INT4, ConstantStorage, ScalarType, TensorValue, to_bytes
 
     _, w4 = weight_only("w4")
     _, w8 = weight_only("w8_block")
@@ -201,6 +201,9 @@ def test_4bit_weights_are_packed_in_the_file():
     assert len(packed) == LINEARS
     assert all(v.stored_nbytes == v.numel // 2 for v in packed)  # K·N/2 bytes per matrix
     int4_bytes = sum(v.numel for v in packed) // 2
+    # the block-wise zero points (all 0) are left out: no int32 [N, K/g] beside the scales
+    assert not any(isinstance(v, TensorValue) and isinstance(v.storage, ConstantStorage)
+                   and v.dtype is ScalarType.INT32 and len(v.sizes) == 2 for v in method.values)
     # the same programs but for the matrices: 8-bit minus 4-bit is the 4 bits saved per weight
     assert len(to_bytes(w8)) - len(to_bytes(w4)) == pytest.approx(int4_bytes, rel=0.02)
 
