@@ -8,6 +8,10 @@ The difference between the two SQNRs is what the activation path costs; the deco
 hold it small (``tests/quantize/test_decoder_accuracy.py``), and ``bench/quantized_decoders.py``
 reports both.
 
+To deploy integer weights with float activations, quantize with a weight-only scheme
+(``w8``, ``w8_block``, ``w4``: no calibration, docs/quantization.md, "Schemes") rather than
+bypassing a converted model's activations: ``w8`` rounds the weights as ``16a8w`` does.
+
 >>> from opforge.quantize.weights_only import weights_only     # doctest: +SKIP
 >>> bound = weights_only(result.model)                          # doctest: +SKIP
 """
