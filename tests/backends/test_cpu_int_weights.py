@@ -48,12 +48,12 @@ SHAPES = [(1, 96, 67, 32), (2, 192, 17, 64), (3, 33, 1, None), (4, 256, 129, 128
 class IntLinears(torch.nn.Module):
     """One linear per shape on ``dequantize(q)`` of a constant integer weight."""
 
-    def __init__(self, bits: int, bias: bool, seed: int = 0) -> None:
+    def __init__(self, bits: int, bias: bool, seed: int = 0, shapes=SHAPES) -> None:
         super().__init__()
         g = torch.Generator().manual_seed(seed)
-        self.bits, self.shapes = bits, SHAPES
+        self.bits, self.shapes = bits, shapes
         top = 7 if bits == 4 else 127
-        for i, (_, k, n, group) in enumerate(SHAPES):
+        for i, (_, k, n, group) in enumerate(shapes):
             blocks = 1 if group is None else -(-k // group)
             q = torch.randint(-top - (bits == 4), top + 1, (n, k), generator=g, dtype=torch.int8)
             scale = torch.rand(n, blocks, generator=g) * 0.05 + 0.001
@@ -76,9 +76,9 @@ class IntLinears(torch.nn.Module):
                      for i, x in enumerate(xs))
 
 
-def _inputs(seed: int = 1):
+def _inputs(seed: int = 1, shapes=SHAPES):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(m, k, generator=g) for m, k, _, _ in SHAPES)
+    return tuple(torch.randn(m, k, generator=g) for m, k, _, _ in shapes)
 
 
 def _bound(model: IntLinears, i: int, x: np.ndarray) -> np.ndarray:
@@ -117,6 +117,25 @@ def test_int_weights_match_lean(bits, bias, avx512, monkeypatch):
         assert g.shape == w.shape and g.dtype == np.float32
         excess = np.abs(g.astype(np.float64) - w) - _bound(model, i, x)
         assert excess.max() <= 0, (SHAPES[i], float(excess.max()))
+
+
+# a prompt's rows: the wide path on AVX-512 (M >= 24), K across its 256-k blocks
+WIDE_SHAPES = [(24, 256, 67, 32), (40, 320, 129, 64), (130, 96, 33, None), (33, 513, 20, None)]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_many_rows_match_lean(bits):
+    """The wide path's outputs are lean's within the same bound as the register path's."""
+    model = IntLinears(bits, True, shapes=WIDE_SHAPES).eval()
+    inputs = _inputs(shapes=WIDE_SHAPES)
+    program = export(model, inputs, backends=["cpu"])
+    assert [k for k, _ in _kinds(program)].count("int_matmul") == len(WIDE_SHAPES)
+    arrays = [x.numpy() for x in inputs]
+    want = load(export(model, inputs)).method("forward")(*arrays)
+    got = load(program).method("forward")(*arrays)
+    for i, (g, w, x) in enumerate(zip(got, want, arrays)):
+        excess = np.abs(g.astype(np.float64) - w) - _bound(model, i, x)
+        assert excess.max() <= 0, (WIDE_SHAPES[i], float(excess.max()))
 
 
 def test_int4_weights_are_stored_packed():
@@ -173,6 +192,35 @@ def test_partial_last_block_matches_float64(m, k, n, group, bits, avx512, monkey
         # one side (this kernel) against the exact sum of the same float32 weights
         gamma = k * U / (1 - k * U)
         assert (np.abs(got - exact) <= gamma * (np.abs(x) @ np.abs(w).T)).all()
+
+
+# M from 24 on (a prompt) takes the wide path on AVX-512 (int_matmul.cpp: each chunk's
+# weights dequantized once a call, 256 k at a time): M around that threshold and its
+# 6-row blocks, K across the 256-k blocks (and odd for 4 bits), N across panels and chunks
+@pytest.mark.parametrize("avx512", ["1", "0"])
+@pytest.mark.parametrize("m,k,n,group,bits", [
+    (8, 96, 67, 32, 4), (16, 130, 33, 64, 8), (23, 300, 100, 32, 4), (24, 257, 17, 257, 4),
+    (25, 520, 65, 128, 8), (31, 768, 130, 64, 4), (64, 513, 48, 513, 8), (130, 600, 70, 32, 4),
+    (128, 256, 129, 128, 8)])
+def test_many_rows_match_float64_and_the_one_row_kernel(m, k, n, group, bits, avx512, monkeypatch):
+    """Within the bound of the exact sum of the same float32 weights (lean's is within it
+    the other way: the module docstring), and bit for bit what the same weights give one
+    row at a time (the register path: the wide path dequantizes to the same float32
+    products and sums them in the same order, int_matmul.cpp), at 1 and 2 threads."""
+    import test_cpu_hostile_plans as hostile
+
+    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_AVX512", avx512)
+    p, w = _int_plan(m, k, n, group, bits)
+    one, _ = _int_plan(1, k, n, group, bits)
+    x = np.random.default_rng(m + k + n).standard_normal((m, k)).astype(np.float32)
+    rows = one.handle(threads=1)
+    by_row = np.concatenate([hostile.run(rows, x[i:i + 1])[0] for i in range(m)])
+    exact = x.astype(np.float64) @ w.T
+    gamma = k * U / (1 - k * U)
+    for threads in (1, 2):
+        got = hostile.run(p.handle(threads=threads), x)[0]
+        assert (np.abs(got - exact) <= gamma * (np.abs(x) @ np.abs(w).T)).all()
+        assert np.array_equal(got.view(np.uint32), by_row.view(np.uint32)), threads
 
 
 @pytest.mark.parametrize("change", ["bits", "group", "odd group", "w dims", "w dtype", "scales dims"])
