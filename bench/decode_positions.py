@@ -15,6 +15,16 @@ change the time, so the cache is not filled first.
 
 Writes bench/results/decode_positions.md (and .json) with the machine it ran on. The
 ``attention`` config (small weights, 8 KV heads) makes attention a large share of a step.
+
+``--transformers llama`` times transformers' own static-cache export instead
+(``TorchExportableModuleForDecoderOnlyLM``, one token a call, a 2,048-slot cache) of a
+``LlamaForCausalLM`` of the same shape (random weights); it needs transformers
+(``bench/.venv-external``). Its variants are ``cpu``, ``cpu-matmuls`` and ``lean``
+(``attend`` and ``cache`` do not apply: write ``cpu:capacity:float32``):
+
+    OMP_NUM_THREADS=1 bench/.venv-external/bin/python bench/decode_positions.py \
+        --transformers llama --variants cpu-matmuls:capacity:float32 cpu:capacity:float32 \
+        --no-prefill --no-accuracy --out bench/results/decode_positions_llama
 """
 
 from __future__ import annotations
@@ -63,6 +73,39 @@ def export_program(kind: str, config: dict, attend: str, cache_dtype: str):
     try:
         return export(None, methods={"decode": (model, one)}, kernels="portable",
                       backends=backends)
+    finally:
+        if previous is None:
+            del os.environ["OPFORGE_CPU_FILLED_ATTENTION"]
+        else:
+            os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = previous
+
+
+def export_transformers(kind: str, family: str, config: dict):
+    """transformers' static-cache export of ``family`` at ``config``'s shape: a one-token
+    ``forward(input_ids [1, 1], cache_position [1])`` (cpu-matmuls: the attention op off)."""
+    import torch
+    import transformers as tf
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    from opforge.export import export
+
+    builders = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM)}
+    config_class, model_class = builders[family]
+    torch.manual_seed(0)
+    model = model_class(config_class(
+        vocab_size=config["vocab"], hidden_size=config["dim"], intermediate_size=config["hidden"],
+        num_hidden_layers=config["layers"], num_attention_heads=config["heads"],
+        num_key_value_heads=config["kv_heads"], max_position_embeddings=config["max_len"],
+        use_cache=True)).eval()
+    model.generation_config.cache_implementation = "static"
+    model.generation_config.use_cache = True
+    wrapper = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1,
+                                                    max_cache_len=config["max_len"])
+    exported = wrapper.export(input_ids=torch.tensor([[1]]), cache_position=torch.tensor([0]))
+    previous = os.environ.get("OPFORGE_CPU_FILLED_ATTENTION")
+    os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = "0" if kind == "cpu-matmuls" else "1"
+    try:
+        return export(exported, backends=["cpu"] if kind.startswith("cpu") else None)
     finally:
         if previous is None:
             del os.environ["OPFORGE_CPU_FILLED_ATTENTION"]
@@ -185,18 +228,27 @@ def main(argv=None) -> int:
     parser.add_argument("--no-prefill", action="store_true", help="skip the prefill timing")
     parser.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "decode_positions")
     parser.add_argument("--label", default="", help="a note for the table (the code measured)")
+    parser.add_argument("--transformers", choices=["llama"], default=None,
+                        help="time transformers' static-cache export of this family instead")
     parser.add_argument("--no-accuracy", action="store_true",
                         help="skip the float16/bfloat16 cache accuracy against float32")
     args = parser.parse_args(argv)
     from opforge.runtime import load
 
     config = CONFIGS[args.config]
+    if args.transformers:  # (the prefill and accuracy parts time the TinyDecoder)
+        args.no_prefill = args.no_accuracy = True
     rows = []
     methods = {}
     for variant in args.variants:
         kind, attend, dtype = variant.split(":")
-        program = export_program(kind, config, attend, dtype)
-        methods[variant] = load(program, num_threads=args.threads).method("decode")
+        if args.transformers:
+            program = export_transformers(kind, args.transformers, config)
+            forward = load(program, num_threads=args.threads).method("forward")
+            methods[variant] = lambda t, p, f=forward: f(t.reshape(1, -1), p)
+        else:
+            program = export_program(kind, config, attend, dtype)
+            methods[variant] = load(program, num_threads=args.threads).method("decode")
     times = time_positions(methods, POSITIONS, min(args.rounds, ROUNDS))
     for variant, by in times.items():
         kind, attend, dtype = variant.split(":")
@@ -207,6 +259,7 @@ def main(argv=None) -> int:
     prefill = [] if args.no_prefill else time_prefill(config, args.threads)
     accuracy = [] if args.no_accuracy else cache_accuracy(config)
     report = {"machine": machine, "threads": args.threads, "config": config,
+              "model": f"transformers {args.transformers}" if args.transformers else "TinyDecoder",
               "label": args.label, "rows": rows, "prefill": prefill, "accuracy": accuracy}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
@@ -220,7 +273,8 @@ def markdown(report: dict) -> str:
              f"Machine: {m.get('cpu', m)} ({m.get('cores')} cores, shared), "
              f"{report['threads']} thread(s) (OMP_NUM_THREADS="
              f"{os.environ.get('OMP_NUM_THREADS', 'unset')}); load average "
-             + " / ".join(f"{x:.1f}" for x in m.get("load_average", ())) + ". Model: TinyDecoder "
+             + " / ".join(f"{x:.1f}" for x in m.get("load_average", ())) + ". Model: "
+             + report.get("model", "TinyDecoder") + " "
              + ", ".join(f"{k} {v}" for k, v in report["config"].items())
              + ". Median process CPU time of the rounds (the shared machine's waits left "
              "out), every variant and position in each round.", "",
@@ -240,6 +294,12 @@ def markdown(report: dict) -> str:
               "cache, run on the portable kernels (the cpu backend leaves data-dependent sizes "
               "on them). `float16` stores the caches at half the bytes (on `cpu` the cache "
               "writes and conversions stay on the kernels: the engine has no float16)."]
+    if report.get("model", "TinyDecoder") != "TinyDecoder":
+        lines += ["", f"Here the model is {report['model']}'s static-cache export "
+                  "(`TorchExportableModuleForDecoderOnlyLM`, one token a call; attend and cache "
+                  "do not apply): its scores take an additive float mask built from "
+                  "`cache_position` and a safe softmax, which the attention op matches since "
+                  "issue 46's follow-up; `cpu-matmuls` is what that program ran before it."]
     if report.get("prefill"):
         lines += ["", "Prefill on cpu (one dynamic call, the prompt at positions 0..P-1 of the "
                   "2,048-slot cache), median ms:", "",

@@ -270,3 +270,113 @@ def test_engine_attention_float_mask_prefill_rows(monkeypatch):
             x, p = torch.randn(1, count, 32, generator=gen), torch.arange(start, start + count)
             got = forward(x.numpy(), p.numpy())[0]
             _close(got, eager64(x.double(), p).numpy(), eager32(x, p).numpy())
+
+
+def test_engine_attention_transformers_llama_static_cache(monkeypatch):
+    """transformers' own static-cache export of a tiny Llama (the recipe
+    bench/transformers_decoders.py uses, one token a call): one ``attention`` op per layer,
+    logits against the eager wrapper in float32 and float64 at every position, the value
+    cache after the position filled with NaN (never read). transformers is not a test
+    dependency: run with bench/.venv-external's python to include this."""
+    tf = pytest.importorskip("transformers")
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    config = tf.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            max_position_embeddings=64, use_cache=True)
+
+    def wrapper(dtype):
+        torch.manual_seed(0)
+        model = tf.LlamaForCausalLM(config).eval()
+        gen = torch.Generator().manual_seed(1234)  # away from the default init's near-ties
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                norm = "norm" in name
+                p.copy_((1.0 if norm else 0.0) + (0.3 if norm else 0.08) * torch.randn(
+                    p.shape, generator=gen))
+        model.generation_config.cache_implementation = "static"
+        model.generation_config.use_cache = True
+        return TorchExportableModuleForDecoderOnlyLM(model.to(dtype), batch_size=1,
+                                                     max_cache_len=24)
+
+    monkeypatch.setenv("OPFORGE_CPU_FILLED_ATTENTION", "1")
+    exported = wrapper(torch.float32).export(input_ids=torch.tensor([[1]]),
+                                             cache_position=torch.tensor([0]))
+    program = export(exported, backends=["cpu"])
+    assert _attention_ops(program) == 2
+    loaded = load(program)
+    eager32, eager64 = wrapper(torch.float32), wrapper(torch.float64)
+    with torch.no_grad():
+        for position, token in enumerate([1, 17, 5, 42, 9, 3, 77, 100, 31, 8, 64, 2]):
+            t, p = torch.tensor([[token]]), torch.tensor([position])
+            # (the wrapper's own forward drops cache_position; its static-cache module takes it)
+            ref32 = eager32.model(input_ids=t, cache_position=p).numpy()
+            ref64 = eager64.model(input_ids=t, cache_position=p).numpy()
+            for name in loaded.state_names:
+                if "value_cache" in name:
+                    cache = loaded.read_state(name)
+                    cache[..., position + 1:, :] = np.nan
+                    loaded.write_state(name, cache)
+            got = loaded.method("forward")(t.numpy(), p.numpy())[0]
+            _close(got, ref64, ref32)
+
+
+class _MaskInputAttention(_StaticCacheAttention):
+    """The mask made outside the graph (as a delegate boundary leaves it: transformers'
+    dynamic export splits its program, the later layers' delegates receive the mask): a
+    float mask added to the scores, or a bool mask under ``where(mask, 0, -inf)``."""
+
+    def forward(self, x, cache_position, mask):
+        m = x.shape[1]
+        if mask.dtype == torch.bool:
+            mask = torch.where(mask, 0.0, float("-inf"))
+        for i in range(self.layers):
+            q, k, v = self.proj[i](x).view(1, m, 3, self.heads, self.size).unbind(2)
+            k_cache, v_cache = getattr(self, f"k{i}"), getattr(self, f"v{i}")
+            k_cache.index_copy_(2, cache_position, k[:, :, :self.kv_heads].transpose(1, 2))
+            v_cache.index_copy_(2, cache_position, v[:, :, :self.kv_heads].transpose(1, 2))
+            group = self.heads // self.kv_heads
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k_cache.repeat_interleave(group, dim=1),
+                v_cache.repeat_interleave(group, dim=1), attn_mask=mask)
+            x = x + out.transpose(1, 2).flatten(2)
+        return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_engine_attention_reads_a_mask_input(dtype, monkeypatch):
+    """A mask the graph cannot explain: the op reads it, stops at each row's last attended
+    slot (the NaN after it never read; the masked matmuls give NaN) and applies it before
+    that (a hole at slot 1: its score -inf, as eager's). Against float64 over a decode."""
+    model = _MaskInputAttention("sdpa").eval()
+    slots = model.slots.numel()
+
+    def mask_at(position):
+        allowed = torch.arange(slots)[None, None, None, :] <= position
+        allowed[..., 1] &= position < 3  # a hole at slot 1 from position 3 on
+        return allowed if dtype == torch.bool else torch.where(allowed, 0.0, float("-inf"))
+
+    example = (torch.randn(1, 1, 32), torch.tensor([0]), mask_at(0))
+    for switch in ("1", "0"):
+        monkeypatch.setenv("OPFORGE_CPU_FILLED_ATTENTION", switch)
+        program = export(copy.deepcopy(model), example, kernels="portable", backends=["cpu"])
+        assert _attention_ops(program) == (2 if switch == "1" else 0)
+        loaded = load(program)
+        eager32, eager64 = copy.deepcopy(model), copy.deepcopy(model).double()
+        gen = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for position in range(12):
+                x, p, mask = torch.randn(1, 1, 32, generator=gen), torch.tensor([position]), \
+                    mask_at(position)
+                ref32 = eager32(x, p, mask).numpy()
+                ref64 = eager64(x.double(), p, mask if dtype == torch.bool else mask.double()).numpy()
+                for name in loaded.state_names:
+                    if name.split(".")[-1].startswith("v"):
+                        cache = loaded.read_state(name)
+                        cache[:, :, position + 1:] = np.nan
+                        loaded.write_state(name, cache)
+                got = loaded.method("forward")(x.numpy(), p.numpy(), mask.numpy())[0]
+                if switch == "1":
+                    _close(got, ref64, ref32)
+                else:
+                    assert np.isnan(got).all()

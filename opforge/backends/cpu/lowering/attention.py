@@ -44,6 +44,10 @@ __all__ = ["FilledAttention", "find_filled_attention"]
 # what a row with no slot to attend to gives (the op's ia[1]): torch's softmax of a row of
 # -inf (NaN), the safe softmax's zeros, or (a finite mask value) the mean of every slot
 _EMPTY_NAN, _EMPTY_ZERO, _EMPTY_MEAN = 0, 1, 2
+# where the op reads each row's bound (its ia[3]): the positions (int64 [M]) or a mask
+# [M, S] it scans for the row's last attended slot (bool, True = attend or True = masked;
+# float32, added to the scores: the last slot that is not -inf)
+_POSITIONS, _ATTEND_MASK, _MASKED_MASK, _FLOAT_MASK = 0, 1, 2, 3
 
 
 class FilledAttention:
@@ -54,17 +58,26 @@ class FilledAttention:
     kind = "attention"
 
     def __init__(self, q, positions, k_cache, v_cache, dims, mode: int, factor: float,
-                 nodes: list, *, empty: int = _EMPTY_NAN, bias: int = 1) -> None:
+                 nodes: list, *, empty: int = _EMPTY_NAN, bias: int = 1,
+                 source: int = _POSITIONS) -> None:
         self.q, self.positions, self.k_cache, self.v_cache = q, positions, k_cache, v_cache
         self.dims, self.mode, self.factor, self.nodes = dims, mode, factor, nodes
-        self.empty, self.bias = empty, bias
+        self.empty, self.bias, self.source = empty, bias, source
         self.last = nodes[-1]
 
     def lower(self, L: Lowering):
         q = _squeezed(L, L.materialize(L.env[self.q.name]), self.nodes)
         if L.spec(q).strides[-1] != 1:
             q = L.contiguous(q)
-        positions = L.contiguous(L.materialize(L.env[self.positions.name]))
+        positions = L.materialize(L.env[self.positions.name])
+        if self.source == _POSITIONS:
+            positions = L.contiguous(positions)
+        else:  # the mask [1.., M or 1, S] as [M, S] (a row dim of 1: stride 0, every row)
+            spec = L.spec(positions)
+            rows = L.spec(q).dims[1]
+            one_row = isinstance(spec.dims[-2], int) and spec.dims[-2] == 1
+            positions = L.alias(positions, [rows, spec.dims[-1]],
+                                [0 if one_row else spec.strides[-2], spec.strides[-1]])
         caches = []
         for node, dims in zip((self.k_cache, self.v_cache), self.dims):
             tid = L.materialize(L.env[node.name])
@@ -74,7 +87,8 @@ class FilledAttention:
         out = L.new_tensor(torch.float32, _val(self.last).shape)
         spec = L.spec(out)
         heads_rows_cols = L.alias(out, spec.dims[-3:], spec.strides[-3:]) if len(spec.dims) > 3 else out
-        L.op("attention", [q, *caches, positions], [heads_rows_cols], ia=[self.mode, self.empty, self.bias],
+        L.op("attention", [q, *caches, positions], [heads_rows_cols],
+             ia=[self.mode, self.empty, self.bias, self.source],
              fa=[self.factor], name="attention (filled slots)")
         return ("t", out)
 
@@ -164,8 +178,8 @@ def _match(mm2, constants, safe: dict) -> FilledAttention | None:
     form = _mask_form(masked, constants)
     if form is None:
         return None
-    scores, cond, attend, fill = form
-    if fill != float("-inf"):
+    scores, cond, attend, fill, where = form
+    if fill is not None and fill != float("-inf"):
         empty = _EMPTY_MEAN  # a row of only masked slots: every score the same, the mean
     nodes.append(masked)
     mm1, score_nodes, score_scales = peel(scores, masked, views=RESHAPES, scales=True)
@@ -195,9 +209,18 @@ def _match(mm2, constants, safe: dict) -> FilledAttention | None:
     if tuple(k_probe.shape) != (heads, size, slots) or tuple(v_probe.shape) != (heads, slots, size) \
             or [str(d) for d in fo.shape[-3:]] != [str(heads), str(rows), str(size)]:
         return None
-    bound = slot_bound(cond, constants, slots, rows, attend)
-    if bound is None:
-        return None
+    bound = None if attend is None else slot_bound(cond, constants, slots, rows, attend)
+    source = _POSITIONS
+    if bound is None:  # not provable from the graph (a mask made elsewhere): read the mask,
+        # for a KV cache's attention only (K and V the result of a write into a cache)
+        if not (_cache_write(k_cache) and _cache_write(v_cache)):
+            return None
+        source = _mask_source(cond, attend, slots, rows)
+        if source is None:
+            return None
+        bound = (cond, 1)
+        if where is not None and _only_user(where, masked):
+            nodes.append(where)
     k_dims = _cache_dims(k_probe.permute(0, 2, 1), _val(k_cache).shape)
     v_dims = _cache_dims(v_probe, _val(v_cache).shape)
     if k_dims is None or v_dims is None:
@@ -205,7 +228,7 @@ def _match(mm2, constants, safe: dict) -> FilledAttention | None:
     mode, factor = _factor([*q_scales, *k_scales, *score_scales])
     nodes = [*q_nodes, *k_nodes, *v_nodes, mm1, *score_nodes, *nodes, mm2]
     return FilledAttention(q, bound[0], k_cache, v_cache, (k_dims, v_dims), mode, factor,
-                           nodes, empty=empty, bias=bound[1])
+                           nodes, empty=empty, bias=bound[1], source=source)
 
 
 def _heads_rows_cols(fake) -> bool:
@@ -213,13 +236,36 @@ def _heads_rows_cols(fake) -> bool:
     return fake.dim() >= 3 and all(isinstance(d, int) and d == 1 for d in fake.shape[:-3])
 
 
+def _cache_write(node) -> bool:
+    """``node`` is a write of new rows into a tensor (a static cache's update)."""
+    return isinstance(node, torch.fx.Node) and node.target in (
+        aten.index_put.default, aten.index_put_.default, aten.index_copy.default,
+        aten.index_copy_.default)
+
+
+def _mask_source(mask, attend, slots: int, rows):
+    """The op's source for a mask it reads at run time (bool: attend or masked; float32:
+    added to the scores), when ``mask`` is [1.., rows or 1, slots]; else None."""
+    fake = _val(mask) if isinstance(mask, torch.fx.Node) else None
+    if fake is None or fake.dim() < 2 or str(fake.shape[-1]) != str(slots) or not (
+            str(fake.shape[-2]) in (str(rows), "1")) or any(
+                not (isinstance(d, int) and d == 1) for d in fake.shape[:-2]):
+        return None
+    if attend is None:
+        return _FLOAT_MASK if fake.dtype == torch.float32 else None
+    if fake.dtype != torch.bool:
+        return None
+    return _ATTEND_MASK if attend else _MASKED_MASK
+
+
 def _mask_form(masked, constants):
-    """(scores, mask, True when the mask says attend, the masked value) of
-    ``masked_fill(scores, mask, v)`` or ``scores + where(mask, 0, v)`` (either order, or
-    ``where(mask, v, 0)``), v one of ``_MASKED``; else None."""
+    """(scores, mask, True when the mask says attend / False masked / None a float mask
+    added, the masked value or None, the ``where`` that made the float mask or None) of
+    ``masked_fill(scores, mask, v)``, ``scores + where(mask, 0, v)`` (either order, or
+    ``where(mask, v, 0)``), v one of ``_MASKED``, or ``scores + mask``; else None."""
     if masked.target is aten.masked_fill.Scalar and len(masked.args) == 3:
         scores, cond, fill = masked.args
-        return (scores, cond, False, fill) if fill in _MASKED else None
+        return (scores, cond, False, fill, None) if fill in _MASKED else None
     if masked.target is not aten.add.Tensor or len(masked.args) != 2 or masked.kwargs:
         return None
     for scores, additive in (masked.args, masked.args[::-1]):
@@ -233,9 +279,17 @@ def _mask_form(masked, constants):
         if str(fm.shape[-1]) != str(fs.shape[-1]):
             continue
         if a == 0 and b in _MASKED:
-            return scores, cond, True, b
+            return scores, cond, True, b, additive
         if b == 0 and a in _MASKED:
-            return scores, cond, False, a
+            return scores, cond, False, a, additive
+    for scores, additive in (masked.args, masked.args[::-1]):
+        fs, fm = _val(scores), _val(additive)
+        if isinstance(additive, torch.fx.Node) and fs is not None and fm is not None \
+                and fm.dtype == torch.float32 and fm.dim() <= fs.dim() \
+                and _val(masked).shape == fs.shape and isinstance(scores, torch.fx.Node) \
+                and scores.target in (*_MATMULS, *RESHAPES, aten.mul.Tensor, aten.mul.Scalar,
+                                      aten.div.Tensor, aten.div.Scalar):
+            return scores, additive, None, None, None
     return None
 
 

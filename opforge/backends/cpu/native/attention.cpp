@@ -12,7 +12,12 @@
 // gives, 0 NaN (softmax of a row of -inf), 1 zeros (the safe softmax), 2 the mean of all
 // S value rows (a finite mask value: every score of such a row is that value); bias: row i
 // reads n_i = clamp(pos[i] + bias, 0, S) slots, 1 for a mask `j <= pos`, 0 for `j < pos`;
-// [mode] means empty 0, bias 1), fa [factor].
+// [mode] means empty 0, bias 1), or [mode, empty, bias, source], fa [factor]. source 0:
+// ins[3] is the positions, i64 [M]; else ins[3] is a mask [M, S] (any strides, a row
+// stride of 0 for one mask row for all) read at run time: 1 bool, True = attend; 2 bool,
+// True = masked; 3 f32, added to the scores. Row i then reads n_i = 1 + the last slot
+// not masked (-inf for 3) and nothing after it; a masked slot before it scores -inf (3:
+// its mask value is added). Where the mask says nothing is attended, n_i = 0 (see empty).
 //   q, o: f32 [H, M, D]; k, v: f32 [Hkv, S, D] with H a multiple of Hkv (head h reads KV
 //   head h / (H / Hkv), as repeat_interleave does); pos: i64 [M]. Any strides, the last dim
 //   of q, k, v and o dense (stride 1). D >= 1, S >= 1.
@@ -139,7 +144,31 @@ void mean_rows(float* o, const float* v, int64_t vs, int64_t S, int64_t D) {
 struct AttentionOp : Op {
   bool multiply = false;
   float factor = 1.0f;
-  int64_t empty = 0, bias = 1;
+  int64_t empty = 0, bias = 1, source = 0;
+
+  // the slots row i reads: from its position, or 1 + its mask's last attended slot
+  int64_t row_slots(const Tensor& p, const void* pp, int64_t i, int64_t S) const {
+    if (source == 0) {
+      const int64_t pos = static_cast<const int64_t*>(pp)[i * p.strides[0]];
+      return pos <= -bias ? 0 : pos >= S - bias ? S : pos + bias;  // (no overflow)
+    }
+    for (int64_t j = S - 1; j >= 0; --j)
+      if (!masked(p, pp, i, j)) return j + 1;
+    return 0;
+  }
+
+  bool masked(const Tensor& p, const void* pp, int64_t i, int64_t j) const {
+    const int64_t at = i * p.strides[0] + j * p.strides[1];
+    if (source == 3) return static_cast<const float*>(pp)[at] == -INFINITY;
+    return (static_cast<const uint8_t*>(pp)[at] != 0) == (source == 2);
+  }
+
+  // the mask's term for slot j of row i (0 where the bound comes from positions)
+  float mask_term(const Tensor& p, const void* pp, int64_t i, int64_t j) const {
+    if (source == 0) return 0.0f;
+    if (source == 3) return static_cast<const float*>(pp)[i * p.strides[0] + j * p.strides[1]];
+    return masked(p, pp, i, j) ? -INFINITY : 0.0f;
+  }
 
   void run(Engine& e) override {
     const Tensor& q = e.tensors[(size_t)ins[0]];
@@ -150,7 +179,7 @@ struct AttentionOp : Op {
     const float* qp = static_cast<const float*>(e.ptr(ins[0]));
     const float* kp = static_cast<const float*>(e.ptr(ins[1]));
     const float* vp = static_cast<const float*>(e.ptr(ins[2]));
-    const int64_t* pp = static_cast<const int64_t*>(e.ptr(ins[3]));
+    const void* pp = e.ptr(ins[3]);
     float* op = static_cast<float*>(e.ptr(outs[0]));
     const int64_t H = q.dims[0], M = q.dims[1], D = q.dims[2];
     const int64_t S = k.dims[1], group = H / k.dims[0];
@@ -158,8 +187,7 @@ struct AttentionOp : Op {
     const int64_t kv_heads = k.dims[0];
     parallel_for(team, kv_heads * M, [&](int64_t ki) {  // one KV head, one query row
       const int64_t kv = ki / M, i = ki % M;
-      const int64_t pos = pp[i * p.strides[0]];
-      const int64_t n = pos <= -bias ? 0 : pos >= S - bias ? S : pos + bias;  // (no overflow)
+      const int64_t n = row_slots(p, pp, i, S);
       std::vector<const float*> qs((size_t)group);
       std::vector<float*> os((size_t)group);
       for (int64_t g = 0; g < group; ++g) {
@@ -179,6 +207,12 @@ struct AttentionOp : Op {
       std::vector<float> w((size_t)(group * n)), sums((size_t)group);
       score_rows(qs.data(), group, kp + kv * k.strides[0], k.strides[1], n, D, multiply, factor,
                  w.data());
+      if (source != 0)  // the mask's terms (-inf for a masked slot before the last attended)
+        for (int64_t j = 0; j < n; ++j) {
+          const float term = mask_term(p, pp, i, j);
+          if (term != 0.0f)
+            for (int64_t g = 0; g < group; ++g) w[(size_t)(g * n + j)] += term;
+        }
       for (int64_t g = 0; g < group; ++g) {
         bool nan = false;
         const float top = row_max(w.data() + g * n, n, &nan);
@@ -204,8 +238,10 @@ void contract_attention(const Engine& e, const OpCall& c) {
   const std::string& kind = c.kind;
   need_count(c, 4, 1);
   need_post_ops_allowed(c, false);
-  need((c.ia.size() == 1 || c.ia.size() == 3) && (c.ia[0] == 0 || c.ia[0] == 1), kind,
-       "ia must be [mode] or [mode, empty, bias], mode 0 or 1");
+  need((c.ia.size() == 1 || c.ia.size() == 3 || c.ia.size() == 4) && (c.ia[0] == 0 || c.ia[0] == 1),
+       kind, "ia must be [mode], [mode, empty, bias] or [mode, empty, bias, source], mode 0 or 1");
+  need(c.ia.size() < 4 || (c.ia[3] >= 0 && c.ia[3] <= 3), kind, "ia's source must be 0 to 3");
+  const int64_t source = c.ia.size() == 4 ? c.ia[3] : 0;
   need(c.ia.size() == 1 || (c.ia[1] >= 0 && c.ia[1] <= 2 && (c.ia[2] == 0 || c.ia[2] == 1)), kind,
        "ia's empty must be 0, 1 or 2 and its bias 0 or 1");
   need(c.fa.size() == 1 && std::isfinite(c.fa[0]) && c.fa[0] != 0.0, kind,
@@ -223,15 +259,22 @@ void contract_attention(const Engine& e, const OpCall& c) {
     need(floats[t]->dims[2] <= 1 || floats[t]->strides[2] == 1, kind,
          std::string(names[t]) + ": the last dim must be dense (stride 1)");
   }
-  need_rank(p, 1, 1, kind, "the positions");
-  need_dtype(p, I64, kind, "the positions");
+  if (source == 0) {
+    need_rank(p, 1, 1, kind, "the positions");
+    need_dtype(p, I64, kind, "the positions");
+    need(p.dims[0] == q.dims[1], kind, "one position per query row");
+  } else {
+    need_rank(p, 2, 2, kind, "the mask");
+    need_dtype(p, source == 3 ? F32 : BOOL, kind, "the mask");
+    need(p.dims[0] == q.dims[1] && p.dims[1] == k.dims[1], kind,
+         "the mask must be [query rows, slots]");
+  }
   need(q.dims == o.dims, kind, "q and the output have different shapes");
   need(k.dims == v.dims, kind, "k and v have different shapes");
   need(q.dims[2] >= 1 && k.dims[1] >= 1 && k.dims[0] >= 1, kind,
        "empty head, slot or KV-head dims");
   need(k.dims[2] == q.dims[2], kind, "q and k have different head sizes");
   need(q.dims[0] % k.dims[0] == 0, kind, "the query heads must be a multiple of the KV heads");
-  need(p.dims[0] == q.dims[1], kind, "one position per query row");
   need(injective(o.dims, o.strides), kind, "the output reaches an element twice");
 }
 
@@ -240,7 +283,8 @@ void build_attention(Handle& h, const OpCall& c) {
   op->name = "attention (filled slots)";
   op->multiply = c.ia[0] == 1;
   op->factor = (float)c.fa[0];
-  if (c.ia.size() == 3) {
+  if (c.ia.size() == 4) op->source = c.ia[3];
+  if (c.ia.size() >= 3) {
     op->empty = c.ia[1];
     op->bias = c.ia[2];
   }
