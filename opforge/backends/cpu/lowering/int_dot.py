@@ -22,8 +22,8 @@ leaves the chain to the other lowerings (the A/B).
 
 Layout written into the blob (``int_dot_matmul``'s contract): weights as panels of 16
 output columns, per block ``g`` quads of 4 consecutive k of one column in each 32-bit lane,
-stored unsigned (q + 128, or two nibbles q + 8 a byte, quads 2i and 2i + 1); scales
-[P, K/g, 16] float32.
+stored unsigned (q + 128, or two nibbles q + 8 a byte, quads 2i and 2i + 1), panels in
+chunks of 4, each chunk one stream ordered [block, quad, panel]; scales [P, K/g, 16] float32.
 """
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ def pack(weight: IntWeight) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         nib = q + 8
         packed = (nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)).to(torch.uint8)
-    packed = packed.reshape(panels, blocks, -1, 64).contiguous()
+    packed = packed.reshape(panels, blocks, -1, 64)
+    # chunks of 4 panels, each one stream ordered [block, quad, panel of the chunk]
+    packed = torch.cat([packed[c:c + 4].permute(1, 2, 0, 3).reshape(-1)
+                        for c in range(0, panels, 4)]).reshape(packed.shape).contiguous()
     s = torch.zeros(panels * LANES, blocks, dtype=torch.float32)
     s[:n] = weight.scales
     scales = s.reshape(panels, LANES, blocks).permute(0, 2, 1).contiguous()
