@@ -11,19 +11,25 @@ reads the positions at run time and stops at slot ``positions[i]`` for query row
 (native/attention.cpp): a masked slot's weight is exactly 0 in torch, so the result is the
 same up to float rounding, and a step at position 10 of a 2,048-slot cache reads 11 slots.
 
-A match (``find_filled_attention``), each inner node read only by the next:
+A match (``find_filled_attention``), each inner node read only inside the match:
 
-- ``_softmax(x, -1)`` reading ``masked_fill.Scalar(s, mask, -inf)``, read only by a
-  ``matmul`` whose other operand is the V chain;
-- ``s`` is ``div(mm, c)``, ``mul(mm, c)`` (c a number) or ``mm`` itself, ``mm = matmul(q,
-  K chain)`` with ``q`` [H, M, D] (M may be symbolic: a dynamic prefill's sequence);
-- ``mask`` is ``gt(slots, positions)`` with ``slots`` a constant ``0..S-1`` ([S] or [1, S])
-  and ``positions`` an int64 [M] node unsqueezed to [M, 1] (the mask itself may be shared);
+- ``mm2 = matmul|bmm(probs, V chain)``, [H, M, D] (or with a batch dim of 1); ``probs``
+  (through views that only add or drop dims of 1) is ``_softmax(x, -1)`` or the safe
+  softmax's ``where`` (lowering/normalization.find_safe_softmax: the match takes it whole);
+- ``x`` is ``masked_fill(s, mask, v)``, ``s + where(mask, 0, v)`` / ``s + where(mask, v,
+  0)`` (v -inf or float32's lowest) or ``s + M`` (a float mask);
+- ``s`` is ``mm1 = matmul|bmm(q, K chain)`` through reshapes and scalar multiplies or
+  divides (on q, on the K chain, on the scores: one factor); ``q`` [H, M, D] (M may be
+  symbolic: a dynamic prefill's sequence);
 - each chain is view ops (unsqueeze, expand, clone, view, permute, transpose, ...) from a
   float32 cache tensor, static sizes, and is checked by running it on the element indices of
   the cache: K must come out as ``K[h, d, j] = cache[.., j, h / G, .., d]`` (a dim for slots,
   one for KV heads, one for the head size, any others of size 1) and V as ``V[h, j, d]`` on
-  the same dims; so any order of views that means that matches, and nothing else does.
+  the same dims; so any order of views that means that matches, and nothing else does;
+- the bound: ``mask`` a comparison of the slot table (``0..S-1``, computed in the graph)
+  with an int64 [M] node ``p`` along the rows (attention_graph.slot_bound): the op reads
+  ``p``; else, where K and V are a cache write's result, the op reads the mask itself and
+  stops at each row's last attended slot (a mask made outside this delegate).
 """
 
 from __future__ import annotations
