@@ -380,3 +380,42 @@ def test_engine_attention_reads_a_mask_input(dtype, monkeypatch):
                     _close(got, ref64, ref32)
                 else:
                     assert np.isnan(got).all()
+
+
+@pytest.mark.parametrize("empty", [0, 1, 2])
+def test_engine_attention_empty_rows(empty):
+    """A hand-built plan: rows whose bound leaves no slot (a negative position, a mask row
+    with nothing attended) give what torch gives for that form — NaN (a softmax of -inf),
+    zeros (the safe softmax), the mean of every value row (a mask of float32's lowest) —
+    and the other rows the masked attention (float64 reference)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import test_cpu_hostile_plans as hostile
+
+    H, Hkv, M, S, D = 4, 2, 3, 6, 5
+    rng = np.random.default_rng(empty)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in
+               ((H, M, D), (Hkv, S, D), (Hkv, S, D)))
+    positions = np.array([-1, 2, 9], np.int64)  # none, slots 0..2, every slot
+    mask = np.arange(S)[None, :] <= positions[:, None]
+    rep = lambda a: np.repeat(a.astype(np.float64), H // Hkv, axis=0)  # noqa: E731
+    scores = np.einsum("hmd,hsd->hms", q.astype(np.float64), rep(k)) / 2.0
+    scores = np.where(mask[None], scores, -np.inf)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        want = (weights / weights.sum(-1, keepdims=True)) @ rep(v)
+    want[:, 0] = {0: np.nan, 1: 0.0, 2: rep(v).mean(1)[:, None, :][:, 0]}[empty]
+    for source in (0, 1):  # the positions, or the bool mask read at run time
+        p = hostile.Plan()
+        ins = [p.tensor(hostile.F32, (H, M, D), role="input"),
+               p.tensor(hostile.F32, (Hkv, S, D), role="input"),
+               p.tensor(hostile.F32, (Hkv, S, D), role="input"),
+               p.tensor(hostile.I64 if source == 0 else hostile.BOOL,
+                        (M,) if source == 0 else (M, S), role="input")]
+        out = p.tensor(hostile.F32, (H, M, D), role="output")
+        p.op("attention", ins, [out], ia=[0, empty, 1, source], fa=[2.0])
+        got = hostile.run(p.handle(), q, k, v, positions if source == 0 else mask)[0]
+        # float32 sums against float64: a few float32 roundings of values of order 1
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
