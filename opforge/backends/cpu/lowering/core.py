@@ -412,7 +412,9 @@ class Lowering:
 
             return lower_package(self, node, args)
         if node.name in self.int8:
-            return self.lower_int8(node)
+            from opforge.backends.cpu.lowering.quantized import lower_int8  # (a family)
+
+            return lower_int8(self, node)
         softmax = self.safe_softmax.get(node.name)
         if softmax is not None and softmax is not node:  # the safe softmax computes these
             self.plan.impls.append({"node": node.name, "op": name,
@@ -455,62 +457,6 @@ class Lowering:
         if why:
             self.plan.impls[-1]["impl"] += "; " + "; ".join(why)
         return result
-
-    # --- 8a8w convolution / linear on oneDNN int8 ---------------------------------------------
-    def lower_int8(self, node):
-        """A node of an int8 pattern: the convolution/matmul emits the int8 op (reading the
-        dequantize's integer input, writing the quantize's integer output); the relu between
-        them is its post-op; the quantize returns that output."""
-        from opforge.backends.cpu.lowering.quantized import fold_scales  # (a family)
-
-        pattern = self.int8[node.name]
-        if node is not pattern.compute:
-            return ("t", pattern.output) if node is pattern.quant else ("q8", node.name)
-        x = self.materialize(self.env[pattern.dequant.args[0].name])
-        if self.spec(x).dtype != torch.uint8:
-            raise Unsupported("dtype", "an int8 pattern whose activation is not uint8")
-        x = self.contiguous(x) if not pattern.conv else x
-        fake = _val(pattern.quant)
-        ins = [x]
-        if pattern.conv:
-            sx = self.spec(x)
-            if sx.strides != channels_last(sx.dims):
-                cl = self.new_tensor(sx.dtype, sx.dims, strides=channels_last(sx.dims))
-                self.copy(x, cl)
-                ins = [cl]
-            out = self.new_tensor(torch.uint8, fake.shape, strides=channels_last(fake.shape))
-        else:
-            out = self.new_tensor(torch.uint8, fake.shape)
-        ins += [self.materialize(("c", pattern.weight)), self.materialize(("c", pattern.scales))]
-        post, x_scale, y_scale, bias = fold_scales(
-            pattern.post_ops(lambda b: self._residual_operand(b, out)), pattern.x_scale,
-            pattern.y_scale, pattern.bias)
-        if bias is not None:
-            if not pattern.conv:
-                bias = bias.reshape(1, -1)
-            ins.append(self.materialize(("c", bias.float().contiguous())))
-        ia = [pattern.x_zp, pattern.y_zp, pattern.mask, int(pattern.bias is not None), *pattern.conv_ia]
-        self.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [x_scale, y_scale],
-                name="int8 " + ("convolution" if pattern.conv else "matmul"), post=post)
-        pattern.output = out
-        self.plan.impls.append({"node": node.name, "op": op_name(node),
-                                "impl": "oneDNN int8 " + ("convolution" if pattern.conv else "matmul")})
-        return ("q8", node.name)
-
-    def _residual_operand(self, node, out: int) -> int:
-        """A residual add's uint8 operand joined to an int8 op: in its output's layout
-        (oneDNN's fast kernels read binary post-op operands in the destination's)."""
-        b = self.materialize(self.env[node.name])
-        sb, so = self.spec(b), self.spec(out)
-        if sb.dtype != torch.uint8:
-            raise Unsupported("dtype", "a residual add joined to an int8 op whose other operand "
-                              "is not uint8")
-        if sb.strides != so.strides:
-            same = self.new_tensor(sb.dtype, sb.dims, strides=so.strides)
-            self.copy(b, same)
-            b = same
-        return b
-
 
 FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
 

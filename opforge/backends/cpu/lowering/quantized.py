@@ -24,6 +24,7 @@ from opforge.backends.cpu.lowering.core import (
     B_ADD, CLIP, LINEAR, LOWERINGS, RELU, ROUND, SYMBOLIC_SIZES, Lowering, Unsupported,
     _dense_operand, _val, aten,
 )
+from opforge.backends.cpu.lowering.layouts import channels_last
 
 
 _qd = getattr(torch.ops, "quantized_decomposed", None)
@@ -480,3 +481,57 @@ def find_uint8_max_pools(sub) -> dict[str, Uint8MaxPool]:
 LOWERINGS["quantized_decomposed::quantize_per_tensor"] = lower_quant
 LOWERINGS["quantized_decomposed::dequantize_per_tensor"] = lower_quant
 SYMBOLIC_SIZES.add(lower_quant)  # one elementwise pass: any sizes (a quantized decoder's prefill)
+
+
+# --- 8a8w convolution / linear on oneDNN int8 ---------------------------------------------
+def lower_int8(L: Lowering, node):
+    """A node of an int8 pattern: the convolution/matmul emits the int8 op (reading the
+    dequantize's integer input, writing the quantize's integer output); the relu between
+    them is its post-op; the quantize returns that output."""
+    pattern = L.int8[node.name]
+    if node is not pattern.compute:
+        return ("t", pattern.output) if node is pattern.quant else ("q8", node.name)
+    x = L.materialize(L.env[pattern.dequant.args[0].name])
+    if L.spec(x).dtype != torch.uint8:
+        raise Unsupported("dtype", "an int8 pattern whose activation is not uint8")
+    x = L.contiguous(x) if not pattern.conv else x
+    fake = _val(pattern.quant)
+    ins = [x]
+    if pattern.conv:
+        sx = L.spec(x)
+        if sx.strides != channels_last(sx.dims):
+            cl = L.new_tensor(sx.dtype, sx.dims, strides=channels_last(sx.dims))
+            L.copy(x, cl)
+            ins = [cl]
+        out = L.new_tensor(torch.uint8, fake.shape, strides=channels_last(fake.shape))
+    else:
+        out = L.new_tensor(torch.uint8, fake.shape)
+    ins += [L.materialize(("c", pattern.weight)), L.materialize(("c", pattern.scales))]
+    post, x_scale, y_scale, bias = fold_scales(
+        pattern.post_ops(lambda b: _residual_operand(L, b, out)), pattern.x_scale,
+        pattern.y_scale, pattern.bias)
+    if bias is not None:
+        if not pattern.conv:
+            bias = bias.reshape(1, -1)
+        ins.append(L.materialize(("c", bias.float().contiguous())))
+    ia = [pattern.x_zp, pattern.y_zp, pattern.mask, int(pattern.bias is not None), *pattern.conv_ia]
+    L.op("qconv" if pattern.conv else "qmatmul", ins, [out], ia, [x_scale, y_scale],
+            name="int8 " + ("convolution" if pattern.conv else "matmul"), post=post)
+    pattern.output = out
+    L.plan.impls.append({"node": node.name, "op": op_name(node),
+                            "impl": "oneDNN int8 " + ("convolution" if pattern.conv else "matmul")})
+    return ("q8", node.name)
+
+def _residual_operand(L: Lowering, node, out: int) -> int:
+    """A residual add's uint8 operand joined to an int8 op: in its output's layout
+    (oneDNN's fast kernels read binary post-op operands in the destination's)."""
+    b = L.materialize(L.env[node.name])
+    sb, so = L.spec(b), L.spec(out)
+    if sb.dtype != torch.uint8:
+        raise Unsupported("dtype", "a residual add joined to an int8 op whose other operand "
+                          "is not uint8")
+    if sb.strides != so.strides:
+        same = L.new_tensor(sb.dtype, sb.dims, strides=so.strides)
+        L.copy(b, same)
+        b = same
+    return b
