@@ -22,7 +22,8 @@ __all__ = ["quantize"]
 _API = "`opforge quantize`"
 _API_NAME = "opforge quantize"
 _SCHEMES = ("8a8w", "16a16w", "16a8w", "16a4w", "16a4w_block", "8a4w",  # opforge.quantize.SCHEMES
-            "w8", "w8_block", "w4")
+            "w8", "w8_block", "w4",
+            "8da8w", "8da4w")  # opforge.quantize.dynamic.DYNAMIC_SCHEMES: a module swap, no PT2E
 
 
 def _samples(path: str, option: str) -> list[tuple]:
@@ -58,10 +59,13 @@ def _kernel_sets(kernels: tuple[str, ...]) -> list[str] | None:
 @click.option("--scheme", type=click.Choice(_SCHEMES), default="8a8w", show_default=True,
               help="Activation/weight bits (docs/quantization.md). Weight-only (float "
                    "activations, no calibration needed): w8 int8 per channel, w8_block int8 "
-                   "per group, w4 int4 per group along the input channels.")
+                   "per group, w4 int4 per group along the input channels. Dynamic int8 "
+                   "activations (quantized at run time per block of 32, as llama.cpp's Q8_0/"
+                   "Q4_0; no calibration): 8da8w int8 weights, 8da4w int4 weights.")
 @click.option("--group-size", type=click.IntRange(min=1), metavar="N",
               help="Block along the input channels of block-wise weights (w4, w8_block, "
-                   "16a4w_block): 32 (w4's default, as Q4_0), 64, 128; must divide them.")
+                   "16a4w_block, 8da8w, 8da4w): 32 (the default of w4 and the 8da schemes, as "
+                   "Q4_0), 64, 128; must divide them.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False), metavar="LIST",
               help="Calibration samples: one per line, its input .npy paths separated by spaces "
                    "(not needed by the weight-only schemes w8, w8_block, w4).")
@@ -124,6 +128,18 @@ def quantize(factory: str, scheme: str, group_size: int | None, calibration: str
             except ExportError as exc:
                 raise click.ClickException(str(exc)) from None
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        if scheme in ("8da8w", "8da4w"):
+            _check_dynamic_options(scheme, calibration=calibration, eval=eval_list,
+                                   per_tensor=per_tensor, symmetric=symmetric,
+                                   observer=observer != "minmax", discard_op=discard_ops)
+            program, swapped = _export_dynamic(model, inputs, dynamic, scheme, group_size,
+                                               status, kernels=kernel_sets,
+                                               backends=list(backends), compile_specs=specs,
+                                               debug_handles=not no_debug_handles)
+            status.update(f"writing {output}")
+            save(program, output)
+            _print_dynamic(program, output, scheme, swapped, backends, as_json)
+            return
         status.update("reading samples")
         samples = _samples(calibration, "--calibration") if calibration else None
         held_out = _samples(eval_list, "--eval") if eval_list else None
@@ -169,6 +185,72 @@ def quantize(factory: str, scheme: str, group_size: int | None, calibration: str
     # the same breakdown as `opforge inspect`: the segments summed would count the delegate
     # blobs and the named data they share as "constants"
     console.print(f"wrote {output} ({scheme}, {data_sizes(describe(program))})")
+    if backends:
+        from opforge.cli.delegation_view import print_delegation
+        from opforge.export import delegation_report
+
+        print_delegation(console, delegation_report(program), explain=False)
+
+
+def _check_dynamic_options(scheme: str, **given) -> None:
+    """The dynamic schemes swap modules and read no samples: an option of the PT2E flow is
+    refused by name rather than ignored."""
+    used = [name.replace("_", "-") for name, value in given.items() if value]
+    if used:
+        raise click.ClickException(
+            f"{_API}: --{', --'.join(used)} — not used by --scheme {scheme} (activations are "
+            "quantized at run time from their own values; weights per block) — valid with it: "
+            "--group-size, --backend, --kernels, --dim — fix: drop the option")
+
+
+def _export_dynamic(model, inputs, dynamic, scheme, group_size, status, **export_kw):
+    """(program, {"linears": n, "embeddings": m}) of ``model`` with its linears and tables
+    swapped for ``scheme``'s (opforge.quantize.dynamic), exported with 4-bit weights packed."""
+    import torch
+
+    from opforge.errors import ExportError
+    from opforge.export import export
+    from opforge.quantize import QuantizeError
+    from opforge.quantize.dynamic import DynamicQuantLinear, QuantEmbedding, quantize_dynamic
+    from opforge.quantize.packing import pack_4bit_weights
+
+    status.update(f"quantizing ({scheme})")
+    try:
+        swapped_model = quantize_dynamic(model, scheme, block=group_size or 32)
+    except (QuantizeError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    swapped = {"linears": sum(isinstance(m, DynamicQuantLinear) for m in swapped_model.modules()),
+               "embeddings": sum(isinstance(m, QuantEmbedding) for m in swapped_model.modules())}
+    if not swapped["linears"]:
+        raise click.ClickException(
+            f"{_API}: --scheme {scheme} — found no nn.Linear in the model — valid: a model with "
+            "linear layers — fix: pick a PT2E scheme (e.g. 8a8w) for other models")
+    status.update("exporting" + (f" (backends: {', '.join(export_kw['backends'])})"
+                                 if export_kw["backends"] else ""))
+    try:
+        with torch.no_grad():
+            program = export(swapped_model.eval(), inputs, dynamic_shapes=dynamic, **export_kw)
+    except ExportError as exc:
+        raise click.ClickException(str(exc).replace("opforge.export.export", _API_NAME)) from None
+    return pack_4bit_weights(program), swapped
+
+
+def _print_dynamic(program, output: str, scheme: str, swapped: dict, backends, as_json: bool) -> None:
+    from opforge.program.describe import data_sizes, describe
+
+    if as_json:
+        data = {"output": output, "scheme": scheme, **swapped}
+        if backends:
+            from opforge.export import delegation_report
+
+            data["delegation"] = delegation_report(program)
+        click.echo(json.dumps(data, indent=2))
+        return
+    from opforge.cli.tables import table_console
+
+    console = table_console()
+    console.print(f"wrote {output} ({scheme}: {swapped['linears']} linear(s) on dynamic int8 "
+                  f"activations, {swapped['embeddings']} table(s); {data_sizes(describe(program))})")
     if backends:
         from opforge.cli.delegation_view import print_delegation
         from opforge.export import delegation_report

@@ -95,3 +95,44 @@ def test_unknown_scheme_refused():
 
     with pytest.raises(QuantizeError, match="8da8w, 8da4w"):
         quantize_dynamic(torch.nn.Linear(4, 4), "8da2w")
+
+
+def test_cli_8da4w_exports_the_swapped_model_and_refuses_pt2e_options(tmp_path, monkeypatch):
+    """`opforge quantize --scheme 8da4w`: no calibration, the linears and the table swapped,
+    4-bit weights packed, the program's logits those of quantize_dynamic's model (the same
+    export), and the PT2E flow's options refused by name, writing nothing."""
+    from click.testing import CliRunner
+
+    from opforge.cli import cli
+    from opforge.program import PACKING_INT4, ConstantStorage, TensorValue
+    from opforge.program import load as load_file
+
+    (tmp_path / "da_decoder.py").write_text(
+        "import torch\nfrom opforge.examples.decoder import TinyDecoder\n"
+        "def make():\n    return TinyDecoder(vocab=64, dim=64, heads=4, kv_heads=2, hidden=128, "
+        "layers=1, max_len=16, seed=3).eval(), (torch.tensor([1, 2, 3]), torch.arange(3))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "da.opf"
+    run = CliRunner().invoke(cli, ["quantize", "da_decoder:make", "--scheme", "8da4w",
+                                   "-o", str(out), "--json"])
+    assert run.exit_code == 0, run.output
+    assert '"linears": 8' in run.output and '"embeddings": 1' in run.output  # q k v o gate up down head
+    program = load_file(out)
+    packed = [v for v in program.method("forward").values if isinstance(v, TensorValue)
+              and isinstance(v.storage, ConstantStorage) and v.storage.packing == PACKING_INT4]
+    assert len(packed) == 9
+    from da_decoder import make
+
+    model, (tokens, positions) = make()
+    with torch.no_grad():
+        want = quantize_dynamic(model, "8da4w")(tokens, positions)
+    want = (want[0] if isinstance(want, tuple) else want).numpy()
+    got = load(program).method("forward")(tokens.numpy(), positions.numpy())[0]
+    # the same activation integers; the matmuls' sums in another order (see above)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    bad = tmp_path / "bad.opf"
+    for option in (["--per-tensor"], ["--observer", "histogram"], ["--discard-op", "aten::mul"]):
+        refused = CliRunner().invoke(cli, ["quantize", "da_decoder:make", "--scheme", "8da8w",
+                                           "-o", str(bad), *option])
+        assert refused.exit_code != 0 and "not used by --scheme 8da8w" in refused.output, option
+        assert option[0] in refused.output and not bad.exists()
