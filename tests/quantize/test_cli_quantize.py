@@ -71,8 +71,9 @@ def test_unknown_scheme(tmp_path):
 def test_the_cli_offers_every_scheme():
     from opforge.cli.quantize_cmd import _SCHEMES
     from opforge.quantize import SCHEMES
+    from opforge.quantize.dynamic import DYNAMIC_SCHEMES
 
-    assert _SCHEMES == tuple(SCHEMES)
+    assert _SCHEMES == tuple(SCHEMES) + tuple(DYNAMIC_SCHEMES)
 
 
 def test_the_documented_api_is_what_is_exported():
