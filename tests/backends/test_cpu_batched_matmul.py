@@ -124,3 +124,26 @@ def test_a_returned_temporary_read_again_is_copied():
     program, _ = _export(model, inputs)
     got = load(program).method("forward")(*[t.numpy() for t in inputs])
     check_against_float64(model, inputs, got)
+
+
+def test_one_row_linear_with_layer_scale_and_residual():
+    """timm cait_xxs24_224's class-attention MLP, ``x + gamma * fc2(h)`` on one row (a
+    decode-shaped matmul: 768 x 192 constant weights, two binary post-ops): the few-row
+    kernel ran both post-ops in place after it and the process died (SIGSEGV in oneDNN's jit
+    code, every time); now such a matmul stays on oneDNN's. Checked against float64."""
+
+    class LayerScaleMlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(768, 192)
+            self.gamma = nn.Parameter(torch.rand(192) + 0.5)
+
+        def forward(self, x, h):
+            return x + self.gamma * self.fc(h)
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 192), torch.randn(1, 768))
+    model = LayerScaleMlp().eval()
+    program, _ = _export(model, inputs)
+    got = load(program).method("forward")(*[t.numpy() for t in inputs])
+    check_against_float64(model, inputs, got)

@@ -35,7 +35,8 @@
 // weights far past the caches; bench/decode_matmul.py): oneDNN's brgemm reads 13-14 GB/s
 // at one row, this 18-23 GB/s; 1-8 rows 1.2-1.8× faster on every decoder shape tried;
 // OPFORGE_CPU_DECODE_MATMUL=0 keeps oneDNN's. Post-ops: the register ones in the kernel,
-// the rest (a residual add's binary one included) in place after it. Blocks of 64
+// the rest (one binary post-op, a residual add, included) in place after it; two binary
+// ones keep oneDNN's matmul (see build_small_matmul). Blocks of 64
 // columns are split over the op's threads.
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -200,6 +201,14 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
   if (weights > kMaxWeights) {  // decode-shaped: oneDNN's own layout, or oneDNN's matmul
     block_stride = decode_layout(e, c, want);
     if (block_stride == 0) return false;
+    // two or more binary post-ops (a layer scale, then a residual add) stay on oneDNN's
+    // matmul: run in place after this kernel (Epilogue) they crashed the process (timm
+    // cait_xxs24_224's class-attention MLP, x + gamma * fc2(h) on one row: SIGSEGV in
+    // oneDNN's jit code; either one alone, or OPFORGE_CPU_DECODE_MATMUL=0, ran right);
+    // the epilogue's cause not found yet
+    int binaries = 0;
+    for (const PostOp& p : c.post) binaries += p.binary ? 1 : 0;
+    if (binaries > 1) return false;
     if (first_rest < 0) {  // a binary one (a residual add): all of them in place after
       post.clear();
       first_rest = 0;
