@@ -68,3 +68,45 @@ def test_decode_matmul_switch(monkeypatch):
     assert DECODE not in str(small._check(9, 768, 256))   # more than 8 rows: oneDNN
     monkeypatch.setenv("OPFORGE_CPU_DECODE_MATMUL", "0")
     assert DECODE not in str(small._check(1, 768, 256))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_binary_operand_of_the_kernel_keeps_its_bytes(threads, capability):
+    """A SwiGLU MLP on one row, exported for the portable kernel set: the `up` matmul takes
+    `silu(gate(x)) *` as a binary post-op, which this kernel runs in place after writing
+    its output. The memory plan must keep the operand (gate's output) live through that op:
+    when it did not, up's output took gate's bytes and the product was up·up (a decoder's
+    decode step 2-600× off eager). Checked against float64."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from cpu_reference import check_against_float64, spread
+    from opforge.backends.cpu import blob
+    from opforge.export import export
+    from opforge.runtime import load
+
+    class SwiGLU(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(192, 512, bias=False)  # 98,304 weights: decode-shaped
+            self.up = nn.Linear(192, 512, bias=False)
+            self.down = nn.Linear(512, 192, bias=False)
+
+        def forward(self, x):
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+
+    model = spread(SwiGLU())
+    x = torch.randn(1, 192, generator=torch.Generator().manual_seed(0))
+    plans = []
+    encode = blob.encode
+    with pytest.MonkeyPatch().context() as mp:
+        mp.setattr(blob, "encode", lambda plan, *named: (plans.append(plan), encode(plan, *named))[1])
+        program = export(model, (x,), kernels="portable", backends=["cpu"],
+                         compile_specs={"num_threads": threads})
+    (plan,) = plans
+    # the case under test: a matmul carrying the binary post-op (not a separate binary op)
+    assert [op["kind"] for op in plan.ops] == ["matmul"] * 3, [op["kind"] for op in plan.ops]
+    assert any(p[0] == 1 for op in plan.ops for p in op["post"])
+    got = load(program).method("forward")(x.numpy())
+    check_against_float64(model, (x,), got)

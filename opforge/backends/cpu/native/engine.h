@@ -145,6 +145,10 @@ struct Op {
   virtual void run(Engine& e) = 0;
   // an own kernel's post-ops and output peaks (KernelTail), else null
   virtual KernelTail* kernel_tail() { return nullptr; }
+  // the tensors it reads besides `ins` after writing its output (the binary operands of an
+  // own kernel's in-place post-ops): the memory plan keeps them live through this op, so
+  // the output never takes their bytes (memory_plan.cpp)
+  virtual void late_reads(std::vector<int>&) const {}
 };
 
 struct Engine {

@@ -107,6 +107,7 @@ void plan_intermediates(Engine& e) {
       for (auto& a : d->tensor_args) reads.push_back(a.second);  // its outputs are skipped below
       d->epilogue.reads(reads);
     }
+    op.late_reads(reads);
     // reads first: an op that reads what it is the first to write reads unwritten bytes
     for (int id : reads) {
       bool is_out = false;

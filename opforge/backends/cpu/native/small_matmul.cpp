@@ -35,8 +35,10 @@
 // weights far past the caches; bench/decode_matmul.py): oneDNN's brgemm reads 13-14 GB/s
 // at one row, this 18-23 GB/s; 1-8 rows 1.2-1.8× faster on every decoder shape tried;
 // OPFORGE_CPU_DECODE_MATMUL=0 keeps oneDNN's. Post-ops: the register ones in the kernel,
-// the rest (one binary post-op, a residual add, included) in place after it; two binary
-// ones keep oneDNN's matmul (see build_small_matmul). Blocks of 64
+// the rest (one binary post-op, a residual add, included) in place after it, its operand
+// a late_read, live through this op in the memory plan so the output never takes its bytes
+// (it did: a SwiGLU's product read back as up·up); two binary ones keep oneDNN's matmul
+// (see build_small_matmul). Blocks of 64
 // columns are split over the op's threads.
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -72,6 +74,7 @@ struct SmallMatmulOp : Op {
   std::vector<float> bias;    // panels·16 (zeros where there is none)
   std::vector<RegisterPostOp> post;
   Epilogue rest;  // the post-ops after the ones above: elementwise, in place (nan.cpp)
+  void late_reads(std::vector<int>& ids) const override { rest.reads(ids); }
   void run(Engine& e) override;
 };
 
@@ -205,7 +208,8 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
     // matmul: run in place after this kernel (Epilogue) they crashed the process (timm
     // cait_xxs24_224's class-attention MLP, x + gamma * fc2(h) on one row: SIGSEGV in
     // oneDNN's jit code; either one alone, or OPFORGE_CPU_DECODE_MATMUL=0, ran right);
-    // the epilogue's cause not found yet
+    // still crashing intermittently (1 run in 3) with their operands live through the op:
+    // the cause is not found
     int binaries = 0;
     for (const PostOp& p : c.post) binaries += p.binary ? 1 : 0;
     if (binaries > 1) return false;

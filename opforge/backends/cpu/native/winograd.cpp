@@ -87,6 +87,7 @@ struct WinogradOp : DnnlOp {
   std::vector<Step> steps;
   std::vector<const float*> operands;  // this call's residual operands, one per step
   Epilogue rest;               // the post-ops after the steps, in place (nan.cpp)
+  void late_reads(std::vector<int>& ids) const override { rest.reads(ids); }
   int64_t per_thread = 0;      // floats of scratch: V then M
   int threads_built = 1;       // the team its blocks and scratch were sized for
   bool large = false;          // U past L2: a team shares each block (one read of U a block)
