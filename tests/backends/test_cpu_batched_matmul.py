@@ -147,3 +147,22 @@ def test_one_row_linear_with_layer_scale_and_residual():
     program, _ = _export(model, inputs)
     got = load(program).method("forward")(*[t.numpy() for t in inputs])
     check_against_float64(model, inputs, got)
+
+
+def test_two_outputs_viewing_one_batched_result():
+    """Two delegate outputs that are views of one batched matmul's result (as a MoE layer's
+    loop over experts returns): the result stays a temporary and both are copied from it;
+    when the first output took its writers, the second read a tensor with no memory and
+    the delegate was refused at load."""
+
+    class TwoViews(nn.Module):
+        def forward(self, a, b):
+            y = a @ b
+            return y, y.reshape(2, 3, -1)
+
+    g = torch.Generator().manual_seed(0)
+    inputs = (torch.randn(2, 3, 5, 7, generator=g), torch.randn(2, 3, 7, 4, generator=g))
+    model = TwoViews().eval()
+    program, _ = _export(model, inputs)
+    got = load(program).method("forward")(*[t.numpy() for t in inputs])
+    check_against_float64(model, inputs, got)

@@ -99,6 +99,7 @@ class Lowering:
         # a temporary whose writers now write a delegate output instead → that output
         # (redirect_or_copy): a second output of the same value copies from the first
         self.redirected: dict[int, int] = {}
+        self.shared_roots: set[int] = set()  # tensors two delegate outputs hold (run)
         # quantize node name → the shared quantize-dequantize result (lowering/quantized.py)
         self.round_trips: dict[str, tuple] = {}
         self.env: dict[str, Any] = {}       # node name → ("t", id) | ("c", tensor) | python value | tuple
@@ -268,6 +269,7 @@ class Lowering:
                 raise Unsupported("op", f"{outputs[position].name}: the new value of state "
                                   f"{name} is not written in place by one engine op")
             self.plan.state.append([tid, position])
+        self.shared_roots = _shared_roots(self, [self.env.get(o.name) for o in outputs])
         for position, out in enumerate(outputs):
             if position in written.values():
                 continue  # the state itself: the program passes it as this output
@@ -352,6 +354,8 @@ class Lowering:
         carried one). Only when no op reads the temporary or a view of it."""
         s, o = self.spec(src), self.spec(out)
         b = self.spec(s.base)
+        if s.base in self.shared_roots:  # another output reads it too: it stays, copied
+            return False
         if not (b.role == "temp" and same(s.offset, 0) and s.dtype == o.dtype == b.dtype
                 and same(s.dims, o.dims) and same(s.strides, row_major(s.dims))
                 and same(o.strides, s.strides) and same(b.strides, row_major(b.dims))
@@ -459,6 +463,19 @@ class Lowering:
         return result
 
 FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
+
+
+def _shared_roots(L: Lowering, values) -> set[int]:
+    """The tensors (roots of their views) that more than one delegate output holds."""
+    seen, shared = set(), set()
+    for v in values:
+        if not (isinstance(v, tuple) and v[0] == "t"):
+            continue
+        tid = v[1]
+        while L.spec(tid).role == "alias":
+            tid = L.spec(tid).base
+        (shared if tid in seen else seen).add(tid)
+    return shared
 
 
 def _engine_tensors(value) -> list[tuple[int, int]]:
