@@ -51,3 +51,14 @@ def output_scale(graph_module: torch.fx.GraphModule) -> float:
     while node.op == "call_function" and "dequantize" not in str(node.target):
         node = node.all_input_nodes[0]
     return float(node.args[1])
+
+
+def decoder_factory(tmp_path, monkeypatch, module: str, seed: int = 0) -> str:
+    """A small TinyDecoder factory written as ``module.py`` under ``tmp_path`` and made
+    importable, for `opforge quantize MODULE:make`: the name to pass."""
+    (tmp_path / f"{module}.py").write_text(
+        "import torch\nfrom opforge.examples.decoder import TinyDecoder\n"
+        "def make():\n    return TinyDecoder(vocab=64, dim=64, heads=4, kv_heads=2, hidden=128, "
+        f"layers=1, max_len=16, seed={seed}).eval(), (torch.tensor([1, 2, 3]), torch.arange(3))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"{module}:make"

@@ -107,11 +107,9 @@ def test_cli_8da4w_exports_the_swapped_model_and_refuses_pt2e_options(tmp_path, 
     from opforge.program import PACKING_INT4, ConstantStorage, TensorValue
     from opforge.program import load as load_file
 
-    (tmp_path / "da_decoder.py").write_text(
-        "import torch\nfrom opforge.examples.decoder import TinyDecoder\n"
-        "def make():\n    return TinyDecoder(vocab=64, dim=64, heads=4, kv_heads=2, hidden=128, "
-        "layers=1, max_len=16, seed=3).eval(), (torch.tensor([1, 2, 3]), torch.arange(3))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    from tests.quantize.quantize_support import decoder_factory
+
+    decoder_factory(tmp_path, monkeypatch, "da_decoder", seed=3)
     out = tmp_path / "da.opf"
     run = CliRunner().invoke(cli, ["quantize", "da_decoder:make", "--scheme", "8da4w",
                                    "-o", str(out), "--json"])

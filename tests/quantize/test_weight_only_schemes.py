@@ -243,11 +243,9 @@ def test_cli_w4_with_a_group_size_needs_no_calibration(tmp_path, monkeypatch):
     from opforge.program import ConstantStorage, ScalarType, TensorValue
     from opforge.program import load as load_file
 
-    (tmp_path / "wo_decoder.py").write_text(
-        "import torch\nfrom opforge.examples.decoder import TinyDecoder\n"
-        "def make():\n    return TinyDecoder(vocab=64, dim=64, heads=4, kv_heads=2, hidden=128, "
-        "layers=1, max_len=16).eval(), (torch.tensor([1, 2, 3]), torch.arange(3))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    from tests.quantize.quantize_support import decoder_factory
+
+    decoder_factory(tmp_path, monkeypatch, "wo_decoder")
     out = tmp_path / "w4.opf"
     run = CliRunner().invoke(cli, ["quantize", "wo_decoder:make", "--scheme", "w4",
                                    "--group-size", "64", "-o", str(out), "--dim", "0:0:seq:1:16",
