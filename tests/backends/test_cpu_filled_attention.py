@@ -36,6 +36,16 @@ def _attention_ops(program) -> int:
                if op["kind"] == "attention")
 
 
+def _with_and_without_the_op(model, example, monkeypatch):
+    """(switch, loaded program, eager float32 copy, eager float64 copy) with the attention op
+    on ("1": 2 ops in the program) and off ("0": none)."""
+    for switch in ("1", "0"):
+        monkeypatch.setenv("OPFORGE_CPU_FILLED_ATTENTION", switch)
+        program = export(copy.deepcopy(model), example, kernels="portable", backends=["cpu"])
+        assert _attention_ops(program) == (2 if switch == "1" else 0)
+        yield switch, load(program), copy.deepcopy(model), copy.deepcopy(model).double()
+
+
 def _close(got, ref64, ref32):
     # as tests/backends/test_cpu_grouped_attention.py: within 4x float32 eager's own error
     # against float64 (the op sums in another order than torch's matmuls), plus 1e-6 relative
@@ -230,12 +240,7 @@ def test_engine_attention_float_mask_static_cache(form, monkeypatch):
     over the whole cache give NaN: the check this test can fail on)."""
     model = _StaticCacheAttention(form).eval()
     example = (torch.randn(1, 1, 32), torch.tensor([0]))
-    for switch in ("1", "0"):
-        monkeypatch.setenv("OPFORGE_CPU_FILLED_ATTENTION", switch)
-        program = export(copy.deepcopy(model), example, kernels="portable", backends=["cpu"])
-        assert _attention_ops(program) == (2 if switch == "1" else 0)
-        loaded = load(program)
-        eager32, eager64 = copy.deepcopy(model), copy.deepcopy(model).double()
+    for switch, loaded, eager32, eager64 in _with_and_without_the_op(model, example, monkeypatch):
         gen = torch.Generator().manual_seed(1)
         with torch.no_grad():
             for position in range(20):
@@ -357,12 +362,7 @@ def test_engine_attention_reads_a_mask_input(dtype, monkeypatch):
         return allowed if dtype == torch.bool else torch.where(allowed, 0.0, float("-inf"))
 
     example = (torch.randn(1, 1, 32), torch.tensor([0]), mask_at(0))
-    for switch in ("1", "0"):
-        monkeypatch.setenv("OPFORGE_CPU_FILLED_ATTENTION", switch)
-        program = export(copy.deepcopy(model), example, kernels="portable", backends=["cpu"])
-        assert _attention_ops(program) == (2 if switch == "1" else 0)
-        loaded = load(program)
-        eager32, eager64 = copy.deepcopy(model), copy.deepcopy(model).double()
+    for switch, loaded, eager32, eager64 in _with_and_without_the_op(model, example, monkeypatch):
         gen = torch.Generator().manual_seed(3)
         with torch.no_grad():
             for position in range(12):
