@@ -25,7 +25,7 @@ namespace ofc {
 size_t itemsize(int32_t dt) {
   switch (dt) {
     case U8: case I8: case BOOL: return 1;
-    case I16: return 2;
+    case I16: case F16: case BF16: return 2;
     case I32: case F32: return 4;
     case I64: case F64: return 8;
     default: fail("unsupported dtype code " + std::to_string(dt));

@@ -41,7 +41,10 @@ constexpr int kMaxRank = 8;
 constexpr int64_t kMaxElements = (int64_t)1 << 40;  // any tensor's span, any walk's reach
 
 // opforge ScalarType codes
-enum Dtype : int32_t { U8 = 0, I8 = 1, I16 = 2, I32 = 3, I64 = 4, F32 = 6, F64 = 7, BOOL = 11 };
+// (F16, BF16: a KV cache's storage only: state buffers, the cache write, the attention op
+// reading it (half.h); validate() refuses them in every other op)
+enum Dtype : int32_t { U8 = 0, I8 = 1, I16 = 2, I32 = 3, I64 = 4, F16 = 5, F32 = 6, F64 = 7,
+                       BOOL = 11, BF16 = 15 };
 
 // how a tensor gets its memory (ofc_add_tensor's `storage`). BORROWED_CONST: a constant
 // whose bytes the caller keeps alive and unchanged for the engine's life (the blob's

@@ -168,6 +168,13 @@ void validate(const Engine& e, const OpCall& c) {
   auto it = contracts().find(c.kind);
   if (it == contracts().end()) fail("unknown op kind '" + c.kind + "'");
   common(e, c.kind, c.ins, c.outs);
+  // half-precision tensors are a KV cache's storage: only its write and attention read them
+  if (c.kind != "index" && c.kind != "index_put" && c.kind != "index_copy" && c.kind != "attention")
+    for (const auto* list : {&c.ins, &c.outs})
+      for (int id : *list)
+        need(e.tensors[(size_t)id].dtype != F16 && e.tensors[(size_t)id].dtype != BF16, c.kind,
+             "a float16 or bfloat16 operand (the engine reads them in the KV cache's write and "
+             "attention only)");
   for (const PostOp& p : c.post) {
     if (p.binary) {
       need(p.tensor >= 0 && (size_t)p.tensor < e.tensors.size(), c.kind, "post-op tensor id out of range");
