@@ -29,35 +29,66 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-__all__ = ["NamedDataStore", "NamedDataMap", "SharedResources", "KEY_PREFIX", "aligned", "layout",
+__all__ = ["NamedDataStore", "NamedDataPool", "NamedDataMap", "SharedResources", "KEY_PREFIX", "aligned", "layout",
            "check_layouts"]
 
 KEY_PREFIX = "sha256:"
 
 
+class NamedDataPool:
+    """The named bytes of one export, shared by every delegate's store: a constant two
+    delegates make (the same weight transposed for a prefill and for a decode method) is
+    held once, from the moment the second one is made (``NamedDataStore.share``), not once
+    per delegate until emission merges them. Holds views, not copies: the bytes must not
+    change while the export lasts (a lowering's fresh constants, or the model's weights,
+    which the program then shares as ``torch.export``'s state dict does)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, memoryview] = {}  # key → the bytes first stored under it
+        self.known: dict[tuple[int, str | None], str] = {}  # (id(view in data), layout) → key
+
+
 class NamedDataStore:
     """What one delegate's ``preprocess`` stored by name (export merges the stores)."""
 
-    def __init__(self) -> None:
-        self.entries: dict[str, bytes] = {}
+    def __init__(self, pool: NamedDataPool | None = None) -> None:
+        self.entries: dict[str, memoryview] = {}
         self.layouts: dict[str, str] = {}  # key → the layout it was stored with, if given
+        self.pool = NamedDataPool() if pool is None else pool
 
     def add(self, data: bytes | bytearray | memoryview, layout: str | None = None) -> str:
         """Store ``data`` (once per content and ``layout``, e.g. ``layout("float32",
-        (64, 48))``) and return its key."""
+        (64, 48))``) and return its key. The store keeps a read-only view of ``data``
+        (no copy): its bytes must not change afterwards."""
+        key, view = self._pooled(data, layout)
+        if key not in self.entries:
+            self.entries[key] = view
+            if layout is not None:
+                self.layouts[key] = layout
+        return key
+
+    def share(self, data: bytes | bytearray | memoryview, layout: str | None = None) -> memoryview:
+        """The pool's view of bytes equal to ``data`` (``data`` itself the first time): a
+        backend that holds it instead of ``data`` lets a duplicate go at once. Nothing is
+        stored for the program until ``add``; a later ``add`` of the returned view does
+        not hash it again."""
+        return self._pooled(data, layout)[1]
+
+    def _pooled(self, data, layout: str | None) -> tuple[str, memoryview]:
+        key = self.pool.known.get((id(data), layout))
+        if key is not None:
+            return key, self.pool.data[key]
         import hashlib  # export only: a loaded program never hashes (and never loads libcrypto)
 
-        view = memoryview(data).cast("B")
+        view = memoryview(data).cast("B").toreadonly()
         digest = hashlib.sha256()
         if layout is not None:
             digest.update(layout.encode() + b"\0")
         digest.update(view)
         key = KEY_PREFIX + digest.hexdigest()
-        if key not in self.entries:
-            self.entries[key] = bytes(view)
-            if layout is not None:
-                self.layouts[key] = layout
-        return key
+        stored = self.pool.data.setdefault(key, view)
+        self.pool.known[(id(stored), layout)] = key
+        return key, stored
 
 
 def layout(dtype: str, shape) -> str:

@@ -19,6 +19,7 @@ import torch.fx
 
 import importlib.metadata
 
+from opforge.backends.named_data import NamedDataPool
 from opforge.errors import ExportError, InternalError, ProgramError
 from opforge.export.capture import capture, method_specs
 from opforge.export.delegation import resolve_backends
@@ -105,6 +106,11 @@ def export(
     each instruction and each op inside a delegate came from (``opforge compare`` aligns
     runs by it; ``opforge.program.debug_info``); ``False`` leaves it out.
 
+    A delegate's large constants are views of the model's weights, not copies (as
+    ``torch.export``'s state dict is): a model of N bytes of weights exports in about N
+    more, at most. Weights changed in place after ``export`` change what ``save`` writes:
+    export again after changing them.
+
     >>> import torch
     >>> from opforge.export import export
     >>> program = export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), kernels="portable")
@@ -131,8 +137,10 @@ def export(
     # only reads it must not see it as a constant (a delegate would bake its initial value)
     state = frozenset(name for method in functional for name in method.notes["state"].values())
     planned = []
+    pool = NamedDataPool()  # every delegate's named constants, each held once (named_data.py)
     for method in functional:
         method.notes["program_state"] = state
+        method.notes["named_data_pool"] = pool
         planned.append(run_back(method, alignment=alignment, mem_id_policy=mem_id_policy,
                                 on_pass=step, backends=requests))
     metadata = {"opforge.version": importlib.metadata.version("opforge"), "opforge.torch_version": str(torch.__version__)}

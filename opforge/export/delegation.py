@@ -150,7 +150,8 @@ class Delegate(ExportPass):
                                       backend.writes_state_in_place)
                 subgraph = Subgraph(backend.name, method.name, sub,
                                     [p.name for p, _ in runtime_inputs], constants, state,
-                                    symbols=symbols, named_data=NamedDataStore())
+                                    symbols=symbols,
+                                    named_data=NamedDataStore(method.notes.get("named_data_pool")))
                 try:
                     blob = backend.preprocess(subgraph, request.specs)
                 except PreprocessRefused as refused:

@@ -37,22 +37,24 @@ __all__ = ["emit_program", "ConstantPool"]
 
 
 class ConstantPool:
-    """The program's constant segment: each distinct tensor once, 64-byte aligned."""
+    """The program's constant segment: each distinct tensor once, 64-byte aligned.
+
+    Holds a view of each tensor until ``segments`` copies them, once, into the segment
+    (a model's weights are not copied twice: no bytes per tensor, then a join)."""
 
     def __init__(self) -> None:
         self._offsets: dict[str, int] = {}
-        self._chunks: list[bytes] = []
+        self._chunks: list[tuple[int, memoryview]] = []  # (offset, bytes) per tensor
         self._size = 0
 
     def offset(self, key: str, tensor: torch.Tensor) -> int:
         if key not in self._offsets:
             start = align_up(self._size, DEFAULT_ALIGNMENT)
-            if start > self._size:
-                self._chunks.append(bytes(start - self._size))
-            data = tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-            self._chunks.append(data)
+            data = memoryview(tensor.contiguous().view(-1).view(torch.uint8).numpy()) \
+                if tensor.numel() else memoryview(b"")
+            self._chunks.append((start, data))
             self._offsets[key] = start
-            self._size = start + len(data)
+            self._size = start + data.nbytes
         return self._offsets[key]
 
     def splat_offset(self, key: str, tensor: torch.Tensor) -> int:
@@ -60,7 +62,13 @@ class ConstantPool:
         return self.offset("splat:" + key, tensor.reshape(-1)[:1])
 
     def segments(self) -> tuple[Segment, ...]:
-        return (Segment(b"".join(self._chunks)),) if self._offsets else ()
+        if not self._offsets:
+            return ()
+        segment = bytearray(self._size)  # zeros: the padding between tensors
+        for start, data in self._chunks:
+            segment[start:start + data.nbytes] = data
+        self._chunks = []
+        return (Segment(segment),)
 
 
 def uniform(tensor: torch.Tensor) -> bool:

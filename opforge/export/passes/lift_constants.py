@@ -23,7 +23,8 @@ def constant_key(tensor: torch.Tensor) -> str:
     """A content key for a contiguous CPU tensor: equal keys mean equal tensors."""
     digest = hashlib.sha256()
     digest.update(f"{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-    digest.update(tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    if tensor.numel():  # hashed in place (a view, not a copy of the bytes)
+        digest.update(tensor.contiguous().view(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.fx
 
 from opforge.backends.partition import op_name
+from opforge.backends.cpu.blob import share_constant
 from opforge.backends.cpu.lowering.symbolic import (  # noqa: F401 (_is_one: re-exported)
     _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
     to_dim,
@@ -49,7 +50,7 @@ class TensorSpec:
     role: str                      # input, state, output, const, temp, alias
     base: int = -1
     offset: int = 0
-    data: bytes | None = None
+    data: bytes | memoryview | None = None  # a constant's bytes (a view of its tensor)
 
     def as_json(self, data_offset: int | None, named: str | None = None) -> dict:
         out = {"dtype": int(scalar_type_of(self.dtype)), "dims": [expr_text(d) for d in self.dims],
@@ -191,8 +192,11 @@ class Lowering:
             key = id(value[1])
             self.const_keep.append(value[1])  # ids stay unique while the tensor lives
             if key not in self.const_ids:
-                data = tensor.view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-                self.const_ids[key] = self.new_tensor(tensor.dtype, tensor.shape, "const", data=data)
+                # a view of the tensor, not a copy; held once per export when named (blob.py)
+                data = memoryview(tensor.view(-1).view(torch.uint8).numpy()) if tensor.numel() else b""
+                tid = self.new_tensor(tensor.dtype, tensor.shape, "const", data=data)
+                share_constant(self.spec(tid), getattr(self.sub, "named_data", None))
+                self.const_ids[key] = tid
             return self.const_ids[key]
         raise Unsupported("op", f"expected a tensor, found {type(value).__name__}")
 

@@ -30,7 +30,7 @@ def lower_mm(L: Lowering, node, args, kwargs):
         a, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
         if not (isinstance(w, tuple) and w[0] == "c"):
             raise Unsupported("layout", "aten::linear with run-time weights")
-        b = ("c", w[1].t().contiguous())
+        b = ("c", w[1].t())  # materialize makes it contiguous (one copy, shared by name)
     else:
         a, b = args[:2]
         bias = None
