@@ -48,31 +48,23 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine.h"
+#include "int_kernels.h"
 
 namespace ofc {
 
 namespace {
 
-constexpr int kLanes = 16;       // columns per panel
-constexpr int kChunk = 4;        // panels per task (64 columns)
-constexpr int kRowBlock = 4;     // rows per block
+constexpr int kLanes = kIntLanes;
+constexpr int kChunk = kIntChunk;
 constexpr int64_t kMaxGroup = 65536;
 
-struct IntDotOp : Op {
-  int bits = 8;
-  int64_t m = 0, k = 0, n = 0, panels = 0, group = 0, groups = 0;
+struct IntDotOp : IntWeightsOp {
   int64_t padded = 0;           // L: a block's quantized activations, zero padded
   int64_t quads = 0;            // 64-byte weight rows per panel and block: Q or Q2
-  int64_t sa = 0, sd = 0;       // a's and d's row strides
   float eps = 0.f;
-  const uint8_t* w = nullptr;   // borrowed: the program's bytes, read in place
-  const float* s = nullptr;
-  std::vector<float> bias;      // panels·16 (zeros where there is none)
   std::vector<int8_t> aq;       // [M, G, L] this call's quantized rows
   std::vector<float> as;        // [M, G] their scales
   std::vector<int32_t> corr;    // [M, G] off · Σ q
-  int team = 1;
   bool vnni = false;
   void run(Engine& e) override;
 };
@@ -115,7 +107,7 @@ template <int BITS>
 __attribute__((target_clones("avx2", "default")))
 #endif
 void portable_panel(const IntDotOp& op, float* d, int64_t m0, int rows, int64_t p) {
-  float acc[kRowBlock][kLanes] = {};
+  float acc[kIntRowBlock][kLanes] = {};
   for (int64_t g = 0; g < op.groups; ++g) {
     int64_t step = 0;
     const uint8_t* wp = panel_block(op, p, g, step);
@@ -143,10 +135,7 @@ void portable_panel(const IntDotOp& op, float* d, int64_t m0, int rows, int64_t 
         acc[r][j] = __builtin_fmaf((float)(sum[j] - c), sa * sw[j], acc[r][j]);
     }
   }
-  const int64_t col = p * kLanes;
-  const int64_t width = std::min<int64_t>(kLanes, op.n - col);
-  for (int r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < width; ++j) d[(m0 + r) * op.sd + col + j] = acc[r][j] + op.bias[(size_t)(col + j)];
+  store_panel(op, d, m0, rows, p, acc);
 }
 
 #if defined(__x86_64__)
@@ -221,8 +210,7 @@ OFC_VNNI void block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
   }
   for (int p = 0; p < P; ++p) {
     const int64_t col = (p0 + p) * kLanes;
-    const int64_t left = op.n - col;
-    const __mmask16 mask = left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    const __mmask16 mask = panel_mask(op, col);
     const __m512 bias = _mm512_loadu_ps(op.bias.data() + col);
     for (int r = 0; r < R; ++r)
       _mm512_mask_storeu_ps(d + (m0 + r) * op.sd + col, mask, _mm512_add_ps(acc[r][p], bias));
@@ -242,12 +230,7 @@ OFC_VNNI void block_any(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
 template <int BITS, int R>
 OFC_VNNI void vnni_rows(const IntDotOp& op, float* d, int64_t m0, int64_t p0, int64_t np) {
   if (R <= 2) {
-    switch (np) {
-      case 4: block_any<BITS, R, 4>(op, d, m0, p0); break;
-      case 3: block_any<BITS, R, 3>(op, d, m0, p0); break;
-      case 2: block_any<BITS, R, 2>(op, d, m0, p0); break;
-      default: block_any<BITS, R, 1>(op, d, m0, p0); break;
-    }
+    with_panels(np, [&](auto P) { block_any<BITS, R, P.value>(op, d, m0, p0); });
     return;
   }
   int64_t p = 0;
@@ -256,35 +239,27 @@ OFC_VNNI void vnni_rows(const IntDotOp& op, float* d, int64_t m0, int64_t p0, in
 }
 #endif
 
-// one chunk of up to kChunk panels from p0, every row
+// one chunk of np panels from p0, every row
 template <int BITS>
-void chunk(const IntDotOp& op, float* d, int64_t p0) {
-  const int64_t np = std::min<int64_t>(kChunk, op.panels - p0);
-  for (int64_t m0 = 0; m0 < op.m; m0 += kRowBlock) {
-    const int rows = (int)std::min<int64_t>(kRowBlock, op.m - m0);
+void chunk(const IntDotOp& op, float* d, int64_t p0, int64_t np) {
+  for_each_row_block(op.m, [&](int64_t m0, auto R) {
 #if defined(__x86_64__)
     if (op.vnni) {
-      switch (rows) {
-        case 4: vnni_rows<BITS, 4>(op, d, m0, p0, np); break;
-        case 3: vnni_rows<BITS, 3>(op, d, m0, p0, np); break;
-        case 2: vnni_rows<BITS, 2>(op, d, m0, p0, np); break;
-        default: vnni_rows<BITS, 1>(op, d, m0, p0, np); break;
-      }
-      continue;
+      vnni_rows<BITS, R.value>(op, d, m0, p0, np);
+      return;
     }
 #endif
-    for (int64_t p = p0; p < p0 + np; ++p) portable_panel<BITS>(op, d, m0, rows, p);
-  }
+    for (int64_t p = p0; p < p0 + np; ++p) portable_panel<BITS>(op, d, m0, R.value, p);
+  });
 }
 
 void IntDotOp::run(Engine& e) {
   const float* a = static_cast<const float*>(e.ptr(ins[0]));
   float* d = static_cast<float*>(e.ptr(outs[0]));
   parallel_for(m > 1 ? team : 1, m, [&](int64_t r) { quantize_row(*this, a + r * sa, r); });
-  const int64_t chunks = (panels + kChunk - 1) / kChunk;
-  parallel_for(team, chunks, [&](int64_t i) {
-    if (bits == 8) chunk<8>(*this, d, i * kChunk);
-    else chunk<4>(*this, d, i * kChunk);
+  for_each_chunk(*this, [&](int64_t p0, int64_t np) {
+    if (bits == 8) chunk<8>(*this, d, p0, np);
+    else chunk<4>(*this, d, p0, np);
   });
 }
 
@@ -304,31 +279,16 @@ bool vnni_allowed() {
 
 void contract_int_dot_matmul(const Engine& e, const OpCall& c) {
   const std::string& kind = c.kind;
-  need(c.ins.size() == 3 || c.ins.size() == 4, kind, "takes [a, w, scales] or [a, w, scales, bias]");
-  need_count(c, c.ins.size(), 1);
-  need_post_ops_allowed(c, false);
+  int64_t M = 0, K = 0, N = 0;
+  need_int_weights_operands(e, c, M, K, N);
   need(c.ia.size() == 2 && c.fa.size() == 1, kind, "takes ia [bits, group] and fa [eps]");
   const int64_t bits = c.ia[0], group = c.ia[1];
   const double eps = c.fa[0];
   need(bits == 4 || bits == 8, kind, "bits must be 4 or 8");
   need(eps > 0 && eps <= 1 && (double)(float)eps == eps, kind,
        "eps must be a float32 value in (0, 1]");
-  const Tensor& a = e.tensors[(size_t)c.ins[0]];
   const Tensor& w = e.tensors[(size_t)c.ins[1]];
   const Tensor& s = e.tensors[(size_t)c.ins[2]];
-  const Tensor& d = e.tensors[(size_t)c.outs[0]];
-  need_rank(a, 2, 2, kind, "a");
-  need_rank(d, 2, 2, kind, "the output");
-  need_dtype(a, F32, kind, "a");
-  need_dtype(d, F32, kind, "the output");
-  const int64_t M = a.dims[0], K = a.dims[1], N = d.dims[1];
-  need(d.dims[0] == M, kind, "a and the output have different row counts");
-  need(K >= 1 && N >= 1 && K <= ((int64_t)1 << 31) && N <= ((int64_t)1 << 31), kind,
-       "K and N must be in [1, 2^31]");
-  need(a.strides[1] == 1 || K == 1, kind, "a's columns must be contiguous");
-  need(d.strides[1] == 1 || N == 1, kind, "the output's columns must be contiguous");
-  need(M <= 1 || d.strides[0] >= N, kind, "the output's rows overlap");
-  need(e.root(c.ins[0]) != e.root(c.outs[0]), kind, "the output shares a's storage");
   need(group >= 1 && group <= kMaxGroup && K % group == 0, kind,
        "group must divide K and be in [1, 65536] (its int32 sums then cannot overflow)");
   const int64_t P = (N + kLanes - 1) / kLanes, G = K / group;
@@ -338,61 +298,30 @@ void contract_int_dot_matmul(const Engine& e, const OpCall& c) {
        "ceil(group/8) (4 bits), 64]");
   need(s.dtype == F32 && s.dims == dims_t({P, G, kLanes}) && row_major(s) && dense(s), kind,
        "scales must be f32 dense [ceil(N/16), K/group, 16]");
-  need(e.tensors[(size_t)e.root(c.ins[1])].is_const && e.tensors[(size_t)e.root(c.ins[2])].is_const,
-       kind, "w and scales must be constants");
-  if (c.ins.size() == 4) {
-    const Tensor& b = e.tensors[(size_t)c.ins[3]];
-    need(b.dtype == F32 && b.numel == N && dense(b) && row_major(b) &&
-             e.tensors[(size_t)e.root(c.ins[3])].is_const,
-         kind, "the bias must be a dense f32 constant of N elements");
-  }
-  // the work bound: M·K·N multiply-adds; the quantized rows: M·G·L bytes
-  int64_t work = 0;
-  need(!__builtin_mul_overflow(M, K, &work) && !__builtin_mul_overflow(work, N, &work), kind,
-       "M·K·N overflows");
+  // the quantized rows: M·G·L bytes
   const int64_t padded = (group + 7) / 8 * 8;
-  need(!__builtin_mul_overflow(M, G, &work) && !__builtin_mul_overflow(work, padded, &work) &&
-           work <= kMaxElements,
+  int64_t bytes = 0;
+  need(!__builtin_mul_overflow(M, G, &bytes) && !__builtin_mul_overflow(bytes, padded, &bytes) &&
+           bytes <= kMaxElements,
        kind, "the quantized rows (M·(K/group)·group rounded up to 8 bytes) exceed 2^40");
 }
 
 void build_int_dot_matmul(Handle& h, const OpCall& c) {
   Engine& e = h.e;
   const char* what = "int_dot_matmul";
-  const Tensor& a = e.tensors[(size_t)c.ins[0]];
-  const Tensor& d = e.tensors[(size_t)c.outs[0]];
   auto op = std::make_unique<IntDotOp>();
-  op->bits = (int)c.ia[0];
-  op->m = a.dims[0];
-  op->k = a.dims[1];
-  op->n = d.dims[1];
-  op->group = c.ia[1];
-  op->groups = op->k / op->group;
+  int_weights_setup(e, c, *op, e.tensors[(size_t)c.ins[0]].dims[1] / c.ia[1], what);
   op->padded = (op->group + 7) / 8 * 8;
   const int64_t q = (op->group + 3) / 4;
   op->quads = op->bits == 8 ? q : (q + 1) / 2;
-  op->panels = (op->n + kLanes - 1) / kLanes;
   op->eps = (float)c.fa[0];
-  op->sa = a.strides[0];
-  op->sd = d.strides[0];
-  op->w = static_cast<const uint8_t*>(e.ptr(c.ins[1]));
-  op->s = static_cast<const float*>(e.ptr(c.ins[2]));
-  if (op->w == nullptr || op->s == nullptr) fail("int_dot_matmul: weights or scales without data at init");
-  const int64_t cols = mul_c(op->panels, kLanes, what);
   const int64_t blocks = mul_c(op->m, op->groups, what);
   const int64_t bytes = mul_c(blocks, op->padded, what);
-  e.reserve(add_c(add_c(mul_c(cols, 4, what), bytes, what), mul_c(blocks, 8, what), what),
-            "int_dot_matmul bias and quantized rows");
-  op->bias.assign((size_t)cols, 0.f);
-  if (c.ins.size() == 4) {
-    const float* b = static_cast<const float*>(e.ptr(c.ins[3]));
-    for (int64_t j = 0; j < op->n; ++j) op->bias[(size_t)j] = b[j];
-  }
+  e.reserve(add_c(bytes, mul_c(blocks, 8, what), what), "int_dot_matmul quantized rows");
   op->aq.assign((size_t)bytes, 0);
   op->as.assign((size_t)blocks, 0.f);
   op->corr.assign((size_t)blocks, 0);
   op->vnni = vnni_allowed();
-  op->team = op_threads(e, c);
   op->name = std::string("matmul of int8 activations on int") + (op->bits == 8 ? "8" : "4") +
              " weights (own kernel" + (op->vnni ? ", AVX512-VNNI)" : ")");
   push_op(e, std::move(op), c);

@@ -50,15 +50,14 @@
 
 #include <omp.h>
 
-#include "engine.h"
+#include "int_kernels.h"
 
 namespace ofc {
 
 namespace {
 
-constexpr int kLanes = 16;      // columns per panel
-constexpr int kChunk = 4;       // panels per block (64 columns)
-constexpr int kRowBlock = 4;    // rows per block
+constexpr int kLanes = kIntLanes;
+constexpr int kChunk = kIntChunk;
 // rows from which the AVX-512 kernel dequantizes once a call: measured on Zen 4 (768×2048,
 // 1 thread), the register path is faster at 8 rows (330 vs 390 µs), even at 16, and slower
 // from 32 (1,260 vs 1,170 µs; 128 rows: 5,040 vs 4,270, oneDNN's float32 matmul 4,170)
@@ -67,15 +66,8 @@ constexpr int64_t kWideK = 256;   // k per dequantized block: 256 × 64 floats, 
 constexpr int kWideBlock = 6;     // rows per block of the wide microkernel (24 accumulators)
 constexpr int64_t kWideBytes = kWideK * kChunk * kLanes * 4 + 64;  // a thread's buffer, aligned
 
-struct IntMatmulOp : Op {
-  int bits = 8;
-  int64_t m = 0, k = 0, n = 0, panels = 0, group = 0, groups = 0;
-  int64_t sa = 0, sd = 0;       // a's and d's row strides
+struct IntMatmulOp : IntWeightsOp {
   int64_t kr = 0;               // packed rows per panel: K (8 bits) or ceil(K/2) (4 bits)
-  const uint8_t* w = nullptr;   // borrowed: the program's bytes, read in place
-  const float* s = nullptr;
-  std::vector<float> bias;      // panels·16 (zeros where there is none)
-  int team = 1;
   bool vector512 = false;
   bool wide = false;            // the dequantize-once path (M ≥ kWideRows, AVX-512)
   void run(Engine& e) override;
@@ -88,7 +80,7 @@ __attribute__((target_clones("avx2", "default")))
 #endif
 void portable_panel(const IntMatmulOp& op, const float* a, float* d, int64_t m0, int rows,
                     int64_t p) {
-  float acc[kRowBlock][kLanes] = {};
+  float acc[kIntRowBlock][kLanes] = {};
   const float* sp = op.s + p * op.groups * kLanes;
   const uint8_t* wp = op.w + p * op.kr * kLanes;
   for (int64_t g = 0; g < op.groups; ++g) {
@@ -110,10 +102,7 @@ void portable_panel(const IntMatmulOp& op, const float* a, float* d, int64_t m0,
       }
     }
   }
-  const int64_t col = p * kLanes;
-  const int64_t width = std::min<int64_t>(kLanes, op.n - col);
-  for (int r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < width; ++j) d[(m0 + r) * op.sd + col + j] = acc[r][j] + op.bias[(size_t)(col + j)];
+  store_panel(op, d, m0, rows, p, acc);
 }
 
 #if defined(__x86_64__)
@@ -180,21 +169,10 @@ OFC_AVX512 void block(const IntMatmulOp& op, const float* a, float* d, int64_t m
   }
   for (int p = 0; p < P; ++p) {
     const int64_t col = (p0 + p) * kLanes;
-    const int64_t left = op.n - col;
-    const __mmask16 mask = left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    const __mmask16 mask = panel_mask(op, col);
     const __m512 bias = _mm512_loadu_ps(op.bias.data() + col);
     for (int r = 0; r < R; ++r)
       _mm512_mask_storeu_ps(d + (m0 + r) * op.sd + col, mask, _mm512_add_ps(acc[r][p], bias));
-  }
-}
-
-template <int BITS, int R>
-OFC_AVX512 void vector_rows(const IntMatmulOp& op, const float* a, float* d, int64_t m0, int64_t p0, int64_t np) {
-  switch (np) {
-    case 4: block<BITS, R, 4>(op, a, d, m0, p0); break;
-    case 3: block<BITS, R, 3>(op, a, d, m0, p0); break;
-    case 2: block<BITS, R, 2>(op, a, d, m0, p0); break;
-    default: block<BITS, R, 1>(op, a, d, m0, p0); break;
   }
 }
 
@@ -237,10 +215,7 @@ OFC_AVX512 void wide_block(const IntMatmulOp& op, const float* a, float* d, cons
                            int64_t m0, int64_t p0, int64_t k0, int64_t kn, bool first, bool last) {
   __m512 acc[R][P];
   __mmask16 mask[P];
-  for (int p = 0; p < P; ++p) {
-    const int64_t left = op.n - (p0 + p) * kLanes;
-    mask[p] = left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-  }
+  for (int p = 0; p < P; ++p) mask[p] = panel_mask(op, (p0 + p) * kLanes);
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p)
       acc[r][p] = first ? _mm512_setzero_ps()
@@ -268,12 +243,7 @@ OFC_AVX512 void wide_block(const IntMatmulOp& op, const float* a, float* d, cons
 template <int R>
 OFC_AVX512 void wide_rows(const IntMatmulOp& op, const float* a, float* d, const float* wf, int64_t m0,
                           int64_t p0, int np, int64_t k0, int64_t kn, bool first, bool last) {
-  switch (np) {
-    case 4: wide_block<R, 4>(op, a, d, wf, m0, p0, k0, kn, first, last); break;
-    case 3: wide_block<R, 3>(op, a, d, wf, m0, p0, k0, kn, first, last); break;
-    case 2: wide_block<R, 2>(op, a, d, wf, m0, p0, k0, kn, first, last); break;
-    default: wide_block<R, 1>(op, a, d, wf, m0, p0, k0, kn, first, last); break;
-  }
+  with_panels(np, [&](auto P) { wide_block<R, P.value>(op, a, d, wf, m0, p0, k0, kn, first, last); });
 }
 
 // one chunk of up to kChunk panels from p0, every row, through the thread's buffer wf
@@ -303,25 +273,18 @@ OFC_AVX512 void wide_chunk(const IntMatmulOp& op, const float* a, float* d, int6
 }
 #endif
 
-// one chunk of up to kChunk panels from p0, every row
+// one chunk of np panels from p0, every row
 template <int BITS>
-void chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0) {
-  const int64_t np = std::min<int64_t>(kChunk, op.panels - p0);
-  for (int64_t m0 = 0; m0 < op.m; m0 += kRowBlock) {
-    const int rows = (int)std::min<int64_t>(kRowBlock, op.m - m0);
+void chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0, int64_t np) {
+  for_each_row_block(op.m, [&](int64_t m0, auto R) {
 #if defined(__x86_64__)
     if (op.vector512) {
-      switch (rows) {
-        case 4: vector_rows<BITS, 4>(op, a, d, m0, p0, np); break;
-        case 3: vector_rows<BITS, 3>(op, a, d, m0, p0, np); break;
-        case 2: vector_rows<BITS, 2>(op, a, d, m0, p0, np); break;
-        default: vector_rows<BITS, 1>(op, a, d, m0, p0, np); break;
-      }
-      continue;
+      with_panels(np, [&](auto P) { block<BITS, R.value, P.value>(op, a, d, m0, p0); });
+      return;
     }
 #endif
-    for (int64_t p = p0; p < p0 + np; ++p) portable_panel<BITS>(op, a, d, m0, rows, p);
-  }
+    for (int64_t p = p0; p < p0 + np; ++p) portable_panel<BITS>(op, a, d, m0, R.value, p);
+  });
 }
 
 void IntMatmulOp::run(Engine& e) {
@@ -345,9 +308,9 @@ void IntMatmulOp::run(Engine& e) {
     return;
   }
 #endif
-  parallel_for(team, chunks, [&](int64_t i) {
-    if (bits == 8) chunk<8>(*this, a, d, i * kChunk);
-    else chunk<4>(*this, a, d, i * kChunk);
+  for_each_chunk(*this, [&](int64_t p0, int64_t np) {
+    if (bits == 8) chunk<8>(*this, a, d, p0, np);
+    else chunk<4>(*this, a, d, p0, np);
   });
 }
 
@@ -355,28 +318,13 @@ void IntMatmulOp::run(Engine& e) {
 
 void contract_int_matmul(const Engine& e, const OpCall& c) {
   const std::string& kind = c.kind;
-  need(c.ins.size() == 3 || c.ins.size() == 4, kind, "takes [a, w, scales] or [a, w, scales, bias]");
-  need_count(c, c.ins.size(), 1);
-  need_post_ops_allowed(c, false);
+  int64_t M = 0, K = 0, N = 0;
+  need_int_weights_operands(e, c, M, K, N);
   need(c.ia.size() == 2 && c.fa.empty(), kind, "takes ia [bits, group] and no fa");
   const int64_t bits = c.ia[0], group = c.ia[1];
   need(bits == 4 || bits == 8, kind, "bits must be 4 or 8");
-  const Tensor& a = e.tensors[(size_t)c.ins[0]];
   const Tensor& w = e.tensors[(size_t)c.ins[1]];
   const Tensor& s = e.tensors[(size_t)c.ins[2]];
-  const Tensor& d = e.tensors[(size_t)c.outs[0]];
-  need_rank(a, 2, 2, kind, "a");
-  need_rank(d, 2, 2, kind, "the output");
-  need_dtype(a, F32, kind, "a");
-  need_dtype(d, F32, kind, "the output");
-  const int64_t M = a.dims[0], K = a.dims[1], N = d.dims[1];
-  need(d.dims[0] == M, kind, "a and the output have different row counts");
-  need(K >= 1 && N >= 1 && K <= ((int64_t)1 << 31) && N <= ((int64_t)1 << 31), kind,
-       "K and N must be in [1, 2^31]");
-  need(a.strides[1] == 1 || K == 1, kind, "a's columns must be contiguous");
-  need(d.strides[1] == 1 || N == 1, kind, "the output's columns must be contiguous");
-  need(M <= 1 || d.strides[0] >= N, kind, "the output's rows overlap");
-  need(e.root(c.ins[0]) != e.root(c.outs[0]), kind, "the output shares a's storage");
   need(group >= 1 && group <= K, kind, "group must be in [1, K]");
   need(bits == 8 || group % 2 == 0 || group == K, kind, "a 4-bit group must be even (or K)");
   const int64_t P = (N + kLanes - 1) / kLanes, G = (K + group - 1) / group;
@@ -386,47 +334,15 @@ void contract_int_matmul(const Engine& e, const OpCall& c) {
        "w must be dense [ceil(N/16), K (or ceil(K/2) for 4 bits), 16]");
   need(s.dtype == F32 && s.dims == dims_t({P, G, kLanes}) && row_major(s) && dense(s), kind,
        "scales must be f32 dense [ceil(N/16), ceil(K/group), 16]");
-  need(e.tensors[(size_t)e.root(c.ins[1])].is_const && e.tensors[(size_t)e.root(c.ins[2])].is_const,
-       kind, "w and scales must be constants");
-  if (c.ins.size() == 4) {
-    const Tensor& b = e.tensors[(size_t)c.ins[3]];
-    need(b.dtype == F32 && b.numel == N && dense(b) && row_major(b) &&
-             e.tensors[(size_t)e.root(c.ins[3])].is_const,
-         kind, "the bias must be a dense f32 constant of N elements");
-  }
-  // the work bound: M·K·N multiply-adds (each factor < 2^41 by the tensor checks)
-  int64_t work = 0;
-  need(!__builtin_mul_overflow(M, K, &work) && !__builtin_mul_overflow(work, N, &work), kind,
-       "M·K·N overflows");
 }
 
 void build_int_matmul(Handle& h, const OpCall& c) {
   Engine& e = h.e;
-  const Tensor& a = e.tensors[(size_t)c.ins[0]];
-  const Tensor& d = e.tensors[(size_t)c.outs[0]];
   auto op = std::make_unique<IntMatmulOp>();
-  op->bits = (int)c.ia[0];
-  op->m = a.dims[0];
-  op->k = a.dims[1];
-  op->n = d.dims[1];
-  op->group = c.ia[1];
-  op->groups = (op->k + op->group - 1) / op->group;
-  op->panels = (op->n + kLanes - 1) / kLanes;
+  const int64_t k = e.tensors[(size_t)c.ins[0]].dims[1];
+  int_weights_setup(e, c, *op, (k + c.ia[1] - 1) / c.ia[1], "int_matmul");
   op->kr = op->bits == 8 ? op->k : (op->k + 1) / 2;
-  op->sa = a.strides[0];
-  op->sd = d.strides[0];
-  op->w = static_cast<const uint8_t*>(e.ptr(c.ins[1]));
-  op->s = static_cast<const float*>(e.ptr(c.ins[2]));
-  if (op->w == nullptr || op->s == nullptr) fail("int_matmul: weights or scales without data at init");
-  const int64_t cols = mul_c(op->panels, kLanes, "int_matmul");
-  e.reserve(mul_c(cols, 4, "int_matmul"), "int_matmul bias");
-  op->bias.assign((size_t)cols, 0.f);
-  if (c.ins.size() == 4) {
-    const float* b = static_cast<const float*>(e.ptr(c.ins[3]));
-    for (int64_t j = 0; j < op->n; ++j) op->bias[(size_t)j] = b[j];
-  }
   op->vector512 = avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_AVX512");
-  op->team = op_threads(e, c);
   // OPFORGE_CPU_INT_MATMUL_WIDE=0: the register path at every M (the A/B of the bench, and
   // the tests' reference for the wide path's bits)
   op->wide = op->vector512 && op->m >= kWideRows && avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_WIDE");

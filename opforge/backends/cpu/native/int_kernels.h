@@ -1,0 +1,100 @@
+// What the two matmuls on integer weights share (int_matmul.cpp: float activations, the
+// weights dequantized in registers; int_dot_matmul.cpp: int8 activations, integer dots):
+// the output in panels of 16 columns, panels in chunks of 4 (64 columns) handed to the
+// threads, rows within a chunk in blocks of up to 4 (so a chunk's weights are read from
+// memory once per call and from cache by its other row blocks); the operand checks of
+// their contracts (a, d, bias, constant weights, the work bound); the op's common fields
+// and their setup at build.
+#pragma once
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <type_traits>
+
+#include "engine.h"
+
+namespace ofc {
+
+constexpr int kIntLanes = 16;     // columns per panel
+constexpr int kIntChunk = 4;      // panels per task (64 columns)
+constexpr int kIntRowBlock = 4;   // rows per block
+
+// the fields both kernels read (filled by int_weights_setup)
+struct IntWeightsOp : Op {
+  int bits = 8;
+  int64_t m = 0, k = 0, n = 0, panels = 0, group = 0, groups = 0;
+  int64_t sa = 0, sd = 0;       // a's and d's row strides
+  const uint8_t* w = nullptr;   // borrowed: the program's bytes, read in place
+  const float* s = nullptr;
+  std::vector<float> bias;      // panels·16 (zeros where there is none)
+  int team = 1;
+};
+
+// the contract's shared checks: ins [a, w, scales, (bias)], outs [d], no post-ops; a f32
+// [M, K] and d f32 [M, N], columns contiguous, d's rows apart by at least N, another root
+// than a; w and scales constants; the bias a dense f32 constant of N elements; M·K·N
+// without overflow. Sets M, K, N (the layout of w and scales is each kernel's own).
+void need_int_weights_operands(const Engine& e, const OpCall& c, int64_t& M, int64_t& K,
+                               int64_t& N);
+
+// bits, the sizes, strides, weight and scale pointers, team and the padded bias (its bytes
+// reserved); `groups`: the blocks of K (each kernel rounds its own way)
+void int_weights_setup(Engine& e, const OpCall& c, IntWeightsOp& op, int64_t groups, const char* what);
+
+// body(p0, np) for each chunk of up to kIntChunk panels from p0, over the op's threads
+template <typename F>
+void for_each_chunk(const IntWeightsOp& op, F&& body) {
+  const int64_t chunks = (op.panels + kIntChunk - 1) / kIntChunk;
+  parallel_for(op.team, chunks, [&](int64_t i) {
+    const int64_t p0 = i * kIntChunk;
+    body(p0, std::min<int64_t>(kIntChunk, op.panels - p0));
+  });
+}
+
+// body(m0, R) for each block of up to kIntRowBlock rows, R a std::integral_constant<int, rows>
+// (a kernel's template argument)
+template <typename F>
+void for_each_row_block(int64_t m, F&& body) {
+  for (int64_t m0 = 0; m0 < m; m0 += kIntRowBlock) {
+    switch (std::min<int64_t>(kIntRowBlock, m - m0)) {
+      case 4: body(m0, std::integral_constant<int, 4>()); break;
+      case 3: body(m0, std::integral_constant<int, 3>()); break;
+      case 2: body(m0, std::integral_constant<int, 2>()); break;
+      default: body(m0, std::integral_constant<int, 1>()); break;
+    }
+  }
+}
+
+// body(P), P a std::integral_constant<int, np> for np in [1, kIntChunk]
+template <typename F>
+void with_panels(int64_t np, F&& body) {
+  switch (np) {
+    case 4: body(std::integral_constant<int, 4>()); break;
+    case 3: body(std::integral_constant<int, 3>()); break;
+    case 2: body(std::integral_constant<int, 2>()); break;
+    default: body(std::integral_constant<int, 1>()); break;
+  }
+}
+
+// the rows r of panel p's 16 sums acc[r] (+ bias) stored in d, the columns past N left out
+// (the portable kernels' store)
+inline void store_panel(const IntWeightsOp& op, float* d, int64_t m0, int rows, int64_t p,
+                        const float (*acc)[kIntLanes]) {
+  const int64_t col = p * kIntLanes;
+  const int64_t width = std::min<int64_t>(kIntLanes, op.n - col);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j)
+      d[(m0 + r) * op.sd + col + j] = acc[r][j] + op.bias[(size_t)(col + j)];
+}
+
+#if defined(__x86_64__)
+// the lanes of the panel at column `col` that are columns of d
+inline __mmask16 panel_mask(const IntWeightsOp& op, int64_t col) {
+  const int64_t left = op.n - col;
+  return left >= kIntLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+#endif
+
+}  // namespace ofc
