@@ -31,6 +31,7 @@ import heapq
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule
 
 from opforge.backends.named_data import NamedDataStore
+from opforge.export import freed_memory  # noqa: E402 (a module of this package)
 from opforge.backends.report import METADATA_KEY, delegation_report
 from opforge.errors import BackendError, InternalError
 from opforge.export.method_graph import InputKind, MethodGraph
@@ -162,6 +163,9 @@ class Delegate(ExportPass):
                                   f"{refused.reason}", node_location(n) or "").as_dict()
                         for n in nodes if n.target is not operator.getitem)
                     continue
+                if sum(c.nbytes for c in constants.values()
+                       if isinstance(c, torch.Tensor)) >= freed_memory.LARGE_BYTES:
+                    freed_memory.release()  # the lowering's dropped copies (freed_memory.py)
                 if not isinstance(blob, (bytes, bytearray, memoryview)):
                     raise InternalError(f"backend {backend.name!r}: preprocess returned "
                                         f"{type(blob).__name__}, not bytes")
