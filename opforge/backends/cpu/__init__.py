@@ -160,7 +160,11 @@ class CpuBackend(Backend):
 
         specs = dict(specs)
         specs["_package_nodes"] = package_nodes(subgraph, specs)
-        lower = lowering.Lowering(subgraph, specs, debug=self.debug)
+        from opforge.backends.cpu.lowering.fused_roundings import fold_activation_roundings
+
+        # a 16-bit activation scheme's roundings inside fused ops (lowering/fused_roundings.py)
+        lower = lowering.Lowering(fold_activation_roundings(subgraph, specs, self.debug), specs,
+                                  debug=self.debug)
         if self.debug and lower.table is not None:
             from opforge.backends.base import PreprocessRefused
 
