@@ -45,10 +45,11 @@ HEADER = struct.Struct("<8sIIQII")
 MAX_PLAN = 64 << 20
 MAX_TENSORS = 1 << 20
 MAX_RANK = 8
-DTYPES = {0, 1, 2, 3, 4, 6, 7, 11}
-ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 6: 4, 7: 8, 11: 1}
-DTYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 6: "float32",
-               7: "float64", 11: "bool"}
+# (5 float16, 15 bfloat16: a KV cache's storage, read only by its write and attention)
+DTYPES = {0, 1, 2, 3, 4, 5, 6, 7, 11, 15}
+ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
+DTYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16",
+               6: "float32", 7: "float64", 11: "bool", 15: "bfloat16"}
 ROLES = ("input", "output", "const", "temp", "alias", "dead", "state")
 OP_KINDS = ("conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
             "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
@@ -196,7 +197,7 @@ def check_plan(doc: dict, data: memoryview) -> None:
     for i, t in enumerate(tensors):
         if type(t) is not dict:
             raise _refuse(f"tensors[{i}] is not an object")
-        _int(t.get("dtype"), 0, 11, f"tensors[{i}].dtype")
+        _int(t.get("dtype"), 0, 15, f"tensors[{i}].dtype")
         if t["dtype"] not in DTYPES:
             raise _refuse(f"tensors[{i}].dtype {t['dtype']}")
         dims = _ints(t.get("dims"), MAX_RANK, 0, 1 << 40, f"tensors[{i}].dims")

@@ -497,10 +497,11 @@ class EngineHandle:
         self.ptr = None  # the engine is freed: every later call is refused (_live)
 
 
-NUMPY = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 6: np.float32,
-         7: np.float64, 11: np.bool_}
-NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 6: "float32", 7: "float64",
-         11: "bool"}
+# (bfloat16, which NumPy has no dtype for: its raw bits, as the runtime reads them)
+NUMPY = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16,
+         6: np.float32, 7: np.float64, 11: np.bool_, 15: np.uint16}
+NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+         7: "float64", 11: "bool", 15: "bfloat16"}
 
 
 def _dtype_key(op, plan_tensors) -> str:

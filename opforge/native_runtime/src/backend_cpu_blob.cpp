@@ -75,7 +75,7 @@ bool valid_utf8(const uint8_t* p, size_t n) { return utf8_ok(p, n); }
 int64_t dtype_itemsize(int32_t dtype) {
   switch (dtype) {
     case 0: case 1: case 11: return 1;
-    case 2: return 2;
+    case 2: case 5: case 15: return 2;  // (float16, bfloat16: a KV cache's storage)
     case 3: case 6: return 4;
     case 4: case 7: return 8;
     default: return 0;
@@ -85,7 +85,8 @@ int64_t dtype_itemsize(int32_t dtype) {
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
     case 0: return "uint8"; case 1: return "int8"; case 2: return "int16"; case 3: return "int32";
-    case 4: return "int64"; case 6: return "float32"; case 7: return "float64"; case 11: return "bool";
+    case 4: return "int64"; case 5: return "float16"; case 6: return "float32";
+    case 7: return "float64"; case 11: return "bool"; case 15: return "bfloat16";
     default: return "unknown";
   }
 }

@@ -117,7 +117,7 @@ void check_tensors(const Json& j, const Checker& c, const JValue& tensors, Plan&
     PlanTensor& out = plan.tensors[(size_t)i];
     std::string at = "tensors[" + std::to_string(i) + "]";
     if (t.type != JType::Object) refuse(at + " is not an object");
-    out.dtype = (int32_t)c.int_in(j.member(t, "dtype"), 0, 11, at + ".dtype");
+    out.dtype = (int32_t)c.int_in(j.member(t, "dtype"), 0, 15, at + ".dtype");
     if (dtype_itemsize(out.dtype) == 0) refuse(at + ".dtype " + std::to_string(out.dtype));
     c.read_expr = false;
     out.dims = c.sizes(j.member(t, "dims"), kMaxRank, 0, kBig, at + ".dims");

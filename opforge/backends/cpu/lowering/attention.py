@@ -22,7 +22,9 @@ A match (``find_filled_attention``), each inner node read only inside the match:
   divides (on q, on the K chain, on the scores: one factor); ``q`` [H, M, D] (M may be
   symbolic: a dynamic prefill's sequence);
 - each chain is view ops (unsqueeze, expand, clone, view, permute, transpose, ...) from a
-  float32 cache tensor, static sizes, and is checked by running it on the element indices of
+  float32 cache tensor, static sizes, or from a float16/bfloat16 one with a cast to float32
+  among them (the op reads the half-precision slots and converts them exactly: the same
+  values as the cast's), and is checked by running it on the element indices of
   the cache: K must come out as ``K[h, d, j] = cache[.., j, h / G, .., d]`` (a dim for slots,
   one for KV heads, one for the head size, any others of size 1) and V as ``V[h, j, d]`` on
   the same dims; so any order of views that means that matches, and nothing else does;
@@ -30,6 +32,12 @@ A match (``find_filled_attention``), each inner node read only inside the match:
   with an int64 [M] node ``p`` along the rows (attention_graph.slot_bound): the op reads
   ``p``; else, where K and V are a cache write's result, the op reads the mask itself and
   stops at each row's last attended slot (a mask made outside this delegate).
+
+A half-precision cache's write, ``index_copy(cache, d, p, x.to(cache dtype))`` (or
+``index_put``) of a float32 ``x`` read only there, is one engine write (``HalfCacheWrite``)
+that rounds the rows as it stores them (to nearest even, as the cast); with the attention
+op, a decoder's half-precision cache is never converted whole. Nothing else the engine
+does reads a float16 or bfloat16 tensor: any other reader of the cache stays on the kernels.
 """
 
 from __future__ import annotations
@@ -40,12 +48,12 @@ import math
 import torch
 import torch.fx
 
-from opforge.backends.cpu.lowering.attention_graph import (RESHAPES, constant, peel,
-                                                           same_rows, scale_of, slot_bound)
+from opforge.backends.cpu.lowering.attention_graph import (HALF, RESHAPES, constant, is_cast,
+                                                           peel, same_rows, scale_of, slot_bound)
 from opforge.backends.cpu.lowering.core import Lowering, _val, aten
 from opforge.backends.cpu.lowering.normalization import _only_user
 
-__all__ = ["FilledAttention", "find_filled_attention"]
+__all__ = ["FilledAttention", "HalfCacheWrite", "find_filled_attention"]
 
 # what a row with no slot to attend to gives (the op's ia[1]): torch's softmax of a row of
 # -inf (NaN), the safe softmax's zeros, or (a finite mask value) the mean of every slot
@@ -126,7 +134,7 @@ def find_filled_attention(sub, taken: dict, safe: dict | None = None) -> dict[st
     ``safe`` (node name → softmax node, lowering/normalization.find_safe_softmax) lets a
     match take a safe softmax in whole; its nodes are then the match's, not ``safe``'s."""
     safe = safe or {}
-    found: dict[str, FilledAttention] = {}
+    found: dict = _half_cache_writes(sub, taken)
     order = {n: i for i, n in enumerate(sub.graph_module.graph.nodes)}
     for node in sub.graph_module.graph.nodes:
         try:
@@ -227,6 +235,8 @@ def _match(mm2, constants, safe: dict) -> FilledAttention | None:
         bound = (cond, 1)
         if where is not None and _only_user(where, masked):
             nodes.append(where)
+    if _val(k_cache).dtype != _val(v_cache).dtype:  # (the op reads both as one dtype)
+        return None
     k_dims = _cache_dims(k_probe.permute(0, 2, 1), _val(k_cache).shape)
     v_dims = _cache_dims(v_probe, _val(v_cache).shape)
     if k_dims is None or v_dims is None:
@@ -316,15 +326,19 @@ def _factor(scales) -> tuple[int, float]:
 def _chain(node, user, scales: bool = True):
     """(cache node, the nodes from it to ``node``, the chain run on the cache's element
     indices, the scalings met), or None: each node a view op (or a scalar scaling where
-    ``scales``) read only by the next, from a float32 cache of static sizes."""
-    source, nodes, factors = peel(node, user, scales=scales)
+    ``scales``) read only by the next, from a float32 cache of static sizes, or from a
+    float16/bfloat16 one with one cast to float32 among the nodes."""
+    source, nodes, factors = peel(node, user, scales=scales, converts=True)
     fake = _val(source) if isinstance(source, torch.fx.Node) else None
-    if not nodes or fake is None or fake.dtype != torch.float32 or not all(
-            isinstance(s, int) for s in fake.shape):
+    casts = [n for n in nodes if is_cast(n)]
+    if not nodes or fake is None or not all(isinstance(s, int) for s in fake.shape) or not (
+            (fake.dtype == torch.float32 and not casts)
+            or (fake.dtype in HALF and len(casts) == 1)):
         return None
     value = torch.arange(fake.numel(), dtype=torch.int64).reshape(fake.shape)
     for n in reversed(nodes):
-        if n not in factors:  # (a scaling changes values, not which element is where)
+        # (a scaling or the cast changes values, not which element is where)
+        if n not in factors and n not in casts:
             value = n.target(value, *n.args[1:], **n.kwargs)
     return source, nodes, value, factors
 
@@ -346,3 +360,74 @@ def _cache_dims(probe, shape) -> tuple[int, int, int] | None:
         if torch.equal(probe, want.expand_as(probe)):
             return kv_dim, slot_dim, size_dim
     return None
+
+
+class HalfCacheWrite:
+    """``index_copy(cache, d, p, x.to(half))`` / ``index_put(cache, [.., p], x.to(half))``
+    of a float16/bfloat16 ``cache`` and a float32 ``x``: the engine's write rounds ``x``'s rows
+    into the cache (lowering/indexing.py), the cast computed by it."""
+
+    kind = "index write (float32 rows rounded into a half-precision cache)"
+
+    def __init__(self, cast, write) -> None:
+        self.cast, self.write = cast, write
+        self.nodes = [cast, write]
+        self.last = write
+
+    def lower(self, L: Lowering):
+        from opforge.backends.cpu.lowering.indexing import lower_index_copy, lower_index_put
+
+        args = list(L.arg(self.write.args))
+        kwargs = {k: L.arg(v) for k, v in self.write.kwargs.items()}
+        copy = self.write.target in (aten.index_copy.default, aten.index_copy_.default)
+        args[3 if copy else 2] = L.env[self.cast.args[0].name]  # the float32 rows
+        return (lower_index_copy if copy else lower_index_put)(L, self.write, args, kwargs)
+
+
+def _half_cache_writes(sub, taken: dict) -> dict:
+    """node name → ``HalfCacheWrite`` for each write of a cast's result into a half cache
+    (the cast read by nothing else, neither node taken by another group)."""
+    found = {}
+    for write in sub.graph_module.graph.nodes:
+        if not _cache_write(write) or len(write.args) < 3:
+            continue
+        copy = write.target in (aten.index_copy.default, aten.index_copy_.default)
+        cast = write.args[3] if copy and len(write.args) > 3 else write.args[2]
+        fake, self_fake = _val(cast) if isinstance(cast, torch.fx.Node) else None, _val(write)
+        if fake is None or self_fake is None or self_fake.dtype not in HALF \
+                or fake.dtype != self_fake.dtype or cast.target is not aten._to_copy.default \
+                or len(cast.args) != 1 or not set(cast.kwargs) <= {"dtype", "layout", "device"} \
+                or list(cast.users) != [write] or not isinstance(cast.args[0], torch.fx.Node) \
+                or _val(cast.args[0]) is None or _val(cast.args[0]).dtype != torch.float32 \
+                or cast.name in taken or write.name in taken or not _plain_write(write, copy):
+            continue
+        group = HalfCacheWrite(cast, write)
+        found[cast.name] = found[write.name] = group
+    return found
+
+
+def _plain_write(write, copy: bool) -> bool:
+    """The write lowers for certain (lowering/indexing.py), as the cast it takes is computed
+    by it: a contiguous cache, one int64/int32 index tensor, values of the written rows'
+    shape, no accumulation."""
+    cache, values = _val(write.args[0]), _val(write.args[3 if copy else 2])
+    if cache is None or values is None or not cache.is_contiguous() or cache.dim() == 0:
+        return False
+    if copy:
+        index, dim = write.args[2], write.args[1]
+        if not isinstance(dim, int):
+            return False
+        dim %= cache.dim()
+    else:
+        accumulate = write.args[3] if len(write.args) > 3 else write.kwargs.get("accumulate", False)
+        indices = list(write.args[1])
+        while indices and indices[-1] is None:
+            indices.pop()
+        if accumulate or not indices or any(i is not None for i in indices[:-1]):
+            return False
+        index, dim = indices[-1], len(indices) - 1
+    ix = _val(index) if isinstance(index, torch.fx.Node) else None
+    if ix is None or ix.dtype not in (torch.int64, torch.int32):
+        return False
+    want = [*cache.shape[:dim], *ix.shape, *cache.shape[dim + 1:]]
+    return [str(d) for d in values.shape] == [str(d) for d in want]

@@ -16,7 +16,8 @@ import torch.fx
 from opforge.backends.cpu.lowering.core import _val, aten
 from opforge.backends.cpu.lowering.normalization import _only_user
 
-__all__ = ["VIEWS", "RESHAPES", "scale_of", "peel", "same_rows", "constant", "slot_bound"]
+__all__ = ["VIEWS", "RESHAPES", "HALF", "scale_of", "peel", "is_cast", "same_rows", "constant",
+           "slot_bound"]
 
 # view ops: the element at each index is some element of the input (no arithmetic)
 VIEWS = {aten.unsqueeze.default, aten.expand.default, aten.clone.default, aten.view.default,
@@ -25,6 +26,8 @@ VIEWS = {aten.unsqueeze.default, aten.expand.default, aten.clone.default, aten.v
          aten.squeeze.dim, aten.squeeze.dims}
 # the views that keep the elements in their order (a permute does not)
 RESHAPES = VIEWS - {aten.permute.default, aten.transpose.int, aten.t.default}
+# the half-precision dtypes a KV cache may be stored in (the engine converts as it reads)
+HALF = (torch.float16, torch.bfloat16)
 _SCALES = (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar)
 # what a constant in the graph may be computed with (a slot table, a mask's fill values)
 _CONSTANT_OPS = {aten.arange.default, aten.arange.start, aten.arange.start_step,
@@ -59,14 +62,15 @@ def peel(node, user, *, views=VIEWS, scales: bool = False, converts: bool = Fals
         factor = scale_of(node) if scales else None
         if factor is not None:
             factors.append(node)
-        elif node.target not in views and not (converts and _is_cast(node)):
+        elif node.target not in views and not (converts and is_cast(node)):
             break
         nodes.append(node)
         user, node = node, node.args[0]
     return node, nodes, factors
 
 
-def _is_cast(node) -> bool:
+def is_cast(node) -> bool:
+    """``node`` is ``x.to(float32)`` (``_to_copy`` with no other change)."""
     fake = _val(node)
     return (node.target is aten._to_copy.default and len(node.args) == 1 and fake is not None
             and fake.dtype == torch.float32

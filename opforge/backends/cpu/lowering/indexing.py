@@ -21,7 +21,7 @@ import math
 import torch
 
 from opforge.backends.cpu.lowering.core import (
-    SYMBOLIC_SIZES, LOWERINGS, Lowering, Unsupported, _val, aten, same,
+    SYMBOLIC_SIZES, LOWERINGS, Lowering, Unsupported, _val, aten, row_major, same,
 )
 from opforge.backends.cpu.lowering.symbolic import is_symbolic_dim
 from opforge.backends.cpu.lowering.views import _fit_affine, _positions
@@ -29,6 +29,9 @@ from opforge.backends.cpu.lowering.views import _fit_affine, _positions
 # dtypes the engine's blob has codes for: rows are copied as bytes, so any of them
 ROW_DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
               torch.uint8, torch.bool)
+# a KV cache's half-precision storage: the gather and the row writes take it (whole
+# contiguous rows; a write's float32 values are rounded into it), no other engine op does
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def _one_index(indices) -> tuple[int, object]:
@@ -61,29 +64,40 @@ def _rows(L: Lowering, tid: int, like: int, dim: int, rows: int | None = None) -
     return L.alias(tid, (outer, rows, inner), (rows * inner, inner, 1))
 
 
-def _check_dtype(node, *dtypes) -> None:
+def _check_dtype(node, *dtypes, half: bool = False) -> None:
     for dtype in dtypes:
-        if dtype not in ROW_DTYPES:
+        if dtype not in ROW_DTYPES and not (half and dtype in HALF_DTYPES):
             raise Unsupported("dtype", f"indexing on {dtype}; stays on the kernels")
+
+
+def _whole_rows(L: Lowering, tid: int) -> int:
+    """``L.contiguous(tid)``; a strided half-precision tensor is refused (the engine's
+    copies do not take float16/bfloat16)."""
+    spec = L.spec(tid)
+    if spec.dtype in HALF_DTYPES and not same(spec.strides, row_major(spec.dims)):
+        raise Unsupported("dtype", f"a strided {spec.dtype} tensor: the engine reads half-"
+                          "precision tensors whole in the KV cache's write and attention only; "
+                          "stays on the kernels")
+    return L.contiguous(tid)
 
 
 def lower_index(L: Lowering, node, args, kwargs):
     dim, index = _one_index(args[1])
-    src = L.contiguous(L.materialize(args[0]))
-    ix = _index_tensor(L, index)
     fake = _val(node)
-    _check_dtype(node, fake.dtype)
+    _check_dtype(node, fake.dtype, half=True)
+    src = _whole_rows(L, L.materialize(args[0]))
+    ix = _index_tensor(L, index)
     out = L.new_tensor(fake.dtype, fake.shape)
     n = math.prod(L.spec(ix).dims)
     L.op("index", [_rows(L, src, src, dim), ix], [_rows(L, out, src, dim, n)], name="index")
     return ("t", out)
 
 
-def _target(L: Lowering, node) -> tuple[int, bool]:
+def _target(L: Lowering, node, half: bool = False) -> tuple[int, bool]:
     """The tensor a write goes into: the state itself when this node writes it in place,
     else a new one (``self`` is copied into it by the op)."""
     fake = _val(node)
-    _check_dtype(node, fake.dtype)
+    _check_dtype(node, fake.dtype, half=half)
     state = L.in_place.get(node.name)
     if state is not None and node.args[0].name == state:
         return L.materialize(L.env[state]), True
@@ -91,13 +105,15 @@ def _target(L: Lowering, node) -> tuple[int, bool]:
 
 
 def _write_rows(L: Lowering, node, kind: str, self_value, dim: int, index, values):
+    _check_dtype(node, _val(node).dtype, half=True)
     ix = _index_tensor(L, index)
-    src = L.contiguous(L.materialize(self_value))
+    src = _whole_rows(L, L.materialize(self_value))
     s = L.spec(src)
     shape = s.dims[:dim] + L.spec(ix).dims + s.dims[dim + 1:]
     v = L.materialize(values)
     vs = L.spec(v)
-    if vs.dtype != s.dtype:
+    # (float32 rows into a half-precision cache: the op rounds them, as `.to()` would)
+    if vs.dtype != s.dtype and not (vs.dtype == torch.float32 and s.dtype in HALF_DTYPES):
         raise Unsupported("dtype", f"aten::{kind} of {vs.dtype} values into {s.dtype}; stays on "
                           "the kernels")
     if not same(tuple(vs.dims), tuple(shape)):  # broadcast values: made real first
@@ -112,8 +128,8 @@ def _write_rows(L: Lowering, node, kind: str, self_value, dim: int, index, value
         strides = [0] * pad + [0 if d == 1 and o != 1 else st for d, st, o in
                                zip(vs.dims, vs.strides, shape[pad:])]
         v = L.alias(v, shape, strides)
-    v = L.contiguous(v)
-    out, in_place = _target(L, node)
+    v = _whole_rows(L, v)
+    out, in_place = _target(L, node, half=True)
     n = math.prod(L.spec(ix).dims)
     rows_out = _rows(L, out, src, dim)
     L.op(kind, [rows_out if in_place else _rows(L, src, src, dim), ix, _rows(L, v, src, dim, n)],

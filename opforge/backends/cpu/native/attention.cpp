@@ -18,7 +18,9 @@
 // True = masked; 3 f32, added to the scores. Row i then reads n_i = 1 + the last slot
 // not masked (-inf for 3) and nothing after it; a masked slot before it scores -inf (3:
 // its mask value is added). Where the mask says nothing is attended, n_i = 0 (see empty).
-//   q, o: f32 [H, M, D]; k, v: f32 [Hkv, S, D] with H a multiple of Hkv (head h reads KV
+//   q, o: f32 [H, M, D]; k, v: [Hkv, S, D] of one dtype, f32, f16 or bf16 (a half-precision
+//   cache: its slots converted to f32 as they are read, exactly; half.h), with H a multiple
+//   of Hkv (head h reads KV
 //   head h / (H / Hkv), as repeat_interleave does); pos: i64 [M]. Any strides, the last dim
 //   of q, k, v and o dense (stride 1). D >= 1, S >= 1.
 // Run time: a row whose pos + bias is 0 or less has no slot to attend to (see empty);
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "half.h"
 
 namespace ofc {
 
@@ -70,10 +73,11 @@ inline float exp_nonpositive(float x) {
   return under ? 0.0f : p * scale;
 }
 
-// w[g * n + j] = (q_g . k_j) / factor (or * factor), j < n, g < G; k_j = k + j * ks: the
+// w[g * wn + j] = (q_g . k_j) / factor (or * factor), j < n, g < G; k_j = k + j * ks: the
 // G query heads of one KV head together, so each key row is read once for all of them
 OFC_ROW_CLONES void score_rows(const float* const* q, int64_t G, const float* k, int64_t ks,
-                               int64_t n, int64_t D, bool multiply, float factor, float* w) {
+                               int64_t n, int64_t D, bool multiply, float factor, float* w,
+                               int64_t wn) {
   for (int64_t j = 0; j < n; ++j) {
     const float* kr = k + j * ks;
     for (int64_t g = 0; g < G; ++g) {
@@ -81,7 +85,7 @@ OFC_ROW_CLONES void score_rows(const float* const* q, int64_t G, const float* k,
       float s = 0.0f;
 #pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < D; ++d) s += qg[d] * kr[d];
-      w[g * n + j] = multiply ? s * factor : s / factor;
+      w[g * wn + j] = multiply ? s * factor : s / factor;
     }
   }
 }
@@ -110,11 +114,13 @@ OFC_ROW_CLONES float exp_row(float* w, int64_t n, float top) {
   return sum;
 }
 
-// o_g = sum_j (w[g * n + j] / sum_g) v_j over D for each g with o[g] set (the others
-// skipped), v_j = v + j * vs: each value row read once for the G heads
+// o_g (+)= sum_j (w[g * wn + j] / sum_g) v_j over D for each g with o[g] set (the others
+// skipped; o_g zeroed first where `first`), v_j = v + j * vs: each value row read once for
+// the G heads
 OFC_ROW_CLONES void value_rows(const float* w, const float* sums, float* const* o, int64_t G,
-                               const float* v, int64_t vs, int64_t n, int64_t D) {
-  for (int64_t g = 0; g < G; ++g)
+                               const float* v, int64_t vs, int64_t n, int64_t D, int64_t wn,
+                               bool first) {
+  for (int64_t g = 0; g < G && first; ++g)
     if (o[g] != nullptr)
       for (int64_t d = 0; d < D; ++d) o[g][d] = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
@@ -122,7 +128,7 @@ OFC_ROW_CLONES void value_rows(const float* w, const float* sums, float* const* 
     for (int64_t g = 0; g < G; ++g) {
       float* og = o[g];
       if (og == nullptr) continue;
-      const float weight = w[g * n + j] / sums[g];
+      const float weight = w[g * wn + j] / sums[g];
 #pragma omp simd
       for (int64_t d = 0; d < D; ++d) og[d] += weight * vr[d];
     }
@@ -133,11 +139,36 @@ void fill_value(float* o, int64_t D, float value) {
   for (int64_t d = 0; d < D; ++d) o[d] = value;
 }
 
+// a cache's rows [j0, j0 + m) of one KV head (D elements each, `stride` elements apart) as
+// float32 rows `*rs` apart: the rows themselves (f32), or converted into buf (f16, bf16)
+const float* rows_f32(const void* base, int32_t dtype, int64_t stride, int64_t j0, int64_t m,
+                      int64_t D, bool vector, std::vector<float>& buf, int64_t* rs) {
+  if (dtype == F32) {
+    *rs = stride;
+    return static_cast<const float*>(base) + j0 * stride;
+  }
+  buf.resize((size_t)(m * D));
+  for (int64_t r = 0; r < m; ++r)
+    half_to_f32(static_cast<const uint16_t*>(base) + (j0 + r) * stride, buf.data() + r * D, D,
+                dtype, vector);
+  *rs = D;
+  return buf.data();
+}
+
+// a half-precision cache's rows are converted this many at a time (16 KiB of float32 rows
+// of 64 elements: in L1 while the G heads read them)
+constexpr int64_t kHalfChunk = 64;
+
 // o = the mean of the S value rows (a row of only masked scores under a finite mask value)
-void mean_rows(float* o, const float* v, int64_t vs, int64_t S, int64_t D) {
+void mean_rows(float* o, const void* v, int32_t dtype, int64_t vs, int64_t S, int64_t D,
+               bool vector) {
   std::vector<double> sum((size_t)D, 0.0);
-  for (int64_t j = 0; j < S; ++j)
-    for (int64_t d = 0; d < D; ++d) sum[(size_t)d] += v[j * vs + d];
+  std::vector<float> buf;
+  for (int64_t j = 0; j < S; ++j) {
+    int64_t rs = 0;
+    const float* row = rows_f32(v, dtype, vs, j, 1, D, vector, buf, &rs);
+    for (int64_t d = 0; d < D; ++d) sum[(size_t)d] += row[d];
+  }
   for (int64_t d = 0; d < D; ++d) o[d] = (float)(sum[(size_t)d] / (double)S);
 }
 
@@ -145,6 +176,8 @@ struct AttentionOp : Op {
   bool multiply = false;
   float factor = 1.0f;
   int64_t empty = 0, bias = 1, source = 0;
+  int32_t kv_dtype = F32;  // the cache's: F32, or F16 / BF16 converted as read
+  bool vector = false;     // half.h's vector conversions
 
   // the slots row i reads: from its position, or 1 + its mask's last attended slot
   int64_t row_slots(const Tensor& p, const void* pp, int64_t i, int64_t S) const {
@@ -177,8 +210,9 @@ struct AttentionOp : Op {
     const Tensor& p = e.tensors[(size_t)ins[3]];
     const Tensor& o = e.tensors[(size_t)outs[0]];
     const float* qp = static_cast<const float*>(e.ptr(ins[0]));
-    const float* kp = static_cast<const float*>(e.ptr(ins[1]));
-    const float* vp = static_cast<const float*>(e.ptr(ins[2]));
+    const int64_t item = (int64_t)itemsize(kv_dtype);
+    const char* kp = static_cast<const char*>(e.ptr(ins[1]));
+    const char* vp = static_cast<const char*>(e.ptr(ins[2]));
     const void* pp = e.ptr(ins[3]);
     float* op = static_cast<float*>(e.ptr(outs[0]));
     const int64_t H = q.dims[0], M = q.dims[1], D = q.dims[2];
@@ -198,15 +232,22 @@ struct AttentionOp : Op {
       if (n == 0) {  // no slot to attend to
         for (float* row : os) {
           if (empty == 2)
-            mean_rows(row, vp + kv * v.strides[0], v.strides[1], S, D);
+            mean_rows(row, vp + kv * v.strides[0] * item, kv_dtype, v.strides[1], S, D, vector);
           else
             fill_value(row, D, empty == 1 ? 0.0f : std::numeric_limits<float>::quiet_NaN());
         }
         return;
       }
-      std::vector<float> w((size_t)(group * n)), sums((size_t)group);
-      score_rows(qs.data(), group, kp + kv * k.strides[0], k.strides[1], n, D, multiply, factor,
-                 w.data());
+      std::vector<float> w((size_t)(group * n)), sums((size_t)group), buf;
+      const char* kh = kp + kv * k.strides[0] * item;
+      const char* vh = vp + kv * v.strides[0] * item;
+      const int64_t chunk = kv_dtype == F32 ? n : kHalfChunk;
+      for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+        const int64_t m = std::min(chunk, n - j0);
+        int64_t rs = 0;
+        const float* rows = rows_f32(kh, kv_dtype, k.strides[1], j0, m, D, vector, buf, &rs);
+        score_rows(qs.data(), group, rows, rs, m, D, multiply, factor, w.data() + j0, n);
+      }
       if (source != 0)  // the mask's terms (-inf for a masked slot before the last attended)
         for (int64_t j = 0; j < n; ++j) {
           const float term = mask_term(p, pp, i, j);
@@ -226,8 +267,12 @@ struct AttentionOp : Op {
         }
         sums[(size_t)g] = exp_row(w.data() + g * n, n, top);
       }
-      value_rows(w.data(), sums.data(), os.data(), group, vp + kv * v.strides[0], v.strides[1], n,
-                 D);
+      for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+        const int64_t m = std::min(chunk, n - j0);
+        int64_t rs = 0;
+        const float* rows = rows_f32(vh, kv_dtype, v.strides[1], j0, m, D, vector, buf, &rs);
+        value_rows(w.data() + j0, sums.data(), os.data(), group, rows, rs, m, D, n, j0 == 0);
+      }
     });
   }
 };
@@ -253,9 +298,11 @@ void contract_attention(const Engine& e, const OpCall& c) {
   const Tensor& o = e.tensors[(size_t)c.outs[0]];
   const char* names[] = {"q", "k", "v", "the output"};
   const Tensor* floats[] = {&q, &k, &v, &o};
+  need(k.dtype == v.dtype && (k.dtype == F32 || k.dtype == F16 || k.dtype == BF16), kind,
+       "k and v must be of one dtype, float32, float16 or bfloat16");
   for (size_t t = 0; t < 4; ++t) {
     need_rank(*floats[t], 3, 3, kind, names[t]);
-    need_dtype(*floats[t], F32, kind, names[t]);
+    if (t == 0 || t == 3) need_dtype(*floats[t], F32, kind, names[t]);
     need(floats[t]->dims[2] <= 1 || floats[t]->strides[2] == 1, kind,
          std::string(names[t]) + ": the last dim must be dense (stride 1)");
   }
@@ -283,6 +330,8 @@ void build_attention(Handle& h, const OpCall& c) {
   op->name = "attention (filled slots)";
   op->multiply = c.ia[0] == 1;
   op->factor = (float)c.fa[0];
+  op->kv_dtype = h.e.tensors[(size_t)c.ins[1]].dtype;
+  op->vector = half_vector_allowed();
   if (c.ia.size() == 4) op->source = c.ia[3];
   if (c.ia.size() >= 3) {
     op->empty = c.ia[1];

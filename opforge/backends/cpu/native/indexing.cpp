@@ -13,7 +13,9 @@
 //   of another root, into which `self` is copied first. Neither `index` nor `values` may
 //   share `out`'s root (they are read while it is written).
 // All kinds: no attributes, no post-ops; self, values and out of one dtype (any: rows are
-//   copied as bytes), index int64 or int32 of any shape; every tensor row-major and dense
+//   copied as bytes), or (index_put, index_copy: a half-precision KV cache's write) self and
+//   out float16 or bfloat16 and values float32, each value rounded to nearest even as torch's
+//   `.to()` does (half.h); index int64 or int32 of any shape; every tensor row-major and dense
 //   (its elements fill its span, inside its root's storage: ofc_add_tensor checked that).
 // Indices: `index` and `index_put` count a negative index from the end (ATen's advanced
 //   indexing); `index_copy` refuses it (ATen's index_copy_). Every index is checked before
@@ -24,6 +26,7 @@
 #include <cstring>
 
 #include "engine.h"
+#include "half.h"
 #include "loops.h"
 
 namespace ofc {
@@ -40,6 +43,8 @@ const char* aten_name(const std::string& kind) {
 struct IndexOp : Op {
   std::string kind;
   bool put = false, wrap = true;
+  int32_t half = 0;      // F16 or BF16: float32 values rounded into a half-precision self
+  bool vector = false;   // half.h's vector paths
   int64_t outer = 0, N = 0, inner = 0, n = 0, item = 0;
   std::vector<int64_t> rows;  // the checked rows of one call (sized at build)
 
@@ -78,8 +83,14 @@ struct IndexOp : Op {
     if (out != src) std::memcpy(out, src, (size_t)(outer * N) * row);
     const char* values = static_cast<const char*>(e.ptr(ins[2]));
     for (int64_t o = 0; o < outer; ++o)  // repeated rows: the last write wins, as ATen on a CPU
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(out + (o * N + rows[(size_t)i]) * (int64_t)row, values + (o * n + i) * (int64_t)row, row);
+      for (int64_t i = 0; i < n; ++i) {
+        char* to = out + (o * N + rows[(size_t)i]) * (int64_t)row;
+        if (half != 0)  // (values: float32 rows of `inner` elements)
+          f32_to_half(reinterpret_cast<const float*>(values) + (o * n + i) * inner,
+                      reinterpret_cast<uint16_t*>(to), inner, half, vector);
+        else
+          std::memcpy(to, values + (o * n + i) * (int64_t)row, row);
+      }
   }
 };
 
@@ -111,7 +122,9 @@ void contract_indexing(const Engine& e, const OpCall& c) {
   }
   const Tensor& values = e.tensors[(size_t)c.ins[2]];
   need_rank(values, 3, 3, c.kind, "the values (outer, index elements, inner)");
-  need(values.dtype == self.dtype, c.kind, "self and the values must have one dtype");
+  const bool half = self.dtype == F16 || self.dtype == BF16;
+  need(values.dtype == self.dtype || (half && values.dtype == F32), c.kind,
+       "self and the values must have one dtype (or float16/bfloat16 self, float32 values)");
   need(row_major(values) && dense(values), c.kind, "the values must be contiguous");
   need(values.dims[0] == outer && values.dims[1] == ix.numel && values.dims[2] == inner, c.kind,
        "the values must be (outer, index elements, inner) of self");
@@ -132,6 +145,10 @@ void build_indexing(Handle& h, const OpCall& c) {
   op->inner = self.dims[2];
   op->n = e.tensors[(size_t)c.ins[1]].numel;
   op->item = (int64_t)itemsize(self.dtype);
+  if (op->put && e.tensors[(size_t)c.ins[2]].dtype != self.dtype) {  // F32 into F16/BF16
+    op->half = self.dtype;
+    op->vector = half_vector_allowed();
+  }
   mul_c(op->inner, op->item, c.kind.c_str());  // a row's bytes (bounded by the span checks)
   e.reserve(mul_c(op->n, (int64_t)sizeof(int64_t), "index rows"), "index rows");
   op->rows.assign((size_t)op->n, 0);
