@@ -256,9 +256,9 @@ def test_contract_refuses_malformed_int_dot_matmul(change):
         tensors[op["in"][1]]["strides"] = [256, 128, 64, 1]
     elif change == "w dtype":
         tensors[op["in"][1]]["dtype"] = hostile.I8
-    else:
-        tensors[op["in"][2]]["dims"] = [4, 1, 16]
-        tensors[op["in"][2]]["strides"] = [16, 16, 1]
+    else:  # [P, G, 16]: the layout before the chunk order (a program exported then)
+        tensors[op["in"][2]]["dims"] = [2, 2, 16]
+        tensors[op["in"][2]]["strides"] = [32, 16, 1]
     with pytest.raises(OpforgeError, match="int_dot_matmul"):
         p.handle()
 

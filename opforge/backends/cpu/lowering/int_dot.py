@@ -23,7 +23,8 @@ leaves the chain to the other lowerings (the A/B).
 Layout written into the blob (``int_dot_matmul``'s contract): weights as panels of 16
 output columns, per block ``g`` quads of 4 consecutive k of one column in each 32-bit lane,
 stored unsigned (q + 128, or two nibbles q + 8 a byte, quads 2i and 2i + 1), panels in
-chunks of 4, each chunk one stream ordered [block, quad, panel]; scales [P, K/g, 16] float32.
+chunks of 4, each chunk one stream ordered [block, quad, panel]; scales float32 [P·K/g, 16]
+in the same chunk order (a chunk's scales one stream ordered [block, panel]).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def enabled() -> bool:
 
 
 def pack(weight: IntWeight) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights uint8 [P, G, rows, 64], scales float32 [P, G, 16]) in the module
+    """(weights uint8 [P, G, rows, 64], scales float32 [P·G, 16]) in the module
     docstring's layout (rows: ceil(g/4) quads, or ceil(g/8) quad pairs for 4 bits)."""
     n, k = weight.q.shape
     g = weight.group
@@ -64,14 +65,18 @@ def pack(weight: IntWeight) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         nib = q + 8
         packed = (nib[:, :, 0::2] | (nib[:, :, 1::2] << 4)).to(torch.uint8)
-    packed = packed.reshape(panels, blocks, -1, 64)
-    # chunks of 4 panels, each one stream ordered [block, quad, panel of the chunk]
-    packed = torch.cat([packed[c:c + 4].permute(1, 2, 0, 3).reshape(-1)
-                        for c in range(0, panels, 4)]).reshape(packed.shape).contiguous()
+    packed = _chunk_order(packed.reshape(panels, blocks, -1, 64)).reshape(panels, blocks, -1, 64)
     s = torch.zeros(panels * LANES, blocks, dtype=torch.float32)
     s[:n] = weight.scales
-    scales = s.reshape(panels, LANES, blocks).permute(0, 2, 1).contiguous()
-    return packed, scales
+    scales = _chunk_order(s.reshape(panels, LANES, blocks).permute(0, 2, 1).unsqueeze(2))
+    return packed, scales.reshape(panels * blocks, LANES)
+
+
+def _chunk_order(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [P, G, R, 64 bytes or 16 floats] as chunks of 4 panels (the last may hold fewer),
+    each one stream ordered [block, row, panel of the chunk]: flat, contiguous."""
+    return torch.cat([t[c:c + 4].permute(1, 2, 0, 3).reshape(-1)
+                      for c in range(0, t.shape[0], 4)]).contiguous()
 
 
 class IntDot:
