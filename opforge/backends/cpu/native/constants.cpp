@@ -62,23 +62,37 @@ bool reorder_in_chunks(Engine& e, int id, const memory::desc& have, memory& dst)
 }  // namespace
 
 namespace {
-// a large constant's copy in transparent huge pages where Linux offers them (MADV_HUGEPAGE
-// over its 2 MB-aligned interior, advised before the first write faults its pages in): a
-// decoder's step streams every weight once, and with 4 KB pages each one is a TLB miss the
-// hardware prefetch does not run past. Measured on an AMD EPYC (Zen 4, 1 thread, 400 MB
-// streamed in the decode-shaped kernel's order): 19-20 GB/s on 4 KB pages, 29-30 on 2 MB.
-// A hint: where it is refused (no THP, THP off) the pages stay as they were.
-void advise_huge_pages(const memory& m) {
+constexpr size_t kHugePage = (size_t)2 << 20;
+
+// memory for a constant's copy in `want`'s layout: from 2 MB up a mapping of its own, aligned
+// to 2 MB, its whole 2 MB pages advised into transparent huge pages (MADV_HUGEPAGE, before
+// the reorder's writes fault them in; the tail past the last whole one stays on 4 KB pages,
+// so no more bytes become resident than the constant's); `owner` unmaps it. A decoder's step
+// streams every weight once, and on 4 KB pages each page is a TLB miss the hardware prefetch
+// does not run past. Measured on an AMD EPYC (Zen 4, 1 thread) in the decode-shaped kernel's
+// order: 400 MB 19-20 GB/s on 4 KB pages, 29-30 on 2 MB ones; a 768x768 weight (2.4 MB)
+// 17-19 GB/s from oneDNN's allocation (a 2 MB page inside it or none), 28 aligned. Smaller
+// constants, or where the mapping fails: oneDNN's allocation. The advice is a hint: without
+// THP (or with it off) the pages stay 4 KB.
+memory const_memory(Engine& e, const memory::desc& want, const char* what, std::shared_ptr<void>& owner) {
 #if defined(MADV_HUGEPAGE)
-  const uintptr_t huge = (uintptr_t)2 << 20;
-  uintptr_t lo = reinterpret_cast<uintptr_t>(m.get_data_handle());
-  uintptr_t hi = lo + (uintptr_t)m.get_desc().get_size();
-  lo = (lo + huge - 1) / huge * huge;
-  hi = hi / huge * huge;
-  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  const size_t bytes = want.get_size();
+  size_t span = 0;
+  if (bytes >= kHugePage && !__builtin_add_overflow(bytes, kHugePage, &span)) {
+    void* base = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base != MAP_FAILED) {
+      const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
+      void* data = reinterpret_cast<void*>(at);
+      owner = std::shared_ptr<void>(data, [base, span](void*) { munmap(base, span); });
+      e.reserve((int64_t)bytes, what);  // (past the engine's limit it fails: owner unmaps)
+      (void)madvise(data, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+      return memory(want, e.eng, data);
+    }
+  }
 #else
-  (void)m;
+  (void)owner;
 #endif
+  return new_memory(e, want, what);
 }
 
 // constant `id` made once into `want`'s bytes by `make`, or the copy an engine of the same
@@ -92,14 +106,17 @@ memory cached_const(Engine& e, int id, const memory::desc& have, const memory::d
   if (borrowed && e.weights != nullptr) {
     lock = std::unique_lock<std::mutex>(e.weights->mu);  // held until the new entry is in
     for (const auto& entry : e.weights->entries)
-      if (entry.src == e.ptr(id) && entry.have == have && entry.want == want)
+      if (entry.src == e.ptr(id) && entry.have == have && entry.want == want) {
+        if (entry.owner) e.owned.push_back(entry.owner);
         return memory(want, e.eng, entry.mem.get_data_handle());
+      }
   }
-  memory dst = new_memory(e, want, what);
-  advise_huge_pages(dst);
+  std::shared_ptr<void> owner;
+  memory dst = const_memory(e, want, what, owner);
   make(dst);
+  if (owner) e.owned.push_back(owner);
   if (borrowed && e.weights != nullptr) {
-    e.weights->entries.push_back({e.ptr(id), have, want, dst});
+    e.weights->entries.push_back({e.ptr(id), have, want, dst, owner});
     e.weights->bytes = add_c(e.weights->bytes, (int64_t)want.get_size(), "weight cache");
   }
   return dst;

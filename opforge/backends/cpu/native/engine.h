@@ -126,6 +126,7 @@ struct WeightCache {
     const void* src;
     memory::desc have, want;
     memory mem;
+    std::shared_ptr<void> owner;  // mem's bytes where constants.cpp mapped them, else null
   };
   std::mutex mu;
   std::vector<Entry> entries;
@@ -171,6 +172,7 @@ struct Engine {
   std::vector<double> op_seconds;
   int64_t runs = 0;
   WeightCache* weights = nullptr;     // shared reordered constants (ofc_use_weight_cache)
+  std::vector<std::shared_ptr<void>> owned;  // constants' bytes mapped by constants.cpp
   // the own kernels' working memory (the Winograd convolution's transformed blocks), one
   // buffer for all of them as ops run one at a time: sized at build (grow_scratch, counted)
   std::vector<char> scratch;
