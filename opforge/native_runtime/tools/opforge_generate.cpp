@@ -13,7 +13,19 @@
 // --repeat N generates N times from a fresh state (the same seed each time) and reports the
 // median rates: the first generation of a process also pays one-time work (a delegate's
 // primitives for each new shape, first touches of the arenas), as a first call does in
-// Python.
+// Python. --warmup N runs N generations first that count in no rate.
+//
+// The methods' arenas are the tool's (opf_method_options.arenas): anonymous mappings, whose
+// pages stay the kernel's shared zero page until a call writes them. The runtime's own
+// arenas are zeroed when the method is made, which makes every planned byte resident, and a
+// dynamic prefill's plan is sized for its longest call (the whole cache: its logits alone
+// are capacity x vocabulary floats, 33 MB at 256 x 32000) where a shorter prompt writes
+// part of it. --runtime-arenas uses the runtime's instead (to compare).
+//
+// --json also reports each counted generation's prefill and decode seconds and the
+// process's memory from /proc/self/status (Linux; -1 elsewhere): VmHWM (the peak resident
+// set), and VmRSS / RssAnon / RssFile after the program is loaded and its methods made, and
+// at the end; a benchmark reads the peak of this process alone from them.
 //
 // Seeded sampling draws from NumPy's PCG64 exactly as opforge.runtime.sampling does
 // (tools/sampler.h): the same seed gives Python's tokens. One difference from Python: the
@@ -24,6 +36,10 @@
 #include <cstdio>
 #include <ctime>
 #include <set>
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#define OPF_TOOL_MAPPED_ARENAS 1
+#endif
 #include <string>
 #include <vector>
 
@@ -42,7 +58,7 @@ const char* kUsage =
     "usage: opforge-generate PROGRAM.opf --tokens IDS [--max-new-tokens N]\n"
     "                        [--temperature T] [--top-k K] [--seed S] [--eos-id ID ...]\n"
     "                        [--method NAME] [--decode-method NAME] [--kernels LIB.so ...]\n"
-    "                        [--threads N] [--repeat N] [--json]\n"
+    "                        [--threads N] [--repeat N] [--warmup N] [--runtime-arenas] [--json]\n"
     "\n"
     "  --tokens IDS          the prompt's token ids: 5,9,1,3 (alias --prompt-ids)\n"
     "  --max-new-tokens N    at most N new tokens (default 32)\n"
@@ -53,15 +69,17 @@ const char* kUsage =
     "  --method NAME         the (prefill) method (default: forward, or prefill + decode)\n"
     "  --decode-method NAME  a separate one-token method\n"
     "  --repeat N            generate N times from a fresh state, report the median rates\n"
+    "  --warmup N            generate N times first, counted in no rate (default 0)\n"
+    "  --runtime-arenas      the runtime's zeroed arenas, not the tool's lazily mapped ones\n"
     "  --json                print one JSON object\n";
 
 struct Options {
   std::string program, method, decode_method;
   std::vector<int64_t> tokens, eos;
   std::vector<std::string> kernels;
-  int64_t max_new_tokens = 32, top_k = 0, seed = -1, threads = 0, repeat = 1;
+  int64_t max_new_tokens = 32, top_k = 0, seed = -1, threads = 0, repeat = 1, warmup = 0;
   double temperature = 0.0;
-  bool json = false, have_tokens = false, top_k_given = false, seed_given = false;
+  bool json = false, runtime_arenas = false, have_tokens = false, top_k_given = false, seed_given = false;
 };
 
 std::vector<int64_t> parse_ids(const std::string& text) {
@@ -99,7 +117,9 @@ Options parse(int argc, char** argv) {
     else if (arg == "--kernels") o.kernels.push_back(value());
     else if (arg == "--threads") o.threads = parse_int(kTool, arg, value());
     else if (arg == "--repeat") o.repeat = parse_int(kTool, arg, value());
+    else if (arg == "--warmup") o.warmup = parse_int(kTool, arg, value());
     else if (arg == "--json") o.json = true;
+    else if (arg == "--runtime-arenas") o.runtime_arenas = true;
     else if (arg == "--top-p")
       fail(kTool, "--top-p — opforge.runtime.sampling has no top-p (temperature and top-k only), "
                   "and this tool gives Python's tokens — valid: --temperature T --top-k K — fix: "
@@ -111,6 +131,8 @@ Options parse(int argc, char** argv) {
   if (o.program.empty()) fail(kTool, std::string("no PROGRAM\n") + kUsage, kExitUsage);
   if (!o.have_tokens) fail(kTool, "pass the prompt as --tokens 5,9,1,3", kExitUsage);
   if (o.repeat < 1) fail(kTool, "--repeat — found " + std::to_string(o.repeat) + " — valid: >= 1", kExitUsage);
+  if (o.warmup < 0 || o.warmup > 1000)
+    fail(kTool, "--warmup — found " + std::to_string(o.warmup) + " — valid: 0..1000 generations", kExitUsage);
   if (o.max_new_tokens < 0) fail(kTool, "--max-new-tokens — found a negative count — valid: >= 0", kExitUsage);
   if (!(o.temperature >= 0.0) || std::isinf(o.temperature))
     fail(kTool, "--temperature — valid: 0 (greedy) or a finite positive number — fix: e.g. 0.8", kExitUsage);
@@ -253,6 +275,95 @@ std::vector<double> run_call(opf_method* method, const MethodCall& call, const s
   return row;
 }
 
+// One method's arenas as anonymous mappings (the file's comment): zero pages until written.
+// Without mmap (or with --runtime-arenas) empty: the runtime allocates its own.
+class MappedArenas {
+ public:
+  MappedArenas(opf_program* program, const std::string& method, bool wanted) {
+#ifdef OPF_TOOL_MAPPED_ARENAS
+    if (!wanted) return;
+    int64_t count = 0;
+    check(kTool, opf_program_arena_sizes(program, method.c_str(), nullptr, 0, &count), "sizing '" + method + "'");
+    sizes_.assign((size_t)std::max<int64_t>(count, 0), 0);
+    if (count > 0)
+      check(kTool, opf_program_arena_sizes(program, method.c_str(), sizes_.data(), count, &count),
+            "sizing '" + method + "'");
+    for (int64_t size : sizes_) {
+      // sizes come from the program file: the runtime bounds them by its memory limit when the
+      // method is made; here only a size mmap can take (a refused mapping is reported)
+      if (size < 0 || (uint64_t)size > (uint64_t)SIZE_MAX / 2)
+        fail(kTool, "method '" + method + "' arena — found " + std::to_string(size) +
+                        " bytes — valid: a size this process can map — fix: check the program file");
+      void* pages = size == 0 ? nullptr
+                              : mmap(nullptr, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (pages == MAP_FAILED)
+        fail(kTool, "method '" + method + "' arena — " + std::to_string(size) + " bytes could not be mapped (" +
+                        std::strerror(errno) + ") — valid: memory this process can map — fix: free memory, or "
+                        "pass --runtime-arenas");
+      pages_.push_back(pages);
+    }
+#else
+    (void)program, (void)method, (void)wanted;
+#endif
+  }
+  ~MappedArenas() {
+#ifdef OPF_TOOL_MAPPED_ARENAS
+    for (size_t k = 0; k < pages_.size(); ++k)
+      if (pages_[k] != nullptr) munmap(pages_[k], (size_t)sizes_[k]);
+#endif
+  }
+  MappedArenas(const MappedArenas&) = delete;
+  MappedArenas& operator=(const MappedArenas&) = delete;
+  // the options that make a method on these arenas (the runtime's own when there are none)
+  opf_method_options options(int32_t threads) const {
+    bool mine = !pages_.empty();
+    return {sizeof(opf_method_options), threads, mine ? (int64_t)pages_.size() : 0, mine ? pages_.data() : nullptr,
+            mine ? sizes_.data() : nullptr};
+  }
+
+ private:
+  std::vector<void*> pages_;
+  std::vector<int64_t> sizes_;
+};
+
+// The process's memory fields from /proc/self/status, in kB (-1 where there is no such file).
+struct Memory {
+  long long hwm = -1, rss = -1, anon = -1, file = -1;
+};
+
+Memory memory_now() {
+  Memory m;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return m;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long long kb = -1;
+    if (std::sscanf(line, "VmHWM: %lld", &kb) == 1) m.hwm = kb;
+    else if (std::sscanf(line, "VmRSS: %lld", &kb) == 1) m.rss = kb;
+    else if (std::sscanf(line, "RssAnon: %lld", &kb) == 1) m.anon = kb;
+    else if (std::sscanf(line, "RssFile: %lld", &kb) == 1) m.file = kb;
+  }
+  std::fclose(f);
+  return m;
+}
+
+std::string memory_json(const Memory& m) {
+  char text[160];
+  std::snprintf(text, sizeof text, "{\"vm_hwm_kb\": %lld, \"vm_rss_kb\": %lld, \"rss_anon_kb\": %lld, "
+                "\"rss_file_kb\": %lld}", m.hwm, m.rss, m.anon, m.file);
+  return text;
+}
+
+std::string seconds_json(const std::vector<double>& v) {
+  std::string text;
+  char item[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(item, sizeof item, "%s%.6g", i ? ", " : "", v[i]);
+    text += item;
+  }
+  return "[" + text + "]";
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
@@ -308,13 +419,18 @@ int main(int argc, char** argv) {
   int64_t fits = capacity - n_prompt + 1, wanted = std::min(o.max_new_tokens, fits);
   std::set<int64_t> eos(o.eos.begin(), o.eos.end());
 
-  opf_method_options options = {sizeof(opf_method_options), (int32_t)o.threads, 0, nullptr, nullptr};
+  // (declared before the methods: they outlive them)
+  MappedArenas prefill_arenas(session.program(), prefill_name, !o.runtime_arenas);
+  MappedArenas decode_arenas(session.program(), decode_name, !o.runtime_arenas && decode_name != prefill_name);
   opf_method* prefill_method = nullptr;
   opf_method* decode_method = nullptr;
+  opf_method_options options = prefill_arenas.options((int32_t)o.threads);
   check(kTool, opf_method_new(session.program(), prefill_name.c_str(), &options, &prefill_method), "making '" + prefill_name + "'");
+  options = decode_arenas.options((int32_t)o.threads);
   if (decode_name != prefill_name)
     check(kTool, opf_method_new(session.program(), decode_name.c_str(), &options, &decode_method), "making '" + decode_name + "'");
   else decode_method = prefill_method;
+  const Memory loaded = memory_now();
   uint64_t seed = !o.seed_given ? (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count()
                                  : (uint64_t)o.seed;
   using clock = std::chrono::steady_clock;
@@ -327,7 +443,10 @@ int main(int argc, char** argv) {
   };
   double generating = 0.0;  // every generation's seconds: the rest of the process is start-up
   int64_t steps = 0;
-  for (int64_t r = 0; r < o.repeat; ++r) {  // each from a fresh state, with the same seed
+  for (int64_t r = -o.warmup; r < o.repeat; ++r) {  // each from a fresh state, with the same seed
+    if (r == 0) {  // the warm-up generations' times are not counted
+      prefill_times.clear(), decode_times.clear(), decode_cpu_times.clear();
+    }
     check(kTool, opf_program_state_reset(session.program(), nullptr), "resetting the state");
     Sampler sampler(o.temperature, o.top_k, seed);
     auto choose = [&](const std::vector<double>& row) {
@@ -375,6 +494,7 @@ int main(int argc, char** argv) {
               ") hold the " + std::to_string(n_prompt) + "-token prompt and " + std::to_string(fits) +
               " new token(s), fewer than the " + std::to_string(o.max_new_tokens) + " asked for";
   }
+  const Memory end = memory_now();
   double prefill_rate = prefill_seconds > 0 ? (double)n_prompt / prefill_seconds : 0.0;
   double decode_rate = decode_seconds > 0 ? (double)steps / decode_seconds : 0.0;
   if (o.json) {
@@ -383,10 +503,14 @@ int main(int argc, char** argv) {
     std::printf("{\"prompt_ids\": [%s], \"tokens\": [%s], \"stop_reason\": \"%s\", \"message\": \"%s\", "
                 "\"prefill_tokens_per_s\": %.6g, \"decode_tokens_per_s\": %.6g, \"prefill_seconds\": %.6g, "
                 "\"decode_seconds\": %.6g, \"decode_steps\": %lld, \"capacity\": %lld, \"repeat\": %lld, "
-                "\"first_decode_seconds\": %.6g, \"generation_seconds\": %.6g, \"decode_cpu_seconds\": %.6g}\n",
+                "\"first_decode_seconds\": %.6g, \"generation_seconds\": %.6g, \"decode_cpu_seconds\": %.6g, "
+                "\"warmup\": %lld, \"prefill_seconds_each\": %s, \"decode_seconds_each\": %s, "
+                "\"memory_loaded\": %s, \"memory_end\": %s}\n",
                 ids_text(o.tokens, ", ").c_str(), ids_text(out, ", ").c_str(), stop.c_str(), quoted.c_str(),
                 prefill_rate, decode_rate, prefill_seconds, decode_seconds, (long long)steps, (long long)capacity,
-                (long long)o.repeat, first_decode_seconds, generating, median(decode_cpu_times));
+                (long long)o.repeat, first_decode_seconds, generating, median(decode_cpu_times),
+                (long long)o.warmup, seconds_json(prefill_times).c_str(), seconds_json(decode_times).c_str(),
+                memory_json(loaded).c_str(), memory_json(end).c_str());
   } else {
     std::printf("%s: method %s, %s layout, vocabulary %lld, cache %lld positions (%s)\n", o.program.c_str(),
                 decode_name == prefill_name ? prefill_name.c_str() : (prefill_name + " + " + decode_name).c_str(),
