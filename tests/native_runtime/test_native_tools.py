@@ -209,6 +209,29 @@ def test_generate_stops_at_capacity_and_end_tokens_as_python(tmp_path, run_tool)
     assert result.returncode == 2 and "top-p" in result.stderr
 
 
+def test_generate_warmup_repeat_memory_and_arenas(tmp_path, run_tool):
+    """--warmup runs generations counted in no rate; --json lists each counted one's times
+    and the process's memory; the tool's mapped arenas and the runtime's own (which it
+    zeroes) give Python's tokens alike."""
+    program = toy_decoder()
+    save(program, tmp_path / "decoder.opf")
+    python = Generator(load(program)).generate([3, 1, 4, 1, 5], 9)
+    for arenas in ([], ["--runtime-arenas"]):
+        native = _generate(run_tool, tmp_path / "decoder.opf", [3, 1, 4, 1, 5], 9, "--warmup", 2,
+                           "--repeat", 3, *arenas)
+        assert native["tokens"] == list(python.tokens), arenas
+        assert native["warmup"] == 2 and native["repeat"] == 3
+        assert len(native["prefill_seconds_each"]) == len(native["decode_seconds_each"]) == 3
+        assert sorted(native["decode_seconds_each"])[1] == pytest.approx(native["decode_seconds"],
+                                                                          rel=1e-5)
+        end, loaded = native["memory_end"], native["memory_loaded"]
+        if os.path.exists("/proc/self/status"):  # Linux: the process's own VmHWM
+            assert end["vm_hwm_kb"] >= end["vm_rss_kb"] > 0 and end["vm_hwm_kb"] >= loaded["vm_rss_kb"]
+    result = run_tool("opforge-generate", tmp_path / "decoder.opf", "--tokens", "1",
+                      "--warmup", "-1", check=False)
+    assert result.returncode == 2 and "--warmup" in result.stderr
+
+
 # --- exported programs (torch): run when the portable C++ kernels cover them ------------
 
 def _native_or_skip(program):
