@@ -16,6 +16,7 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.blob import share_constant
+from opforge.backends.cpu.lowering.released import FoldedConstants
 from opforge.backends.cpu.lowering.symbolic import (  # noqa: F401 (_is_one: re-exported)
     _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
     to_dim,
@@ -252,10 +253,12 @@ class Lowering:
         for name, tensor in self.sub.constants.items():
             self.env[name] = ("c", tensor)
         results = []
+        folded = FoldedConstants(self)  # a folded weight dropped once read (released.py)
         for node in g.nodes:
             if node.op == "call_function":
                 first = len(self.plan.ops)
                 self.env[node.name] = self.lower(node)
+                folded.after(node)
                 for op in self.plan.ops[first:]:
                     op.setdefault("_nodes", []).append(node.name)
                 if self.debug and node.target is not operator.getitem:
