@@ -11,10 +11,14 @@ Steps: one export process per (config, runtime) → interleaved rounds of measur
 profile of the lean runtime's prefill and decode per op → bench/results/llm.jsonl and
 llm.md. What each number means is in bench/README.md ("Language-model generation").
 
-``--llamacpp``: opforge's cpu-backend programs with float32, int8 and int4 weights beside
-llama.cpp (built by bench/setup_llamacpp.sh) at F32, Q8_0 and Q4_0 from the same weights
-(bench/llm_llamacpp.py); results in bench/results/llm_llamacpp-<machine kind>.md. Configs
-with ``ONE_AT_A_TIME`` (1b) are measured file by file, each deleted after its measurement.
+``--llamacpp``: opforge's cpu-backend programs with float32 weights, int8 / int4 weights
+(weight-only: float activations) and the dynamic schemes 8da8w / 8da4w (int8 activations
+per block of 32, llama.cpp's Q8_0 / Q4_0 arithmetic), each measured in a Python worker
+(``opforge-cpu*``) and in the native runtime's C++ tool (``opforge-generate*``, the same
+program file), beside llama.cpp (built by bench/setup_llamacpp.sh) at F32, Q8_0 and Q4_0
+from the same weights (bench/llm_llamacpp.py); results in
+bench/results/llm_llamacpp-<machine kind>.md. Configs with ``ONE_AT_A_TIME`` (1b) are
+measured file by file, each deleted after its measurement.
 """
 
 from __future__ import annotations
@@ -35,14 +39,16 @@ sys.path.insert(0, str(HERE))
 from harness import THREAD_VARIABLES  # noqa: E402
 from llm_models import CONFIGS, NEW_TOKENS, PROMPT_TOKENS  # noqa: E402
 from llm_report import markdown, markdown_llamacpp  # noqa: E402
-from llm_worker import artifact  # noqa: E402
+from llm_worker import NATIVE, artifact, program_runtime  # noqa: E402
 from machine import describe_machine, machine_slug  # noqa: E402
 from run import snapshot_opforge  # noqa: E402
 
 LLAMACPP = ("llamacpp-f32", "llamacpp-q8_0", "llamacpp-q4_0")
-PEER_SET = ("opforge-cpu", "opforge-cpu-int8", "opforge-cpu-int4") + LLAMACPP
+OPFORGE_CPU = ("opforge-cpu", "opforge-cpu-int8", "opforge-cpu-int4", "opforge-cpu-8da8w",
+               "opforge-cpu-8da4w")
+PEER_SET = OPFORGE_CPU + tuple(NATIVE + r[len("opforge-cpu"):] for r in OPFORGE_CPU) + LLAMACPP
 RUNTIMES = ("opforge-lean", "opforge-cpu", "eager", "ort") + PEER_SET[1:]
-EXPORTED = ("opforge-lean", "opforge-cpu", "ort") + PEER_SET[1:]
+EXPORTED = ("opforge-lean", "opforge-cpu", "ort") + OPFORGE_CPU[1:] + LLAMACPP
 ONE_AT_A_TIME = ("1b",)  # files of several GB: each prepared, measured and deleted in turn
 DEFAULT_CONFIGS = ("tiny", "base")
 
@@ -55,8 +61,9 @@ def parse_args(argv):
                         help="(default: opforge-lean, opforge-cpu, eager, ort; --llamacpp: "
                              f"{' '.join(PEER_SET)})")
     parser.add_argument("--llamacpp", action="store_true",
-                        help="opforge-cpu at float32/int8/int4 weights beside llama.cpp at "
-                             "F32/Q8_0/Q4_0 → results/llm_llamacpp-<machine>.md")
+                        help="opforge-cpu (Python and the native tool) at float32, int8/int4 "
+                             "weight-only, 8da8w/8da4w beside llama.cpp at F32/Q8_0/Q4_0 → "
+                             "results/llm_llamacpp-<machine>.md")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (2)")
     parser.add_argument("--repeats", type=int, default=3,
@@ -154,7 +161,8 @@ def _one_at_a_time(workers: Workers, config: str, args) -> None:
     quantized ones are made from the F32 one, ~8.5 GB together at 1b), each deleted after
     its measurement, then opforge's programs one by one (at most one on disk)."""
     def measure_and_delete(runtime):
-        _rounds(workers, [(config, runtime, t) for t in args.threads], args)
+        measured = [r for r in args.runtimes if program_runtime(r) == runtime]
+        _rounds(workers, [(config, r, t) for r in measured for t in args.threads], args)
         path = artifact({"workdir": str(args.workdir), "config": config, "runtime": runtime})
         path.unlink(missing_ok=True)
         path.with_name(path.name + ".prepared.jsonl").unlink(missing_ok=True)
@@ -164,8 +172,8 @@ def _one_at_a_time(workers: Workers, config: str, args) -> None:
         _prepare(workers, config, runtime, args)
     for runtime in gguf:
         measure_and_delete(runtime)
-    for runtime in (r for r in args.runtimes if r not in LLAMACPP):
-        if _fits(workers, config, runtime):
+    for runtime in _programs(args.runtimes):
+        if runtime not in LLAMACPP and _fits(workers, config, runtime):
             _prepare(workers, config, runtime, args)
             measure_and_delete(runtime)
 
@@ -177,7 +185,13 @@ def _one_at_a_time(workers: Workers, config: str, args) -> None:
 # copy, weights_only, one copy per method, packing); int8 taken as int4. A config whose
 # export would not fit in the memory available now is skipped and says so, rather than
 # pushing a shared machine into the OOM killer.
-EXPORT_PEAK = {"opforge-cpu": 5.6, "opforge-cpu-int8": 6.7, "opforge-cpu-int4": 6.7}
+EXPORT_PEAK = {"opforge-cpu": 5.6, "opforge-cpu-int8": 6.7, "opforge-cpu-int4": 6.7,
+               "opforge-cpu-8da8w": 6.7, "opforge-cpu-8da4w": 6.7}
+
+
+def _programs(runtimes) -> list[str]:
+    """The runtimes whose files ``runtimes`` measure, each once, in their order."""
+    return [r for r in dict.fromkeys(program_runtime(r) for r in runtimes) if r in EXPORTED]
 
 
 def _fits(workers: Workers, config: str, runtime: str) -> bool:
@@ -226,7 +240,7 @@ def main(argv=None) -> int:
         workers = Workers(args.workdir, snapshot, log)
         together = [c for c in args.configs if c not in ONE_AT_A_TIME]
         for config in together:
-            for runtime in (r for r in args.runtimes if r in EXPORTED):
+            for runtime in _programs(args.runtimes):
                 _prepare(workers, config, runtime, args)
         _rounds(workers, [(c, r, t) for c in together for r in args.runtimes
                           for t in args.threads], args)

@@ -157,9 +157,21 @@ def _errors(events: list[dict]) -> list[str]:
 
 # --- opforge beside llama.cpp (bench/llm.py --llamacpp) ---------------------------------
 
-PEERS = {"opforge-cpu": ("float32", "llamacpp-f32"), "opforge-cpu-int8": ("int8", "llamacpp-q8_0"),
-         "opforge-cpu-int4": ("int4", "llamacpp-q4_0"), "llamacpp-f32": ("F32", None),
-         "llamacpp-q8_0": ("Q8_0", None), "llamacpp-q4_0": ("Q4_0", None)}
+# runtime -> (precision, the llama.cpp runtime it is compared with), in the table's order:
+# each llama.cpp row after the opforge rows of its precision; opforge-generate* runs the
+# opforge-cpu* program in the native runtime's C++ tool
+_PRECISIONS = {"": ("float32", "llamacpp-f32"),
+               "-8da8w": ("8da8w (int8 act. + weights, g32)", "llamacpp-q8_0"),
+               "-int8": ("int8 weight-only", "llamacpp-q8_0"),
+               "-8da4w": ("8da4w (int8 act., int4 weights, g32)", "llamacpp-q4_0"),
+               "-int4": ("int4 weight-only (g128)", "llamacpp-q4_0")}
+PEERS: dict[str, tuple[str, str | None]] = {}
+for _peer, _label in (("llamacpp-f32", "F32"), ("llamacpp-q8_0", "Q8_0"), ("llamacpp-q4_0", "Q4_0")):
+    for _suffix, (_precision, _of) in _PRECISIONS.items():
+        if _of == _peer:
+            PEERS["opforge-cpu" + _suffix] = (_precision, _peer)
+            PEERS["opforge-generate" + _suffix] = (_precision, _peer)
+    PEERS[_peer] = (_label, None)
 
 
 def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
@@ -178,8 +190,15 @@ def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
         + f". `{setup['command']}`, {setup['wall_s'] / 60:.1f} min.", "",
         f"Prompt {setup['prompt_tokens']} tokens, {setup['new_tokens']} new tokens. opforge: "
         "the cpu backend's programs (a dynamic prefill and a one-token decode method) with "
-        "float32 weights, int8 weights (16a8w's, per output channel) and int4 weights "
-        "(16a4w_block's, blocks of 32), float activations (bench/int_weights.py); each "
+        "float32 weights; weight-only int8 (16a8w's, per output channel) and int4 "
+        "(16a4w_block's, blocks of 128 along K: its default) with float activations; and the dynamic schemes "
+        "8da8w / 8da4w (`opforge quantize --scheme`: activations quantized to int8 per "
+        "block of 32 at run time, int8 / int4 weights in the same blocks, integer dot "
+        "products: llama.cpp's Q8_0 / Q4_0 arithmetic), all from bench/int_weights.py. "
+        "`opforge-cpu*` rows run the program in a Python worker (opforge.runtime's "
+        "Generator); `opforge-generate*` rows run the same file in the native runtime's C++ "
+        "tool (`opforge-generate --warmup 1 --repeat N --json`, no Python: its rates per "
+        "generation and its own VmHWM). Each "
         f"measurement a process: {setup['repeats']} generations after a warm-up, prefill = "
         "prompt tokens / seconds of the prompt's call, decode = the tokens after the first / "
         "seconds of their one-token calls (positions 128..255). llama.cpp: `llama-bench` "
@@ -190,9 +209,9 @@ def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
         "`llama-quantize --pure`. Threads pinned (`-t`, OMP_NUM_THREADS). Medians over "
         f"{setup['rounds']} round(s) (cells in a shuffled order each round) [min–max]; "
         "× llama.cpp: against llama.cpp at the same weight precision and threads (above 1: "
-        "opforge faster / larger). Peak RSS: VmHWM of the measuring process (opforge: the "
-        "Python worker, interpreter and NumPy included; llama.cpp: the llama-bench process, "
-        "mmap-ed weights included). tokens = eager: how many of the greedy tokens equal "
+        "opforge faster / larger). Peak RSS: VmHWM of the measuring process (opforge-cpu: "
+        "the Python worker, interpreter and NumPy included; opforge-generate: the C++ "
+        "tool's process; llama.cpp: the llama-bench process; mmap-ed weights included). tokens = eager: how many of the greedy tokens equal "
         "eager PyTorch's float32 ones, from the first (llama.cpp's through libllama with an "
         "F32 KV cache, bench/llm_llamacpp.py); quantized weights part from float32 "
         "where a near tie flips.", ""]
@@ -205,7 +224,7 @@ def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
                   "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         order = list(PEERS)
         rows = sorted(((k, v) for k, v in table.items() if k[0] == config and k[1] in PEERS),
-                      key=lambda kv: (kv[0][2], order.index(kv[0][1]) % 3, order.index(kv[0][1])))
+                      key=lambda kv: (kv[0][2], order.index(kv[0][1])))
         for (c, runtime, threads), cell in rows:
             precision, peer = PEERS[runtime]
             base = table.get((c, peer, threads)) if peer else None

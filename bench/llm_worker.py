@@ -16,9 +16,13 @@ Modes:
 - ``profile``: opforge lean only: where a decode step's time goes, per op (Tracer).
 
 ``opforge-cpu-int8`` / ``opforge-cpu-int4`` are the cpu backend's programs with 16a8w's /
-16a4w_block's weights and float activations (bench/int_weights.py exports them);
-``llamacpp-f32`` / ``-q8_0`` / ``-q4_0`` are llama.cpp's GGUF files and llama-bench
-(bench/llm_llamacpp.py).
+16a4w_block's weights and float activations (weight-only), ``opforge-cpu-8da8w`` /
+``opforge-cpu-8da4w`` the dynamic schemes (activations quantized to int8 per block of 32 at
+run time, int8 / int4 weights in the same blocks: llama.cpp's Q8_0 / Q4_0 arithmetic);
+bench/int_weights.py exports them all. ``opforge-generate[-<precision>]`` measures the same
+program as ``opforge-cpu[-<precision>]`` in the native runtime's C++ tool instead of
+Python (``_measure_native``). ``llamacpp-f32`` / ``-q8_0`` / ``-q4_0`` are llama.cpp's GGUF
+files and llama-bench (bench/llm_llamacpp.py).
 
 A lean worker never imports torch: its resident memory is the lean runtime's own.
 """
@@ -38,6 +42,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from llm_models import CONFIGS, build, cache_functional, empty_caches, prompt  # noqa: E402
+from harness import THREAD_VARIABLES  # noqa: E402
 from worker import _status_mb, peak_rss_mb  # noqa: E402
 
 
@@ -45,18 +50,29 @@ def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
+NATIVE = "opforge-generate"  # the native runtime's tool, on opforge-cpu's programs
+
+
+def program_runtime(runtime: str) -> str:
+    """The runtime whose prepared file ``runtime`` measures: ``opforge-generate-int4`` runs
+    ``opforge-cpu-int4``'s program."""
+    return "opforge-cpu" + runtime[len(NATIVE):] if runtime.startswith(NATIVE) else runtime
+
+
 def artifact(spec: dict) -> pathlib.Path:
-    if spec["runtime"].startswith("llamacpp-"):
+    runtime = program_runtime(spec["runtime"])
+    if runtime.startswith("llamacpp-"):
         from llm_llamacpp import gguf_path
 
-        return gguf_path(spec["workdir"], spec["config"], spec["runtime"].split("-", 1)[1])
-    suffix = ".onnx" if spec["runtime"] == "ort" else ".opf"
-    return pathlib.Path(spec["workdir"]) / f"{spec['config']}-{spec['runtime']}{suffix}"
+        return gguf_path(spec["workdir"], spec["config"], runtime.split("-", 1)[1])
+    suffix = ".onnx" if runtime == "ort" else ".opf"
+    return pathlib.Path(spec["workdir"]) / f"{spec['config']}-{runtime}{suffix}"
 
 
 # --- prepare ----------------------------------------------------------------------------
 
-INT_WEIGHTS = {"opforge-cpu-int8": "int8 weights", "opforge-cpu-int4": "int4 weights"}
+INT_WEIGHTS = {"opforge-cpu-int8": "int8 weights", "opforge-cpu-int4": "int4 weights",
+               "opforge-cpu-8da8w": "8da8w", "opforge-cpu-8da4w": "8da4w"}
 
 
 def prepare(spec: dict) -> None:
@@ -161,6 +177,8 @@ def measure(spec: dict) -> None:
     runtime, config, threads = spec["runtime"], spec["config"], spec["threads"]
     if runtime.startswith("llamacpp-"):
         return _measure_llamacpp(spec)
+    if runtime.startswith(NATIVE):
+        return _measure_native(spec)
     ids = prompt(config)
     new_tokens = spec["new_tokens"]
     start = time.perf_counter()
@@ -196,6 +214,53 @@ def _measure_llamacpp(spec: dict) -> None:
          tokens=prepared["tokens"], peak_rss_mb=record["peak_rss_mb"], rss_mb=None,
          cache_bytes=0, torch_imported=False, load_average=os.getloadavg()[0],
          n_ctx=record["n_ctx"], llama_bench=record["llama_bench"])
+
+
+def native_command(spec: dict, repeats: int) -> tuple[list[str], dict]:
+    """The ``opforge-generate`` command line (one warm-up generation, then ``repeats``
+    counted ones) and environment (the cpu engine and oneDNN) for ``spec``'s program.
+    ``OPFORGE_GENERATE_TOOL`` names another build of the tool (recorded with each
+    measurement)."""
+    from opforge.backends.cpu import engine
+    from opforge.native_runtime.build import build_runtime
+
+    tool = os.environ.get("OPFORGE_GENERATE_TOOL") or build_runtime().tool("opforge-generate")
+    env = dict(os.environ, OPFORGE_CPU_ENGINE=engine.library()._name,
+               LD_LIBRARY_PATH=str(engine.onednn_prefix() / "lib"))
+    env.update({name: str(spec["threads"]) for name in THREAD_VARIABLES})
+    command = [str(tool), str(artifact(spec)), "--tokens",
+               ",".join(map(str, prompt(spec["config"]))), "--max-new-tokens",
+               str(spec["new_tokens"]), "--threads", str(spec["threads"]), "--warmup", "1",
+               "--repeat", str(repeats), "--json"]
+    return command, env
+
+
+def _measure_native(spec: dict) -> None:
+    """``opforge-generate`` (the native runtime's C++ tool, no Python) on the cpu-backend
+    program, in a child process; the peak RSS is the tool's own VmHWM (its JSON), not this
+    worker's."""
+    import subprocess
+
+    threads, ids = spec["threads"], prompt(spec["config"])
+    command, env = native_command(spec, spec["repeats"])
+    tool = command[0]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"opforge-generate — exit {done.returncode} — {done.stderr[-800:]}")
+    result = json.loads(done.stdout.splitlines()[-1])
+    steps = result["decode_steps"]
+    samples = [{"prefill_s": p, "decode_s": d, "prefill_tok_s": len(ids) / p,
+                "decode_tok_s": steps / d}
+               for p, d in zip(result["prefill_seconds_each"], result["decode_seconds_each"])]
+    memory = result["memory_end"]
+    emit(event="measure", config=spec["config"], runtime=spec["runtime"], threads=threads,
+         round=spec.get("round", 0), ok=True, load_s=wall - result["generation_seconds"],
+         samples=samples, tokens=result["tokens"], peak_rss_mb=memory["vm_hwm_kb"] / 1024,
+         rss_mb=memory["vm_rss_kb"] / 1024, memory_loaded=result["memory_loaded"],
+         memory_end=memory, cache_bytes=None, torch_imported=False,
+         load_average=os.getloadavg()[0], tool=str(tool))
 
 
 def _runner(runtime: str, spec: dict, threads: int):
