@@ -63,36 +63,59 @@ bool reorder_in_chunks(Engine& e, int id, const memory::desc& have, memory& dst)
 
 namespace {
 constexpr size_t kHugePage = (size_t)2 << 20;
+constexpr size_t kSlabFrom = (size_t)64 << 10;  // a shared slab's constants: 64 KB to 2 MB
+constexpr size_t kSlab = (size_t)32 << 20;
 
-// memory for a constant's copy in `want`'s layout: from 2 MB up a mapping of its own, aligned
-// to 2 MB, its whole 2 MB pages advised into transparent huge pages (MADV_HUGEPAGE, before
-// the reorder's writes fault them in; the tail past the last whole one stays on 4 KB pages,
-// so no more bytes become resident than the constant's); `owner` unmaps it. A decoder's step
-// streams every weight once, and on 4 KB pages each page is a TLB miss the hardware prefetch
-// does not run past. Measured on an AMD EPYC (Zen 4, 1 thread) in the decode-shaped kernel's
-// order: 400 MB 19-20 GB/s on 4 KB pages, 29-30 on 2 MB ones; a 768x768 weight (2.4 MB)
-// 17-19 GB/s from oneDNN's allocation (a 2 MB page inside it or none), 28 aligned. Smaller
-// constants, or where the mapping fails: oneDNN's allocation. The advice is a hint: without
-// THP (or with it off) the pages stay 4 KB.
-memory const_memory(Engine& e, const memory::desc& want, const char* what, std::shared_ptr<void>& owner) {
+// a private mapping of `bytes` aligned to 2 MB, its whole 2 MB pages advised into huge pages
+// (before anything writes it); null where the mapping fails. Unmapped with the last owner.
+std::shared_ptr<void> huge_mapping(size_t bytes) {
 #if defined(MADV_HUGEPAGE)
-  const size_t bytes = want.get_size();
   size_t span = 0;
-  if (bytes >= kHugePage && !__builtin_add_overflow(bytes, kHugePage, &span)) {
-    void* base = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base != MAP_FAILED) {
-      const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
-      void* data = reinterpret_cast<void*>(at);
-      owner = std::shared_ptr<void>(data, [base, span](void*) { munmap(base, span); });
-      e.reserve((int64_t)bytes, what);  // (past the engine's limit it fails: owner unmaps)
-      (void)madvise(data, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
-      return memory(want, e.eng, data);
+  if (__builtin_add_overflow(bytes, kHugePage, &span)) return nullptr;
+  void* base = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return nullptr;
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
+  void* data = reinterpret_cast<void*>(at);
+  std::shared_ptr<void> owner(data, [base, span](void*) { munmap(base, span); });
+  (void)madvise(data, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint
+  return owner;
+#else
+  (void)bytes;
+  return nullptr;
+#endif
+}
+
+// memory for a constant's copy in `want`'s layout, in transparent huge pages where Linux
+// offers them: a decoder's step streams every weight once, and on 4 KB pages each page is a
+// TLB miss the hardware prefetch does not run past. From 2 MB up a mapping of its own
+// (huge_mapping; the tail past its last whole 2 MB page stays on 4 KB pages, so no more
+// bytes become resident than the constant's); from 64 KB, a weight the program's cache
+// shares (`cache`, its lock held), a piece of the cache's current 32 MB slab (a decoder's
+// 768x256 projections: 786 KB each; at most one partly used 2 MB page per slab more
+// resident). `owner` holds the mapping. Measured on an AMD EPYC (Zen 4, 1 thread) in the
+// decode-shaped kernel's order: 400 MB 19-20 GB/s on 4 KB pages, 29-30 on 2 MB ones; a
+// 768x768 weight (2.4 MB) 17-19 GB/s from oneDNN's allocation (a 2 MB page inside it or
+// none), 28 aligned; 768x256 21 from oneDNN's, 30 in a slab. Other constants, or where the
+// mapping fails: oneDNN's allocation. Without THP (or with it off) the pages stay 4 KB.
+memory const_memory(Engine& e, const memory::desc& want, const char* what, WeightCache* cache,
+                    std::shared_ptr<void>& owner) {
+  const size_t bytes = want.get_size();
+  if (bytes >= kHugePage) {
+    owner = huge_mapping(bytes);
+  } else if (bytes >= kSlabFrom && cache != nullptr) {
+    size_t at = (cache->slab_used + 63) / 64 * 64;  // < kSlab + 64
+    if (cache->slab == nullptr || at + bytes > kSlab) {
+      cache->slab = huge_mapping(kSlab);
+      at = 0;
+    }
+    if (cache->slab != nullptr) {
+      owner = std::shared_ptr<void>(cache->slab, static_cast<char*>(cache->slab.get()) + at);
+      cache->slab_used = at + bytes;
     }
   }
-#else
-  (void)owner;
-#endif
-  return new_memory(e, want, what);
+  if (owner == nullptr) return new_memory(e, want, what);
+  e.reserve((int64_t)bytes, what);  // (past the engine's limit it fails: owner unmaps)
+  return memory(want, e.eng, owner.get());
 }
 
 // constant `id` made once into `want`'s bytes by `make`, or the copy an engine of the same
@@ -112,7 +135,7 @@ memory cached_const(Engine& e, int id, const memory::desc& have, const memory::d
       }
   }
   std::shared_ptr<void> owner;
-  memory dst = const_memory(e, want, what, owner);
+  memory dst = const_memory(e, want, what, borrowed ? e.weights : nullptr, owner);
   make(dst);
   if (owner) e.owned.push_back(owner);
   if (borrowed && e.weights != nullptr) {

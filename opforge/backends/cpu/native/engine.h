@@ -131,6 +131,8 @@ struct WeightCache {
   std::mutex mu;
   std::vector<Entry> entries;
   int64_t bytes = 0;
+  std::shared_ptr<void> slab;  // where constants.cpp places its smaller entries, bytes used
+  size_t slab_used = 0;
 };
 
 struct KernelTail;
