@@ -16,6 +16,15 @@ change the time, so the cache is not filled first.
 Writes bench/results/decode_positions.md (and .json) with the machine it ran on. The
 ``attention`` config (small weights, 8 KV heads) makes attention a large share of a step.
 
+Kind ``native-cpu`` runs the cpu backend's program in the native runtime
+(``executor="native"``): the only runtime that holds a bfloat16 cache (NumPy has no
+bfloat16). The cache dtypes side by side on the engine, with their accuracy against the
+float32 cache's program (``--engine-accuracy``):
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/decode_positions.py --variants \
+        native-cpu:capacity:float32 native-cpu:capacity:float16 native-cpu:capacity:bfloat16 \
+        --no-prefill --no-accuracy --engine-accuracy --out bench/results/decode_positions_half
+
 ``--transformers llama`` times transformers' own static-cache export instead
 (``TorchExportableModuleForDecoderOnlyLM``, one token a call, a 2,048-slot cache) of a
 ``LlamaForCausalLM`` of the same shape (random weights); it needs transformers
@@ -67,9 +76,9 @@ def export_program(kind: str, config: dict, attend: str, cache_dtype: str):
     model = TinyDecoder(**config, seed=0, attend=attend,
                         cache_dtype=getattr(torch, cache_dtype)).eval()
     one = (torch.tensor([1]), torch.tensor([0]))
-    backends = ["cpu"] if kind.startswith("cpu") else None
+    backends = ["cpu"] if "cpu" in kind else None
     previous = os.environ.get("OPFORGE_CPU_FILLED_ATTENTION")
-    os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = "0" if kind == "cpu-matmuls" else "1"
+    os.environ["OPFORGE_CPU_FILLED_ATTENTION"] = "0" if kind.endswith("cpu-matmuls") else "1"
     try:
         return export(None, methods={"decode": (model, one)}, kernels="portable",
                       backends=backends)
@@ -218,6 +227,55 @@ def cache_accuracy(config: dict, dtypes=("float16", "bfloat16"), prompt_tokens: 
     return out
 
 
+def engine_accuracy(config: dict, threads: int, dtypes=("float16", "bfloat16"),
+                    prompt_tokens: int = 64, new_tokens: int = 64) -> list[dict]:
+    """The cpu backend's half-precision-cache decode programs (the native runtime) against
+    its float32-cache one, one token a call: logits SQNR teacher-forced on the float32
+    program's greedy tokens, the share of those steps whose greedy token is float32's, and
+    how many free-running greedy tokens equal float32's before the first difference."""
+    import numpy as np
+
+    from opforge.runtime import load
+
+    vocab = config["vocab"]
+    prompt = [(7919 * i + 13) % vocab for i in range(prompt_tokens)]
+
+    def decoder(dtype):
+        program = export_program("native-cpu", config, "capacity", dtype)
+        return load(program, num_threads=threads, executor="native").method("decode")
+
+    def run(step, tokens):  # the prompt, then `tokens` fed back: every step's logits
+        rows = []
+        for position, token in enumerate([*prompt, *tokens]):
+            rows.append(np.array(step(np.array([token]), np.array([position]))[0], np.float64))
+        return np.concatenate(rows)
+
+    def free_running(step):
+        tokens = []
+        for position, token in enumerate(prompt):
+            logits = step(np.array([token]), np.array([position]))[0]
+        while len(tokens) < new_tokens:
+            tokens.append(int(np.asarray(logits)[-1].argmax()))
+            logits = step(np.array([tokens[-1]]), np.array([prompt_tokens + len(tokens) - 1]))[0]
+        return tokens
+
+    tokens = free_running(decoder("float32"))
+    ref = run(decoder("float32"), tokens[:-1])
+    out = []
+    for dtype in dtypes:
+        got = run(decoder(dtype), tokens[:-1])
+        sqnr = 10 * np.log10((ref ** 2).sum() / max(((ref - got) ** 2).sum(), 1e-300))
+        steps = slice(prompt_tokens - 1, None)
+        agree = float((ref[steps].argmax(-1) == got[steps].argmax(-1)).mean())
+        free = free_running(decoder(dtype))
+        same = next((k for k, (a, b) in enumerate(zip(free, tokens)) if a != b), len(tokens))
+        out.append({"cache": dtype, "sqnr_db": float(sqnr), "greedy_agreement": agree,
+                    "free_running_equal": same, "new_tokens": new_tokens,
+                    "prompt_tokens": prompt_tokens})
+        print("engine accuracy", out[-1], flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
@@ -232,6 +290,9 @@ def main(argv=None) -> int:
                         help="time transformers' static-cache export of this family instead")
     parser.add_argument("--no-accuracy", action="store_true",
                         help="skip the float16/bfloat16 cache accuracy against float32")
+    parser.add_argument("--engine-accuracy", action="store_true",
+                        help="the cpu backend's float16/bfloat16-cache programs against its "
+                             "float32-cache one (native runtime)")
     args = parser.parse_args(argv)
     from opforge.runtime import load
 
@@ -248,7 +309,9 @@ def main(argv=None) -> int:
             methods[variant] = lambda t, p, f=forward: f(t.reshape(1, -1), p)
         else:
             program = export_program(kind, config, attend, dtype)
-            methods[variant] = load(program, num_threads=args.threads).method("decode")
+            executor = "native" if kind.startswith("native") else "lean"
+            methods[variant] = load(program, num_threads=args.threads,
+                                    executor=executor).method("decode")
     times = time_positions(methods, POSITIONS, min(args.rounds, ROUNDS))
     for variant, by in times.items():
         kind, attend, dtype = variant.split(":")
@@ -258,9 +321,11 @@ def main(argv=None) -> int:
     machine = describe_machine(HERE.parent)
     prefill = [] if args.no_prefill else time_prefill(config, args.threads)
     accuracy = [] if args.no_accuracy else cache_accuracy(config)
+    engine = engine_accuracy(config, args.threads) if args.engine_accuracy else []
     report = {"machine": machine, "threads": args.threads, "config": config,
               "model": f"transformers {args.transformers}" if args.transformers else "TinyDecoder",
-              "label": args.label, "rows": rows, "prefill": prefill, "accuracy": accuracy}
+              "label": args.label, "rows": rows, "prefill": prefill, "accuracy": accuracy,
+              "engine_accuracy": engine}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     args.out.with_suffix(".md").write_text(markdown(report))
@@ -292,8 +357,10 @@ def markdown(report: dict) -> str:
               "OPFORGE_CPU_FILLED_ATTENTION=0 — the masked matmuls over all 2,048 slots). "
               "`filled` is `TinyDecoder(attend=\"filled\")`: a data-dependent slice of the "
               "cache, run on the portable kernels (the cpu backend leaves data-dependent sizes "
-              "on them). `float16` stores the caches at half the bytes (on `cpu` the cache "
-              "writes and conversions stay on the kernels: the engine has no float16)."]
+              "on them). `float16`/`bfloat16` store the caches at half the bytes (on `cpu` "
+              "the engine's cache write rounds the new rows into them and its attention op "
+              "reads them, converting as it reads). `native-cpu`: the cpu backend's program "
+              "in the native runtime (executor=\"native\"), the runtime that holds bfloat16."]
     if report.get("model", "TinyDecoder") != "TinyDecoder":
         lines += ["", f"Here the model is {report['model']}'s static-cache export "
                   "(`TorchExportableModuleForDecoderOnlyLM`, one token a call; attend and cache "
@@ -317,6 +384,18 @@ def markdown(report: dict) -> str:
                   "free-running tokens equal before the first difference |",
                   "| --- | ---: | ---: | ---: |"]
         for a in report["accuracy"]:
+            lines.append(f"| {a['cache']} | {a['sqnr_db']:.1f} | {a['greedy_agreement']:.1%} | "
+                         f"{a['free_running_equal']} of {a['new_tokens']} |")
+    if report.get("engine_accuracy"):
+        a = report["engine_accuracy"][0]
+        lines += ["", "On the engine: the cpu backend's half-precision-cache programs against its "
+                  f"float32-cache one (native runtime, one token a call; {a['prompt_tokens']}-token "
+                  f"prompt, {a['new_tokens']} new tokens, teacher-forced on float32's greedy "
+                  "tokens):", "",
+                  "| cache | logits SQNR (dB) | greedy tokens equal (teacher-forced) | "
+                  "free-running tokens equal before the first difference |",
+                  "| --- | ---: | ---: | ---: |"]
+        for a in report["engine_accuracy"]:
             lines.append(f"| {a['cache']} | {a['sqnr_db']:.1f} | {a['greedy_agreement']:.1%} | "
                          f"{a['free_running_equal']} of {a['new_tokens']} |")
     return "\n".join(lines) + "\n"

@@ -134,9 +134,15 @@ def test_half_cache_decoder_on_the_engine(dtype):
     assert greedy_decode(lambda t, p: cpu(t.numpy(), p.numpy())[0], [5, 9, 1, 3], 24) == want
 
 
-def test_half_cache_slots_after_the_position_unread():
+@pytest.mark.parametrize("capability", ["native", "default"])
+def test_half_cache_slots_after_the_position_unread(capability, monkeypatch):
     """NaN in every value-cache slot after the position (float16): the op reads only the
-    filled slots, so the logits equal those of a run whose slots there hold zeros."""
+    filled slots, so the logits equal those of a run whose slots there hold zeros. Both of
+    its ways to read a half-precision slot: converted in registers (AVX-512) and converted
+    64 rows at a time (OPFORGE_CPU_CAPABILITY=default, or a CPU without AVX-512): the two
+    runs' logits must agree with the float32-computed reference as well."""
+    if capability == "default":
+        monkeypatch.setenv("OPFORGE_CPU_CAPABILITY", "default")
     model = TinyDecoder(max_len=32, cache_dtype=torch.float16).eval()
     program = export(None, methods={"decode": (copy.deepcopy(model),
                                                (torch.tensor([1]), torch.tensor([0])))},
@@ -153,3 +159,6 @@ def test_half_cache_slots_after_the_position_unread():
         got = poisoned.method("decode")(t, p)[0]
         want = clean.method("decode")(t, p)[0]
         np.testing.assert_array_equal(got, want)  # the same program and values: same bits
+        with torch.no_grad():  # eager, the same float16 cache: float32 summation order only
+            eager = model(torch.from_numpy(t), torch.from_numpy(p)).numpy()
+        np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)

@@ -155,6 +155,61 @@ const float* rows_f32(const void* base, int32_t dtype, int64_t stride, int64_t j
   return buf.data();
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define OFC_AVX512_HALF __attribute__((target("avx512f,avx512bw,avx512vl")))
+// 16 (or the first `m`) half-precision values at p as float32, converted in registers:
+// vcvtph2ps for float16, the bits shifted into the high half for bfloat16 (both exact)
+OFC_AVX512_HALF inline __m512 load_half(const uint16_t* p, __mmask16 m, bool bf16) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+              : _mm512_cvtph_ps(h);
+}
+
+inline __mmask16 lanes(int64_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+// score_rows on a float16/bfloat16 cache, each key row converted in registers
+OFC_AVX512_HALF void score_rows_half(const float* const* q, int64_t G, const uint16_t* k,
+                                     int64_t ks, int64_t n, int64_t D, bool multiply, float factor,
+                                     float* w, bool bf16) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* kr = k + j * ks;
+    for (int64_t g = 0; g < G; ++g) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t d = 0; d < D; d += 16) {
+        const __mmask16 m = lanes(D - d);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[g] + d), load_half(kr + d, m, bf16), acc);
+      }
+      const float s = _mm512_reduce_add_ps(acc);
+      w[g * n + j] = multiply ? s * factor : s / factor;
+    }
+  }
+}
+
+// value_rows on a float16/bfloat16 cache (o zeroed here), each value row converted in
+// registers once per query head of the group
+OFC_AVX512_HALF void value_rows_half(const float* w, const float* sums, float* const* o, int64_t G,
+                                     const uint16_t* v, int64_t vs, int64_t n, int64_t D, bool bf16) {
+  for (int64_t g = 0; g < G; ++g)
+    if (o[g] != nullptr)
+      for (int64_t d = 0; d < D; ++d) o[g][d] = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* vr = v + j * vs;
+    for (int64_t g = 0; g < G; ++g) {
+      float* og = o[g];
+      if (og == nullptr) continue;
+      const __m512 weight = _mm512_set1_ps(w[g * n + j] / sums[g]);
+      for (int64_t d = 0; d < D; d += 16) {
+        const __mmask16 m = lanes(D - d);
+        _mm512_mask_storeu_ps(og + d, m, _mm512_fmadd_ps(weight, load_half(vr + d, m, bf16),
+                                                         _mm512_maskz_loadu_ps(m, og + d)));
+      }
+    }
+  }
+}
+#endif
+
 // a half-precision cache's rows are converted this many at a time (16 KiB of float32 rows
 // of 64 elements: in L1 while the G heads read them)
 constexpr int64_t kHalfChunk = 64;
@@ -178,6 +233,7 @@ struct AttentionOp : Op {
   int64_t empty = 0, bias = 1, source = 0;
   int32_t kv_dtype = F32;  // the cache's: F32, or F16 / BF16 converted as read
   bool vector = false;     // half.h's vector conversions
+  bool fused = false;      // F16 / BF16 converted in registers (AVX-512), not through rows
 
   // the slots row i reads: from its position, or 1 + its mask's last attended slot
   int64_t row_slots(const Tensor& p, const void* pp, int64_t i, int64_t S) const {
@@ -242,12 +298,18 @@ struct AttentionOp : Op {
       const char* kh = kp + kv * k.strides[0] * item;
       const char* vh = vp + kv * v.strides[0] * item;
       const int64_t chunk = kv_dtype == F32 ? n : kHalfChunk;
-      for (int64_t j0 = 0; j0 < n; j0 += chunk) {
-        const int64_t m = std::min(chunk, n - j0);
-        int64_t rs = 0;
-        const float* rows = rows_f32(kh, kv_dtype, k.strides[1], j0, m, D, vector, buf, &rs);
-        score_rows(qs.data(), group, rows, rs, m, D, multiply, factor, w.data() + j0, n);
-      }
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (fused)
+        score_rows_half(qs.data(), group, reinterpret_cast<const uint16_t*>(kh), k.strides[1], n, D,
+                        multiply, factor, w.data(), kv_dtype == BF16);
+      else
+#endif
+        for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+          const int64_t m = std::min(chunk, n - j0);
+          int64_t rs = 0;
+          const float* rows = rows_f32(kh, kv_dtype, k.strides[1], j0, m, D, vector, buf, &rs);
+          score_rows(qs.data(), group, rows, rs, m, D, multiply, factor, w.data() + j0, n);
+        }
       if (source != 0)  // the mask's terms (-inf for a masked slot before the last attended)
         for (int64_t j = 0; j < n; ++j) {
           const float term = mask_term(p, pp, i, j);
@@ -267,6 +329,13 @@ struct AttentionOp : Op {
         }
         sums[(size_t)g] = exp_row(w.data() + g * n, n, top);
       }
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (fused) {
+        value_rows_half(w.data(), sums.data(), os.data(), group,
+                        reinterpret_cast<const uint16_t*>(vh), v.strides[1], n, D, kv_dtype == BF16);
+        return;
+      }
+#endif
       for (int64_t j0 = 0; j0 < n; j0 += chunk) {
         const int64_t m = std::min(chunk, n - j0);
         int64_t rs = 0;
@@ -332,6 +401,7 @@ void build_attention(Handle& h, const OpCall& c) {
   op->factor = (float)c.fa[0];
   op->kv_dtype = h.e.tensors[(size_t)c.ins[1]].dtype;
   op->vector = half_vector_allowed();
+  op->fused = op->kv_dtype != F32 && half_avx512_allowed();
   if (c.ia.size() == 4) op->source = c.ia[3];
   if (c.ia.size() >= 3) {
     op->empty = c.ia[1];
