@@ -74,16 +74,34 @@ class NamedDataStore:
         not hash it again."""
         return self._pooled(data, layout)[1]
 
+    def share_chunks(self, chunks, layout: str | None, make) -> memoryview:
+        """``share`` of the bytes that ``chunks`` (bytes-like) join into, hashed chunk by
+        chunk: ``make()`` builds them (contiguous) only when the pool has no equal bytes."""
+        digest = self._digest(layout)
+        for chunk in chunks:
+            digest.update(chunk)
+        key = KEY_PREFIX + digest.hexdigest()
+        stored = self.pool.data.get(key)
+        if stored is None:
+            stored = self.pool.data[key] = memoryview(make()).cast("B").toreadonly()
+            self.pool.known[(id(stored), layout)] = key
+        return stored
+
+    @staticmethod
+    def _digest(layout: str | None):
+        import hashlib  # export only: a loaded program never hashes (and never loads libcrypto)
+
+        digest = hashlib.sha256()
+        if layout is not None:
+            digest.update(layout.encode() + b"\0")
+        return digest
+
     def _pooled(self, data, layout: str | None) -> tuple[str, memoryview]:
         key = self.pool.known.get((id(data), layout))
         if key is not None:
             return key, self.pool.data[key]
-        import hashlib  # export only: a loaded program never hashes (and never loads libcrypto)
-
         view = memoryview(data).cast("B").toreadonly()
-        digest = hashlib.sha256()
-        if layout is not None:
-            digest.update(layout.encode() + b"\0")
+        digest = self._digest(layout)
         digest.update(view)
         key = KEY_PREFIX + digest.hexdigest()
         stored = self.pool.data.setdefault(key, view)

@@ -95,16 +95,6 @@ def encode(plan, named_data=None) -> bytes:
     return HEADER.pack(MAGIC, version, len(text), len(data), crc, 0) + text + pad + bytes(data)
 
 
-def share_constant(t, named_data) -> None:
-    """Give a lowering tensor's constant bytes to the export's pool of named data as soon
-    as they are made (``NamedDataStore.share``): ``t.data`` becomes the pool's view, so a
-    constant another delegate made first (a decode method's transposed weight, equal to
-    the prefill's) is held once and the new copy is freed at once. ``encode`` still decides
-    what the blob names."""
-    if named_data is not None and t.data is not None and len(t.data) >= NAMED_MIN_BYTES:
-        t.data = named_data.share(t.data, _layout(t))
-
-
 def _layout(t) -> str:
     """A lowering tensor's layout as ``named_layout`` writes it."""
     j = t.as_json(None)

@@ -15,7 +15,7 @@ import torch
 import torch.fx
 
 from opforge.backends.partition import op_name
-from opforge.backends.cpu.blob import share_constant
+from opforge.backends.cpu.lowering.constants import constant_bytes
 from opforge.backends.cpu.lowering.released import FoldedConstants
 from opforge.backends.cpu.lowering.symbolic import (  # noqa: F401 (_is_one: re-exported)
     _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
@@ -189,15 +189,12 @@ class Lowering:
 
             return materialize(self, value)[1]  # (a grouped view: copied, as views are)
         if isinstance(value, tuple) and len(value) == 2 and value[0] == "c":
-            tensor = value[1].detach().contiguous()
             key = id(value[1])
             self.const_keep.append(value[1])  # ids stay unique while the tensor lives
             if key not in self.const_ids:
-                # a view of the tensor, not a copy; held once per export when named (blob.py)
-                data = memoryview(tensor.view(-1).view(torch.uint8).numpy()) if tensor.numel() else b""
-                tid = self.new_tensor(tensor.dtype, tensor.shape, "const", data=data)
-                share_constant(self.spec(tid), getattr(self.sub, "named_data", None))
-                self.const_ids[key] = tid
+                tensor = value[1].detach()  # a view of it, or one copy (constants.py)
+                data = constant_bytes(tensor, getattr(self.sub, "named_data", None))
+                self.const_ids[key] = self.new_tensor(tensor.dtype, tensor.shape, "const", data=data)
             return self.const_ids[key]
         raise Unsupported("op", f"expected a tensor, found {type(value).__name__}")
 
