@@ -74,7 +74,7 @@ class _Pair:
 
 
 def _pairs(graph: torch.fx.Graph) -> dict[str, _Pair]:
-    """Every round trip on a 16-bit grid of a float32 node ``x`` read by its quantize alone,
+    """Every round trip on a 16-bit grid of a float32 node ``x`` read by one quantize,
     keyed by ``x``'s name (an 8-bit scheme's pairs stay as they are: the int8 patterns of
     lowering/quantized.py read them)."""
     found: dict[str, _Pair] = {}
@@ -84,8 +84,9 @@ def _pairs(graph: torch.fx.Graph) -> dict[str, _Pair]:
             continue
         x = q.args[0]
         fake = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-        if not isinstance(fake, torch.Tensor) or fake.dtype != torch.float32 or len(x.users) != 1:
-            continue
+        if not isinstance(fake, torch.Tensor) or fake.dtype != torch.float32 \
+                or sum(u.target == q_op for u in x.users) != 1:
+            continue  # (a KV cache write is read by its pair and by the state's output too)
         dqs = [u for u in q.users if _round_trip(u) is q]
         if not dqs or len(dqs) != len(q.users):
             continue
