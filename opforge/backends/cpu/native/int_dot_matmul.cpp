@@ -89,7 +89,11 @@ inline const float* panel_scales(const IntDotOp& op, int64_t p, int64_t g) {
   return op.s + (c * kChunk * op.groups + g * np + (p - c * kChunk)) * kLanes;
 }
 
-// one row of a, quantized per block (the contract's arithmetic; shared by both kernels)
+// one row of a, quantized per block (the contract's arithmetic; shared by both kernels;
+// compiled for AVX2 too, where nearbyint is one vroundss instead of a libm call)
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 void quantize_row_scalar(IntDotOp& op, const float* x, int64_t row) {
   const int off = op.bits == 8 ? 128 : 8;
   for (int64_t g = 0; g < op.groups; ++g) {
