@@ -90,14 +90,41 @@ def test_cache_write_rounds_as_torch(dtype, capability, monkeypatch):
     program = export(copy.deepcopy(model), example, kernels="portable", backends=["cpu"])
     assert "index_put" in _ops(program) or "index_copy" in _ops(program)
     assert len(program.delegates) == 1
-    loaded = _load(program, dtype)
     x = _rounding_cases(dtype)
     positions = np.array([4, 0, 5, 2])
-    loaded.method("forward")(x.numpy(), positions)
     want = model.cache.clone()
     want.index_copy_(0, torch.from_numpy(positions), x.to(dtype))
-    got = _bits(loaded.read_state("cache"))
-    np.testing.assert_array_equal(got, want.view(torch.int16).numpy().view(np.uint16))
+    # bfloat16: the native runtime only; float16: the Python runtime and the native one
+    runtimes = ["native"] if dtype is torch.bfloat16 else ["lean", "native"]
+    for executor in runtimes:
+        loaded = load(program, executor=executor)
+        loaded.method("forward")(x.numpy(), positions)
+        got = _bits(loaded.read_state("cache"))
+        np.testing.assert_array_equal(got, want.view(torch.int16).numpy().view(np.uint16),
+                                      err_msg=executor)
+
+
+def test_other_readers_of_a_half_cache_stay_on_the_kernels():
+    """The write goes to the engine; a reader of the float16 cache other than the attention
+    op (here its cast to float32 for a sum) stays on the kernels, and the refusal says why."""
+    from opforge.backends.report import delegation_report
+
+    class Reader(_Write):
+        def forward(self, x, positions):
+            self.cache.index_copy_(0, positions, x.to(self.cache.dtype))
+            return self.cache.float().sum(0) + x.sum(0)
+
+    program = export(Reader(torch.float16).eval(), (torch.zeros(2, 64), torch.tensor([0, 1])),
+                     kernels="portable", backends=["cpu"])
+    report = delegation_report(program)["forward"]
+    assert any("aten::index_put.default" in d["ops"] for d in report["delegates"])
+    refused = [r for r in report["rejected"] if r["op"] == "aten::_to_copy.default"]
+    assert refused and refused[0]["kind"] == "dtype" and "float16" in refused[0]["reason"]
+    loaded = load(program)
+    x = np.arange(128, dtype=np.float32).reshape(2, 64) / 7
+    got = loaded.method("forward")(x, np.array([3, 1]))[0]
+    want = Reader(torch.float16).eval()(torch.from_numpy(x), torch.tensor([3, 1]))
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", HALF)

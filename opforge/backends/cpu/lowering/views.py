@@ -138,7 +138,10 @@ def lower_to_copy(L, node, args, kwargs):
     fake = _val(node)
     src = L.materialize(args[0])
     if fake.dtype not in GENERIC_DTYPES or L.spec(src).dtype not in GENERIC_DTYPES:
-        raise Unsupported("dtype", f"aten::_to_copy to {fake.dtype}; stays on the kernels")
+        half = {torch.float16, torch.bfloat16} & {fake.dtype, L.spec(src).dtype}
+        raise Unsupported("dtype", f"aten::_to_copy from {L.spec(src).dtype} to {fake.dtype}"
+                          + (": the engine reads float16/bfloat16 only in a KV cache's write "
+                             "and its attention op" if half else "") + "; stays on the kernels")
     out = L.new_tensor(fake.dtype, fake.shape)
     L.copy(src, out)
     return ("t", out)
