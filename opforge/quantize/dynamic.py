@@ -71,6 +71,12 @@ def quantize_weight(w: torch.Tensor, bits: int, group: int) -> tuple[torch.Tenso
         idx = blocks.abs().argmax(-1, keepdim=True)
         m = blocks.gather(-1, idx).squeeze(-1)
         scales = torch.where(m == 0, torch.full_like(m, EPS), m) / -8
+    # rounded to float16 values (as Q4_0 / Q8_0 store their scales) where float16 holds them as
+    # normal numbers, before the integers are computed from them: a backend may store them in
+    # 2 bytes (the cpu backend does: a decode step then reads 0.5625 bytes per 4-bit weight,
+    # not 0.625); a scale float16 cannot hold (an all-zero block's EPS) stays float32
+    half = scales.half().float()
+    scales = torch.where(torch.isfinite(half) & (half.abs() >= 2.0 ** -14), half, scales)
     qmin, qmax = _RANGE[bits]
     q = torch.clamp(torch.round(blocks * (1.0 / scales)[..., None]), qmin, qmax)
     return q.to(torch.int8).reshape(n, k).contiguous(), scales.float().contiguous()

@@ -199,12 +199,20 @@ def test_tiny_decoder_8da4w_greedy_tokens_equal_lean():
 
 
 def test_weights_stored_packed(exported):
-    """The delegate holds the weights as bytes (4 bits: two a byte) and their scales, no
-    float32 copy of them: 8 bits 1.125 and 4 bits 0.625 bytes a weight, of float32's 4."""
+    """The delegate holds the weights as bytes (4 bits: two a byte) and their scales in
+    float16 (opforge.quantize.dynamic rounds them to float16 values), no float32 copy of them:
+    8 bits 1.0625 and 4 bits 0.5625 bytes a weight (K of 32·j; the shapes' padding to 16
+    columns and 8 quads adds to it), of float32's 4."""
     _, _, program, _ = exported
     floats = sum(k * n * 4 for _, k, n in SHAPES)
     stored = sum(len(program.segments[d.segment].data) for d in program.delegates)
     assert stored < floats / 3, (stored, floats)
+    scale_dtypes = set()
+    for d in program.delegates:
+        plan, _ = blob.parse(program.segments[d.segment].data)
+        scale_dtypes |= {plan["tensors"][op["in"][2]]["dtype"] for op in plan["ops"]
+                         if op["kind"] == "int_dot_matmul"}
+    assert scale_dtypes == {5}  # float16
 
 
 def test_off_switch_keeps_the_float_chain(monkeypatch):
@@ -215,7 +223,7 @@ def test_off_switch_keeps_the_float_chain(monkeypatch):
 
 
 # --- plans written by hand: the contract ------------------------------------------------
-def _dot_plan(m=2, k=64, n=20, group=32, bits=4):
+def _dot_plan(m=2, k=64, n=20, group=32, bits=4, scales_as=None):
     import test_cpu_hostile_plans as hostile
 
     from opforge.backends.cpu.lowering.int_dot import pack
@@ -225,12 +233,22 @@ def _dot_plan(m=2, k=64, n=20, group=32, bits=4):
     top = 7 if bits == 4 else 127
     q = torch.randint(-top - 1, top + 1, (n, k), generator=g, dtype=torch.int8)
     scales = torch.rand(n, k // group, generator=g) * 0.05 + 0.001
+    if scales_as is not None:  # float16 values, stored as float16 or as float32
+        scales = scales.half().float()
     packed, panel_scales = pack(IntWeight(q, scales, group, bits))
+    if scales_as is not None:
+        assert panel_scales.dtype == torch.float16  # pack stores float16 values in 2 bytes
+        panel_scales = panel_scales.to(scales_as)
     p = hostile.Plan()
     a = p.tensor(hostile.F32, [m, k], role="input")
     y = p.tensor(hostile.F32, [m, n], role="output")
-    p.op("int_dot_matmul", [a, p.const(packed.numpy()), p.const(panel_scales.numpy())], [y],
-         ia=[bits, group], fa=[2.0 ** -64])
+    if panel_scales.dtype == torch.float16:  # the helper's const has no float16: its bytes, retyped
+        s_id = p.const(panel_scales.view(torch.uint8).numpy(), dims=list(panel_scales.shape))
+        p.tensors[s_id]["dtype"] = 5
+    else:
+        s_id = p.const(panel_scales.numpy())
+    p.op("int_dot_matmul", [a, p.const(packed.numpy()), s_id], [y], ia=[bits, group],
+         fa=[2.0 ** -64])
     return p
 
 
@@ -261,6 +279,22 @@ def test_contract_refuses_malformed_int_dot_matmul(change):
         tensors[op["in"][2]]["strides"] = [32, 16, 1]
     with pytest.raises(OpforgeError, match="int_dot_matmul"):
         p.handle()
+
+
+@pytest.mark.parametrize("vnni", ["1", "0"])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_float16_scales_read_as_their_float32_values(bits, vnni, monkeypatch):
+    """Scales that are float16 values (what opforge.quantize.dynamic's rounding makes) are
+    stored in 2 bytes and read as the same float32 values: the results equal those of the same
+    scales stored as float32, bit for bit (N = 40: a chunk of 3 panels; K = 96: 3 blocks)."""
+    import test_cpu_hostile_plans as hostile
+
+    monkeypatch.setenv("OPFORGE_CPU_INT_DOT_VNNI", vnni)  # read when the op is built
+    x = np.random.default_rng(0).standard_normal((5, 96)).astype(np.float32)
+    outs = [hostile.run(_dot_plan(m=5, k=96, n=40, bits=bits, scales_as=dtype).handle(), x)[0]
+            for dtype in (torch.float16, torch.float32)]
+    assert np.isfinite(outs[0]).all() and np.abs(outs[0]).max() > 0
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 def test_hand_written_plan_runs():

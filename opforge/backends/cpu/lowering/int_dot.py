@@ -23,8 +23,10 @@ leaves the chain to the other lowerings (the A/B).
 Layout written into the blob (``int_dot_matmul``'s contract): weights as panels of 16
 output columns, per block ``g`` quads of 4 consecutive k of one column in each 32-bit lane,
 stored unsigned (q + 128, or two nibbles q + 8 a byte, quads 2i and 2i + 1), panels in
-chunks of 4, each chunk one stream ordered [block, quad, panel]; scales float32 [P·K/g, 16]
-in the same chunk order (a chunk's scales one stream ordered [block, panel]).
+chunks of 4, each chunk one stream ordered [block, quad, panel]; scales [P·K/g, 16] in the same
+chunk order (a chunk's scales one stream ordered [block, panel]), float16 when every scale is a
+float16 value (``opforge.quantize.dynamic`` rounds them so: 2 bytes a scale, Q4_0's), else
+float32.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def enabled() -> bool:
 
 
 def pack(weight: IntWeight) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights uint8 [P, G, rows, 64], scales float32 [P·G, 16]) in the module
+    """(weights uint8 [P, G, rows, 64], scales float16 or float32 [P·G, 16]) in the module
     docstring's layout (rows: ceil(g/4) quads, or ceil(g/8) quad pairs for 4 bits)."""
     n, k = weight.q.shape
     g = weight.group
@@ -69,7 +71,10 @@ def pack(weight: IntWeight) -> tuple[torch.Tensor, torch.Tensor]:
     s = torch.zeros(panels * LANES, blocks, dtype=torch.float32)
     s[:n] = weight.scales
     scales = _chunk_order(s.reshape(panels, LANES, blocks).permute(0, 2, 1).unsqueeze(2))
-    return packed, scales.reshape(panels * blocks, LANES)
+    scales = scales.reshape(panels * blocks, LANES)
+    if torch.equal(scales.half().float(), scales):  # every one a float16 value: exact in 2 bytes
+        scales = scales.half()
+    return packed, scales
 
 
 def _chunk_order(t: torch.Tensor) -> torch.Tensor:

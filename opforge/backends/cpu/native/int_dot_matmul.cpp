@@ -20,7 +20,9 @@
 //     bits 4: [P, G, Q2, 64], byte [p, g, i, 4j + t] holds q[16p + j, g·group + 8i + t] + 8
 //     in its low nibble and q[16p + j, g·group + 8i + 4 + t] + 8 in its high one;
 //   (P = ceil(N/16); padding columns and k past the block any value: they meet zeros);
-//   scales: f32 dense [P·G, 16], in the weights' chunk order: row (4c·G + g·n_c + t) holds
+//   scales: f32 or f16 dense [P·G, 16] (f16: 2 bytes a scale, as Q4_0/Q8_0 store theirs; the
+//   lowering writes f16 when every scale is a float16 value, opforge.quantize.dynamic rounds
+//   them so; read as the same float32 values), in the weights' chunk order: row (4c·G + g·n_c + t) holds
 //   the weight scales of block g of panel p = 4c + t (n_c the panels of chunk c), its 16
 //   columns 16p + j: a chunk's scales one stream beside its weights (a standalone copy of
 //   the kernel, Zen 4, 1 thread, 768x32000 int4 from memory, loaded machine: 700-840 µs
@@ -49,8 +51,10 @@
 #include <immintrin.h>
 #endif
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "int_kernels.h"
 
@@ -71,6 +75,7 @@ struct IntDotOp : IntWeightsOp {
   std::vector<int32_t> corr;    // [M, G] off · Σ q
   bool vnni = false;
   bool vector_quantize = false;  // quantize_row_avx512 (with the VNNI kernel: the same CPUs)
+  const uint16_t* s16 = nullptr; // the scales when they are f16 (else s, f32)
   void run(Engine& e) override;
 };
 
@@ -83,10 +88,25 @@ inline const uint8_t* panel_block(const IntDotOp& op, int64_t p, int64_t g, int6
   return op.w + (c * kChunk * op.groups + g * np) * op.quads * 64 + (p - c * kChunk) * 64;
 }
 
-// the 16 weight scales of panel p in block g (the chunk order of the weights)
-inline const float* panel_scales(const IntDotOp& op, int64_t p, int64_t g) {
+// the index of the 16 weight scales of panel p in block g (the chunk order of the weights)
+inline int64_t panel_scales(const IntDotOp& op, int64_t p, int64_t g) {
   const int64_t c = p / kChunk, np = std::min<int64_t>(kChunk, op.panels - c * kChunk);
-  return op.s + (c * kChunk * op.groups + g * np + (p - c * kChunk)) * kLanes;
+  return (c * kChunk * op.groups + g * np + (p - c * kChunk)) * kLanes;
+}
+
+// an IEEE binary16 value as float32 (exact: every float16 value is a float32 value)
+inline float half_to_float(uint16_t h) {
+  const uint32_t exp = (h >> 10) & 31, man = h & 1023;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp((float)man, -24);  // zero or subnormal
+  } else if (exp == 31) {
+    v = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else {
+    const uint32_t bits = ((exp + 112) << 23) | (man << 13);
+    std::memcpy(&v, &bits, 4);
+  }
+  return (h & 0x8000) ? -v : v;
 }
 
 // one row of a, quantized per block (the contract's arithmetic; shared by both kernels;
@@ -175,7 +195,9 @@ void portable_panel(const IntDotOp& op, float* d, int64_t m0, int rows, int64_t 
   for (int64_t g = 0; g < op.groups; ++g) {
     int64_t step = 0;
     const uint8_t* wp = panel_block(op, p, g, step);
-    const float* sw = panel_scales(op, p, g);
+    float sw[kLanes];
+    const int64_t at_s = panel_scales(op, p, g);
+    for (int j = 0; j < kLanes; ++j) sw[j] = op.s16 ? half_to_float(op.s16[at_s + j]) : op.s[at_s + j];
     for (int r = 0; r < rows; ++r) {
       const int64_t at = (m0 + r) * op.groups + g;
       const int8_t* q = op.aq.data() + at * op.padded;
@@ -266,7 +288,9 @@ OFC_VNNI void block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
       for (int p = 0; p < P; ++p) {
         __m512i total = sum[r][p][0];
         if (A == 2) total = _mm512_add_epi32(total, sum[r][p][A - 1]);  // exact: int32
-        const __m512 sw = _mm512_loadu_ps(panel_scales(op, p0 + p, g));
+        const int64_t at_s = panel_scales(op, p0 + p, g);
+        const __m512 sw = op.s16 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(op.s16 + at_s)))
+                                 : _mm512_loadu_ps(op.s + at_s);
         const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(total, c));
         acc[r][p] = _mm512_fmadd_ps(t, _mm512_mul_ps(sa, sw), acc[r][p]);
       }
@@ -360,8 +384,9 @@ void contract_int_dot_matmul(const Engine& e, const OpCall& c) {
   need(w.dtype == U8 && w.dims == dims_t({P, G, rows, 64}) && row_major(w) && dense(w), kind,
        "w must be uint8 dense [ceil(N/16), K/group, ceil(group/4) (8 bits) or "
        "ceil(group/8) (4 bits), 64]");
-  need(s.dtype == F32 && s.dims == dims_t({P * G, kLanes}) && row_major(s) && dense(s), kind,
-       "scales must be f32 dense [ceil(N/16)·K/group, 16] in the weights' chunk order "
+  need((s.dtype == F32 || s.dtype == F16) && s.dims == dims_t({P * G, kLanes}) && row_major(s) &&
+           dense(s),
+       kind, "scales must be f32 or f16 dense [ceil(N/16)·K/group, 16] in the weights' chunk order "
        "(a program exported before this layout: export it again)");
   // the quantized rows: M·G·L bytes
   const int64_t padded = (group + 7) / 8 * 8;
@@ -387,7 +412,8 @@ void build_int_dot_matmul(Handle& h, const OpCall& c) {
   op->as.assign((size_t)blocks, 0.f);
   op->corr.assign((size_t)blocks, 0);
   op->vnni = vnni_allowed();
-  op->vector_quantize = op->vnni;  // OPFORGE_CPU_INT_DOT_VNNI=0: both scalar (the tests' A/B)
+  op->vector_quantize = op->vnni;
+  if (e.tensors[(size_t)c.ins[2]].dtype == F16) op->s16 = static_cast<const uint16_t*>(e.ptr(c.ins[2]));  // OPFORGE_CPU_INT_DOT_VNNI=0: both scalar (the tests' A/B)
   op->name = std::string("matmul of int8 activations on int") + (op->bits == 8 ? "8" : "4") +
              " weights (own kernel" + (op->vnni ? ", AVX512-VNNI)" : ")");
   push_op(e, std::move(op), c);

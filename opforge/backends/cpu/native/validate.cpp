@@ -169,7 +169,9 @@ void validate(const Engine& e, const OpCall& c) {
   if (it == contracts().end()) fail("unknown op kind '" + c.kind + "'");
   common(e, c.kind, c.ins, c.outs);
   // half-precision tensors are a KV cache's storage: only its write and attention read them
-  if (c.kind != "index" && c.kind != "index_put" && c.kind != "index_copy" && c.kind != "attention")
+  // (and int_dot_matmul its f16 weight scales, checked by its contract)
+  if (c.kind != "index" && c.kind != "index_put" && c.kind != "index_copy" && c.kind != "attention" &&
+      c.kind != "int_dot_matmul")
     for (const auto* list : {&c.ins, &c.outs})
       for (int id : *list)
         need(e.tensors[(size_t)id].dtype != F16 && e.tensors[(size_t)id].dtype != BF16, c.kind,
