@@ -17,6 +17,8 @@ bfloat16 has no NumPy dtype: the native runtime hands its values over as raw uin
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +31,14 @@ from opforge.runtime import load
 
 pytest.importorskip("opforge.backends.cpu.engine")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import test_cpu_hostile_plans as hostile  # noqa: E402
+
+from opforge.errors import BackendError  # noqa: E402
+
 HALF = [torch.float16, torch.bfloat16]
+F16, BF16 = 5, 15
 
 
 def _bits(array: np.ndarray) -> np.ndarray:
@@ -189,3 +198,36 @@ def test_half_cache_slots_after_the_position_unread(capability, monkeypatch):
         with torch.no_grad():  # eager, the same float16 cache: float32 summation order only
             eager = model(torch.from_numpy(t), torch.from_numpy(p)).numpy()
         np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("code", [F16, BF16])
+def test_engine_refuses_half_tensors_outside_the_cache_ops(code):
+    """Plans written by hand: a copy or an elementwise op on a float16/bfloat16 tensor is
+    refused at load with the reason (their loops have no half-precision arithmetic, so
+    they would compute zeros); so are a cache write of values neither the cache's dtype nor
+    float32, and an attention whose K and V differ in dtype."""
+    plan = hostile.Plan()
+    x = plan.tensor(code, [4, 8], role="input")
+    y = plan.tensor(hostile.F32, [4, 8], role="output")
+    plan.op("copy", [x], [y], hostile.copy_ia([4, 8], [8, 1], 0, [8, 1], 0))
+    with pytest.raises(BackendError, match="float16 or bfloat16 operand"):
+        plan.handle()
+
+    plan = hostile.Plan()  # values of a third dtype: refused by the write's contract
+    cache = plan.tensor(code, [1, 6, 8], role="input")
+    ix = plan.tensor(hostile.I64, [2], role="input")
+    values = plan.tensor(hostile.I32, [1, 2, 8], role="input")
+    out = plan.tensor(code, [1, 6, 8], role="output")
+    plan.op("index_put", [cache, ix, values], [out])
+    with pytest.raises(BackendError, match="one dtype"):
+        plan.handle()
+
+    plan = hostile.Plan()
+    q = plan.tensor(hostile.F32, [2, 1, 8], role="input")
+    k = plan.tensor(code, [1, 6, 8], role="input")
+    v = plan.tensor(hostile.F32, [1, 6, 8], role="input")
+    pos = plan.tensor(hostile.I64, [1], role="input")
+    o = plan.tensor(hostile.F32, [2, 1, 8], role="output")
+    plan.op("attention", [q, k, v, pos], [o], ia=[0], fa=[1.0])
+    with pytest.raises(BackendError, match="k and v must be of one dtype"):
+        plan.handle()
