@@ -107,3 +107,36 @@ def test_prefill_and_decode_match_lean(decoder):
     assert abs(_sqnr_db(reference, got) - _sqnr_db(reference, want)) < 0.1
     tokens = [list(Generator(p).generate(prompt, 16).tokens) for p in (lean, cpu)]
     assert tokens[0] == tokens[1], tokens
+
+
+
+class _Cache(torch.nn.Module):
+    """A state written in place with a value on the 16-bit grid of the pair that reads it
+    back: no rounding op for that pair (exact; with OPFORGE_CPU_FUSED_ROUNDINGS=0 it is one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(8, 4))
+
+    def forward(self, x, pos):
+        import torch.ao.quantization.fx._decomposed  # noqa: F401  (quantized_decomposed)
+
+        qd = torch.ops.quantized_decomposed
+        params = (0.01, 30000, 0, 65535, torch.int32)
+
+        def round_trip(v):
+            return qd.dequantize_per_tensor(qd.quantize_per_tensor(v, *params), *params)
+
+        self.cache.index_copy_(0, pos, round_trip(x))
+        return round_trip(self.cache) * 2.0
+
+
+def test_a_cache_written_on_its_grid_is_not_rounded_again():
+    x, pos = torch.randn(2, 4) * 50, torch.tensor([1, 5])
+    program = export(_Cache().eval(), (x, pos), backends=["cpu"])
+    assert _ops(program)["quant"] == 1, _ops(program)
+    lean = load(export(_Cache().eval(), (x, pos))).method("forward")
+    cpu = load(program).method("forward")
+    for step, p in enumerate(([1, 5], [0, 7], [5, 2])):  # the state carries over
+        args = ((x * (step + 1)).numpy(), np.array(p))
+        assert np.array_equal(cpu(*args)[0], lean(*args)[0]), step

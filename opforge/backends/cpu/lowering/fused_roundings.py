@@ -103,6 +103,8 @@ def _cache_on_grid(x, pair: _Pair, state: dict) -> bool:
     at = _CACHE_WRITES.get(name.split(".")[0])
     if at is None or len(x.args) <= at:
         return False
+    if at == 2 and (len(x.args) > 3 and x.args[3] or x.kwargs.get("accumulate")):
+        return False  # (an accumulating index_put adds: its sums are off the grid)
     buffer, values = x.args[0], x.args[at]
     params = tuple(pair.quantize.args[1:6])
     zp, qmin, qmax = params[1], params[2], params[3]
