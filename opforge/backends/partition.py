@@ -50,6 +50,10 @@ class ExportGraph:
     # a dynamic method's symbol table (``opforge.export.symbolic.SymbolTable``), given only
     # to a backend that takes dynamic shapes (``Backend.dynamic_shapes``); else None
     symbols: Any = None
+    # the export's pool of named data (``named_data.NamedDataPool``): a backend whose
+    # partitioning makes constants (the cpu backend's trial lowering) shares them through
+    # it, so that they are made once for the check and the delegates; None: not shared
+    named_data_pool: Any = None
 
     def call_nodes(self) -> list[torch.fx.Node]:
         return [n for n in self.graph_module.graph.nodes

@@ -121,7 +121,7 @@ class Delegate(ExportPass):
                 continue
             kinds = with_program_state(method)  # state another method updates: live too
             graph = ExportGraph(method.name, method.graph_module, kinds, method.constants,
-                                symbols)
+                                symbols, method.notes.get("named_data_pool"))
             result = backend.partition(graph, request.specs)
             report["rejected"].extend(r.as_dict() for r in result.rejected)
             for nodes in result.partitions:

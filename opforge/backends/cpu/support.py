@@ -11,6 +11,7 @@ import torch
 import torch.fx
 
 from opforge.backends.cpu.lowering import Lowering, Unsupported
+from opforge.backends.named_data import NamedDataStore
 from opforge.backends.partition import op_name
 
 __all__ = ["support_check", "package_nodes"]
@@ -24,6 +25,10 @@ class _Scratch:
         self.inputs = []
         self.constants = {}
         self.symbols = getattr(graph, "symbols", None)
+        # the trial lowering's constants (a transposed copy of every linear weight) made
+        # once for it and the delegates: through the export's pool (lowering/constants.py)
+        pool = getattr(graph, "named_data_pool", None)
+        self.named_data = None if pool is None else NamedDataStore(pool)
         for node in graph.graph_module.graph.nodes:
             if node.op != "placeholder":
                 continue
