@@ -76,6 +76,7 @@ struct IntDotOp : IntWeightsOp {
   bool vnni = false;
   bool vector_quantize = false;  // quantize_row_avx512 (with the VNNI kernel: the same CPUs)
   const uint16_t* s16 = nullptr; // the scales when they are f16 (else s, f32)
+  memory wmem;                   // the weights' copy (w points into it)
   void run(Engine& e) override;
 };
 
@@ -412,8 +413,19 @@ void build_int_dot_matmul(Handle& h, const OpCall& c) {
   op->as.assign((size_t)blocks, 0.f);
   op->corr.assign((size_t)blocks, 0);
   op->vnni = vnni_allowed();
-  op->vector_quantize = op->vnni;
-  if (e.tensors[(size_t)c.ins[2]].dtype == F16) op->s16 = static_cast<const uint16_t*>(e.ptr(c.ins[2]));  // OPFORGE_CPU_INT_DOT_VNNI=0: both scalar (the tests' A/B)
+  op->vector_quantize = op->vnni;  // OPFORGE_CPU_INT_DOT_VNNI=0: both scalar (the tests' A/B)
+  // the weights copied once at init into transparent huge pages (constants.cpp's
+  // const_memory; shared by the program's engines through the weight cache; the file's pages
+  // given back after init, file_pages.py): read in place from the program's 4 KB pages, a
+  // TLB miss every 4 KB, one row streamed 15-19 GB/s, from 2 MB pages 29-30 (a standalone
+  // copy of the kernel, 768x32000 and 768x2048 int4, Zen 4, 1 thread). The scales (1/9 of
+  // the bytes) are read in place (their pages come back on the first call).
+  const int64_t wbytes = e.tensors[(size_t)c.ins[1]].numel;  // uint8, a multiple of 64
+  const uint8_t* wfrom = op->w;
+  op->wmem = derived_const(e, c.ins[1], memory::desc({wbytes / 4}, memory::data_type::f32, memory::format_tag::a),
+                           [&](float* to) { std::memcpy(to, wfrom, (size_t)wbytes); });
+  op->w = static_cast<const uint8_t*>(op->wmem.get_data_handle());
+  if (e.tensors[(size_t)c.ins[2]].dtype == F16) op->s16 = static_cast<const uint16_t*>(e.ptr(c.ins[2]));
   op->name = std::string("matmul of int8 activations on int") + (op->bits == 8 ? "8" : "4") +
              " weights (own kernel" + (op->vnni ? ", AVX512-VNNI)" : ")");
   push_op(e, std::move(op), c);
