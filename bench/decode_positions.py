@@ -183,6 +183,22 @@ def time_prefill(config: dict, threads: int, rounds: int = 5) -> list[dict]:
     return out
 
 
+def accuracy_record(dtype: str, ref, got, reference_tokens, free_tokens, prompt_tokens: int,
+                    new_tokens: int) -> dict:
+    """One cache dtype against float32: logits SQNR over every row, the share of the rows
+    that pick a new token whose argmax is float32's, and how many free-running greedy
+    tokens equal float32's before the first difference."""
+    import numpy as np
+
+    sqnr = 10 * np.log10((ref ** 2).sum() / max(((ref - got) ** 2).sum(), 1e-300))
+    steps = slice(prompt_tokens - 1, None)  # the rows that pick each new token
+    agree = float((ref[steps].argmax(-1) == got[steps].argmax(-1)).mean())
+    same = next((k for k, (a, b) in enumerate(zip(free_tokens, reference_tokens)) if a != b),
+                len(reference_tokens))
+    return {"cache": dtype, "sqnr_db": float(sqnr), "greedy_agreement": agree,
+            "free_running_equal": same, "new_tokens": new_tokens, "prompt_tokens": prompt_tokens}
+
+
 def cache_accuracy(config: dict, dtypes=("float16", "bfloat16"), prompt_tokens: int = 64,
                    new_tokens: int = 64) -> list[dict]:
     """A half-precision cache against a float32 one (eager, the same weights): logits SQNR
@@ -213,16 +229,10 @@ def cache_accuracy(config: dict, dtypes=("float16", "bfloat16"), prompt_tokens: 
         def half(dtype=dtype):
             return TinyDecoder(**config, seed=0, cache_dtype=getattr(torch, dtype)).eval()
         got = teacher_forced(half(), tokens).astype(np.float64)
-        sqnr = 10 * np.log10((ref ** 2).sum() / max(((ref - got) ** 2).sum(), 1e-300))
-        steps = slice(len(prompt) - 1, None)  # the rows that pick each new token
-        agree = float((ref[steps].argmax(-1) == got[steps].argmax(-1)).mean())
         model = half()
         with torch.no_grad():
             free = greedy_decode(lambda t, p: model(t, p), prompt, new_tokens)
-        same = next((k for k, (a, b) in enumerate(zip(free, tokens)) if a != b), len(tokens))
-        out.append({"cache": dtype, "sqnr_db": float(sqnr), "greedy_agreement": agree,
-                    "free_running_equal": same, "new_tokens": new_tokens,
-                    "prompt_tokens": prompt_tokens})
+        out.append(accuracy_record(dtype, ref, got, tokens, free, prompt_tokens, new_tokens))
         print("accuracy", out[-1], flush=True)
     return out
 
@@ -264,14 +274,8 @@ def engine_accuracy(config: dict, threads: int, dtypes=("float16", "bfloat16"),
     out = []
     for dtype in dtypes:
         got = run(decoder(dtype), tokens[:-1])
-        sqnr = 10 * np.log10((ref ** 2).sum() / max(((ref - got) ** 2).sum(), 1e-300))
-        steps = slice(prompt_tokens - 1, None)
-        agree = float((ref[steps].argmax(-1) == got[steps].argmax(-1)).mean())
         free = free_running(decoder(dtype))
-        same = next((k for k, (a, b) in enumerate(zip(free, tokens)) if a != b), len(tokens))
-        out.append({"cache": dtype, "sqnr_db": float(sqnr), "greedy_agreement": agree,
-                    "free_running_equal": same, "new_tokens": new_tokens,
-                    "prompt_tokens": prompt_tokens})
+        out.append(accuracy_record(dtype, ref, got, tokens, free, prompt_tokens, new_tokens))
         print("engine accuracy", out[-1], flush=True)
     return out
 
