@@ -79,7 +79,7 @@ const char* const kOpKinds[] = {
     "conv", "deconv", "matmul", "pool", "eltwise", "binary", "softmax", "layer_norm",
     "reduction", "copy", "ew", "reduce", "embedding", "group_norm", "kernel", "package",
     "qconv", "qmatmul", "quant", "index", "index_put", "index_copy", "rms_norm", "rope",
-    "int_matmul", "int_embedding", "attention"};  // blob.py OP_KINDS, in its order
+    "int_matmul", "int_embedding", "attention", "int_dot_matmul"};  // blob.py OP_KINDS, in its order
 
 // engine.py KERNEL_TAGS
 int32_t kernel_tag(const std::string& name) {
