@@ -143,6 +143,7 @@ DelegateSet::DelegateSet(const Program& program, const Options& options) {
     init.file_fd = options.file_fd;
     init.file_data = options.file_data;
     init.file_size = options.file_size;
+    init.file_mapped = options.file_mapped;
     init.max_memory = options.max_memory;
     init.kernels = options.kernels;
     init.shared = &shared_;

@@ -76,6 +76,7 @@ struct DelegateInit {
   int file_fd = -1;                  // the program file, open (or -1: a buffer)
   const uint8_t* file_data = nullptr;  // its bytes (segments point into them)
   size_t file_size = 0;
+  bool file_mapped = false;          // file_data is a read-only mapping of the file (FileBytes::mapped)
   int64_t max_memory = 0;            // bytes one method instance may allocate
   KernelResolver kernels;            // may be empty: no custom-op kernels
   DelegateShared* shared = nullptr;  // the program's (outlives the handle)
@@ -110,6 +111,7 @@ class DelegateSet {
     int file_fd = -1;
     const uint8_t* file_data = nullptr;
     size_t file_size = 0;
+    bool file_mapped = false;
     int64_t max_memory = 0;
     KernelResolver kernels;
   };

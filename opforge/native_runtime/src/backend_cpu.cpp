@@ -13,9 +13,12 @@
 //
 // A dynamic method's delegate (symbolic sizes) is backend_cpu_dynamic.cpp: one such engine
 // per call shape. An op-package op is a call-out to the package's execute with the
-// instance its create made (backend_cpu_package.cpp). Not done: the page give-back and file reads of
-// file_pages.py (an optimisation of resident memory; the results are the same).
+// instance its create made (backend_cpu_package.cpp). After init, the file's pages under the
+// weights the engine copied are given back, as file_pages.py does; not done: its file reads
+// of large embedding tables (an optimisation of resident memory; the results are the same).
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -97,6 +100,7 @@ class CpuHandle final : public DelegateHandle {
   void add_kernel(const PlanOp& op, size_t i, const DelegateInit& init);
   void add_package(const PlanOp& op, size_t i, const DelegateInit& init);
   void build(const DelegateInit& init);
+  void give_back(const std::vector<std::pair<const uint8_t*, int64_t>>& spans, const DelegateInit& init) const;
   void check_view(const opforge_tensor& v, int32_t tid, const char* kind, int64_t k) const;
 
   // op-package instances: destroyed after the engine (members go after ~CpuHandle's body)
@@ -208,6 +212,7 @@ void CpuHandle::build(const DelegateInit& init) {
   }, api_.weight_cache_free);
   check(api_.use_weight_cache(engine_, cache, err, kEngineError), err, "weight cache");
 
+  std::vector<std::pair<const uint8_t*, int64_t>> spans(plan_.tensors.size(), {nullptr, 0});  // constants
   for (size_t i = 0; i < plan_.tensors.size(); ++i) {
     const PlanTensor& t = plan_.tensors[i];
     int32_t storage = storage_of(t.role);
@@ -217,6 +222,7 @@ void CpuHandle::build(const DelegateInit& init) {
       data = constant(t, i, init);
       nbytes = t.data_offset >= 0 ? t.data_nbytes : t.named_nbytes;
       if (reinterpret_cast<uintptr_t>(data) % 64 == 0) storage = 3;  // else the engine copies it
+      spans[i] = {static_cast<const uint8_t*>(data), nbytes};
     }
     int32_t id = api_.add_tensor(engine_, t.dtype, (int32_t)t.dims.size(), t.dims.data(), t.strides.data(),
                                  data, nbytes, t.role == Role::Alias ? t.base : -1,
@@ -243,6 +249,7 @@ void CpuHandle::build(const DelegateInit& init) {
   check(api_.finalize(engine_, plan_.inputs.data(), (int32_t)plan_.inputs.size(), plan_.outputs.data(),
                       (int32_t)plan_.outputs.size(), err, kEngineError),
         err, "finalize");
+  give_back(spans, init);
 
   // the DelegateCall's outputs: the engine's own, and at each state position the state
   // input itself (written in place; blob.py)
@@ -277,6 +284,41 @@ void CpuHandle::build(const DelegateInit& init) {
   in_ptrs_.assign(std::max<size_t>(plan_.inputs.size(), 1), nullptr);
   out_ptrs_.assign(std::max<size_t>(plan_.outputs.size(), 1), nullptr);
   for (size_t k = 0; k < debug_.size(); ++k) out_ptrs_[(size_t)own + k] = debug_[k].get();
+}
+
+// The program file's pages under the constants the engine copied at init (weights reordered
+// into its layouts, a quantized op's scales) that no op reads in place: dropped, or those
+// weights are resident twice (file_pages.py COPIED_AT_INIT, the Python runtime's rule). Only
+// on a read-only mapping of the file, whose clean pages a later read (another call shape's
+// engine, a crash report) faults in again unchanged; whole pages inside each constant.
+void CpuHandle::give_back(const std::vector<std::pair<const uint8_t*, int64_t>>& spans,
+                          const DelegateInit& init) const {
+  if (!init.file_mapped || init.file_data == nullptr) return;
+  static const char* const kCopiedAtInit[] = {"conv", "deconv", "matmul", "qconv", "qmatmul", "int_dot_matmul"};
+  const size_t n = plan_.tensors.size();
+  auto root = [&](int32_t t) {  // an alias's base is an earlier tensor (checked by the blob's parse)
+    while (t >= 0 && (size_t)t < n && plan_.tensors[(size_t)t].role == Role::Alias) t = plan_.tensors[(size_t)t].base;
+    return t >= 0 && (size_t)t < n ? (size_t)t : n;
+  };
+  std::vector<char> copied(n + 1, 0), in_place(n + 1, 0);
+  for (const PlanOp& op : plan_.ops) {
+    bool at_init = false;
+    for (const char* k : kCopiedAtInit) at_init = at_init || op.kind == k;
+    for (size_t k = 0; k < op.in.size(); ++k) (at_init && k > 0 ? copied : in_place)[root(op.in[k])] = 1;
+    for (const PlanPostOp& p : op.post)
+      if (p.kind == 1) in_place[root(p.tensor)] = 1;
+  }
+  for (int32_t t : plan_.outputs) in_place[root(t)] = 1;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(init.file_data), hi = lo + init.file_size;
+  for (size_t t = 0; t < n; ++t) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(spans[t].first);
+    if (!copied[t] || in_place[t] || at == 0 || spans[t].second <= 0 || at < lo || at > hi ||
+        (uintptr_t)spans[t].second > hi - at)
+      continue;
+    const uintptr_t first = (at + page - 1) / page * page, end = (at + (uintptr_t)spans[t].second) / page * page;
+    if (end > first) madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);  // a hint: errors change nothing
+  }
 }
 
 void CpuHandle::check_view(const opforge_tensor& v, int32_t tid, const char* kind, int64_t k) const {

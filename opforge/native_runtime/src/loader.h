@@ -33,6 +33,8 @@ class FileBytes {
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // a read-only mapping of the file: pages dropped with MADV_DONTNEED fault in again unchanged
+  bool mapped() const { return map_ != nullptr; }
 
  private:
   FileBytes() = default;
