@@ -100,7 +100,15 @@ class CpuHandle final : public DelegateHandle {
   void add_kernel(const PlanOp& op, size_t i, const DelegateInit& init);
   void add_package(const PlanOp& op, size_t i, const DelegateInit& init);
   void build(const DelegateInit& init);
-  void give_back(const std::vector<std::pair<const uint8_t*, int64_t>>& spans, const DelegateInit& init) const;
+  // an alias's base tensor (an earlier one, checked by the blob's parse); tensors.size() if none
+  size_t root(int32_t t) const {
+    const size_t n = plan_.tensors.size();
+    while (t >= 0 && (size_t)t < n && plan_.tensors[(size_t)t].role == Role::Alias) t = plan_.tensors[(size_t)t].base;
+    return t >= 0 && (size_t)t < n ? (size_t)t : n;
+  }
+  using Spans = std::vector<std::pair<const uint8_t*, int64_t>>;
+  std::vector<char> droppable(const Spans& spans, const DelegateInit& init) const;
+  void give_back(const PlanOp& op, const Spans& spans, std::vector<char>& drop) const;
   void check_view(const opforge_tensor& v, int32_t tid, const char* kind, int64_t k) const;
 
   // op-package instances: destroyed after the engine (members go after ~CpuHandle's body)
@@ -212,7 +220,7 @@ void CpuHandle::build(const DelegateInit& init) {
   }, api_.weight_cache_free);
   check(api_.use_weight_cache(engine_, cache, err, kEngineError), err, "weight cache");
 
-  std::vector<std::pair<const uint8_t*, int64_t>> spans(plan_.tensors.size(), {nullptr, 0});  // constants
+  Spans spans(plan_.tensors.size(), {nullptr, 0});  // the constants' bytes
   for (size_t i = 0; i < plan_.tensors.size(); ++i) {
     const PlanTensor& t = plan_.tensors[i];
     int32_t storage = storage_of(t.role);
@@ -229,6 +237,7 @@ void CpuHandle::build(const DelegateInit& init) {
                                  t.role == Role::Alias ? t.offset : 0, storage, err, kEngineError);
     if (id != (int32_t)i) raise(OPF_ERR_PROGRAM, "cpu backend: tensors[" + std::to_string(i) + "]: " + err);
   }
+  std::vector<char> drop = droppable(spans, init);
   for (size_t i = 0; i < plan_.ops.size(); ++i) {
     const PlanOp& op = plan_.ops[i];
     std::string what = "ops[" + std::to_string(i) + "] (" + (op.name.empty() ? op.kind : op.name) + ")";
@@ -244,12 +253,12 @@ void CpuHandle::build(const DelegateInit& init) {
                         (int32_t)op.out.size(), op.ia.data(), (int32_t)op.ia.size(), op.fa.data(),
                         (int32_t)op.fa.size(), err, kEngineError),
             err, what);
+      give_back(op, spans, drop);  // its weights are copied: the peak of init holds one in the file
     }
   }
   check(api_.finalize(engine_, plan_.inputs.data(), (int32_t)plan_.inputs.size(), plan_.outputs.data(),
                       (int32_t)plan_.outputs.size(), err, kEngineError),
         err, "finalize");
-  give_back(spans, init);
 
   // the DelegateCall's outputs: the engine's own, and at each state position the state
   // input itself (written in place; blob.py)
@@ -286,36 +295,49 @@ void CpuHandle::build(const DelegateInit& init) {
   for (size_t k = 0; k < debug_.size(); ++k) out_ptrs_[(size_t)own + k] = debug_[k].get();
 }
 
-// The program file's pages under the constants the engine copied at init (weights reordered
-// into its layouts, a quantized op's scales) that no op reads in place: dropped, or those
-// weights are resident twice (file_pages.py COPIED_AT_INIT, the Python runtime's rule). Only
-// on a read-only mapping of the file, whose clean pages a later read (another call shape's
-// engine, a crash report) faults in again unchanged; whole pages inside each constant.
-void CpuHandle::give_back(const std::vector<std::pair<const uint8_t*, int64_t>>& spans,
-                          const DelegateInit& init) const {
-  if (!init.file_mapped || init.file_data == nullptr) return;
-  static const char* const kCopiedAtInit[] = {"conv", "deconv", "matmul", "qconv", "qmatmul", "int_dot_matmul"};
+namespace {
+const char* const kCopiedAtInit[] = {"conv", "deconv", "matmul", "qconv", "qmatmul", "int_dot_matmul"};
+bool copied_at_init(const std::string& kind) {
+  for (const char* k : kCopiedAtInit)
+    if (kind == k) return true;
+  return false;
+}
+}  // namespace
+
+// The program file's pages under the constants the engine copies at init (weights reordered
+// into its layouts, a quantized op's scales) that no op reads in place are given back as each
+// op is built, or those weights are resident twice (file_pages.py COPIED_AT_INIT, the Python
+// runtime's rule). Only on a read-only mapping of the file, whose clean pages a later read
+// (another call shape's engine, a crash report) faults in again unchanged; whole pages inside
+// each constant. droppable: per tensor, 1 where its root's pages may go.
+std::vector<char> CpuHandle::droppable(const Spans& spans, const DelegateInit& init) const {
   const size_t n = plan_.tensors.size();
-  auto root = [&](int32_t t) {  // an alias's base is an earlier tensor (checked by the blob's parse)
-    while (t >= 0 && (size_t)t < n && plan_.tensors[(size_t)t].role == Role::Alias) t = plan_.tensors[(size_t)t].base;
-    return t >= 0 && (size_t)t < n ? (size_t)t : n;
-  };
   std::vector<char> copied(n + 1, 0), in_place(n + 1, 0);
+  if (!init.file_mapped || init.file_data == nullptr) return copied;
   for (const PlanOp& op : plan_.ops) {
-    bool at_init = false;
-    for (const char* k : kCopiedAtInit) at_init = at_init || op.kind == k;
+    const bool at_init = copied_at_init(op.kind);
     for (size_t k = 0; k < op.in.size(); ++k) (at_init && k > 0 ? copied : in_place)[root(op.in[k])] = 1;
     for (const PlanPostOp& p : op.post)
       if (p.kind == 1) in_place[root(p.tensor)] = 1;
   }
   for (int32_t t : plan_.outputs) in_place[root(t)] = 1;
-  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   const uintptr_t lo = reinterpret_cast<uintptr_t>(init.file_data), hi = lo + init.file_size;
   for (size_t t = 0; t < n; ++t) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(spans[t].first);
-    if (!copied[t] || in_place[t] || at == 0 || spans[t].second <= 0 || at < lo || at > hi ||
-        (uintptr_t)spans[t].second > hi - at)
-      continue;
+    copied[t] = copied[t] && !in_place[t] && at != 0 && spans[t].second > 0 && at >= lo && at <= hi &&
+                (uintptr_t)spans[t].second <= hi - at;
+  }
+  return copied;
+}
+
+void CpuHandle::give_back(const PlanOp& op, const Spans& spans, std::vector<char>& drop) const {
+  if (!copied_at_init(op.kind)) return;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (size_t k = 1; k < op.in.size(); ++k) {
+    const size_t t = root(op.in[k]);
+    if (!drop[t]) continue;
+    drop[t] = 0;  // once
+    const uintptr_t at = reinterpret_cast<uintptr_t>(spans[t].first);
     const uintptr_t first = (at + page - 1) / page * page, end = (at + (uintptr_t)spans[t].second) / page * page;
     if (end > first) madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);  // a hint: errors change nothing
   }
