@@ -38,6 +38,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from llm_models import CONFIGS, NEW_TOKENS, PROMPT_TOKENS  # noqa: E402
+from llm_report import PEERS  # noqa: E402
 from llm_worker import NATIVE, artifact, native_command  # noqa: E402
 from machine import describe_machine, machine_slug  # noqa: E402
 
@@ -192,10 +193,13 @@ def markdown(setup: dict, rows: dict[str, dict]) -> str:
     lines.append("| **sampled peak VmRSS** | " + " | ".join(
         f"**{r['peak_rss_mb']:.1f}**" for r in rows.values()) + " |")
     lines.append("| VmHWM | " + " | ".join(f"{r['vm_hwm_mb']:.1f}" for r in rows.values()) + " |")
-    peer = next((r for name, r in rows.items() if name.startswith("llamacpp-")), None)
-    if peer:
-        lines.append("| × llama.cpp (VmHWM) | " + " | ".join(
-            f"{r['vm_hwm_mb'] / peer['vm_hwm_mb']:.2f}" for r in rows.values()) + " |")
+    # each row against llama.cpp at its own precision (llm_report.PEERS: F32, Q8_0, Q4_0)
+    def ratio(name: str, r: dict) -> str:
+        peer = rows.get(PEERS.get(name, ("", None))[1] or "")
+        return f"{r['vm_hwm_mb'] / peer['vm_hwm_mb']:.2f}" if peer else "–"
+    if any(PEERS.get(name, ("", None))[1] in rows for name in rows):
+        lines.append("| × llama.cpp at its precision (VmHWM) | " + " | ".join(
+            ratio(name, r) for name, r in rows.items()) + " |")
     for name, r in rows.items():
         lines += ["", f"## {name}", "", "| mapping | MB resident at the peak |", "| --- | ---: |"]
         lines += [f"| {k} | {v:.1f} |" for k, v in r["mappings_mb"].items()]
