@@ -14,6 +14,11 @@ cache reads 11 slots) instead of every slot under a mask; ``cache_dtype=torch.fl
 (or ``torch.bfloat16``) stores the caches at half the bytes, converted from float32 where
 a step writes them and back to float32 where attention reads them.
 
+``logits_to_keep=1`` (transformers' name; ``0``, the default, keeps every row) returns the
+logits of the last ``n`` rows only: a prompt's call then computes ``[1, vocab]`` instead of
+``[seq, vocab]`` (the output projection of the other rows is the work generation throws
+away: it reads the last row only, as llama.cpp's prompt processing computes it only).
+
 >>> import torch
 >>> model = TinyDecoder().eval()
 >>> tokens = greedy_decode(lambda t, p: model(t, p), [1, 2, 3], 4)
@@ -114,11 +119,14 @@ class TinyDecoder(nn.Module):
     """``forward(tokens[seq] int64, positions[seq] int64) -> logits[seq, vocab]``; the
     caches hold ``max_len`` positions, stored as ``cache_dtype``. ``attend="capacity"``
     (the default) scores every slot and masks the unwritten ones; ``"filled"`` reads slots
-    ``0..max(positions)`` only (the same logits: a masked slot's weight is exactly 0)."""
+    ``0..max(positions)`` only (the same logits: a masked slot's weight is exactly 0).
+    ``logits_to_keep=n`` (``n >= 1``) returns the last ``min(n, seq)`` rows' logits only;
+    ``0`` (the default) every row's."""
 
     def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4, kv_heads: int = 2,
                  hidden: int = 64, layers: int = 2, max_len: int = 48, seed: int = 0,
-                 attend: str = "capacity", cache_dtype: torch.dtype = torch.float32) -> None:
+                 attend: str = "capacity", cache_dtype: torch.dtype = torch.float32,
+                 logits_to_keep: int = 0) -> None:
         super().__init__()
         if attend not in ("capacity", "filled"):
             raise ValueError(f"TinyDecoder(attend=...): {attend!r} — valid: 'capacity' (every "
@@ -126,8 +134,13 @@ class TinyDecoder(nn.Module):
         if cache_dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"TinyDecoder(cache_dtype=...): {cache_dtype} — valid: "
                              "torch.float32, torch.float16 or torch.bfloat16")
+        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) \
+                or logits_to_keep < 0:
+            raise ValueError(f"TinyDecoder(logits_to_keep=...): {logits_to_keep!r} — valid: 0 "
+                             "(every row's logits) or n >= 1 (the last n rows') — fix: pass "
+                             "1 for generation, which reads the last row only")
         generator = torch.Generator().manual_seed(seed)
-        self.max_len, self.attend = max_len, attend
+        self.max_len, self.attend, self.logits_to_keep = max_len, attend, logits_to_keep
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, hidden, max_len, cache_dtype)
                                     for _ in range(layers))
@@ -158,6 +171,8 @@ class TinyDecoder(nn.Module):
         mask = slots[None, :] > positions[:, None]  # causal over the slots attended to
         for block in self.blocks:
             x = block(x, positions, cos, sin, mask)
+        if self.logits_to_keep:
+            x = x[-self.logits_to_keep:]  # the rows whose logits are kept (all when fewer)
         return self.head(self.norm(x))
 
 
