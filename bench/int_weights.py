@@ -61,9 +61,9 @@ def _slug(variant: str) -> str:
     return variant.replace(" ", "-")
 
 
-def prepare(config: str, variant: str, workdir: pathlib.Path) -> dict:
+def prepare(config: str, variant: str, workdir: pathlib.Path, logits_to_keep: int = 0) -> dict:
     """Export one variant to ``workdir/<variant>/<config>-opforge-cpu.opf`` (the path
-    ``llm_worker.py`` measures)."""
+    ``llm_worker.py`` measures); ``logits_to_keep`` is TinyDecoder's (bench/llm.py: 1)."""
     import torch
 
     from opforge.export import export
@@ -72,7 +72,7 @@ def prepare(config: str, variant: str, workdir: pathlib.Path) -> dict:
     from opforge.quantize.packing import pack_4bit_weights
     from opforge.quantize.weights_only import weights_only
 
-    model = build(config)
+    model = build(config, logits_to_keep)
     seq = torch.export.Dim("seq", min=1, max=model.max_len)
     dynamic = ({0: seq}, {0: seq})
     ids = prompt(config)

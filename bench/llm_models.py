@@ -13,6 +13,9 @@ ONNX Runtime gets (the KV cache as inputs and outputs instead of state).
   (opforge-cpu and llama.cpp, one file at a time: a float32 program is 6 GB).
 
 Weights are random (``TinyDecoder(seed=0)``): no download, the same model in every process.
+``build(config, logits_to_keep=1)`` returns the last row's logits only (TinyDecoder's
+option): what generation reads and what llama-bench's prompt processing computes;
+bench/llm.py builds every runtime's model so (``--logits-to-keep``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ PROMPT_TOKENS = 128
 NEW_TOKENS = 128
 
 
-def build(config: str):
+def build(config: str, logits_to_keep: int = 0):
     from opforge.examples.decoder import TinyDecoder
 
-    return TinyDecoder(**CONFIGS[config], seed=0).eval()
+    return TinyDecoder(**CONFIGS[config], seed=0, logits_to_keep=logits_to_keep).eval()
 
 
 def prompt(config: str) -> list[int]:
@@ -83,6 +86,8 @@ def cache_functional(model):
                 x = x + a.o(out.transpose(0, 1).reshape(seq, -1))
                 h = block.norm2(x)
                 x = x + block.down(torch.nn.functional.silu(block.gate(h)) * block.up(h))
+            if m.logits_to_keep:
+                x = x[-m.logits_to_keep:]
             return (m.head(m.norm(x)), *new)
 
     return CacheIO().eval()
