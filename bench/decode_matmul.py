@@ -9,7 +9,9 @@ a linear layer): ``matmul`` of [M, K] by a constant [K, N] on oneDNN's matmul
 (``OPFORGE_CPU_DECODE_MATMUL=0``) and on the engine's decode-shaped kernel, which reads
 the same reordered weights (``native/small_matmul.cpp``; the engine takes it for these
 shapes), ``int_matmul`` of int8 per-channel and int4 blocks-of-32 weights
-(``native/int_matmul.cpp``), and ``int_dot_matmul`` of int8 activations quantized per
+(``native/int_matmul.cpp``), the same int4 weights against activations on a 16-bit grid
+(``int_matmul``'s int16 mode, what a 16a4w_block program runs: ``native/int_matmul16.cpp``,
+AVX512-VNNI int16 dot products where the CPU has them), and ``int_dot_matmul`` of int8 activations quantized per
 block of 32 in the call against int8 and int4 blocks-of-32 weights (schemes 8da8w and 8da4w:
 ``native/int_dot_matmul.cpp``, integer dot products, AVX512-VNNI where the CPU has it). A decode
 step reads each weight once, from memory: the weights of a real decoder (hundreds of MB)
@@ -40,7 +42,8 @@ from machine import describe_machine  # noqa: E402
 
 SHAPES = ("768x768", "768x256", "768x2048", "2048x768", "768x32000")
 KINDS = ("float32 (oneDNN)", "float32 (own)", "int8 per channel", "int4 block 32",
-         "8da8w (int dot)", "8da4w (int dot)")
+         "int4 block 32, int16 a", "8da8w (int dot)", "8da4w (int dot)")
+GRID = 4.0 / 32767  # the int16 kind's activation grid: fl(i·GRID), |i| <= 32767
 TOTAL = 160 << 20
 
 
@@ -75,7 +78,7 @@ def plan(kind: str, m: int, k: int, n: int, seed: int):
     scales = torch.from_numpy(rng.random((n, -(-k // group))).astype(np.float32) * 0.01)
     packed, panel_scales = IntWeight(q, scales, group, bits).packed()
     p.op("int_matmul", [a, p.const(packed.numpy()), p.const(panel_scales.numpy())], [y],
-         ia=[bits, group])
+         ia=[bits, group], fa=[GRID] if "int16" in kind else [])
     return p, packed.numel() + panel_scales.numel() * 4
 
 
@@ -92,6 +95,8 @@ def time_kind(kind: str, m: int, k: int, n: int, rounds: int) -> tuple[float, in
     finally:
         os.environ.pop("OPFORGE_CPU_DECODE_MATMUL", None)
     x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
+    if "int16" in kind:  # on the grid the op's fa names
+        x = np.round(x / GRID).astype(np.float32) * np.float32(GRID)
     calls = [Binding(h, [x], [np.zeros((m, n), np.float32)]) for h in handles]
     for call in calls:  # warm: first-run work, page faults
         call()

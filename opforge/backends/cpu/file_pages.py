@@ -35,7 +35,8 @@ __all__ = ["COPIED_AT_INIT", "GATHERED", "FilePages", "PagePlan"]
 
 # op kinds whose constant operands after the first (weights, biases, weight scales) the
 # engine copies at init (reorder_const; a quantized op's scales memcpy'd): never read again
-COPIED_AT_INIT = frozenset({"conv", "deconv", "matmul", "qconv", "qmatmul", "int_dot_matmul"})
+COPIED_AT_INIT = frozenset({"conv", "deconv", "matmul", "qconv", "qmatmul", "int_dot_matmul",
+                            "int_matmul"})
 # op kinds that read a few rows of their first operand per call (a table)
 GATHERED = frozenset({"embedding", "index"})
 # an embedding table up to this size is read through the mapping, not from the file: all of

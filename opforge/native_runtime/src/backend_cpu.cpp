@@ -296,7 +296,8 @@ void CpuHandle::build(const DelegateInit& init) {
 }
 
 namespace {
-const char* const kCopiedAtInit[] = {"conv", "deconv", "matmul", "qconv", "qmatmul", "int_dot_matmul"};
+const char* const kCopiedAtInit[] = {"conv", "deconv", "matmul", "qconv", "qmatmul",
+                                     "int_dot_matmul", "int_matmul"};
 bool copied_at_init(const std::string& kind) {
   for (const char* k : kCopiedAtInit)
     if (kind == k) return true;

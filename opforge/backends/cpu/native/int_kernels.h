@@ -32,6 +32,32 @@ struct IntWeightsOp : Op {
   int team = 1;
 };
 
+// int_matmul's op (int_matmul.cpp; its int16 mode in int_matmul16.cpp)
+struct IntMatmulOp : IntWeightsOp {
+  int64_t kr = 0;               // packed rows per panel: K (8 bits) or ceil(K/2) (4 bits)
+  bool vector512 = false;
+  bool wide = false;            // the dequantize-once path (M >= kWideRows, AVX-512)
+  memory wmem, smem;            // the weights' and scales' copies (w and s point into them)
+  // the int16 mode (fa [s], 4 bits, AVX512-VNNI: int_matmul16.cpp): weights and scales in
+  // its own layout (w and s then point to it), this call's activations as integers
+  bool act16 = false;
+  float act_scale = 0.f, act_inv = 0.f;
+  int64_t l8 = 0, octs = 0;     // a block's activations padded to 8; its 8-k rows
+  std::vector<int16_t> aq;      // [M, G, l8] i = round(a / s), zero padded
+  std::vector<int32_t> corr;    // [M, G] 8·Σ i (the weights' nibbles stored + 8)
+  void run(Engine& e) override;
+};
+
+// int_matmul16.cpp: may the int16 mode run (AVX512-VNNI, OPFORGE_CPU_INT_MATMUL_VNNI not 0,
+// read when the op is built); its weights and scales copied into its layout at build; one
+// call (false: a row's integers do not fit int16, nothing written: the caller takes the
+// float path); the wide path's dequantize from its layout (int_matmul.cpp's arithmetic)
+bool int16_mode_allowed();
+void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op);
+bool int16_run(IntMatmulOp& op, const float* a, float* d);
+void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np, int64_t k0, int64_t kn, float* wf);
+constexpr int64_t kInt16MaxGroup = 4096;  // int16 mode: |Σ i·q| < 2^31 over a block
+
 // the contract's shared checks: ins [a, w, scales, (bias)], outs [d], no post-ops; a f32
 // [M, K] and d f32 [M, N], columns contiguous, d's rows apart by at least N, another root
 // than a; w and scales constants; the bias a dense f32 constant of N elements; M·K·N

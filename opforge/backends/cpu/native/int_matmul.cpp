@@ -50,6 +50,9 @@
 
 #include <omp.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "int_kernels.h"
 
 namespace ofc {
@@ -65,13 +68,6 @@ constexpr int64_t kWideRows = 24;
 constexpr int64_t kWideK = 256;   // k per dequantized block: 256 × 64 floats, 64 KiB (128: slower)
 constexpr int kWideBlock = 6;     // rows per block of the wide microkernel (24 accumulators)
 constexpr int64_t kWideBytes = kWideK * kChunk * kLanes * 4 + 64;  // a thread's buffer, aligned
-
-struct IntMatmulOp : IntWeightsOp {
-  int64_t kr = 0;               // packed rows per panel: K (8 bits) or ceil(K/2) (4 bits)
-  bool vector512 = false;
-  bool wide = false;            // the dequantize-once path (M ≥ kWideRows, AVX-512)
-  void run(Engine& e) override;
-};
 
 // ---- portable kernel: R rows × one panel, 16 accumulators per row --------------------------
 template <int BITS>
@@ -252,7 +248,8 @@ OFC_AVX512 void wide_chunk(const IntMatmulOp& op, const float* a, float* d, int6
   const int np = (int)std::min<int64_t>(kChunk, op.panels - p0);
   for (int64_t k0 = 0; k0 < op.k; k0 += kWideK) {
     const int64_t kn = std::min(kWideK, op.k - k0);
-    dequantize_chunk<BITS>(op, p0, np, k0, kn, wf);
+    if (op.act16) dequantize_chunk16(op, p0, np, k0, kn, wf);  // its layout, the same products
+    else dequantize_chunk<BITS>(op, p0, np, k0, kn, wf);
     const bool first = k0 == 0, last = k0 + kn == op.k;
     // rows in blocks as even as kWideBlock allows (8 rows: 4 + 4, not 6 + 2)
     const int64_t blocks = (op.m + kWideBlock - 1) / kWideBlock;
@@ -287,12 +284,15 @@ void chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0, int64_t 
   });
 }
 
+}  // namespace
+
 void IntMatmulOp::run(Engine& e) {
   const float* a = static_cast<const float*>(e.ptr(ins[0]));
   float* d = static_cast<float*>(e.ptr(outs[0]));
   const int64_t chunks = (panels + kChunk - 1) / kChunk;
 #if defined(__x86_64__)
-  if (wide) {  // each thread its own 64-byte aligned buffer of the scratch (sized at build)
+  if (act16 && !wide && int16_run(*this, a, d)) return;
+  if (wide || act16) {  // each thread its own 64-byte aligned buffer of the scratch (sized at build)
     const uintptr_t base = reinterpret_cast<uintptr_t>(e.scratch.data());
     auto body = [&](int64_t i, int slot) {
       float* wf = reinterpret_cast<float*>(((base + (uintptr_t)slot * kWideBytes) + 63) & ~(uintptr_t)63);
@@ -314,14 +314,23 @@ void IntMatmulOp::run(Engine& e) {
   });
 }
 
-}  // namespace
 
 void contract_int_matmul(const Engine& e, const OpCall& c) {
   const std::string& kind = c.kind;
   int64_t M = 0, K = 0, N = 0;
   need_int_weights_operands(e, c, M, K, N);
-  need(c.ia.size() == 2 && c.fa.empty(), kind, "takes ia [bits, group] and no fa");
+  need(c.ia.size() == 2 && c.fa.size() <= 1, kind, "takes ia [bits, group] and fa [] or [activation scale]");
   const int64_t bits = c.ia[0], group = c.ia[1];
+  if (c.fa.size() == 1) {  // the int16 mode (int_matmul16.cpp)
+    const double s = c.fa[0];
+    need(bits == 4 && std::isfinite(s) && s > 0 && (float)s > 0 && std::isfinite(1.f / (float)s), kind,
+         "fa [activation scale]: 4-bit weights only, the scale a finite float32 > 0 whose inverse is finite");
+    need(group <= kInt16MaxGroup, kind, "fa [activation scale]: the group must be at most 4096");
+    int64_t values = 0;  // the activations as integers: M·G·(group rounded up to 8)
+    need(!__builtin_mul_overflow(M, (K + group - 1) / group, &values) &&
+             !__builtin_mul_overflow(values, (group + 7) / 8 * 8, &values) && values <= kMaxElements,
+         kind, "fa [activation scale]: M·ceil(K/group)·group (rounded up to 8) exceeds 2^40");
+  }
   need(bits == 4 || bits == 8, kind, "bits must be 4 or 8");
   const Tensor& w = e.tensors[(size_t)c.ins[1]];
   const Tensor& s = e.tensors[(size_t)c.ins[2]];
@@ -346,8 +355,28 @@ void build_int_matmul(Handle& h, const OpCall& c) {
   // OPFORGE_CPU_INT_MATMUL_WIDE=0: the register path at every M (the A/B of the bench, and
   // the tests' reference for the wide path's bits)
   op->wide = op->vector512 && op->m >= kWideRows && avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_WIDE");
-  if (op->wide) grow_scratch(e, mul_c(op->team, kWideBytes, "int_matmul"));
+  if (c.fa.size() == 1 && int16_mode_allowed()) {
+    int16_setup(e, c, *op);  // its own layout (w and s point to it)
+  } else {
+    // the weights and scales copied once at init into transparent huge pages (constants.cpp;
+    // shared by the program's engines through the weight cache; the file's pages given back,
+    // file_pages.py COPIED_AT_INIT): read in place from the file's 4 KB pages a decode step
+    // took a TLB miss every 4 KB (bench/decode_matmul.py, Zen 4, 1 thread, int4 768x2048
+    // one row: 107 µs in place, see bench/results/quantized_16a4w_block.md for the copy)
+    const int64_t wbytes = e.tensors[(size_t)c.ins[1]].numel;  // P·kr·16 bytes: a multiple of 16
+    const int64_t sfloats = e.tensors[(size_t)c.ins[2]].numel;
+    const uint8_t* wfrom = op->w;
+    const float* sfrom = op->s;
+    op->wmem = derived_const(e, c.ins[1], memory::desc({wbytes / 4}, memory::data_type::f32, memory::format_tag::a),
+                             [&](float* to) { std::memcpy(to, wfrom, (size_t)wbytes); });
+    op->w = static_cast<const uint8_t*>(op->wmem.get_data_handle());
+    op->smem = derived_const(e, c.ins[2], memory::desc({sfloats}, memory::data_type::f32, memory::format_tag::a),
+                             [&](float* to) { std::memcpy(to, sfrom, (size_t)sfloats * 4); });
+    op->s = static_cast<const float*>(op->smem.get_data_handle());
+  }
+  if (op->wide || op->act16) grow_scratch(e, mul_c(op->team, kWideBytes, "int_matmul"));
   op->name = std::string("matmul on int") + (op->bits == 8 ? "8" : "4") + " weights (own kernel" +
+             (op->act16 ? ", int16 activations, AVX512-VNNI" : "") +
              (op->wide ? ", AVX-512, dequantized once a call)" : op->vector512 ? ", AVX-512)" : ")");
   push_op(e, std::move(op), c);
 }

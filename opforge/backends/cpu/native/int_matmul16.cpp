@@ -1,0 +1,249 @@
+// int_matmul's int16 mode: 4-bit weights against activations that lie on a 16-bit
+// quantized grid (fa [s]: every value of a is fl(i·s) for an integer i, what a 16-bit
+// scheme's dequantize writes; lowering/int_weights.py passes s only when the graph says so).
+// Each row of a is made integers once a call, i = round(a · fl(1/s)) (exact: fl(fl(i·s) ·
+// fl(1/s)) lies within 0.012 of i for |i| <= 2^16, lowering/quantized.py's _on_grid), and
+// each block's products are summed exactly in int32 by AVX512-VNNI vpdpwssd (32 int16
+// products an instruction, a pair of k per 32-bit lane): where int_matmul's float path
+// spends ~4 vector instructions per k and 16 columns (unpack, scale, multiply-add), this one
+// spends ~1.75 (a third of a shift, an and, a vpdpwssd).
+//
+// Arithmetic: per row m and block g, S = Σ_k i[k]·q[k, n] in int32, exact (computed as
+// Σ i·(q + 8) - 8·Σ i, the weights' nibbles stored + 8; modulo 2^32, and |S| <= 2^18·group
+// < 2^31 for group <= 4096); acc = fma(float(S), scale_w[n, g], acc) for g in order;
+// d[m, n] = fma(acc, s, bias[n]). Against the lean runtime (the float32 values fl(i·s) and
+// fl(q·scale) multiplied in float32, any order): each side lies within γ(K+1)·(Σ|a·w| +
+// |bias|) resp. γ(G+5)·(Σ|a·w| + |bias|) of the exact sum of lean's operands (the int sum
+// is exact; the conversion, G fused multiply-adds, the final fma: G+2 roundings, and fl(i·s),
+// fl(q·scale) differ from i·s, q·scale by a relative 2^-24 each), so they differ by at
+// most (γ(K+1) + γ(G+5))·(Σ_k |a·w| + |bias|) <= 2·γ(K+5)·(...)
+// (tests/backends/test_cpu_int_matmul16.py holds it).
+// A row with an integer past int16 (a NaN or an infinity among them) makes the whole call
+// take int_matmul's float path (the dequantize-once one, from this layout): its arithmetic,
+// its bound.
+//
+// Layout (made at build from the contract's [P, ceil(K/2), 16] bytes; the file keeps the
+// contract's): a block's activations padded with zeros to l8 = group rounded up to 8, each
+// 8 of k one "row" of 64 bytes per panel: lane j's 32-bit word holds column 16p + j's
+// (q + 8) of k = 8o + t at bits 16·(t mod 2) + 4·(t div 2) (so `(word >> 4u) & 0x000F000F`
+// is the int16 pair of k 2u, 2u + 1); rows ordered [chunk of 4 panels][block][row][panel],
+// one stream per chunk (int_dot_matmul.cpp's order); the scales likewise [chunk][block]
+// [panel][16]. The copies are in transparent huge pages (constants.cpp).
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "int_kernels.h"
+
+namespace ofc {
+
+namespace {
+
+constexpr int kLanes = kIntLanes;
+constexpr int kChunk = kIntChunk;
+constexpr int kPairRows = 2;  // rows per block of the kernel (2 × 4 panels: 16 sums, 16 accumulators)
+
+// the index of the first 64-byte row of block g, 8-k row o of panel p (rows of a block's
+// panels interleaved: np apart)
+inline int64_t row16(const IntMatmulOp& op, int64_t p, int64_t g, int64_t o) {
+  const int64_t c = p / kChunk, np = std::min<int64_t>(kChunk, op.panels - c * kChunk);
+  return (c * kChunk * op.groups + g * np) * op.octs + o * np + (p - c * kChunk);
+}
+
+// the index of panel p's 16 scales of block g
+inline int64_t scale16(const IntMatmulOp& op, int64_t p, int64_t g) {
+  const int64_t c = p / kChunk, np = std::min<int64_t>(kChunk, op.panels - c * kChunk);
+  return (c * kChunk * op.groups + g * np + (p - c * kChunk)) * kLanes;
+}
+
+// the contract's weights (`from`: [P, ceil(K/2), 16]) in this mode's layout
+void repack_weights(const IntMatmulOp& op, const uint8_t* from, uint32_t* to) {
+  for (int64_t p = 0; p < op.panels; ++p)
+    for (int64_t g = 0; g < op.groups; ++g)
+      for (int64_t o = 0; o < op.octs; ++o) {
+        uint32_t* row = to + row16(op, p, g, o) * kLanes;
+        for (int j = 0; j < kLanes; ++j) {
+          uint32_t word = 0;
+          for (int t = 0; t < 8; ++t) {
+            const int64_t r = 8 * o + t, k = g * op.group + r;
+            uint32_t u = 8;  // q = 0 past the block (its activations are zeros)
+            if (r < op.group && k < op.k) u = (from[(p * op.kr + k / 2) * kLanes + j] >> (4 * (k & 1))) & 15;
+            word |= u << (16 * (t & 1) + 4 * (t >> 1));
+          }
+          row[j] = word;
+        }
+      }
+}
+
+// the contract's scales (`from`: [P, G, 16]) in this mode's order
+void repack_scales(const IntMatmulOp& op, const float* from, float* to) {
+  for (int64_t p = 0; p < op.panels; ++p)
+    for (int64_t g = 0; g < op.groups; ++g)
+      std::memcpy(to + scale16(op, p, g), from + (p * op.groups + g) * kLanes, kLanes * sizeof(float));
+}
+
+#if defined(__x86_64__)
+#define OFC_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+// every row of a as integers (aq, corr); false where one is past int16 (or not a number)
+OFC_VNNI bool quantize_rows(IntMatmulOp& op, const float* a) {
+  const __m512 inv = _mm512_set1_ps(op.act_inv);
+  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+  for (int64_t m = 0; m < op.m; ++m)
+    for (int64_t g = 0; g < op.groups; ++g) {
+      const int64_t k0 = g * op.group, n = std::min(op.group, op.k - k0);
+      const float* x = a + m * op.sa + k0;
+      int16_t* q = op.aq.data() + (m * op.groups + g) * op.l8;
+      __m512i sum = _mm512_setzero_si512();
+      for (int64_t i = 0; i < op.l8; i += kLanes) {
+        const int64_t left = n - i, room = op.l8 - i;
+        const __mmask16 in = left >= kLanes ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        const __mmask16 out = room >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << room) - 1);
+        // round to nearest even (the default MXCSR); a NaN or one past int32 gives INT_MIN
+        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + i), inv));
+        lo = _mm512_min_epi32(lo, v);
+        hi = _mm512_max_epi32(hi, v);
+        sum = _mm512_add_epi32(sum, v);
+        _mm512_mask_cvtepi32_storeu_epi16(q + i, out, v);
+      }
+      op.corr[(size_t)(m * op.groups + g)] = 8 * _mm512_reduce_add_epi32(sum);
+    }
+  return _mm512_reduce_min_epi32(lo) >= -32768 && _mm512_reduce_max_epi32(hi) <= 32767;
+}
+
+// R rows from m0 × P panels from p0 (a chunk's first panel): int32 block sums, then the
+// float accumulation of the contract's arithmetic
+template <int R, int P>
+OFC_VNNI void block16(const IntMatmulOp& op, float* d, int64_t m0, int64_t p0) {
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const __m512i nib = _mm512_set1_epi32(0x000F000F);
+  const uint8_t* w = op.w + row16(op, p0, 0, 0) * 64;  // the chunk's stream, read in order
+  for (int64_t g = 0; g < op.groups; ++g) {
+    __m512i s[R][P];
+    for (int r = 0; r < R; ++r)
+      for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+    const int16_t* ar[R];
+    for (int r = 0; r < R; ++r) ar[r] = op.aq.data() + ((m0 + r) * op.groups + g) * op.l8;
+    for (int64_t o = 0; o < op.octs; ++o, w += P * 64) {
+      __m512i a[R][4];
+      for (int r = 0; r < R; ++r)
+        for (int u = 0; u < 4; ++u) {
+          int32_t pair;
+          std::memcpy(&pair, ar[r] + 8 * o + 2 * u, 4);
+          a[r][u] = _mm512_set1_epi32(pair);
+        }
+      for (int p = 0; p < P; ++p) {
+        const __m512i v = _mm512_loadu_si512(w + p * 64);
+        const __m512i w0 = _mm512_and_si512(v, nib);
+        const __m512i w1 = _mm512_and_si512(_mm512_srli_epi32(v, 4), nib);
+        const __m512i w2 = _mm512_and_si512(_mm512_srli_epi32(v, 8), nib);
+        const __m512i w3 = _mm512_and_si512(_mm512_srli_epi32(v, 12), nib);
+        for (int r = 0; r < R; ++r) {
+          s[r][p] = _mm512_dpwssd_epi32(s[r][p], w0, a[r][0]);
+          s[r][p] = _mm512_dpwssd_epi32(s[r][p], w1, a[r][1]);
+          s[r][p] = _mm512_dpwssd_epi32(s[r][p], w2, a[r][2]);
+          s[r][p] = _mm512_dpwssd_epi32(s[r][p], w3, a[r][3]);
+        }
+      }
+    }
+    for (int p = 0; p < P; ++p) {
+      const __m512 sc = _mm512_loadu_ps(op.s + scale16(op, p0 + p, g));
+      for (int r = 0; r < R; ++r) {
+        const __m512i c = _mm512_set1_epi32(op.corr[(size_t)((m0 + r) * op.groups + g)]);
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][p], c)), sc, acc[r][p]);
+      }
+    }
+  }
+  const __m512 sa = _mm512_set1_ps(op.act_scale);
+  for (int p = 0; p < P; ++p) {
+    const int64_t col = (p0 + p) * kLanes;
+    const __mmask16 mask = panel_mask(op, col);
+    const __m512 bias = _mm512_loadu_ps(op.bias.data() + col);
+    for (int r = 0; r < R; ++r)
+      _mm512_mask_storeu_ps(d + (m0 + r) * op.sd + col, mask, _mm512_fmadd_ps(acc[r][p], sa, bias));
+  }
+}
+#endif
+
+}  // namespace
+
+bool int16_mode_allowed() {
+#if defined(__x86_64__)
+  if (!avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_AVX512") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vnni"))
+    return false;
+  const char* off = std::getenv("OPFORGE_CPU_INT_MATMUL_VNNI");
+  return off == nullptr || std::strcmp(off, "0") != 0;
+#else
+  return false;
+#endif
+}
+
+void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op) {
+  const char* what = "int_matmul";
+  op.act16 = true;
+  op.act_scale = (float)c.fa[0];
+  op.act_inv = 1.f / op.act_scale;
+  op.l8 = (op.group + 7) / 8 * 8;
+  op.octs = op.l8 / 8;
+  const int64_t rows = mul_c(mul_c(op.panels, op.groups, what), op.octs, what);  // 64-byte rows
+  const int64_t blocks = mul_c(op.m, op.groups, what);
+  const int64_t values = mul_c(blocks, op.l8, what);
+  e.reserve(add_c(mul_c(values, 2, what), mul_c(blocks, 4, what), what), "int_matmul int16 activations");
+  op.aq.assign((size_t)values, 0);
+  op.corr.assign((size_t)blocks, 0);
+  const uint8_t* wfrom = op.w;
+  const float* sfrom = op.s;
+  // 2-d descriptors: another key in the weight cache than the float path's 1-d copies
+  op.wmem = derived_const(e, c.ins[1], memory::desc({rows, kLanes}, memory::data_type::f32, memory::format_tag::ab),
+                          [&](float* to) { repack_weights(op, wfrom, reinterpret_cast<uint32_t*>(to)); });
+  op.w = static_cast<const uint8_t*>(op.wmem.get_data_handle());
+  op.smem = derived_const(e, c.ins[2],
+                          memory::desc({op.panels * op.groups, kLanes}, memory::data_type::f32, memory::format_tag::ab),
+                          [&](float* to) { repack_scales(op, sfrom, to); });
+  op.s = static_cast<const float*>(op.smem.get_data_handle());
+}
+
+bool int16_run(IntMatmulOp& op, const float* a, float* d) {
+#if defined(__x86_64__)
+  if (!quantize_rows(op, a)) return false;
+  for_each_chunk(op, [&](int64_t p0, int64_t np) {
+    for (int64_t m0 = 0; m0 < op.m; m0 += kPairRows) {
+      if (op.m - m0 >= 2) with_panels(np, [&](auto P) { block16<2, P.value>(op, d, m0, p0); });
+      else with_panels(np, [&](auto P) { block16<1, P.value>(op, d, m0, p0); });
+    }
+  });
+  return true;
+#else
+  (void)op, (void)a, (void)d;
+  return false;
+#endif
+}
+
+#if defined(__x86_64__)
+// chunk p0's weights for k in [k0, k0 + kn) as float32(q) · scale into wf[k - k0][64] (the
+// products int_matmul.cpp's dequantize_chunk makes from the contract's layout)
+__attribute__((target("avx512f"))) void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np,
+                                                            int64_t k0, int64_t kn, float* wf) {
+  const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  for (int p = 0; p < np; ++p)
+    for (int64_t kk = k0; kk < k0 + kn; ++kk) {
+      const int64_t g = kk / op.group, r = kk - g * op.group, t = r & 7;
+      const __m512i v = _mm512_loadu_si512(op.w + row16(op, p0 + p, g, r >> 3) * 64);
+      const __m128i shift = _mm_cvtsi32_si128((int)(16 * (t & 1) + 4 * (t >> 1)));
+      const __m512 q = _mm512_permutexvar_ps(_mm512_srl_epi32(v, shift), table);  // low 4 bits
+      _mm512_store_ps(wf + (kk - k0) * (kChunk * kLanes) + p * kLanes,
+                      _mm512_mul_ps(q, _mm512_loadu_ps(op.s + scale16(op, p0 + p, g))));
+    }
+}
+#else
+void dequantize_chunk16(const IntMatmulOp&, int64_t, int, int64_t, int64_t, float*) {}
+#endif
+
+}  // namespace ofc
