@@ -25,9 +25,15 @@
 //   of q, k, v and o dense (stride 1). D >= 1, S >= 1.
 // Run time: a row whose pos + bias is 0 or less has no slot to attend to (see empty);
 // pos + bias >= S reads all S slots (nothing masked). A row whose attended scores are all
-// -inf gives zeros where empty is 1 (the safe softmax), NaN otherwise; NaN or +inf, NaN. Scores and sums in float
-// (softmax's exp in float, the weights normalised before the value sum, as torch's two
-// steps); the result is within float rounding of torch's, not bitwise.
+// -inf gives zeros where empty is 1 (the safe softmax), NaN otherwise; NaN or +inf, NaN.
+// Two implementations, the result of each within float rounding of torch's, not bitwise:
+// - AVX-512 (attention_rows.h): one pass over the slots per KV head and row, its G query
+//   heads sharing each block of 16 K/V rows, online softmax (running max and sum, the value
+//   sum normalised at the end), a vector exp; a half cache converted in registers;
+// - the plain loops (other CPUs, OPFORGE_CPU_CAPABILITY=default, OPFORGE_CPU_ATTENTION_AVX512
+//   =0): a row's scores stored, softmax's exp in float, the weights normalised before the
+//   value sum (torch's two steps); a half cache converted 64 slots at a time.
+// A call with few multiply-adds (a decode step over a few dozen slots) runs on one thread.
 #include <omp.h>
 
 #include <algorithm>
@@ -36,6 +42,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_rows.h"
 #include "engine.h"
 #include "half.h"
 
@@ -155,64 +162,14 @@ const float* rows_f32(const void* base, int32_t dtype, int64_t stride, int64_t j
   return buf.data();
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define OFC_AVX512_HALF __attribute__((target("avx512f,avx512bw,avx512vl")))
-// 16 (or the first `m`) half-precision values at p as float32, converted in registers:
-// vcvtph2ps for float16, the bits shifted into the high half for bfloat16 (both exact)
-OFC_AVX512_HALF inline __m512 load_half(const uint16_t* p, __mmask16 m, bool bf16) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-              : _mm512_cvtph_ps(h);
-}
-
-inline __mmask16 lanes(int64_t left) {
-  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
-}
-
-// score_rows on a float16/bfloat16 cache, each key row converted in registers
-OFC_AVX512_HALF void score_rows_half(const float* const* q, int64_t G, const uint16_t* k,
-                                     int64_t ks, int64_t n, int64_t D, bool multiply, float factor,
-                                     float* w, bool bf16) {
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* kr = k + j * ks;
-    for (int64_t g = 0; g < G; ++g) {
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t d = 0; d < D; d += 16) {
-        const __mmask16 m = lanes(D - d);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[g] + d), load_half(kr + d, m, bf16), acc);
-      }
-      const float s = _mm512_reduce_add_ps(acc);
-      w[g * n + j] = multiply ? s * factor : s / factor;
-    }
-  }
-}
-
-// value_rows on a float16/bfloat16 cache (o zeroed here), each value row converted in
-// registers once per query head of the group
-OFC_AVX512_HALF void value_rows_half(const float* w, const float* sums, float* const* o, int64_t G,
-                                     const uint16_t* v, int64_t vs, int64_t n, int64_t D, bool bf16) {
-  for (int64_t g = 0; g < G; ++g)
-    if (o[g] != nullptr)
-      for (int64_t d = 0; d < D; ++d) o[g][d] = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* vr = v + j * vs;
-    for (int64_t g = 0; g < G; ++g) {
-      float* og = o[g];
-      if (og == nullptr) continue;
-      const __m512 weight = _mm512_set1_ps(w[g * n + j] / sums[g]);
-      for (int64_t d = 0; d < D; d += 16) {
-        const __mmask16 m = lanes(D - d);
-        _mm512_mask_storeu_ps(og + d, m, _mm512_fmadd_ps(weight, load_half(vr + d, m, bf16),
-                                                         _mm512_maskz_loadu_ps(m, og + d)));
-      }
-    }
-  }
-}
-#endif
 
 // a half-precision cache's rows are converted this many at a time (16 KiB of float32 rows
 // of 64 elements: in L1 while the G heads read them)
 constexpr int64_t kHalfChunk = 64;
+
+// a call's multiply-adds (heads x head size x slots read) below which it runs on one thread:
+// ~10 µs of the plain loops, ~2 µs of attention_rows at one row
+constexpr double kParallelWork = 131072.0;
 
 // o = the mean of the S value rows (a row of only masked scores under a finite mask value)
 void mean_rows(float* o, const void* v, int32_t dtype, int64_t vs, int64_t S, int64_t D,
@@ -233,7 +190,7 @@ struct AttentionOp : Op {
   int64_t empty = 0, bias = 1, source = 0;
   int32_t kv_dtype = F32;  // the cache's: F32, or F16 / BF16 converted as read
   bool vector = false;     // half.h's vector conversions
-  bool fused = false;      // F16 / BF16 converted in registers (AVX-512), not through rows
+  bool fast = false;       // attention_rows.h's one-pass kernel (AVX-512), else the loops
 
   // the slots row i reads: from its position, or 1 + its mask's last attended slot
   int64_t row_slots(const Tensor& p, const void* pp, int64_t i, int64_t S) const {
@@ -259,6 +216,49 @@ struct AttentionOp : Op {
     return masked(p, pp, i, j) ? -INFINITY : 0.0f;
   }
 
+  // the plain loops (any CPU): the G heads' scores of row i in w, then softmax, then values
+  void plain_rows(const float* const* qs, float* const* os_in, int64_t group, int64_t D,
+                  const char* kh, int64_t ks, const char* vh, int64_t vs, int64_t n,
+                  const Tensor& p, const void* pp, int64_t i) const {
+    thread_local std::vector<float> w, sums, buf;
+    thread_local std::vector<float*> os;
+    w.resize((size_t)(group * n));
+    sums.resize((size_t)group);
+    os.assign(os_in, os_in + group);
+    const int64_t chunk = kv_dtype == F32 ? n : kHalfChunk;
+    for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+      const int64_t m = std::min(chunk, n - j0);
+      int64_t rs = 0;
+      const float* rows = rows_f32(kh, kv_dtype, ks, j0, m, D, vector, buf, &rs);
+      score_rows(qs, group, rows, rs, m, D, multiply, factor, w.data() + j0, n);
+    }
+    if (source != 0)  // the mask's terms (-inf for a masked slot before the last attended)
+      for (int64_t j = 0; j < n; ++j) {
+        const float term = mask_term(p, pp, i, j);
+        if (term != 0.0f)
+          for (int64_t g = 0; g < group; ++g) w[(size_t)(g * n + j)] += term;
+      }
+    for (int64_t g = 0; g < group; ++g) {
+      bool nan = false;
+      const float top = row_max(w.data() + g * n, n, &nan);
+      // torch: a NaN or +inf score makes the row NaN; all -inf: exp(-inf - -inf) is NaN too
+      // (the safe softmax: zeros)
+      if (nan || top == INFINITY || top == -INFINITY) {
+        const bool zero = !nan && top == -INFINITY && empty == 1;
+        fill_value(os[(size_t)g], D, zero ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+        os[(size_t)g] = nullptr;
+        continue;
+      }
+      sums[(size_t)g] = exp_row(w.data() + g * n, n, top);
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+      const int64_t m = std::min(chunk, n - j0);
+      int64_t rs = 0;
+      const float* rows = rows_f32(vh, kv_dtype, vs, j0, m, D, vector, buf, &rs);
+      value_rows(w.data() + j0, sums.data(), os.data(), group, rows, rs, m, D, n, j0 == 0);
+    }
+  }
+
   void run(Engine& e) override {
     const Tensor& q = e.tensors[(size_t)ins[0]];
     const Tensor& k = e.tensors[(size_t)ins[1]];
@@ -273,75 +273,62 @@ struct AttentionOp : Op {
     float* op = static_cast<float*>(e.ptr(outs[0]));
     const int64_t H = q.dims[0], M = q.dims[1], D = q.dims[2];
     const int64_t S = k.dims[1], group = H / k.dims[0];
-    const int team = threads > 0 ? threads : omp_get_max_threads();
     const int64_t kv_heads = k.dims[0];
+    // threads only where the multiply-adds outweigh a parallel region's start (a decode
+    // step's row over a few dozen slots runs on one)
+    double slots = source == 0 ? 0.0 : (double)M * (double)S;  // (an estimate: no overflow)
+    for (int64_t i = 0; i < M && source == 0; ++i) slots += (double)row_slots(p, pp, i, S);
+    const double work = (double)H * (double)D * slots;
+    const int team = work < kParallelWork ? 1 : threads > 0 ? threads : omp_get_max_threads();
     parallel_for(team, kv_heads * M, [&](int64_t ki) {  // one KV head, one query row
       const int64_t kv = ki / M, i = ki % M;
       const int64_t n = row_slots(p, pp, i, S);
-      std::vector<const float*> qs((size_t)group);
-      std::vector<float*> os((size_t)group);
+      thread_local std::vector<const float*> qs;
+      thread_local std::vector<float*> os;
+      qs.resize((size_t)group);
+      os.resize((size_t)group);
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kv * group + g;
         qs[(size_t)g] = qp + h * q.strides[0] + i * q.strides[1];
         os[(size_t)g] = op + h * o.strides[0] + i * o.strides[1];
       }
       if (n == 0) {  // no slot to attend to
-        for (float* row : os) {
+        for (int64_t g = 0; g < group; ++g) {
           if (empty == 2)
-            mean_rows(row, vp + kv * v.strides[0] * item, kv_dtype, v.strides[1], S, D, vector);
+            mean_rows(os[(size_t)g], vp + kv * v.strides[0] * item, kv_dtype, v.strides[1], S, D,
+                      vector);
           else
-            fill_value(row, D, empty == 1 ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+            fill_value(os[(size_t)g], D, empty == 1 ? 0.0f : std::numeric_limits<float>::quiet_NaN());
         }
         return;
       }
-      std::vector<float> w((size_t)(group * n)), sums((size_t)group), buf;
       const char* kh = kp + kv * k.strides[0] * item;
       const char* vh = vp + kv * v.strides[0] * item;
-      const int64_t chunk = kv_dtype == F32 ? n : kHalfChunk;
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (fused)
-        score_rows_half(qs.data(), group, reinterpret_cast<const uint16_t*>(kh), k.strides[1], n, D,
-                        multiply, factor, w.data(), kv_dtype == BF16);
-      else
-#endif
-        for (int64_t j0 = 0; j0 < n; j0 += chunk) {
-          const int64_t m = std::min(chunk, n - j0);
-          int64_t rs = 0;
-          const float* rows = rows_f32(kh, kv_dtype, k.strides[1], j0, m, D, vector, buf, &rs);
-          score_rows(qs.data(), group, rows, rs, m, D, multiply, factor, w.data() + j0, n);
-        }
-      if (source != 0)  // the mask's terms (-inf for a masked slot before the last attended)
-        for (int64_t j = 0; j < n; ++j) {
-          const float term = mask_term(p, pp, i, j);
-          if (term != 0.0f)
-            for (int64_t g = 0; g < group; ++g) w[(size_t)(g * n + j)] += term;
-        }
-      for (int64_t g = 0; g < group; ++g) {
-        bool nan = false;
-        const float top = row_max(w.data() + g * n, n, &nan);
-        // torch: a NaN or +inf score makes the row NaN; all -inf: exp(-inf - -inf) is NaN too
-        // (the safe softmax: zeros)
-        if (nan || top == INFINITY || top == -INFINITY) {
-          const bool zero = !nan && top == -INFINITY && empty == 1;
-          fill_value(os[(size_t)g], D, zero ? 0.0f : std::numeric_limits<float>::quiet_NaN());
-          os[(size_t)g] = nullptr;
-          continue;
-        }
-        sums[(size_t)g] = exp_row(w.data() + g * n, n, top);
-      }
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (fused) {
-        value_rows_half(w.data(), sums.data(), os.data(), group,
-                        reinterpret_cast<const uint16_t*>(vh), v.strides[1], n, D, kv_dtype == BF16);
+      if (!fast) {
+        plain_rows(qs.data(), os.data(), group, D, kh, k.strides[1], vh, v.strides[1], n, p, pp, i);
         return;
       }
-#endif
-      for (int64_t j0 = 0; j0 < n; j0 += chunk) {
-        const int64_t m = std::min(chunk, n - j0);
-        int64_t rs = 0;
-        const float* rows = rows_f32(vh, kv_dtype, v.strides[1], j0, m, D, vector, buf, &rs);
-        value_rows(w.data() + j0, sums.data(), os.data(), group, rows, rs, m, D, n, j0 == 0);
+      AttentionRows a;
+      a.q = qs.data();
+      a.o = os.data();
+      a.G = group;
+      a.D = D;
+      a.n = n;
+      a.k = kh;
+      a.v = vh;
+      a.ks = k.strides[1];
+      a.vs = v.strides[1];
+      a.dtype = kv_dtype;
+      a.multiply = multiply;
+      a.factor = factor;
+      a.empty_zero = empty == 1;
+      if (source != 0) {  // the mask's terms (-inf for a masked slot before the last attended)
+        thread_local std::vector<float> terms;
+        terms.resize((size_t)n);
+        for (int64_t j = 0; j < n; ++j) terms[(size_t)j] = mask_term(p, pp, i, j);
+        a.terms = terms.data();
       }
+      attention_rows(a);
     });
   }
 };
@@ -401,7 +388,7 @@ void build_attention(Handle& h, const OpCall& c) {
   op->factor = (float)c.fa[0];
   op->kv_dtype = h.e.tensors[(size_t)c.ins[1]].dtype;
   op->vector = half_vector_allowed();
-  op->fused = op->kv_dtype != F32 && half_avx512_allowed();
+  op->fast = attention_rows_allowed();
   if (c.ia.size() == 4) op->source = c.ia[3];
   if (c.ia.size() >= 3) {
     op->empty = c.ia[1];

@@ -84,7 +84,6 @@ Level level() {
 }  // namespace
 
 bool half_vector_allowed() { return own_kernels_allowed() && level() != SCALAR; }
-bool half_avx512_allowed() { return own_kernels_allowed() && level() == AVX512; }
 
 void half_to_f32(const uint16_t* src, float* dst, int64_t n, int32_t dtype, bool vector) {
   if (dtype == BF16) {

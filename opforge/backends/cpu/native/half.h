@@ -69,7 +69,5 @@ void half_to_f32(const uint16_t* src, float* dst, int64_t n, int32_t dtype, bool
 void f32_to_half(const float* src, uint16_t* dst, int64_t n, int32_t dtype, bool vector);
 // the vector paths may run on this CPU (own_kernels_allowed(), read at build)
 bool half_vector_allowed();
-// ... and the CPU has AVX-512F, BW and VL (the attention op's fused half-precision rows)
-bool half_avx512_allowed();
 
 }  // namespace ofc

@@ -1,0 +1,160 @@
+"""The cpu engine's attention op (native/attention.cpp) alone: µs per call at one query row.
+
+A hand-built plan holds ``--chain`` attention ops one after another (each op's output is
+the next one's query: a convex mix of value rows, so the values stay bounded) over one
+cache of ``--slots`` positions, K/V heads ``--kv-heads``, query heads ``--heads``, head size
+``--head-dim`` (default: bench/llm_models.py's ``base``: 12 heads, 4 KV heads, 64, beside a
+2,048-slot cache). The chain makes the Python call's overhead a small share; one call's
+process CPU time / chain is reported, the median of ``--rounds`` rounds, every (position,
+cache dtype, engine) interleaved in each round.
+
+``--baseline PATH`` times an engine library built from other sources (a copy of an
+earlier ``libopforge_cpu.*.so``) beside the current one in the same rounds: before/after
+ratios measured in one process under one load.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/attention_op.py --baseline /tmp/before.so
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import describe_machine  # noqa: E402
+
+from opforge.backends.cpu import blob, engine  # noqa: E402
+from opforge.backends.cpu.binding import Binding  # noqa: E402
+from opforge.backends.cpu.lowering.core import Plan, TensorSpec  # noqa: E402
+from opforge.backends.cpu.lowering.layouts import row_major  # noqa: E402
+
+DTYPES = {"float32": (torch.float32, np.float32), "float16": (torch.float16, np.float16)}
+
+
+def attention_plan(heads, kv_heads, head_dim, slots, rows, cache_dtype, chain) -> bytes:
+    """q [H, rows, D], k, v [Hkv, S, D] of ``cache_dtype``, positions i64 [rows] → ``chain``
+    attention ops, each reading the last one's output as its query."""
+    plan = Plan()
+
+    def tensor(dtype, dims, role):
+        plan.tensors.append(TensorSpec(dtype, tuple(dims), row_major(dims), role))
+        tid = len(plan.tensors) - 1
+        (plan.inputs if role == "input" else plan.outputs if role == "output" else []).append(tid)
+        return tid
+
+    q = tensor(torch.float32, (heads, rows, head_dim), "input")
+    k = tensor(cache_dtype, (kv_heads, slots, head_dim), "input")
+    v = tensor(cache_dtype, (kv_heads, slots, head_dim), "input")
+    pos = tensor(torch.int64, (rows,), "input")
+    for c in range(chain):
+        out = tensor(torch.float32, (heads, rows, head_dim), "output" if c == chain - 1 else "temp")
+        plan.ops.append({"kind": "attention", "in": [q, k, v, pos], "out": [out], "ia": [0],
+                         "fa": [float(head_dim) ** 0.5], "post": [], "name": f"attention {c}"})
+        q = out
+    return blob.encode(plan)
+
+
+def load_library(path: str):
+    """Another engine library beside the current one: a private copy, so dlopen gives it
+    its own handle and symbols."""
+    engine.library()  # oneDNN loaded, the current engine declared
+    copy = Path(tempfile.mkdtemp()) / "engine_baseline.so"
+    shutil.copy(path, copy)
+    lib = ctypes.CDLL(str(copy))
+    engine._declare(lib)
+    return lib
+
+
+def handle_on(lib, blob_bytes: bytes, threads: int):
+    plan, data = blob.parse(memoryview(blob_bytes))
+    saved = engine._lib
+    engine._lib = lib  # EngineHandle takes library(); its calls then go through handle.lib
+    try:
+        return engine.EngineHandle(plan, data, threads, 0, None, {})
+    finally:
+        engine._lib = saved
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--slots", type=int, default=2048)
+    ap.add_argument("--rows", type=int, default=1)
+    ap.add_argument("--positions", type=int, nargs="+", default=[10, 128, 1000])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "float16"], choices=list(DTYPES))
+    ap.add_argument("--chain", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--calls", type=int, default=20, help="calls per round and case")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--baseline", help="an earlier engine library to time beside the current")
+    args = ap.parse_args()
+
+    engines = {"current": engine.library()}
+    if args.baseline:
+        engines["baseline"] = load_library(args.baseline)
+    rng = np.random.default_rng(0)
+    cases = {}
+    for dtype in args.dtypes:
+        torch_dtype, np_dtype = DTYPES[dtype]
+        plan = attention_plan(args.heads, args.kv_heads, args.head_dim, args.slots, args.rows,
+                              torch_dtype, args.chain)
+        shape = (args.kv_heads, args.slots, args.head_dim)
+        k, v = (rng.standard_normal(shape).astype(np_dtype) for _ in range(2))
+        q = rng.standard_normal((args.heads, args.rows, args.head_dim)).astype(np.float32)
+        outs = {}
+        for name, lib in engines.items():
+            handle = handle_on(lib, plan, args.threads)
+            for p in args.positions:
+                pos = np.arange(p - args.rows + 1, p + 1, dtype=np.int64)
+                o = np.zeros_like(q)
+                cases[(dtype, p, name)] = Binding(handle, [q, k, v, pos], [o])
+                outs[(p, name)] = o
+        for p in args.positions:  # the engines agree (float rounding)
+            if len(engines) > 1:
+                cases[(dtype, p, "current")]()
+                cases[(dtype, p, "baseline")]()
+                diff = np.abs(outs[(p, "current")] - outs[(p, "baseline")]).max()
+                assert diff < 1e-4, f"engines differ by {diff} at {dtype} position {p}"
+    times = {key: [] for key in cases}
+    for _ in range(args.rounds):
+        for key, call in cases.items():
+            call()
+            start = time.process_time()
+            for _ in range(args.calls):
+                call()
+            times[key].append((time.process_time() - start) / args.calls / args.chain * 1e6)
+
+    print(f"# attention op, one call of {args.rows} row(s): µs, median of {args.rounds} rounds")
+    print(f"{args.heads} heads, {args.kv_heads} KV heads, head_dim {args.head_dim}, "
+          f"{args.slots}-slot cache, {args.threads} thread(s), chain {args.chain}; "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    machine = describe_machine(Path(__file__).resolve().parent.parent)
+    print(f"{machine['cpu']}, {machine['cores']} cores, flags {' '.join(machine['flags'])}, "
+          f"load {os.getloadavg()[0]:.2f}")
+    head = "| cache | position | " + " | ".join(engines) + \
+        (" | baseline / current |" if len(engines) > 1 else " |")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for dtype in args.dtypes:
+        for p in args.positions:
+            med = {name: statistics.median(times[(dtype, p, name)]) for name in engines}
+            cells = " | ".join(f"{med[n]:.2f}" for n in engines)
+            ratio = f" | {med['baseline'] / med['current']:.2f}x |" if len(engines) > 1 else " |"
+            print(f"| {dtype} | {p} | {cells}{ratio}")
+
+
+if __name__ == "__main__":
+    main()
