@@ -4,12 +4,19 @@ ONNX Runtime, at 1 and 2 threads, for a tiny decoder and a 125M-parameter one.
     bench/.venv-peers/bin/python bench/llm.py                      # both configs (~25 min)
     bench/.venv-peers/bin/python bench/llm.py --configs tiny --rounds 1 --repeats 3
     .venv/bin/python bench/llm.py --llamacpp --configs base        # beside llama.cpp
-    .venv/bin/python bench/llm.py --llamacpp --configs 1b --rounds 1  # one file at a time
+    .venv/bin/python bench/llm.py --llamacpp --configs 1b --threads 1  # 1b, interleaved
 
 Steps: one export process per (config, runtime) → interleaved rounds of measuring workers
-(one process per config × runtime × threads × round, order shuffled each round) → a
-profile of the lean runtime's prefill and decode per op → bench/results/llm.jsonl and
-llm.md. What each number means is in bench/README.md ("Language-model generation").
+(one process per config × runtime × threads × round; one shuffled order, reversed every
+other round) → a profile of the lean runtime's prefill and decode per op →
+bench/results/llm.jsonl and llm.md. What each number means is in bench/README.md
+("Language-model generation").
+
+Every runtime's model returns the last prompt row's logits only (``TinyDecoder(
+logits_to_keep=1)``, ``--logits-to-keep``; 0: every row's): what generation reads, and what
+llama-bench's prompt processing computes (its batch asks for the last token's logits only).
+The export record beside each file keeps the option; ``--reuse`` exports again a file made
+with another.
 
 ``--llamacpp``: opforge's cpu-backend programs with float32 weights, int8 / int4 weights
 (weight-only: float activations) and the dynamic schemes 8da8w / 8da4w (int8 activations
@@ -17,8 +24,10 @@ per block of 32, llama.cpp's Q8_0 / Q4_0 arithmetic), each measured in a Python 
 (``opforge-cpu*``) and in the native runtime's C++ tool (``opforge-generate*``, the same
 program file), beside llama.cpp (built by bench/setup_llamacpp.sh) at F32, Q8_0 and Q4_0
 from the same weights (bench/llm_llamacpp.py); results in
-bench/results/llm_llamacpp-<machine kind>.md. Configs with ``ONE_AT_A_TIME`` (1b) are
-measured file by file, each deleted after its measurement.
+bench/results/llm_llamacpp-<machine kind>.md. Configs in ``LARGE`` (1b: files of several
+GB) are prepared one export at a time and measured in interleaved rounds when the disk holds
+all their files (``_disk_fits``), else (or with ``--one-at-a-time``) file by file, each
+deleted after its measurement; the results name the mode that ran.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import os
 import pathlib
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -49,7 +59,7 @@ OPFORGE_CPU = ("opforge-cpu", "opforge-cpu-int8", "opforge-cpu-int4", "opforge-c
 PEER_SET = OPFORGE_CPU + tuple(NATIVE + r[len("opforge-cpu"):] for r in OPFORGE_CPU) + LLAMACPP
 RUNTIMES = ("opforge-lean", "opforge-cpu", "eager", "ort") + PEER_SET[1:]
 EXPORTED = ("opforge-lean", "opforge-cpu", "ort") + OPFORGE_CPU[1:] + LLAMACPP
-ONE_AT_A_TIME = ("1b",)  # files of several GB: each prepared, measured and deleted in turn
+LARGE = ("1b",)  # files of several GB: interleaved when the disk holds them all
 DEFAULT_CONFIGS = ("tiny", "base")
 
 
@@ -69,6 +79,12 @@ def parse_args(argv):
     parser.add_argument("--repeats", type=int, default=3,
                         help="generations per worker after the warm-up (3)")
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
+    parser.add_argument("--logits-to-keep", type=int, default=1,
+                        help="prompt rows whose logits the models return (1: the last, "
+                             "llama-bench's work; 0: every row)")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="large configs (1b): prepare, measure and delete one file at a "
+                             "time even when the disk would hold them all")
     parser.add_argument("--profile-steps", type=int, default=32,
                         help="decode steps the lean profile traces (32; 0: no profile)")
     parser.add_argument("--live", action="store_true",
@@ -129,37 +145,66 @@ def _prepare(workers: Workers, config: str, runtime: str, args) -> None:
     path = artifact({"workdir": str(args.workdir), "config": config, "runtime": runtime})
     saved = path.with_name(path.name + ".prepared.jsonl")
     if args.reuse and path.exists() and saved.exists():
-        say(f"reuse {path.name}")
-        workers.events.extend(json.loads(line) for line in saved.read_text().splitlines())
-        return
+        events = [json.loads(line) for line in saved.read_text().splitlines()]
+        kept = {e.get("logits_to_keep", 0) for e in events if e.get("event") == "prepared"}
+        # a GGUF file does not depend on it (llama.cpp computes the rows it is asked for)
+        if runtime in LLAMACPP or kept == {args.logits_to_keep}:
+            say(f"reuse {path.name}")
+            workers.events.extend(events)
+            return
+        say(f"not reused: {path.name} was exported with logits_to_keep {sorted(kept)}, "
+            f"this run asks for {args.logits_to_keep}")
     say(f"export {config} for {runtime}")
     # llama.cpp's tokens check runs at 2 threads (its speed is not measured there)
     events = workers.run({"mode": "prepare", "config": config, "runtime": runtime,
-                          "new_tokens": args.new_tokens}, 2 if runtime in LLAMACPP else 1,
-                         3600.0)
+                          "new_tokens": args.new_tokens,
+                          "logits_to_keep": args.logits_to_keep},
+                         2 if runtime in LLAMACPP else 1, 3600.0)
     if path.exists() and not any(e.get("event") == "error" for e in events):
         saved.write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
 def _rounds(workers: Workers, cells: list, args) -> None:
-    """Interleaved rounds over ``cells`` (config, runtime, threads), shuffled each round."""
-    rng = random.Random(0)
+    """Interleaved rounds over ``cells`` (config, runtime, threads): one shuffled order,
+    reversed every other round (a drift in the machine's load then weighs on every cell
+    alike over a pair of rounds)."""
+    order = list(cells)
+    random.Random(0).shuffle(order)
     for round_ in range(args.rounds if cells else 0):
-        order = list(cells)
-        rng.shuffle(order)
         start = time.perf_counter()
-        for config, runtime, threads in order:
+        for config, runtime, threads in order if round_ % 2 == 0 else order[::-1]:
             workers.run({"mode": "measure", "config": config, "runtime": runtime,
                          "round": round_, "repeats": args.repeats,
-                         "new_tokens": args.new_tokens}, threads)
+                         "new_tokens": args.new_tokens,
+                         "logits_to_keep": args.logits_to_keep}, threads)
         say(f"round {round_ + 1}/{args.rounds}: {len(order)} workers in "
             f"{time.perf_counter() - start:.0f} s (load {os.getloadavg()[0]:.2f})")
 
 
+def _large(workers: Workers, config: str, args) -> str:
+    """A config whose files are several GB (1b): when the disk holds all of them, each
+    prepared in turn (one export at a time, each gated by ``_fits``) and then measured in
+    interleaved rounds; else file by file (``_one_at_a_time``). Returns the mode that ran."""
+    programs = _programs(args.runtimes)
+    if args.one_at_a_time or not _disk_fits(config, programs, args.workdir):
+        _one_at_a_time(workers, config, args)
+        return "one at a time (each file prepared, measured and deleted in turn)"
+    ready = []
+    for runtime in programs:  # llama.cpp's F32 file before the quantized ones made from it
+        if _fits(workers, config, runtime):
+            _prepare(workers, config, runtime, args)
+            spec = {"workdir": str(args.workdir), "config": config, "runtime": runtime}
+            if artifact(spec).exists():
+                ready.append(runtime)
+    _rounds(workers, [(config, r, t) for r in args.runtimes if program_runtime(r) in ready
+                      for t in args.threads], args)
+    return "interleaved (every file on disk, the cells measured in rounds)"
+
+
 def _one_at_a_time(workers: Workers, config: str, args) -> None:
-    """A config whose files are several GB: llama.cpp's three GGUF files first (the
-    quantized ones are made from the F32 one, ~8.5 GB together at 1b), each deleted after
-    its measurement, then opforge's programs one by one (at most one on disk)."""
+    """llama.cpp's three GGUF files first (the quantized ones are made from the F32 one,
+    ~8.5 GB together at 1b), each deleted after its measurement, then opforge's programs
+    one by one (at most one on disk)."""
     def measure_and_delete(runtime):
         measured = [r for r in args.runtimes if program_runtime(r) == runtime]
         _rounds(workers, [(config, r, t) for r in measured for t in args.threads], args)
@@ -169,7 +214,8 @@ def _one_at_a_time(workers: Workers, config: str, args) -> None:
 
     gguf = [r for r in args.runtimes if r in LLAMACPP]
     for runtime in gguf:
-        _prepare(workers, config, runtime, args)
+        if _fits(workers, config, runtime):
+            _prepare(workers, config, runtime, args)
     for runtime in gguf:
         measure_and_delete(runtime)
     for runtime in _programs(args.runtimes):
@@ -178,15 +224,25 @@ def _one_at_a_time(workers: Workers, config: str, args) -> None:
             measure_and_delete(runtime)
 
 
-# An export's peak resident memory (the worker's VmHWM, torch included) over the model's
-# float32 weight bytes, measured at base on the AMD EPYC (bench/results/
-# llm_llamacpp-amd-epyc-zen4-base.md, "Exports"): the float32 program 5.6x (2,678 MB for
-# 476 MiB of weights), the int4 weight program 6.7x (3,167 MB: quantize's calibration
-# copy, weights_only, one copy per method, packing); int8 taken as int4. A config whose
-# export would not fit in the memory available now is skipped and says so, rather than
-# pushing a shared machine into the OOM killer.
-EXPORT_PEAK = {"opforge-cpu": 5.6, "opforge-cpu-int8": 6.7, "opforge-cpu-int4": 6.7,
-               "opforge-cpu-8da8w": 6.7, "opforge-cpu-8da4w": 6.7}
+# An export's peak resident memory (the worker's VmHWM, torch and the model included) as
+# GiB fixed + a multiple of the model's float32 weights, fitted to the peaks measured on the
+# AMD EPYC at base (476 MiB of weights) and 1b (5,716 MiB; bench/results/
+# llm_llamacpp-amd-epyc-zen4-1b.md, "Exports"): float32 1,311 MB and 11,171 MB (1.95x);
+# 8da4w 2,179 MB and 13,672 MB (quantize_dynamic's copy of the model); the weight-only
+# programs (PT2E calibration and convert) 2,373 MB at base, not measured at 1b: 4.5x taken;
+# llama.cpp's F32 GGUF 7,965 MB at 1b (the model built, its tensors written), Q4_0 1,528
+# MB (quantized from it, its tokens checked through libllama). An export that
+# would not fit in the memory available now is skipped and says so, rather than pushing a
+# shared machine into the OOM killer.
+EXPORT_PEAK = {"opforge-cpu": (0.4, 1.9), "opforge-cpu-int8": (0.3, 4.5),
+               "opforge-cpu-int4": (0.3, 4.5), "opforge-cpu-8da8w": (1.1, 2.2),
+               "opforge-cpu-8da4w": (1.1, 2.2), "llamacpp-f32": (0.3, 1.4),
+               "llamacpp-q8_0": (0.3, 0.4), "llamacpp-q4_0": (0.3, 0.3)}
+# A prepared file's size over the float32 weights', measured at base (the Exports table of
+# llm_llamacpp-amd-epyc-zen4-base.md; 1b's 8da4w file is 0.156x), for the disk check.
+FILE_SIZE = {"opforge-cpu": 1.0, "opforge-cpu-int8": 0.27, "opforge-cpu-int4": 0.17,
+             "opforge-cpu-8da8w": 0.27, "opforge-cpu-8da4w": 0.16, "opforge-lean": 1.0,
+             "ort": 1.0, "llamacpp-f32": 1.0, "llamacpp-q8_0": 0.27, "llamacpp-q4_0": 0.15}
 
 
 def _programs(runtimes) -> list[str]:
@@ -194,19 +250,36 @@ def _programs(runtimes) -> list[str]:
     return [r for r in dict.fromkeys(program_runtime(r) for r in runtimes) if r in EXPORTED]
 
 
-def _fits(workers: Workers, config: str, runtime: str) -> bool:
+def _weights_gib(config: str) -> float:
     c = CONFIGS[config]
     head_dim = c["dim"] // c["heads"]
-    weights = 4 * (2 * c["vocab"] * c["dim"] + c["dim"] + c["layers"] * (
+    return 4 * (2 * c["vocab"] * c["dim"] + c["dim"] + c["layers"] * (
         2 * c["dim"] * head_dim * (c["heads"] + c["kv_heads"]) + 3 * c["dim"] * c["hidden"]
-        + 2 * c["dim"]))
-    need = EXPORT_PEAK.get(runtime, 1.0) * weights / 2**30
+        + 2 * c["dim"])) / 2**30
+
+
+def _disk_fits(config: str, programs: list[str], workdir: pathlib.Path) -> bool:
+    """Whether the files of ``programs`` not yet in ``workdir`` fit on its disk (20% over
+    FILE_SIZE's estimate, 4 GiB kept free)."""
+    missing = [r for r in programs if not artifact(
+        {"workdir": str(workdir), "config": config, "runtime": r}).exists()]
+    need = 1.2 * _weights_gib(config) * sum(FILE_SIZE.get(r, 1.0) for r in missing)
+    free = shutil.disk_usage(workdir).free / 2**30
+    say(f"{config}: {len(missing)} file(s) to prepare, ~{need:.1f} GiB; {free:.1f} GiB free "
+        "on the disk (4 GiB kept free)")
+    return need <= free - 4.0
+
+
+def _fits(workers: Workers, config: str, runtime: str) -> bool:
+    fixed, ratio = EXPORT_PEAK.get(runtime, (0.3, 1.0))
+    weights = _weights_gib(config)
+    need = fixed + ratio * weights
     available = next(int(line.split()[1]) for line in open("/proc/meminfo")
                      if line.startswith("MemAvailable:")) / 2**20
     if need <= available - 2.0:
         return True
-    error = (f"skipped: its export would need ~{need:.0f} GiB ({EXPORT_PEAK.get(runtime)}x the "
-             f"{weights / 2**30:.1f} GiB of float32 weights, the peak measured at base) and "
+    error = (f"skipped: its export would need ~{need:.0f} GiB ({fixed} GiB + {ratio}x the "
+             f"{weights:.1f} GiB of float32 weights, the peaks measured at base and 1b) and "
              f"{available:.0f} GiB are available (2 GiB kept free)")
     say(f"  ! {config} {runtime}: {error}")
     workers.events.append({"event": "error", "ok": False, "error": error,
@@ -238,14 +311,13 @@ def main(argv=None) -> int:
     snapshot = str(HERE.parent) if args.live else snapshot_opforge(args.workdir)
     with open(args.workdir / "workers.log", "w") as log:
         workers = Workers(args.workdir, snapshot, log)
-        together = [c for c in args.configs if c not in ONE_AT_A_TIME]
+        together = [c for c in args.configs if c not in LARGE]
         for config in together:
             for runtime in _programs(args.runtimes):
                 _prepare(workers, config, runtime, args)
         _rounds(workers, [(c, r, t) for c in together for r in args.runtimes
                           for t in args.threads], args)
-        for config in (c for c in args.configs if c in ONE_AT_A_TIME):
-            _one_at_a_time(workers, config, args)
+        modes = {c: _large(workers, c, args) for c in args.configs if c in LARGE}
         if "opforge-lean" in args.runtimes and args.profile_steps > 0:
             for config in args.configs:
                 say(f"profile {config} on opforge-lean")
@@ -254,6 +326,7 @@ def main(argv=None) -> int:
     setup = {"machine": machine, "configs": {c: CONFIGS[c] for c in args.configs},
              "prompt_tokens": PROMPT_TOKENS, "new_tokens": args.new_tokens,
              "rounds": args.rounds, "repeats": args.repeats, "threads": args.threads,
+             "logits_to_keep": args.logits_to_keep, "large_config_modes": modes,
              "opforge_source": (f"the working tree at commit {machine['opforge_commit']}"
                                 + (", with uncommitted changes" if _dirty() else "")
                                 + " (--live)") if args.live else

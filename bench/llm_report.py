@@ -59,7 +59,9 @@ def markdown(setup: dict, events: list[dict]) -> str:
         "",
         f"Prompt {setup['prompt_tokens']} tokens, {setup['new_tokens']} new tokens (greedy), "
         f"{setup['rounds']} round(s) × {setup['repeats']} generation(s) per process after a "
-        "warm-up, one process per cell and round, in a shuffled order. **prefill** = prompt "
+        "warm-up, one process per cell and round, in one shuffled order reversed every "
+        "other round. " + _last_row(setup).replace("opforge program and eager", "runtime")
+        + "**prefill** = prompt "
         "tokens / seconds of the prompt's call (and the first token's argmax); **decode** = "
         f"the {setup['new_tokens'] - 1} tokens after the first / seconds of their one-token "
         "calls. Medians of all generations, [min–max] beside; ratios against opforge lean in "
@@ -195,6 +197,7 @@ def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
         "8da8w / 8da4w (`opforge quantize --scheme`: activations quantized to int8 per "
         "block of 32 at run time, int8 / int4 weights in the same blocks, integer dot "
         "products: llama.cpp's Q8_0 / Q4_0 arithmetic), all from bench/int_weights.py. "
+        + _last_row(setup) +
         "`opforge-cpu*` rows run the program in a Python worker (opforge.runtime's "
         "Generator); `opforge-generate*` rows run the same file in the native runtime's C++ "
         "tool (`opforge-generate --warmup 1 --repeat N --json`, no Python: its rates per "
@@ -207,7 +210,8 @@ def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
         "default KV cache (F16) and batch; the same random weights "
         "(`TinyDecoder(seed=0)`) written as GGUF by bench/llm_gguf.py, quantized with "
         "`llama-quantize --pure`. Threads pinned (`-t`, OMP_NUM_THREADS). Medians over "
-        f"{setup['rounds']} round(s) (cells in a shuffled order each round) [min–max]; "
+        f"{setup['rounds']} round(s) (the cells one after another in one shuffled order, "
+        "reversed every other round) [min–max]; "
         "× llama.cpp: against llama.cpp at the same weight precision and threads (above 1: "
         "opforge faster / larger). Peak RSS: VmHWM of the measuring process (opforge-cpu: "
         "the Python worker, interpreter and NumPy included; opforge-generate: the C++ "
@@ -215,6 +219,7 @@ def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
         "eager PyTorch's float32 ones, from the first (llama.cpp's through libllama with an "
         "F32 KV cache, bench/llm_llamacpp.py); quantized weights part from float32 "
         "where a near tie flips.", ""]
+    lines += _modes(setup) + ([""] if _modes(setup) else [])
     for config, spec in setup["configs"].items():
         lines += [f"## {config}: " + ", ".join(f"{k} {v}" for k, v in spec.items()), "",
                   f"Machine: {m['cpu']}, {', '.join(m.get('flags', []))}.", "",
@@ -240,6 +245,24 @@ def markdown_llamacpp(setup: dict, events: list[dict]) -> str:
         lines += [""] + _llamacpp_files(events, config)
     lines += _exports(events) + _errors(events)
     return "\n".join(lines) + "\n"
+
+
+def _last_row(setup: dict) -> str:
+    keep = setup.get("logits_to_keep", 0)
+    if keep != 1:
+        return (f"Every opforge program and eager computes the logits of "
+                f"{'every prompt row' if keep == 0 else f'the last {keep} prompt rows'} "
+                "(llama-bench's prompt processing: the last one only). ")
+    return ("Every opforge program and eager computes the logits of the last prompt row "
+            "only (`TinyDecoder(logits_to_keep=1)`, what generation reads), as llama-bench's "
+            "prompt processing does (its batch marks only the last token as an output); "
+            "llama.cpp also skips the last layer's MLP for the other rows, which opforge's "
+            "programs still compute (1/layers of the prompt's MLP work). ")
+
+
+def _modes(setup: dict) -> list[str]:
+    return [f"Config {c} ran {mode}." for c, mode in
+            (setup.get("large_config_modes") or {}).items()]
 
 
 def _llamacpp_files(events: list[dict], config: str) -> list[str]:

@@ -77,6 +77,7 @@ INT_WEIGHTS = {"opforge-cpu-int8": "int8 weights", "opforge-cpu-int4": "int4 wei
 
 def prepare(spec: dict) -> None:
     runtime, path = spec["runtime"], artifact(spec)
+    keep = spec.get("logits_to_keep", 0)  # recorded with the file: --reuse compares it
     if runtime.startswith("llamacpp-"):
         from llm_llamacpp import prepare as prepare_gguf
 
@@ -93,7 +94,7 @@ def prepare(spec: dict) -> None:
         # exported into a folder of its own, then moved where measure() loads it from
         start = time.perf_counter()
         scratch = path.parent / f"{path.stem}-export"
-        record = prepare_int(spec["config"], INT_WEIGHTS[runtime], scratch)
+        record = prepare_int(spec["config"], INT_WEIGHTS[runtime], scratch, keep)
         exported = next(scratch.glob("*/*.opf"))
         exported.replace(path)
         for leftover in sorted(scratch.rglob("*"), reverse=True):
@@ -101,12 +102,12 @@ def prepare(spec: dict) -> None:
         scratch.rmdir()
         emit(event="prepared", config=spec["config"], runtime=runtime, ok=True, build_s=0.0,
              export_s=time.perf_counter() - start, file_bytes=_bytes(path),
-             kinds=record.get("kinds"), export_peak_rss_mb=peak_rss_mb())
+             kinds=record.get("kinds"), export_peak_rss_mb=peak_rss_mb(), logits_to_keep=keep)
         return
     import torch
 
     start = time.perf_counter()
-    model = build(spec["config"])
+    model = build(spec["config"], keep)
     built = time.perf_counter() - start
     start = time.perf_counter()
     extra = {}
@@ -145,7 +146,7 @@ def prepare(spec: dict) -> None:
             exported.save(str(path))
     emit(event="prepared", config=spec["config"], runtime=runtime, ok=True, build_s=built,
          export_s=time.perf_counter() - start, file_bytes=_bytes(path),
-         export_peak_rss_mb=peak_rss_mb(), **extra)
+         export_peak_rss_mb=peak_rss_mb(), logits_to_keep=keep, **extra)
 
 
 def _bytes(path: pathlib.Path) -> int:
@@ -286,7 +287,7 @@ def _eager(spec: dict, threads: int):
     import torch
 
     torch.set_num_threads(threads)
-    model = build(spec["config"])
+    model = build(spec["config"], spec.get("logits_to_keep", 0))
     caches = [b for name, b in model.named_buffers() if name.endswith("_cache")]
 
     @torch.inference_mode()
