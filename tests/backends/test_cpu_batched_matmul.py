@@ -129,8 +129,10 @@ def test_a_returned_temporary_read_again_is_copied():
 def test_one_row_linear_with_layer_scale_and_residual():
     """timm cait_xxs24_224's class-attention MLP, ``x + gamma * fc2(h)`` on one row (a
     decode-shaped matmul: 768 x 192 constant weights, two binary post-ops): the few-row
-    kernel ran both post-ops in place after it and the process died (SIGSEGV in oneDNN's jit
-    code, every time); now such a matmul stays on oneDNN's. Checked against float64."""
+    kernel runs both post-ops in place after it, and the engine freed gamma at finalize (a
+    constant only its late_reads named): the process died (SIGSEGV in oneDNN's binary
+    kernel) whenever gamma was copied rather than borrowed. Checked against float64;
+    test_cpu_post_op_constants.py runs it with gamma both ways, in a child process."""
 
     class LayerScaleMlp(nn.Module):
         def __init__(self):

@@ -477,6 +477,16 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
     }
     plan_intermediates(e);
     link_guards(e);
+    // what an op reads besides its operands' descriptors: a DnnlOp's Epilogue operands and
+    // an own kernel's in-place post-ops' (Op::late_reads). Both loops below must see them:
+    // the second freed a constant read only there (the few-row matmul's layer scale, cait's
+    // x + gamma * fc2(h)), and the Epilogue read a null pointer whenever the constant had
+    // been copied rather than borrowed (numpy's buffer not 64-byte aligned: ~3 runs in 4)
+    auto late = [](Op& op, std::vector<int>& extra) {
+      extra.clear();
+      if (auto* d = dynamic_cast<DnnlOp*>(&op)) d->epilogue.reads(extra);
+      op.late_reads(extra);
+    };
     auto backed = [&](int id) {
       int r = e.root(id);
       return io[(size_t)r] || e.tensors[(size_t)r].data != nullptr;
@@ -487,22 +497,20 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
       auto* d = dynamic_cast<DnnlOp*>(op.get());
       if (d) for (auto& a : d->tensor_args) if (!backed(a.second)) fail(op->name + ": uses a tensor without memory");
       std::vector<int> extra;
-      if (d) d->epilogue.reads(extra);
+      late(*op, extra);
       for (int id : extra) if (!backed(id)) fail(op->name + ": uses a tensor without memory");
     }
     // constants read only through their reordered copies (weights of convolutions and
     // matmuls) are not needed any more: free them (halves the memory of weight-heavy
     // models). A read through an alias keeps the alias's root (aliases name their root).
     std::vector<char> read(e.tensors.size(), 0);
+    std::vector<int> extra;
     for (auto& op : e.ops) {
       auto* d = dynamic_cast<DnnlOp*>(op.get());
-      if (d) {
-        for (auto& a : d->tensor_args) read[(size_t)e.root(a.second)] = 1;
-        std::vector<int> extra;
-        d->epilogue.reads(extra);
-        for (int id : extra) read[(size_t)e.root(id)] = 1;
-      }
+      if (d) for (auto& a : d->tensor_args) read[(size_t)e.root(a.second)] = 1;
       else { for (int id : op->ins) read[(size_t)e.root(id)] = 1; for (int id : op->outs) read[(size_t)e.root(id)] = 1; }
+      late(*op, extra);
+      for (int id : extra) read[(size_t)e.root(id)] = 1;
     }
     for (size_t i = 0; i < e.tensors.size(); ++i) {
       Tensor& t = e.tensors[i];

@@ -35,11 +35,12 @@
 // weights far past the caches; bench/decode_matmul.py): oneDNN's brgemm reads 13-14 GB/s
 // at one row, this 18-23 GB/s; 1-8 rows 1.2-1.8× faster on every decoder shape tried;
 // OPFORGE_CPU_DECODE_MATMUL=0 keeps oneDNN's. Post-ops: the register ones in the kernel,
-// the rest (one binary post-op, a residual add, included) in place after it, its operand
-// a late_read, live through this op in the memory plan so the output never takes its bytes
-// (it did: a SwiGLU's product read back as up·up); two binary ones keep oneDNN's matmul
-// (see build_small_matmul). Blocks of 64
-// columns are split over the op's threads.
+// the rest (binary ones, a layer scale and a residual add, included) in place after it,
+// their operands late_reads: live through this op in the memory plan so the output never
+// takes their bytes (it did: a SwiGLU's product read back as up·up), and a constant one
+// kept at finalize (it was freed as if read only at init: cait's x + gamma * fc2(h) read
+// gamma through a null pointer, core.cpp). Blocks of 64 columns are split over the op's
+// threads.
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -204,15 +205,6 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
   if (weights > kMaxWeights) {  // decode-shaped: oneDNN's own layout, or oneDNN's matmul
     block_stride = decode_layout(e, c, want);
     if (block_stride == 0) return false;
-    // two or more binary post-ops (a layer scale, then a residual add) stay on oneDNN's
-    // matmul: run in place after this kernel (Epilogue) they crashed the process (timm
-    // cait_xxs24_224's class-attention MLP, x + gamma * fc2(h) on one row: SIGSEGV in
-    // oneDNN's jit code; either one alone, or OPFORGE_CPU_DECODE_MATMUL=0, ran right);
-    // still crashing intermittently (1 run in 3) with their operands live through the op:
-    // the cause is not found
-    int binaries = 0;
-    for (const PostOp& p : c.post) binaries += p.binary ? 1 : 0;
-    if (binaries > 1) return false;
     if (first_rest < 0) {  // a binary one (a residual add): all of them in place after
       post.clear();
       first_rest = 0;
