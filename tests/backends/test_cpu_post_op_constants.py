@@ -13,7 +13,7 @@ bytes at an aligned address (constants borrowed) and at one 4 bytes past it (cop
 child process, so that a crash fails the test instead of ending the test runner.
 
 Shapes: K·N = 768·192 > 2^16 (decode-shaped) and 1-8 rows; the operands of the post-ops:
-a layer scale of [N], [1, N] or [M, N], a residual input of [M, N] or broadcast [1, N], a
+a layer scale of [N], [1, N] or [M, N] (alone too: one constant operand crashed as well), a residual input of [M, N] or broadcast [1, N], a
 constant residual; in both orders (scale then add, add then scale) and with three. Every
 output is checked against eager float64 by cpu_reference.check_against_float64.
 """
@@ -67,6 +67,7 @@ class LinearThenPostOps(nn.Module):
 
 # name: (rows, steps, scale's shape, x's shape or None for a shape of the output, shift's shape)
 CASES = {
+    "layer scale alone, 1 row": (1, ("mul",), (N,), None, (N,)),
     "cait layer scale then residual, 1 row": (1, ("mul", "add"), (N,), None, (N,)),
     "residual then scale, 1 row": (1, ("add", "mul"), (N,), None, (N,)),
     "scale [1, N] then residual, 2 rows": (2, ("mul", "add"), (1, N), None, (N,)),
