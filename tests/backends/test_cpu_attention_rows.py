@@ -82,7 +82,7 @@ def _reference(q, k, v, slots, factor, terms=None):
     return want, bound
 
 
-def _run(q, k, v, pos_or_mask, factor, *, source=0, pad=0):
+def _run(q, k, v, pos_or_mask, factor, *, source=0, pad=0, threads=1):
     """The op on a plan of its own: q f32 [H, M, D], k, v [Hkv, S, D] (their rows `pad`
     elements apart beyond D: an alias of a wider input), positions i64 [M] or a mask."""
     H, M, D = q.shape
@@ -102,7 +102,7 @@ def _run(q, k, v, pos_or_mask, factor, *, source=0, pad=0):
     def widen(a):
         return np.concatenate([a, np.zeros((Hkv, S, pad), a.dtype)], axis=2) if pad else a
 
-    return hostile.run(p.handle(), q, widen(k), widen(v), pos_or_mask)[0]
+    return hostile.run(p.handle(threads), q, widen(k), widen(v), pos_or_mask)[0]
 
 
 def _check(got, want, bound):
@@ -137,6 +137,18 @@ def test_attention_against_float64(case, dtype, path):
     positions = np.array(slots, np.int64) - 1  # a row reads slots 0..position
     for pad in (0, 3):  # dense K/V rows, and rows 3 elements apart beyond D
         _check(_run(q, k, v, positions, factor, pad=pad), want, bound)
+
+
+def test_attention_on_two_threads(path):
+    """Enough multiply-adds for the op to split its (KV head, row) pairs over two threads
+    (each with its own scratch): the same bound as on one."""
+    H, Hkv, D, slots = 12, 4, 64, [300, 301, 17]
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((H, len(slots), D)).astype(np.float32)
+    k, v = (rng.standard_normal((Hkv, 310, D)).astype(np.float32) for _ in range(2))
+    want, bound = _reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                             slots, 8.0)
+    _check(_run(q, k, v, np.array(slots, np.int64) - 1, 8.0, threads=2), want, bound)
 
 
 def test_attention_additive_mask(path):
