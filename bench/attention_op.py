@@ -12,7 +12,10 @@ cache dtype, engine) interleaved in each round.
 earlier ``libopforge_cpu.*.so``) beside the current one in the same rounds: before/after
 ratios measured in one process under one load.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/attention_op.py --baseline /tmp/before.so
+    OMP_NUM_THREADS=1 .venv/bin/python bench/attention_op.py --baseline /tmp/before.so \
+        --out bench/results/decode_positions_attention_op.md
+
+``--out`` appends the table as a new dated section to a markdown file.
 """
 
 from __future__ import annotations
@@ -100,6 +103,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=20, help="calls per round and case")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--baseline", help="an earlier engine library to time beside the current")
+    ap.add_argument("--label", default="", help="what the engines are (the section's title)")
+    ap.add_argument("--out", type=Path, help="a markdown file to append the table to")
     args = ap.parse_args()
 
     engines = {"current": engine.library()}
@@ -137,24 +142,30 @@ def main() -> None:
                 call()
             times[key].append((time.process_time() - start) / args.calls / args.chain * 1e6)
 
-    print(f"# attention op, one call of {args.rows} row(s): µs, median of {args.rounds} rounds")
-    print(f"{args.heads} heads, {args.kv_heads} KV heads, head_dim {args.head_dim}, "
-          f"{args.slots}-slot cache, {args.threads} thread(s), chain {args.chain}; "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     machine = describe_machine(Path(__file__).resolve().parent.parent)
-    print(f"{machine['cpu']}, {machine['cores']} cores, flags {' '.join(machine['flags'])}, "
-          f"load {os.getloadavg()[0]:.2f}")
-    head = "| cache | position | " + " | ".join(engines) + \
-        (" | baseline / current |" if len(engines) > 1 else " |")
-    print(head)
-    print("|" + "---|" * (head.count("|") - 1))
+    lines = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: attention op, "
+             f"{args.rows} query row(s), µs a call{': ' + args.label if args.label else ''}", "",
+             f"{machine['cpu']}, {machine['cores']} cores (flags {' '.join(machine['flags'])}), "
+             f"load average {os.getloadavg()[0]:.2f}; {args.threads} thread(s), "
+             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}; {args.heads} heads, "
+             f"{args.kv_heads} KV heads, head_dim {args.head_dim}, a {args.slots}-slot cache; "
+             f"median of {args.rounds} rounds of process CPU time, every case and engine "
+             f"interleaved in each round, {args.chain} ops a call (`bench/attention_op.py`).", ""]
+    names = list(engines)
+    head = "| cache | position | " + " | ".join(f"{n} (µs)" for n in names) + \
+        (" | baseline / current |" if len(names) > 1 else " |")
+    lines += [head, "| --- | ---: |" + " ---: |" * (len(names) + (len(names) > 1))]
     for dtype in args.dtypes:
         for p in args.positions:
-            med = {name: statistics.median(times[(dtype, p, name)]) for name in engines}
-            cells = " | ".join(f"{med[n]:.2f}" for n in engines)
-            ratio = f" | {med['baseline'] / med['current']:.2f}x |" if len(engines) > 1 else " |"
-            print(f"| {dtype} | {p} | {cells}{ratio}")
-
+            med = {name: statistics.median(times[(dtype, p, name)]) for name in names}
+            cells = " | ".join(f"{med[n]:.2f}" for n in names)
+            ratio = f" | {med['baseline'] / med['current']:.2f}x |" if len(names) > 1 else " |"
+            lines.append(f"| {dtype} | {p} | {cells}{ratio}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(("\n" if args.out.exists() and args.out.stat().st_size else "") + text)
 
 if __name__ == "__main__":
     main()
