@@ -45,20 +45,28 @@ from opforge.backends.cpu.lowering.layouts import row_major  # noqa: E402
 DTYPES = {"float32": (torch.float32, np.float32), "float16": (torch.float16, np.float16)}
 
 
-def attention_plan(heads, kv_heads, head_dim, slots, rows, cache_dtype, chain) -> bytes:
-    """q [H, rows, D], k, v [Hkv, S, D] of ``cache_dtype``, positions i64 [rows] → ``chain``
-    attention ops, each reading the last one's output as its query."""
+def attention_plan(heads, kv_heads, head_dim, slots, rows, cache_dtype, chain,
+                   slots_first=False) -> bytes:
+    """q [H, rows, D], k, v [Hkv, S, D] of ``cache_dtype`` (``slots_first``: views of caches
+    [S, Hkv, D], the bundled decoder's layout), positions i64 [rows] → ``chain`` attention
+    ops, each reading the last one's output as its query."""
     plan = Plan()
 
-    def tensor(dtype, dims, role):
-        plan.tensors.append(TensorSpec(dtype, tuple(dims), row_major(dims), role))
+    def tensor(dtype, dims, role, strides=None, base=-1):
+        plan.tensors.append(TensorSpec(dtype, tuple(dims), strides or row_major(dims), role, base))
         tid = len(plan.tensors) - 1
         (plan.inputs if role == "input" else plan.outputs if role == "output" else []).append(tid)
         return tid
 
+    def cache():
+        if not slots_first:
+            return tensor(cache_dtype, (kv_heads, slots, head_dim), "input")
+        whole = tensor(cache_dtype, (slots, kv_heads, head_dim), "input")
+        return tensor(cache_dtype, (kv_heads, slots, head_dim), "alias",
+                      (head_dim, kv_heads * head_dim, 1), whole)
+
     q = tensor(torch.float32, (heads, rows, head_dim), "input")
-    k = tensor(cache_dtype, (kv_heads, slots, head_dim), "input")
-    v = tensor(cache_dtype, (kv_heads, slots, head_dim), "input")
+    k, v = cache(), cache()
     pos = tensor(torch.int64, (rows,), "input")
     for c in range(chain):
         out = tensor(torch.float32, (heads, rows, head_dim), "output" if c == chain - 1 else "temp")
@@ -102,6 +110,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--calls", type=int, default=20, help="calls per round and case")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--slots-first", action="store_true",
+                    help="caches [S, KV heads, D] (the bundled decoder's), else [KV heads, S, D]")
     ap.add_argument("--baseline", help="an earlier engine library to time beside the current")
     ap.add_argument("--label", default="", help="what the engines are (the section's title)")
     ap.add_argument("--out", type=Path, help="a markdown file to append the table to")
@@ -115,8 +125,9 @@ def main() -> None:
     for dtype in args.dtypes:
         torch_dtype, np_dtype = DTYPES[dtype]
         plan = attention_plan(args.heads, args.kv_heads, args.head_dim, args.slots, args.rows,
-                              torch_dtype, args.chain)
-        shape = (args.kv_heads, args.slots, args.head_dim)
+                              torch_dtype, args.chain, args.slots_first)
+        shape = ((args.slots, args.kv_heads, args.head_dim) if args.slots_first else
+                 (args.kv_heads, args.slots, args.head_dim))
         k, v = (rng.standard_normal(shape).astype(np_dtype) for _ in range(2))
         q = rng.standard_normal((args.heads, args.rows, args.head_dim)).astype(np.float32)
         outs = {}
@@ -148,7 +159,8 @@ def main() -> None:
              f"{machine['cpu']}, {machine['cores']} cores (flags {' '.join(machine['flags'])}), "
              f"load average {os.getloadavg()[0]:.2f}; {args.threads} thread(s), "
              f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}; {args.heads} heads, "
-             f"{args.kv_heads} KV heads, head_dim {args.head_dim}, a {args.slots}-slot cache; "
+             f"{args.kv_heads} KV heads, head_dim {args.head_dim}, a {args.slots}-slot cache "
+             f"{'[S, KV heads, D]' if args.slots_first else '[KV heads, S, D]'}; "
              f"median of {args.rounds} rounds of process CPU time, every case and engine "
              f"interleaved in each round, {args.chain} ops a call (`bench/attention_op.py`).", ""]
     names = list(engines)
