@@ -13,6 +13,10 @@ Programs (each exported once, a prefill at any prompt length and a one-token dec
 - ``int4 weights``: 16a4w_block's weights, float activations: int4 in blocks of 32 along K;
 - ``16a4w_block``: the whole scheme (16-bit activations quantized and dequantized around
   every linear, int4 block weights);
+- ``16a4w_block float path``: the same program exported with
+  ``OPFORGE_CPU_INT16_ACTIVATIONS=0``: no ``int_matmul`` told its activations' 16-bit grid,
+  so none takes the int16 mode (AVX512-VNNI integer sums, native/int_matmul16.cpp): the
+  activations stay float in the kernel, the 4-bit weights dequantized in registers;
 - ``16a4w_block every rounding``: the same program exported with
   ``OPFORGE_CPU_FUSED_ROUNDINGS=0``: every 16-bit activation rounding an op of its own,
   none left inside the fused RMSNorm, rotation and attention ops (lowering/fused_roundings.py);
@@ -53,8 +57,8 @@ sys.path.insert(0, str(HERE))
 from llm_models import CONFIGS, build, prompt  # noqa: E402
 from machine import describe_machine  # noqa: E402
 
-VARIANTS = ("float32", "int8 weights", "int4 weights", "16a4w_block", "16a4w_block every rounding",
-            "16a4w_block folded", "8da8w", "8da4w")
+VARIANTS = ("float32", "int8 weights", "int4 weights", "16a4w_block", "16a4w_block float path",
+            "16a4w_block every rounding", "16a4w_block folded", "8da8w", "8da4w")
 
 
 def _slug(variant: str) -> str:
@@ -98,6 +102,8 @@ def prepare(config: str, variant: str, workdir: pathlib.Path, logits_to_keep: in
         os.environ["OPFORGE_CPU_INT_WEIGHTS"] = "0"
     if variant.endswith("every rounding"):
         os.environ["OPFORGE_CPU_FUSED_ROUNDINGS"] = "0"
+    if variant.endswith("float path"):
+        os.environ["OPFORGE_CPU_INT16_ACTIVATIONS"] = "0"
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,6 +1,7 @@
 """A 16a4w_block decoder on the cpu backend runs what its weight-only program runs (issue 46):
 one ``rms_norm``, ``rope`` and ``attention`` op where the 16-bit activation roundings sat
-between their nodes, the linears on packed int4 weights, and a rounding op after each value
+between their nodes, the linears on packed int4 weights (their activations' grid passed:
+int_matmul's int16 mode, exact integer sums, where the CPU has AVX512-VNNI), and a rounding op after each value
 an op writes (lowering/fused_roundings.py), with lean's greedy tokens and logits within the
 bound below.
 """
@@ -80,6 +81,11 @@ def test_decode_program_runs_the_fused_ops(decoder):
     assert kinds["attention"] == methods * LAYERS, kinds
     assert kinds["rope"] == methods * 2 * LAYERS and kinds["rms_norm"] == methods * (2 * LAYERS + 1)
     assert kinds["int_matmul"] == methods * (7 * LAYERS + 1) and kinds["matmul"] == 0, kinds
+    # every linear's input on its 16-bit grid: each int_matmul told it (its int16 mode)
+    grids = [op["fa"] for d in programs[("cpu",)].delegates
+             for op in blob.parse(programs[("cpu",)].segments[d.segment].data)[0]["ops"]
+             if op["kind"] == "int_matmul"]
+    assert all(len(fa) == 1 and fa[0] > 0 for fa in grids), grids
     assert kinds["softmax"] == 0 and kinds["copy"] <= methods, kinds
     # rounded: the embedding, cos, sin, and per layer q, k, v, two rotations, attention,
     # o, residual, norm, gate, silu, up, product, down, residual, norm (+ the logits)

@@ -9,7 +9,12 @@ Taken: ``aten.linear(x, dequantize(q, ...), bias?)`` where the dequantize is
 ``q`` of shape [N, K], bits 4 when every value (and the declared range) lies in [-8, 7],
 else 8. The weights are what 16a8w, 16a4w, 16a4w_block, 8a4w and their weight-only forms
 (``opforge.quantize.weights_only``) produce. The activation is whatever float32 the graph
-gives the linear (a 16-bit scheme's dequantized activation): it stays float in the kernel.
+gives the linear; when that is a 16-bit scheme's dequantized activation (a quantize-dequantize
+per tensor of at most 2^16 steps, ``activation_grid`` in lowering/quantized.py) and the
+weights are 4-bit in blocks of at most 4096, the op also gets ``fa [scale]``: the engine may
+then take each row as int16 integers, exactly, and sum the blocks in int32 with AVX512-VNNI
+(native/int_matmul16.cpp: the weight-only program's float path elsewhere).
+``OPFORGE_CPU_INT16_ACTIVATIONS=0`` at export passes no grid.
 ``aten.embedding(dequantize(q), indices)`` with the same dequantizes (per row, or blocks
 along a row) is taken likewise.
 
@@ -37,6 +42,7 @@ import torch
 import torch.fx
 
 from opforge.backends.cpu.lowering.core import Lowering, _val, same
+from opforge.backends.cpu.lowering.quantized import activation_grid
 
 LANES = 16
 
@@ -60,6 +66,19 @@ class IntWeight:
         """float32(q) · scale, per element: what the engine computes in registers."""
         s = self.scales.repeat_interleave(self.group, dim=1)[:, :self.q.shape[1]]
         return self.q.float() * s
+
+    def equals(self, folded: torch.Tensor, rows: int = 1024) -> bool:
+        """``torch.equal(self.dequantized(), folded)``, ``rows`` rows at a time: the float
+        temporaries of a few rows, not three of the whole weight's size."""
+        if folded.shape != self.q.shape or folded.dtype != torch.float32:
+            return False
+        n, k = self.q.shape
+        for start in range(0, n, rows):
+            part = IntWeight(self.q[start:start + rows], self.scales[start:start + rows],
+                             self.group, self.bits)
+            if not torch.equal(part.dequantized(), folded[start:start + rows]):
+                return False
+        return True
 
     def packed(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, scales) in the panel layout of the module docstring."""
@@ -91,8 +110,17 @@ class IntWeight:
         return (nib[:, 0::2] | (nib[:, 1::2] << 4)).to(torch.uint8).contiguous()
 
 
+INT16_MAX_GROUP = 4096  # int_matmul's int16 mode: a block's int32 sum cannot overflow
+
+
 def enabled() -> bool:
     return os.environ.get("OPFORGE_CPU_INT_WEIGHTS", "1") != "0"
+
+
+def int16_enabled() -> bool:
+    """``OPFORGE_CPU_INT16_ACTIVATIONS=0`` at export: no ``int_matmul`` gets its activations'
+    grid (the float path everywhere: the A/B of bench/int_weights.py and the tests)."""
+    return os.environ.get("OPFORGE_CPU_INT16_ACTIVATIONS", "1") != "0"
 
 
 def _is(node, name: str) -> bool:
@@ -155,7 +183,7 @@ def match(L: Lowering, node) -> IntWeight | None:
         return None
     weight = IntWeight(q.contiguous(), scales.contiguous(), group, bits)
     folded = _constant(L, node)
-    if folded is None or not torch.equal(weight.dequantized(), folded):
+    if folded is None or not weight.equals(folded):
         return None  # the exactness guard (module docstring)
     return weight
 
@@ -174,11 +202,11 @@ def lower_linear(L: Lowering, node, name: str, args) -> tuple | None:
     from opforge.backends.cpu.lowering.matmul import _flat_rows
 
     if name == "aten::linear" and len(node.args) > 1:
-        x, wnode, bias = args[0], node.args[1], args[2] if len(args) > 2 else None
+        x, xnode, wnode, bias = args[0], node.args[0], node.args[1], args[2] if len(args) > 2 else None
     elif name == "aten::addmm" and len(node.args) >= 3:
-        x, wnode, bias = args[1], _transposed(node.args[2]), args[0]
+        x, xnode, wnode, bias = args[1], node.args[1], _transposed(node.args[2]), args[0]
     elif name == "aten::mm" and len(node.args) == 2:
-        x, wnode, bias = args[0], _transposed(node.args[1]), None
+        x, xnode, wnode, bias = args[0], node.args[0], _transposed(node.args[1]), None
     else:
         return None
     weight = match(L, wnode) if wnode is not None else None
@@ -207,8 +235,13 @@ def lower_linear(L: Lowering, node, name: str, args) -> tuple | None:
            L.materialize(("c", scales))]
     if bias is not None:
         ins.append(L.materialize(("c", bias[1].float().contiguous())))
+    # activations on a 16-bit grid (a 16a4w/16a4w_block linear): the engine may sum them as
+    # int16 integers against the 4-bit weights (int_matmul16.cpp; it decides by the CPU)
+    grid = activation_grid(xnode) if weight.bits == 4 and weight.group <= INT16_MAX_GROUP \
+        and int16_enabled() else None
     L.op("int_matmul", ins, [L.alias(out, (rows, n), (n, 1))], [weight.bits, weight.group],
-         name=f"linear (int{weight.bits} weights)")
+         [grid] if grid is not None else [],
+         name=f"linear (int{weight.bits} weights{', int16 activations' if grid else ''})")
     return ("t", out)
 
 

@@ -114,6 +114,23 @@ def _on_grid(v, params: tuple) -> bool:
         and 0 <= qmax - qmin <= 1 << 16
 
 
+def activation_grid(v) -> float | None:
+    """The scale s when every value of ``v`` is (moved unchanged from) a per-tensor
+    dequantize of a quantize with the same parameters, spanning at most 2^16 steps: each
+    value is then fl(i·s) for an integer i, |i| <= 2^16 (_on_grid), and fl(v · fl(1/s))
+    rounds back to i. What ``int_matmul``'s int16 mode needs of its activations (a 16-bit
+    scheme's linear input; lowering/int_weights.py)."""
+    while isinstance(v, torch.fx.Node) and v.op == "call_function" \
+            and op_name(v).split(".")[0] in _MOVES:
+        v = v.args[0]
+    if not (isinstance(v, torch.fx.Node) and v.op == "call_function"
+            and v.target == _qop("dequantize_per_tensor") and _round_trip(v) is not None):
+        return None
+    scale = v.args[1] if len(v.args) > 1 else None
+    return float(scale) if isinstance(scale, float) and scale > 0 and _on_grid(v, tuple(v.args[1:6])) \
+        else None
+
+
 def _peel_relu(node):
     """(the relu, its input) when ``node`` is a relu read once, else (None, ``node``)."""
     if _is(node, aten.relu.default) and len(node.users) == 1:

@@ -43,8 +43,9 @@ struct IntMatmulOp : IntWeightsOp {
   bool act16 = false;
   float act_scale = 0.f, act_inv = 0.f;
   int64_t l8 = 0, octs = 0;     // a block's activations padded to 8; its 8-k rows
-  std::vector<int16_t> aq;      // [M, G, l8] i = round(a / s), zero padded
-  std::vector<int32_t> corr;    // [M, G] 8·Σ i (the weights' nibbles stored + 8)
+  std::vector<int16_t> aq;      // [M, G, l8] v = round(a / s) - shift[m], zero padded
+  std::vector<int32_t> corr;    // [M, G] 8·Σ v (the weights' nibbles stored + 8)
+  std::vector<int32_t> shift;   // [M] v = i - shift: 0, or min(i) + 32768 where i passes int16
   void run(Engine& e) override;
 };
 

@@ -2,7 +2,9 @@
 // block of K): the weights stay packed in the program and are dequantized in registers,
 // so a decode step reads 1 (int8) or 1/2 (int4) byte per weight instead of 4.
 //
-// Contract ("int_matmul"): ins [a, w, scales, (bias)], outs [d]; ia [bits, group].
+// Contract ("int_matmul"): ins [a, w, scales, (bias)], outs [d]; ia [bits, group]; fa [] or
+// [s] (the int16 mode, int_matmul16.cpp: bits 4, group <= 4096, s a finite float32 > 0 with
+// a finite inverse, and a's values said to lie on the grid fl(i·s), |i| <= 65535).
 //   a: f32 [M, K], columns contiguous (any row stride); d: f32 [M, N], columns contiguous,
 //   rows apart by at least N, another root than a;
 //   w: the weights as panels of 16 columns, dense: int8 [P, K, 16] (bits 8: w[p, k, j] is
@@ -13,9 +15,13 @@
 //   k in [g·group, (g+1)·group); group in [1, K], even for 4 bits unless it is K;
 //   bias: f32, N elements, dense. No post-ops (the lowering fuses none into this op).
 //   Work: M·K·N multiply-adds.
+// The weights and scales are copied at build into transparent huge pages (the file's pages
+// given back); the int16 mode copies them into its own layout instead.
 //
-// Arithmetic (what the lean runtime computes, up to the order of the sums): every weight is
-// dequantized as float32(q) · scale, one rounding, the product quantized_decomposed's
+// Arithmetic without fa, or with it where the int16 mode does not run (no AVX512-VNNI,
+// OPFORGE_CPU_INT_MATMUL_VNNI=0, M >= kWideRows, a row off its grid; int_matmul16.cpp says
+// its own arithmetic and bound), what the lean runtime computes up to the order of the
+// sums: every weight is dequantized as float32(q) · scale, one rounding, the product quantized_decomposed's
 // dequantize_per_channel and torchao's dequantize_affine compute with a zero zero point,
 // then d[m, n] = Σ_k a[m, k] · w[k, n] in float32, one fused multiply-add per term, k in
 // order, then + bias. Lean multiplies the same float32 weights with NumPy's matmul, whose

@@ -1,26 +1,28 @@
 // int_matmul's int16 mode: 4-bit weights against activations that lie on a 16-bit
-// quantized grid (fa [s]: every value of a is fl(i·s) for an integer i, what a 16-bit
-// scheme's dequantize writes; lowering/int_weights.py passes s only when the graph says so).
-// Each row of a is made integers once a call, i = round(a · fl(1/s)) (exact: fl(fl(i·s) ·
-// fl(1/s)) lies within 0.012 of i for |i| <= 2^16, lowering/quantized.py's _on_grid), and
-// each block's products are summed exactly in int32 by AVX512-VNNI vpdpwssd (32 int16
-// products an instruction, a pair of k per 32-bit lane): where int_matmul's float path
-// spends ~4 vector instructions per k and 16 columns (unpack, scale, multiply-add), this one
-// spends ~1.75 (a third of a shift, an and, a vpdpwssd).
+// quantized grid (fa [s]: every value of a is fl(i·s) for an integer i, |i| <= 65535, what a
+// 16-bit scheme's dequantize writes; lowering/int_weights.py passes s only when the graph
+// says so). Each row of a is made integers once a call, i = round(a · fl(1/s)) (exact:
+// fl(fl(i·s) · fl(1/s)) lies within 0.012 of i for |i| <= 2^16, lowering/quantized.py's
+// _on_grid), stored as int16 v = i - shift (shift 0 where every i of the row fits int16,
+// else min(i) + 32768: an asymmetric grid's row, a SwiGLU product's, spans at most 65535
+// steps), and each block's products are summed exactly in int32 by AVX512-VNNI vpdpwssd (32
+// int16 products an instruction, a pair of k per 32-bit lane): where int_matmul's float
+// path spends ~4 vector instructions per k and 16 columns (unpack, scale, multiply-add),
+// this one spends ~0.75 (a shift, an and and a vpdpwssd per 2 k; 1.25 for a shifted row).
 //
-// Arithmetic: per row m and block g, S = Σ_k i[k]·q[k, n] in int32, exact (computed as
-// Σ i·(q + 8) - 8·Σ i, the weights' nibbles stored + 8; modulo 2^32, and |S| <= 2^18·group
-// < 2^31 for group <= 4096); acc = fma(float(S), scale_w[n, g], acc) for g in order;
-// d[m, n] = fma(acc, s, bias[n]). Against the lean runtime (the float32 values fl(i·s) and
-// fl(q·scale) multiplied in float32, any order): each side lies within γ(K+1)·(Σ|a·w| +
-// |bias|) resp. γ(G+5)·(Σ|a·w| + |bias|) of the exact sum of lean's operands (the int sum
-// is exact; the conversion, G fused multiply-adds, the final fma: G+2 roundings, and fl(i·s),
-// fl(q·scale) differ from i·s, q·scale by a relative 2^-24 each), so they differ by at
-// most (γ(K+1) + γ(G+5))·(Σ_k |a·w| + |bias|) <= 2·γ(K+5)·(...)
-// (tests/backends/test_cpu_int_matmul16.py holds it).
-// A row with an integer past int16 (a NaN or an infinity among them) makes the whole call
-// take int_matmul's float path (the dequantize-once one, from this layout): its arithmetic,
-// its bound.
+// Arithmetic: per row m and block g, S = Σ_k i[k]·q[k, n] in int32, exact: computed as
+// Σ v·(q + 8) - 8·Σ v + shift·(Σ (q + 8) - 8·l8) (the weights' nibbles stored + 8, a
+// block's pads v = 0 and q + 8 = 8), modulo 2^32, and |S| <= 65535·8·group < 2^31 for group
+// <= 4096; acc = fma(float(S), scale_w[n, g], acc) for g in order; d[m, n] = fma(acc, s,
+// bias[n]). Against the lean runtime (the float32 values fl(i·s) and fl(q·scale) multiplied
+// in float32, any order): each side lies within γ(K+1) resp. γ(G+5) times (Σ|a·w| + |bias|)
+// of the exact sum of lean's operands (the int sum is exact; the conversion, G fused
+// multiply-adds and the final fma are G+2 roundings, and fl(i·s), fl(q·scale) are i·s,
+// q·scale within a relative 2^-24 each), so they differ by at most (γ(K+1) + γ(G+5))·(Σ_k
+// |a·w| + |bias|) (tests/backends/test_cpu_int_matmul16.py holds each side to its own).
+// A row past that (an i past ±65535, a span past 65535, a NaN or an infinity) makes the
+// whole call take int_matmul's float path (the dequantize-once one, from this layout): its
+// arithmetic, its bound; so do M >= kWideRows (a prompt), on this layout.
 //
 // Layout (made at build from the contract's [P, ceil(K/2), 16] bytes; the file keeps the
 // contract's): a block's activations padded with zeros to l8 = group rounded up to 8, each
@@ -34,6 +36,7 @@
 #endif
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -89,35 +92,46 @@ void repack_scales(const IntMatmulOp& op, const float* from, float* to) {
 #if defined(__x86_64__)
 #define OFC_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-// every row of a as integers (aq, corr); false where one is past int16 (or not a number)
-OFC_VNNI bool quantize_rows(IntMatmulOp& op, const float* a) {
+// row m of a as integers v = i - shift[m] (aq, corr, shift): shift 0 where every i fits
+// int16, else min(i) + 32768; false where one is past ±65535 or they span more than 65535
+// steps (or one is not a number: cvtps2dq gives INT_MIN)
+OFC_VNNI bool quantize_row(IntMatmulOp& op, const float* x, int64_t m) {
   const __m512 inv = _mm512_set1_ps(op.act_inv);
-  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-  for (int64_t m = 0; m < op.m; ++m)
-    for (int64_t g = 0; g < op.groups; ++g) {
-      const int64_t k0 = g * op.group, n = std::min(op.group, op.k - k0);
-      const float* x = a + m * op.sa + k0;
-      int16_t* q = op.aq.data() + (m * op.groups + g) * op.l8;
-      __m512i sum = _mm512_setzero_si512();
-      for (int64_t i = 0; i < op.l8; i += kLanes) {
-        const int64_t left = n - i, room = op.l8 - i;
-        const __mmask16 in = left >= kLanes ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-        const __mmask16 out = room >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << room) - 1);
-        // round to nearest even (the default MXCSR); a NaN or one past int32 gives INT_MIN
-        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + i), inv));
-        lo = _mm512_min_epi32(lo, v);
-        hi = _mm512_max_epi32(hi, v);
-        sum = _mm512_add_epi32(sum, v);
-        _mm512_mask_cvtepi32_storeu_epi16(q + i, out, v);
-      }
-      op.corr[(size_t)(m * op.groups + g)] = 8 * _mm512_reduce_add_epi32(sum);
+  __m512i lo = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(INT32_MIN);
+  for (int64_t k = 0; k < op.k; k += kLanes) {
+    const int64_t left = op.k - k;
+    const __mmask16 in = left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    // round to nearest even (the default MXCSR)
+    const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + k), inv));
+    lo = _mm512_mask_min_epi32(lo, in, lo, v);
+    hi = _mm512_mask_max_epi32(hi, in, hi, v);
+  }
+  const int64_t low = _mm512_reduce_min_epi32(lo), high = _mm512_reduce_max_epi32(hi);
+  if (low < -65535 || high > 65535 || high - low > 65535) return false;  // (INT_MIN: NaN)
+  const int32_t shift = low >= -32768 && high <= 32767 ? 0 : (int32_t)(low + 32768);
+  op.shift[(size_t)m] = shift;
+  const __m512i by = _mm512_set1_epi32(shift);
+  for (int64_t g = 0; g < op.groups; ++g) {
+    const int64_t k0 = g * op.group, n = std::min(op.group, op.k - k0);
+    int16_t* q = op.aq.data() + (m * op.groups + g) * op.l8;
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t i = 0; i < op.l8; i += kLanes) {
+      const int64_t left = n - i, room = op.l8 - i;
+      const __mmask16 in = left >= kLanes ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+      const __mmask16 out = room >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << room) - 1);
+      const __m512i v = _mm512_maskz_sub_epi32(
+          in, _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, x + k0 + i), inv)), by);
+      sum = _mm512_add_epi32(sum, v);
+      _mm512_mask_cvtepi32_storeu_epi16(q + i, out, v);  // pads 0
     }
-  return _mm512_reduce_min_epi32(lo) >= -32768 && _mm512_reduce_max_epi32(hi) <= 32767;
+    op.corr[(size_t)(m * op.groups + g)] = 8 * _mm512_reduce_add_epi32(sum);
+  }
+  return true;
 }
 
 // R rows from m0 × P panels from p0 (a chunk's first panel): int32 block sums, then the
 // float accumulation of the contract's arithmetic
-template <int R, int P>
+template <int R, int P, bool SHIFTED>
 OFC_VNNI void block16(const IntMatmulOp& op, float* d, int64_t m0, int64_t p0) {
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
@@ -125,9 +139,11 @@ OFC_VNNI void block16(const IntMatmulOp& op, float* d, int64_t m0, int64_t p0) {
   const __m512i nib = _mm512_set1_epi32(0x000F000F);
   const uint8_t* w = op.w + row16(op, p0, 0, 0) * 64;  // the chunk's stream, read in order
   for (int64_t g = 0; g < op.groups; ++g) {
-    __m512i s[R][P];
-    for (int r = 0; r < R; ++r)
-      for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+    __m512i s[R][P], u[P];  // u: Σ (q + 8) over the block, for the shifted rows
+    for (int p = 0; p < P; ++p) {
+      u[p] = _mm512_setzero_si512();
+      for (int r = 0; r < R; ++r) s[r][p] = _mm512_setzero_si512();
+    }
     const int16_t* ar[R];
     for (int r = 0; r < R; ++r) ar[r] = op.aq.data() + ((m0 + r) * op.groups + g) * op.l8;
     for (int64_t o = 0; o < op.octs; ++o, w += P * 64) {
@@ -150,13 +166,20 @@ OFC_VNNI void block16(const IntMatmulOp& op, float* d, int64_t m0, int64_t p0) {
           s[r][p] = _mm512_dpwssd_epi32(s[r][p], w2, a[r][2]);
           s[r][p] = _mm512_dpwssd_epi32(s[r][p], w3, a[r][3]);
         }
+        if (SHIFTED)  // (int16 sums of 4 nibbles: at most 60)
+          u[p] = _mm512_dpwssd_epi32(u[p], _mm512_add_epi16(_mm512_add_epi16(w0, w1), _mm512_add_epi16(w2, w3)),
+                                     _mm512_set1_epi32(0x00010001));
       }
     }
     for (int p = 0; p < P; ++p) {
       const __m512 sc = _mm512_loadu_ps(op.s + scale16(op, p0 + p, g));
       for (int r = 0; r < R; ++r) {
         const __m512i c = _mm512_set1_epi32(op.corr[(size_t)((m0 + r) * op.groups + g)]);
-        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][p], c)), sc, acc[r][p]);
+        __m512i sum = _mm512_sub_epi32(s[r][p], c);  // Σ v·q
+        if (SHIFTED)  // + shift · Σ q (the pads' q + 8 = 8 and v = 0: Σ q = Σ (q + 8) - 8·l8)
+          sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_set1_epi32(op.shift[(size_t)(m0 + r)]),
+                                                         _mm512_sub_epi32(u[p], _mm512_set1_epi32((int)(8 * op.l8)))));
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[r][p]);
       }
     }
   }
@@ -193,11 +216,15 @@ void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op) {
   op.l8 = (op.group + 7) / 8 * 8;
   op.octs = op.l8 / 8;
   const int64_t rows = mul_c(mul_c(op.panels, op.groups, what), op.octs, what);  // 64-byte rows
-  const int64_t blocks = mul_c(op.m, op.groups, what);
-  const int64_t values = mul_c(blocks, op.l8, what);
-  e.reserve(add_c(mul_c(values, 2, what), mul_c(blocks, 4, what), what), "int_matmul int16 activations");
-  op.aq.assign((size_t)values, 0);
-  op.corr.assign((size_t)blocks, 0);
+  if (!op.wide) {  // (the wide path never makes them: a prompt's M is not kept)
+    const int64_t blocks = mul_c(op.m, op.groups, what);
+    const int64_t values = mul_c(blocks, op.l8, what);
+    e.reserve(add_c(mul_c(values, 2, what), mul_c(add_c(blocks, op.m, what), 4, what), what),
+              "int_matmul int16 activations");
+    op.aq.assign((size_t)values, 0);
+    op.corr.assign((size_t)blocks, 0);
+    op.shift.assign((size_t)op.m, 0);
+  }
   const uint8_t* wfrom = op.w;
   const float* sfrom = op.s;
   // 2-d descriptors: another key in the weight cache than the float path's 1-d copies
@@ -212,11 +239,22 @@ void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op) {
 
 bool int16_run(IntMatmulOp& op, const float* a, float* d) {
 #if defined(__x86_64__)
-  if (!quantize_rows(op, a)) return false;
+  bool shifted = false;
+  for (int64_t m = 0; m < op.m; ++m) {
+    if (!quantize_row(op, a + m * op.sa, m)) return false;
+    shifted = shifted || op.shift[(size_t)m] != 0;
+  }
   for_each_chunk(op, [&](int64_t p0, int64_t np) {
     for (int64_t m0 = 0; m0 < op.m; m0 += kPairRows) {
-      if (op.m - m0 >= 2) with_panels(np, [&](auto P) { block16<2, P.value>(op, d, m0, p0); });
-      else with_panels(np, [&](auto P) { block16<1, P.value>(op, d, m0, p0); });
+      with_panels(np, [&](auto P) {
+        if (op.m - m0 >= 2) {
+          if (shifted) block16<2, P.value, true>(op, d, m0, p0);
+          else block16<2, P.value, false>(op, d, m0, p0);
+        } else {
+          if (shifted) block16<1, P.value, true>(op, d, m0, p0);
+          else block16<1, P.value, false>(op, d, m0, p0);
+        }
+      });
     }
   });
   return true;
