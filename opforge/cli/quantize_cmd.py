@@ -154,8 +154,12 @@ def quantize(factory: str, scheme: str, group_size: int | None, calibration: str
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             try:
+                # the float model is needed again only to evaluate: without --eval its
+                # weights are freed before export (quantize's keep_float_model)
                 result = quantize_model(model, inputs, quantizer=quantizer, calibration=samples,
-                                        on_step=status.update, dynamic_shapes=dynamic)
+                                        on_step=status.update, dynamic_shapes=dynamic,
+                                        keep_float_model=held_out is not None)
+                del model, entry
                 if held_out is not None:
                     status.update(f"evaluating on {len(held_out)} held-out sample(s)")
                     result.evaluate(held_out)
@@ -216,7 +220,9 @@ def _export_dynamic(model, inputs, dynamic, scheme, group_size, status, **export
 
     status.update(f"quantizing ({scheme})")
     try:
-        swapped_model = quantize_dynamic(model, scheme, block=group_size or 32)
+        # in place: the factory's model is not used again, and each float weight goes once
+        # its integers exist
+        swapped_model = quantize_dynamic(model, scheme, block=group_size or 32, inplace=True)
     except (QuantizeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     swapped = {"linears": sum(isinstance(m, DynamicQuantLinear) for m in swapped_model.modules()),

@@ -46,7 +46,11 @@ from opforge.export.method_graph import InputKind, MethodGraph
 
 __all__ = ["check_fakes", "custom_op_nodes"]
 
-_BUILT_IN = frozenset({"aten", "prims"})
+# torch's and torchao's quantize / dequantize ops (every quantized model's) count as built
+# in: their fakes ship with the ops, and running a quantized decoder's graph to check them
+# computed every dequantized weight at once (PT2E puts them at the graph's top): the whole
+# model's float32 weights beside the integers, during capture
+_BUILT_IN = frozenset({"aten", "prims", "quantized_decomposed", "torchao"})
 
 
 def custom_op_nodes(method: MethodGraph) -> list[torch.fx.Node]:

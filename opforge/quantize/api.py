@@ -18,7 +18,9 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
+from opforge.export import freed_memory
 from opforge.quantize.integer_ops import run_on_integers
+from opforge.quantize.memory import fold_weight_quantizes, graph_copy, near_users
 from opforge.quantize.quantizer import Quantizer
 from opforge.quantize.report import Accuracy, QuantReport, accuracy, build_report
 from opforge.quantize.schemes import QuantConfig, QuantizeError
@@ -132,7 +134,9 @@ def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
     except Exception:  # noqa: BLE001 - a PTQ graph has nothing to switch
         pass
     _check_observed_ranges(prepared)
-    converted = convert_pt2e(prepared)
+    # torchao's folding of the weights' quantizes, without its float copies (memory.py)
+    converted = convert_pt2e(prepared, fold_quantize=False)
+    fold_weight_quantizes(converted)
     _drop_zero_block_zero_points(converted)
     _drop_unused_tensors(converted)
     _narrow_zero_points(converted)
@@ -233,8 +237,10 @@ class QuantizedModel:
         """SQNR and max abs error against the float model on ``samples`` (inputs the
         calibration did not see); also stored as ``report.held_out``."""
         if self.float_model is None:
-            raise QuantizeError("`QuantizedModel.evaluate()`: no float model kept — fix: "
-                                "make the QuantizedModel with opforge.quantize.quantize")
+            raise QuantizeError("`QuantizedModel.evaluate()`: no float model kept — valid: "
+                                "a QuantizedModel made by opforge.quantize.quantize with "
+                                "keep_float_model=True (the default) — fix: quantize again "
+                                "without keep_float_model=False")
         dynamic = _dynamic_dims(self.model, self.example_inputs, self.dynamic_shapes)
         samples = [_check_sample(s, self.example_inputs, i, what="evaluation", dynamic=dynamic)
                    for i, s in enumerate(samples)]
@@ -243,7 +249,8 @@ class QuantizedModel:
                                 "one — fix: pass held-out inputs")
         with torch.no_grad():
             reference = [self.float_model(*s) for s in samples]
-            outputs = [self.model(*s) for s in samples]
+            model = near_users(self.model)  # one weight's float copy at a time (memory.py)
+            outputs = [model(*s) for s in samples]
         self.report.held_out = accuracy(reference, outputs)
         return self.report.held_out
 
@@ -251,16 +258,12 @@ class QuantizedModel:
         """``opforge.export.export`` of the converted model (Q/DQ ops and integer constants
         kept), 4-bit weights packed two per byte unless ``pack_4bit=False``; with the
         ``dynamic_shapes`` it was captured with unless given others."""
-        import copy
-
         from opforge.export import export
         from opforge.quantize.packing import pack_4bit_weights
 
         # export switches the module's mode and back, which torchao implements by rewriting
         # the graph in place: export a copy, keep ``model`` exactly as converted
-        with warnings.catch_warnings():  # torch's own pytree deprecation, inside deepcopy
-            warnings.simplefilter("ignore", FutureWarning)
-            model = copy.deepcopy(self.model)
+        model = graph_copy(self.model)
         if self.dynamic_shapes is not None:
             kwargs.setdefault("dynamic_shapes", self.dynamic_shapes)
         program = export(model, self.example_inputs, **kwargs)
@@ -277,6 +280,7 @@ def quantize(
     train: Callable[[torch.fx.GraphModule], Any] | None = None,
     on_step: Callable[[str], None] | None = None,
     dynamic_shapes: Any = None,
+    keep_float_model: bool = True,
 ) -> QuantizedModel:
     """Quantize ``model`` with ``scheme`` (or a configured ``quantizer``) and report.
 
@@ -293,6 +297,13 @@ def quantize(
     differ from the example inputs there, and the converted model exports with them (or,
     through ``export(None, methods=...)``, at several shapes: a decoder's prefill and its
     one-token decode step).
+
+    Memory: ``model`` is not copied (the captured graph reads its weights) and the converted
+    model holds integer weights and no float ones. The result keeps ``model`` for
+    ``evaluate`` unless ``keep_float_model=False``: then, once the caller lets go of its
+    own reference, the float weights are freed before export, and quantizing and exporting
+    hold them once (a 1B decoder: 6 GB of float32 weights). Pass it when the float model is
+    not needed again (``opforge quantize`` does, without ``--eval``).
     """
     step = on_step or (lambda text: None)
     example_inputs = tuple(example_inputs)
@@ -325,6 +336,10 @@ def quantize(
                 prepared(*s)
     step("converting to quantize/dequantize ops")
     converted = convert(prepared)
+    del prepared  # its observers and its references to the float weights
+    large = sum(t.nbytes for t in model.parameters()) >= freed_memory.LARGE_BYTES
+    if large:
+        freed_memory.release()  # the folding's temporaries (freed_memory.py)
     for name in run_on_integers(converted):
         decision = quantizer.decisions.get(name)
         if decision is not None:
@@ -332,9 +347,13 @@ def quantize(
                 decision, detail=decision.detail + "; its kernel runs on the integers")
     step("measuring against the float model")
     with torch.no_grad():
-        outputs = [converted(*s) for s in samples]
+        measured = near_users(converted)  # one weight's float copy at a time (memory.py)
+        outputs = [measured(*s) for s in samples]
+        del measured
     report = build_report(quantizer, converted, accuracy(reference, outputs),
                           calibrated=len(samples), scheme=quantizer.default.scheme)
+    if large:
+        freed_memory.release()
     return QuantizedModel(converted, example_inputs, report, quantizer,
-                          float_model=model if train is None else None,
+                          float_model=model if train is None and keep_float_model else None,
                           dynamic_shapes=dynamic_shapes)

@@ -62,24 +62,24 @@ def _ops():
 
 
 def quantize_weight(w: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q int8 [N, K], scales float32 [N, K / group]) of a float weight [N, K]."""
+    """(q int8 [N, K], scales float32 [N, K / group]) of a float weight [N, K], ``ROWS`` rows
+    at a time (``_quantize_rows``: every step is per block, so the values are the whole
+    weight's at once, with float temporaries of ``ROWS`` rows instead of the weight's size:
+    a 1B decoder's output projection is 1 GB of float32). Kept above the modules at the
+    size it had: the exported programs' debug tables name their source lines."""
     n, k = w.shape
-    blocks = w.detach().float().reshape(n, k // group, group)
-    if bits == 8:
-        scales = blocks.abs().amax(-1).clamp(min=EPS) / 127
-    else:  # Q4_0: the signed value of largest magnitude maps to -8
-        idx = blocks.abs().argmax(-1, keepdim=True)
-        m = blocks.gather(-1, idx).squeeze(-1)
-        scales = torch.where(m == 0, torch.full_like(m, EPS), m) / -8
-    # rounded to float16 values (as Q4_0 / Q8_0 store their scales) where float16 holds them as
-    # normal numbers, before the integers are computed from them: a backend may store them in
-    # 2 bytes (the cpu backend does: a decode step then reads 0.5625 bytes per 4-bit weight,
-    # not 0.625); a scale float16 cannot hold (an all-zero block's EPS) stays float32
-    half = scales.half().float()
-    scales = torch.where(torch.isfinite(half) & (half.abs() >= 2.0 ** -14), half, scales)
-    qmin, qmax = _RANGE[bits]
-    q = torch.clamp(torch.round(blocks * (1.0 / scales)[..., None]), qmin, qmax)
-    return q.to(torch.int8).reshape(n, k).contiguous(), scales.float().contiguous()
+    q = torch.empty(n, k, dtype=torch.int8)
+    scales = torch.empty(n, k // group, dtype=torch.float32)
+    for start in range(0, n, ROWS):
+        rows = slice(start, min(start + ROWS, n))
+        q[rows], scales[rows] = _quantize_rows(w[rows], bits, group)
+    return q, scales
+
+
+# rows of a weight quantized at a time: a 1B decoder's embedding (128256 x 2048) then
+# makes float temporaries of 32 MB, not of its 1 GB (the module swap holds the model's
+# float weights once; each of its own copies is a chunk's)
+ROWS = 4096
 
 
 class DynamicQuantLinear(nn.Module):
@@ -132,11 +132,18 @@ class QuantEmbedding(nn.Module):
 
 
 def quantize_dynamic(model: nn.Module, scheme: str, *, block: int = BLOCK,
-                     skip=(), embedding: bool = True) -> nn.Module:
-    """A copy of ``model`` with every ``nn.Linear`` (but those named in ``skip``) made a
+                     skip=(), embedding: bool = True, inplace: bool = False) -> nn.Module:
+    """``model`` with every ``nn.Linear`` (but those named in ``skip``) made a
     :class:`DynamicQuantLinear` of ``scheme`` (``8da8w`` or ``8da4w``), and with
     ``embedding`` every plain ``nn.Embedding`` a :class:`QuantEmbedding` of its weights'
-    bits (as llama.cpp's Q8_0 / Q4_0 files hold the token embedding)."""
+    bits (as llama.cpp's Q8_0 / Q4_0 files hold the token embedding).
+
+    ``inplace=False`` (the default) swaps the modules of a deep copy: ``model`` stays as
+    it was, and its float weights stay in memory beside the copy's integers while the
+    caller holds it. ``inplace=True`` swaps them in ``model`` itself and returns it: each
+    float weight is let go as soon as its integers exist, so quantizing holds the float
+    weights once (a 1B decoder: 6 GB of float32 weights, not 12); use it when the float
+    model is not needed again (exporting it: ``opforge quantize`` does)."""
     if scheme not in DYNAMIC_SCHEMES:
         from opforge.quantize.schemes import QuantizeError
 
@@ -144,14 +151,39 @@ def quantize_dynamic(model: nn.Module, scheme: str, *, block: int = BLOCK,
             f"`opforge.quantize.dynamic.quantize_dynamic(scheme={scheme!r})`: scheme — unknown — "
             f"valid: {', '.join(DYNAMIC_SCHEMES)} — fix: pick one of them")
     bits = DYNAMIC_SCHEMES[scheme]
-    model = copy.deepcopy(model)
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            full = f"{name}.{child_name}" if name else child_name
-            if full in skip:
-                continue
-            if type(child) is nn.Linear:
-                setattr(module, child_name, DynamicQuantLinear(child, bits, block))
-            elif type(child) is nn.Embedding and embedding and child.max_norm is None:
-                setattr(module, child_name, QuantEmbedding(child, bits, block))
+    if not inplace:
+        model = copy.deepcopy(model)
+    # names, not modules: a list of the float modules would hold every float weight until
+    # the last swap
+    swaps = [(name, child_name) for name, module in model.named_modules()
+             for child_name, child in module.named_children()
+             if (f"{name}.{child_name}" if name else child_name) not in skip
+             and (type(child) is nn.Linear or (type(child) is nn.Embedding and embedding
+                                               and child.max_norm is None))]
+    for name, child_name in swaps:
+        module = model.get_submodule(name)
+        child = getattr(module, child_name)
+        swapped = (DynamicQuantLinear if type(child) is nn.Linear else QuantEmbedding)(child, bits, block)
+        del child
+        setattr(module, child_name, swapped)
     return model
+
+
+def _quantize_rows(w: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n, k = w.shape
+    blocks = w.detach().float().reshape(n, k // group, group)
+    if bits == 8:
+        scales = blocks.abs().amax(-1).clamp(min=EPS) / 127
+    else:  # Q4_0: the signed value of largest magnitude maps to -8
+        idx = blocks.abs().argmax(-1, keepdim=True)
+        m = blocks.gather(-1, idx).squeeze(-1)
+        scales = torch.where(m == 0, torch.full_like(m, EPS), m) / -8
+    # rounded to float16 values (as Q4_0 / Q8_0 store their scales) where float16 holds them as
+    # normal numbers, before the integers are computed from them: a backend may store them in
+    # 2 bytes (the cpu backend does: a decode step then reads 0.5625 bytes per 4-bit weight,
+    # not 0.625); a scale float16 cannot hold (an all-zero block's EPS) stays float32
+    half = scales.half().float()
+    scales = torch.where(torch.isfinite(half) & (half.abs() >= 2.0 ** -14), half, scales)
+    qmin, qmax = _RANGE[bits]
+    q = torch.clamp(torch.round(blocks * (1.0 / scales)[..., None]), qmin, qmax)
+    return q.to(torch.int8).reshape(n, k), scales.float()

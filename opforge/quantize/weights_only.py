@@ -18,11 +18,10 @@ bypassing a converted model's activations: ``w8`` rounds the weights as ``16a8w`
 
 from __future__ import annotations
 
-import copy
-import warnings
-
 import torch
 import torch.fx
+
+from opforge.quantize.memory import graph_copy
 
 __all__ = ["weights_only"]
 
@@ -32,10 +31,10 @@ _DQ = torch.ops.quantized_decomposed.dequantize_per_tensor.default
 
 def weights_only(converted: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``converted`` whose activation quantize/dequantize pairs are identities
-    (weights stay quantized); ``converted`` itself is not changed."""
-    with warnings.catch_warnings():  # torch's own pytree deprecation, inside deepcopy
-        warnings.simplefilter("ignore", FutureWarning)
-        model = copy.deepcopy(converted)
+    (weights stay quantized); ``converted``'s graph is not changed. The copy shares
+    ``converted``'s weights (``memory.graph_copy``: only the graph differs), so it costs no
+    weight memory; change neither's weights in place."""
+    model = graph_copy(converted)
     graph = model.graph
     for node in list(graph.nodes):
         source = node.args[0] if node.op == "call_function" and node.target is _DQ else None

@@ -11,6 +11,7 @@ import torch
 import torch.fx
 
 from opforge.backends.cpu.lowering import Lowering, Unsupported
+from opforge.backends.cpu.lowering.released import FoldedConstants
 from opforge.backends.named_data import NamedDataStore
 from opforge.backends.partition import op_name
 
@@ -92,44 +93,71 @@ def support_check(graph, specs):
         lowering.env[name] = ("c", tensor)
     rejected_by_package = {r.node: r for r in package_rejected}
     verdicts: dict[torch.fx.Node, tuple[str, str] | None] = {}
+    # a constant fold is made when a node reads it and dropped once read (released.py), as
+    # in the delegate's own lowering: a walk in graph order held every weight's float copy
+    folded = FoldedConstants(lowering)
+
+    def fold(held):
+        verdicts[held] = _lowered(lowering, held)
+        if verdicts[held] is not None:
+            lowering.env[held.name] = None if _unbacked(held.meta.get("val")) else \
+                _runtime_value(lowering, held)
+
     for node in graph.graph_module.graph.nodes:
         if node.op != "call_function":
             continue
-        if node.target is operator.getitem:
-            if _unbacked(node.meta.get("val")):  # an item of a data-dependent result
-                lowering.env[node.name] = None
-                continue
-            source = lowering.env.get(node.args[0].name)
-            lowering.env[node.name] = source[node.args[1]] if isinstance(source, tuple) and \
-                not (len(source) == 2 and source[0] in ("t", "c")) else _runtime_value(lowering, node)
-            continue
-        verdict = None
-        if node.name in rejected_by_package:
-            r = rejected_by_package[node.name]
-            verdict = (r.kind, r.reason)
-        elif claimed and node.name not in planned and _claimed(node, claimed):
-            verdict = ("op", f"{op_name(node)} is claimed by an op package that cannot take "
-                             "this node; the backend never runs its own kernel for a claimed op")
-        elif _data_dependent(node):
-            verdict = ("shape", "a data-dependent size (nonzero, masked_select, item() as a "
-                                "size): its instruction binds the size at run time on the "
-                                "kernels")
-        elif lowering.table is None:
-            verdict = _static_shapes(node)
-        if verdict is None:
-            try:
-                lowering.env[node.name] = lowering.lower(node)
-                _check_results(node)
-            except Unsupported as e:
-                verdict = (e.kind, e.reason)
-            except Exception as e:  # noqa: BLE001 - the lowering's own limits, said plainly
-                verdict = ("op", f"{op_name(node)}: the cpu backend cannot lower it "
-                                 f"({type(e).__name__}: {e})")
-        if verdict is not None:  # (a data-dependent result: only such nodes read it)
-            lowering.env[node.name] = None if _unbacked(node.meta.get("val")) else \
-                _runtime_value(lowering, node)
-        verdicts[node] = verdict
+        folded.resolve(node, fold)
+        _check_node(node, lowering, verdicts, rejected_by_package, claimed, planned, folded)
+        if node.name not in folded.deferred:
+            folded.after(node)
     return (lambda node: verdicts.get(node, ("op", "not seen by the cpu backend"))), package_rejected
+
+
+def _lowered(lowering, node) -> tuple[str, str] | None:
+    """None when ``node`` lowers (its value in ``lowering.env``), else why not."""
+    try:
+        lowering.env[node.name] = lowering.lower(node)
+        _check_results(node)
+    except Unsupported as e:
+        return (e.kind, e.reason)
+    except Exception as e:  # noqa: BLE001 - the lowering's own limits, said plainly
+        return ("op", f"{op_name(node)}: the cpu backend cannot lower it "
+                      f"({type(e).__name__}: {e})")
+    return None
+
+
+def _check_node(node, lowering, verdicts, rejected_by_package, claimed, planned, folded) -> None:
+    """The verdict on one node of ``support_check``'s walk (a fold held back: none yet)."""
+    if node.target is operator.getitem:
+        if _unbacked(node.meta.get("val")):  # an item of a data-dependent result
+            lowering.env[node.name] = None
+            return
+        source = lowering.env.get(node.args[0].name)
+        lowering.env[node.name] = source[node.args[1]] if isinstance(source, tuple) and \
+            not (len(source) == 2 and source[0] in ("t", "c")) else _runtime_value(lowering, node)
+        return
+    verdict = None
+    if node.name in rejected_by_package:
+        r = rejected_by_package[node.name]
+        verdict = (r.kind, r.reason)
+    elif claimed and node.name not in planned and _claimed(node, claimed):
+        verdict = ("op", f"{op_name(node)} is claimed by an op package that cannot take "
+                         "this node; the backend never runs its own kernel for a claimed op")
+    elif _data_dependent(node):
+        verdict = ("shape", "a data-dependent size (nonzero, masked_select, item() as a "
+                            "size): its instruction binds the size at run time on the "
+                            "kernels")
+    elif lowering.table is None:
+        verdict = _static_shapes(node)
+    if verdict is None and folded.defer(node):
+        verdicts[node] = None
+        return
+    if verdict is None:
+        verdict = _lowered(lowering, node)
+    if verdict is not None:  # (a data-dependent result: only such nodes read it)
+        lowering.env[node.name] = None if _unbacked(node.meta.get("val")) else \
+            _runtime_value(lowering, node)
+    verdicts[node] = verdict
 
 
 def _claimed(node, claimed) -> bool:

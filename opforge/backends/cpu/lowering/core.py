@@ -253,13 +253,16 @@ class Lowering:
         folded = FoldedConstants(self)  # a folded weight dropped once read (released.py)
         for node in g.nodes:
             if node.op == "call_function":
-                first = len(self.plan.ops)
-                self.env[node.name] = self.lower(node)
-                folded.after(node)
-                for op in self.plan.ops[first:]:
-                    op.setdefault("_nodes", []).append(node.name)
+                if not folded.defer(node):  # a constant fold: made when read (released.py)
+                    folded.resolve(node)
+                    first = len(self.plan.ops)
+                    self.env[node.name] = self.lower(node)
+                    folded.after(node)
+                    for op in self.plan.ops[first:]:
+                        op.setdefault("_nodes", []).append(node.name)
                 if self.debug and node.target is not operator.getitem:
                     results.append(node.name)
+        folded.resolve_rest(g)
         debug = []  # copied before the outputs are placed: a result they read is not redirected
         if self.debug == "groups":
             self.results = self._debug_results(results, outputs)  # kept after fusion

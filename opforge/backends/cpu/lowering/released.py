@@ -13,11 +13,24 @@ lowered: a matcher looks at most one node back past its operand (a linear reads 
 weight's dequantize through a transpose), and a delegate output is never dropped (its user,
 the graph's output, is not lowered). The tensor stays alive where the plan holds it (a
 weight the float path materialized): only the environment's reference goes.
+
+Folded when read, not where the graph has them: a quantized model's graph computes every
+weight's dequantize at its top (PT2E's convert puts them there), so a walk in graph order
+folded all of them before the first linear read one: the whole model's float copies at
+once. ``defer(node)`` holds back a node the walk would fold (every input a constant or
+another held-back node; it makes no engine op, so the plan does not depend on when),
+``resolve(node)`` folds the held-back inputs of the node about to be lowered, in graph
+order, and ``resolve_rest()`` the ones no lowered node read. A delegate then holds one
+weight's float copy at a time (with ``after``).
 """
 
 from __future__ import annotations
 
+import operator
+
 import torch
+
+from opforge.export import freed_memory
 
 __all__ = ["FoldedConstants", "MIN_BYTES"]
 
@@ -26,9 +39,62 @@ MIN_BYTES = 1 << 20
 
 class FoldedConstants:
     def __init__(self, lowering) -> None:
+        self.lowering = lowering
         self.env = lowering.env
         self.pending: dict[str, int] = {}  # node name → its users not lowered yet
         self.folded: set[str] = set()      # call nodes whose value is a large folded tensor
+        self.deferred: dict[str, object] = {}  # node name → a node to fold when first read
+
+    def defer(self, node) -> bool:
+        """Hold ``node`` back when lowering it would only fold constants (``Lowering._lower``'s
+        fold: every input a constant, a foldable namespace, static sizes, and no fusion,
+        pattern or pass-through that takes the node)."""
+        from opforge.backends.cpu.lowering.core import FOLDABLE_NAMESPACES
+        from opforge.backends.partition import op_name
+
+        L = self.lowering
+        if node.target is operator.getitem or not isinstance(node.target, torch._ops.OpOverload):
+            return False
+        if op_name(node).split("::")[0] not in FOLDABLE_NAMESPACES:
+            return False
+        if any(node.name in table for table in (L.packages, L.int8, L.safe_softmax, L.groups,
+                                                L.grouped, L.scaled, L.scales, L.round_trips)):
+            return False
+        for a in node.all_input_nodes:
+            entry = self.env.get(a.name)
+            if a.name not in self.deferred and not (
+                    isinstance(entry, tuple) and len(entry) == 2 and entry[0] == "c"
+                    and isinstance(entry[1], torch.Tensor)):
+                return False
+        if any(isinstance(x, torch.SymInt) for x in _leaves((node.args, node.kwargs))):
+            return False
+        vals = node.meta.get("val")
+        for v in vals if isinstance(vals, (tuple, list)) else [vals]:
+            if not isinstance(v, torch.Tensor) or any(isinstance(d, torch.SymInt) for d in v.shape):
+                return False
+        self.deferred[node.name] = node
+        return True
+
+    def resolve(self, node, fold=None) -> None:
+        """Fold the held-back nodes ``node`` reads (theirs first); ``fold(held)`` sets the
+        environment's value (default: ``Lowering.lower``'s)."""
+        for a in node.all_input_nodes:
+            held = self.deferred.pop(a.name, None)
+            if held is not None:
+                self.resolve(held, fold)
+                (fold or self._fold)(held)
+                self.after(held)
+
+    def resolve_rest(self, graph) -> None:
+        """Fold, in graph order, the held-back nodes no lowered node read."""
+        for node in graph.nodes:
+            if node.name in self.deferred:
+                self.resolve(node)
+                self._fold(self.deferred.pop(node.name))
+                self.after(node)
+
+    def _fold(self, node) -> None:
+        self.env[node.name] = self.lowering.lower(node)
 
     def after(self, node) -> None:
         value = self.env.get(node.name)
@@ -42,7 +108,19 @@ class FoldedConstants:
                     if b.name in self.folded and all(self._done(u) for u in b.users):
                         self.folded.discard(b.name)
                         self.env[b.name] = ("released", b.name)
+                        freed_memory.trim()  # its pages back (freed_memory.py)
 
     def _done(self, node) -> bool:
         """Every user of ``node`` lowered (``node`` itself then too)."""
         return self.pending.get(node.name, len(node.users) or 1) == 0
+
+
+def _leaves(value):
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    else:
+        yield value
