@@ -65,9 +65,10 @@ def _plan(m, k, n, group, bias=False, grid=GRID, seed=0):
     return p, weight.dequantized().double().numpy(), b.double().numpy()
 
 
-def _on_grid(m, k, seed, scale=1.0):
-    """Activations fl(i·GRID) (standard normal · scale, rounded to the grid)."""
-    x = np.random.default_rng(seed).standard_normal((m, k)) * scale
+def _on_grid(m, k, seed):
+    """Activations fl(i·GRID), |i| <= 32767: standard normal clipped to [-3, 3] (unclipped, a
+    row spanning more than 65535 steps would take the float path), rounded to the grid."""
+    x = np.clip(np.random.default_rng(seed).standard_normal((m, k)), -3, 3)
     return np.round(x / GRID).astype(np.float32) * np.float32(GRID)
 
 
