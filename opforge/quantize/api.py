@@ -20,7 +20,9 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, 
 
 from opforge.export import freed_memory
 from opforge.quantize.integer_ops import run_on_integers
-from opforge.quantize.memory import fold_weight_quantizes, graph_copy, near_users
+from opforge.quantize.memory import (
+    fold_weight_quantizes, forget_cached_modules, graph_copy, near_users,
+)
 from opforge.quantize.quantizer import Quantizer
 from opforge.quantize.report import Accuracy, QuantReport, accuracy, build_report
 from opforge.quantize.schemes import QuantConfig, QuantizeError
@@ -137,6 +139,7 @@ def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
     # torchao's folding of the weights' quantizes, without its float copies (memory.py)
     converted = convert_pt2e(prepared, fold_quantize=False)
     fold_weight_quantizes(converted)
+    forget_cached_modules()  # they held the prepared graph and its float weights (memory.py)
     _drop_zero_block_zero_points(converted)
     _drop_unused_tensors(converted)
     _narrow_zero_points(converted)

@@ -8,13 +8,15 @@ Where a PT2E quantization made copies of the weights, and what this module does 
   each ``quantize`` on the whole weight at once (a few float temporaries of its size: the
   output projection's are the largest). :func:`fold_weight_quantizes` runs the same folder
   (the same nodes folded, in the same order, under the same names) without computing the
-  dequantizes, and a weight's quantize ``ROWS`` rows at a time;
+  dequantizes, and a weight's quantize on ``CHUNK_BYTES`` of its rows at a time;
 - a converted graph dequantizes every weight at its top (where convert puts them), so
   running it (quantize's accuracy measurement, ``evaluate``) held every weight's float
   copy at once: :func:`near_users` is a copy whose constant chains sit just before their
   first user (the same values; each float copy dropped after its linear);
 - copies of the converted graph (``QuantizedModel.export``, ``weights_only``) share its
-  tensors (:func:`graph_copy`): only the graph is rewritten.
+  tensors (:func:`graph_copy`): only the graph is rewritten;
+- torch's and torchao's device lookups cache the graph modules they see, float weights
+  and all: :func:`forget_cached_modules` after convert.
 
 The exported program is byte for byte what it was (``tests/backends/test_export_memory.py``).
 """
@@ -27,9 +29,10 @@ from typing import Any
 import torch
 import torch.fx
 
-__all__ = ["graph_copy", "near_users", "fold_weight_quantizes", "ROWS"]
+__all__ = ["graph_copy", "near_users", "fold_weight_quantizes", "forget_cached_modules",
+           "CHUNK_BYTES"]
 
-ROWS = 2048  # rows of a weight quantized at a time
+CHUNK_BYTES = 8 << 20  # a weight's quantize computed on this many bytes of it at a time
 
 
 def graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -95,13 +98,28 @@ def fold_weight_quantizes(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
+def forget_cached_modules() -> None:
+    """Empty the ``lru_cache`` of torch's and torchao's ``assert_and_get_unique_device``:
+    prepare and convert call it on the graph modules they make, and the cache kept every
+    one alive, with the float weights they read, for the rest of the process (the caller's
+    float model was never freed)."""
+    import torch.ao.quantization.fx.utils as ao_utils
+    import torchao.utils
+
+    for name, module in (("_assert_and_get_unique_device", torchao.utils),
+                         ("assert_and_get_unique_device", ao_utils)):
+        clear = getattr(getattr(module, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
+
+
 def _folder_class():
     from torchao.quantization.pt2e.constant_fold import ConstantFolder
 
     class WeightFolder(ConstantFolder):
         """torchao's folder, less its copies: a dequantize (the folder computes one, then
         never folds it: it is "impure" there) is not computed; a weight's quantize per
-        channel or per block of a row is computed ``ROWS`` rows at a time."""
+        channel or per block of a row is computed on a few rows at a time."""
 
         def _deduce_value(self, node: torch.fx.Node) -> Any:
             if node.op == "call_function" and node.target in _dequantizes():
@@ -131,13 +149,15 @@ def _dequantizes() -> tuple:
 
 
 def _rows_at_a_time(target, args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """A weight's quantize computed on ``ROWS`` rows at a time (each element's result
-    depends on its own row's scale only: the same integers), or None (not such an op, or
-    a small weight: computed as it is)."""
+    """A weight's quantize computed on ``CHUNK_BYTES`` of its rows at a time (each
+    element's result depends on its own row's scale only: the same integers; its float
+    temporaries are a chunk's), or None (not such an op, or a small weight: computed as
+    it is)."""
     qd = torch.ops.quantized_decomposed
     x = args[0] if args else None
-    if kwargs or not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] <= ROWS:
+    if kwargs or not isinstance(x, torch.Tensor) or x.dim() != 2 or x.nbytes <= CHUNK_BYTES:
         return None
+    step = max(1, CHUNK_BYTES // max(1, x[0].nbytes))
     if target is qd.quantize_per_channel.default and len(args) == 7 and args[3] == 0:
         sliced = (1, 2)  # scales, zero points: one per row
     elif target in _quantize_affine() and len(args) >= 5 and len(args[1]) == 2 \
@@ -150,8 +170,8 @@ def _rows_at_a_time(target, args: tuple, kwargs: dict) -> torch.Tensor | None:
         if isinstance(args[i], torch.Tensor) and (args[i].dim() == 0 or args[i].shape[0] != n):
             return None
     out = None
-    for start in range(0, n, ROWS):
-        rows = slice(start, start + ROWS)
+    for start in range(0, n, step):
+        rows = slice(start, start + step)
         part = list(args)
         part[0] = x[rows]
         for i in sliced:
