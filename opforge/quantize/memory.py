@@ -14,7 +14,7 @@ Where a PT2E quantization made copies of the weights, and what this module does 
   copy at once: :func:`near_users` is a copy whose constant chains sit just before their
   first user (the same values; each float copy dropped after its linear);
 - copies of the converted graph (``QuantizedModel.export``, ``weights_only``) share its
-  tensors (:func:`graph_copy`): only the graph is rewritten;
+  weights (:func:`graph_copy`): only the graph is rewritten;
 - torch's and torchao's device lookups cache the graph modules they see, float weights
   and all: :func:`forget_cached_modules` after convert.
 
@@ -36,16 +36,18 @@ CHUNK_BYTES = 8 << 20  # a weight's quantize computed on this many bytes of it a
 
 
 def graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm``'s modules and graph that shares its tensors (parameters, buffers,
-    constants): what a graph rewrite of the copy cannot reach, at none of the weights' memory
-    (a deep copy holds every integer weight twice). The tensors must not be changed in
-    place through either."""
+    """A copy of ``gm``'s modules and graph that shares its weights (its parameters and
+    integer buffers: a deep copy holds every integer weight twice) and copies the rest
+    (float buffers: a KV cache the graph writes is state of its own in each copy, as with
+    ``copy.deepcopy``; scales). The shared weights must not be changed in place."""
     import copy
 
     memo: dict[int, Any] = {}
     for module in gm.modules():
-        for value in (*module._parameters.values(), *module._buffers.values(),
-                      *(v for v in vars(module).values() if isinstance(v, torch.Tensor))):
+        shared = [*module._parameters.values(),
+                  *(b for b in module._buffers.values()
+                    if b is not None and not (b.is_floating_point() or b.is_complex()))]
+        for value in shared:
             if value is not None:
                 memo[id(value)] = value
     with warnings.catch_warnings():  # torch's own pytree deprecation, inside deepcopy

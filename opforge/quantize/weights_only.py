@@ -31,9 +31,9 @@ _DQ = torch.ops.quantized_decomposed.dequantize_per_tensor.default
 
 def weights_only(converted: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``converted`` whose activation quantize/dequantize pairs are identities
-    (weights stay quantized); ``converted``'s graph is not changed. The copy shares
-    ``converted``'s weights (``memory.graph_copy``: only the graph differs), so it costs no
-    weight memory; change neither's weights in place."""
+    (weights stay quantized); ``converted`` is not changed. The copy shares
+    ``converted``'s weights (``memory.graph_copy``; state such as a KV cache is its own),
+    so it costs no weight memory; change neither's weights in place."""
     model = graph_copy(converted)
     graph = model.graph
     for node in list(graph.nodes):

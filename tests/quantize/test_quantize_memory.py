@@ -81,8 +81,12 @@ def test_near_users_runs_the_same_values_one_weight_at_a_time():
 def test_graph_copy_shares_the_tensors_not_the_graph():
     result = _quantized("16a8w")
     copy = memory.graph_copy(result.model)
-    ours = {n: t.data_ptr() for n, t in copy.named_buffers()}
-    assert ours == {n: t.data_ptr() for n, t in result.model.named_buffers()}
+    theirs = dict(result.model.named_buffers())
+    for name, tensor in copy.named_buffers():  # integer weights shared, float state copied
+        shared = tensor.data_ptr() == theirs[name].data_ptr()
+        assert shared == (not tensor.is_floating_point()), name
+        assert torch.equal(tensor, theirs[name])
+    assert any(not t.is_floating_point() for t in theirs.values())
     before = result.model.code
     node = next(n for n in copy.graph.nodes if n.op == "output")
     with copy.graph.inserting_before(node):
