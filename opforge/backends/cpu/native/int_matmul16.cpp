@@ -270,15 +270,21 @@ bool int16_run(IntMatmulOp& op, const float* a, float* d) {
 __attribute__((target("avx512f"))) void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np,
                                                             int64_t k0, int64_t kn, float* wf) {
   const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-  for (int p = 0; p < np; ++p)
-    for (int64_t kk = k0; kk < k0 + kn; ++kk) {
-      const int64_t g = kk / op.group, r = kk - g * op.group, t = r & 7;
+  for (int p = 0; p < np; ++p) {
+    int64_t g = k0 / op.group, r = k0 - g * op.group;  // kk's block and its place in it
+    __m512 sc = _mm512_loadu_ps(op.s + scale16(op, p0 + p, g));
+    for (int64_t kk = k0; kk < k0 + kn; ++kk, ++r) {
+      if (r == op.group) {
+        ++g, r = 0;
+        sc = _mm512_loadu_ps(op.s + scale16(op, p0 + p, g));
+      }
+      const int64_t t = r & 7;
       const __m512i v = _mm512_loadu_si512(op.w + row16(op, p0 + p, g, r >> 3) * 64);
       const __m128i shift = _mm_cvtsi32_si128((int)(16 * (t & 1) + 4 * (t >> 1)));
       const __m512 q = _mm512_permutexvar_ps(_mm512_srl_epi32(v, shift), table);  // low 4 bits
-      _mm512_store_ps(wf + (kk - k0) * (kChunk * kLanes) + p * kLanes,
-                      _mm512_mul_ps(q, _mm512_loadu_ps(op.s + scale16(op, p0 + p, g))));
+      _mm512_store_ps(wf + (kk - k0) * (kChunk * kLanes) + p * kLanes, _mm512_mul_ps(q, sc));
     }
+  }
 }
 #else
 void dequantize_chunk16(const IntMatmulOp&, int64_t, int, int64_t, int64_t, float*) {}
