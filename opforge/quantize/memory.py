@@ -30,23 +30,26 @@ import torch
 import torch.fx
 
 __all__ = ["graph_copy", "near_users", "fold_weight_quantizes", "forget_cached_modules",
-           "CHUNK_BYTES"]
+           "rows_at_a_time", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 8 << 20  # a weight's quantize computed on this many bytes of it at a time
 
 
-def graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+def graph_copy(gm: torch.fx.GraphModule, *, share_state: bool = False) -> torch.fx.GraphModule:
     """A copy of ``gm``'s modules and graph that shares its weights (its parameters and
     integer buffers: a deep copy holds every integer weight twice) and copies the rest
     (float buffers: a KV cache the graph writes is state of its own in each copy, as with
-    ``copy.deepcopy``; scales). The shared weights must not be changed in place."""
+    ``copy.deepcopy``; scales). The shared weights must not be changed in place.
+    ``share_state=True`` shares every tensor: running the copy writes ``gm``'s KV cache, as
+    running ``gm`` does."""
     import copy
 
     memo: dict[int, Any] = {}
     for module in gm.modules():
         shared = [*module._parameters.values(),
                   *(b for b in module._buffers.values()
-                    if b is not None and not (b.is_floating_point() or b.is_complex()))]
+                    if b is not None and (share_state or not (b.is_floating_point()
+                                                              or b.is_complex())))]
         for value in shared:
             if value is not None:
                 memo[id(value)] = value
@@ -57,8 +60,9 @@ def graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def near_users(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A :func:`graph_copy` of ``gm`` whose constant nodes (``get_attr`` and what computes
-    only from them: a weight's dequantize) run just before their first user."""
-    copy = graph_copy(gm)
+    only from them: a weight's dequantize) run just before their first user, a weight's
+    dequantize a few rows at a time (:func:`rows_at_a_time`)."""
+    copy = graph_copy(gm, share_state=True)  # (a run writes gm's state, as gm's own would)
     graph = copy.graph
     constant: set[torch.fx.Node] = set()
     for node in graph.nodes:
@@ -72,6 +76,8 @@ def near_users(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             if position[first] != position[node] + 1:
                 first.prepend(node)
                 position[node] = position[first] - 1e-9 * (1 + len(node.users))  # before it
+            if node.op == "call_function" and node.target in _ROWS_OF:
+                node.target = _ROWS_OF[node.target]
     copy.recompile()
     return copy
 
@@ -128,7 +134,8 @@ def _folder_class():
                 return self.unknown_value
             if node.op == "call_function":
                 args, kwargs = self.fetch_args_kwargs_from_env(node)
-                value = _rows_at_a_time(node.target, args, kwargs)
+                value = _rows_at_a_time(node.target, args, kwargs) if _is_quantize(node.target) \
+                    else None
                 if value is not None:
                     return value
             return super()._deduce_value(node)
@@ -138,6 +145,11 @@ def _folder_class():
 
 def _WeightFolder(gm: torch.fx.GraphModule, **kwargs):  # noqa: N802 (a class, made lazily)
     return _folder_class()(gm, **kwargs)
+
+
+def _is_quantize(target) -> bool:
+    qd = torch.ops.quantized_decomposed
+    return target is qd.quantize_per_channel.default or target in _affine()[:2]
 
 
 def _dequantizes() -> tuple:
@@ -157,13 +169,14 @@ def _rows_at_a_time(target, args: tuple, kwargs: dict) -> torch.Tensor | None:
     it is)."""
     qd = torch.ops.quantized_decomposed
     x = args[0] if args else None
-    if kwargs or not isinstance(x, torch.Tensor) or x.dim() != 2 or x.nbytes <= CHUNK_BYTES:
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.numel() * 4 <= CHUNK_BYTES \
+            or any(isinstance(v, torch.Tensor) for v in kwargs.values()):
         return None
-    step = max(1, CHUNK_BYTES // max(1, x[0].nbytes))
-    if target is qd.quantize_per_channel.default and len(args) == 7 and args[3] == 0:
+    step = max(1, CHUNK_BYTES // max(1, 4 * x.shape[1]))  # rows of float32 per chunk
+    if target in (qd.quantize_per_channel.default, qd.dequantize_per_channel.default) \
+            and len(args) == 7 and args[3] == 0:
         sliced = (1, 2)  # scales, zero points: one per row
-    elif target in _quantize_affine() and len(args) >= 5 and len(args[1]) == 2 \
-            and args[1][0] == 1:
+    elif target in _affine() and len(args) >= 5 and len(args[1]) == 2 and args[1][0] == 1:
         sliced = (2, 3)  # scale, zero point: [N, K / block] (or None)
     else:
         return None
@@ -179,14 +192,54 @@ def _rows_at_a_time(target, args: tuple, kwargs: dict) -> torch.Tensor | None:
         for i in sliced:
             if isinstance(args[i], torch.Tensor):
                 part[i] = args[i][rows]
-        value = target(*part)
+        value = target(*part, **kwargs)
         if out is None:
             out = torch.empty((n, *value.shape[1:]), dtype=value.dtype)
         out[rows] = value
     return out
 
 
-def _quantize_affine() -> tuple:
+def _affine() -> tuple:
     import torchao.quantization.quant_primitives  # noqa: F401  defines torch.ops.torchao
 
-    return (torch.ops.torchao.quantize_affine, torch.ops.torchao.quantize_affine.default)
+    ops = torch.ops.torchao
+    return (ops.quantize_affine, ops.quantize_affine.default, ops.dequantize_affine,
+            ops.dequantize_affine.default)
+
+
+def rows_at_a_time(target, *args, **kwargs):
+    """``target(*args, **kwargs)``, a weight's (de)quantize computed a few rows at a time
+    where it is one (the same values: each row reads its own scales): what the measuring
+    copy of ``near_users`` runs for a weight's dequantize, and the cpu lowering's fold."""
+    value = _rows_at_a_time(target, args, kwargs)
+    return target(*args, **kwargs) if value is None else value
+
+
+def dequantize_per_channel_rows(*args, **kwargs):
+    return rows_at_a_time(torch.ops.quantized_decomposed.dequantize_per_channel.default,
+                          *args, **kwargs)
+
+
+def dequantize_affine_rows(*args, **kwargs):
+    return rows_at_a_time(torch.ops.torchao.dequantize_affine, *args, **kwargs)
+
+
+class _RowsOf(dict):
+    """A weight's dequantize → the function ``near_users``'s copy calls instead (made on
+    first use: the ops exist once torchao is imported)."""
+
+    def _fill(self) -> None:
+        if not self:
+            import torchao.quantization.quant_primitives  # noqa: F401
+
+            qd, ao = torch.ops.quantized_decomposed, torch.ops.torchao
+            self.update({qd.dequantize_per_channel.default: dequantize_per_channel_rows,
+                         ao.dequantize_affine: dequantize_affine_rows,
+                         ao.dequantize_affine.default: dequantize_affine_rows})
+
+    def __contains__(self, key) -> bool:
+        self._fill()
+        return dict.__contains__(self, key)
+
+
+_ROWS_OF = _RowsOf()

@@ -62,8 +62,9 @@ def test_weight_folding_is_torchaos(scheme, monkeypatch):
         assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), name
 
 
-def test_near_users_runs_the_same_values_one_weight_at_a_time():
+def test_near_users_runs_the_same_values_one_weight_at_a_time(monkeypatch):
     result = _quantized("16a4w_block")
+    monkeypatch.setattr(memory, "CHUNK_BYTES", 64 * 4 * 7)  # dequantized 7 rows at a time
     moved = memory.near_users(result.model)
     with torch.no_grad():
         assert torch.equal(moved(_x(2)), result.model(_x(2)))
@@ -151,7 +152,10 @@ def test_cpu_lowering_folds_when_read_and_the_program_is_the_same(scheme, monkey
         model = _quantized(scheme).model
     programs = []
     for defer in (True, False):
-        if not defer:
+        if defer:  # and a weight's dequantize folded 7 rows at a time
+            monkeypatch.setattr(memory, "CHUNK_BYTES", 64 * 4 * 7)
+        else:
+            monkeypatch.setattr(memory, "CHUNK_BYTES", 1 << 40)
             monkeypatch.setattr(released.FoldedConstants, "defer", lambda self, node: False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

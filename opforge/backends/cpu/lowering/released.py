@@ -94,7 +94,8 @@ class FoldedConstants:
                 self.after(node)
 
     def _fold(self, node) -> None:
-        self.env[node.name] = self.lowering.lower(node)
+        value = _weight_rows(self.lowering, node)
+        self.env[node.name] = self.lowering.lower(node) if value is None else ("c", value)
 
     def after(self, node) -> None:
         value = self.env.get(node.name)
@@ -124,3 +125,17 @@ def _leaves(value):
             yield from _leaves(v)
     else:
         yield value
+
+
+def _weight_rows(lowering, node) -> torch.Tensor | None:
+    """A weight's dequantize folded a few rows at a time (the same values: each row reads
+    its own scales; float temporaries of a chunk, not of the weight: a 1B decoder's output
+    projection is 1 GB of float32), or None (another op: ``Lowering.lower`` folds it)."""
+    if node.target.namespace not in ("quantized_decomposed", "torchao"):
+        return None
+    from opforge.backends.cpu.lowering.core import _unwrap
+    from opforge.quantize.memory import _rows_at_a_time
+
+    args = _unwrap(lowering.arg(node.args))
+    kwargs = {k: _unwrap(lowering.arg(v)) for k, v in node.kwargs.items()}
+    return _rows_at_a_time(node.target, tuple(args), kwargs)
