@@ -141,7 +141,9 @@ class Workers:
         return lines
 
 
-def _prepare(workers: Workers, config: str, runtime: str, args) -> None:
+def _prepare(workers: Workers, config: str, runtime: str, args) -> bool:
+    """Export (or, with --reuse, keep) ``runtime``'s file for ``config``; whether it is
+    ready to measure."""
     path = artifact({"workdir": str(args.workdir), "config": config, "runtime": runtime})
     saved = path.with_name(path.name + ".prepared.jsonl")
     if args.reuse and path.exists() and saved.exists():
@@ -151,17 +153,21 @@ def _prepare(workers: Workers, config: str, runtime: str, args) -> None:
         if runtime in LLAMACPP or kept == {args.logits_to_keep}:
             say(f"reuse {path.name}")
             workers.events.extend(events)
-            return
+            return True
         say(f"not reused: {path.name} was exported with logits_to_keep {sorted(kept)}, "
             f"this run asks for {args.logits_to_keep}")
+    if config in LARGE and not _fits(workers, config, runtime):
+        return False  # its export would not fit in the memory available now (said why)
     say(f"export {config} for {runtime}")
     # llama.cpp's tokens check runs at 2 threads (its speed is not measured there)
     events = workers.run({"mode": "prepare", "config": config, "runtime": runtime,
                           "new_tokens": args.new_tokens,
                           "logits_to_keep": args.logits_to_keep},
                          2 if runtime in LLAMACPP else 1, 3600.0)
-    if path.exists() and not any(e.get("event") == "error" for e in events):
+    ok = path.exists() and not any(e.get("event") == "error" for e in events)
+    if ok:
         saved.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return ok
 
 
 def _rounds(workers: Workers, cells: list, args) -> None:
@@ -183,7 +189,8 @@ def _rounds(workers: Workers, cells: list, args) -> None:
 
 def _large(workers: Workers, config: str, args) -> str:
     """A config whose files are several GB (1b): when the disk holds all of them, each
-    prepared in turn (one export at a time, each gated by ``_fits``) and then measured in
+    prepared in turn (one export at a time, each gated by ``_fits`` in ``_prepare``: a file
+    --reuse keeps is not) and then measured in
     interleaved rounds; else file by file (``_one_at_a_time``). Returns the mode that ran."""
     programs = _programs(args.runtimes)
     if args.one_at_a_time or not _disk_fits(config, programs, args.workdir):
@@ -191,11 +198,8 @@ def _large(workers: Workers, config: str, args) -> str:
         return "one at a time (each file prepared, measured and deleted in turn)"
     ready = []
     for runtime in programs:  # llama.cpp's F32 file before the quantized ones made from it
-        if _fits(workers, config, runtime):
-            _prepare(workers, config, runtime, args)
-            spec = {"workdir": str(args.workdir), "config": config, "runtime": runtime}
-            if artifact(spec).exists():
-                ready.append(runtime)
+        if _prepare(workers, config, runtime, args):  # gated by _fits where it exports
+            ready.append(runtime)
     _rounds(workers, [(config, r, t) for r in args.runtimes if program_runtime(r) in ready
                       for t in args.threads], args)
     return "interleaved (every file on disk, the cells measured in rounds)"
@@ -213,14 +217,11 @@ def _one_at_a_time(workers: Workers, config: str, args) -> None:
         path.with_name(path.name + ".prepared.jsonl").unlink(missing_ok=True)
 
     gguf = [r for r in args.runtimes if r in LLAMACPP]
-    for runtime in gguf:
-        if _fits(workers, config, runtime):
-            _prepare(workers, config, runtime, args)
-    for runtime in gguf:
+    ready = [r for r in gguf if _prepare(workers, config, r, args)]
+    for runtime in ready:
         measure_and_delete(runtime)
     for runtime in _programs(args.runtimes):
-        if runtime not in LLAMACPP and _fits(workers, config, runtime):
-            _prepare(workers, config, runtime, args)
+        if runtime not in LLAMACPP and _prepare(workers, config, runtime, args):
             measure_and_delete(runtime)
 
 

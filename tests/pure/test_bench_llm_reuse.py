@@ -59,3 +59,17 @@ def test_a_gguf_file_is_reused_whatever_the_option(tmp_path):
     workers = Workers()
     llm._prepare(workers, "tiny", "llamacpp-f32", _args(tmp_path, 1))
     assert workers.specs == [] and workers.events[0]["runtime"] == "llamacpp-f32"
+
+
+def test_a_kept_large_file_is_not_gated_by_the_export_memory_estimate(tmp_path, monkeypatch):
+    """1b's exports are skipped when memory is short (``_fits``); a file --reuse keeps
+    exports nothing and is measured whatever the memory available."""
+    path = llm.artifact({"workdir": str(tmp_path), "config": "1b", "runtime": "opforge-cpu"})
+    path.write_bytes(b"file")
+    path.with_name(path.name + ".prepared.jsonl").write_text(
+        json.dumps({"event": "prepared", "logits_to_keep": 1}) + "\n")
+    monkeypatch.setattr(llm, "_fits", lambda *a: False)
+    workers = Workers()
+    assert llm._prepare(workers, "1b", "opforge-cpu", _args(tmp_path, 1))
+    assert not llm._prepare(workers, "1b", "opforge-cpu", _args(tmp_path, 0))  # not kept
+    assert workers.specs == []
