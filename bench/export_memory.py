@@ -44,6 +44,7 @@ def _sampler():
                 frame = sys._current_frames().get(main)
                 stack = [f for f in (traceback.extract_stack(frame) if frame else [])
                          if any(k in f.filename for k in ("opforge", "torchao", "torch/"))]
+                del frame  # a frame held here would keep its locals (the model) alive
                 with lock:
                     state["best"], state["stack"] = r, stack[-8:]
             time.sleep(0.005)
