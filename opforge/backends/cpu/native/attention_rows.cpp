@@ -4,7 +4,7 @@
 //     transposing add tree gives the 16 sums in one vector (45 ops for 16 dot products,
 //     where one horizontal sum each costs ~8);
 //   online softmax: m = max(m, block max); the running sum and output row are scaled by
-//     exp(m_old - m) when m grows; p_j = exp(s_j - m) (exp16 below);
+//     exp(m_old - m) when m grows; p_j = exp(s_j - m) (exp_nonpositive16, vector_exp.h);
 //   values: o_g += p_j v_j, the output row held in registers a segment of 8 chunks (128
 //     floats) at a time.
 // The K and V rows of a block (16 x D) stay in L1 while the G heads read them: the cache is
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "vector_exp.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define OFC_ATTENTION_ROWS 1
@@ -53,29 +54,6 @@ inline __attribute__((always_inline)) __m512 load16(const void* row, int64_t at,
   const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + at);
   if (T == 1) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-// exp(x) for x <= 0, 16 lanes: x = n ln2 + r, |r| <= ln2/2 (ln2 in two parts, Cody-Waite),
-// e^r by Cephes' expf polynomial, times 2^n (vscalefps). Below -87.33654 (exp under float's
-// smallest normal, and -inf: a masked slot) exactly 0. Relative error against float64's exp
-// at most 1.2e-7 (2^-23, one float ulp at the top of a binade), measured on every 7th float
-// of [-87.33, 0] (1.6e8 points); the op's own float64 checks (test_cpu_attention_rows.py)
-// read softmax weights through it.
-inline __m512 exp16(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
 }
 
 #define OFC_INLINE inline __attribute__((always_inline))
@@ -207,11 +185,11 @@ void rows_of(const AttentionRows& a) {
       __m512 alpha = _mm512_set1_ps(1.0f);
       h.scale = top > h.max;
       if (h.scale) {  // exp(-inf) = 0 where this is the first finite max
-        alpha = exp16(_mm512_set1_ps(h.max - top));
+        alpha = exp_nonpositive16(_mm512_set1_ps(h.max - top));
         h.max = top;
       }
       const __m512 e = h.max == -INFINITY ? _mm512_setzero_ps()
-                                          : exp16(_mm512_sub_ps(s, _mm512_set1_ps(h.max)));
+                                          : exp_nonpositive16(_mm512_sub_ps(s, _mm512_set1_ps(h.max)));
       _mm512_store_ps(h.sum, _mm512_fmadd_ps(_mm512_load_ps(h.sum), alpha, e));
       _mm512_store_ps(h.p, e);
       _mm512_store_ps(h.alpha, alpha);

@@ -27,6 +27,7 @@
 
 #include "engine.h"
 #include "loops.h"
+#include "vector_exp.h"
 
 namespace ofc {
 
@@ -122,25 +123,6 @@ void exact_row(const float* x, float* y, int64_t n, int64_t ss, int64_t ds, bool
 #if defined(__x86_64__)
 #define OFC_AVX512 __attribute__((target("avx512f")))
 
-// exp(t) for t <= 0, 16 lanes; 0 below -87.34 and at -inf (see the comment at the top)
-OFC_AVX512 inline __m512 exp_nonpositive(__m512 t) {
-  const __m512 lowest = _mm512_set1_ps(-87.33654f);
-  __mmask16 keep = _mm512_cmp_ps_mask(t, lowest, _CMP_GE_OQ);
-  __m512 tc = _mm512_max_ps(t, lowest);
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(tc, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), tc);  // ln2's leading bits
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);         // and the rest
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
-}
-
 // one contiguous row; false (dst untouched) when it holds a NaN or +inf or is all -inf
 OFC_AVX512 bool fast_row(const float* x, float* y, int64_t n) {
   const int64_t full = n & ~(int64_t)15;
@@ -163,12 +145,12 @@ OFC_AVX512 bool fast_row(const float* x, float* y, int64_t n) {
   const __m512 mv = _mm512_set1_ps(max);
   __m512 s = _mm512_setzero_ps();
   for (int64_t j = 0; j < full; j += 16) {
-    __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv));
+    __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv));
     s = _mm512_add_ps(s, e);
     _mm512_storeu_ps(y + j, e);
   }
   if (tail) {
-    __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_mask_loadu_ps(neg_inf, tail, x + full), mv));
+    __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_mask_loadu_ps(neg_inf, tail, x + full), mv));
     s = _mm512_add_ps(s, e);
     _mm512_mask_storeu_ps(y + full, tail, e);
   }
