@@ -94,6 +94,18 @@ _MOVES = frozenset(f"aten::{n}" for n in (
     "unflatten", "index_select"))
 
 
+def _grid_source(v):
+    """The per-tensor dequantize of a quantize-dequantize round trip that ``v`` is (moved
+    unchanged from), else None."""
+    while isinstance(v, torch.fx.Node) and v.op == "call_function" \
+            and op_name(v).split(".")[0] in _MOVES:
+        v = v.args[0]
+    if isinstance(v, torch.fx.Node) and v.op == "call_function" \
+            and v.target == _qop("dequantize_per_tensor") and _round_trip(v) is not None:
+        return v
+    return None
+
+
 def _on_grid(v, params: tuple) -> bool:
     """``v`` is (moved unchanged from) the result of a quantize-dequantize with ``params``
     (scale, zero point, qmin, qmax, dtype) spanning at most 2^16 steps: then quantize-
@@ -103,11 +115,8 @@ def _on_grid(v, params: tuple) -> bool:
     rounds to it, i + zp = q is within [qmin, qmax] and dequantizes to y again. (A 16-bit
     decoder's attention re-quantizes the cache after each view, expand and transpose with
     the cache's own parameters: 5 of its 8 quantize-dequantizes a layer are these.)"""
-    while isinstance(v, torch.fx.Node) and v.op == "call_function" \
-            and op_name(v).split(".")[0] in _MOVES:
-        v = v.args[0]
-    if not (isinstance(v, torch.fx.Node) and v.op == "call_function"
-            and v.target == _qop("dequantize_per_tensor") and _round_trip(v) is not None):
+    v = _grid_source(v)
+    if v is None:
         return False
     scale, zp, qmin, qmax = (list(params) + [None] * 4)[:4]
     return tuple(v.args[1:6]) == params and isinstance(qmin, int) and isinstance(qmax, int) \
@@ -120,11 +129,8 @@ def activation_grid(v) -> float | None:
     value is then fl(i·s) for an integer i, |i| <= 2^16 (_on_grid), and fl(v · fl(1/s))
     rounds back to i. What ``int_matmul``'s int16 mode needs of its activations (a 16-bit
     scheme's linear input; lowering/int_weights.py)."""
-    while isinstance(v, torch.fx.Node) and v.op == "call_function" \
-            and op_name(v).split(".")[0] in _MOVES:
-        v = v.args[0]
-    if not (isinstance(v, torch.fx.Node) and v.op == "call_function"
-            and v.target == _qop("dequantize_per_tensor") and _round_trip(v) is not None):
+    v = _grid_source(v)
+    if v is None:
         return None
     scale = v.args[1] if len(v.args) > 1 else None
     return float(scale) if isinstance(scale, float) and scale > 0 and _on_grid(v, tuple(v.args[1:6])) \
