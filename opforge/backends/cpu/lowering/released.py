@@ -29,6 +29,7 @@ from __future__ import annotations
 import operator
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from opforge.export import freed_memory
 
@@ -66,7 +67,7 @@ class FoldedConstants:
                     isinstance(entry, tuple) and len(entry) == 2 and entry[0] == "c"
                     and isinstance(entry[1], torch.Tensor)):
                 return False
-        if any(isinstance(x, torch.SymInt) for x in _leaves((node.args, node.kwargs))):
+        if any(isinstance(x, torch.SymInt) for x in tree_leaves((node.args, node.kwargs))):
             return False
         vals = node.meta.get("val")
         for v in vals if isinstance(vals, (tuple, list)) else [vals]:
@@ -114,17 +115,6 @@ class FoldedConstants:
     def _done(self, node) -> bool:
         """Every user of ``node`` lowered (``node`` itself then too)."""
         return self.pending.get(node.name, len(node.users) or 1) == 0
-
-
-def _leaves(value):
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _leaves(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    else:
-        yield value
 
 
 def _weight_rows(lowering, node) -> torch.Tensor | None:
