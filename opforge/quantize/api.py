@@ -26,6 +26,7 @@ from opforge.quantize.memory import (
 from opforge.quantize.quantizer import Quantizer
 from opforge.quantize.report import Accuracy, QuantReport, accuracy, build_report
 from opforge.quantize.schemes import QuantConfig, QuantizeError
+from opforge.quantize.state import InitialState, mutated_buffers
 
 __all__ = ["quantize", "prepare", "prepare_qat", "convert", "QuantizedModel", "capture"]
 
@@ -112,19 +113,26 @@ def prepare_qat(model: torch.nn.Module, example_inputs: tuple, quantizer: Quanti
     return prepare_qat_pt2e(capture(model, example_inputs, dynamic_shapes), quantizer)
 
 
-def _trained_float_outputs(prepared: torch.fx.GraphModule, samples: list) -> list:
-    """After QAT the float reference is the trained graph without fake quantization."""
+def _trained_float_outputs(prepared: torch.fx.GraphModule, samples: list,
+                           state: InitialState) -> tuple[list, InitialState]:
+    """After QAT the float reference is the trained graph without fake quantization; with
+    the state the eval-mode graph writes (``state`` less what only training writes)."""
     from torchao.quantization.pt2e import (
         disable_fake_quant, disable_observer, enable_fake_quant, move_exported_model_to_eval,
     )
 
     move_exported_model_to_eval(prepared)
+    # what the graph still writes in eval mode (a KV cache, a step counter) is a run's
+    # state: back to its initial value; what only training wrote (batch norm's running
+    # statistics) is what training learned, and stays
+    state = state.restrict(mutated_buffers(prepared))
+    state.restore(prepared)
     prepared.apply(disable_fake_quant)
     prepared.apply(disable_observer)
-    with torch.no_grad():
+    with torch.no_grad(), state.pass_over(prepared):
         reference = [prepared(*s) for s in samples]
     prepared.apply(enable_fake_quant)
-    return reference
+    return reference, state
 
 
 def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -235,6 +243,9 @@ class QuantizedModel:
     quantizer: Quantizer
     float_model: torch.nn.Module | None = None  # what evaluate() compares with
     dynamic_shapes: Any = None  # what the graph was captured with; export's default
+    # the buffers a run writes (a KV cache), as they were before quantize (state.py):
+    # every pass of evaluate() starts from them
+    initial_state: InitialState | None = None
 
     def evaluate(self, samples: Iterable[Sequence]) -> Accuracy:
         """SQNR and max abs error against the float model on ``samples`` (inputs the
@@ -250,10 +261,16 @@ class QuantizedModel:
         if not samples:
             raise QuantizeError("`QuantizedModel.evaluate([])`: no samples — valid: at least "
                                 "one — fix: pass held-out inputs")
+        state = self.initial_state or InitialState({})
+        # both passes from the state quantize started from; each model's buffers are left
+        # as they were (state.py)
         with torch.no_grad():
-            reference = [self.float_model(*s) for s in samples]
-            model = near_users(self.model)  # one weight's float copy at a time (memory.py)
-            outputs = [model(*s) for s in samples]
+            with state.pass_over(self.float_model):
+                reference = [self.float_model(*s) for s in samples]
+            with state.pass_over(self.model):
+                model = near_users(self.model)  # one weight's float copy at a time (memory.py)
+                outputs = [model(*s) for s in samples]
+                del model
         self.report.held_out = accuracy(reference, outputs)
         return self.report.held_out
 
@@ -307,6 +324,12 @@ def quantize(
     own reference, the float weights are freed before export, and quantizing and exporting
     hold them once (a 1B decoder: 6 GB of float32 weights). Pass it when the float model is
     not needed again (``opforge quantize`` does, without ``--eval``).
+
+    State: the buffers the model's graph writes in place (a decoder's KV cache, a step
+    counter) are copied before any run; every pass (the float reference, calibration, the
+    accuracy measurement, ``evaluate``) starts from that copy, ``model`` gets its buffers
+    back bitwise, and the converted model holds buffers of its own with that state (what
+    ``export()`` stores as the program's initial state), no calibration run's.
     """
     step = on_step or (lambda text: None)
     example_inputs = tuple(example_inputs)
@@ -323,23 +346,33 @@ def quantize(
         if not samples:
             raise QuantizeError("`opforge.quantize.quantize(calibration=[])`: no samples — "
                                 "valid: at least one — fix: pass samples or leave it out")
+    # The buffers a run writes (a KV cache, a counter) are copied before any run, and every
+    # pass below (reference, calibration, accuracy) starts from them and puts them back
+    # (state.py): the model keeps its state, and the converted model starts from it.
     if train is not None:
         prepared = prepare_qat(model, example_inputs, quantizer, dynamic_shapes)
+        state = InitialState.of(prepared, mutated_buffers(prepared))
         train(prepared)
-        reference = _trained_float_outputs(prepared, samples)
+        reference, state = _trained_float_outputs(prepared, samples, state)
+        state.restore(model)  # the model shares the prepared graph's state (or had its own)
     else:
         model.eval()
-        with torch.no_grad():
-            reference = [model(*s) for s in samples]
         step("capturing and annotating the graph")
-        prepared = prepare(model, example_inputs, quantizer, dynamic_shapes)
-        with torch.no_grad():
+        captured = capture(model, example_inputs, dynamic_shapes)  # reads the model's buffers
+        state = InitialState.of(model, mutated_buffers(captured))
+        with torch.no_grad(), state.pass_over(model):
+            reference = [model(*s) for s in samples]
+        prepared = prepare_pt2e(captured, quantizer)
+        del captured
+        with torch.no_grad(), state.pass_over(prepared):
             for i, s in enumerate(samples):
                 step(f"calibrating: sample {i + 1} of {len(samples)}")
                 prepared(*s)
     step("converting to quantize/dequantize ops")
     converted = convert(prepared)
     del prepared  # its observers and its references to the float weights
+    state.restore(model)  # (torchao's passes run graphs too; the graph shares the model's)
+    state.give_own_copy(converted)  # running it must not write the float model's cache
     large = sum(t.nbytes for t in model.parameters()) >= freed_memory.LARGE_BYTES
     if large:
         freed_memory.release()  # the folding's temporaries (freed_memory.py)
@@ -349,7 +382,7 @@ def quantize(
             quantizer.decisions[name] = dataclasses.replace(
                 decision, detail=decision.detail + "; its kernel runs on the integers")
     step("measuring against the float model")
-    with torch.no_grad():
+    with torch.no_grad(), state.pass_over(converted):
         measured = near_users(converted)  # one weight's float copy at a time (memory.py)
         outputs = [measured(*s) for s in samples]
         del measured
@@ -359,4 +392,4 @@ def quantize(
         freed_memory.release()
     return QuantizedModel(converted, example_inputs, report, quantizer,
                           float_model=model if train is None and keep_float_model else None,
-                          dynamic_shapes=dynamic_shapes)
+                          dynamic_shapes=dynamic_shapes, initial_state=state)

@@ -39,17 +39,23 @@ def graph_copy(gm: torch.fx.GraphModule, *, share_state: bool = False) -> torch.
     """A copy of ``gm``'s modules and graph that shares its weights (its parameters and
     integer buffers: a deep copy holds every integer weight twice) and copies the rest
     (float buffers: a KV cache the graph writes is state of its own in each copy, as with
-    ``copy.deepcopy``; scales). The shared weights must not be changed in place.
+    ``copy.deepcopy``; scales; and any buffer the graph writes, a step counter included).
+    The shared weights must not be changed in place.
     ``share_state=True`` shares every tensor: running the copy writes ``gm``'s KV cache, as
     running ``gm`` does."""
     import copy
 
+    from opforge.quantize.state import mutated_buffers
+
+    # an integer buffer the graph writes (a step counter) is state, not a weight
+    state = set() if share_state else {id(gm.get_buffer(n)) for n in mutated_buffers(gm)}
     memo: dict[int, Any] = {}
     for module in gm.modules():
         shared = [*module._parameters.values(),
                   *(b for b in module._buffers.values()
                     if b is not None and (share_state or not (b.is_floating_point()
-                                                              or b.is_complex())))]
+                                                              or b.is_complex()
+                                                              or id(b) in state)))]
         for value in shared:
             if value is not None:
                 memo[id(value)] = value
@@ -126,11 +132,17 @@ def _folder_class():
 
     class WeightFolder(ConstantFolder):
         """torchao's folder, less its copies: a dequantize (the folder computes one, then
-        never folds it: it is "impure" there) is not computed; a weight's quantize per
-        channel or per block of a row is computed on a few rows at a time."""
+        never folds it: it is "impure" there) is not computed, nor an in-place op; a
+        weight's quantize per channel or per block of a row is computed on a few rows at
+        a time."""
 
         def _deduce_value(self, node: torch.fx.Node) -> Any:
             if node.op == "call_function" and node.target in _dequantizes():
+                return self.unknown_value
+            schema = getattr(node.target, "_schema", None)
+            if node.op == "call_function" and schema is not None and schema.is_mutable:
+                # an in-place op on a buffer (a step counter's ``add_``) reads constants
+                # only: running it here wrote the model's state at convert time
                 return self.unknown_value
             if node.op == "call_function":
                 args, kwargs = self.fetch_args_kwargs_from_env(node)
