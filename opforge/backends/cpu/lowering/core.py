@@ -16,10 +16,13 @@ import torch.fx
 
 from opforge.backends.partition import op_name
 from opforge.backends.cpu.lowering.constants import constant_bytes
+from opforge.backends.cpu.lowering.folding import (  # noqa: F401 (re-exported to the families)
+    FOLDABLE_NAMESPACES, _all_constant, _fold, _unwrap, _wrap, dynamic, folds, passed_through,
+    takes,
+)
 from opforge.backends.cpu.lowering.released import FoldedConstants
 from opforge.backends.cpu.lowering.symbolic import (  # noqa: F401 (_is_one: re-exported)
-    _is_one, expr_text, in_range, known, reads_symbolic_sizes, same, symbols_of,
-    to_dim,
+    _is_one, expr_text, in_range, known, same, symbols_of, to_dim,
 )
 from opforge.backends.cpu.lowering.layouts import (  # noqa: F401 (re-exported to the families)
     _broadcast_strides, _dense, _post_operand_misread, _tidy_strides, channels_last, row_major,
@@ -198,11 +201,13 @@ class Lowering:
             return self.const_ids[key]
         raise Unsupported("op", f"expected a tensor, found {type(value).__name__}")
 
-    def arg(self, a):
+    def arg(self, a, held=()):
+        """An argument's value: a node's from the environment; one named in ``held`` (a
+        fold not made yet, released.py) as the constant it will be (its fake value)."""
         if isinstance(a, torch.fx.Node):
-            return self.env[a.name]
+            return _wrap(_val(a)) if a.name in held else self.env[a.name]
         if isinstance(a, (list, tuple)):
-            return type(a)(self.arg(x) for x in a)
+            return type(a)(self.arg(x, held) for x in a)
         if hasattr(a, "expr") and hasattr(a, "hint"):  # a size known at run time (SymSize)
             return self.dim(a)
         return a
@@ -392,9 +397,9 @@ class Lowering:
         and its factor becomes the matmul's first post-op (``lowering/scaled_matmul.py``)."""
         from opforge.backends.cpu.lowering import scaled_matmul
 
-        feeds = self.scaled.get(node.name)
-        source = self.env.get(node.args[0].name) if feeds is not None else None
-        if isinstance(source, tuple) and len(source) == 2 and source[0] in ("t", "g"):
+        source = passed_through(self, node)
+        if source is not None:
+            feeds = self.scaled[node.name]
             self.scales[feeds] = self.scales.get(feeds, 1.0) * scaled_matmul.scalar_factor(node)
             self.plan.impls.append({"node": node.name, "op": op_name(node),
                                     "impl": f"folded into {feeds}'s output scale"})
@@ -411,33 +416,35 @@ class Lowering:
         name = op_name(node)
         args = self.arg(node.args)
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
-        dynamic = self.table is not None and reads_symbolic_sizes(self, node, args, kwargs)
-        if dynamic and (node.name in self.packages or node.name in self.int8 or (
+        if folds(self, node, args, kwargs):  # (released.py holds these back until read)
+            return _fold(node, args, kwargs)
+        taker = takes(self, node)  # what lowers it in place of its own lowering
+        if dynamic(self, node, args, kwargs) and (taker in ("package", "int8") or (
                 LOWERINGS.get(name) or LOWERINGS.get(name.split(".")[0])) not in SYMBOLIC_SIZES):
             raise Unsupported("shape", f"{name} on dynamic sizes: the cpu backend lowers "
                               "matmul, elementwise, softmax, layer norm, reductions, views, "
                               "cat, casts and embedding with symbolic sizes, and this op only "
                               "with static ones; stays on the kernels")
-        if node.name in self.packages:
+        if taker == "package":
             from opforge.backends.cpu.lowering.callouts import lower_package
 
             return lower_package(self, node, args)
-        if node.name in self.int8:
+        if taker == "int8":
             from opforge.backends.cpu.lowering.quantized import lower_int8  # (a family)
 
             return lower_int8(self, node)
-        softmax = self.safe_softmax.get(node.name)
-        if softmax is not None and softmax is not node:  # the safe softmax computes these
+        if taker == "softmax":  # the safe softmax computes these
             self.plan.impls.append({"node": node.name, "op": name,
                                     "impl": "fused into engine safe softmax"})
+            softmax = self.safe_softmax[node.name]
             return self.env[softmax.name] if node.target is aten.where.self else ("fused", None)
-        group = self.groups.get(node.name)
-        if group is not None:  # computed by the group's one op, at its last node
+        if taker == "group":  # computed by the group's one op, at its last node
+            group = self.groups[node.name]
             last = node is group.last
             self.plan.impls.append({"node": node.name, "op": name, "impl": (
                 "engine " if last else "fused into engine ") + group.kind})
             return group.lower(self) if last else ("fused", None)
-        if node.name in self.grouped:
+        if taker == "grouped":
             from opforge.backends.cpu.lowering.grouped_matmul import lower_grouped
 
             first = len(self.plan.ops)
@@ -447,8 +454,6 @@ class Lowering:
                 ("oneDNN " + k if k in DNNL_KINDS else "engine " + k) for k in kinds)
                 or "view of the grouped KV cache (no copy)"})
             return result
-        if _all_constant(args, kwargs) and name.split("::")[0] in FOLDABLE_NAMESPACES and not dynamic:
-            return _fold(node, args, kwargs)
         base = name.split(".")[0]
         if name.split("::")[0] not in ("aten", "quantized_decomposed"):
             from opforge.backends.cpu.lowering.callouts import lower_custom
@@ -468,8 +473,6 @@ class Lowering:
         if why:
             self.plan.impls[-1]["impl"] += "; " + "; ".join(why)
         return result
-
-FOLDABLE_NAMESPACES = ("aten", "quantized_decomposed", "torchao")
 
 
 def _shared_roots(L: Lowering, values) -> set[int]:
@@ -494,36 +497,6 @@ def _engine_tensors(value) -> list[tuple[int, int]]:
         return [(i, v[1]) for i, v in enumerate(value)
                 if isinstance(v, tuple) and len(v) == 2 and v[0] == "t"]
     return []
-
-
-def _all_constant(args, kwargs) -> bool:
-    found = []
-
-    def walk(v):
-        if isinstance(v, tuple) and len(v) == 2 and v[0] == "t":
-            found.append(False)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-    walk(args)
-    walk(list(kwargs.values()))
-    return not found
-
-
-def _unwrap(v):
-    if isinstance(v, tuple) and len(v) == 2 and v[0] == "c":
-        return v[1]
-    if isinstance(v, (list, tuple)):
-        return type(v)(_unwrap(x) for x in v)
-    return v
-
-
-def _fold(node, args, kwargs):
-    result = node.target(*_unwrap(args), **_unwrap(kwargs))
-    if isinstance(result, (tuple, list)):
-        return tuple(("c", r) if isinstance(r, torch.Tensor) else r for r in result)
-    return ("c", result) if isinstance(result, torch.Tensor) else result
-
 
 
 def _tensor_args(node):

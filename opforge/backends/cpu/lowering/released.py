@@ -1,6 +1,6 @@
 """Dropping the large constants a lowering folded, once nothing can read them.
 
-The walk folds every node whose inputs are constants (``core._fold``): a dequantize of an
+The walk folds every node whose inputs are constants (``folding.py``): a dequantize of an
 integer weight becomes a float32 tensor 4-8x the bytes it was made from. The integer
 weight kernels read the integer weight instead (``int_weights.py``, ``int_dot.py``), so
 that float copy is only looked at, by the matcher's exactness guard; yet the environment
@@ -26,11 +26,9 @@ weight's float copy at a time (with ``after``).
 
 from __future__ import annotations
 
-import operator
-
 import torch
-from torch.utils._pytree import tree_leaves
 
+from opforge.backends.cpu.lowering.folding import _unwrap, folds
 from opforge.export import freed_memory
 
 __all__ = ["FoldedConstants", "MIN_BYTES"]
@@ -47,32 +45,14 @@ class FoldedConstants:
         self.deferred: dict[str, object] = {}  # node name → a node to fold when first read
 
     def defer(self, node) -> bool:
-        """Hold ``node`` back when lowering it would only fold constants (``Lowering._lower``'s
-        fold: every input a constant, a foldable namespace, static sizes, and no fusion,
-        pattern or pass-through that takes the node)."""
-        from opforge.backends.cpu.lowering.core import FOLDABLE_NAMESPACES
-        from opforge.backends.partition import op_name
-
-        L = self.lowering
-        if node.target is operator.getitem or not isinstance(node.target, torch._ops.OpOverload):
+        """Hold ``node`` back when lowering it would only fold constants: ``folding.folds``,
+        the lowering's own test, with the nodes held back seen as the constants they will
+        be."""
+        L, held = self.lowering, self.deferred
+        if any(a.name not in self.env and a.name not in held for a in node.all_input_nodes):
+            return False  # (an input with no value: lowering it fails, it folds nothing)
+        if not folds(L, node, L.arg(node.args, held), {k: L.arg(v, held) for k, v in node.kwargs.items()}):
             return False
-        if op_name(node).split("::")[0] not in FOLDABLE_NAMESPACES:
-            return False
-        if any(node.name in table for table in (L.packages, L.int8, L.safe_softmax, L.groups,
-                                                L.grouped, L.scaled, L.scales, L.round_trips)):
-            return False
-        for a in node.all_input_nodes:
-            entry = self.env.get(a.name)
-            if a.name not in self.deferred and not (
-                    isinstance(entry, tuple) and len(entry) == 2 and entry[0] == "c"
-                    and isinstance(entry[1], torch.Tensor)):
-                return False
-        if any(isinstance(x, torch.SymInt) for x in tree_leaves((node.args, node.kwargs))):
-            return False
-        vals = node.meta.get("val")
-        for v in vals if isinstance(vals, (tuple, list)) else [vals]:
-            if not isinstance(v, torch.Tensor) or any(isinstance(d, torch.SymInt) for d in v.shape):
-                return False
         self.deferred[node.name] = node
         return True
 
@@ -123,7 +103,6 @@ def _weight_rows(lowering, node) -> torch.Tensor | None:
     projection is 1 GB of float32), or None (another op: ``Lowering.lower`` folds it)."""
     if node.target.namespace not in ("quantized_decomposed", "torchao"):
         return None
-    from opforge.backends.cpu.lowering.core import _unwrap
     from opforge.quantize.memory import _rows_at_a_time
 
     args = _unwrap(lowering.arg(node.args))
