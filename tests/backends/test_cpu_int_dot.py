@@ -6,7 +6,8 @@ program, which runs the graph's float chain (quantize_affine, dequantize_affine,
 Shapes: M = 1..9, 33 and 128 rows (the kernel's row blocks of 4 and their remainders), K a
 multiple of 32 (blocks of 32) and not (one block of K, odd and even, 4-bit quad pairs with
 and without a padded half), N around the 16-column panels and 64-column chunks; int8 and
-int4 weights; with and without bias; the AVX512-VNNI kernel and the portable one.
+int4 weights; with and without bias; the AVX512-VNNI, AVX2 and portable kernels
+(test_cpu_int_dot_kernels.py compares them on plans written by hand).
 
 Tolerance: both sides quantize the activations to the same integers (the same float32
 operations, round half to even; a test below plants values on .5 steps). Lean then sums K
@@ -43,6 +44,14 @@ pytestmark = pytest.mark.skipif(get_backend("cpu").unavailable() is not None,
 from opforge.quantize.dynamic import DynamicQuantLinear  # noqa: E402
 
 U = 2.0 ** -24
+
+
+def _kernel(monkeypatch, kernel: str) -> None:
+    """Choose the op's kernel (the switches are read when the op is built)."""
+    from test_cpu_int_dot_kernels import KERNELS
+
+    for name, value in KERNELS[kernel].items():
+        monkeypatch.setenv(name, value)
 
 # (M, K, N): every M of 1..9, 33 and 128; K = 32·j (blocks of 32) or not (one block: 45
 # odd, 36 = 9 quads: a 4-bit last quad pair half padding, 20)
@@ -117,9 +126,9 @@ def exported(request):
     return model, inputs, program, want
 
 
-@pytest.mark.parametrize("vnni", ["1", "0"])
-def test_int_dot_matches_lean(exported, vnni, monkeypatch):
-    monkeypatch.setenv("OPFORGE_CPU_INT_DOT_VNNI", vnni)  # read when the op is built
+@pytest.mark.parametrize("kernel", ["vnni", "avx2", "portable"])
+def test_int_dot_matches_lean(exported, kernel, monkeypatch):
+    _kernel(monkeypatch, kernel)
     model, inputs, program, want = exported
     kinds = _kinds(program)
     taken = [ia for kind, ia in kinds if kind == "int_dot_matmul"]
@@ -131,20 +140,20 @@ def test_int_dot_matches_lean(exported, vnni, monkeypatch):
     _check(model, inputs, got, want)
 
 
-def test_portable_kernel_equals_vnni_bit_for_bit(exported, monkeypatch):
-    """The two kernels sum the same integers and run the same float epilogue in the same
-    order: equal results, bit for bit, at 1 and 2 threads (on a CPU without VNNI both runs
-    are portable)."""
+def test_kernels_equal_bit_for_bit(exported, monkeypatch):
+    """The kernels sum the same integers and run the same float epilogue in the same
+    order: equal results, bit for bit, at 1 and 2 threads (a kernel the CPU lacks falls
+    back to the next: AVX2, then portable)."""
     _, inputs, program, _ = exported
     arrays = [x.numpy() for x in inputs]
     outs = []
-    for vnni in ("1", "0"):
-        monkeypatch.setenv("OPFORGE_CPU_INT_DOT_VNNI", vnni)
+    for kernel in ("portable", "vnni", "avx2"):
+        _kernel(monkeypatch, kernel)
         for threads in (1, 2):
-            outs.append((vnni, threads, load(program, num_threads=threads).method("forward")(*arrays)))
-    for vnni, threads, got in outs[1:]:
+            outs.append((kernel, threads, load(program, num_threads=threads).method("forward")(*arrays)))
+    for kernel, threads, got in outs[1:]:
         for g, f in zip(got, outs[0][2]):
-            np.testing.assert_array_equal(g, f, err_msg=f"vnni {vnni} threads {threads}")
+            np.testing.assert_array_equal(g, f, err_msg=f"{kernel} threads {threads}")
 
 
 def test_native_runtime_runs_the_program(exported):
@@ -181,8 +190,8 @@ def test_activation_rounds_half_to_even(bits, monkeypatch):
     want = load(export(model, (x,))).method("forward")(x.numpy())[0]
     w = model.layers[0].weight().numpy()
     even = np.rint(np.array([planted, [-p for p in planted]], np.float32))
-    for vnni in ("1", "0"):
-        monkeypatch.setenv("OPFORGE_CPU_INT_DOT_VNNI", vnni)
+    for kernel in ("vnni", "avx2", "portable"):
+        _kernel(monkeypatch, kernel)
         got = load(program).method("forward")(x.numpy())[0]
         _check(model, (x,), [got], [want])
         np.testing.assert_allclose(got, even * np.diag(w[:, 1:1 + len(planted)]), rtol=1e-6)
@@ -292,15 +301,15 @@ def test_contract_refuses_malformed_int_dot_matmul(change):
         p.handle()
 
 
-@pytest.mark.parametrize("vnni", ["1", "0"])
+@pytest.mark.parametrize("kernel", ["vnni", "avx2", "portable"])
 @pytest.mark.parametrize("bits", [4, 8])
-def test_float16_scales_read_as_their_float32_values(bits, vnni, monkeypatch):
+def test_float16_scales_read_as_their_float32_values(bits, kernel, monkeypatch):
     """Scales that are float16 values (what opforge.quantize.dynamic's rounding makes) are
     stored in 2 bytes and read as the same float32 values: the results equal those of the same
     scales stored as float32, bit for bit (N = 40: a chunk of 3 panels; K = 96: 3 blocks)."""
     import test_cpu_hostile_plans as hostile
 
-    monkeypatch.setenv("OPFORGE_CPU_INT_DOT_VNNI", vnni)  # read when the op is built
+    _kernel(monkeypatch, kernel)
     x = np.random.default_rng(0).standard_normal((5, 96)).astype(np.float32)
     outs = [hostile.run(_dot_plan(m=5, k=96, n=40, bits=bits, scales_as=dtype).handle(), x)[0]
             for dtype in (torch.float16, torch.float32)]

@@ -37,16 +37,19 @@
 //   <= 2^31 - 1 by the bound on group);
 //   acc = 0; for g in order: acc = fma(float(S[m, n, g]), s[m, g] · s_w[n, g], acc);
 //   d[m, n] = acc + bias[n].
-// Both kernels (AVX512-VNNI and the portable loops) compute exactly this, in this order: their
-// results are equal bit for bit. The lean runtime multiplies the dequantized float32 values
+// The three kernels (AVX512-VNNI, AVX2, the portable loops) compute exactly this, in this
+// order: their results are equal bit for bit (AVX2's vpmaddubsw sums u8·s8 pairs in int16,
+// saturating: 4 bits, 2·15·127 at most; 8 bits, it takes |w| by q with w's sign, 2·128·127,
+// and Σ w·q with no correction). The lean runtime multiplies the dequantized float32 values
 // (q·s rounded, q_w·s_w rounded) with NumPy's matmul in its own order: the two differ by at
 // most 2·γ(K + 4)·(Σ_k |a_d·w_d| + |bias|) (tests/backends/test_cpu_int_dot.py says why).
 // A NaN in a row's block makes that block's integers unspecified (not NaN as in lean).
 //
 // Per call: the rows are quantized (over the op's threads), then panels go in chunks of 4
 // (64 columns) over the threads; within a chunk rows in blocks of up to 4, so a chunk's
-// weights are read from memory once per call. OPFORGE_CPU_INT_DOT_VNNI=0 forces the
-// portable kernel (read when the op is built).
+// weights are read from memory once per call. OPFORGE_CPU_INT_DOT_VNNI=0 turns the VNNI
+// kernel off, OPFORGE_CPU_INT_DOT_AVX2=0 the AVX2 one (taken where VNNI is not; both off:
+// the portable kernel; read when the op is built).
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -74,6 +77,7 @@ struct IntDotOp : IntWeightsOp {
   std::vector<float> as;        // [M, G] their scales
   std::vector<int32_t> corr;    // [M, G] off · Σ q
   bool vnni = false;
+  bool avx2 = false;             // the AVX2 kernel (and quantize_row_avx2)
   bool vector_quantize = false;  // quantize_row_avx512 (with the VNNI kernel: the same CPUs)
   const uint16_t* s16 = nullptr; // the scales when they are f16 (else s, f32)
   memory wmem;                   // the weights' copy (w points into it)
@@ -110,7 +114,12 @@ inline float half_to_float(uint16_t h) {
   return (h & 0x8000) ? -v : v;
 }
 
-// one row of a, quantized per block (the contract's arithmetic; shared by both kernels;
+// one value quantized: round half to even (the default mode), clamped (NaN to -127)
+inline __attribute__((always_inline)) int quantize_value(float x, float inv) {
+  return (int)std::min(127.0f, std::max(-127.0f, std::nearbyint(x * inv)));
+}
+
+// one row of a, quantized per block (the contract's arithmetic; shared by the kernels;
 // compiled for AVX2 too, where nearbyint is one vroundss instead of a libm call)
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx2", "default")))
@@ -125,12 +134,7 @@ void quantize_row_scalar(IntDotOp& op, const float* x, int64_t row) {
     const float inv = 1.0f / scale;
     int8_t* q = op.aq.data() + (row * op.groups + g) * op.padded;
     int32_t sum = 0;
-    for (int64_t i = 0; i < op.group; ++i) {
-      const float r = std::nearbyint(xb[i] * inv);  // round half to even (the default mode)
-      const int v = (int)std::min(127.0f, std::max(-127.0f, r));
-      q[i] = (int8_t)v;
-      sum += v;
-    }
+    for (int64_t i = 0; i < op.group; ++i) sum += q[i] = (int8_t)quantize_value(xb[i], inv);
     for (int64_t i = op.group; i < op.padded; ++i) q[i] = 0;
     op.as[(size_t)(row * op.groups + g)] = scale;
     op.corr[(size_t)(row * op.groups + g)] = off * sum;
@@ -174,12 +178,54 @@ __attribute__((target("avx512f"))) void quantize_row_avx512(IntDotOp& op, const 
     op.corr[(size_t)(row * op.groups + g)] = off * _mm512_reduce_add_epi32(sum);
   }
 }
+
+#define OFC_AVX2 __attribute__((target("avx2,fma,f16c")))
+// the same, 8 values a register (NaN as above), a block's last group mod 8 one at a time
+OFC_AVX2 void quantize_row_avx2(IntDotOp& op, const float* x, int64_t row) {
+  const int off = op.bits == 8 ? 128 : 8;
+  const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 top = _mm256_set1_ps(127.0f), bottom = _mm256_set1_ps(-127.0f);
+  const int64_t whole = op.group / 8 * 8;
+  for (int64_t g = 0; g < op.groups; ++g) {
+    const float* xb = x + g * op.group;
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < whole; i += 8)
+      amax8 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + i), abs_bits), amax8);
+    float lanes[8], amax = 0.f;  // (no lane is NaN)
+    _mm256_storeu_ps(lanes, amax8);
+    for (float v : lanes) amax = std::max(amax, v);
+    for (int64_t i = whole; i < op.group; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float scale = std::max(amax, op.eps) / 127.0f, inv = 1.0f / scale;
+    const __m256 inv8 = _mm256_set1_ps(inv);
+    int8_t* q = op.aq.data() + (row * op.groups + g) * op.padded;
+    __m256i sum8 = _mm256_setzero_si256();
+    for (int64_t i = 0; i < whole; i += 8) {
+      const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), inv8),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m256i v = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, bottom), top));
+      sum8 = _mm256_add_epi32(sum8, v);
+      const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w16, w16));  // exact: |v| <= 127
+    }
+    int32_t sums[8], sum = 0;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums), sum8);
+    for (int32_t v : sums) sum += v;
+    for (int64_t i = whole; i < op.group; ++i) sum += q[i] = (int8_t)quantize_value(xb[i], inv);
+    for (int64_t i = op.group; i < op.padded; ++i) q[i] = 0;
+    op.as[(size_t)(row * op.groups + g)] = scale;
+    op.corr[(size_t)(row * op.groups + g)] = off * sum;
+  }
+}
 #endif
 
 void quantize_row(IntDotOp& op, const float* x, int64_t row) {
 #if defined(__x86_64__)
   if (op.vector_quantize) {
     quantize_row_avx512(op, x, row);
+    return;
+  }
+  if (op.avx2) {
+    quantize_row_avx2(op, x, row);
     return;
   }
 #endif
@@ -326,6 +372,110 @@ OFC_VNNI void vnni_rows(const IntDotOp& op, float* d, int64_t m0, int64_t p0, in
   for (; p + 2 <= np; p += 2) block_any<BITS, R, 2>(op, d, m0, p0 + p);
   if (p < np) block_any<BITS, R, 1>(op, d, m0, p0 + p);
 }
+
+// ---- AVX2 kernel: R rows × P panels, a panel's 64-byte quad row two registers -------------
+// 4 bits: vpmaddubsw(nibbles, q) summed in int16 over up to 4 quad rows (4·2·2·15·127 < 2^15),
+// then vpmaddwd to int32; 8 bits: vpmaddubsw(|w|, q with w's sign), vpmaddwd every quad row.
+// The int32 sums are S (+ corr, 4 bits); the epilogue is portable_panel's.
+OFC_AVX2 inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+template <int BITS, int R, int P, int QN>
+OFC_AVX2 void avx2_block(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
+  __m256 acc[R][P][2] = {};
+  const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(-128);
+  const int64_t nq = QN ? QN : op.quads;
+  for (int64_t g = 0; g < op.groups; ++g) {
+    __m256i sum[R][P][2] = {};
+    const uint8_t* wp[P];
+    int64_t step = 0;
+    for (int p = 0; p < P; ++p) wp[p] = panel_block(op, p0 + p, g, step);
+    const int8_t* q[R];
+    for (int r = 0; r < R; ++r) q[r] = op.aq.data() + ((m0 + r) * op.groups + g) * op.padded;
+    if (BITS == 8) {
+      for (int64_t i = 0; i < nq; ++i) {
+        __m256i ws[P][2], wa[P][2];  // w as int8; |w| as uint8 (128 for -128)
+        for (int p = 0; p < P; ++p)
+          for (int h = 0; h < 2; ++h)
+            wa[p][h] = _mm256_abs_epi8(ws[p][h] = _mm256_xor_si256(load32(wp[p] + i * step + 32 * h), flip));
+        for (int r = 0; r < R; ++r) {
+          const __m256i av = _mm256_set1_epi32(load4(q[r] + 4 * i));
+          for (int p = 0; p < P; ++p)
+            for (int h = 0; h < 2; ++h)
+              sum[r][p][h] = _mm256_add_epi32(
+                  sum[r][p][h],
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(wa[p][h], _mm256_sign_epi8(av, ws[p][h])), ones));
+        }
+      }
+    } else {
+      __m256i part[R][P][2] = {};
+      for (int64_t i = 0; i < nq; ++i) {
+        __m256i lo[P][2], hi[P][2];
+        for (int p = 0; p < P; ++p)
+          for (int h = 0; h < 2; ++h) {
+            const __m256i raw = load32(wp[p] + i * step + 32 * h);
+            lo[p][h] = _mm256_and_si256(raw, nib);
+            hi[p][h] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nib);
+          }
+        for (int r = 0; r < R; ++r) {
+          const __m256i a0 = _mm256_set1_epi32(load4(q[r] + 8 * i));
+          const __m256i a1 = _mm256_set1_epi32(load4(q[r] + 8 * i + 4));
+          for (int p = 0; p < P; ++p)
+            for (int h = 0; h < 2; ++h)
+              part[r][p][h] = _mm256_add_epi16(
+                  part[r][p][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[p][h], a0),
+                                                  _mm256_maddubs_epi16(hi[p][h], a1)));
+        }
+        if ((i & 3) == 3 || i + 1 == nq)  // widened to int32 every 4 quad rows
+          for (int t = 0; t < R * P * 2; ++t) {
+            __m256i& to = (&sum[0][0][0])[t];
+            to = _mm256_add_epi32(to, _mm256_madd_epi16((&part[0][0][0])[t], ones));
+            (&part[0][0][0])[t] = _mm256_setzero_si256();
+          }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t at = (m0 + r) * op.groups + g;
+      const __m256i c = _mm256_set1_epi32(BITS == 8 ? 0 : op.corr[(size_t)at]);
+      const __m256 sa = _mm256_set1_ps(op.as[(size_t)at]);
+      for (int p = 0; p < P; ++p) {
+        const int64_t at_s = panel_scales(op, p0 + p, g);
+        for (int h = 0; h < 2; ++h) {
+          const __m256 sw = op.s16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(op.s16 + at_s + 8 * h)))
+                                   : _mm256_loadu_ps(op.s + at_s + 8 * h);
+          const __m256 t = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum[r][p][h], c));
+          acc[r][p][h] = _mm256_fmadd_ps(t, _mm256_mul_ps(sa, sw), acc[r][p][h]);
+        }
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    float out[kIntRowBlock][kLanes];
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out[r] + 8 * h, acc[r][p][h]);
+    store_panel(op, d, m0, R, p0 + p, out);
+  }
+}
+
+template <int BITS, int R, int P>  // a block of 32: its quads a fixed, unrolled count
+OFC_AVX2 void avx2_block_any(const IntDotOp& op, float* d, int64_t m0, int64_t p0) {
+  if (op.group == 32) avx2_block<BITS, R, P, BITS == 8 ? 8 : 4>(op, d, m0, p0);
+  else avx2_block<BITS, R, P, 0>(op, d, m0, p0);
+}
+
+// 1 row: every panel of the chunk at once; 2 rows: two panels at a time; 3-4 rows: one (16
+// ymm registers: the int32 sums, weights and broadcasts of one quad row)
+template <int BITS, int R>
+OFC_AVX2 void avx2_rows(const IntDotOp& op, float* d, int64_t m0, int64_t p0, int64_t np) {
+  if (R == 1) {
+    with_panels(np, [&](auto P) { avx2_block_any<BITS, R, P.value>(op, d, m0, p0); });
+    return;
+  }
+  constexpr int PP = R == 2 ? 2 : 1;
+  int64_t p = 0;
+  for (; p + PP <= np; p += PP) avx2_block_any<BITS, R, PP>(op, d, m0, p0 + p);
+  if (p < np) avx2_block_any<BITS, R, 1>(op, d, m0, p0 + p);
+}
 #endif
 
 // one chunk of np panels from p0, every row
@@ -335,6 +485,10 @@ void chunk(const IntDotOp& op, float* d, int64_t p0, int64_t np) {
 #if defined(__x86_64__)
     if (op.vnni) {
       vnni_rows<BITS, R.value>(op, d, m0, p0, np);
+      return;
+    }
+    if (op.avx2) {
+      avx2_rows<BITS, R.value>(op, d, m0, p0, np);
       return;
     }
 #endif
@@ -352,13 +506,24 @@ void IntDotOp::run(Engine& e) {
   });
 }
 
+bool switched_on(const char* name) {  // unset or not "0"
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 bool vnni_allowed() {
 #if defined(__x86_64__)
-  if (!own_kernels_allowed() || !__builtin_cpu_supports("avx512f") ||
-      !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni"))
-    return false;
-  const char* off = std::getenv("OPFORGE_CPU_INT_DOT_VNNI");
-  return off == nullptr || std::strcmp(off, "0") != 0;
+  return own_kernels_allowed() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni") && switched_on("OPFORGE_CPU_INT_DOT_VNNI");
+#else
+  return false;
+#endif
+}
+
+bool avx2_allowed() {
+#if defined(__x86_64__)
+  return own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c") && switched_on("OPFORGE_CPU_INT_DOT_AVX2");
 #else
   return false;
 #endif
@@ -413,6 +578,7 @@ void build_int_dot_matmul(Handle& h, const OpCall& c) {
   op->as.assign((size_t)blocks, 0.f);
   op->corr.assign((size_t)blocks, 0);
   op->vnni = vnni_allowed();
+  op->avx2 = !op->vnni && avx2_allowed();
   op->vector_quantize = op->vnni;  // OPFORGE_CPU_INT_DOT_VNNI=0: both scalar (the tests' A/B)
   // the weights copied once at init into transparent huge pages (constants.cpp's
   // const_memory; shared by the program's engines through the weight cache; the file's pages
@@ -427,7 +593,7 @@ void build_int_dot_matmul(Handle& h, const OpCall& c) {
   op->w = static_cast<const uint8_t*>(op->wmem.get_data_handle());
   if (e.tensors[(size_t)c.ins[2]].dtype == F16) op->s16 = static_cast<const uint16_t*>(e.ptr(c.ins[2]));
   op->name = std::string("matmul of int8 activations on int") + (op->bits == 8 ? "8" : "4") +
-             " weights (own kernel" + (op->vnni ? ", AVX512-VNNI)" : ")");
+             " weights (own kernel" + (op->vnni ? ", AVX512-VNNI)" : op->avx2 ? ", AVX2)" : ")");
   push_op(e, std::move(op), c);
 }
 
