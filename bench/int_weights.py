@@ -41,7 +41,6 @@ other processes held the core), VmRSS after the generations and the peak (VmHWM)
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import pathlib
@@ -73,6 +72,7 @@ def prepare(config: str, variant: str, workdir: pathlib.Path, logits_to_keep: in
     from opforge.export import export
     from opforge.program import save
     from opforge.quantize import quantize
+    from opforge.quantize.memory import graph_copy
     from opforge.quantize.packing import pack_4bit_weights
     from opforge.quantize.weights_only import weights_only
 
@@ -82,21 +82,31 @@ def prepare(config: str, variant: str, workdir: pathlib.Path, logits_to_keep: in
     ids = prompt(config)
     example = (torch.tensor(ids[:3]), torch.arange(3))
     start = time.perf_counter()
-    prefill, decode = model, model
+    # The float weights are held once: the model is quantized in place or let go once
+    # converted (what `opforge quantize` does). A converted PT2E graph's decode method
+    # exports a copy that shares its weights (memory.graph_copy; its KV cache its own, as
+    # a deep copy's was: export switches a graph's mode by rewriting it in place); the
+    # dynamic schemes' swapped modules export as they are for both methods, as float32's.
     if variant in ("8da8w", "8da4w"):
         from opforge.quantize.dynamic import quantize_dynamic
 
-        converted = quantize_dynamic(model, variant)
-        prefill, decode = converted, copy.deepcopy(converted)
+        converted = quantize_dynamic(model, variant, inplace=True)
     elif variant != "float32":
         scheme = "16a8w" if variant.startswith("int8") else "16a4w_block"
         calibration = [(torch.tensor(ids[:64]), torch.arange(64))]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = quantize(model, example, scheme, calibration=calibration,
-                              dynamic_shapes=dynamic)
+                              dynamic_shapes=dynamic, keep_float_model=False)
         converted = weights_only(result.model) if variant.endswith("weights") else result.model
-        prefill, decode = copy.deepcopy(converted), copy.deepcopy(converted)
+        del result
+    else:
+        converted = model
+    del model
+    prefill = decode = converted
+    if isinstance(converted, torch.fx.GraphModule):
+        decode = graph_copy(converted)
+    del converted
     quantized_s = time.perf_counter() - start
     if variant.endswith("folded"):
         os.environ["OPFORGE_CPU_INT_WEIGHTS"] = "0"
@@ -111,6 +121,7 @@ def prepare(config: str, variant: str, workdir: pathlib.Path, logits_to_keep: in
             "prefill": (prefill, example, dynamic),
             "decode": (decode, (torch.tensor([0]), torch.tensor([0])))},
             kernels="portable", backends=["cpu"])
+    del prefill, decode  # the program holds what it needs: the modules' weights can go
     program = pack_4bit_weights(program)
     path = workdir / _slug(variant) / f"{config}-opforge-cpu.opf"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,8 @@ if [ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]; then
     tar -xzf "$WORK/llama_cpp_python-$VERSION.tar.gz" -C "$WORK"
 fi
 
-BIN="$(dirname "$PYTHON")"
+# absolute: CMake runs the make program from its own scratch folders (PYTHON may be relative)
+BIN="$(cd "$(dirname "$PYTHON")" && pwd)"
 CMAKE="cmake"; [ -x "$BIN/cmake" ] && CMAKE="$BIN/cmake"
 NINJA="ninja"; [ -x "$BIN/ninja" ] && NINJA="$BIN/ninja"
 if [ ! -f "$BUILD/build.ninja" ]; then
