@@ -108,6 +108,17 @@ const std::unordered_map<std::string, Builder>& builders() {
   return table;
 }
 
+// OPFORGE_CPU_CHECK_READS=1: the intermediates whose last declared use was op i (each in
+// its own bytes, memory_plan.cpp) filled with 0xff bytes (float NaN, integer -1), so an op
+// that reads one later than its run_reads says computes from NaN; finalize withdrew the
+// constants no op declares, borrowed ones too, so a read of one faults
+void poison_dead(Engine& e, size_t i) {
+  for (int r : e.dead[i]) {
+    const Tensor& t = e.tensors[(size_t)r];
+    std::memset(t.data, 0xff, (size_t)t.span * itemsize(t.dtype));
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -142,6 +153,12 @@ void DnnlOp::check_fits(const Engine& e) const {
 void DnnlOp::bind(Engine& e) {
   for (size_t i = 0; i < tensor_args.size(); ++i)
     bound.emplace_back(tensor_args[i].first, memory(mds[i], e.eng, DNNL_MEMORY_NONE));
+}
+
+void DnnlOp::run_reads(std::vector<int>& ids) const {
+  for (auto& a : tensor_args) ids.push_back(a.second);
+  epilogue.reads(ids);
+  late_reads(ids);
 }
 
 void DnnlOp::run(Engine& e) {
@@ -475,49 +492,42 @@ int32_t ofc_finalize(void* handle, const int32_t* inputs, int32_t n_in, const in
         fail("output tensor " + std::to_string(id) + " is not a dense, unaliased output");
       io[(size_t)id] = 1;
     }
+    const char* check = std::getenv("OPFORGE_CPU_CHECK_READS");
+    e.check_reads = check && check[0] == '1';
     plan_intermediates(e);
     link_guards(e);
-    // what an op reads besides its operands' descriptors: a DnnlOp's Epilogue operands and
-    // an own kernel's in-place post-ops' (Op::late_reads). Both loops below must see them:
-    // the second freed a constant read only there (the few-row matmul's layer scale, cait's
-    // x + gamma * fc2(h)), and the Epilogue read a null pointer whenever the constant had
-    // been copied rather than borrowed (numpy's buffer not 64-byte aligned: ~3 runs in 4)
-    auto late = [](Op& op, std::vector<int>& extra) {
-      extra.clear();
-      if (auto* d = dynamic_cast<DnnlOp*>(&op)) d->epilogue.reads(extra);
-      op.late_reads(extra);
-    };
+    // every tensor an op names or touches (Op::run_reads, run_writes) has memory; the
+    // constants no op reads at run time, those read only through their reordered copies
+    // (the weights of convolutions and matmuls), are freed (halves the memory of
+    // weight-heavy models). A read through an alias keeps the alias's root.
     auto backed = [&](int id) {
       int r = e.root(id);
       return io[(size_t)r] || e.tensors[(size_t)r].data != nullptr;
     };
+    std::vector<char> read(e.tensors.size(), 0);
+    std::vector<int> reads, writes;
     for (auto& op : e.ops) {
       for (int id : op->ins) if (!backed(id)) fail(op->name + ": reads tensor " + std::to_string(id) + ", which has no memory");
       for (int id : op->outs) if (!backed(id)) fail(op->name + ": writes tensor " + std::to_string(id) + ", which has no memory");
-      auto* d = dynamic_cast<DnnlOp*>(op.get());
-      if (d) for (auto& a : d->tensor_args) if (!backed(a.second)) fail(op->name + ": uses a tensor without memory");
-      std::vector<int> extra;
-      late(*op, extra);
-      for (int id : extra) if (!backed(id)) fail(op->name + ": uses a tensor without memory");
-    }
-    // constants read only through their reordered copies (weights of convolutions and
-    // matmuls) are not needed any more: free them (halves the memory of weight-heavy
-    // models). A read through an alias keeps the alias's root (aliases name their root).
-    std::vector<char> read(e.tensors.size(), 0);
-    std::vector<int> extra;
-    for (auto& op : e.ops) {
-      auto* d = dynamic_cast<DnnlOp*>(op.get());
-      if (d) for (auto& a : d->tensor_args) read[(size_t)e.root(a.second)] = 1;
-      else { for (int id : op->ins) read[(size_t)e.root(id)] = 1; for (int id : op->outs) read[(size_t)e.root(id)] = 1; }
-      late(*op, extra);
-      for (int id : extra) read[(size_t)e.root(id)] = 1;
+      reads.clear();
+      writes.clear();
+      op->run_reads(reads);
+      op->run_writes(writes);
+      for (const auto* list : {&reads, &writes})
+        for (int id : *list) {
+          if (!backed(id)) fail(op->name + ": uses a tensor without memory");
+          read[(size_t)e.root(id)] = 1;
+        }
     }
     for (size_t i = 0; i < e.tensors.size(); ++i) {
       Tensor& t = e.tensors[i];
-      if (t.is_const && t.base < 0 && !read[i] && !t.store.empty()) {
+      if (!t.is_const || t.base >= 0 || read[i]) continue;
+      if (!t.store.empty()) {
         e.used_bytes -= (int64_t)t.store.size();
         std::vector<char>().swap(t.store);
         t.data = nullptr;
+      } else if (e.check_reads) {
+        t.data = nullptr;  // a borrowed one too: an undeclared read faults on every run
       }
     }
     e.finalized = true;
@@ -544,13 +554,14 @@ int32_t ofc_execute(void* handle, void* const* inputs, void* const* outputs, cha
       Op& op = *e.ops[i];
       const int want = op.threads > 0 ? op.threads : e.threads;  // as its primitives were made
       if (want != current) omp_set_num_threads(current = want);
-      if (!e.profile) {
+      if (!e.profile && !e.check_reads) {
         op.run(e);
         continue;
       }
       double t0 = omp_get_wtime();
       op.run(e);
       e.op_seconds[i] += omp_get_wtime() - t0;
+      if (e.check_reads) poison_dead(e, i);
     }
     if (e.profile) ++e.runs;
     return 0;

@@ -152,9 +152,21 @@ struct Op {
   // an own kernel's post-ops and output peaks (KernelTail), else null
   virtual KernelTail* kernel_tail() { return nullptr; }
   // the tensors it reads besides `ins` after writing its output (the binary operands of an
-  // own kernel's in-place post-ops): the memory plan keeps them live through this op, so
-  // the output never takes their bytes (memory_plan.cpp)
+  // own kernel's in-place post-ops); part of run_reads
   virtual void late_reads(std::vector<int>&) const {}
+  // What run() reads and writes, by tensor id (an alias stands for its root's bytes): the
+  // one declaration every pass that needs it reads. The memory plan keeps each intermediate
+  // live from its first to its last op here, so no op's output takes bytes another still
+  // reads (memory_plan.cpp); finalize checks each has memory and frees the constants no op
+  // reads at run time (core.cpp). A tensor run() reads but this omits is a use of freed or
+  // reused bytes: stop 55's crash, a layer scale read only by an own kernel's post-op
+  // (late_reads) freed by a pass that did not look there. OPFORGE_CPU_CHECK_READS=1 makes
+  // such a read fail (core.cpp). Default: ins and late_reads; outs.
+  virtual void run_reads(std::vector<int>& ids) const {
+    ids.insert(ids.end(), ins.begin(), ins.end());
+    late_reads(ids);
+  }
+  virtual void run_writes(std::vector<int>& ids) const { ids.insert(ids.end(), outs.begin(), outs.end()); }
 };
 
 struct Engine {
@@ -171,6 +183,11 @@ struct Engine {
   std::vector<char> arena;
   int64_t arena_bytes = 0, intermediate_bytes = 0, unplanned_bytes = 0;
   bool profile = false;               // OPFORGE_CPU_PROFILE=1: per-op times on stderr at destroy
+  // OPFORGE_CPU_CHECK_READS=1 (read at finalize, for tests): no constant or intermediate
+  // outlives the op reads run_reads declares (core.cpp's check_reads); dead[i]: the
+  // intermediates whose last declared use is op i (memory_plan.cpp), poisoned after it
+  bool check_reads = false;
+  std::vector<std::vector<int>> dead;
   std::vector<double> op_seconds;
   int64_t runs = 0;
   WeightCache* weights = nullptr;     // shared reordered constants (ofc_use_weight_cache)
@@ -361,6 +378,12 @@ struct DnnlOp : Op {
   void check_fits(const Engine& e) const;
   void bind(Engine& e);
   void run(Engine& e) override;
+  // its primitive's operands (tensor_args, its destination too), its Epilogue's and
+  // late_reads. Not `ins`: they also name the constants its build copied (reorder_const,
+  // derived_const) and run() reads only through those copies, which finalize may free.
+  // Every other tensor its run() reads (a NaN scan's input, an own kernel's) is one of
+  // these; a guard's fused op reads a subset of them (guard.cpp).
+  void run_reads(std::vector<int>& ids) const override;
 };
 
 int64_t md_reach_bytes(const memory::desc& md, int64_t item);

@@ -2,8 +2,9 @@
 // that no other intermediate uses while it is live.
 //
 // An intermediate (storage OWNED, not a constant) gets no memory when it is added; at
-// finalize, every op's operands are walked in execution order (an alias counts for its
-// root): an intermediate is live from the first op that touches it to the last. Offsets
+// finalize, every op's declared reads and writes (Op::run_reads, run_writes) are walked in
+// execution order (an alias counts for its root): an intermediate is live from the first
+// op that touches it to the last. Offsets
 // come from a best-fit allocator replayed in that order (a tensor's block is taken at its
 // first op and given back after its last), so two intermediates share bytes only when no op
 // sees both live. Intervals are inclusive: an op's inputs and outputs never overlap.
@@ -99,22 +100,21 @@ void plan_intermediates(Engine& e) {
     }
     last[r] = i;
   };
-  std::vector<int> reads;
+  std::vector<int> reads, writes;
   for (size_t i = 0; i < e.ops.size(); ++i) {
-    Op& op = *e.ops[i];
-    reads.assign(op.ins.begin(), op.ins.end());
-    if (auto* d = dynamic_cast<DnnlOp*>(&op)) {
-      for (auto& a : d->tensor_args) reads.push_back(a.second);  // its outputs are skipped below
-      d->epilogue.reads(reads);
-    }
-    op.late_reads(reads);
+    const Op& op = *e.ops[i];
+    reads.clear();
+    writes.clear();
+    op.run_reads(reads);
+    op.run_writes(writes);
     // reads first: an op that reads what it is the first to write reads unwritten bytes
+    // (a read of what the op also writes, a DnnlOp's destination, counts as the write)
     for (int id : reads) {
       bool is_out = false;
-      for (int o : op.outs) is_out = is_out || e.root(o) == e.root(id);
+      for (int o : writes) is_out = is_out || e.root(o) == e.root(id);
       if (!is_out) touch(id, (int64_t)i, false);
     }
-    for (int id : op.outs) touch(id, (int64_t)i, true);
+    for (int id : writes) touch(id, (int64_t)i, true);
   }
   // replay: allocate at each tensor's first op, give back after its last
   std::vector<std::vector<size_t>> starts(e.ops.size()), ends(e.ops.size());
@@ -135,10 +135,15 @@ void plan_intermediates(Engine& e) {
     starts[(size_t)first[r]].push_back(r);
     ends[(size_t)last[r]].push_back(r);
   }
+  // (OPFORGE_CPU_CHECK_READS=1: nothing given back, each intermediate in its own bytes,
+  // noted to be poisoned after its last op; core.cpp's check_reads)
   FreeBlocks blocks;
+  if (e.check_reads) e.dead.assign(e.ops.size(), {});
   for (size_t i = 0; i < e.ops.size(); ++i) {
     for (size_t r : starts[i]) offset[r] = blocks.take(bytes[r]);
-    for (size_t r : ends[i]) blocks.give_back(offset[r], bytes[r]);
+    for (size_t r : ends[i])
+      if (e.check_reads) e.dead[i].push_back((int)r);
+      else blocks.give_back(offset[r], bytes[r]);
   }
   e.reserve(add_c(blocks.end, kAlign, "intermediates"), "the intermediates' arena");
   e.arena.assign((size_t)blocks.end + kAlign, 0);
