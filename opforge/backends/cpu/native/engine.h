@@ -159,9 +159,10 @@ struct Op {
   // live from its first to its last op here, so no op's output takes bytes another still
   // reads (memory_plan.cpp); finalize checks each has memory and frees the constants no op
   // reads at run time (core.cpp). A tensor run() reads but this omits is a use of freed or
-  // reused bytes: stop 55's crash, a layer scale read only by an own kernel's post-op
-  // (late_reads) freed by a pass that did not look there. OPFORGE_CPU_CHECK_READS=1 makes
-  // such a read fail (core.cpp). Default: ins and late_reads; outs.
+  // reused bytes: timm cait's layer scale, read only by the few-row matmul's in-place
+  // post-op (late_reads), was freed by a pass that did not look there. With
+  // OPFORGE_CPU_CHECK_READS=1 such a read fails (core.cpp's poison_dead). Default: ins and
+  // late_reads; outs.
   virtual void run_reads(std::vector<int>& ids) const {
     ids.insert(ids.end(), ins.begin(), ins.end());
     late_reads(ids);
@@ -184,7 +185,7 @@ struct Engine {
   int64_t arena_bytes = 0, intermediate_bytes = 0, unplanned_bytes = 0;
   bool profile = false;               // OPFORGE_CPU_PROFILE=1: per-op times on stderr at destroy
   // OPFORGE_CPU_CHECK_READS=1 (read at finalize, for tests): no constant or intermediate
-  // outlives the op reads run_reads declares (core.cpp's check_reads); dead[i]: the
+  // outlives the last op whose run_reads declares it (core.cpp's poison_dead); dead[i]: the
   // intermediates whose last declared use is op i (memory_plan.cpp), poisoned after it
   bool check_reads = false;
   std::vector<std::vector<int>> dead;

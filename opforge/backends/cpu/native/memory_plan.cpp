@@ -4,10 +4,9 @@
 // An intermediate (storage OWNED, not a constant) gets no memory when it is added; at
 // finalize, every op's declared reads and writes (Op::run_reads, run_writes) are walked in
 // execution order (an alias counts for its root): an intermediate is live from the first
-// op that touches it to the last. Offsets
-// come from a best-fit allocator replayed in that order (a tensor's block is taken at its
-// first op and given back after its last), so two intermediates share bytes only when no op
-// sees both live. Intervals are inclusive: an op's inputs and outputs never overlap.
+// op that touches it to the last. Offsets come from a best-fit allocator replayed in that
+// order (a tensor's block is taken at its first op and given back after its last), so two
+// intermediates share bytes only when no op sees both live. Intervals are inclusive: an op's inputs and outputs never overlap.
 //
 // An intermediate some op reads before any op writes it (nothing in a lowered plan does;
 // a hostile blob may) keeps its own zeroed memory, as before planning: it must not see a
@@ -136,7 +135,7 @@ void plan_intermediates(Engine& e) {
     ends[(size_t)last[r]].push_back(r);
   }
   // (OPFORGE_CPU_CHECK_READS=1: nothing given back, each intermediate in its own bytes,
-  // noted to be poisoned after its last op; core.cpp's check_reads)
+  // noted to be poisoned after its last op: core.cpp's poison_dead)
   FreeBlocks blocks;
   if (e.check_reads) e.dead.assign(e.ops.size(), {});
   for (size_t i = 0; i < e.ops.size(); ++i) {
