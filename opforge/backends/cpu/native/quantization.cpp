@@ -15,6 +15,14 @@
 //   one value per output channel; zero points in [0, 255]. qconv: x, y rank nsp+2 and w
 //   rank nsp+2, or nsp+3 (groups first; oneDNN checks the channels agree); qmatmul: x, w,
 //   y of one rank 2..8.
+// On a CPU without int8 dot-product instructions (no VNNI: AVX2 CPUs such as AMD Zen 3,
+// AVX-512 ones such as Intel Skylake), oneDNN's int8 kernels multiply u8 activations by s8
+// weights with vpmaddubsw, whose pairwise int16 sums saturate (255·127·2 > 32767): an 8a8w
+// MLP came out 24 output steps off on a Zen 3. There, qconv/qmatmul run as lean computes
+// them instead: dequantize x ("quant" mode 1), a float32 convolution/matmul of the
+// dequantized weights (float32(w)·scale, made once at init) with the same bias and
+// post-ops, quantize the result ("quant" mode 0). OPFORGE_CPU_INT8_FLOAT=1 forces that
+// path on any CPU, =0 forbids it (read when the op is built).
 #if defined(__x86_64__)
 #include <immintrin.h>
 #elif defined(__SSE2__)
@@ -22,6 +30,7 @@
 #endif
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine.h"
@@ -30,6 +39,12 @@
 namespace ofc {
 
 void check_conv_attrs(const std::string& kind, const std::vector<int64_t>& ia, size_t first, size_t total);
+void build_quant(Handle& h, const OpCall& c);
+}  // namespace ofc
+extern "C" int32_t ofc_add_tensor(void* handle, int32_t dtype, int32_t ndim, const int64_t* dims,
+                                  const int64_t* strides, const void* data, int64_t nbytes, int32_t base,
+                                  int64_t offset, int32_t storage, char* error, int32_t size);
+namespace ofc {
 void conv_window(const std::vector<int64_t>& ia, size_t first, memory::dims& strides,
                  memory::dims& dil, memory::dims& pl, memory::dims& pr);
 
@@ -304,32 +319,111 @@ dnnl::convolution_forward::primitive_desc short_1x1_without_amx(const Make& make
 }
 }  // namespace
 
+namespace {
+// whether oneDNN's int8 kernels on this CPU sum u8·s8 pairs in int16 and may saturate
+// (no VNNI or AMX at the ISA oneDNN runs; the file's opening comment)
+bool int8_saturates() {
+#if defined(__x86_64__)
+  using isa = dnnl::cpu_isa;
+  const isa got = dnnl::get_effective_cpu_isa();
+  return got == isa::sse41 || got == isa::avx || got == isa::avx2 || got == isa::avx512_core;
+#else
+  return false;
+#endif
+}
+
+bool int8_via_float() {
+  const char* v = std::getenv("OPFORGE_CPU_INT8_FLOAT");
+  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
+  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  static const bool saturates = int8_saturates();
+  return saturates;
+}
+
+// a new tensor of the engine: an intermediate (data null) or a constant (data copied)
+int add_tensor(Handle& h, int32_t dtype, const dims_t& dims, const dims_t& strides, const void* data,
+               int64_t nbytes) {
+  char error[512] = {0};
+  int32_t id = ofc_add_tensor(&h, dtype, (int32_t)dims.size(), dims.data(), strides.data(), data, nbytes,
+                              -1, 0, OWNED, error, (int32_t)sizeof(error));
+  if (id < 0) fail(std::string("int8 via float32: ") + error);
+  return id;
+}
+
+dims_t dense_strides(const dims_t& dims) {
+  dims_t s(dims.size(), 1);
+  for (size_t k = dims.size(); k-- > 1;) s[k - 1] = mul_c(s[k], std::max<int64_t>(dims[k], 1), "strides");
+  return s;
+}
+
+// the weights as lean dequantizes them: float32(w) · its scale (the mask's dims select it),
+// one rounding each, dense
+std::vector<float> dequantized_weights(const Engine& e, int wid, int sid, int mask) {
+  const Tensor& w = e.tensors[(size_t)wid];
+  const float* scales = static_cast<const float*>(const_cast<Engine&>(e).ptr(sid));
+  const int8_t* q = static_cast<const int8_t*>(const_cast<Engine&>(e).ptr(wid));
+  const size_t r = w.dims.size();
+  std::vector<float> out((size_t)w.numel);
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < w.numel; ++i) {
+    int64_t at = 0, s = 0;
+    for (size_t d = 0; d < r; ++d) {
+      at += idx[d] * w.strides[d];
+      if (mask & (1 << d)) s = s * w.dims[d] + idx[d];
+    }
+    out[(size_t)i] = (float)q[at] * scales[s];
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < w.dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 void build_int8(Handle& h, const OpCall& c) {
   Engine& e = h.e;
   bool conv = c.kind == "qconv";
   if (conv && build_qdepthwise(h, c)) return;
+  const bool via_float = int8_via_float();
   const auto& ins = c.ins;
   const auto& ia = c.ia;
   const auto& fa = c.fa;
-  const Tensor& w = e.tensors[(size_t)ins[1]];
-  const Tensor& ws = e.tensors[(size_t)ins[2]];
   bool has_bias = ia[3] != 0;
   int mask = (int)ia[2];
+  int src_id = ins[0], dst_id = c.outs[0], wf_id = -1;
+  if (via_float) {
+    need(dense(e.tensors[(size_t)src_id]), c.kind, "a dense source (int8 via float32 on this CPU)");
+    const dims_t xdims = e.tensors[(size_t)src_id].dims, xstrides = e.tensors[(size_t)src_id].strides;
+    const dims_t ydims = e.tensors[(size_t)dst_id].dims, ystrides = e.tensors[(size_t)dst_id].strides;
+    const dims_t wdims = e.tensors[(size_t)ins[1]].dims;
+    std::vector<float> wf = dequantized_weights(e, ins[1], ins[2], mask);
+    src_id = add_tensor(h, F32, xdims, xstrides, nullptr, 0);
+    dst_id = add_tensor(h, F32, ydims, ystrides, nullptr, 0);
+    wf_id = add_tensor(h, F32, wdims, dense_strides(wdims), wf.data(), (int64_t)(wf.size() * sizeof(float)));
+    OpCall deq{"quant", {ins[0]}, {src_id}, {1, 0, 255}, {fa[0], (double)ia[0]}, {}};
+    validate(e, deq);
+    build_quant(h, deq);
+  }
+  const Tensor& w = e.tensors[(size_t)ins[1]];
+  const Tensor& ws = e.tensors[(size_t)ins[2]];
   auto op = std::make_unique<DnnlOp>();
-  op->name = conv ? "int8 convolution" : "int8 matmul";
-  memory::desc src = e.tensors[(size_t)ins[0]].md(), dst = e.tensors[(size_t)c.outs[0]].md();
-  memory::desc wany(w.dims, memory::data_type::s8, tag::any);
+  op->name = std::string(conv ? "int8 convolution" : "int8 matmul") + (via_float ? " (via float32)" : "");
+  memory::desc src = e.tensors[(size_t)src_id].md(), dst = e.tensors[(size_t)dst_id].md();
+  memory::desc wany(w.dims, via_float ? memory::data_type::f32 : memory::data_type::s8, tag::any);
   memory::desc bias = has_bias ? e.tensors[(size_t)ins[3]].md() : memory::desc();
-  op->arg(DNNL_ARG_SRC, ins[0], src);
-  op->arg(DNNL_ARG_DST, c.outs[0], dst);
+  op->arg(DNNL_ARG_SRC, src_id, src);
+  op->arg(DNNL_ARG_DST, dst_id, dst);
   // post-ops act on the f32 accumulator of integer inputs, which holds no NaN: all of
   // them stay in oneDNN (an epilogue would see the u8 output)
   auto attr = make_attr(e, c.post, op.get(), /*nan_exact=*/false);
-  attr.set_scales_mask(DNNL_ARG_SRC, 0);
-  attr.set_scales_mask(DNNL_ARG_WEIGHTS, mask);
-  attr.set_scales_mask(DNNL_ARG_DST, 0);
-  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
-  attr.set_zero_points_mask(DNNL_ARG_DST, 0);
+  if (!via_float) {
+    attr.set_scales_mask(DNNL_ARG_SRC, 0);
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, mask);
+    attr.set_scales_mask(DNNL_ARG_DST, 0);
+    attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+    attr.set_zero_points_mask(DNNL_ARG_DST, 0);
+  }
   op->check_fits(e);
   memory::desc wmd, scratch;
   if (conv) {
@@ -349,8 +443,17 @@ void build_int8(Handle& h, const OpCall& c) {
     wmd = pd.weights_desc(); scratch = pd.scratchpad_desc();
   }
   add_scratchpad(e, op.get(), scratch);
-  op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, ins[1], wmd));
+  op->fixed_args.emplace_back(DNNL_ARG_WEIGHTS, reorder_const(e, via_float ? wf_id : ins[1], wmd));
   if (has_bias) op->fixed_args.emplace_back(DNNL_ARG_BIAS, reorder_const(e, ins[3], bias));
+  if (via_float) {
+    op->bind(e);
+    OpCall mid{c.kind, {src_id, wf_id}, {dst_id}, {}, {}, {}};
+    push_op(e, std::move(op), mid);
+    OpCall q{"quant", {dst_id}, {c.outs[0]}, {0, 0, 255}, {fa[1], (double)ia[1]}, {}};
+    validate(e, q);
+    build_quant(h, q);
+    return;
+  }
   memory wscale = new_memory(e, memory::desc({ws.span}, memory::data_type::f32, tag::x), "weight scales");
   std::memcpy(wscale.get_data_handle(), e.ptr(ins[2]), (size_t)ws.span * sizeof(float));
   op->fixed_args.emplace_back(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS, wscale);
