@@ -36,7 +36,12 @@ def _close_to_eager(result, got: np.ndarray) -> None:
         return
     step = output_scale(result.model)
     differing = int(np.sum(got != want))
-    assert differing <= max(2, 0.05 * got.size), f"{differing} of {got.size} outputs differ"
+    # 16-bit activations: a crossing in a hidden layer moves every output by a part of a
+    # 16-bit step, so a tiny output shows several (mlp 16a8w: 5 of 40, one step each, on an
+    # AMD Zen 3, whose AVX2 sums differ from AVX-512's in the last bit); a wrong kernel
+    # moves most of them
+    least = 10 if SCHEMES[result.quantizer.default.scheme].activation_bits == 16 else 2
+    assert differing <= max(least, 0.05 * got.size), f"{differing} of {got.size} outputs differ"
     assert np.max(np.abs(got - want)) <= 4 * step + 1e-6
 
 
