@@ -262,12 +262,9 @@ def _dot_plan(m=2, k=64, n=20, group=32, bits=4, scales_as=None):
     p = hostile.Plan()
     a = p.tensor(hostile.F32, [m, k], role="input")
     y = p.tensor(hostile.F32, [m, n], role="output")
-    if panel_scales.dtype == torch.float16:  # the helper's const has no float16: its bytes, retyped
-        s_id = p.const(panel_scales.view(torch.uint8).numpy(), dims=list(panel_scales.shape))
-        p.tensors[s_id]["dtype"] = 5
-    else:
-        s_id = p.const(panel_scales.numpy())
-    p.op("int_dot_matmul", [a, p.const(packed.numpy()), s_id], [y], ia=[bits, group],
+    from test_cpu_int_dot_kernels import scales_const
+
+    p.op("int_dot_matmul", [a, p.const(packed.numpy()), scales_const(p, panel_scales)], [y], ia=[bits, group],
          fa=[2.0 ** -64])
     return p
 

@@ -43,6 +43,16 @@ def _cpu_flags() -> set:
         return set()
 
 
+def scales_const(p, panel_scales: torch.Tensor) -> int:
+    """The panel scales as a constant of plan ``p`` (float16 ones as their bytes, retyped:
+    the helper's const has no float16); its tensor id."""
+    if panel_scales.dtype != torch.float16:
+        return p.const(panel_scales.numpy())
+    s_id = p.const(panel_scales.view(torch.uint8).numpy(), dims=list(panel_scales.shape))
+    p.tensors[s_id]["dtype"] = 5
+    return s_id
+
+
 def _plan(q: np.ndarray, scales: np.ndarray, m: int, group: int, bits: int, bias=None):
     from opforge.backends.cpu.lowering.int_dot import pack
     from opforge.backends.cpu.lowering.int_weights import IntWeight
@@ -52,12 +62,7 @@ def _plan(q: np.ndarray, scales: np.ndarray, m: int, group: int, bits: int, bias
     p = hostile.Plan()
     a = p.tensor(hostile.F32, [m, k], role="input")
     y = p.tensor(hostile.F32, [m, n], role="output")
-    if panel_scales.dtype == torch.float16:  # the helper's const has no float16: its bytes, retyped
-        s_id = p.const(panel_scales.view(torch.uint8).numpy(), dims=list(panel_scales.shape))
-        p.tensors[s_id]["dtype"] = 5
-    else:
-        s_id = p.const(panel_scales.numpy())
-    ins = [a, p.const(packed.numpy()), s_id] + ([] if bias is None else [p.const(bias)])
+    ins = [a, p.const(packed.numpy()), scales_const(p, panel_scales)] + ([] if bias is None else [p.const(bias)])
     p.op("int_dot_matmul", ins, [y], ia=[bits, group], fa=[EPS])
     return p
 
