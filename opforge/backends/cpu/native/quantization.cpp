@@ -358,10 +358,10 @@ dims_t dense_strides(const dims_t& dims) {
 
 // the weights as lean dequantizes them: float32(w) · its scale (the mask's dims select it),
 // one rounding each, dense
-std::vector<float> dequantized_weights(const Engine& e, int wid, int sid, int mask) {
+std::vector<float> dequantized_weights(Engine& e, int wid, int sid, int mask) {
   const Tensor& w = e.tensors[(size_t)wid];
-  const float* scales = static_cast<const float*>(const_cast<Engine&>(e).ptr(sid));
-  const int8_t* q = static_cast<const int8_t*>(const_cast<Engine&>(e).ptr(wid));
+  const float* scales = static_cast<const float*>(e.ptr(sid));
+  const int8_t* q = static_cast<const int8_t*>(e.ptr(wid));
   const size_t r = w.dims.size();
   std::vector<float> out((size_t)w.numel);
   std::vector<int64_t> idx(r, 0);
