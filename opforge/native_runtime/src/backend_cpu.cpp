@@ -221,6 +221,7 @@ void CpuHandle::build(const DelegateInit& init) {
   check(api_.use_weight_cache(engine_, cache, err, kEngineError), err, "weight cache");
 
   Spans spans(plan_.tensors.size(), {nullptr, 0});  // the constants' bytes
+  std::vector<char> borrowed(plan_.tensors.size(), 0);  // read in place from spans (storage 3)
   for (size_t i = 0; i < plan_.tensors.size(); ++i) {
     const PlanTensor& t = plan_.tensors[i];
     int32_t storage = storage_of(t.role);
@@ -230,6 +231,7 @@ void CpuHandle::build(const DelegateInit& init) {
       data = constant(t, i, init);
       nbytes = t.data_offset >= 0 ? t.data_nbytes : t.named_nbytes;
       if (reinterpret_cast<uintptr_t>(data) % 64 == 0) storage = 3;  // else the engine copies it
+      borrowed[i] = storage == 3;
       spans[i] = {static_cast<const uint8_t*>(data), nbytes};
     }
     int32_t id = api_.add_tensor(engine_, t.dtype, (int32_t)t.dims.size(), t.dims.data(), t.strides.data(),
@@ -238,6 +240,15 @@ void CpuHandle::build(const DelegateInit& init) {
     if (id != (int32_t)i) raise(OPF_ERR_PROGRAM, "cpu backend: tensors[" + std::to_string(i) + "]: " + err);
   }
   std::vector<char> drop = droppable(spans, init);
+  // the engine is told which borrowed constants are ranges of the file whose pages may go
+  // (engine.py's file sources, flag 1): what it reads of them after their op is built (a NaN
+  // guard's weight gain at finalize) it gives back again, or that weight stays resident
+  for (size_t t = 0; t < plan_.tensors.size() && init.file_fd >= 0; ++t) {
+    if (!drop[t] || !borrowed[t]) continue;
+    const int64_t offset = (int64_t)(spans[t].first - init.file_data);
+    check(api_.tensor_file(engine_, (int32_t)t, init.file_fd, offset, 1, err, kEngineError), err,
+          "tensors[" + std::to_string(t) + "] file source");
+  }
   for (size_t i = 0; i < plan_.ops.size(); ++i) {
     const PlanOp& op = plan_.ops[i];
     std::string what = "ops[" + std::to_string(i) + "] (" + (op.name.empty() ? op.kind : op.name) + ")";

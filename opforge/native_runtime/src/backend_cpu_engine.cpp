@@ -74,6 +74,7 @@ const EngineApi& engine_api() {
   bind(api->weight_cache_free, "ofc_weight_cache_free");
   bind(api->use_weight_cache, "ofc_use_weight_cache");
   bind(api->add_tensor, "ofc_add_tensor");
+  bind(api->tensor_file, "ofc_tensor_file");
   bind(api->post_op, "ofc_post_op");
   bind(api->add_op, "ofc_add_op");
   bind(api->add_kernel, "ofc_add_kernel");

@@ -33,6 +33,10 @@ struct EngineApi {
   int32_t (*add_tensor)(void* handle, int32_t dtype, int32_t ndim, const int64_t* dims,
                         const int64_t* strides, const void* data, int64_t nbytes, int32_t base,
                         int64_t offset, int32_t storage, char* error, int32_t size);
+  // constant `id` (borrowed) is also bytes [offset, ...) of the open file fd; flags bit 0: its
+  // pages may be dropped once copied (the engine's own reads of it at init drop them again)
+  int32_t (*tensor_file)(void* handle, int32_t id, int32_t fd, int64_t offset, int32_t flags,
+                         char* error, int32_t size);
   int32_t (*post_op)(void* handle, int32_t kind, int32_t alg, double alpha, double beta,
                      int32_t tensor, char* error, int32_t size);
   int32_t (*add_op)(void* handle, const char* kind, const int32_t* ins, int32_t n_in,

@@ -279,6 +279,7 @@ opf_program* load_program(std::unique_ptr<FileBytes> bytes, const std::string& l
   delegates.file_data = program->bytes->data();
   delegates.file_size = program->bytes->size();
   delegates.file_mapped = program->bytes->mapped();
+  delegates.file_fd = program->bytes->fd();
   delegates.max_memory = program->max_memory;
   delegates.kernels = [registry](const std::string& key, const opforge_arg* args, int64_t n) -> opforge_kernel_fn {
     const Kernel* kernel = registry->lookup(key);

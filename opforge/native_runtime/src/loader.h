@@ -35,6 +35,8 @@ class FileBytes {
   size_t size() const { return size_; }
   // a read-only mapping of the file: pages dropped with MADV_DONTNEED fault in again unchanged
   bool mapped() const { return map_ != nullptr; }
+  // the file the mapping came from, open until destruction (-1: not a mapping)
+  int fd() const { return map_ != nullptr ? fd_ : -1; }
 
  private:
   FileBytes() = default;
