@@ -2,11 +2,14 @@
 
 A blob that makes the engine read or write out of bounds does not always crash: the write
 lands in some other allocation and a later, innocent case dies for it (or nothing ever
-does). With ``--asan`` each worker starts with libasan preloaded and builds the engine
-with ``-fsanitize=address`` (``opforge.native.shared_library.compile_shared`` wrapped in
-the worker only: the engine's own build code is unchanged and the instrumented library has
-its own cache entry), so the first bad access aborts that very case, and the supervisor
-adds ASan's verdict (what, read or write, where in the engine) to the finding.
+does). With ``--asan`` each worker starts with libasan preloaded and runs the engine's
+sanitizer build (``OPFORGE_CPU_SANITIZE=1``: AddressSanitizer and UBSan, the build
+tests/backends/test_cpu_sanitized.py runs; one cache entry for both), so the first bad
+access or undefined operation aborts that very case, and the supervisor adds the
+sanitizer's verdict (what, read or write, where in the engine) to the finding. The
+supervisor compiles that build before it starts a worker (``build``): a worker that
+compiled it itself, under libasan, took more than the 15 minutes its start may take on a
+2-core AMD EPYC.
 
 ASan reserves terabytes of address space for its shadow memory, so the worker's RLIMIT_AS
 is replaced by ASan's own limits (``hard_rss_limit_mb``, ``max_allocation_size_mb``,
@@ -20,7 +23,6 @@ import re
 import subprocess
 from pathlib import Path
 
-FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
 # ASan's verdicts on an allocation over its limits: its operator new aborts where the
 # uninstrumented one throws std::bad_alloc, which the engine catches and reports
 OUT_OF_MEMORY = ("ASan: out-of-memory", "ASan: allocation-size-too-big", "ASan: allocator")
@@ -42,36 +44,30 @@ def environment(log_dir: Path) -> dict[str, str]:
     options = ["detect_leaks=0", "abort_on_error=1", "allocator_may_return_null=1",
                "hard_rss_limit_mb=4096", "max_allocation_size_mb=4096",
                "detect_odr_violation=0", "handle_segv=0", f"log_path={log_dir / 'asan'}"]
-    return {"LD_PRELOAD": runtime(), "ASAN_OPTIONS": ":".join(options)}
+    from opforge.backends.cpu.engine import SANITIZE_ENV
+
+    return {"LD_PRELOAD": runtime(), "ASAN_OPTIONS": ":".join(options),
+            "UBSAN_OPTIONS": f"print_stacktrace=1:halt_on_error=1:log_path={log_dir / 'asan'}",
+            SANITIZE_ENV: "1"}
 
 
-def instrument() -> None:
-    """In a worker: build the engine library with ASan from now on."""
-    import opforge.native.shared_library as shared
+def build() -> None:
+    """The engine's sanitizer build, compiled here (once, cached) before a worker loads it."""
+    from opforge.backends.cpu.engine import sanitized_library
 
-    original = shared.compile_shared
-
-    def compile_shared(sources, name, *, flags, extra=None, **kwargs):
-        if name.startswith("opforge_cpu"):
-            flags = list(flags) + FLAGS
-            extra = dict(extra or {}, sanitizer="address")
-            name = name + "_asan"
-        return original(sources, name, flags=flags, extra=extra, **kwargs)
-
-    shared.compile_shared = compile_shared
-    import opforge.backends.cpu.engine as engine
-
-    if hasattr(engine, "installed_library"):  # an engine installed with the package: not it
-        engine.installed_library = lambda: None
+    sanitized_library()
 
 
 def verdict(log_dir: Path, pid: int) -> str | None:
-    """ASan's one-line summary for worker ``pid``, with the first engine frame; None when
-    it wrote nothing (the crash was not a bad access it saw)."""
+    """UBSan's first runtime error, or ASan's one-line summary with the first engine frame,
+    for worker ``pid``; None when neither wrote anything (the crash was not theirs)."""
     path = log_dir / f"asan.{pid}"
     if not path.exists():
         return None
     text = path.read_text(errors="replace")
+    ub = re.search(r"(\S+:\d+:\d+: runtime error: [^\n]*)", text)
+    if ub:
+        return "UBSan: " + ub.group(1)
     head = re.search(r"ERROR: AddressSanitizer: (\S+).*?\n(\S+ of size \d+)?", text)
     frame = re.search(r"#\d+ 0x[0-9a-f]+ in (\S+) (\S*opforge[^\s]*\.(?:cpp|h):\d+)", text)
     what = head.group(1) if head else "report"

@@ -109,11 +109,7 @@ def _audit_hook(watch: dict, allowed: set[str]):
 
 def worker(conn, seeds: list[tuple[bytes, list[str]]], trusted: list[str], asan: bool) -> None:
     """Runs cases sent as (data, kernels, plant) until None; answers (class, detail)."""
-    if asan:
-        import cpu_blob_asan
-
-        cpu_blob_asan.instrument()  # ASan's limits replace RLIMIT_AS (see cpu_blob_asan)
-    else:
+    if not asan:  # under ASan its own limits replace RLIMIT_AS (see cpu_blob_asan)
         resource.setrlimit(resource.RLIMIT_AS, (MAX_WORKER_BYTES, MAX_WORKER_BYTES))
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)  # oneDNN and libgomp warnings would drown the progress line
@@ -187,6 +183,7 @@ class Worker:
         if self.asan_dir is not None:
             import cpu_blob_asan
 
+            cpu_blob_asan.build()  # compiled here: the wait below is for loading and the warm-up
             os.environ.update(cpu_blob_asan.environment(self.asan_dir))
         try:
             self.process.start()
@@ -194,7 +191,7 @@ class Worker:
             os.environ.clear()
             os.environ.update(saved)
         child.close()
-        # the warm-up (the first builds the engine) is not the first case's time
+        # the warm-up (the first loads the engine) is not the first case's time
         if not self.conn.poll(900) or self.conn.recv() != ("ready", ""):
             raise RuntimeError("a fuzz worker did not start (see its stderr: run a case with "
                                "--replay)")

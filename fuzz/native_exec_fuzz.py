@@ -98,7 +98,10 @@ def sanitized_environment(log_dir: Path, library: Path | None = None) -> dict[st
     from opforge.native_runtime.build import build_runtime
     from opforge.runtime.native_capi import LIBRARY_ENV
 
+    from opforge.backends.cpu.engine import SANITIZE_ENV
+
     env = cpu_blob_asan.environment(log_dir)
+    del env[SANITIZE_ENV]  # the runtime's sanitizer build; the cpu engine as installed
     env["LD_PRELOAD"] = env["LD_PRELOAD"].replace(" ", ":")
     env["ASAN_OPTIONS"] = env["ASAN_OPTIONS"].replace("detect_leaks=0", "detect_leaks=1") \
         .replace("hard_rss_limit_mb=4096", "hard_rss_limit_mb=3072") \

@@ -46,6 +46,7 @@ pytestmark = pytest.mark.skipif(LIBASAN is None, reason="no ASan runtime (libasa
 
 
 def sanitized_env() -> dict:
+    cpu_engine.sanitized_library()  # compiled here, not inside a child's time limit
     env = dict(os.environ)
     env.update({
         cpu_engine.SANITIZE_ENV: "1",

@@ -112,6 +112,17 @@ def _compile_on_first_use(prefix: Path, *, sanitize: bool = False) -> Path:
         api="opforge cpu backend", extra={"onednn": str(prefix)})
 
 
+def sanitized_library() -> Path:
+    """The AddressSanitizer/UBSan build of the engine (``SANITIZE_ENV``), compiled once into
+    the build cache and not loaded: a process without libasan preloaded cannot load it. A
+    caller that runs it in a child builds it here first, so the child's time limit covers
+    its work, not a compile of minutes."""
+    problem = missing()
+    if problem:
+        raise BackendError(f"cpu backend: {problem}")
+    return _compile_on_first_use(engine_build.find_onednn(headers=True), sanitize=True)
+
+
 def library() -> ctypes.CDLL:
     """The engine library: the installed one built from these sources, else (development)
     built on first use into opforge's build cache; loaded once per process."""
