@@ -5,7 +5,9 @@ its outputs match the lean runtime's (which dequantizes to float32, then multipl
 Shapes: rows M = 1..9 (the kernel's blocks of 4 rows and their remainders), K not a
 multiple of the block (groups of 32/64/128 and a last partial one; odd K for 4 bits),
 N odd and around the 16-column panels and 4-panel chunks; per channel and per block;
-with and without bias; the AVX-512 kernel and the portable one.
+with and without bias; the AVX-512 kernel, the AVX2 one and the portable one (each where
+the CPU has it: one it lacks falls back; test_cpu_int_matmul_kernels.py holds them equal
+bit for bit).
 
 Tolerance: both sides multiply the same float32 weights (the lowering takes a weight only
 when float32(q)·scale reproduces the weight folded at export bit for bit) and sum K
@@ -91,6 +93,15 @@ def _bound(model: IntLinears, i: int, x: np.ndarray) -> np.ndarray:
     return 2 * gamma * (np.abs(x.astype(np.float64)) @ np.abs(w).T + extra)
 
 
+# kernel → (OPFORGE_CPU_INT_MATMUL_AVX512, OPFORGE_CPU_INT_MATMUL_AVX2), read when the op is built
+KERNELS = {"avx512": ("1", "1"), "avx2": ("0", "1"), "portable": ("0", "0")}
+
+
+def _kernel(monkeypatch, kernel: str) -> None:
+    for name, value in zip(("OPFORGE_CPU_INT_MATMUL_AVX512", "OPFORGE_CPU_INT_MATMUL_AVX2"), KERNELS[kernel]):
+        monkeypatch.setenv(name, value)
+
+
 def _kinds(program) -> list:
     out = []
     for d in program.delegates:
@@ -99,10 +110,10 @@ def _kinds(program) -> list:
     return out
 
 
-@pytest.mark.parametrize("avx512", ["1", "0"])
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("bits,bias", [(4, True), (8, False), (4, False), (8, True)])
-def test_int_weights_match_lean(bits, bias, avx512, monkeypatch):
-    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_AVX512", avx512)  # read when the op is built
+def test_int_weights_match_lean(bits, bias, kernel, monkeypatch):
+    _kernel(monkeypatch, kernel)
     model = IntLinears(bits, bias).eval()
     inputs = _inputs()
     program = export(model, inputs, backends=["cpu"])
@@ -123,9 +134,11 @@ def test_int_weights_match_lean(bits, bias, avx512, monkeypatch):
 WIDE_SHAPES = [(24, 256, 67, 32), (40, 320, 129, 64), (130, 96, 33, None), (33, 513, 20, None)]
 
 
+@pytest.mark.parametrize("kernel", ["avx512", "avx2"])
 @pytest.mark.parametrize("bits", [4, 8])
-def test_many_rows_match_lean(bits):
+def test_many_rows_match_lean(bits, kernel, monkeypatch):
     """The wide path's outputs are lean's within the same bound as the register path's."""
+    _kernel(monkeypatch, kernel)
     model = IntLinears(bits, True, shapes=WIDE_SHAPES).eval()
     inputs = _inputs(shapes=WIDE_SHAPES)
     program = export(model, inputs, backends=["cpu"])
@@ -176,14 +189,14 @@ def _int_plan(m, k, n, group, bits, seed=0):
     return p, weight.dequantized().double().numpy()
 
 
-@pytest.mark.parametrize("avx512", ["1", "0"])
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("m,k,n,group,bits", [
     (1, 100, 67, 32, 4), (3, 130, 17, 64, 8), (9, 257, 129, 128, 4), (4, 33, 20, 32, 4),
     (2, 33, 20, 32, 8), (5, 1, 3, 1, 8), (6, 200, 100, 64, 4)])
-def test_partial_last_block_matches_float64(m, k, n, group, bits, avx512, monkeypatch):
+def test_partial_last_block_matches_float64(m, k, n, group, bits, kernel, monkeypatch):
     import test_cpu_hostile_plans as hostile
 
-    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_AVX512", avx512)
+    _kernel(monkeypatch, kernel)
     p, w = _int_plan(m, k, n, group, bits)
     x = np.random.default_rng(m + k + n).standard_normal((m, k)).astype(np.float32)
     for threads in (1, 2):
@@ -194,22 +207,22 @@ def test_partial_last_block_matches_float64(m, k, n, group, bits, avx512, monkey
         assert (np.abs(got - exact) <= gamma * (np.abs(x) @ np.abs(w).T)).all()
 
 
-# M from 24 on (a prompt) takes the wide path on AVX-512 (int_matmul.cpp: each chunk's
+# M from 24 on (a prompt) takes the wide path on AVX-512 and AVX2 (int_matmul.cpp: each chunk's
 # weights dequantized once a call, 256 k at a time): M around that threshold and its
 # 6-row blocks, K across the 256-k blocks (and odd for 4 bits), N across panels and chunks
-@pytest.mark.parametrize("avx512", ["1", "0"])
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("m,k,n,group,bits", [
     (8, 96, 67, 32, 4), (16, 130, 33, 64, 8), (23, 300, 100, 32, 4), (24, 257, 17, 257, 4),
     (25, 520, 65, 128, 8), (31, 768, 130, 64, 4), (64, 513, 48, 513, 8), (130, 600, 70, 32, 4),
     (128, 256, 129, 128, 8)])
-def test_many_rows_match_float64_and_the_one_row_kernel(m, k, n, group, bits, avx512, monkeypatch):
+def test_many_rows_match_float64_and_the_one_row_kernel(m, k, n, group, bits, kernel, monkeypatch):
     """Within the bound of the exact sum of the same float32 weights (lean's is within it
     the other way: the module docstring), and bit for bit what the same weights give one
     row at a time (the register path: the wide path dequantizes to the same float32
     products and sums them in the same order, int_matmul.cpp), at 1 and 2 threads."""
     import test_cpu_hostile_plans as hostile
 
-    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_AVX512", avx512)
+    _kernel(monkeypatch, kernel)
     p, w = _int_plan(m, k, n, group, bits)
     one, _ = _int_plan(1, k, n, group, bits)
     x = np.random.default_rng(m + k + n).standard_normal((m, k)).astype(np.float32)

@@ -36,7 +36,8 @@ struct IntWeightsOp : Op {
 struct IntMatmulOp : IntWeightsOp {
   int64_t kr = 0;               // packed rows per panel: K (8 bits) or ceil(K/2) (4 bits)
   bool vector512 = false;
-  bool wide = false;            // the dequantize-once path (M >= kWideRows, AVX-512)
+  bool avx2 = false;            // the AVX2 + FMA kernels (int_matmul_avx2.cpp), where not AVX-512
+  bool wide = false;            // the dequantize-once path (M >= kWideRows, AVX-512 or AVX2)
   memory wmem, smem;            // the weights' and scales' copies (w and s point into them)
   // the int16 mode (fa [s], 4 bits, AVX512-VNNI: int_matmul16.cpp): weights and scales in
   // its own layout (w and s then point to it), this call's activations as integers
@@ -58,6 +59,17 @@ void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op);
 bool int16_run(IntMatmulOp& op, const float* a, float* d);
 void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np, int64_t k0, int64_t kn, float* wf);
 constexpr int64_t kInt16MaxGroup = 4096;  // int16 mode: |Σ i·q| < 2^31 over a block
+
+// int_matmul_avx2.cpp: may its AVX2 + FMA kernels run (the CPU's avx2 and fma, the own
+// kernels allowed, OPFORGE_CPU_INT_MATMUL_AVX2 not 0; read when the op is built); x86-64
+// only: the register path over one chunk of np panels from p0, every row; the wide path's
+// dequantize of a chunk's k in [k0, k0 + kn) into wf (floats [kn][64], 32-byte aligned)
+// and its microkernel over rows [m0, m0 + rows), rows <= 6 (int_matmul.cpp's wide_chunk)
+bool int_matmul_avx2_allowed();
+void int_matmul_avx2_chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0, int64_t np);
+void int_matmul_avx2_dequantize(const IntMatmulOp& op, int64_t p0, int np, int64_t k0, int64_t kn, float* wf);
+void int_matmul_avx2_wide_rows(const IntMatmulOp& op, const float* a, float* d, const float* wf, int64_t m0,
+                               int rows, int64_t p0, int np, int64_t k0, int64_t kn, bool first, bool last);
 
 // the contract's shared checks: ins [a, w, scales, (bias)], outs [d], no post-ops; a f32
 // [M, K] and d f32 [M, N], columns contiguous, d's rows apart by at least N, another root

@@ -30,20 +30,24 @@
 //
 // Kernels: AVX-512 (16 columns a register; a 4-bit pair of k read as one byte per column,
 // each nibble made a float by one vpermps from a 16-entry table, no integer conversion),
-// else a portable one (plain loops over 16 columns, compiled for AVX2 and baseline x86-64
-// by target_clones, or the compiler's default elsewhere). Both give the same sums: the
-// same products added in the same order, each a fused multiply-add where the CPU has one
-// (the portable one compiles a·w + acc; with -ffp-contract=fast GCC fuses it on AVX2).
+// else AVX2 + FMA (int_matmul_avx2.cpp: 16 columns two registers, 8-bit weights by
+// vpmovsxbd, 4-bit by (b & 15) - 8 and (b >> 4) - 8 in int32, then vcvtdq2ps; switched off
+// by OPFORGE_CPU_INT_MATMUL_AVX2=0), else a portable one (plain loops over 16 columns,
+// compiled for AVX2 and baseline x86-64 by target_clones, or the compiler's default
+// elsewhere). All give the same sums bit for bit: the same products added in the same
+// order, each one fused multiply-add, one rounding (the portable one calls __builtin_fmaf:
+// libm's fmaf, its clones compiled without -mfma).
 // Per call: panels in chunks of 4 (64 columns) over the op's threads; within a chunk,
 // rows in blocks of up to 4, so a chunk's weights (at most 64·K bytes) are read from
 // memory once per call and from cache by the other row blocks.
 //
-// Many rows (M ≥ kWideRows, a prompt; AVX-512 only): dequantizing in registers again for
+// Many rows (M ≥ kWideRows, a prompt; AVX-512 or AVX2): dequantizing in registers again for
 // every block of 4 rows costs ~15% more than the multiply-adds alone (128 rows, Zen 4:
 // the float32 matmul runs at the FMA units' peak), so instead each chunk's
 // weights are dequantized ONCE per call, kWideK rows of k at a time, into a per-thread
 // float32 buffer (the engine's scratch, 64 KiB a thread; no float copy of the whole weight
-// is kept), and a float microkernel runs every row over it, 6 rows × 64 columns a block.
+// is kept), and a float microkernel runs every row over it, 6 rows × 64 columns a block
+// (AVX2: 6 rows × 16 columns).
 // The buffer holds the same float32(q) · scale products, and each output's sum is the same
 // chain of fused multiply-adds, k in order: a block of k starts from the partial sums the
 // previous block stored in d (float32 stored and reloaded unchanged), the bias added after
@@ -57,6 +61,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "int_kernels.h"
@@ -71,6 +76,12 @@ constexpr int kChunk = kIntChunk;
 // 1 thread), the register path is faster at 8 rows (330 vs 390 µs), even at 16, and slower
 // from 32 (1,260 vs 1,170 µs; 128 rows: 5,040 vs 4,270, oneDNN's float32 matmul 4,170)
 constexpr int64_t kWideRows = 24;
+// the same for the AVX2 kernels: measured on an AMD EPYC Zen 3 (768×2048, 1 thread, µs,
+// register path vs dequantized once; a shared machine, ±10%): int8 16 rows 724 vs 854,
+// 24 rows 1,091 vs 1,092, 32 rows 1,506 vs 1,449, 128 rows 5,662 vs 4,731; int4 blocks of
+// 32: 16 rows 887 vs 798, 24 rows 1,326 vs 1,041, 128 rows 7,358 vs 4,862 (oneDNN's float32
+// matmul 8,907 at 128 rows: its jit gemm on AVX2)
+constexpr int64_t kWideRowsAvx2 = 24;
 constexpr int64_t kWideK = 256;   // k per dequantized block: 256 × 64 floats, 64 KiB (128: slower)
 constexpr int kWideBlock = 6;     // rows per block of the wide microkernel (24 accumulators)
 constexpr int64_t kWideBytes = kWideK * kChunk * kLanes * 4 + 64;  // a thread's buffer, aligned
@@ -248,14 +259,16 @@ OFC_AVX512 void wide_rows(const IntMatmulOp& op, const float* a, float* d, const
   with_panels(np, [&](auto P) { wide_block<R, P.value>(op, a, d, wf, m0, p0, k0, kn, first, last); });
 }
 
-// one chunk of up to kChunk panels from p0, every row, through the thread's buffer wf
+// one chunk of up to kChunk panels from p0, every row, through the thread's buffer wf (the
+// AVX-512 kernels, else the AVX2 ones)
 template <int BITS>
-OFC_AVX512 void wide_chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0, float* wf) {
+void wide_chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0, float* wf) {
   const int np = (int)std::min<int64_t>(kChunk, op.panels - p0);
   for (int64_t k0 = 0; k0 < op.k; k0 += kWideK) {
     const int64_t kn = std::min(kWideK, op.k - k0);
     if (op.act16) dequantize_chunk16(op, p0, np, k0, kn, wf);  // its layout, the same products
-    else dequantize_chunk<BITS>(op, p0, np, k0, kn, wf);
+    else if (op.vector512) dequantize_chunk<BITS>(op, p0, np, k0, kn, wf);
+    else int_matmul_avx2_dequantize(op, p0, np, k0, kn, wf);
     const bool first = k0 == 0, last = k0 + kn == op.k;
     // rows in blocks as even as kWideBlock allows (8 rows: 4 + 4, not 6 + 2)
     const int64_t blocks = (op.m + kWideBlock - 1) / kWideBlock;
@@ -263,6 +276,10 @@ OFC_AVX512 void wide_chunk(const IntMatmulOp& op, const float* a, float* d, int6
       const int64_t rows = op.m / blocks + (b < op.m % blocks ? 1 : 0);
       const int64_t r0 = m0;
       m0 += rows;
+      if (!op.vector512) {
+        int_matmul_avx2_wide_rows(op, a, d, wf, r0, (int)rows, p0, np, k0, kn, first, last);
+        continue;
+      }
       switch (rows) {
         case 6: wide_rows<6>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
         case 5: wide_rows<5>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
@@ -279,6 +296,12 @@ OFC_AVX512 void wide_chunk(const IntMatmulOp& op, const float* a, float* d, int6
 // one chunk of np panels from p0, every row
 template <int BITS>
 void chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0, int64_t np) {
+#if defined(__x86_64__)
+  if (op.avx2) {  // its own row blocks and panels per block
+    int_matmul_avx2_chunk(op, a, d, p0, np);
+    return;
+  }
+#endif
   for_each_row_block(op.m, [&](int64_t m0, auto R) {
 #if defined(__x86_64__)
     if (op.vector512) {
@@ -358,9 +381,12 @@ void build_int_matmul(Handle& h, const OpCall& c) {
   int_weights_setup(e, c, *op, (k + c.ia[1] - 1) / c.ia[1], "int_matmul");
   op->kr = op->bits == 8 ? op->k : (op->k + 1) / 2;
   op->vector512 = avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_AVX512");
+  op->avx2 = !op->vector512 && int_matmul_avx2_allowed();
   // OPFORGE_CPU_INT_MATMUL_WIDE=0: the register path at every M (the A/B of the bench, and
   // the tests' reference for the wide path's bits)
-  op->wide = op->vector512 && op->m >= kWideRows && avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_WIDE");
+  const char* wide_off = std::getenv("OPFORGE_CPU_INT_MATMUL_WIDE");
+  op->wide = ((op->vector512 && op->m >= kWideRows) || (op->avx2 && op->m >= kWideRowsAvx2)) &&
+             (wide_off == nullptr || std::strcmp(wide_off, "0") != 0);
   if (c.fa.size() == 1 && int16_mode_allowed()) {
     int16_setup(e, c, *op);  // its own layout (w and s point to it)
   } else {
@@ -383,7 +409,8 @@ void build_int_matmul(Handle& h, const OpCall& c) {
   if (op->wide || op->act16) grow_scratch(e, mul_c(op->team, kWideBytes, "int_matmul"));
   op->name = std::string("matmul on int") + (op->bits == 8 ? "8" : "4") + " weights (own kernel" +
              (op->act16 ? ", int16 activations, AVX512-VNNI" : "") +
-             (op->wide ? ", AVX-512, dequantized once a call)" : op->vector512 ? ", AVX-512)" : ")");
+             (op->vector512 ? ", AVX-512" : op->avx2 ? ", AVX2" : "") +
+             (op->wide ? ", dequantized once a call)" : ")");
   push_op(e, std::move(op), c);
 }
 
