@@ -117,6 +117,20 @@ void with_panels(int64_t np, F&& body) {
   }
 }
 
+// body(R), R a std::integral_constant<int, rows> for rows in [1, 6]: a block of the wide
+// paths' float microkernels (int_matmul.cpp, int_matmul_avx2.cpp)
+template <typename F>
+void with_wide_rows(int64_t rows, F&& body) {
+  switch (rows) {
+    case 6: body(std::integral_constant<int, 6>()); break;
+    case 5: body(std::integral_constant<int, 5>()); break;
+    case 4: body(std::integral_constant<int, 4>()); break;
+    case 3: body(std::integral_constant<int, 3>()); break;
+    case 2: body(std::integral_constant<int, 2>()); break;
+    default: body(std::integral_constant<int, 1>()); break;
+  }
+}
+
 // the rows r of panel p's 16 sums acc[r] (+ bias) stored in d, the columns past N left out
 // (the portable kernels' store)
 inline void store_panel(const IntWeightsOp& op, float* d, int64_t m0, int rows, int64_t p,

@@ -280,14 +280,7 @@ void wide_chunk(const IntMatmulOp& op, const float* a, float* d, int64_t p0, flo
         int_matmul_avx2_wide_rows(op, a, d, wf, r0, (int)rows, p0, np, k0, kn, first, last);
         continue;
       }
-      switch (rows) {
-        case 6: wide_rows<6>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
-        case 5: wide_rows<5>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
-        case 4: wide_rows<4>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
-        case 3: wide_rows<3>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
-        case 2: wide_rows<2>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
-        default: wide_rows<1>(op, a, d, wf, r0, p0, np, k0, kn, first, last); break;
-      }
+      with_wide_rows(rows, [&](auto R) { wide_rows<R.value>(op, a, d, wf, r0, p0, np, k0, kn, first, last); });
     }
   }
 }

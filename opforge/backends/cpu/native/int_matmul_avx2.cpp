@@ -285,14 +285,7 @@ void int_matmul_avx2_dequantize(const IntMatmulOp& op, int64_t p0, int np, int64
 
 void int_matmul_avx2_wide_rows(const IntMatmulOp& op, const float* a, float* d, const float* wf, int64_t m0,
                                int rows, int64_t p0, int np, int64_t k0, int64_t kn, bool first, bool last) {
-  switch (rows) {
-    case 6: wide_panels<6>(op, a, d, wf, m0, p0, np, k0, kn, first, last); break;
-    case 5: wide_panels<5>(op, a, d, wf, m0, p0, np, k0, kn, first, last); break;
-    case 4: wide_panels<4>(op, a, d, wf, m0, p0, np, k0, kn, first, last); break;
-    case 3: wide_panels<3>(op, a, d, wf, m0, p0, np, k0, kn, first, last); break;
-    case 2: wide_panels<2>(op, a, d, wf, m0, p0, np, k0, kn, first, last); break;
-    default: wide_panels<1>(op, a, d, wf, m0, p0, np, k0, kn, first, last); break;
-  }
+  with_wide_rows(rows, [&](auto R) { wide_panels<R.value>(op, a, d, wf, m0, p0, np, k0, kn, first, last); });
 }
 #endif
 
