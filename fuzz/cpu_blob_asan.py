@@ -7,9 +7,9 @@ sanitizer build (``OPFORGE_CPU_SANITIZE=1``: AddressSanitizer and UBSan, the bui
 tests/backends/test_cpu_sanitized.py runs; one cache entry for both), so the first bad
 access or undefined operation aborts that very case, and the supervisor adds the
 sanitizer's verdict (what, read or write, where in the engine) to the finding. The
-supervisor compiles that build before it starts a worker (``build``): a worker that
-compiled it itself, under libasan, took more than the 15 minutes its start may take on a
-2-core AMD EPYC.
+supervisor compiles that build before it starts a worker (``engine.sanitized_library``):
+a worker that compiled it itself, under libasan, took more than the 15 minutes its start
+may take on a 2-core AMD EPYC.
 
 ASan reserves terabytes of address space for its shadow memory, so the worker's RLIMIT_AS
 is replaced by ASan's own limits (``hard_rss_limit_mb``, ``max_allocation_size_mb``,
@@ -49,13 +49,6 @@ def environment(log_dir: Path) -> dict[str, str]:
     return {"LD_PRELOAD": runtime(), "ASAN_OPTIONS": ":".join(options),
             "UBSAN_OPTIONS": f"print_stacktrace=1:halt_on_error=1:log_path={log_dir / 'asan'}",
             SANITIZE_ENV: "1"}
-
-
-def build() -> None:
-    """The engine's sanitizer build, compiled here (once, cached) before a worker loads it."""
-    from opforge.backends.cpu.engine import sanitized_library
-
-    sanitized_library()
 
 
 def verdict(log_dir: Path, pid: int) -> str | None:

@@ -182,8 +182,9 @@ class Worker:
         saved = dict(os.environ)
         if self.asan_dir is not None:
             import cpu_blob_asan
+            from opforge.backends.cpu.engine import sanitized_library
 
-            cpu_blob_asan.build()  # compiled here: the wait below is for loading and the warm-up
+            sanitized_library()  # compiled here: the wait below is for loading and the warm-up
             os.environ.update(cpu_blob_asan.environment(self.asan_dir))
         try:
             self.process.start()

@@ -450,8 +450,10 @@ void parallel_for(int team, int64_t n, F&& body) {
 // which keeps oneDNN's primitives and the plain loops everywhere; each kernel also checks
 // its CPU's features
 bool own_kernels_allowed();
-// own_kernels_allowed(), on a CPU with AVX-512F, and the kernel's own switch, the
-// environment variable `env`, not "0" (read when an op is built; threads.cpp)
+// a kernel's own switch: the environment variable `env` unset or not "0" (read when an op
+// is built; threads.cpp)
+bool switched_on(const char* env);
+// own_kernels_allowed(), on a CPU with AVX-512F, and switched_on(env)
 bool avx512_kernel_allowed(const char* env);
 #if defined(__x86_64__)
 // the copy's own kernels (transpose.cpp; the caller checks the CPU's features): 8×8 tiles

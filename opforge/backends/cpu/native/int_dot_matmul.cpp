@@ -506,11 +506,6 @@ void IntDotOp::run(Engine& e) {
   });
 }
 
-bool switched_on(const char* name) {  // unset or not "0"
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 bool vnni_allowed() {
 #if defined(__x86_64__)
   return own_kernels_allowed() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

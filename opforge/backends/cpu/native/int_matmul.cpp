@@ -61,7 +61,6 @@
 #include <omp.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "int_kernels.h"
@@ -377,9 +376,8 @@ void build_int_matmul(Handle& h, const OpCall& c) {
   op->avx2 = !op->vector512 && int_matmul_avx2_allowed();
   // OPFORGE_CPU_INT_MATMUL_WIDE=0: the register path at every M (the A/B of the bench, and
   // the tests' reference for the wide path's bits)
-  const char* wide_off = std::getenv("OPFORGE_CPU_INT_MATMUL_WIDE");
   op->wide = ((op->vector512 && op->m >= kWideRows) || (op->avx2 && op->m >= kWideRowsAvx2)) &&
-             (wide_off == nullptr || std::strcmp(wide_off, "0") != 0);
+             switched_on("OPFORGE_CPU_INT_MATMUL_WIDE");
   if (c.fa.size() == 1 && int16_mode_allowed()) {
     int16_setup(e, c, *op);  // its own layout (w and s point to it)
   } else {

@@ -201,8 +201,7 @@ bool int16_mode_allowed() {
   if (!avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_AVX512") || !__builtin_cpu_supports("avx512bw") ||
       !__builtin_cpu_supports("avx512vnni"))
     return false;
-  const char* off = std::getenv("OPFORGE_CPU_INT_MATMUL_VNNI");
-  return off == nullptr || std::strcmp(off, "0") != 0;
+  return switched_on("OPFORGE_CPU_INT_MATMUL_VNNI");
 #else
   return false;
 #endif

@@ -22,16 +22,14 @@
 #include "int_kernels.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 namespace ofc {
 
 bool int_matmul_avx2_allowed() {
 #if defined(__x86_64__)
-  const char* off = std::getenv("OPFORGE_CPU_INT_MATMUL_AVX2");
   return own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         (off == nullptr || std::strcmp(off, "0") != 0);
+         switched_on("OPFORGE_CPU_INT_MATMUL_AVX2");
 #else
   return false;
 #endif

@@ -147,8 +147,7 @@ void SmallMatmulOp::run(Engine& e) {
 // the weights' layout for oneDNN's matmul of this call (what build_matmul would reorder
 // them into), when it is BA16a64b over b's last two dims: its N-block stride, else 0
 int64_t decode_layout(Engine& e, const OpCall& c, memory::desc& want) {
-  const char* off = std::getenv("OPFORGE_CPU_DECODE_MATMUL");
-  if (off != nullptr && std::strcmp(off, "0") == 0) return 0;
+  if (!switched_on("OPFORGE_CPU_DECODE_MATMUL")) return 0;
   const Tensor& b = e.tensors[(size_t)c.ins[1]];
   const int r = (int)b.dims.size();
   try {

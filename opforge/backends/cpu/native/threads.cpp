@@ -43,11 +43,14 @@ bool own_kernels_allowed() {
   return cap == nullptr || std::strcmp(cap, "default") != 0;
 }
 
-bool avx512_kernel_allowed(const char* env) {
-#if defined(__x86_64__)
-  if (!own_kernels_allowed() || !__builtin_cpu_supports("avx512f")) return false;
+bool switched_on(const char* env) {
   const char* off = std::getenv(env);
   return off == nullptr || std::strcmp(off, "0") != 0;
+}
+
+bool avx512_kernel_allowed(const char* env) {
+#if defined(__x86_64__)
+  return own_kernels_allowed() && __builtin_cpu_supports("avx512f") && switched_on(env);
 #else
   (void)env;
   return false;
