@@ -88,12 +88,14 @@ def time_kind(kind: str, m: int, k: int, n: int, rounds: int) -> tuple[float, in
 
     first, nbytes = plan(kind, m, k, n, 0)
     copies = max(1, min(200, -(-TOTAL // nbytes)))
+    own_off = ("OPFORGE_CPU_DECODE_MATMUL", "OPFORGE_CPU_MATMUL_AVX2")  # AVX-512, AVX2
     if kind == "float32 (oneDNN)":  # read when each op is built
-        os.environ["OPFORGE_CPU_DECODE_MATMUL"] = "0"
+        os.environ.update({name: "0" for name in own_off})
     try:
         handles = [first.handle()] + [plan(kind, m, k, n, i)[0].handle() for i in range(1, copies)]
     finally:
-        os.environ.pop("OPFORGE_CPU_DECODE_MATMUL", None)
+        for name in own_off:
+            os.environ.pop(name, None)
     x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
     if "int16" in kind:  # on the grid the op's fa names
         x = np.round(x / GRID).astype(np.float32) * np.float32(GRID)

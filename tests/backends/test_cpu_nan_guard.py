@@ -33,11 +33,13 @@ pytestmark = pytest.mark.skipif(cpu_engine.missing() is not None,
 
 @pytest.fixture(autouse=True)
 def _onednn_convolutions(monkeypatch):
-    """These models' convolutions on oneDNN with the guard: the engine's own depthwise and
-    small-convolution kernels, NaN-exact without a guard, would take them otherwise
-    (test_cpu_depthwise.py and test_cpu_small_conv.py test those with NaN and inf)."""
+    """These models' convolutions and matmuls on oneDNN with the guard: the engine's own
+    depthwise and small-convolution kernels, and its matmul on a CPU with AVX2 but no
+    AVX-512, NaN-exact without a guard, would take them otherwise (test_cpu_depthwise.py,
+    test_cpu_small_conv.py and test_cpu_matmul_avx2.py test those with NaN and inf)."""
     monkeypatch.setenv("OPFORGE_CPU_DEPTHWISE", "0")
     monkeypatch.setenv("OPFORGE_CPU_SMALL_CONV", "0")
+    monkeypatch.setenv("OPFORGE_CPU_MATMUL_AVX2", "0")
 
 
 class InvertedResidual(nn.Module):

@@ -125,12 +125,21 @@ def assert_as_torch(got, want, what):
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4, err_msg=what)
 
 
+@pytest.fixture(autouse=True)
+def _onednn_matmuls(monkeypatch):
+    """Matmuls of more than 8 rows on oneDNN with the guard, which the guard's tests below
+    read: on a CPU with AVX2 but no AVX-512 the engine's own matmul (NaN-exact without a
+    guard) takes every one otherwise (the `kernels` fixture's "own kernels" turns it on)."""
+    monkeypatch.setenv("OPFORGE_CPU_MATMUL_AVX2", "0")
+
+
 @pytest.fixture(params=["own kernels", "oneDNN"])
 def kernels(request, monkeypatch):
-    """The engine's own kernels (Winograd, where the CPU has AVX-512) or oneDNN's with the NaN
-    guard for every convolution and matmul."""
+    """The engine's own kernels (Winograd, where the CPU has AVX-512; the matmul, where it
+    has AVX2 only) or oneDNN's with the NaN guard for every convolution and matmul."""
     monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
-    for switch in ("OPFORGE_CPU_WINOGRAD", "OPFORGE_CPU_SMALL_CONV", "OPFORGE_CPU_DEPTHWISE"):
+    for switch in ("OPFORGE_CPU_WINOGRAD", "OPFORGE_CPU_SMALL_CONV", "OPFORGE_CPU_DEPTHWISE",
+                   "OPFORGE_CPU_MATMUL_AVX2"):
         if request.param == "oneDNN":
             monkeypatch.setenv(switch, "0")
         else:

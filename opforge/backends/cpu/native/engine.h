@@ -463,8 +463,9 @@ void transpose32(const uint32_t* in, int64_t si, uint32_t* out, int64_t so, int6
 void interleave32(const uint32_t* in, int64_t si, uint32_t* out, int64_t c, int64_t n);
 void interleave8(const uint8_t* in, int64_t si, uint8_t* out, int64_t c, int64_t n);
 #endif
-// a matmul of at most 8 rows against constant weights on the engine's own kernel
-// (small_matmul.cpp), when the call and the CPU allow it; false: build it on oneDNN
+// a matmul of at most 8 rows against constant weights (any number of rows on an AVX2 CPU
+// without AVX-512) on the engine's own kernel (small_matmul.cpp), when the call and the CPU
+// allow it; false: build it on oneDNN
 bool build_small_matmul(Handle& h, const OpCall& c);
 // an int8 depthwise 3×3 convolution on the engine's own kernel (qdepthwise.cpp), when the
 // call and the CPU allow it; false: build it on oneDNN

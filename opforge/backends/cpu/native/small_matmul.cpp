@@ -1,7 +1,10 @@
 // A matmul of a few rows against constant weights (a linear layer at batch 1-8: online
 // inference, a decoder's step on small layers), on the engine's own AVX-512 kernel; every
-// other matmul, and CPUs without AVX-512 (or with OPFORGE_CPU_CAPABILITY=default), stay on
-// oneDNN (matmul.cpp).
+// other matmul stays on oneDNN (matmul.cpp). On a CPU with AVX2 and FMA but no AVX-512 the
+// same op takes every matmul against constant weights, any number of rows and any size,
+// on its AVX2 kernels (small_matmul_avx2.cpp: why, and how they block); with
+// OPFORGE_CPU_CAPABILITY=default, or OPFORGE_CPU_MATMUL_AVX2=0 there, all stay on oneDNN.
+// OPFORGE_CPU_SMALL_MATMUL_AVX512=0 turns the AVX-512 kernel off (and the AVX2 one on).
 //
 // Taken when: a [.., M, K] x b [.., K, N] with every batch dim 1, M <= 8, K·N <= 2^16 (so
 // M·K·N < 2^20: ops the engine runs on one thread, threads.cpp), b a constant (any
@@ -48,36 +51,17 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine.h"
+#include "small_matmul.h"
 
 namespace ofc {
 
 #if defined(__x86_64__)
 namespace {
 
-constexpr int kPanel = 16;        // columns per panel (one AVX-512 register)
+constexpr int kPanel = SmallMatmulOp::kPanel;
 constexpr int64_t kMaxRows = 8;
 constexpr int64_t kMaxWeights = (int64_t)1 << 16;  // K·N: 256 KB (build_small_matmul)
-constexpr int kBlockPanels = 4;   // panels a block of columns reads (64 columns)
-
-struct SmallMatmulOp : Op {
-  int64_t m = 0, k = 0, n = 0, panels = 0;
-  int64_t sa_m = 0, sa_k = 0, sd_m = 0;  // a's and dst's strides (dst's columns contiguous)
-  memory packed;              // b as [panel][K][16] (or BA16a64b), through the weight cache
-  const float* bp = nullptr;  // its data
-  // element (k, column 16p + j) of the panels from p0 (a multiple of 4) at
-  // base(p0) + k·step_k + (p - p0)·step_p + j
-  int64_t step_k = kPanel, step_p = 0, block_stride = 0;  // block_stride: BA16a64b's N-block
-  int team = 1;
-  const float* base(int64_t p0) const {
-    return block_stride ? bp + (p0 / kBlockPanels) * block_stride : bp + p0 * step_p;
-  }
-  std::vector<float> bias;    // panels·16 (zeros where there is none)
-  std::vector<RegisterPostOp> post;
-  Epilogue rest;  // the post-ops after the ones above: elementwise, in place (nan.cpp)
-  void late_reads(std::vector<int>& ids) const override { rest.reads(ids); }
-  void run(Engine& e) override;
-};
+constexpr int kBlockPanels = SmallMatmulOp::kBlockPanels;
 
 #define OFC_AVX512 __attribute__((target("avx512f")))
 
@@ -126,24 +110,6 @@ OFC_AVX512 void rows(const SmallMatmulOp& op, const float* a, float* d, int64_t 
   }
 }
 
-void SmallMatmulOp::run(Engine& e) {
-  const float* a = static_cast<const float*>(e.ptr(ins[0]));
-  float* d = static_cast<float*>(e.ptr(outs[0]));
-  // per block of 4 panels, every row: a block's weights are read from memory once a call
-  parallel_for(team, (panels + kBlockPanels - 1) / kBlockPanels, [&](int64_t i) {
-    const int64_t p0 = i * kBlockPanels, np = std::min<int64_t>(kBlockPanels, panels - p0);
-    int64_t m0 = 0;
-    for (; m0 + 4 <= m; m0 += 4) rows<4>(*this, a, d, m0, p0, np);
-    switch (m - m0) {
-      case 3: rows<3>(*this, a, d, m0, p0, np); break;
-      case 2: rows<2>(*this, a, d, m0, p0, np); break;
-      case 1: rows<1>(*this, a, d, m0, p0, np); break;
-      default: break;
-    }
-  });
-  if (!rest.steps.empty()) rest.run(e, outs[0]);
-}
-
 // the weights' layout for oneDNN's matmul of this call (what build_matmul would reorder
 // them into), when it is BA16a64b over b's last two dims: its N-block stride, else 0
 int64_t decode_layout(Engine& e, const OpCall& c, memory::desc& want) {
@@ -168,10 +134,36 @@ int64_t decode_layout(Engine& e, const OpCall& c, memory::desc& want) {
 }  // namespace
 #endif
 
+void SmallMatmulOp::run(Engine& e) {
+#if defined(__x86_64__)
+  const float* a = static_cast<const float*>(e.ptr(ins[0]));
+  float* d = static_cast<float*>(e.ptr(outs[0]));
+  // per block of 4 panels, every row: a block's weights are read from memory once a call
+  parallel_for(team, (panels + kBlockPanels - 1) / kBlockPanels, [&](int64_t i) {
+    const int64_t p0 = i * kBlockPanels, np = std::min<int64_t>(kBlockPanels, panels - p0);
+    if (avx2) {
+      small_matmul_avx2_block(*this, a, d, p0);
+      return;
+    }
+    int64_t m0 = 0;
+    for (; m0 + 4 <= m; m0 += 4) rows<4>(*this, a, d, m0, p0, np);
+    switch (m - m0) {
+      case 3: rows<3>(*this, a, d, m0, p0, np); break;
+      case 2: rows<2>(*this, a, d, m0, p0, np); break;
+      case 1: rows<1>(*this, a, d, m0, p0, np); break;
+      default: break;
+    }
+  });
+#endif
+  if (!rest.steps.empty()) rest.run(e, outs[0]);
+}
+
 bool build_small_matmul(Handle& h, const OpCall& c) {
 #if defined(__x86_64__)
   Engine& e = h.e;
-  if (!own_kernels_allowed() || !__builtin_cpu_supports("avx512f")) return false;
+  // AVX2 + FMA without AVX-512: every row count, every weight size (small_matmul_avx2.cpp)
+  const bool avx2 = small_matmul_avx2_allowed();
+  if (!avx2 && !avx512_kernel_allowed("OPFORGE_CPU_SMALL_MATMUL_AVX512")) return false;
   const Tensor& a = e.tensors[(size_t)c.ins[0]];
   const Tensor& b = e.tensors[(size_t)c.ins[1]];
   const Tensor& d = e.tensors[(size_t)c.outs[0]];
@@ -183,7 +175,7 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
   // at most 256 KB of weights: past that a few rows are memory-bound on either kernel, and
   // it bounds what a weight that oneDNN's matmul also reads in its own layout (a dynamic
   // delegate's larger shapes, a decoder's prefill beside its one-row steps) holds twice
-  if (M < 1 || M > kMaxRows || N < 1 || K < 1 || __builtin_mul_overflow(K, N, &weights))
+  if (M < 1 || (M > kMaxRows && !avx2) || N < 1 || K < 1 || __builtin_mul_overflow(K, N, &weights))
     return false;
   if (!e.tensors[(size_t)e.root(c.ins[1])].is_const ||
       e.root(c.ins[0]) == e.root(c.outs[0]))  // (an output over its input: oneDNN's, as before)
@@ -201,9 +193,11 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
   int first_rest = register_post_ops(c.post, post);
   memory::desc want;
   int64_t block_stride = 0;
-  if (weights > kMaxWeights) {  // decode-shaped: oneDNN's own layout, or oneDNN's matmul
+  if (weights > kMaxWeights && !avx2) {  // decode-shaped: oneDNN's own layout, or oneDNN's matmul
     block_stride = decode_layout(e, c, want);
     if (block_stride == 0) return false;
+  }
+  if (weights > kMaxWeights || avx2) {
     if (first_rest < 0) {  // a binary one (a residual add): all of them in place after
       post.clear();
       first_rest = 0;
@@ -223,8 +217,14 @@ bool build_small_matmul(Handle& h, const OpCall& c) {
     }
   }
   auto op = std::make_unique<SmallMatmulOp>();
-  op->name = block_stride ? "matmul on few rows, decode-shaped (own kernel)" : "matmul on few rows (own kernel)";
-  if (block_stride) {
+  op->name = avx2           ? "matmul on AVX2 (own kernel)"
+             : block_stride ? "matmul on few rows, decode-shaped (own kernel)"
+                            : "matmul on few rows (own kernel)";
+  op->avx2 = avx2;
+  if (avx2) {
+    op->step_p = K * kPanel;
+    op->team = op_threads(e, c);
+  } else if (block_stride) {
     op->block_stride = block_stride;
     op->step_k = kBlockPanels * kPanel;
     op->step_p = kPanel;
