@@ -4,18 +4,20 @@
 //
 // Why any number of rows: oneDNN's matmul runs its jit gemm on these CPUs, with the
 // weights it asks for in plain [K, N] order, and that gemm's speed swings with the shape:
-// on an AMD EPYC Zen 3 (1 thread, bench/decode_matmul.py --prefill) a 128-row prompt
-// through 768×2048 took 9.5-10.6 ms (42 GFLOP/s) where 2048×768 took 5.2 (78 GFLOP/s),
-// and the same call with [N, K] weights the other way round; a decoder's prompt spent 87%
-// of its time there. This kernel has no such cliff (the numbers: small_matmul.cpp).
+// on an AMD EPYC Zen 3 (1 thread, bench/decode_matmul.py --rows 128) a 128-row prompt
+// through 768×2048 took 8.8 ms (42 GFLOP/s) where 2048×768 took 5.0 (78 GFLOP/s), and
+// the same calls with [N, K] weights the other way round; a decoder's prompt spent 87% of
+// its time there. This kernel: 4.70 and 4.66 ms (NumPy's OpenBLAS 4.67 and 4.60), best of
+// 30 calls; decode-shaped (1-4 rows, weights from memory) within a few % of oneDNN's.
 //
 // Blocking: each task a block of 64 columns (4 panels). Up to 8 rows (a decode step) the
 // block's weights stream from memory once, k over all of K, R rows × P panels a register
 // block (1 × 4, 2 × 2, 3 × 2, 4-6 × 1: at most 12 accumulators with the panel's two
-// weight registers and a broadcast in 16 ymm). More rows: K in slices of kSliceK (a
-// panel's slice, 16 KB, stays in L1 while the rows' 6-row blocks read it; the rows' slice
-// in L2), 6 rows × 1 panel a block, the partial sums stored in d and reloaded unchanged,
-// so each output is still one chain of fused multiply-adds, k in order.
+// weight registers and a broadcast in 16 ymm). More rows: chunks of up to kChunkRows rows,
+// each over K in slices of kSliceK (a panel's slice, 16 KB, stays in L1 while the chunk's
+// 6-row blocks read it; the chunk's slice, at most 192 KB, in L2), 6 rows × 1 panel a
+// block, the partial sums stored in d and reloaded unchanged, so each output is still one
+// chain of fused multiply-adds, k in order.
 #include "small_matmul.h"
 
 #include <algorithm>
@@ -49,6 +51,7 @@ constexpr int kPanel = SmallMatmulOp::kPanel;
 constexpr int64_t kFewRows = 8;     // up to here: K in one pass, the weights read once
 constexpr int64_t kSliceK = 256;    // past it: K in slices of this many
 constexpr int kRowBlock = 6;        // rows per register block past kFewRows
+constexpr int64_t kChunkRows = 192; // rows a slice of K serves at a time (their slice in L2)
 
 // R rows from m0 × P panels from p over k in [k0, k0 + kn): from zero (first) or the
 // partial sums in d, stored back; after the last slice + bias, then the register post-ops
@@ -170,11 +173,14 @@ void small_matmul_avx2_block(const SmallMatmulOp& op, const float* a, float* d, 
     row_blocks(op.m, [&](int64_t m0, int r) { rows(op, a, d, m0, r, p0, np, 0, op.k, true, true); });
     return;
   }
-  for (int64_t k0 = 0; k0 < op.k; k0 += kSliceK) {
-    const int64_t kn = std::min(kSliceK, op.k - k0);
-    const bool first = k0 == 0, last = k0 + kn == op.k;
-    for (int64_t p = p0; p < p0 + np; ++p)
-      row_blocks(op.m, [&](int64_t m0, int r) { rows(op, a, d, m0, r, p, 1, k0, kn, first, last); });
+  for (int64_t r0 = 0; r0 < op.m; r0 += kChunkRows) {
+    const int64_t rn = std::min(kChunkRows, op.m - r0);
+    for (int64_t k0 = 0; k0 < op.k; k0 += kSliceK) {
+      const int64_t kn = std::min(kSliceK, op.k - k0);
+      const bool first = k0 == 0, last = k0 + kn == op.k;
+      for (int64_t p = p0; p < p0 + np; ++p)
+        row_blocks(rn, [&](int64_t m0, int r) { rows(op, a, d, r0 + m0, r, p, 1, k0, kn, first, last); });
+    }
   }
 }
 #else
