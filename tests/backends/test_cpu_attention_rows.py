@@ -1,20 +1,22 @@
 """The cpu engine's attention op (native/attention.cpp) on hand-built plans, against float64.
 
-Both implementations run every case: the one-pass AVX-512 kernel (attention_rows.cpp: the G
-query heads of a KV head share each block of 16 slots, online softmax, a vector exp) and
-the plain loops (OPFORGE_CPU_ATTENTION_AVX512=0; on a CPU without AVX-512 both are the
-loops). Shapes cross the kernel's edges: head sizes not a multiple of 16 and above 128
-(segments), 1/15/16/17/33 slots (a block's boundary), 1 to 4 query heads per KV head,
-prefill rows (each its own causal length), K/V rows dense or strided, float32/float16/
-bfloat16 caches (the half values are exact in float64), an additive float mask.
+All three implementations run every case: the one-pass AVX-512 kernel (attention_rows.cpp:
+the G query heads of a KV head share each block of 16 slots, online softmax, a vector exp),
+the one-pass AVX2 kernel (attention_rows_avx2.cpp: the same in 8-lane vectors; with
+OPFORGE_CPU_ATTENTION_AVX512=0, so that an AVX-512 CPU runs it too) and the plain loops
+(both switches 0). Each case checks the op's name says which one ran; on a CPU without
+AVX-512 the "avx512" case runs the AVX2 kernel. Shapes cross the kernels' edges: head sizes
+not a multiple of 8 or 16 and above 64 or 128 (segments), 1/15/16/17/33 slots (a block's
+boundary), 1 to 4 query heads per KV head, prefill rows (each its own causal length), K/V
+rows dense or strided, float32/float16/bfloat16 caches (the half values are exact in
+float64), an additive float mask.
 
 The tolerance is a first-order float32 error bound computed from the data (u = 2^-24):
 each score's dot product errs by at most (D + 2) u sum_d |q_d k_d| / f (E: its max over the
 row), which moves the softmax weights by a relative 2E; the exp (<= 2 u), the sum of the
 weights and the value sums (n terms) add (2n + 10) u relative to sum_j w_j |v_j|; twice
 that is allowed. A wrong slot count, KV head or exp gives errors of the order of the
-values (and the slots after the last read hold NaN: reading one fails loudly).
-"""
+values (and the slots after the last read hold NaN: reading one fails loudly)."""
 
 from __future__ import annotations
 
@@ -37,14 +39,27 @@ F16, BF16 = 5, 15
 U = 2.0 ** -24
 
 
-@pytest.fixture(params=["avx512", "loops"])
+SWITCHES = {"avx512": (None, None), "avx2": ("0", None), "loops": ("0", "0")}
+
+
+@pytest.fixture(params=list(SWITCHES))
 def path(request, monkeypatch):
-    """Which implementation a plan built now takes (the switch is read at build)."""
-    if request.param == "loops":
-        monkeypatch.setenv("OPFORGE_CPU_ATTENTION_AVX512", "0")
-    else:
-        monkeypatch.delenv("OPFORGE_CPU_ATTENTION_AVX512", raising=False)
-    return request.param
+    """Which implementation a plan built now takes (the switches are read at build): the
+    op's name that says so, which _run checks."""
+    monkeypatch.delenv("OPFORGE_CPU_CAPABILITY", raising=False)
+    for env, value in zip(("OPFORGE_CPU_ATTENTION_AVX512", "OPFORGE_CPU_ATTENTION_AVX2"),
+                          SWITCHES[request.param]):
+        if value is None:
+            monkeypatch.delenv(env, raising=False)
+        else:
+            monkeypatch.setenv(env, value)
+    flags = hostile.cpu_flags()
+    avx2 = {"avx2", "fma", "f16c"} <= flags
+    if request.param == "avx512" and {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        return "attention (filled slots, AVX-512)"
+    if request.param != "loops" and avx2:
+        return "attention (filled slots, AVX2)"
+    return "attention (filled slots)"
 
 
 def _cache(rng, shape, dtype):
@@ -82,9 +97,10 @@ def _reference(q, k, v, slots, factor, terms=None):
     return want, bound
 
 
-def _run(q, k, v, pos_or_mask, factor, *, source=0, pad=0, threads=1):
+def _run(q, k, v, pos_or_mask, factor, name, *, source=0, pad=0, threads=1):
     """The op on a plan of its own: q f32 [H, M, D], k, v [Hkv, S, D] (their rows `pad`
-    elements apart beyond D: an alias of a wider input), positions i64 [M] or a mask."""
+    elements apart beyond D: an alias of a wider input), positions i64 [M] or a mask; the
+    op's name must be `name` (the implementation the fixture `path` expects)."""
     H, M, D = q.shape
     Hkv, S = k.shape[:2]
     code = {np.float32: hostile.F32, np.float16: F16, np.uint16: BF16}[k.dtype.type]
@@ -102,7 +118,9 @@ def _run(q, k, v, pos_or_mask, factor, *, source=0, pad=0, threads=1):
     def widen(a):
         return np.concatenate([a, np.zeros((Hkv, S, pad), a.dtype)], axis=2) if pad else a
 
-    return hostile.run(p.handle(threads), q, widen(k), widen(v), pos_or_mask)[0]
+    handle = p.handle(threads)
+    assert ",".join(handle.describe()) == name  # (describe() splits names at commas)
+    return hostile.run(handle, q, widen(k), widen(v), pos_or_mask)[0]
 
 
 def _check(got, want, bound):
@@ -136,7 +154,7 @@ def test_attention_against_float64(case, dtype, path):
     want, bound = _reference(q.astype(np.float64), k64, v64, slots, factor)
     positions = np.array(slots, np.int64) - 1  # a row reads slots 0..position
     for pad in (0, 3):  # dense K/V rows, and rows 3 elements apart beyond D
-        _check(_run(q, k, v, positions, factor, pad=pad), want, bound)
+        _check(_run(q, k, v, positions, factor, path, pad=pad), want, bound)
 
 
 def test_attention_on_two_threads(path):
@@ -148,7 +166,7 @@ def test_attention_on_two_threads(path):
     k, v = (rng.standard_normal((Hkv, 310, D)).astype(np.float32) for _ in range(2))
     want, bound = _reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                              slots, 8.0)
-    _check(_run(q, k, v, np.array(slots, np.int64) - 1, 8.0, threads=2), want, bound)
+    _check(_run(q, k, v, np.array(slots, np.int64) - 1, 8.0, path, threads=2), want, bound)
 
 
 def test_attention_additive_mask(path):
@@ -166,7 +184,7 @@ def test_attention_additive_mask(path):
     k[:, 33:], v[:, 33:] = np.nan, np.nan
     want, bound = _reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                              slots, 8.0, terms=mask.astype(np.float64))
-    _check(_run(q, k, v, mask, 8.0, source=3), want, bound)
+    _check(_run(q, k, v, mask, 8.0, path, source=3), want, bound)
 
 
 def test_softmax_weights_read_through_identity_values(path):
@@ -174,7 +192,7 @@ def test_softmax_weights_read_through_identity_values(path):
     (q = e_0, factor 1) from -80 to 0 rising, so the max moves on in every block (the online
     softmax's rescaling). The ratio of each weight to the last one's (exp(0) = 1) is
     exp(s_j) with the common sum divided out: within the exp's error (1.2e-7 measured, see
-    attention_rows.cpp) plus two roundings and a rescale's exp: 10 u = 6e-7 relative allowed.
+    vector_exp.h) plus two roundings and a rescale's exp: 10 u = 6e-7 relative allowed.
     A polynomial off by 1e-6 fails this."""
     n = 48
     scores = np.linspace(-80.0, 0.0, n).astype(np.float32)
@@ -184,8 +202,35 @@ def test_softmax_weights_read_through_identity_values(path):
     k = np.zeros((1, n, n), np.float32)
     k[0, :, 0] = scores
     v = np.eye(n, dtype=np.float32)[None]
-    got = _run(q, k, v, np.array([n - 1], np.int64), 1.0)[0, 0].astype(np.float64)
+    got = _run(q, k, v, np.array([n - 1], np.int64), 1.0, path)[0, 0].astype(np.float64)
     want = np.exp(scores.astype(np.float64))  # the last score is 0: its weight's ratio is 1
     ratio = got / got[-1]
     rel = np.abs(ratio - want) / want
     assert rel.max() <= 10 * U, f"weight ratio off by {rel.max():.3g} at slot {rel.argmax()}"
+
+
+def test_exp_against_float64_on_many_points(path):
+    """The exp of each path (vector_exp.h's 16- and 8-lane ones, the loops' scalar one) on
+    65,536 arguments x in [-87.33654, 0] and below: row i attends to two slots, scores 0 and
+    x_i (k_0 = 0, k_1 = e_0, q_i = (x_i, 0), factor 1: exact), values 2^64 e_0 and 2^64 e_1
+    (exact products, and the outputs stay normal floats where e^x is near float32's
+    smallest normal), so the output's ratio o_1 / o_0 is exp(x_i) with the row's sum divided
+    out: within the exp's claimed 2^-23 plus the two divisions' roundings (2 u), 4 u in all.
+    Below -87.33654 the weight is exactly 0 (at -inf too: test_attention_additive_mask). A polynomial coefficient off by a
+    few ulps, or a 2^n off by one, fails this."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.linspace(-87.33654, 0.0, 32768, dtype=np.float32),
+                        rng.uniform(-87.33654, 0.0, 32756).astype(np.float32),
+                        np.float32([0.0, -0.0, -1e-30, -1e-7, -87.33654, -87.3365, -87.33655,
+                                    -87.34, -88.0, -100.0, -1e30, -3e38])])
+    M = len(x)
+    q = np.zeros((1, M, 2), np.float32)
+    q[0, :, 0] = x
+    k = np.float32([[[0.0, 0.0], [1.0, 0.0]]])
+    v = np.float32([[[2.0 ** 64, 0.0], [0.0, 2.0 ** 64]]])
+    got = _run(q, k, v, np.ones(M, np.int64), 1.0, path)[0].astype(np.float64)
+    below = x < np.float32(-87.33654)
+    assert np.all(got[below, 1] == 0.0), x[below][got[below, 1] != 0.0]
+    want = np.exp(x[~below].astype(np.float64))
+    rel = np.abs(got[~below, 1] / got[~below, 0] - want) / want
+    assert rel.max() <= 4 * U, f"exp off by {rel.max():.3g} at x = {x[~below][rel.argmax()]!r}"

@@ -27,12 +27,15 @@
 // pos + bias >= S reads all S slots (nothing masked). A row whose attended scores are all
 // -inf gives zeros where empty is 1 (the safe softmax), NaN otherwise; NaN or +inf, NaN.
 // Two implementations, the result of each within float rounding of torch's, not bitwise:
-// - AVX-512 (attention_rows.h): one pass over the slots per KV head and row, its G query
-//   heads sharing each block of 16 K/V rows, online softmax (running max and sum, the value
-//   sum normalised at the end), a vector exp; a half cache converted in registers;
-// - the plain loops (other CPUs, OPFORGE_CPU_CAPABILITY=default, OPFORGE_CPU_ATTENTION_AVX512
-//   =0): a row's scores stored, softmax's exp in float, the weights normalised before the
-//   value sum (torch's two steps); a half cache converted 64 slots at a time.
+// - the one-pass kernels (attention_rows.h): one pass over the slots per KV head and row,
+//   its G query heads sharing each block of 16 K/V rows, online softmax (running max and
+//   sum, the value sum normalised at the end), a vector exp; a half cache converted in
+//   registers. AVX-512 where the CPU has AVX-512F/BW/VL (OPFORGE_CPU_ATTENTION_AVX512=0 turns
+//   it off), else AVX2 + FMA + F16C (Zen 2/3, Intel client cores; OPFORGE_CPU_ATTENTION_AVX2
+//   =0 turns it off); the op's name says which ("attention (filled slots, AVX2)");
+// - the plain loops (other CPUs, OPFORGE_CPU_CAPABILITY=default, both switches 0): a row's
+//   scores stored, softmax's exp in float, the weights normalised before the value sum
+//   (torch's two steps); a half cache converted 64 slots at a time.
 // A call with few multiply-adds (a decode step over a few dozen slots) runs on one thread.
 #include <omp.h>
 
@@ -190,7 +193,7 @@ struct AttentionOp : Op {
   int64_t empty = 0, bias = 1, source = 0;
   int32_t kv_dtype = F32;  // the cache's: F32, or F16 / BF16 converted as read
   bool vector = false;     // half.h's vector conversions
-  bool fast = false;       // attention_rows.h's one-pass kernel (AVX-512), else the loops
+  RowsKernel kernel = RowsKernel::loops;  // attention_rows.h's one-pass kernel, or the loops
 
   // the slots row i reads: from its position, or 1 + its mask's last attended slot
   int64_t row_slots(const Tensor& p, const void* pp, int64_t i, int64_t S) const {
@@ -304,7 +307,7 @@ struct AttentionOp : Op {
       }
       const char* kh = kp + kv * k.strides[0] * item;
       const char* vh = vp + kv * v.strides[0] * item;
-      if (!fast) {
+      if (kernel == RowsKernel::loops) {
         plain_rows(qs.data(), os.data(), group, D, kh, k.strides[1], vh, v.strides[1], n, p, pp, i);
         return;
       }
@@ -328,7 +331,7 @@ struct AttentionOp : Op {
         for (int64_t j = 0; j < n; ++j) terms[(size_t)j] = mask_term(p, pp, i, j);
         a.terms = terms.data();
       }
-      attention_rows(a);
+      attention_rows(a, kernel);
     });
   }
 };
@@ -383,12 +386,14 @@ void contract_attention(const Engine& e, const OpCall& c) {
 
 void build_attention(Handle& h, const OpCall& c) {
   auto op = std::make_unique<AttentionOp>();
-  op->name = "attention (filled slots)";
+  op->kernel = attention_rows_kernel();
+  op->name = op->kernel == RowsKernel::avx512 ? "attention (filled slots, AVX-512)"
+             : op->kernel == RowsKernel::avx2 ? "attention (filled slots, AVX2)"
+                                              : "attention (filled slots)";
   op->multiply = c.ia[0] == 1;
   op->factor = (float)c.fa[0];
   op->kv_dtype = h.e.tensors[(size_t)c.ins[1]].dtype;
   op->vector = half_vector_allowed();
-  op->fast = attention_rows_allowed();
   if (c.ia.size() == 4) op->source = c.ia[3];
   if (c.ia.size() >= 3) {
     op->empty = c.ia[1];

@@ -20,8 +20,7 @@
 #include "engine.h"
 #include "vector_exp.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OFC_ATTENTION_ROWS 1
+#if OFC_ATTENTION_ROWS
 #include <immintrin.h>
 #endif
 
@@ -29,9 +28,14 @@ namespace ofc {
 
 #if OFC_ATTENTION_ROWS
 
-bool attention_rows_allowed() {
-  return avx512_kernel_allowed("OPFORGE_CPU_ATTENTION_AVX512") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+RowsKernel attention_rows_kernel() {
+  if (avx512_kernel_allowed("OPFORGE_CPU_ATTENTION_AVX512") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return RowsKernel::avx512;
+  if (own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c") && switched_on("OPFORGE_CPU_ATTENTION_AVX2"))
+    return RowsKernel::avx2;
+  return RowsKernel::loops;
 }
 
 #pragma GCC push_options
@@ -239,7 +243,8 @@ void rows_for(const AttentionRows& a) {
 
 }  // namespace
 
-void attention_rows(const AttentionRows& a) {
+void attention_rows(const AttentionRows& a, RowsKernel kernel) {
+  if (kernel == RowsKernel::avx2) return attention_rows_avx2(a);
   if (a.dtype == F16) return rows_for<1>(a);
   if (a.dtype == BF16) return rows_for<2>(a);
   rows_for<0>(a);
@@ -247,10 +252,10 @@ void attention_rows(const AttentionRows& a) {
 
 #pragma GCC pop_options
 
-#else  // no AVX-512 build: the op keeps its plain loops
+#else  // not GCC on x86-64: the op keeps its plain loops
 
-bool attention_rows_allowed() { return false; }
-void attention_rows(const AttentionRows&) { std::abort(); }
+RowsKernel attention_rows_kernel() { return RowsKernel::loops; }
+void attention_rows(const AttentionRows&, RowsKernel) { std::abort(); }
 
 #endif
 
