@@ -32,8 +32,7 @@ RowsKernel attention_rows_kernel() {
   if (avx512_kernel_allowed("OPFORGE_CPU_ATTENTION_AVX512") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
     return RowsKernel::avx512;
-  if (own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c") && switched_on("OPFORGE_CPU_ATTENTION_AVX2"))
+  if (avx2_kernel_allowed("OPFORGE_CPU_ATTENTION_AVX2") && __builtin_cpu_supports("f16c"))
     return RowsKernel::avx2;
   return RowsKernel::loops;
 }

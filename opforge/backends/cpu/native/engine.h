@@ -455,6 +455,8 @@ bool own_kernels_allowed();
 bool switched_on(const char* env);
 // own_kernels_allowed(), on a CPU with AVX-512F, and switched_on(env)
 bool avx512_kernel_allowed(const char* env);
+// own_kernels_allowed(), on a CPU with AVX2 and FMA, and switched_on(env)
+bool avx2_kernel_allowed(const char* env);
 #if defined(__x86_64__)
 // the copy's own kernels (transpose.cpp; the caller checks the CPU's features): 8×8 tiles
 // of out[j·so + i] = in[j + i·si] (avx2), and c (2-4) planes interleaved,

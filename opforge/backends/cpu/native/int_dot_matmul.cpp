@@ -517,8 +517,7 @@ bool vnni_allowed() {
 
 bool avx2_allowed() {
 #if defined(__x86_64__)
-  return own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c") && switched_on("OPFORGE_CPU_INT_DOT_AVX2");
+  return avx2_kernel_allowed("OPFORGE_CPU_INT_DOT_AVX2") && __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif

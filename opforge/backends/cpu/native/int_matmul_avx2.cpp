@@ -27,12 +27,7 @@
 namespace ofc {
 
 bool int_matmul_avx2_allowed() {
-#if defined(__x86_64__)
-  return own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         switched_on("OPFORGE_CPU_INT_MATMUL_AVX2");
-#else
-  return false;
-#endif
+  return avx2_kernel_allowed("OPFORGE_CPU_INT_MATMUL_AVX2");
 }
 
 #if defined(__x86_64__)

@@ -32,8 +32,7 @@ namespace ofc {
 bool small_matmul_avx2_allowed() {
 #if defined(__x86_64__)
   // (OPFORGE_CPU_SMALL_MATMUL_AVX512=0 runs these on an AVX-512 CPU too: how its tests reach them)
-  return own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         switched_on("OPFORGE_CPU_MATMUL_AVX2") &&
+  return avx2_kernel_allowed("OPFORGE_CPU_MATMUL_AVX2") &&
          (!__builtin_cpu_supports("avx512f") || !switched_on("OPFORGE_CPU_SMALL_MATMUL_AVX512"));
 #else
   return false;

@@ -48,6 +48,16 @@ bool switched_on(const char* env) {
   return off == nullptr || std::strcmp(off, "0") != 0;
 }
 
+bool avx2_kernel_allowed(const char* env) {
+#if defined(__x86_64__)
+  return own_kernels_allowed() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         switched_on(env);
+#else
+  (void)env;
+  return false;
+#endif
+}
+
 bool avx512_kernel_allowed(const char* env) {
 #if defined(__x86_64__)
   return own_kernels_allowed() && __builtin_cpu_supports("avx512f") && switched_on(env);
