@@ -242,14 +242,19 @@ void rows_for(const AttentionRows& a) {
 
 }  // namespace
 
-void attention_rows(const AttentionRows& a, RowsKernel kernel) {
-  if (kernel == RowsKernel::avx2) return attention_rows_avx2(a);
+static void attention_rows_avx512(const AttentionRows& a) {
   if (a.dtype == F16) return rows_for<1>(a);
   if (a.dtype == BF16) return rows_for<2>(a);
   rows_for<0>(a);
 }
 
 #pragma GCC pop_options
+
+// outside the AVX-512 target: an AVX2 CPU runs this dispatch too
+void attention_rows(const AttentionRows& a, RowsKernel kernel) {
+  if (kernel == RowsKernel::avx2) return attention_rows_avx2(a);
+  attention_rows_avx512(a);
+}
 
 #else  // not GCC on x86-64: the op keeps its plain loops
 
