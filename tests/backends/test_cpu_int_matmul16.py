@@ -1,6 +1,8 @@
 """``int_matmul``'s int16 mode (native/int_matmul16.cpp): 4-bit weights against activations
-on a 16-bit grid (fa [s]), each block's products summed exactly in int32 by AVX512-VNNI, and
-the lowering that passes the grid of a 16-bit scheme's linear input (lowering/int_weights.py).
+on a 16-bit grid (fa [s]), each block's products summed exactly in int32 by AVX512-VNNI or,
+on a CPU without it, by AVX2's vpmaddwd (native/int_matmul16_avx2.cpp: the same sums, the same
+bits), and the lowering that passes the grid of a 16-bit scheme's linear input
+(lowering/int_weights.py).
 
 Plans written by hand (the lowering's packing): rows M = 1..9 (the kernel's blocks of 2 and
 the chunk's 4 panels) and from 24 (the prompt's dequantize-once path, reading this mode's
@@ -79,7 +81,7 @@ def _handle(p, threads=1):
 
 def _int16_or_skip(described: str) -> None:
     if "int16 activations" not in described:
-        pytest.skip("no AVX512-VNNI here: the op takes int_matmul's float path")
+        pytest.skip("no AVX2 here: the op takes int_matmul's float path")
 
 
 def _excess(got, x, w, b, n_roundings) -> float:
@@ -121,9 +123,7 @@ def test_rows_past_int16_are_shifted_within_the_bound(m, k, n, group, bias):
     p, w, b = _plan(m, k, n, group, bias)
     handle, described = _handle(p)
     _int16_or_skip(described)
-    i = np.random.default_rng(k).integers(-2000, 63001, (m, k))
-    i[:, 0], i[:, 1] = -2000, 63000
-    x = i.astype(np.float32) * np.float32(GRID)
+    x = _shifted_rows(m, k, k)
     x[-1] = _on_grid(1, k, 3)[0] if m > 1 else x[-1]
     got = hostile.run(handle, x)[0]
     assert _excess(got, x, w, b, -(-k // group) + 5) <= 0
@@ -140,7 +140,7 @@ def test_many_rows_are_the_float_path_bit_for_bit(m, k, n, group, monkeypatch):
     handle, described = _handle(p)
     _int16_or_skip(described)
     got = hostile.run(handle, x)[0]
-    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_VNNI", "0")  # read when the op is built
+    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_INT16", "0")  # read when the op is built
     off, described_off = _handle(p)
     assert "int16" not in described_off
     want = hostile.run(off, x)[0]
@@ -162,12 +162,39 @@ def test_a_row_off_the_grid_takes_the_float_path(monkeypatch):
     x[1, 7], x[1, 8] = np.float32(40000) * np.float32(GRID), np.float32(-30000) * np.float32(GRID)
     got = hostile.run(handle, x)[0]
     assert _excess(got, x, w, b, k + 1) <= 0
-    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_VNNI", "0")
+    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_INT16", "0")
     want = hostile.run(_handle(p)[0], x)[0]
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     x[0, 3] = np.nan
     got = hostile.run(handle, x)[0]
     assert np.isnan(got[0]).all() and np.isfinite(got[1:]).all()
+
+
+@pytest.mark.parametrize("m,k,n,group,shifted", [(1, 768, 200, 128, False), (2, 130, 67, 64, True),
+                                                   (3, 97, 33, 32, False), (5, 256, 129, 32, True)])
+def test_the_avx2_kernel_gives_the_vnni_kernels_bits(m, k, n, group, shifted, monkeypatch):
+    """Where the CPU has AVX512-VNNI, OPFORGE_CPU_INT_MATMUL_VNNI=0 runs the AVX2 kernel: the
+    same int32 sums and the same float steps, so the same bits (a sum of another pair, a lost
+    shift or a store of another column would differ in many outputs)."""
+    import test_cpu_hostile_plans as hostile
+
+    p, _, _ = _plan(m, k, n, group, True)
+    vnni, described = _handle(p)
+    if "AVX512-VNNI" not in described:
+        pytest.skip("no AVX512-VNNI here: the AVX2 kernel is the only one (the tests above check it)")
+    x = _shifted_rows(m, k) if shifted else _on_grid(m, k, 11)
+    monkeypatch.setenv("OPFORGE_CPU_INT_MATMUL_VNNI", "0")  # read when the op is built
+    avx2, described_avx2 = _handle(p)
+    assert "vpmaddwd" in described_avx2, described_avx2
+    got, want = hostile.run(avx2, x)[0], hostile.run(vnni, x)[0]
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _shifted_rows(m, k, seed=0):
+    """Rows on an asymmetric grid (integers in [-2000, 63000]: the int16 mode shifts them)."""
+    i = np.random.default_rng(seed).integers(-2000, 63001, (m, k))
+    i[:, 0], i[:, 1] = -2000, 63000
+    return i.astype(np.float32) * np.float32(GRID)
 
 
 @pytest.mark.parametrize("change", ["bits 8", "zero scale", "nan scale", "group past 4096"])
@@ -239,3 +266,44 @@ def test_lowering_passes_the_grid_and_matches_lean(monkeypatch):
     assert (np.abs(got.astype(np.float64) - want) <= (_gamma(96) + _gamma(3 + 5)) * total).all()
     monkeypatch.setenv("OPFORGE_CPU_INT16_ACTIVATIONS", "0")
     assert _int_matmuls(export(model, x, backends=["cpu"]))[0]["fa"] == []
+
+
+# --- cases for the sanitized run (test_cpu_sanitized.py): the mode's kernel on this CPU (its
+# VNNI one, else AVX2), one row, row pairs, shifted rows, partial panels, a prompt's rows
+def _case(m, k, n, group, shifted):
+    def run():
+        import test_cpu_hostile_plans as hostile
+
+        p, w, b = _plan(m, k, n, group, True)
+        handle, described = _handle(p)
+        if "int16 activations" not in described:
+            return "ran ok"  # (no AVX2 CPU: nothing of this mode to check)
+        x = _shifted_rows(m, k) if shifted else _on_grid(m, k, 2)
+        got = hostile.run(handle, x)[0]
+        roundings = k + 1 if m >= 24 else -(-k // group) + 5  # (24 rows: the float path)
+        return "ran ok" if _excess(got, x, w, b, roundings) <= 0 else f"past the bound: {described}"
+    return run
+
+
+def _cases():
+    import test_cpu_hostile_plans as hostile
+
+    shapes = [(1, 96, 67, 32, False), (2, 192, 17, 64, True), (3, 33, 1, 33, False),
+              (7, 130, 129, 64, True), (30, 257, 70, 32, False)]
+    return hostile.ran_ok_cases({f"int16_{m}x{k}x{n}_g{g}{'_shifted' if s else ''}": _case(m, k, n, g, s)
+                                 for m, k, n, g, s in shapes})
+
+
+CASES, EXPECT = _cases()
+
+
+def test_the_case_file_runs():
+    import test_cpu_hostile_plans as hostile
+
+    hostile.check_case_file(__file__, list(CASES), EXPECT)
+
+
+if __name__ == "__main__":
+    import test_cpu_hostile_plans
+
+    test_cpu_hostile_plans.report_cases(CASES, sys.argv[1:])

@@ -90,7 +90,7 @@ def test_hostile_and_normal_plans_run_clean_under_asan_and_ubsan():
 @pytest.mark.parametrize("module", ["test_cpu_state_plans", "test_cpu_rms_norm", "test_cpu_rope",
                                     "test_cpu_matmul_broadcast_plans", "test_cpu_qdepthwise",
                                     "test_cpu_copy_walks", "test_cpu_quantize_rows",
-                                    "test_cpu_small_matmul", "test_cpu_matmul_avx2",
+                                    "test_cpu_small_matmul", "test_cpu_matmul_avx2", "test_cpu_int_matmul16",
                                     "test_cpu_winograd", "test_cpu_depthwise", "test_cpu_small_conv"])
 def test_case_file_plans_run_clean_under_asan_and_ubsan(module):
     _run_clean(module)

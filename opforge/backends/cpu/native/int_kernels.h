@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <type_traits>
 
 #include "engine.h"
@@ -32,6 +33,9 @@ struct IntWeightsOp : Op {
   int team = 1;
 };
 
+// the int16 mode's kernels: AVX512-VNNI's vpdpwssd, or AVX2's vpmaddwd (equal bit for bit)
+enum class Int16Kernel { none, vnni, avx2 };
+
 // int_matmul's op (int_matmul.cpp; its int16 mode in int_matmul16.cpp)
 struct IntMatmulOp : IntWeightsOp {
   int64_t kr = 0;               // packed rows per panel: K (8 bits) or ceil(K/2) (4 bits)
@@ -39,9 +43,11 @@ struct IntMatmulOp : IntWeightsOp {
   bool avx2 = false;            // the AVX2 + FMA kernels (int_matmul_avx2.cpp), where not AVX-512
   bool wide = false;            // the dequantize-once path (M >= kWideRows, AVX-512 or AVX2)
   memory wmem, smem;            // the weights' and scales' copies (w and s point into them)
-  // the int16 mode (fa [s], 4 bits, AVX512-VNNI: int_matmul16.cpp): weights and scales in
-  // its own layout (w and s then point to it), this call's activations as integers
+  // the int16 mode (fa [s], 4 bits: int_matmul16.cpp; the AVX2 kernel int_matmul16_avx2.cpp):
+  // weights and scales in its own layout (w and s then point to it), this call's activations
+  // as integers
   bool act16 = false;
+  Int16Kernel int16 = Int16Kernel::none;
   float act_scale = 0.f, act_inv = 0.f;
   int64_t l8 = 0, octs = 0;     // a block's activations padded to 8; its 8-k rows
   std::vector<int16_t> aq;      // [M, G, l8] v = round(a / s) - shift[m], zero padded
@@ -50,14 +56,38 @@ struct IntMatmulOp : IntWeightsOp {
   void run(Engine& e) override;
 };
 
-// int_matmul16.cpp: may the int16 mode run (AVX512-VNNI, OPFORGE_CPU_INT_MATMUL_VNNI not 0,
-// read when the op is built); its weights and scales copied into its layout at build; one
-// call (false: a row's integers do not fit int16, nothing written: the caller takes the
-// float path); the wide path's dequantize from its layout (int_matmul.cpp's arithmetic)
-bool int16_mode_allowed();
+// int_matmul16.cpp: which kernel the int16 mode runs on this CPU, given the op's float
+// kernels (vector512, avx2: the dequantize-once path reads its layout through them): VNNI
+// where the CPU has AVX512-VNNI and BW (OPFORGE_CPU_INT_MATMUL_VNNI=0 skips it), else AVX2,
+// none with OPFORGE_CPU_INT_MATMUL_INT16=0 (read when the op is built); its weights and
+// scales copied into its layout at build; one call (false: a row's integers do not fit
+// int16, nothing written: the caller takes the float path); the wide path's dequantize from
+// its layout (int_matmul.cpp's arithmetic)
+Int16Kernel int16_kernel(bool vector512, bool avx2);
 void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op);
 bool int16_run(IntMatmulOp& op, const float* a, float* d);
 void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np, int64_t k0, int64_t kn, float* wf);
+
+// int_matmul16_avx2.cpp (x86-64; the callers check the CPU): row m of a as this mode's
+// integers (quantize_row's result, bit for bit); every row over a chunk of np panels from
+// p0; the wide path's dequantize (dequantize_chunk16's products)
+bool int16_avx2_quantize_row(IntMatmulOp& op, const float* x, int64_t m);
+void int16_avx2_chunk(const IntMatmulOp& op, float* d, int64_t p0, int64_t np, bool shifted);
+void int16_avx2_dequantize(const IntMatmulOp& op, int64_t p0, int np, int64_t k0, int64_t kn, float* wf);
+
+// the int16 mode's layout (int_matmul16.cpp says it): the index of the first 64-byte row of
+// block g, 8-k row o of panel p (the rows of a block's panels interleaved, np apart), and of
+// panel p's 16 scales of block g
+inline int64_t int16_row(const IntMatmulOp& op, int64_t p, int64_t g, int64_t o) {
+  const int64_t c = p / kIntChunk, np = std::min<int64_t>(kIntChunk, op.panels - c * kIntChunk);
+  return (c * kIntChunk * op.groups + g * np) * op.octs + o * np + (p - c * kIntChunk);
+}
+
+inline int64_t int16_scales(const IntMatmulOp& op, int64_t p, int64_t g) {
+  const int64_t c = p / kIntChunk, np = std::min<int64_t>(kIntChunk, op.panels - c * kIntChunk);
+  return (c * kIntChunk * op.groups + g * np + (p - c * kIntChunk)) * kIntLanes;
+}
+
 constexpr int64_t kInt16MaxGroup = 4096;  // int16 mode: |Σ i·q| < 2^31 over a block
 
 // int_matmul_avx2.cpp: may its AVX2 + FMA kernels run (the CPU's avx2 and fma, the own

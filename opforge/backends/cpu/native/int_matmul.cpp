@@ -18,8 +18,8 @@
 // The weights and scales are copied at build into transparent huge pages (the file's pages
 // given back); the int16 mode copies them into its own layout instead.
 //
-// Arithmetic without fa, or with it where the int16 mode does not run (no AVX512-VNNI,
-// OPFORGE_CPU_INT_MATMUL_VNNI=0, M >= kWideRows, a row off its grid; int_matmul16.cpp says
+// Arithmetic without fa, or with it where the int16 mode does not run (a CPU without AVX2,
+// OPFORGE_CPU_INT_MATMUL_INT16=0, M >= kWideRows, a row off its grid; int_matmul16.cpp says
 // its own arithmetic and bound), what the lean runtime computes up to the order of the
 // sums: every weight is dequantized as float32(q) · scale, one rounding, the product quantized_decomposed's
 // dequantize_per_channel and torchao's dequantize_affine compute with a zero zero point,
@@ -378,7 +378,8 @@ void build_int_matmul(Handle& h, const OpCall& c) {
   // the tests' reference for the wide path's bits)
   op->wide = ((op->vector512 && op->m >= kWideRows) || (op->avx2 && op->m >= kWideRowsAvx2)) &&
              switched_on("OPFORGE_CPU_INT_MATMUL_WIDE");
-  if (c.fa.size() == 1 && int16_mode_allowed()) {
+  if (c.fa.size() == 1) op->int16 = int16_kernel(op->vector512, op->avx2);
+  if (op->int16 != Int16Kernel::none) {
     int16_setup(e, c, *op);  // its own layout (w and s point to it)
   } else {
     // the weights and scales copied once at init into transparent huge pages (constants.cpp;
@@ -399,7 +400,9 @@ void build_int_matmul(Handle& h, const OpCall& c) {
   }
   if (op->wide || op->act16) grow_scratch(e, mul_c(op->team, kWideBytes, "int_matmul"));
   op->name = std::string("matmul on int") + (op->bits == 8 ? "8" : "4") + " weights (own kernel" +
-             (op->act16 ? ", int16 activations, AVX512-VNNI" : "") +
+             (op->int16 == Int16Kernel::vnni   ? ", int16 activations, AVX512-VNNI"
+              : op->int16 == Int16Kernel::avx2 ? ", int16 activations, vpmaddwd"
+                                                : "") +
              (op->vector512 ? ", AVX-512" : op->avx2 ? ", AVX2" : "") +
              (op->wide ? ", dequantized once a call)" : ")");
   push_op(e, std::move(op), c);

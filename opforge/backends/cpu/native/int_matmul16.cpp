@@ -9,6 +9,8 @@
 // int16 products an instruction, a pair of k per 32-bit lane): where int_matmul's float
 // path spends ~4 vector instructions per k and 16 columns (unpack, scale, multiply-add),
 // this one spends ~0.75 (a shift, an and and a vpdpwssd per 2 k; 1.25 for a shifted row).
+// A CPU without AVX512-VNNI runs int_matmul16_avx2.cpp's kernel instead: the same int32
+// sums by AVX2's vpmaddwd and vpaddd, the same results bit for bit.
 //
 // Arithmetic: per row m and block g, S = Σ_k i[k]·q[k, n] in int32, exact: computed as
 // Σ v·(q + 8) - 8·Σ v + shift·(Σ (q + 8) - 8·l8) (the weights' nibbles stored + 8, a
@@ -48,27 +50,14 @@ namespace {
 
 constexpr int kLanes = kIntLanes;
 constexpr int kChunk = kIntChunk;
-constexpr int kPairRows = 2;  // rows per block of the kernel (2 × 4 panels: 16 sums, 16 accumulators)
-
-// the index of the first 64-byte row of block g, 8-k row o of panel p (rows of a block's
-// panels interleaved: np apart)
-inline int64_t row16(const IntMatmulOp& op, int64_t p, int64_t g, int64_t o) {
-  const int64_t c = p / kChunk, np = std::min<int64_t>(kChunk, op.panels - c * kChunk);
-  return (c * kChunk * op.groups + g * np) * op.octs + o * np + (p - c * kChunk);
-}
-
-// the index of panel p's 16 scales of block g
-inline int64_t scale16(const IntMatmulOp& op, int64_t p, int64_t g) {
-  const int64_t c = p / kChunk, np = std::min<int64_t>(kChunk, op.panels - c * kChunk);
-  return (c * kChunk * op.groups + g * np + (p - c * kChunk)) * kLanes;
-}
+constexpr int kPairRows = 2;  // rows per block of the VNNI kernel (2 × 4 panels: 16 sums, 16 accumulators)
 
 // the contract's weights (`from`: [P, ceil(K/2), 16]) in this mode's layout
 void repack_weights(const IntMatmulOp& op, const uint8_t* from, uint32_t* to) {
   for (int64_t p = 0; p < op.panels; ++p)
     for (int64_t g = 0; g < op.groups; ++g)
       for (int64_t o = 0; o < op.octs; ++o) {
-        uint32_t* row = to + row16(op, p, g, o) * kLanes;
+        uint32_t* row = to + int16_row(op, p, g, o) * kLanes;
         for (int j = 0; j < kLanes; ++j) {
           uint32_t word = 0;
           for (int t = 0; t < 8; ++t) {
@@ -86,7 +75,7 @@ void repack_weights(const IntMatmulOp& op, const uint8_t* from, uint32_t* to) {
 void repack_scales(const IntMatmulOp& op, const float* from, float* to) {
   for (int64_t p = 0; p < op.panels; ++p)
     for (int64_t g = 0; g < op.groups; ++g)
-      std::memcpy(to + scale16(op, p, g), from + (p * op.groups + g) * kLanes, kLanes * sizeof(float));
+      std::memcpy(to + int16_scales(op, p, g), from + (p * op.groups + g) * kLanes, kLanes * sizeof(float));
 }
 
 #if defined(__x86_64__)
@@ -137,7 +126,7 @@ OFC_VNNI void block16(const IntMatmulOp& op, float* d, int64_t m0, int64_t p0) {
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i nib = _mm512_set1_epi32(0x000F000F);
-  const uint8_t* w = op.w + row16(op, p0, 0, 0) * 64;  // the chunk's stream, read in order
+  const uint8_t* w = op.w + int16_row(op, p0, 0, 0) * 64;  // the chunk's stream, read in order
   for (int64_t g = 0; g < op.groups; ++g) {
     __m512i s[R][P], u[P];  // u: Σ (q + 8) over the block, for the shifted rows
     for (int p = 0; p < P; ++p) {
@@ -172,7 +161,7 @@ OFC_VNNI void block16(const IntMatmulOp& op, float* d, int64_t m0, int64_t p0) {
       }
     }
     for (int p = 0; p < P; ++p) {
-      const __m512 sc = _mm512_loadu_ps(op.s + scale16(op, p0 + p, g));
+      const __m512 sc = _mm512_loadu_ps(op.s + int16_scales(op, p0 + p, g));
       for (int r = 0; r < R; ++r) {
         const __m512i c = _mm512_set1_epi32(op.corr[(size_t)((m0 + r) * op.groups + g)]);
         __m512i sum = _mm512_sub_epi32(s[r][p], c);  // Σ v·q
@@ -196,15 +185,20 @@ OFC_VNNI void block16(const IntMatmulOp& op, float* d, int64_t m0, int64_t p0) {
 
 }  // namespace
 
-bool int16_mode_allowed() {
+Int16Kernel int16_kernel(bool vector512, bool avx2) {
 #if defined(__x86_64__)
-  if (!avx512_kernel_allowed("OPFORGE_CPU_INT_MATMUL_AVX512") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vnni"))
-    return false;
-  return switched_on("OPFORGE_CPU_INT_MATMUL_VNNI");
+  if (!switched_on("OPFORGE_CPU_INT_MATMUL_INT16")) return Int16Kernel::none;
+  if (vector512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") &&
+      switched_on("OPFORGE_CPU_INT_MATMUL_VNNI"))
+    return Int16Kernel::vnni;
+  // vpmaddwd: every CPU with AVX2; the dequantize-once path (a prompt, a row off its grid)
+  // needs the op's AVX-512 or AVX2 float kernels
+  if ((vector512 || avx2) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return Int16Kernel::avx2;
 #else
-  return false;
+  (void)vector512, (void)avx2;
 #endif
+  return Int16Kernel::none;
 }
 
 void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op) {
@@ -238,12 +232,18 @@ void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op) {
 
 bool int16_run(IntMatmulOp& op, const float* a, float* d) {
 #if defined(__x86_64__)
+  const bool vnni = op.int16 == Int16Kernel::vnni;
   bool shifted = false;
   for (int64_t m = 0; m < op.m; ++m) {
-    if (!quantize_row(op, a + m * op.sa, m)) return false;
+    const float* x = a + m * op.sa;
+    if (!(vnni ? quantize_row(op, x, m) : int16_avx2_quantize_row(op, x, m))) return false;
     shifted = shifted || op.shift[(size_t)m] != 0;
   }
   for_each_chunk(op, [&](int64_t p0, int64_t np) {
+    if (!vnni) {
+      int16_avx2_chunk(op, d, p0, np, shifted);
+      return;
+    }
     for (int64_t m0 = 0; m0 < op.m; m0 += kPairRows) {
       with_panels(np, [&](auto P) {
         if (op.m - m0 >= 2) {
@@ -266,24 +266,29 @@ bool int16_run(IntMatmulOp& op, const float* a, float* d) {
 #if defined(__x86_64__)
 // chunk p0's weights for k in [k0, k0 + kn) as float32(q) · scale into wf[k - k0][64] (the
 // products int_matmul.cpp's dequantize_chunk makes from the contract's layout)
-__attribute__((target("avx512f"))) void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np,
+__attribute__((target("avx512f"))) static void dequantize_chunk16_avx512(const IntMatmulOp& op, int64_t p0, int np,
                                                             int64_t k0, int64_t kn, float* wf) {
   const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
   for (int p = 0; p < np; ++p) {
     int64_t g = k0 / op.group, r = k0 - g * op.group;  // kk's block and its place in it
-    __m512 sc = _mm512_loadu_ps(op.s + scale16(op, p0 + p, g));
+    __m512 sc = _mm512_loadu_ps(op.s + int16_scales(op, p0 + p, g));
     for (int64_t kk = k0; kk < k0 + kn; ++kk, ++r) {
       if (r == op.group) {
         ++g, r = 0;
-        sc = _mm512_loadu_ps(op.s + scale16(op, p0 + p, g));
+        sc = _mm512_loadu_ps(op.s + int16_scales(op, p0 + p, g));
       }
       const int64_t t = r & 7;
-      const __m512i v = _mm512_loadu_si512(op.w + row16(op, p0 + p, g, r >> 3) * 64);
+      const __m512i v = _mm512_loadu_si512(op.w + int16_row(op, p0 + p, g, r >> 3) * 64);
       const __m128i shift = _mm_cvtsi32_si128((int)(16 * (t & 1) + 4 * (t >> 1)));
       const __m512 q = _mm512_permutexvar_ps(_mm512_srl_epi32(v, shift), table);  // low 4 bits
       _mm512_store_ps(wf + (kk - k0) * (kChunk * kLanes) + p * kLanes, _mm512_mul_ps(q, sc));
     }
   }
+}
+
+void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np, int64_t k0, int64_t kn, float* wf) {
+  if (op.vector512) dequantize_chunk16_avx512(op, p0, np, k0, kn, wf);
+  else int16_avx2_dequantize(op, p0, np, k0, kn, wf);
 }
 #else
 void dequantize_chunk16(const IntMatmulOp&, int64_t, int, int64_t, int64_t, float*) {}
