@@ -11,7 +11,7 @@ the same reordered weights (``native/small_matmul.cpp``; the engine takes it for
 shapes), ``int_matmul`` of int8 per-channel and int4 blocks-of-32 weights
 (``native/int_matmul.cpp``), the same int4 weights against activations on a 16-bit grid
 (``int_matmul``'s int16 mode, what a 16a4w_block program runs: ``native/int_matmul16.cpp``,
-AVX512-VNNI int16 dot products where the CPU has them), and ``int_dot_matmul`` of int8 activations quantized per
+int16 dot products: AVX512-VNNI, else AVX2's vpmaddwd), and ``int_dot_matmul`` of int8 activations quantized per
 block of 32 in the call against int8 and int4 blocks-of-32 weights (schemes 8da8w and 8da4w:
 ``native/int_dot_matmul.cpp``, integer dot products, AVX512-VNNI where the CPU has it). A decode
 step reads each weight once, from memory: the weights of a real decoder (hundreds of MB)

@@ -15,7 +15,7 @@ Programs (each exported once, a prefill at any prompt length and a one-token dec
   every linear, int4 block weights);
 - ``16a4w_block float path``: the same program exported with
   ``OPFORGE_CPU_INT16_ACTIVATIONS=0``: no ``int_matmul`` told its activations' 16-bit grid,
-  so none takes the int16 mode (AVX512-VNNI integer sums, native/int_matmul16.cpp): the
+  so none takes the int16 mode (integer sums by AVX512-VNNI or AVX2, native/int_matmul16.cpp): the
   activations stay float in the kernel, the 4-bit weights dequantized in registers;
 - ``16a4w_block every rounding``: the same program exported with
   ``OPFORGE_CPU_FUSED_ROUNDINGS=0``: every 16-bit activation rounding an op of its own,
