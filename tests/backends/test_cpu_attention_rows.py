@@ -119,7 +119,7 @@ def _run(q, k, v, pos_or_mask, factor, name, *, source=0, pad=0, threads=1):
         return np.concatenate([a, np.zeros((Hkv, S, pad), a.dtype)], axis=2) if pad else a
 
     handle = p.handle(threads)
-    assert ",".join(handle.describe()) == name  # (describe() splits names at commas)
+    assert handle.describe() == [name]
     return hostile.run(handle, q, widen(k), widen(v), pos_or_mask)[0]
 
 

@@ -190,6 +190,22 @@ def test_the_avx2_kernel_gives_the_vnni_kernels_bits(m, k, n, group, shifted, mo
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def test_describe_gives_one_name_per_op():
+    """An op's name may hold commas ("matmul on int4 weights (own kernel, int16 activations,
+    vpmaddwd, AVX2)"): describe() still gives one entry per op, as many as impls() (which
+    program_impls pairs with them)."""
+    import test_cpu_hostile_plans as hostile
+
+    p, _, _ = _plan(1, 64, 20, 32)
+    p.op("eltwise", [p.ops[0]["out"][0]], [p.tensor(hostile.F32, [1, 20], role="output")],
+         [hostile.RELU], [0.0, 0.0])
+    handle = p.handle()
+    names, impls = handle.describe(), handle.impls()
+    assert len(names) == len(impls) == 2, names
+    if {"avx2", "fma"} <= hostile.cpu_flags():
+        assert "int16 activations" in names[0] and "," in names[0], names
+
+
 def _shifted_rows(m, k, seed=0):
     """Rows on an asymmetric grid (integers in [-2000, 63000]: the int16 mode shifts them)."""
     i = np.random.default_rng(seed).integers(-2000, 63001, (m, k))

@@ -124,8 +124,8 @@ def _check_plan(program, steps):
     handle = cpu_engine.EngineHandle(plan, memoryview(buf[start:start + len(data)]), 1, 1 << 30,
                                      None, {}, named=NamedDataMap(program))
     try:
-        ops = ",".join(handle.describe())  # (describe() splits the name at its comma)
-        assert ops == DECODE_KERNEL, ops
+        ops = handle.describe()
+        assert ops == [DECODE_KERNEL], ops
     finally:
         handle.close()
 

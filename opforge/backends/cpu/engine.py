@@ -435,10 +435,15 @@ class EngineHandle:
                                "before LoadedProgram.delegates.close() — fix: load the program again")
 
     def describe(self) -> list[str]:
+        """Each op's name, in the engine's order: one entry per op (names hold commas)."""
         self._live("describe()")
-        buf = ctypes.create_string_buffer(65536)
-        self.lib.ofc_describe(self.ptr, buf, 65536)
-        return [s for s in buf.value.decode().split(",") if s]
+        size = 65536
+        while True:  # (a program of thousands of ops passes 64 KiB of names)
+            buf = ctypes.create_string_buffer(size)
+            length = self.lib.ofc_describe(self.ptr, buf, size)
+            if length < size:
+                return buf.value.decode().split("\n") if length else []
+            size = length + 1
 
     def guard_calls(self) -> dict[int, tuple[int, int]]:
         """Op index → (calls run fused, calls run the exact way) for each op with a NaN

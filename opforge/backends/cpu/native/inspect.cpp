@@ -51,11 +51,13 @@ const Op* op_at(void* handle, int32_t op) {
 
 extern "C" {
 
-// what the engine made of the graph, for inspect and tests: op names, comma-separated
+// what the engine made of the graph, for inspect and tests: op names, one a line (a name may
+// hold commas: "matmul on int4 weights (own kernel, AVX2)"); returns the text's length, so a
+// caller whose buffer was too small asks again with a larger one
 int32_t ofc_describe(void* handle, char* out, int32_t size) {
   auto* h = static_cast<Handle*>(handle);
   std::string text;
-  for (auto& op : h->e.ops) { if (!text.empty()) text += ","; text += op->name; }
+  for (size_t i = 0; i < h->e.ops.size(); ++i) text += (i ? "\n" : "") + h->e.ops[i]->name;
   set_error(out, size, text);
   return (int32_t)text.size();
 }
