@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Sequence
 
+from opforge.backends.cpu.engine_build import run_compiler  # (standard library only)
 from opforge.errors import BuildError
 from opforge.native.cache import RECORD, BuildCache, hash_key, record_files
 
@@ -97,8 +98,7 @@ def _compile_once(paths: list[Path], name: str, *, flags, include_dirs, kind, ap
         command = [toolchain.cxx, *command_flags, "-o", str(work / library_name),
                    *map(str, paths)]
         command = [c for c in command if c not in link] + link  # libraries after the sources
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace")
+        proc = run_compiler(command)  # the units side by side (the engine's ~40)
         if proc.returncode != 0:
             errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
             shown = "\n".join(errors[:20] or proc.stdout.splitlines()[-20:])

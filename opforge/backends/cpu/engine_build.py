@@ -1,5 +1,6 @@
 """How the cpu backend's engine library is built: its sources, its flags, the name that
-says which sources it was built from, and one compiler call. Standard library only:
+says which sources it was built from, and one compile-and-link call (its translation units
+compiled side by side by ``run_compiler``, OPFORGE_BUILD_JOBS at once). Standard library only:
 ``setup.py`` loads this file by path to build the engine when opforge is installed (the
 build environment has no numpy), and ``engine.library()`` uses the same sources and flags
 for its development fallback (a build on first use, in opforge's build cache).
@@ -33,7 +34,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["ENGINE_NAME", "INSTALL_FOLDER", "EngineBuildError", "source_files", "source_hash",
-           "installed_name", "compile_flags", "find_onednn", "build", "compile_into", "install_file"]
+           "installed_name", "compile_flags", "find_onednn", "build", "compile_into", "install_file",
+           "run_compiler"]
 
 ENGINE_NAME = "libopforge_cpu"
 INSTALL_FOLDER = "_engine"  # beside this file: opforge/backends/cpu/_engine/
@@ -221,8 +223,7 @@ def compile_into(target: Path, command, error: type[Exception], stale: str, *,
     os.close(fd)
     call = command(tmp)
     try:
-        proc = subprocess.run(call, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace")
+        proc = run_compiler(call)
         if proc.returncode != 0:
             raise error(f"the compiler failed (exit {proc.returncode}):\n"
                         + "\n".join(proc.stdout.splitlines()[-20:]) + f"\ncommand: {' '.join(call)}")
@@ -237,3 +238,67 @@ def compile_into(target: Path, command, error: type[Exception], stale: str, *,
         if old != target:
             old.unlink()
     return target
+
+
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c")
+_LINK_ONLY = ("-l", "-L", "-Wl,")
+
+
+def run_compiler(call: list[str]) -> subprocess.CompletedProcess:
+    """Run one compile-and-link call (``cxx flags... -o out sources... libraries...``) with
+    its translation units compiled side by side: each source ``-c`` into an object in a
+    temporary folder beside ``out`` (at most ``build_jobs()`` compilers at once), then one
+    link of the objects with the call's flags. The same objects and library as the single
+    call (the same flags reach every unit), in a fraction of its time on several cores: the
+    engine is ~40 units, one call compiled them one after another (~2.5 minutes on 2 cores).
+    A call of one source runs as it is. Returns the failed step's process (its output; the
+    other units finish first) or the link's."""
+    sources = [a for i, a in enumerate(call) if i and a.endswith(SOURCE_SUFFIXES) and call[i - 1] != "-o"]
+    if len(sources) < 2 or "-o" not in call:
+        return subprocess.run(call, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace")
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = call[call.index("-o") + 1]
+    flags = [a for i, a in enumerate(call[1:], 1)
+             if a not in sources and a != "-o" and call[i - 1] != "-o"]
+    link = [a for a in flags if a.startswith(_LINK_ONLY)]
+    compile_flags = [a for a in flags if a not in link and a != "-shared"]
+    work = tempfile.mkdtemp(prefix=".objects.", dir=os.path.dirname(os.path.abspath(out)))
+    try:
+        def compile_one(i: int) -> subprocess.CompletedProcess:
+            obj = os.path.join(work, f"{i}.o")
+            return subprocess.run([call[0], *compile_flags, "-c", sources[i], "-o", obj],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  errors="replace")
+
+        with ThreadPoolExecutor(max_workers=min(build_jobs(), len(sources))) as pool:
+            units = list(pool.map(compile_one, range(len(sources))))
+        failed = [u for u in units if u.returncode != 0]
+        if failed:
+            return subprocess.CompletedProcess(
+                call, failed[0].returncode, "\n".join(u.stdout for u in failed))
+        objects = [os.path.join(work, f"{i}.o") for i in range(len(sources))]
+        linked = subprocess.run([call[0], *[a for a in flags if a not in link], "-o", out, *objects, *link],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        return subprocess.CompletedProcess(call, linked.returncode,
+                                           "".join(u.stdout for u in units) + linked.stdout)
+    finally:
+        for name in os.listdir(work):
+            os.unlink(os.path.join(work, name))
+        os.rmdir(work)
+
+
+def build_jobs() -> int:
+    """Compilers run at once: OPFORGE_BUILD_JOBS, else the CPUs this process may use, at
+    most 8 (an optimised engine unit takes up to ~1 GB of the compiler's memory)."""
+    value = os.environ.get("OPFORGE_BUILD_JOBS", "")
+    if value.strip():
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise EngineBuildError(f"OPFORGE_BUILD_JOBS={value!r} is not a number — fix: a "
+                                   "positive integer, e.g. 2") from None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cpus))
