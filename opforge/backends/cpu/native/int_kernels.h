@@ -68,6 +68,15 @@ void int16_setup(Engine& e, const OpCall& c, IntMatmulOp& op);
 bool int16_run(IntMatmulOp& op, const float* a, float* d);
 void dequantize_chunk16(const IntMatmulOp& op, int64_t p0, int np, int64_t k0, int64_t kn, float* wf);
 
+// a row's integers i in [low, high] as int16 v = i - shift: false where one is past ±65535
+// or they span more than 65535 steps (a NaN's INT_MIN included), else the shift: 0 where
+// every i fits int16, else low + 32768 (both quantize_row kernels)
+inline bool int16_row_shift(int64_t low, int64_t high, int32_t& shift) {
+  if (low < -65535 || high > 65535 || high - low > 65535) return false;
+  shift = low >= -32768 && high <= 32767 ? 0 : (int32_t)(low + 32768);
+  return true;
+}
+
 // int_matmul16_avx2.cpp (x86-64; the callers check the CPU): row m of a as this mode's
 // integers (quantize_row's result, bit for bit); every row over a chunk of np panels from
 // p0; the wide path's dequantize (dequantize_chunk16's products)

@@ -96,8 +96,8 @@ OFC_VNNI bool quantize_row(IntMatmulOp& op, const float* x, int64_t m) {
     hi = _mm512_mask_max_epi32(hi, in, hi, v);
   }
   const int64_t low = _mm512_reduce_min_epi32(lo), high = _mm512_reduce_max_epi32(hi);
-  if (low < -65535 || high > 65535 || high - low > 65535) return false;  // (INT_MIN: NaN)
-  const int32_t shift = low >= -32768 && high <= 32767 ? 0 : (int32_t)(low + 32768);
+  int32_t shift = 0;
+  if (!int16_row_shift(low, high, shift)) return false;
   op.shift[(size_t)m] = shift;
   const __m512i by = _mm512_set1_epi32(shift);
   for (int64_t g = 0; g < op.groups; ++g) {

@@ -179,8 +179,8 @@ OFC_AVX2 bool int16_avx2_quantize_row(IntMatmulOp& op, const float* x, int64_t m
     const int32_t v = to_int(x[k], op.act_inv);
     low = std::min<int64_t>(low, v), high = std::max<int64_t>(high, v);
   }
-  if (low < -65535 || high > 65535 || high - low > 65535) return false;  // (INT_MIN: NaN)
-  const int32_t shift = low >= -32768 && high <= 32767 ? 0 : (int32_t)(low + 32768);
+  int32_t shift = 0;
+  if (!int16_row_shift(low, high, shift)) return false;
   op.shift[(size_t)m] = shift;
   const __m256i by = _mm256_set1_epi32(shift);
   for (int64_t g = 0; g < op.groups; ++g) {
