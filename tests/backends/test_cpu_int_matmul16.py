@@ -301,25 +301,14 @@ def _case(m, k, n, group, shifted):
     return run
 
 
-def _cases():
-    import test_cpu_hostile_plans as hostile
+import test_cpu_hostile_plans as _hostile  # noqa: E402  (sys.path above)
 
-    shapes = [(1, 96, 67, 32, False), (2, 192, 17, 64, True), (3, 33, 1, 33, False),
-              (7, 130, 129, 64, True), (30, 257, 70, 32, False)]
-    return hostile.ran_ok_cases({f"int16_{m}x{k}x{n}_g{g}{'_shifted' if s else ''}": _case(m, k, n, g, s)
-                                 for m, k, n, g, s in shapes})
-
-
-CASES, EXPECT = _cases()
-
-
-def test_the_case_file_runs():
-    import test_cpu_hostile_plans as hostile
-
-    hostile.check_case_file(__file__, list(CASES), EXPECT)
+_SHAPES = [(1, 96, 67, 32, False), (2, 192, 17, 64, True), (3, 33, 1, 33, False),
+           (7, 130, 129, 64, True), (30, 257, 70, 32, False)]
+CASES, EXPECT = _hostile.ran_ok_cases({
+    f"int16_{m}x{k}x{n}_g{g}{'_shifted' if s else ''}": _case(m, k, n, g, s) for m, k, n, g, s in _SHAPES})
+test_the_case_file_runs = _hostile.case_file_test(__file__, CASES, EXPECT)
 
 
 if __name__ == "__main__":
-    import test_cpu_hostile_plans
-
-    test_cpu_hostile_plans.report_cases(CASES, sys.argv[1:])
+    _hostile.report_cases(CASES, sys.argv[1:])
